@@ -1,0 +1,340 @@
+package warmpool
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+)
+
+// ScopeConfig is the configuration of one scope (SPEC §4).
+type ScopeConfig struct {
+	Deploy DeploySpec `json:"deploy"`
+	Pool   PoolConfig `json:"pool"`
+}
+
+// DeploySpec is the pod template of a scope. Any change to it is a class A change:
+// a new deploy_ver.
+type DeploySpec struct {
+	Image         string            `json:"image"`
+	Namespace     string            `json:"namespace"`
+	ContainerName string            `json:"container_name"`
+	Command       []string          `json:"command"`
+	Args          []string          `json:"args"`
+	Env           map[string]string `json:"env"`
+	Resources     Resources         `json:"resources"`
+	Port          int               `json:"port"`
+	SSEPath       string            `json:"sse_path"`
+	HealthPath    string            `json:"health_path"`
+	ReadyTimeoutS int               `json:"ready_timeout_s"`
+}
+
+// Resources are the container's resource requests.
+type Resources struct {
+	CPU    string `json:"cpu"`
+	Memory string `json:"memory"`
+}
+
+// PoolConfig holds the pool parameters of a scope. A change to it alone is class B:
+// no pod is touched.
+type PoolConfig struct {
+	MaxConcurrency     int `json:"max_concurrency"`
+	PodConcurrency     int `json:"pod_concurrency"`
+	MinIdlePods        int `json:"min_idle_pods"`
+	PodTTLS            int `json:"pod_ttl_s"`
+	SessionTTLS        int `json:"session_ttl_s"`
+	QueueSize          int `json:"queue_size"`
+	WaitTimeoutS       int `json:"wait_timeout_s"`
+	MaxParallelDeploys int `json:"max_parallel_deploys"`
+}
+
+// The defaults of every scope field, defined here and nowhere else.
+const (
+	DefaultImage              = "warmpool/demo-agent:latest"
+	DefaultContainerName      = "agent"
+	DefaultCPU                = "500m"
+	DefaultMemory             = "512Mi"
+	DefaultPort               = 8080
+	DefaultSSEPath            = "/sse"
+	DefaultHealthPath         = "/health"
+	DefaultReadyTimeoutS      = 300
+	DefaultMaxConcurrency     = 8
+	DefaultPodConcurrency     = 2
+	DefaultMinIdlePods        = 0
+	DefaultPodTTLS            = 300
+	DefaultSessionTTLS        = 600
+	DefaultQueueSize          = 4
+	DefaultWaitTimeoutS       = 10
+	DefaultMaxParallelDeploys = 0
+)
+
+// Limits on scope fields.
+const (
+	MaxReadyTimeoutS  = 3600
+	MaxConcurrencyCap = 100000
+	MaxPodConcurrency = 10000
+	MaxQueueSize      = 100000
+	MaxWaitTimeoutS   = 600
+	MaxTTLS           = 30 * 24 * 3600
+	maxListLen        = 64
+	maxStringLen      = 1024
+)
+
+// DefaultScopeConfig returns a config with every field at its default. Decoding a
+// partial document on top of it leaves missing fields at their defaults.
+func DefaultScopeConfig() ScopeConfig {
+	return ScopeConfig{
+		Deploy: DeploySpec{
+			Image:         DefaultImage,
+			ContainerName: DefaultContainerName,
+			Command:       []string{},
+			Args:          []string{},
+			Env:           map[string]string{},
+			Resources:     Resources{CPU: DefaultCPU, Memory: DefaultMemory},
+			Port:          DefaultPort,
+			SSEPath:       DefaultSSEPath,
+			HealthPath:    DefaultHealthPath,
+			ReadyTimeoutS: DefaultReadyTimeoutS,
+		},
+		Pool: PoolConfig{
+			MaxConcurrency:     DefaultMaxConcurrency,
+			PodConcurrency:     DefaultPodConcurrency,
+			MinIdlePods:        DefaultMinIdlePods,
+			PodTTLS:            DefaultPodTTLS,
+			SessionTTLS:        DefaultSessionTTLS,
+			QueueSize:          DefaultQueueSize,
+			WaitTimeoutS:       DefaultWaitTimeoutS,
+			MaxParallelDeploys: DefaultMaxParallelDeploys,
+		},
+	}
+}
+
+// DecodeScopeConfig reads a scope config document strictly (unknown fields are
+// rejected and named), fills defaults and validates it. Every error is a VALIDATION
+// *Error that names the offending field.
+func DecodeScopeConfig(r io.Reader) (ScopeConfig, error) {
+	cfg := DefaultScopeConfig()
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return ScopeConfig{}, JSONError(err)
+	}
+	if dec.More() {
+		return ScopeConfig{}, Errorf(CodeValidation, "body: trailing data after the JSON document")
+	}
+	if err := cfg.Normalize(); err != nil {
+		return ScopeConfig{}, err
+	}
+	return cfg, nil
+}
+
+// JSONError turns an encoding/json error into a VALIDATION *Error that names the field.
+func JSONError(err error) *Error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "body"
+		}
+		return Errorf(CodeValidation, "%s: expected %s, got JSON %s", field, typeErr.Type, typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return Errorf(CodeValidation, "body: malformed JSON at offset %d: %v", syntaxErr.Offset, syntaxErr)
+	case errors.Is(err, io.EOF):
+		return Errorf(CodeValidation, "body: empty, expected a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return Errorf(CodeValidation, "body: truncated JSON")
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return Errorf(CodeValidation, "%s: unknown field", strings.Trim(f, `"`))
+	}
+	return Errorf(CodeValidation, "body: %s", strings.TrimPrefix(msg, "json: "))
+}
+
+var (
+	dnsLabelRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	envNameRe  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,254}$`)
+	// A Kubernetes resource quantity: a decimal number with an optional suffix.
+	quantityRe = regexp.MustCompile(`^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|e[0-9]+)?$`)
+	httpPathRe = regexp.MustCompile(`^/[A-Za-z0-9._~!$&'()*+,;=:@/%-]{0,255}$`)
+)
+
+// Normalize fills empty strings and nil lists with their defaults and validates every
+// field. A missing or empty field always gets the one default, so every path (placement,
+// deploy, reconcile, status) sees the same stored value.
+func (c *ScopeConfig) Normalize() error {
+	d := &c.Deploy
+	def := DefaultScopeConfig()
+	fillString(&d.Image, def.Deploy.Image)
+	fillString(&d.ContainerName, def.Deploy.ContainerName)
+	fillString(&d.Resources.CPU, def.Deploy.Resources.CPU)
+	fillString(&d.Resources.Memory, def.Deploy.Resources.Memory)
+	fillString(&d.SSEPath, def.Deploy.SSEPath)
+	fillString(&d.HealthPath, def.Deploy.HealthPath)
+	if d.Command == nil {
+		d.Command = []string{}
+	}
+	if d.Args == nil {
+		d.Args = []string{}
+	}
+	if d.Env == nil {
+		d.Env = map[string]string{}
+	}
+	return c.Validate()
+}
+
+func fillString(s *string, def string) {
+	if strings.TrimSpace(*s) == "" {
+		*s = def
+	}
+}
+
+// Validate checks every field; the error names the first bad one.
+func (c ScopeConfig) Validate() error {
+	d, p := c.Deploy, c.Pool
+	bad := func(field, format string, args ...any) error {
+		return Errorf(CodeValidation, "%s: %s", field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case len(d.Image) > maxStringLen || strings.ContainsAny(d.Image, " \t\r\n"):
+		return bad("deploy.image", "must be an image reference without spaces, at most %d chars", maxStringLen)
+	case d.Namespace != "" && !dnsLabelRe.MatchString(d.Namespace):
+		return bad("deploy.namespace", "must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63 chars)")
+	case !dnsLabelRe.MatchString(d.ContainerName):
+		return bad("deploy.container_name", "must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63 chars)")
+	case d.Port < 1 || d.Port > 65535:
+		return bad("deploy.port", "must be between 1 and 65535, got %d", d.Port)
+	case !httpPathRe.MatchString(d.SSEPath):
+		return bad("deploy.sse_path", "must be an absolute URL path")
+	case !httpPathRe.MatchString(d.HealthPath):
+		return bad("deploy.health_path", "must be an absolute URL path")
+	case d.ReadyTimeoutS < 1 || d.ReadyTimeoutS > MaxReadyTimeoutS:
+		return bad("deploy.ready_timeout_s", "must be between 1 and %d, got %d", MaxReadyTimeoutS, d.ReadyTimeoutS)
+	case !quantityRe.MatchString(d.Resources.CPU):
+		return bad("deploy.resources.cpu", "must be a quantity such as 500m or 2, got %q", d.Resources.CPU)
+	case !quantityRe.MatchString(d.Resources.Memory):
+		return bad("deploy.resources.memory", "must be a quantity such as 512Mi, got %q", d.Resources.Memory)
+	}
+	for name, list := range map[string][]string{"deploy.command": d.Command, "deploy.args": d.Args} {
+		if len(list) > maxListLen {
+			return bad(name, "at most %d items", maxListLen)
+		}
+		for _, s := range list {
+			if len(s) > maxStringLen {
+				return bad(name, "items must be at most %d chars", maxStringLen)
+			}
+		}
+	}
+	if len(d.Env) > maxListLen {
+		return bad("deploy.env", "at most %d variables", maxListLen)
+	}
+	for k, v := range d.Env {
+		if !envNameRe.MatchString(k) {
+			return bad("deploy.env", "invalid variable name %q", k)
+		}
+		if len(v) > maxStringLen {
+			return bad("deploy.env."+k, "value must be at most %d chars", maxStringLen)
+		}
+	}
+	switch {
+	case p.PodConcurrency < 1 || p.PodConcurrency > MaxPodConcurrency:
+		return bad("pool.pod_concurrency", "must be between 1 and %d, got %d", MaxPodConcurrency, p.PodConcurrency)
+	case p.MaxConcurrency < p.PodConcurrency || p.MaxConcurrency > MaxConcurrencyCap:
+		return bad("pool.max_concurrency", "must be between pod_concurrency (%d) and %d, got %d", p.PodConcurrency, MaxConcurrencyCap, p.MaxConcurrency)
+	case p.MinIdlePods < 0 || p.MinIdlePods > p.MaxPods():
+		return bad("pool.min_idle_pods", "must be between 0 and max_pods (%d), got %d", p.MaxPods(), p.MinIdlePods)
+	case p.PodTTLS < 1 || p.PodTTLS > MaxTTLS:
+		return bad("pool.pod_ttl_s", "must be between 1 and %d, got %d", MaxTTLS, p.PodTTLS)
+	case p.SessionTTLS < 1 || p.SessionTTLS > MaxTTLS:
+		return bad("pool.session_ttl_s", "must be between 1 and %d, got %d", MaxTTLS, p.SessionTTLS)
+	case p.QueueSize < 0 || p.QueueSize > MaxQueueSize:
+		return bad("pool.queue_size", "must be between 0 and %d, got %d", MaxQueueSize, p.QueueSize)
+	case p.WaitTimeoutS < 0 || p.WaitTimeoutS > MaxWaitTimeoutS:
+		return bad("pool.wait_timeout_s", "must be between 0 and %d, got %d", MaxWaitTimeoutS, p.WaitTimeoutS)
+	case p.MaxParallelDeploys < 0 || p.MaxParallelDeploys > p.MaxPods():
+		return bad("pool.max_parallel_deploys", "must be between 0 (no limit below max_pods) and max_pods (%d), got %d", p.MaxPods(), p.MaxParallelDeploys)
+	}
+	return nil
+}
+
+// MaxPods is ceil(max_concurrency / pod_concurrency): the most pods (plus deploys in
+// flight) a scope may have.
+func (p PoolConfig) MaxPods() int {
+	if p.PodConcurrency < 1 {
+		return 0
+	}
+	return (p.MaxConcurrency + p.PodConcurrency - 1) / p.PodConcurrency
+}
+
+// ParallelDeploys is the most deploys of the scope that may run at once.
+func (p PoolConfig) ParallelDeploys() int {
+	if p.MaxParallelDeploys == 0 {
+		return p.MaxPods()
+	}
+	return p.MaxParallelDeploys
+}
+
+// DeployVer fingerprints the deploy fields: the first 16 hex digits of the sha256 of
+// their canonical JSON (struct field order, sorted map keys, defaults filled).
+func (d DeploySpec) DeployVer() string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(d); err != nil {
+		panic(err) // a struct of strings, ints, slices and a string map always encodes
+	}
+	sum := sha256.Sum256(bytes.TrimSpace(buf.Bytes()))
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+var (
+	scopeIDRe   = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+	sessionIDRe = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+	// Pod ids are names we give (DNS-1123 subdomain-ish) or that a cluster gave.
+	podIDRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
+	// Request ids and idempotency keys: printable, no spaces, bounded.
+	requestIDRe = regexp.MustCompile(`^[A-Za-z0-9._:/+=-]{1,128}$`)
+)
+
+// ValidScopeID reports whether id matches the scope id pattern of SPEC §1.
+func ValidScopeID(id string) bool { return scopeIDRe.MatchString(id) }
+
+// ValidSessionID reports whether id matches the session id pattern of SPEC §1.
+func ValidSessionID(id string) bool { return sessionIDRe.MatchString(id) }
+
+// ValidPodID reports whether id can be a pod id.
+func ValidPodID(id string) bool { return podIDRe.MatchString(id) }
+
+// ValidRequestID reports whether id can be a request id / idempotency key.
+func ValidRequestID(id string) bool { return requestIDRe.MatchString(id) }
+
+// CheckScopeID returns a VALIDATION error unless id is a valid scope id.
+func CheckScopeID(id string) error {
+	if !ValidScopeID(id) {
+		return Errorf(CodeValidation, "scope_id: must match ^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+	}
+	return nil
+}
+
+// CheckSessionID returns a VALIDATION error unless id is a valid session id.
+func CheckSessionID(id string) error {
+	if !ValidSessionID(id) {
+		return Errorf(CodeValidation, "session_id: must be 1-128 chars of [A-Za-z0-9._:-]")
+	}
+	return nil
+}
+
+// CheckRequestID returns a VALIDATION error unless id is empty or a valid request id.
+func CheckRequestID(id string) error {
+	if id != "" && !ValidRequestID(id) {
+		return Errorf(CodeValidation, "request_id: must be 1-128 chars of [A-Za-z0-9._:/+=-]")
+	}
+	return nil
+}

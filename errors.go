@@ -1,0 +1,94 @@
+package warmpool
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Code is one of the error codes of the HTTP contract (SPEC §3).
+type Code string
+
+// The error codes, one per row of the SPEC §3 table.
+const (
+	CodeValidation       Code = "VALIDATION"
+	CodeUnauthorized     Code = "UNAUTHORIZED"
+	CodeScopeNotFound    Code = "SCOPE_NOT_FOUND"
+	CodeSessionNotFound  Code = "SESSION_NOT_FOUND"
+	CodeConfigSyncBusy   Code = "CONFIG_SYNC_BUSY"
+	CodePayloadTooLarge  Code = "PAYLOAD_TOO_LARGE"
+	CodeNoPodAvailable   Code = "NO_POD_AVAILABLE"
+	CodeQueueFull        Code = "QUEUE_FULL"
+	CodeWaitTimeout      Code = "WAIT_TIMEOUT"
+	CodeDeployFailed     Code = "DEPLOY_FAILED"
+	CodeStoreUnavailable Code = "STORE_UNAVAILABLE"
+	CodeInternal         Code = "INTERNAL"
+)
+
+// Status is the HTTP status that goes with the code.
+func (c Code) Status() int {
+	switch c {
+	case CodeValidation:
+		return http.StatusBadRequest
+	case CodeUnauthorized:
+		return http.StatusUnauthorized
+	case CodeScopeNotFound, CodeSessionNotFound:
+		return http.StatusNotFound
+	case CodeConfigSyncBusy:
+		return http.StatusConflict
+	case CodePayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeNoPodAvailable, CodeQueueFull, CodeStoreUnavailable:
+		return http.StatusServiceUnavailable
+	case CodeWaitTimeout:
+		return http.StatusGatewayTimeout
+	case CodeDeployFailed:
+		return http.StatusBadGateway
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// Error is the domain error: a code of the contract, a message for the caller and,
+// for the 503 codes, how many seconds the caller should wait before retrying.
+type Error struct {
+	Code       Code
+	Message    string
+	RetryAfter int
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Errorf builds an *Error with a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Retry returns a copy of e that tells the caller to retry after the given seconds.
+func (e *Error) Retry(seconds int) *Error {
+	c := *e
+	c.RetryAfter = seconds
+	return &c
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, or CodeInternal.
+func ErrorCode(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// Infrastructure sentinels.
+var (
+	// ErrNotObtained: a lock is held by someone else.
+	ErrNotObtained = errors.New("warmpool: lock not obtained")
+	// ErrLockNotHeld: a lock expired or belongs to another holder.
+	ErrLockNotHeld = errors.New("warmpool: lock not held")
+	// ErrEpochLost: Redis lost its data (the epoch key is missing); requests fail
+	// closed until reconcile rebuilds the pool.
+	ErrEpochLost = &Error{Code: CodeStoreUnavailable, Message: "redis lost its data; rebuilding the pool", RetryAfter: 1}
+	// ErrPodNotFound: a driver does not know the pod.
+	ErrPodNotFound = errors.New("warmpool: pod not found")
+)

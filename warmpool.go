@@ -1,0 +1,111 @@
+// Package warmpool holds the domain of the warm-pod manager: scope configs, pods,
+// errors and the small interfaces (pod drivers, config store, pool, clock) that the
+// technology packages implement and cmd wires together.
+package warmpool
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Pod is one agent pod of one scope, as warmpool records it and as drivers report it.
+type Pod struct {
+	ID        string `json:"pod_id"`
+	ScopeID   string `json:"scope_id"`
+	DeployVer string `json:"deploy_ver"`
+	// Fence is the fencing number of the deploy that created the pod.
+	Fence     int64  `json:"fence"`
+	Namespace string `json:"namespace,omitempty"`
+	SSEURL    string `json:"pod_sse_url"`
+	HealthURL string `json:"health_url"`
+	// CreatedAt is when the driver created the pod (unix ms).
+	CreatedAt int64 `json:"created_at"`
+
+	// Driver state, filled by List; not stored in Redis.
+	Ready bool `json:"-"`
+	// Dead is the normalised reason the pod is gone or will never serve again; empty
+	// while it lives.
+	Dead string `json:"-"`
+}
+
+// DeployRequest asks a driver for one pod of a scope.
+type DeployRequest struct {
+	ScopeID   string
+	DeployVer string
+	// Fence is the fencing number of the deploy lease; the pod carries it and its name
+	// derives from it, so a repeated create of the same deploy fails with AlreadyExists.
+	Fence int64
+	Spec  DeploySpec
+}
+
+// PodDriver creates, lists, probes and deletes pods. Implementations: k8s.Kubernetes,
+// k8s.Local, k8s.Fake.
+type PodDriver interface {
+	// Deploy creates the pod and waits until it is ready, at most
+	// Spec.ReadyTimeoutS. A pod that cannot come up yields a DEPLOY_FAILED *Error whose
+	// message says why; a cancelled ctx yields ctx.Err(). Whatever Deploy created is
+	// deleted again when it fails.
+	Deploy(ctx context.Context, req DeployRequest) (Pod, error)
+	// Delete removes the pod. Deleting a pod that is already gone is not an error.
+	Delete(ctx context.Context, pod Pod) error
+	// List returns every pod the driver manages (those carrying warmpool's labels), with
+	// Ready and Dead filled.
+	List(ctx context.Context) ([]Pod, error)
+	// Probe checks the pod's health endpoint once; nil means healthy.
+	Probe(ctx context.Context, pod Pod) error
+}
+
+// Labels and annotations every driver puts on the pods it creates.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedByValue = "warmpool"
+	LabelScope     = "warmpool.io/scope"
+	LabelDeployVer = "warmpool.io/deploy-ver"
+	LabelFence     = "warmpool.io/fence"
+)
+
+// PodName derives the pod name from the scope and the fencing number: a DNS-1123 label
+// of at most 63 chars, unique per (scope, fence). The hash keeps scopes that sanitise
+// alike ("a_b", "a.b") apart.
+func PodName(scopeID string, fence int64) string {
+	sum := sha256.Sum256([]byte(scopeID))
+	base := strings.NewReplacer("_", "-", ".", "-").Replace(scopeID)
+	if len(base) > 32 {
+		base = base[:32]
+	}
+	return base + "-" + hex.EncodeToString(sum[:])[:6] + "-" + strconv.FormatInt(fence, 10)
+}
+
+// Lease is what an acquire hands out: a pod and how it was found. Claim, when set, is a
+// slot reserved on the pod for the caller until it binds a session with it or the claim
+// expires.
+type Lease struct {
+	Pod    Pod    `json:"pod"`
+	Source string `json:"source"`
+	Claim  string `json:"claim,omitempty"`
+}
+
+// Acquire sources.
+const (
+	SourceWarm     = "warm"
+	SourceDeployed = "deployed"
+	SourceFollower = "follower"
+)
+
+// Clock tells the time; tests inject a controllable one.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// UnixMs is t in milliseconds since the epoch, the unit of every time in Redis.
+func UnixMs(t time.Time) int64 { return t.UnixMilli() }

@@ -1,0 +1,168 @@
+// Package testredis gives tests a Redis: miniredis by default, a real redis-server when
+// REDIS_ADDR is set (make test sets it). Each call gets its own key prefix, so tests run
+// in parallel on one server, and every script call is checked to keep its keys in one
+// cluster slot.
+package testredis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is a client with its own key prefix.
+type Redis struct {
+	Client redis.UniversalClient
+	Prefix string
+	// Mini is the miniredis server when no real one is configured.
+	Mini *miniredis.Miniredis
+}
+
+// Real reports whether tests run against a real redis-server.
+func Real() bool { return os.Getenv("REDIS_ADDR") != "" }
+
+// New returns a Redis for one test; it is cleaned up with the test.
+func New(tb testing.TB) *Redis {
+	tb.Helper()
+	r := &Redis{Prefix: "t" + randHex(6) + ":"}
+	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
+		r.Client = redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 2 * time.Second})
+	} else {
+		r.Mini = miniredis.RunT(tb)
+		r.Client = redis.NewClient(&redis.Options{Addr: r.Mini.Addr()})
+	}
+	r.Client.AddHook(SlotHook{TB: tb})
+	tb.Cleanup(func() {
+		if r.Mini == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			iter := r.Client.Scan(ctx, 0, r.Prefix+"*", 1000).Iterator()
+			for iter.Next(ctx) {
+				r.Client.Del(ctx, iter.Val())
+			}
+		}
+		_ = r.Client.Close()
+	})
+	return r
+}
+
+// NeedReal skips the test unless a real redis-server is configured: some behaviour
+// (Redis's own Lua interpreter, script loading) only a real server shows.
+func NeedReal(tb testing.TB) {
+	tb.Helper()
+	if !Real() {
+		tb.Skip("needs a real redis-server: set REDIS_ADDR (make test does)")
+	}
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// SlotHook fails the test when one EVAL/EVALSHA names keys of more than one cluster
+// slot: every script must run unchanged on Redis Cluster, which miniredis cannot check.
+type SlotHook struct {
+	TB testing.TB
+}
+
+// DialHook passes through.
+func (h SlotHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook checks one command.
+func (h SlotHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.check(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook checks every command of a pipeline.
+func (h SlotHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h.check(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+var reported sync.Map
+
+func (h SlotHook) check(cmd redis.Cmder) {
+	keys := ScriptKeys(cmd)
+	if len(keys) < 2 {
+		return
+	}
+	slot := Slot(keys[0])
+	for _, k := range keys[1:] {
+		if Slot(k) != slot {
+			msg := fmt.Sprintf("script keys span cluster slots: %q (slot %d) and %q (slot %d)", keys[0], slot, k, Slot(k))
+			if _, dup := reported.LoadOrStore(msg, true); !dup {
+				h.TB.Errorf("%s", msg)
+			}
+			return
+		}
+	}
+}
+
+// ScriptKeys returns the KEYS of an EVAL/EVALSHA command, or nil for other commands.
+func ScriptKeys(cmd redis.Cmder) []string {
+	args := cmd.Args()
+	if len(args) < 3 {
+		return nil
+	}
+	name := strings.ToLower(fmt.Sprint(args[0]))
+	if name != "eval" && name != "evalsha" && name != "evalsha_ro" && name != "eval_ro" {
+		return nil
+	}
+	var n int
+	switch v := args[2].(type) {
+	case int:
+		n = v
+	case int64:
+		n = int(v)
+	default:
+		fmt.Sscan(fmt.Sprint(v), &n)
+	}
+	keys := make([]string, 0, n)
+	for i := 0; i < n && 3+i < len(args); i++ {
+		keys = append(keys, fmt.Sprint(args[3+i]))
+	}
+	return keys
+}
+
+// Slot is the Redis Cluster slot of a key: CRC16 (XMODEM) of its hash tag, mod 16384.
+func Slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return int(crc16([]byte(key)) % 16384)
+}
+
+func crc16(b []byte) uint16 {
+	var crc uint16
+	for _, c := range b {
+		crc ^= uint16(c) << 8
+		for i := 0; i < 8; i++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}

@@ -1,0 +1,10 @@
+-- deploy_abort.lua: a failed deploy gives up its lease; its followers do not take the
+-- work over: each gets a note with the reason and fails fast.
+-- KEYS[1] {s}:deploying  ZSET deploy member -> lease deadline (ms)
+-- KEYS[2] {s}:followers  ZSET "<deploy>|<claim>" -> deadline (ms)
+-- KEYS[3] {s}:claims     ZSET claim id -> deadline (ms)
+-- KEYS[4] {s}:claimpod   HASH claim id -> pod id | "!reason"
+-- ARGV[1] deploy member  ARGV[2] reason  ARGV[3] note deadline (ms)
+-- Returns the number of followers failed.
+redis.call('ZREM', KEYS[1], ARGV[1])
+return fail_followers(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3])

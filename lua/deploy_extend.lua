@@ -1,0 +1,11 @@
+-- deploy_extend.lua: extend a deploy lease, only for its holder and only while it has
+-- not expired (an expired lease may already have been given up by a sweeper).
+-- KEYS[1] {s}:deploying  ZSET deploy member -> lease deadline (ms)
+-- ARGV[1] deploy member  ARGV[2] now (ms)  ARGV[3] new deadline (ms)
+-- Returns 1 when extended, 0 when the lease is lost.
+local lease = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not lease or tonumber(lease) <= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], 'XX', ARGV[3], ARGV[1])
+return 1

@@ -1,0 +1,88 @@
+package lua
+
+// Keyspace builds every Redis key name; it is the only place that does. All keys of a
+// scope carry the hash tag {scope_id} so that each script's keys share one cluster slot.
+type Keyspace struct {
+	prefix string
+}
+
+// DefaultPrefix is the key prefix when none is configured.
+const DefaultPrefix = "wp:"
+
+// NewKeyspace returns the keyspace under prefix (DefaultPrefix when empty).
+func NewKeyspace(prefix string) Keyspace {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return Keyspace{prefix: prefix}
+}
+
+// Prefix is the key prefix of the keyspace.
+func (k Keyspace) Prefix() string { return k.prefix }
+
+// Scopes is the global index of published scopes (a SET), kept outside scripts and
+// repairable from the config store.
+func (k Keyspace) Scopes() string { return k.prefix + "scopes" }
+
+// Epoch is the global epoch key, written when the keyspace is bootstrapped; its absence
+// means Redis lost its data.
+func (k Keyspace) Epoch() string { return k.prefix + "epoch" }
+
+// Lock is the key of a global lease lock (sweeper jobs, config sync).
+func (k Keyspace) Lock(name string) string { return k.prefix + "lock:" + name }
+
+// WakeChannel is the pub/sub channel that wakes the waiters of a scope.
+func (k Keyspace) WakeChannel(scope string) string { return k.prefix + "{" + scope + "}:wake" }
+
+// Scope returns the keys of one scope.
+func (k Keyspace) Scope(id string) ScopeKeys {
+	p := k.prefix + "{" + id + "}:"
+	return ScopeKeys{
+		ID:        id,
+		base:      p,
+		Epoch:     p + "epoch",
+		Config:    p + "config",
+		Pods:      p + "pods",
+		PodVer:    p + "podver",
+		PodInfo:   p + "podinfo",
+		Slots:     p + "slots",
+		Idle:      p + "idle",
+		Deploying: p + "deploying",
+		Followers: p + "followers",
+		Claims:    p + "claims",
+		ClaimPod:  p + "claimpod",
+		Fence:     p + "fence",
+		Sessions:  p + "sessions",
+		SessExp:   p + "sexp",
+		Waiters:   p + "waiters",
+		Health:    p + "health",
+	}
+}
+
+// ScopeKeys are the keys of one scope; see each script's header for their types.
+type ScopeKeys struct {
+	ID   string
+	base string
+
+	Epoch     string // STRING scope epoch, no TTL
+	Config    string // HASH   published config
+	Pods      string // ZSET   pod id -> registered at (ms)
+	PodVer    string // HASH   pod id -> deploy_ver
+	PodInfo   string // HASH   pod id -> pod JSON
+	Slots     string // HASH   pod id -> sessions + claims
+	Idle      string // ZSET   pod id -> idle since (ms)
+	Deploying string // ZSET   deploy member -> lease deadline (ms)
+	Followers string // ZSET   "<deploy>|<claim>" -> deadline (ms)
+	Claims    string // ZSET   claim id -> deadline (ms)
+	ClaimPod  string // HASH   claim id -> pod id | "!reason"
+	Fence     string // STRING fencing counter
+	Sessions  string // HASH   session id -> pod id
+	SessExp   string // ZSET   session id -> expiry (ms)
+	Waiters   string // ZSET   waiter id -> deadline (ms)
+	Health    string // HASH   pod id -> consecutive failed probes
+}
+
+// Idem is the idempotency cache key of one request of a kind ("acquire", "route").
+func (s ScopeKeys) Idem(kind, requestID string) string {
+	return s.base + "idem:" + kind + ":" + requestID
+}

@@ -1,0 +1,339 @@
+package lua_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/lua"
+)
+
+func TestEveryFileHasAScript(t *testing.T) {
+	files, err := filepath.Glob("*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		if strings.HasPrefix(f, "_") {
+			continue
+		}
+		n++
+		if lua.Scripts[f] == nil {
+			t.Errorf("%s has no script variable in lua.go", f)
+		}
+	}
+	if n != len(lua.Scripts) {
+		t.Errorf("%d .lua files but %d scripts", n, len(lua.Scripts))
+	}
+}
+
+func TestEveryFileHasAHeader(t *testing.T) {
+	for name := range lua.Scripts {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := string(b)
+		if !strings.HasPrefix(src, "-- "+name+": ") {
+			t.Errorf("%s does not open with '-- %s: <what it does>'", name, name)
+		}
+		for _, want := range []string{"-- KEYS[1]", "-- ARGV[1]", "-- Returns"} {
+			if !strings.Contains(src, want) {
+				t.Errorf("%s header lacks %q", name, want)
+			}
+		}
+		if strings.Contains(src, "'TIME'") {
+			t.Errorf("%s reads the server clock; time comes from ARGV", name)
+		}
+	}
+}
+
+func TestScriptsLoadOnRealRedis(t *testing.T) {
+	testredis.NeedReal(t)
+	r := testredis.New(t)
+	for name, sc := range lua.Scripts {
+		if err := sc.Load(context.Background(), r.Client).Err(); err != nil {
+			t.Errorf("%s does not load on redis-server: %v", name, err)
+		}
+	}
+}
+
+// env is a store with one published, bootstrapped scope.
+type env struct {
+	t     *testing.T
+	r     *testredis.Redis
+	store *lua.Store
+	scope string
+	now   time.Time
+}
+
+func newEnv(t *testing.T, mutate func(*warmpool.ScopeConfig)) *env {
+	t.Helper()
+	r := testredis.New(t)
+	e := &env{t: t, r: r, store: lua.NewStore(r.Client, r.Prefix), scope: "s1", now: time.UnixMilli(1_700_000_000_000)}
+	e.publish(mutate)
+	if _, err := e.store.Bootstrap(context.Background(), "epoch-1"); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *env) publish(mutate func(*warmpool.ScopeConfig)) {
+	cfg := warmpool.DefaultScopeConfig()
+	cfg.Pool.MaxConcurrency, cfg.Pool.PodConcurrency = 4, 2
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Normalize(); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.store.PublishScope(context.Background(), lua.ScopeRecord{ScopeID: e.scope, Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) acquire(claim string) lua.AcquireResult {
+	e.t.Helper()
+	res, err := e.store.Acquire(context.Background(), e.scope, lua.AcquireArgs{
+		Now: e.now, Claim: claim, ClaimDeadline: e.now.Add(30 * time.Second),
+		LeaseDeadline: e.now.Add(30 * time.Second), RoomMargin: 10 * time.Second,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return res
+}
+
+func (e *env) register(res lua.AcquireResult, leaderClaim string) (warmpool.Pod, int, error) {
+	pod := warmpool.Pod{ID: warmpool.PodName(e.scope, res.Fence), ScopeID: e.scope, DeployVer: res.Spec.DeployVer(), Fence: res.Fence, SSEURL: "http://x/sse"}
+	n, err := e.store.Register(context.Background(), e.scope, res.Deploy, pod, leaderClaim, e.now, e.now.Add(30*time.Second))
+	return pod, n, err
+}
+
+func (e *env) snap() lua.Snapshot {
+	e.t.Helper()
+	s, err := e.store.Snapshot(context.Background(), e.scope)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+func TestAcquireLeadsThenFollowsThenLeadsAgain(t *testing.T) {
+	e := newEnv(t, nil) // max_pods 2, pc 2
+	if r := e.acquire("c1"); r.Kind != lua.AcquireDeploy || r.Fence != 1 {
+		t.Fatalf("first acquire = %+v, want deploy fence 1", r)
+	}
+	r2 := e.acquire("c2")
+	if r2.Kind != lua.AcquireFollower || r2.Deploy != "1" || r2.Room != "1|c2" {
+		t.Fatalf("second acquire = %+v, want follower of deploy 1", r2)
+	}
+	if got := r2.RoomDeadline.Sub(e.now); got != 310*time.Second {
+		t.Fatalf("room deadline = now+%s, want ready timeout 300s + margin 10s", got)
+	}
+	if r := e.acquire("c3"); r.Kind != lua.AcquireDeploy || r.Fence != 2 {
+		t.Fatalf("third acquire = %+v, want a second deploy (room of the first is full)", r)
+	}
+	e.acquire("c4")
+	if r := e.acquire("c5"); r.Kind != lua.AcquireMaxReached || r.Pods != 0 || r.Deploys != 2 {
+		t.Fatalf("fifth acquire = %+v, want max_reached with 2 deploys", r)
+	}
+}
+
+func TestRegisterHandsSlotsToFollowersAndLeader(t *testing.T) {
+	e := newEnv(t, nil)
+	lead := e.acquire("leader")
+	e.acquire("follower")
+	pod, n, err := e.register(lead, "leader")
+	if err != nil || n != 2 {
+		t.Fatalf("register = %d, %v; want 2 slots", n, err)
+	}
+	s := e.snap()
+	if len(s.Pods) != 1 || s.Pods[0].Slots != 2 || s.Pods[0].Idle {
+		t.Fatalf("pods = %+v, want one busy pod with 2 slots", s.Pods)
+	}
+	if s.ClaimPod["follower"] != pod.ID || s.ClaimPod["leader"] != pod.ID {
+		t.Fatalf("claims = %v, want both on %s", s.ClaimPod, pod.ID)
+	}
+	if len(s.Deploys) != 0 || len(s.Followers) != 0 {
+		t.Fatalf("deploys %v followers %v left behind", s.Deploys, s.Followers)
+	}
+	st, err := e.store.WaitFollower(context.Background(), e.scope, lead.Deploy, lead.Deploy+"|follower", "follower", e.now)
+	if err != nil || st.State != lua.FollowerReady || st.Pod.ID != pod.ID || st.Pod.SSEURL != "http://x/sse" {
+		t.Fatalf("follower state = %+v, %v", st, err)
+	}
+}
+
+func TestRegisterIsFencedAfterTheLeaseExpired(t *testing.T) {
+	e := newEnv(t, nil)
+	lead := e.acquire("leader")
+	e.now = e.now.Add(31 * time.Second)
+	if _, _, err := e.register(lead, "leader"); !errors.Is(err, lua.ErrFenced) {
+		t.Fatalf("register after lease expiry: err = %v, want ErrFenced", err)
+	}
+	if s := e.snap(); len(s.Pods) != 0 {
+		t.Fatalf("a fenced register committed pods: %+v", s.Pods)
+	}
+	ok, err := e.store.ExtendDeploy(context.Background(), e.scope, lead.Deploy, e.now, e.now.Add(time.Minute))
+	if err != nil || ok {
+		t.Fatalf("extend of an expired lease = %v, %v; want false", ok, err)
+	}
+}
+
+func TestExpiredLeaseFailsItsFollowersAndFreesTheScope(t *testing.T) {
+	e := newEnv(t, func(c *warmpool.ScopeConfig) { c.Pool.MaxConcurrency = 2 }) // max_pods 1
+	lead := e.acquire("leader")
+	f := e.acquire("f1")
+	if r := e.acquire("c3"); r.Kind != lua.AcquireMaxReached {
+		t.Fatalf("acquire with the only deploy's room full = %+v, want max_reached", r)
+	}
+	e.now = e.now.Add(31 * time.Second) // the leader crashed and stopped extending
+	if r := e.acquire("c4"); r.Kind != lua.AcquireDeploy || r.Fence != 2 {
+		t.Fatalf("acquire after the lease expired = %+v, want a new deploy", r)
+	}
+	st, err := e.store.WaitFollower(context.Background(), e.scope, lead.Deploy, f.Room, "f1", e.now)
+	if err != nil || st.State != lua.FollowerFailed {
+		t.Fatalf("follower of the dead leader = %+v, %v; want failed", st, err)
+	}
+}
+
+func TestWarmAcquireSkipsOtherVersions(t *testing.T) {
+	e := newEnv(t, nil)
+	lead := e.acquire("c1")
+	pod, _, err := e.register(lead, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := e.snap(); !s.Pods[0].Idle {
+		t.Fatal("a pod registered with no claim should be idle")
+	}
+	e.publish(func(c *warmpool.ScopeConfig) { c.Deploy.Image = "agent:2" })
+	if r := e.acquire("c2"); r.Kind != lua.AcquireDeploy {
+		t.Fatalf("acquire after a deploy change = %+v, want a deploy (the idle pod is an old version)", r)
+	}
+	e.publish(nil)
+	r := e.acquire("c3")
+	if r.Kind != lua.AcquireWarm || r.Pod.ID != pod.ID {
+		t.Fatalf("acquire with the version back = %+v, want warm %s", r, pod.ID)
+	}
+}
+
+func TestClaimExpiryFreesTheSlotAndIdlesThePod(t *testing.T) {
+	e := newEnv(t, nil)
+	lead := e.acquire("c1")
+	if _, _, err := e.register(lead, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	e.now = e.now.Add(31 * time.Second)
+	r := e.acquire("c2") // expires c1's claim first: the pod is idle again and taken warm
+	if r.Kind != lua.AcquireWarm {
+		t.Fatalf("acquire after the claim expired = %+v, want warm", r)
+	}
+	s := e.snap()
+	if s.Pods[0].Slots != 1 || s.ClaimPod["c1"] != "" {
+		t.Fatalf("pod slots = %d, claims %v; want only c2's", s.Pods[0].Slots, s.ClaimPod)
+	}
+}
+
+func TestPurgeOnlyIfStillIdleSince(t *testing.T) {
+	e := newEnv(t, nil)
+	lead := e.acquire("c1")
+	pod, _, _ := e.register(lead, "")
+	since := e.snap().Pods[0].IdleSince
+	later := since.Add(time.Millisecond)
+	if _, err := e.store.Purge(context.Background(), e.scope, pod.ID, "reclaim", &later); !errors.Is(err, lua.ErrPodBusy) {
+		t.Fatalf("purge with a stale idle time: err = %v, want ErrPodBusy", err)
+	}
+	if _, err := e.store.Purge(context.Background(), e.scope, pod.ID, "reclaim", &since); err != nil {
+		t.Fatal(err)
+	}
+	s := e.snap()
+	if len(s.Pods) != 0 {
+		t.Fatalf("pods after purge = %+v", s.Pods)
+	}
+	if _, err := e.store.Purge(context.Background(), e.scope, pod.ID, "again", nil); err != nil {
+		t.Fatalf("purge is not idempotent: %v", err)
+	}
+}
+
+func TestLocksAreTokenChecked(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	key := e.store.Keys().Lock("job")
+	if ok, _ := e.store.ObtainLock(ctx, key, "a", time.Minute); !ok {
+		t.Fatal("a could not obtain a free lock")
+	}
+	if ok, _ := e.store.ObtainLock(ctx, key, "b", time.Minute); ok {
+		t.Fatal("b obtained a lock held by a")
+	}
+	if ok, _ := e.store.ExtendLock(ctx, key, "b", time.Minute); ok {
+		t.Fatal("b extended a's lock")
+	}
+	if ok, _ := e.store.ReleaseLock(ctx, key, "b"); ok {
+		t.Fatal("b released a's lock")
+	}
+	if ok, _ := e.store.ExtendLock(ctx, key, "a", time.Minute); !ok {
+		t.Fatal("a could not extend its lock")
+	}
+	if ok, _ := e.store.ReleaseLock(ctx, key, "a"); !ok {
+		t.Fatal("a could not release its lock")
+	}
+	if ok, _ := e.store.ObtainLock(ctx, key, "b", time.Minute); !ok {
+		t.Fatal("b could not obtain the released lock")
+	}
+}
+
+func TestEpochLostFailsClosed(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if err := e.r.Client.Del(ctx, e.store.Keys().Scope(e.scope).Epoch).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.store.Acquire(ctx, e.scope, lua.AcquireArgs{Now: e.now, Claim: "c"})
+	if warmpool.ErrorCode(err) != warmpool.CodeStoreUnavailable {
+		t.Fatalf("acquire without the epoch: err = %v, want STORE_UNAVAILABLE", err)
+	}
+	// Everything gone (no config, no global epoch): still STORE_UNAVAILABLE, not 404.
+	for _, k := range []string{e.store.Keys().Scope(e.scope).Config, e.store.Keys().Epoch()} {
+		e.r.Client.Del(ctx, k)
+	}
+	if _, err := e.store.Acquire(ctx, e.scope, lua.AcquireArgs{Now: e.now, Claim: "c"}); warmpool.ErrorCode(err) != warmpool.CodeStoreUnavailable {
+		t.Fatalf("acquire after data loss: err = %v, want STORE_UNAVAILABLE", err)
+	}
+	// An unknown scope on a live keyspace is a 404.
+	e.store.Bootstrap(ctx, "epoch-2")
+	if _, err := e.store.Acquire(ctx, "nope", lua.AcquireArgs{Now: e.now, Claim: "c"}); warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+		t.Fatalf("acquire of an unknown scope: err = %v, want SCOPE_NOT_FOUND", err)
+	}
+}
+
+func TestIdempotentRunsOnce(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	calls := 0
+	fn := func() ([]byte, error) { calls++; return []byte(`{"n":1}`), nil }
+	key := e.store.Keys().Scope(e.scope).Idem("x", "r1")
+	a, replayed, err := e.store.Idempotent(ctx, key, time.Minute, time.Second, time.Millisecond, fn)
+	if err != nil || replayed || string(a) != `{"n":1}` {
+		t.Fatalf("first = %s %v %v", a, replayed, err)
+	}
+	b, replayed, err := e.store.Idempotent(ctx, key, time.Minute, time.Second, time.Millisecond, fn)
+	if err != nil || !replayed || string(b) != string(a) || calls != 1 {
+		t.Fatalf("replay = %s %v %v, calls %d", b, replayed, err, calls)
+	}
+	failKey := e.store.Keys().Scope(e.scope).Idem("x", "r2")
+	boom := errors.New("boom")
+	if _, _, err := e.store.Idempotent(ctx, failKey, time.Minute, time.Second, time.Millisecond, func() ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Fatalf("err = %v", err)
+	}
+	if _, replayed, err := e.store.Idempotent(ctx, failKey, time.Minute, time.Second, time.Millisecond, fn); err != nil || replayed {
+		t.Fatalf("a failed first run must not be cached: %v %v", replayed, err)
+	}
+}

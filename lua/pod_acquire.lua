@@ -1,0 +1,83 @@
+-- pod_acquire.lua: hand out a warm pod of the current deploy_ver, else a place in the
+-- room of a deploy in flight, else a new deploy lease, else max_reached.
+-- KEYS[1]  {s}:epoch      STRING scope epoch (missing = Redis lost its data)
+-- KEYS[2]  {s}:config     HASH   published scope config
+-- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
+-- KEYS[4]  {s}:podver     HASH   pod id -> deploy_ver
+-- KEYS[5]  {s}:podinfo    HASH   pod id -> pod JSON
+-- KEYS[6]  {s}:slots      HASH   pod id -> sessions + claims
+-- KEYS[7]  {s}:idle       ZSET   pod id -> idle since (ms)
+-- KEYS[8]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
+-- KEYS[9]  {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
+-- KEYS[10] {s}:claims     ZSET   claim id -> deadline (ms)
+-- KEYS[11] {s}:claimpod   HASH   claim id -> pod id | "!reason"
+-- KEYS[12] {s}:fence      STRING fencing counter
+-- ARGV[1] now (ms)  ARGV[2] claim id  ARGV[3] claim deadline (ms)
+-- ARGV[4] lease deadline (ms)  ARGV[5] room margin (ms): a follower waits up to the
+-- scope's ready timeout plus this margin
+-- Returns {"warm", pod, pod JSON} | {"follower", deploy member, room member, room deadline}
+--       | {"deploy", deploy member, fence, deploy spec JSON}
+--       | {"max_reached", pods, deploys} | {"NO_SCOPE"} | {"EPOCH_LOST"}
+local now = tonumber(ARGV[1])
+local claim = ARGV[2]
+local cfg = redis.call('HMGET', KEYS[2], 'deploy_ver', 'max_pods', 'parallel', 'pod_concurrency', 'deploy', 'ready_ms')
+if not cfg[1] then
+  return {'NO_SCOPE'}
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {'EPOCH_LOST'}
+end
+local ver, max_pods, parallel, pc = cfg[1], tonumber(cfg[2]), tonumber(cfg[3]), tonumber(cfg[4])
+
+expire_claims(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], now)
+expire_deploys(KEYS[8], KEYS[9], KEYS[10], KEYS[11], now, ARGV[3])
+
+-- 1. Warm: the most recently idled pod of the current version (older ones age out).
+for _, pod in ipairs(redis.call('ZREVRANGE', KEYS[7], 0, -1)) do
+  if redis.call('HGET', KEYS[4], pod) == ver then
+    redis.call('ZREM', KEYS[7], pod)
+    redis.call('HINCRBY', KEYS[6], pod, 1)
+    redis.call('ZADD', KEYS[10], ARGV[3], claim)
+    redis.call('HSET', KEYS[11], claim, pod)
+    return {'warm', pod, redis.call('HGET', KEYS[5], pod) or ''}
+  end
+end
+
+-- 2. Follow: the oldest deploy in flight whose room has space. The follower gate adds
+-- first and removes itself when over capacity, never checking before adding.
+local deploys = redis.call('ZRANGE', KEYS[8], 0, -1)
+table.sort(deploys, function(a, b) return tonumber(string.match(a, '^%d+')) < tonumber(string.match(b, '^%d+')) end)
+local rooms = redis.call('ZRANGE', KEYS[9], 0, -1)
+for _, d in ipairs(deploys) do
+  -- a warm-pool deploy has no leader session, so its whole pod is room
+  local cap = pc - 1
+  if string.sub(d, -1) == 'w' then
+    cap = pc
+  end
+  if cap > 0 then
+    local member = d .. '|' .. claim
+    local deadline = now + tonumber(cfg[6]) + tonumber(ARGV[5])
+    redis.call('ZADD', KEYS[9], deadline, member)
+    local prefix = d .. '|'
+    local n = 1
+    for _, f in ipairs(rooms) do
+      if string.sub(f, 1, #prefix) == prefix then
+        n = n + 1
+      end
+    end
+    if n <= cap then
+      return {'follower', d, member, tostring(deadline)}
+    end
+    redis.call('ZREM', KEYS[9], member)
+  end
+end
+
+-- 3. Lead: a new deploy while pods + deploys stay within max_pods and the parallel bound.
+local npods = redis.call('ZCARD', KEYS[3])
+if npods + #deploys < max_pods and #deploys < parallel then
+  local fence = redis.call('INCR', KEYS[12])
+  local member = tostring(fence)
+  redis.call('ZADD', KEYS[8], ARGV[4], member)
+  return {'deploy', member, member, cfg[5]}
+end
+return {'max_reached', tostring(npods), tostring(#deploys)}

@@ -1,0 +1,54 @@
+-- pod_placeholder.lua: reserve a deploy lease for the warm pool (autoscale) while the
+-- scope has fewer than min_idle_pods idle pods of the current version, counting warm
+-- deploys already in flight. Counts toward max_pods; never takes an idle pod.
+-- KEYS[1]  {s}:epoch      STRING scope epoch
+-- KEYS[2]  {s}:config     HASH   published scope config
+-- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
+-- KEYS[4]  {s}:podver     HASH   pod id -> deploy_ver
+-- KEYS[5]  {s}:slots      HASH   pod id -> sessions + claims
+-- KEYS[6]  {s}:idle       ZSET   pod id -> idle since (ms)
+-- KEYS[7]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
+-- KEYS[8]  {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
+-- KEYS[9]  {s}:claims     ZSET   claim id -> deadline (ms)
+-- KEYS[10] {s}:claimpod   HASH   claim id -> pod id | "!reason"
+-- KEYS[11] {s}:fence      STRING fencing counter
+-- ARGV[1] now (ms)  ARGV[2] lease deadline (ms)  ARGV[3] note deadline (ms)
+-- Returns {"deploy", deploy member, fence, deploy spec JSON} | {"enough"}
+--       | {"max_reached"} | {"busy"} (parallel bound) | {"NO_SCOPE"} | {"EPOCH_LOST"}
+local now = tonumber(ARGV[1])
+local cfg = redis.call('HMGET', KEYS[2], 'deploy_ver', 'max_pods', 'parallel', 'min_idle', 'deploy')
+if not cfg[1] then
+  return {'NO_SCOPE'}
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {'EPOCH_LOST'}
+end
+local ver, max_pods, parallel, min_idle = cfg[1], tonumber(cfg[2]), tonumber(cfg[3]), tonumber(cfg[4])
+expire_claims(KEYS[9], KEYS[10], KEYS[3], KEYS[5], KEYS[6], now)
+expire_deploys(KEYS[7], KEYS[8], KEYS[9], KEYS[10], now, ARGV[3])
+
+local warm = 0
+for _, pod in ipairs(redis.call('ZRANGE', KEYS[6], 0, -1)) do
+  if redis.call('HGET', KEYS[4], pod) == ver then
+    warm = warm + 1
+  end
+end
+local deploys = redis.call('ZRANGE', KEYS[7], 0, -1)
+for _, d in ipairs(deploys) do
+  if string.sub(d, -1) == 'w' then
+    warm = warm + 1
+  end
+end
+if warm >= min_idle then
+  return {'enough'}
+end
+if redis.call('ZCARD', KEYS[3]) + #deploys >= max_pods then
+  return {'max_reached'}
+end
+if #deploys >= parallel then
+  return {'busy'}
+end
+local fence = redis.call('INCR', KEYS[11])
+local member = fence .. 'w'
+redis.call('ZADD', KEYS[7], ARGV[2], member)
+return {'deploy', member, tostring(fence), cfg[5]}

@@ -1,0 +1,53 @@
+-- pod_register.lua: commit a deployed pod under its deploy lease. The pod goes to the
+-- leader's claim and its followers' claims (their slots are theirs), or idle when nobody
+-- waits for it.
+-- KEYS[1]  {s}:epoch      STRING scope epoch
+-- KEYS[2]  {s}:pods       ZSET   pod id -> registered at (ms)
+-- KEYS[3]  {s}:podver     HASH   pod id -> deploy_ver
+-- KEYS[4]  {s}:podinfo    HASH   pod id -> pod JSON
+-- KEYS[5]  {s}:slots      HASH   pod id -> sessions + claims
+-- KEYS[6]  {s}:idle       ZSET   pod id -> idle since (ms)
+-- KEYS[7]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
+-- KEYS[8]  {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
+-- KEYS[9]  {s}:claims     ZSET   claim id -> deadline (ms)
+-- KEYS[10] {s}:claimpod   HASH   claim id -> pod id | "!reason"
+-- ARGV[1] now (ms)  ARGV[2] deploy member  ARGV[3] pod id  ARGV[4] deploy_ver
+-- ARGV[5] pod JSON  ARGV[6] leader claim id ("" for none)  ARGV[7] claim deadline (ms)
+-- Returns {"ok", slots} | {"FENCED"} (the lease is gone: commit nothing) | {"EPOCH_LOST"}
+local now = tonumber(ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {'EPOCH_LOST'}
+end
+-- Fencing: only the live holder of this deploy's lease may commit; an expired lease
+-- means the deploy was given up and its number is stale.
+local lease = redis.call('ZSCORE', KEYS[7], ARGV[2])
+if not lease or tonumber(lease) <= now then
+  return {'FENCED'}
+end
+redis.call('ZREM', KEYS[7], ARGV[2])
+local pod = ARGV[3]
+redis.call('ZADD', KEYS[2], now, pod)
+redis.call('HSET', KEYS[3], pod, ARGV[4])
+redis.call('HSET', KEYS[4], pod, ARGV[5])
+
+local n = 0
+local prefix = ARGV[2] .. '|'
+for _, f in ipairs(redis.call('ZRANGE', KEYS[8], 0, -1)) do
+  if string.sub(f, 1, #prefix) == prefix then
+    local c = string.sub(f, #prefix + 1)
+    redis.call('ZREM', KEYS[8], f)
+    redis.call('ZADD', KEYS[9], ARGV[7], c)
+    redis.call('HSET', KEYS[10], c, pod)
+    n = n + 1
+  end
+end
+if ARGV[6] ~= '' then
+  redis.call('ZADD', KEYS[9], ARGV[7], ARGV[6])
+  redis.call('HSET', KEYS[10], ARGV[6], pod)
+  n = n + 1
+end
+redis.call('HSET', KEYS[5], pod, n)
+if n == 0 then
+  redis.call('ZADD', KEYS[6], now, pod)
+end
+return {'ok', tostring(n)}

@@ -1,0 +1,86 @@
+package lua
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warmpool/warmpool"
+)
+
+// PodState is one registered pod with its occupancy.
+type PodState struct {
+	Pod warmpool.Pod
+	// Slots counts sessions plus live claims on the pod.
+	Slots int
+	Idle  bool
+	// IdleSince is set for idle pods.
+	IdleSince time.Time
+}
+
+// Snapshot is a consistent read of a scope's pool state (one MULTI), for status
+// endpoints, sweepers and invariant checks.
+type Snapshot struct {
+	Pods      []PodState // in registration order
+	Deploys   map[string]time.Time
+	Followers map[string]time.Time
+	Claims    map[string]time.Time
+	ClaimPod  map[string]string
+	Sessions  map[string]string // session id -> pod id
+	SessExp   map[string]time.Time
+	Waiters   map[string]time.Time
+	Fence     int64
+}
+
+// Snapshot reads the whole pool state of a scope at once.
+func (s *Store) Snapshot(ctx context.Context, scope string) (Snapshot, error) {
+	k := s.keys.Scope(scope)
+	pipe := s.rdb.TxPipeline()
+	pods := pipe.ZRangeWithScores(ctx, k.Pods, 0, -1)
+	info := pipe.HGetAll(ctx, k.PodInfo)
+	slots := pipe.HGetAll(ctx, k.Slots)
+	idle := pipe.ZRangeWithScores(ctx, k.Idle, 0, -1)
+	deploys := pipe.ZRangeWithScores(ctx, k.Deploying, 0, -1)
+	followers := pipe.ZRangeWithScores(ctx, k.Followers, 0, -1)
+	claims := pipe.ZRangeWithScores(ctx, k.Claims, 0, -1)
+	claimpod := pipe.HGetAll(ctx, k.ClaimPod)
+	sessions := pipe.HGetAll(ctx, k.Sessions)
+	sexp := pipe.ZRangeWithScores(ctx, k.SessExp, 0, -1)
+	waiters := pipe.ZRangeWithScores(ctx, k.Waiters, 0, -1)
+	fence := pipe.Get(ctx, k.Fence)
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return Snapshot{}, s.redisErr(ctx, err)
+	}
+	snap := Snapshot{
+		Deploys:   zmap(deploys.Val()),
+		Followers: zmap(followers.Val()),
+		Claims:    zmap(claims.Val()),
+		ClaimPod:  claimpod.Val(),
+		Sessions:  sessions.Val(),
+		SessExp:   zmap(sexp.Val()),
+		Waiters:   zmap(waiters.Val()),
+	}
+	snap.Fence, _ = strconv.ParseInt(fence.Val(), 10, 64)
+	idleSince := zmap(idle.Val())
+	for _, z := range pods.Val() {
+		id := z.Member.(string)
+		p, err := decodePod(id, info.Val()[id])
+		if err != nil {
+			p = warmpool.Pod{ID: id, ScopeID: scope}
+		}
+		n, _ := strconv.Atoi(slots.Val()[id])
+		since, isIdle := idleSince[id]
+		snap.Pods = append(snap.Pods, PodState{Pod: p, Slots: n, Idle: isIdle, IdleSince: since})
+	}
+	return snap, nil
+}
+
+func zmap(zs []redis.Z) map[string]time.Time {
+	m := make(map[string]time.Time, len(zs))
+	for _, z := range zs {
+		m[z.Member.(string)] = time.UnixMilli(int64(z.Score))
+	}
+	return m
+}

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -119,18 +121,36 @@ func DefaultScopeConfig() ScopeConfig {
 // *Error that names the offending field.
 func DecodeScopeConfig(r io.Reader) (ScopeConfig, error) {
 	cfg := DefaultScopeConfig()
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cfg); err != nil {
-		return ScopeConfig{}, JSONError(err)
-	}
-	if dec.More() {
-		return ScopeConfig{}, Errorf(CodeValidation, "body: trailing data after the JSON document")
+	if err := DecodeStrict(r, &cfg); err != nil {
+		return ScopeConfig{}, err
 	}
 	if err := cfg.Normalize(); err != nil {
 		return ScopeConfig{}, err
 	}
 	return cfg, nil
+}
+
+// DecodeStrict decodes one JSON object from r into v: unknown fields, a body that is
+// not an object and trailing data are VALIDATION errors naming what is wrong.
+func DecodeStrict(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return JSONError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Errorf(CodeValidation, "body: trailing data after the JSON document")
+	}
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+		return Errorf(CodeValidation, "body: expected a JSON object")
+	}
+	inner := json.NewDecoder(bytes.NewReader(raw))
+	inner.DisallowUnknownFields()
+	if err := inner.Decode(v); err != nil {
+		return JSONError(err)
+	}
+	return nil
 }
 
 // JSONError turns an encoding/json error into a VALIDATION *Error that names the field.
@@ -153,7 +173,10 @@ func JSONError(err error) *Error {
 	}
 	msg := err.Error()
 	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return Errorf(CodeValidation, "%s: unknown field", strings.Trim(f, `"`))
+		if f = strings.Trim(f, `"`); f == "" {
+			f = `""`
+		}
+		return Errorf(CodeValidation, "%s: unknown field", f)
 	}
 	return Errorf(CodeValidation, "body: %s", strings.TrimPrefix(msg, "json: "))
 }
@@ -163,6 +186,7 @@ var (
 	envNameRe  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,254}$`)
 	// A Kubernetes resource quantity: a decimal number with an optional suffix.
 	quantityRe = regexp.MustCompile(`^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|e[0-9]+)?$`)
+	imageRe    = regexp.MustCompile(`^[\x21-\x7e]+$`)
 	httpPathRe = regexp.MustCompile(`^/[A-Za-z0-9._~!$&'()*+,;=:@/%-]{0,255}$`)
 )
 
@@ -203,8 +227,8 @@ func (c ScopeConfig) Validate() error {
 		return Errorf(CodeValidation, "%s: %s", field, fmt.Sprintf(format, args...))
 	}
 	switch {
-	case len(d.Image) > maxStringLen || strings.ContainsAny(d.Image, " \t\r\n"):
-		return bad("deploy.image", "must be an image reference without spaces, at most %d chars", maxStringLen)
+	case d.Image == "" || len(d.Image) > maxStringLen || !imageRe.MatchString(d.Image):
+		return bad("deploy.image", "must be an image reference without spaces or control characters, 1-%d chars", maxStringLen)
 	case d.Namespace != "" && !dnsLabelRe.MatchString(d.Namespace):
 		return bad("deploy.namespace", "must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63 chars)")
 	case !dnsLabelRe.MatchString(d.ContainerName):
@@ -222,7 +246,11 @@ func (c ScopeConfig) Validate() error {
 	case !quantityRe.MatchString(d.Resources.Memory):
 		return bad("deploy.resources.memory", "must be a quantity such as 512Mi, got %q", d.Resources.Memory)
 	}
-	for name, list := range map[string][]string{"deploy.command": d.Command, "deploy.args": d.Args} {
+	for _, l := range []struct {
+		name string
+		list []string
+	}{{"deploy.command", d.Command}, {"deploy.args", d.Args}} {
+		name, list := l.name, l.list
 		if len(list) > maxListLen {
 			return bad(name, "at most %d items", maxListLen)
 		}
@@ -235,11 +263,11 @@ func (c ScopeConfig) Validate() error {
 	if len(d.Env) > maxListLen {
 		return bad("deploy.env", "at most %d variables", maxListLen)
 	}
-	for k, v := range d.Env {
+	for _, k := range slices.Sorted(maps.Keys(d.Env)) {
 		if !envNameRe.MatchString(k) {
 			return bad("deploy.env", "invalid variable name %q", k)
 		}
-		if len(v) > maxStringLen {
+		if len(d.Env[k]) > maxStringLen {
 			return bad("deploy.env."+k, "value must be at most %d chars", maxStringLen)
 		}
 	}
@@ -284,6 +312,16 @@ func (p PoolConfig) ParallelDeploys() int {
 // DeployVer fingerprints the deploy fields: the first 16 hex digits of the sha256 of
 // their canonical JSON (struct field order, sorted map keys, defaults filled).
 func (d DeploySpec) DeployVer() string {
+	// nil and empty lists mean the same template
+	if d.Command == nil {
+		d.Command = []string{}
+	}
+	if d.Args == nil {
+		d.Args = []string{}
+	}
+	if d.Env == nil {
+		d.Env = map[string]string{}
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

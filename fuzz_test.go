@@ -1,0 +1,126 @@
+package warmpool
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// FuzzDecodeScopeConfig: any body either fails with a VALIDATION *Error that names a
+// field, or yields a config that is valid, already normalised, and survives a JSON
+// round trip (what the store does) with the same config and deploy_ver.
+func FuzzDecodeScopeConfig(f *testing.F) {
+	for _, seed := range []string{
+		``,
+		`{}`,
+		`null`,
+		`{}]`,
+		`{"deploy":{"image":"agent:1","env":{"B":"2","A":"1"},"command":["run"],"args":[]}}`,
+		`{"deploy":{"resources":{"cpu":"0.5","memory":""}},"pool":{"queue_size":0}}`,
+		`{"deploy":{"namespace":"agents","port":65535,"sse_path":"/v1/sse;x","ready_timeout_s":3600}}`,
+		`{"pool":{"max_concurrency":8,"pod_concurrency":2,"min_idle_pods":4,"max_parallel_deploys":4}}`,
+		`{"deploy":{"image":"\u00a0","container_name":" ","env":null},"pool":null}`,
+		`{"deploy":{"image":"a\u000bb","env":{"K":"\xff"}}}`,
+		`{"Deploy":{"IMAGE":"x"}}`,
+		`{"deploy":{"port":"8080"}}`,
+		`{"deploy":{"bogus":1}}`,
+		`{"":"0"}`,
+		`{"deploy":{"a \"b\"\n":1}}`,
+		`{"pool":{"queue_size":-1}}`,
+		`{"deploy":{`,
+		`[1,2]`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		cfg, err := DecodeScopeConfig(bytes.NewReader(body))
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Code != CodeValidation {
+				t.Fatalf("error %v (%T) is not a VALIDATION *Error", err, err)
+			}
+			field, _, ok := strings.Cut(e.Message, ": ")
+			if !ok || field == "" {
+				t.Fatalf("error %q does not start with a field name", e.Message)
+			}
+			return
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("decoded config does not validate: %v", err)
+		}
+		again := cfg
+		if err := again.Normalize(); err != nil || !reflect.DeepEqual(again, cfg) {
+			t.Fatalf("decoded config is not normalised: %+v -> %+v, %v", cfg, again, err)
+		}
+
+		doc, err := json.Marshal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := DecodeScopeConfig(bytes.NewReader(doc))
+		if err != nil {
+			t.Fatalf("re-encoded config %s is rejected: %v", doc, err)
+		}
+		if got, want := back.Deploy.DeployVer(), cfg.Deploy.DeployVer(); got != want {
+			t.Fatalf("deploy_ver %s after a round trip, was %s (%s)", got, want, doc)
+		}
+		if !reflect.DeepEqual(back, cfg) {
+			t.Fatalf("round trip changed the config:\n%+v\n%+v", cfg, back)
+		}
+	})
+}
+
+// FuzzIDs checks the id regexps against a plain reading of SPEC §1.
+func FuzzIDs(f *testing.F) {
+	for _, seed := range []string{
+		"", "a", "demo", "a-", "-a", "a..b", "A", "s:1", "a\n", "é", "\xff",
+		strings.Repeat("a", 63), strings.Repeat("a", 64), strings.Repeat("a", 128), strings.Repeat("a", 129),
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		if got, want := ValidScopeID(id), refScopeID(id); got != want {
+			t.Errorf("ValidScopeID(%q) = %v, want %v", id, got, want)
+		}
+		if got, want := ValidSessionID(id), refSessionID(id); got != want {
+			t.Errorf("ValidSessionID(%q) = %v, want %v", id, got, want)
+		}
+		if (CheckScopeID(id) == nil) != ValidScopeID(id) || (CheckSessionID(id) == nil) != ValidSessionID(id) {
+			t.Errorf("Check and Valid disagree on %q", id)
+		}
+	})
+}
+
+// refScopeID: 1-63 bytes of [a-z0-9._-], first and last [a-z0-9].
+func refScopeID(id string) bool {
+	if len(id) < 1 || len(id) > 63 {
+		return false
+	}
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !alnum(c) && ((i == 0 || i == len(id)-1) || (c != '.' && c != '_' && c != '-')) {
+			return false
+		}
+	}
+	return true
+}
+
+// refSessionID: 1-128 bytes of [A-Za-z0-9._:-].
+func refSessionID(id string) bool {
+	if len(id) < 1 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '.' || c == '_' || c == ':' || c == '-'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,115 @@
+// Package invariant checks the SPEC §6 invariants on a snapshot of a scope's pool, for
+// the concurrency tests of every package.
+package invariant
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/lua"
+)
+
+// Violations returns every invariant the snapshot breaks, empty when it holds them all.
+// versions lists the deploy_vers new sessions may have landed on (the scope's current
+// one, plus older ones when the test changed the config). With settled set, the
+// snapshot must also be free of work in flight: no deploy lease, room entry, claim or
+// waiter is left (invariant 5).
+func Violations(s lua.Snapshot, cfg warmpool.ScopeConfig, versions []string, settled bool) []string {
+	var out []string
+	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	pc, maxPods := cfg.Pool.PodConcurrency, cfg.Pool.MaxPods()
+
+	// 2. pods + placeholders <= max_pods
+	if n := len(s.Pods) + len(s.Deploys); n > maxPods {
+		bad("inv2: %d pods + %d deploys > max_pods %d", len(s.Pods), len(s.Deploys), maxPods)
+	}
+	sessionsOn := map[string]int{}
+	for sess, pod := range s.Sessions {
+		sessionsOn[pod]++
+		if _, ok := s.SessExp[sess]; !ok {
+			bad("inv3: session %s has no expiry", sess)
+		}
+	}
+	claimsOn := map[string]int{}
+	for c, pod := range s.ClaimPod {
+		if pod != "" && !strings.HasPrefix(pod, "!") {
+			claimsOn[pod]++
+			if _, ok := s.Claims[c]; !ok {
+				bad("inv5: claim %s on %s has no deadline", c, pod)
+			}
+		}
+	}
+	registered := map[string]lua.PodState{}
+	for _, p := range s.Pods {
+		registered[p.Pod.ID] = p
+		sess := sessionsOn[p.Pod.ID]
+		// 1. sessions (and all slots) <= pod_concurrency
+		if sess > pc || p.Slots > pc {
+			bad("inv1: pod %s has %d sessions, %d slots > pod_concurrency %d", p.Pod.ID, sess, p.Slots, pc)
+		}
+		// 3. the slot count agrees with the sessions and claims that point at the pod
+		if p.Slots != sess+claimsOn[p.Pod.ID] {
+			bad("inv3: pod %s counts %d slots but has %d sessions + %d claims", p.Pod.ID, p.Slots, sess, claimsOn[p.Pod.ID])
+		}
+		// 4. an idle pod has no session and no claim
+		if p.Idle && p.Slots != 0 {
+			bad("inv4: idle pod %s has %d slots", p.Pod.ID, p.Slots)
+		}
+		if !p.Idle && p.Slots == 0 && settled {
+			bad("inv4: pod %s has no session but is not idle", p.Pod.ID)
+		}
+	}
+	for sess, pod := range s.Sessions {
+		p, ok := registered[pod]
+		if !ok {
+			bad("inv3: session %s points at unknown pod %s", sess, pod)
+			continue
+		}
+		// 6. sessions only on pods of an allowed (current) deploy_ver
+		if !contains(versions, p.Pod.DeployVer) {
+			bad("inv6: session %s on pod %s of deploy_ver %s, allowed %v", sess, pod, p.Pod.DeployVer, versions)
+		}
+	}
+	for c, pod := range s.ClaimPod {
+		if !strings.HasPrefix(pod, "!") {
+			if _, ok := registered[pod]; !ok {
+				bad("inv3: claim %s points at unknown pod %s", c, pod)
+			}
+		}
+	}
+	if settled {
+		if len(s.Deploys) > 0 {
+			bad("inv5: deploy leases left: %v", keys(s.Deploys))
+		}
+		if len(s.Followers) > 0 {
+			bad("inv5: room entries left: %v", keys(s.Followers))
+		}
+		if len(claimsOn) > 0 {
+			bad("inv5: claims left: %v", claimsOn)
+		}
+		if len(s.Waiters) > 0 {
+			bad("inv5: waiters left: %v", keys(s.Waiters))
+		}
+	}
+	return out
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,408 @@
+// Package rm is the resource manager: it hands out pods of a scope (a warm one, a place
+// on a deploy in flight, or a new deploy under a lease), takes them back into the warm
+// pool, and forgets dead ones. Every state change is one Lua script (package lua).
+package rm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/lua"
+)
+
+// Defaults of Config.
+const (
+	DefaultLease          = 30 * time.Second
+	DefaultClaimTTL       = 30 * time.Second
+	DefaultFollowerMargin = 10 * time.Second
+	DefaultPollInterval   = 50 * time.Millisecond
+	DefaultIdemTTL        = 60 * time.Second
+	// cleanupTimeout bounds the Redis calls of error paths, which run even when the
+	// caller's context is gone.
+	cleanupTimeout = 5 * time.Second
+)
+
+// Config tunes a Manager; zero fields take the defaults above.
+type Config struct {
+	// Lease is the deploy lease: a leader that stops extending it (it died) loses its
+	// deploy after this long. It is extended every Lease/3.
+	Lease time.Duration
+	// ClaimTTL is how long a slot handed out with a pod stays reserved for its caller.
+	ClaimTTL time.Duration
+	// FollowerMargin is how much longer than the ready timeout a follower waits.
+	FollowerMargin time.Duration
+	// PollInterval is how often a follower checks on its deploy.
+	PollInterval time.Duration
+	// IdemTTL is how long an acquire answer is kept for replays of its request id.
+	IdemTTL time.Duration
+	Clock   warmpool.Clock
+	Logger  *slog.Logger
+	// Observe, when set, is told the outcome of every acquire (warm, deployed,
+	// follower, max_reached, failed) and of every deploy.
+	Observe func(event, outcome string)
+}
+
+// Manager is the resource manager. It is safe for concurrent use.
+type Manager struct {
+	store  *lua.Store
+	driver warmpool.PodDriver
+	cfg    Config
+	clock  warmpool.Clock
+	log    *slog.Logger
+
+	// ctx bounds the deploys, which run detached from the requests that started them;
+	// Close cancels it and waits for them.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New returns a Manager over store and driver.
+func New(store *lua.Store, driver warmpool.PodDriver, cfg Config) *Manager {
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.ClaimTTL <= 0 {
+		cfg.ClaimTTL = DefaultClaimTTL
+	}
+	if cfg.FollowerMargin <= 0 {
+		cfg.FollowerMargin = DefaultFollowerMargin
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.IdemTTL <= 0 {
+		cfg.IdemTTL = DefaultIdemTTL
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = warmpool.SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observe == nil {
+		cfg.Observe = func(string, string) {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Manager{
+		store: store, driver: driver, cfg: cfg, clock: cfg.Clock,
+		log: cfg.Logger.With("component", "rm"), ctx: ctx, cancel: cancel,
+	}
+}
+
+// Close cancels the deploys in flight and waits until they have cleaned up.
+func (m *Manager) Close() {
+	m.cancel()
+	m.wg.Wait()
+}
+
+// Acquire hands out a pod of the scope: a warm pod of the current deploy_ver, else the
+// pod of a deploy in flight (as a follower), else a pod it deploys itself (as the
+// leader). The lease carries a claim: a slot reserved on the pod until the caller binds
+// it or ClaimTTL passes. With a request id, a repeated call returns the first answer.
+// Errors: SCOPE_NOT_FOUND, NO_POD_AVAILABLE (max_pods reached, room full, follower
+// timeout), DEPLOY_FAILED, STORE_UNAVAILABLE.
+func (m *Manager) Acquire(ctx context.Context, scope, requestID string) (warmpool.Lease, error) {
+	if requestID == "" {
+		return m.acquire(ctx, scope)
+	}
+	rec, err := m.store.Scope(ctx, scope)
+	if err != nil {
+		return warmpool.Lease{}, err
+	}
+	wait := time.Duration(rec.Config.Deploy.ReadyTimeoutS)*time.Second + m.cfg.FollowerMargin
+	key := m.store.Keys().Scope(scope).Idem("acquire", requestID)
+	raw, _, err := m.store.Idempotent(ctx, key, m.cfg.IdemTTL, wait, m.cfg.PollInterval, func() ([]byte, error) {
+		l, err := m.acquire(ctx, scope)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(l)
+	})
+	if err != nil {
+		return warmpool.Lease{}, err
+	}
+	var l warmpool.Lease
+	if err := json.Unmarshal(raw, &l); err != nil {
+		return warmpool.Lease{}, fmt.Errorf("acquire %q: cached answer: %w", scope, err)
+	}
+	return l, nil
+}
+
+func (m *Manager) acquire(ctx context.Context, scope string) (warmpool.Lease, error) {
+	now := m.clock.Now()
+	claim := newID()
+	res, err := m.store.Acquire(ctx, scope, lua.AcquireArgs{
+		Now:           now,
+		Claim:         claim,
+		ClaimDeadline: now.Add(m.cfg.ClaimTTL),
+		LeaseDeadline: now.Add(m.cfg.Lease),
+		RoomMargin:    m.cfg.FollowerMargin,
+	})
+	if err != nil {
+		m.cfg.Observe("acquire", "failed")
+		return warmpool.Lease{}, fmt.Errorf("acquire %q: %w", scope, err)
+	}
+	switch res.Kind {
+	case lua.AcquireWarm:
+		m.cfg.Observe("acquire", warmpool.SourceWarm)
+		return warmpool.Lease{Pod: res.Pod, Source: warmpool.SourceWarm, Claim: claim}, nil
+	case lua.AcquireFollower:
+		return m.follow(ctx, scope, res, claim)
+	case lua.AcquireDeploy:
+		return m.lead(ctx, scope, res, claim)
+	default:
+		m.cfg.Observe("acquire", "max_reached")
+		return warmpool.Lease{}, warmpool.Errorf(warmpool.CodeNoPodAvailable,
+			"scope %q is at max_pods (%d pods, %d deploying) and no deploy in flight has room", scope, res.Pods, res.Deploys).Retry(1)
+	}
+}
+
+// lead runs the deploy the caller leads. The deploy is detached from the caller's
+// context: its followers wait on it, and a pod whose caller left joins the warm pool
+// when its claim expires.
+func (m *Manager) lead(ctx context.Context, scope string, res lua.AcquireResult, claim string) (warmpool.Lease, error) {
+	type result struct {
+		pod warmpool.Pod
+		err error
+	}
+	done := make(chan result, 1)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		pod, err := m.deploy(scope, res.Deploy, res.Fence, res.Spec, claim)
+		done <- result{pod, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			m.cfg.Observe("acquire", "failed")
+			return warmpool.Lease{}, r.err
+		}
+		m.cfg.Observe("acquire", warmpool.SourceDeployed)
+		return warmpool.Lease{Pod: r.pod, Source: warmpool.SourceDeployed, Claim: claim}, nil
+	case <-ctx.Done():
+		return warmpool.Lease{}, ctx.Err()
+	}
+}
+
+// Deploy errors.
+var errLeaseLost = errors.New("deploy lease lost")
+
+// deploy creates the pod of one deploy lease and registers it, keeping the lease alive
+// while the driver works. Whatever fails, the lease is given up and its followers are
+// told why; a pod created under a lost lease is deleted.
+func (m *Manager) deploy(scope, member string, fence int64, spec warmpool.DeploySpec, leaderClaim string) (warmpool.Pod, error) {
+	timeout := time.Duration(spec.ReadyTimeoutS)*time.Second + m.cfg.FollowerMargin
+	ctx, cancel := context.WithTimeoutCause(m.ctx, timeout, fmt.Errorf("not ready after %ds", spec.ReadyTimeoutS))
+	defer cancel()
+	log := m.log.With("scope", scope, "deploy", member)
+
+	keeper := m.keepLease(ctx, cancel, scope, member)
+	start := time.Now()
+	pod, err := m.driver.Deploy(ctx, warmpool.DeployRequest{ScopeID: scope, DeployVer: spec.DeployVer(), Fence: fence, Spec: spec})
+	if keeper() {
+		// Whatever the driver said is a consequence: the deploy was cancelled because
+		// its lease may be someone else's now.
+		err = errLeaseLost
+	}
+	if err == nil {
+		now := m.clock.Now()
+		_, err = m.store.Register(ctx, scope, member, pod, leaderClaim, now, now.Add(m.cfg.ClaimTTL))
+		if errors.Is(err, lua.ErrFenced) {
+			err = errLeaseLost
+		}
+	}
+	if err != nil {
+		cleanup, done := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer done()
+		if pod.ID != "" {
+			if derr := m.driver.Delete(cleanup, pod); derr != nil {
+				log.Warn("delete of an uncommitted pod failed; reconcile will remove it", "pod", pod.ID, "err", derr)
+			}
+		}
+		reason := deployReason(ctx, err)
+		if _, aerr := m.store.AbortDeploy(cleanup, scope, member, reason, m.clock.Now().Add(m.cfg.ClaimTTL)); aerr != nil {
+			log.Warn("abort of a failed deploy failed; its lease expires by itself", "err", aerr)
+		}
+		m.cfg.Observe("deploy", "failed")
+		log.Warn("deploy failed", "err", reason, "took", time.Since(start))
+		return warmpool.Pod{}, warmpool.Errorf(warmpool.CodeDeployFailed, "deploy of scope %q failed: %s", scope, reason)
+	}
+	m.cfg.Observe("deploy", "ok")
+	log.Info("deployed", "pod", pod.ID, "took", time.Since(start))
+	return pod, nil
+}
+
+// deployReason says why a deploy failed, preferring the driver's own message.
+func deployReason(ctx context.Context, err error) string {
+	var e *warmpool.Error
+	switch {
+	case errors.As(err, &e):
+		return e.Message
+	case errors.Is(err, errLeaseLost):
+		return "the deploy lease was lost (Redis unreachable or too slow)"
+	case ctx.Err() != nil && context.Cause(ctx) != nil:
+		return context.Cause(ctx).Error()
+	}
+	return err.Error()
+}
+
+// keepLease extends the deploy lease every Lease/3 until the returned stop function is
+// called. When an extension is refused, or Redis stays silent for a whole lease, it
+// cancels the deploy: the lease may be someone else's by now. stop reports whether the
+// lease was lost.
+func (m *Manager) keepLease(ctx context.Context, cancel context.CancelFunc, scope, member string) (stop func() bool) {
+	quit := make(chan struct{})
+	var lost bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(m.cfg.Lease / 3)
+		defer t.Stop()
+		lastOK := time.Now()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			now := m.clock.Now()
+			ok, err := m.store.ExtendDeploy(ctx, scope, member, now, now.Add(m.cfg.Lease))
+			switch {
+			case err == nil && ok:
+				lastOK = time.Now()
+				continue
+			case err == nil && !ok, time.Since(lastOK) >= m.cfg.Lease:
+				m.log.Warn("deploy lease lost; cancelling the deploy", "scope", scope, "deploy", member, "err", err)
+				lost = true
+				cancel()
+				return
+			}
+		}
+	}()
+	return func() bool {
+		close(quit)
+		wg.Wait()
+		return lost
+	}
+}
+
+// follow waits, as a follower, for the pod of a deploy in flight. The slot on it is the
+// follower's (claimed by the register script). Whatever ends the wait other than the
+// pod, the follower leaves the room and gives back any claim it got.
+func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResult, claim string) (lease warmpool.Lease, err error) {
+	wait := res.RoomDeadline.Sub(m.clock.Now())
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	defer func() {
+		if err == nil {
+			return
+		}
+		m.cfg.Observe("acquire", "failed")
+		cleanup, done := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer done()
+		if lerr := m.store.LeaveFollower(cleanup, scope, res.Room, claim, m.clock.Now()); lerr != nil {
+			m.log.Warn("follower could not leave its room; its entry expires by its deadline", "scope", scope, "err", lerr)
+		}
+	}()
+	t := time.NewTicker(m.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		st, err := m.store.WaitFollower(wctx, scope, res.Deploy, res.Room, claim, m.clock.Now())
+		switch {
+		case err != nil && wctx.Err() == nil:
+			return warmpool.Lease{}, fmt.Errorf("follow deploy of %q: %w", scope, err)
+		case err != nil:
+		case st.State == lua.FollowerReady:
+			m.cfg.Observe("acquire", warmpool.SourceFollower)
+			return warmpool.Lease{Pod: st.Pod, Source: warmpool.SourceFollower, Claim: claim}, nil
+		case st.State == lua.FollowerFailed:
+			return warmpool.Lease{}, warmpool.Errorf(warmpool.CodeDeployFailed, "the deploy this request waited for failed: %s", st.Reason)
+		}
+		select {
+		case <-t.C:
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return warmpool.Lease{}, ctx.Err()
+			}
+			return warmpool.Lease{}, warmpool.Errorf(warmpool.CodeNoPodAvailable,
+				"scope %q: the deploy in flight did not finish within %s", scope, wait.Round(time.Millisecond)).Retry(1)
+		}
+	}
+}
+
+// Fill starts warm-pool deploys while the scope has fewer idle pods of its current
+// version than min_idle_pods (counting warm deploys in flight), within max_pods and the
+// parallel-deploy bound. It returns how many it started; they run in the background.
+func (m *Manager) Fill(ctx context.Context, scope string) (int, error) {
+	started := 0
+	for {
+		now := m.clock.Now()
+		res, err := m.store.Placeholder(ctx, scope, now, now.Add(m.cfg.Lease), now.Add(m.cfg.ClaimTTL))
+		if err != nil {
+			return started, fmt.Errorf("fill %q: %w", scope, err)
+		}
+		if res.Kind != lua.PlaceholderDeploy {
+			return started, nil
+		}
+		started++
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			// A failure is logged by deploy and retried on the next fill.
+			_, _ = m.deploy(scope, res.Deploy, res.Fence, res.Spec, "")
+		}()
+	}
+}
+
+// IdleConsider puts the pod into the idle pool when it has no session and no claim.
+// It reports whether the pod is idle now. Errors: STORE_UNAVAILABLE; an unknown pod is
+// reported as not idle.
+func (m *Manager) IdleConsider(ctx context.Context, scope, pod string) (bool, error) {
+	st, err := m.store.IdleConsider(ctx, scope, pod, m.clock.Now())
+	if err != nil {
+		return false, fmt.Errorf("idle_consider %q/%q: %w", scope, pod, err)
+	}
+	return st == lua.ReleaseIdle, nil
+}
+
+// ReleaseClaim gives back a claim the caller will not bind. With idle, a pod left with
+// no slot goes idle at once; without, it stays handed out until IdleConsider.
+func (m *Manager) ReleaseClaim(ctx context.Context, scope, claim string, idle bool) error {
+	if claim == "" {
+		return nil
+	}
+	_, _, err := m.store.ReleaseClaim(ctx, scope, claim, m.clock.Now(), idle)
+	return err
+}
+
+// Purge forgets a pod (dead or reclaimed): every key of it, its sessions and its
+// claims. It returns the sessions it released. The pod itself is not deleted.
+func (m *Manager) Purge(ctx context.Context, scope, pod, reason string) ([]string, error) {
+	return m.store.Purge(ctx, scope, pod, reason, nil)
+}
+
+// UpdatePoolConfig publishes a scope's config to Redis, where every replica and every
+// script reads it at once.
+func (m *Manager) UpdatePoolConfig(ctx context.Context, rec lua.ScopeRecord) error {
+	return m.store.PublishScope(ctx, rec)
+}
+
+// newID returns a random 128-bit id in hex.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,545 @@
+package rm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/invariant"
+	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/rm"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// harness is one Redis, one fake driver and the scopes published on them; managers
+// made from it act as replicas.
+type harness struct {
+	t     *testing.T
+	r     *testredis.Redis
+	store *lua.Store
+	fake  *k8s.Fake
+	cfgs  map[string]warmpool.ScopeConfig
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	r := testredis.New(t)
+	h := &harness{t: t, r: r, store: lua.NewStore(r.Client, r.Prefix), fake: k8s.NewFake(), cfgs: map[string]warmpool.ScopeConfig{}}
+	t.Cleanup(func() { h.fake.Close() })
+	if _, err := h.store.Bootstrap(context.Background(), "e1"); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// scope publishes a scope with max_concurrency mc and pod_concurrency pc.
+func (h *harness) scope(id string, mc, pc int, mutate ...func(*warmpool.ScopeConfig)) warmpool.ScopeConfig {
+	h.t.Helper()
+	cfg := warmpool.DefaultScopeConfig()
+	cfg.Pool.MaxConcurrency, cfg.Pool.PodConcurrency = mc, pc
+	cfg.Deploy.ReadyTimeoutS = 10
+	for _, f := range mutate {
+		f(&cfg)
+	}
+	if err := cfg.Normalize(); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.store.PublishScope(context.Background(), lua.ScopeRecord{ScopeID: id, Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.store.Bootstrap(context.Background(), "e1"); err != nil {
+		h.t.Fatal(err)
+	}
+	h.cfgs[id] = cfg
+	return cfg
+}
+
+func (h *harness) manager(cfg rm.Config) *rm.Manager {
+	m := rm.New(h.store, h.fake, cfg)
+	h.t.Cleanup(m.Close)
+	return m
+}
+
+func (h *harness) snap(scope string) lua.Snapshot {
+	h.t.Helper()
+	s, err := h.store.Snapshot(context.Background(), scope)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return s
+}
+
+// settled checks every invariant of a scope with no work in flight.
+func (h *harness) settled(scope string) lua.Snapshot {
+	h.t.Helper()
+	s := h.snap(scope)
+	cfg := h.cfgs[scope]
+	for _, v := range invariant.Violations(s, cfg, []string{cfg.Deploy.DeployVer()}, true) {
+		h.t.Error(v)
+	}
+	return s
+}
+
+type outcome struct {
+	lease warmpool.Lease
+	err   error
+}
+
+// burst starts n acquires of scope at once, alternating between the managers; each
+// outcome arrives on the channel as it happens.
+func burst(ctx context.Context, scope string, n int, ms ...*rm.Manager) <-chan outcome {
+	out := make(chan outcome, n)
+	for i := range n {
+		go func() {
+			l, err := ms[i%len(ms)].Acquire(ctx, scope, "")
+			out <- outcome{l, err}
+		}()
+	}
+	return out
+}
+
+// collect takes n outcomes from a burst.
+func collect(ch <-chan outcome, n int) []outcome {
+	out := make([]outcome, 0, n)
+	for range n {
+		out = append(out, <-ch)
+	}
+	return out
+}
+
+func count(outs []outcome) (sources map[string]int, codes map[warmpool.Code]int, pods map[string]int) {
+	sources, codes, pods = map[string]int{}, map[warmpool.Code]int{}, map[string]int{}
+	for _, o := range outs {
+		if o.err != nil {
+			codes[warmpool.ErrorCode(o.err)]++
+			continue
+		}
+		sources[o.lease.Source]++
+		pods[o.lease.Pod.ID]++
+	}
+	return
+}
+
+// release gives back every claim handed out, as callers that are done do.
+func release(t *testing.T, m *rm.Manager, scope string, outs []outcome) {
+	t.Helper()
+	for _, o := range outs {
+		if o.err == nil {
+			if err := m.ReleaseClaim(context.Background(), scope, o.lease.Claim, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// Reference case 4 and SPEC §7: a cold burst of N <= max_concurrency routes across two
+// replicas causes exactly ceil(N/pc) deploys, side by side, and all N get a pod.
+func TestColdBurstDeploysCeilNOverPC(t *testing.T) {
+	for _, tc := range []struct{ n, mc, pc, deploys int }{
+		{2, 8, 2, 1}, {8, 8, 2, 4}, {7, 8, 2, 4}, {9, 9, 3, 3}, {5, 5, 1, 5},
+	} {
+		t.Run(fmt.Sprintf("n%d_pc%d", tc.n, tc.pc), func(t *testing.T) {
+			h := newHarness(t)
+			h.scope("s", tc.mc, tc.pc)
+			a, b := h.manager(rm.Config{}), h.manager(rm.Config{})
+			hold := h.fake.Hold()
+			ch := burst(context.Background(), "s", tc.n, a, b)
+			// Every request has its place (leader or follower) and every deploy is in
+			// flight before any finishes: the burst never waits on a pod to decide
+			// how many to deploy.
+			if err := h.fake.WaitInFlight(t.Context(), tc.deploys); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "every follower in a room", func() bool { return len(h.snap("s").Followers) == tc.n-tc.deploys })
+			hold()
+			outs := collect(ch, tc.n)
+			sources, codes, pods := count(outs)
+			if len(codes) != 0 {
+				for _, o := range outs {
+					if o.err != nil {
+						t.Log(o.err)
+					}
+				}
+				t.Fatalf("errors: %v", codes)
+			}
+			if got := h.fake.DeployCount(); got != tc.deploys {
+				t.Fatalf("deploys = %d, want %d", got, tc.deploys)
+			}
+			if sources[warmpool.SourceDeployed] != tc.deploys || sources[warmpool.SourceFollower] != tc.n-tc.deploys {
+				t.Fatalf("sources = %v", sources)
+			}
+			for pod, n := range pods {
+				if n > tc.pc {
+					t.Fatalf("pod %s handed to %d callers > pc %d", pod, n, tc.pc)
+				}
+			}
+			s := h.snap("s")
+			for _, p := range s.Pods {
+				if p.Slots != pods[p.Pod.ID] {
+					t.Fatalf("pod %s has %d slots, %d callers hold it", p.Pod.ID, p.Slots, pods[p.Pod.ID])
+				}
+			}
+			release(t, a, "s", outs)
+			h.settled("s")
+		})
+	}
+}
+
+// Reference case 13 with max_parallel_deploys 1: one deploy, pc-1 followers, the rest
+// fail fast with NO_POD_AVAILABLE.
+func TestOneDeployAtATimeOverflowFailsFast(t *testing.T) {
+	h := newHarness(t)
+	h.scope("s", 8, 2, func(c *warmpool.ScopeConfig) { c.Pool.MaxParallelDeploys = 1 })
+	a, b := h.manager(rm.Config{}), h.manager(rm.Config{})
+	hold := h.fake.Hold()
+	ch := burst(context.Background(), "s", 4, a, b)
+	// The two requests that found no room fail while the deploy is still held.
+	early := collect(ch, 2)
+	if _, codes, _ := count(early); codes[warmpool.CodeNoPodAvailable] != 2 {
+		t.Fatalf("while the deploy is held: %v, want 2 NO_POD_AVAILABLE", codes)
+	}
+	hold()
+	outs := append(early, collect(ch, 2)...)
+	sources, codes, pods := count(outs)
+	if codes[warmpool.CodeNoPodAvailable] != 2 || sources[warmpool.SourceDeployed] != 1 || sources[warmpool.SourceFollower] != 1 {
+		t.Fatalf("sources %v codes %v, want 1 deployed + 1 follower + 2 NO_POD_AVAILABLE", sources, codes)
+	}
+	if len(pods) != 1 || h.fake.DeployCount() != 1 {
+		t.Fatalf("pods %v deploys %d, want one", pods, h.fake.DeployCount())
+	}
+	for _, o := range outs {
+		var e *warmpool.Error
+		if errors.As(o.err, &e) && e.RetryAfter < 1 {
+			t.Fatalf("NO_POD_AVAILABLE without retry_after: %v", e)
+		}
+	}
+	release(t, a, "s", outs)
+	h.settled("s")
+}
+
+// Reference case 5: a request that finds a warm pod takes it without deploying, even
+// while another deploy of the scope is in flight.
+func TestWarmPodIsTakenWithoutDeploying(t *testing.T) {
+	h := newHarness(t)
+	h.scope("s", 8, 2)
+	a, b := h.manager(rm.Config{}), h.manager(rm.Config{})
+	ctx := context.Background()
+	first, err := a.Acquire(ctx, "s", "")
+	if err != nil || first.Source != warmpool.SourceDeployed {
+		t.Fatalf("first acquire = %+v, %v", first, err)
+	}
+	if err := a.ReleaseClaim(ctx, "s", first.Claim, true); err != nil {
+		t.Fatal(err)
+	}
+	second, err := b.Acquire(ctx, "s", "")
+	if err != nil || second.Source != warmpool.SourceWarm || second.Pod.ID != first.Pod.ID {
+		t.Fatalf("second acquire = %+v, %v; want the warm pod %s", second, err, first.Pod.ID)
+	}
+	if h.fake.DeployCount() != 1 {
+		t.Fatalf("deploys = %d, want 1", h.fake.DeployCount())
+	}
+	b.ReleaseClaim(ctx, "s", second.Claim, true)
+	h.settled("s")
+}
+
+// Reference case 14 and SPEC §7: a failing leader does not hand its work to its
+// followers; they fail fast and every lease and room entry is cleared.
+func TestFailingLeaderFailsItsFollowers(t *testing.T) {
+	h := newHarness(t)
+	h.scope("s", 2, 2) // max_pods 1: the follower cannot lead a deploy of its own
+	a, b := h.manager(rm.Config{}), h.manager(rm.Config{})
+	h.fake.FailNext(1, "image pull failed: no such image")
+	hold := h.fake.Hold()
+	ch := burst(context.Background(), "s", 2, a, b)
+	if err := h.fake.WaitInFlight(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the follower in the room", func() bool { return len(h.snap("s").Followers) == 1 })
+	hold()
+	outs := collect(ch, 2)
+	_, codes, _ := count(outs)
+	if codes[warmpool.CodeDeployFailed] != 2 {
+		t.Fatalf("codes = %v, want 2 DEPLOY_FAILED", codes)
+	}
+	for _, o := range outs {
+		if !contains(o.err.Error(), "no such image") {
+			t.Fatalf("error %q does not say why", o.err)
+		}
+	}
+	if h.fake.DeployCount() != 1 {
+		t.Fatalf("deploys = %d: a follower took the failed work over", h.fake.DeployCount())
+	}
+	h.settled("s")
+}
+
+// A crashed leader (it took a lease and vanished) and a crashed follower leave entries
+// that expire by their deadlines and do not block new deploys.
+func TestCrashLeftoversExpire(t *testing.T) {
+	h := newHarness(t)
+	h.scope("s", 2, 2) // max_pods 1
+	clock := testredis.NewClock()
+	m := h.manager(rm.Config{Clock: clock, Lease: 3 * time.Second})
+	ctx := context.Background()
+	now := clock.Now()
+	// A replica takes the only deploy lease and a place in its room, then dies.
+	for _, c := range []string{"dead-leader", "dead-follower"} {
+		if _, err := h.store.Acquire(ctx, "s", lua.AcquireArgs{Now: now, Claim: c, ClaimDeadline: now.Add(time.Minute), LeaseDeadline: now.Add(3 * time.Second), RoomMargin: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.Acquire(ctx, "s", ""); warmpool.ErrorCode(err) != warmpool.CodeNoPodAvailable {
+		t.Fatalf("acquire while the dead lease lives: %v, want NO_POD_AVAILABLE", err)
+	}
+	clock.Advance(3 * time.Second)
+	l, err := m.Acquire(ctx, "s", "")
+	if err != nil || l.Source != warmpool.SourceDeployed {
+		t.Fatalf("acquire after the dead lease expired = %+v, %v; want a new deploy", l, err)
+	}
+	s := h.snap("s")
+	if len(s.Deploys) != 0 || len(s.Followers) != 0 {
+		t.Fatalf("leftovers: deploys %v followers %v", s.Deploys, s.Followers)
+	}
+	m.ReleaseClaim(ctx, "s", l.Claim, true)
+	// The dead follower's note expires with its deadline too.
+	clock.Advance(time.Minute)
+	if _, err := m.Acquire(ctx, "s", ""); err != nil {
+		t.Fatal(err)
+	}
+	if s := h.snap("s"); len(s.ClaimPod) != 1 {
+		t.Fatalf("claim notes left: %v", s.ClaimPod)
+	}
+}
+
+// A follower whose leader died (its lease expired) fails fast instead of waiting out the
+// ready timeout.
+func TestFollowerOfADeadLeaderFailsFast(t *testing.T) {
+	h := newHarness(t)
+	h.scope("s", 2, 2)
+	clock := testredis.NewClock()
+	m := h.manager(rm.Config{Clock: clock, Lease: 3 * time.Second})
+	now := clock.Now()
+	if _, err := h.store.Acquire(context.Background(), "s", lua.AcquireArgs{Now: now, Claim: "dead", ClaimDeadline: now.Add(time.Minute), LeaseDeadline: now.Add(3 * time.Second), RoomMargin: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { _, err := m.Acquire(context.Background(), "s", ""); errc <- err }()
+	waitFor(t, "the follower in the room", func() bool { return len(h.snap("s").Followers) == 1 })
+	clock.Advance(3 * time.Second)
+	if err := <-errc; warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !contains(err.Error(), "leader is gone") {
+		t.Fatalf("follower of a dead leader: %v, want DEPLOY_FAILED naming the leader", err)
+	}
+	if s := h.snap("s"); len(s.Followers) != 0 {
+		t.Fatalf("room entries left: %v", s.Followers)
+	}
+}
+
+// A leader whose lease is lost mid-deploy (another replica gave it up) commits nothing
+// and deletes the pod it made.
+func TestLostLeaseCancelsTheDeploy(t *testing.T) {
+	h := newHarness(t)
+	h.scope("s", 2, 2)
+	clock := testredis.NewClock()
+	m := h.manager(rm.Config{Clock: clock, Lease: 300 * time.Millisecond})
+	hold := h.fake.Hold()
+	defer hold()
+	errc := make(chan error, 1)
+	go func() { _, err := m.Acquire(context.Background(), "s", ""); errc <- err }()
+	if err := h.fake.WaitInFlight(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second) // the next extension finds the lease expired
+	if err := <-errc; warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !contains(err.Error(), "lease") {
+		t.Fatalf("deploy with a lost lease: %v, want DEPLOY_FAILED naming the lease", err)
+	}
+	if pods := h.fake.Pods(); len(pods) != 0 {
+		t.Fatalf("driver still has %v", pods)
+	}
+	h.settled("s")
+}
+
+func TestNewVersionIsNeverGivenAnOldIdlePod(t *testing.T) {
+	h := newHarness(t)
+	h.scope("s", 8, 2)
+	m := h.manager(rm.Config{})
+	ctx := context.Background()
+	old, err := m.Acquire(ctx, "s", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ReleaseClaim(ctx, "s", old.Claim, true)
+	cfg := h.scope("s", 8, 2, func(c *warmpool.ScopeConfig) { c.Deploy.Image = "agent:2" })
+	l, err := m.Acquire(ctx, "s", "")
+	if err != nil || l.Source != warmpool.SourceDeployed || l.Pod.DeployVer != cfg.Deploy.DeployVer() {
+		t.Fatalf("acquire after a deploy change = %+v, %v; want a new pod of %s", l, err, cfg.Deploy.DeployVer())
+	}
+	m.ReleaseClaim(ctx, "s", l.Claim, true)
+}
+
+func TestAcquireIsIdempotentAcrossReplicas(t *testing.T) {
+	h := newHarness(t)
+	h.scope("s", 8, 2)
+	a, b := h.manager(rm.Config{}), h.manager(rm.Config{})
+	hold := h.fake.Hold()
+	ctx := context.Background()
+	type res struct {
+		l   warmpool.Lease
+		err error
+	}
+	ch := make(chan res, 2)
+	for _, m := range []*rm.Manager{a, b} {
+		go func() { l, err := m.Acquire(ctx, "s", "req-1"); ch <- res{l, err} }()
+	}
+	if err := h.fake.WaitInFlight(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	hold()
+	r1, r2 := <-ch, <-ch
+	if r1.err != nil || r2.err != nil || r1.l != r2.l {
+		t.Fatalf("replays differ: %+v / %+v", r1, r2)
+	}
+	r3, err := b.Acquire(ctx, "s", "req-1")
+	if err != nil || r3 != r1.l {
+		t.Fatalf("late replay = %+v, %v", r3, err)
+	}
+	if h.fake.DeployCount() != 1 {
+		t.Fatalf("deploys = %d, want 1 for one request id", h.fake.DeployCount())
+	}
+}
+
+// SPEC §6.8: one scope's deploy never blocks another's.
+func TestScopesDeployIndependently(t *testing.T) {
+	h := newHarness(t)
+	h.scope("a", 1, 1, func(c *warmpool.ScopeConfig) { c.Pool.MaxParallelDeploys = 1 })
+	h.scope("b", 1, 1, func(c *warmpool.ScopeConfig) { c.Pool.MaxParallelDeploys = 1 })
+	m := h.manager(rm.Config{})
+	hold := h.fake.Hold()
+	ch := make(chan error, 2)
+	for _, s := range []string{"a", "b"} {
+		go func() { _, err := m.Acquire(context.Background(), s, ""); ch <- err }()
+	}
+	// Both deploys are in flight at once although each scope allows one at a time.
+	if err := h.fake.WaitInFlight(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	hold()
+	for range 2 {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Many replicas and goroutines acquire, give back, and purge pods of several scopes
+// while deploys are slow and some fail. A watcher checks invariants 1-4 and 6 on
+// consistent snapshots throughout; after the dust settles nothing is left (5).
+func TestStressInvariants(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stress test")
+	}
+	h := newHarness(t)
+	scopes := []string{"s0", "s1", "s2"}
+	for i, s := range scopes {
+		h.scope(s, 6, 1+i)
+	}
+	h.fake.SetDeployDelay(5 * time.Millisecond)
+	ms := []*rm.Manager{h.manager(rm.Config{}), h.manager(rm.Config{}), h.manager(rm.Config{})}
+	ctx := context.Background()
+
+	stop := make(chan struct{})
+	var watchErrs []string
+	var watched atomic.Int64
+	var watcher sync.WaitGroup
+	watcher.Add(1)
+	go func() {
+		defer watcher.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, s := range scopes {
+				snap, err := h.store.Snapshot(ctx, s)
+				if err != nil {
+					watchErrs = append(watchErrs, err.Error())
+					return
+				}
+				cfg := h.cfgs[s]
+				watchErrs = append(watchErrs, invariant.Violations(snap, cfg, []string{cfg.Deploy.DeployVer()}, false)...)
+				watched.Add(1)
+			}
+		}
+	}()
+
+	var wg sync.WaitGroup
+	var okN, failN atomic.Int64
+	for w := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for i := range 25 {
+				scope := scopes[rng.IntN(len(scopes))]
+				m := ms[rng.IntN(len(ms))]
+				if w == 0 && i%10 == 0 {
+					h.fake.FailNext(1, "chaos")
+				}
+				l, err := m.Acquire(ctx, scope, "")
+				if err != nil {
+					failN.Add(1)
+					continue
+				}
+				okN.Add(1)
+				switch rng.IntN(4) {
+				case 0:
+					if _, err := m.Purge(ctx, scope, l.Pod.ID, "test"); err != nil {
+						t.Error(err)
+					}
+					m.ReleaseClaim(ctx, scope, l.Claim, true)
+				default:
+					if err := m.ReleaseClaim(ctx, scope, l.Claim, true); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	watcher.Wait()
+	for _, e := range watchErrs {
+		t.Error(e)
+	}
+	if okN.Load() == 0 || watched.Load() < 10 {
+		t.Fatalf("stress did too little: %d ok, %d failed, %d snapshots", okN.Load(), failN.Load(), watched.Load())
+	}
+	for _, s := range scopes {
+		h.settled(s)
+	}
+	t.Logf("%d acquires ok, %d failed, %d deploys, %d snapshots checked", okN.Load(), failN.Load(), h.fake.DeployCount(), watched.Load())
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -1,0 +1,101 @@
+package sqlite
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+	"time"
+)
+
+// The schema, one file a step. Files run in name order (hence the 4-digit prefix),
+// each at most once per database, as recorded in schema_migrations.
+//
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+type migration struct {
+	version string // file name without .sql, e.g. "0001_scope_versions"
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	names, err := fs.Glob(migrationFS, "migrations/*.sql") // sorted by name
+	if err != nil {
+		return nil, err
+	}
+	out := make([]migration, 0, len(names))
+	for _, name := range names {
+		b, err := migrationFS.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: strings.TrimSuffix(path.Base(name), ".sql"), sql: string(b)})
+	}
+	return out, nil
+}
+
+// migrate applies every pending migration in one write transaction. BEGIN IMMEDIATE
+// makes replicas that start together take turns: the later one finds the steps
+// recorded and applies nothing.
+func (s *Store) migrate(ctx context.Context) error {
+	steps, err := migrations()
+	if err != nil {
+		return fmt.Errorf("sqlite: read migrations: %w", err)
+	}
+	select {
+	case s.writeSem <- struct{}{}:
+	case <-ctx.Done():
+		return failure(ctx, "migrate", ctx.Err())
+	}
+	defer func() { <-s.writeSem }()
+
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return failure(ctx, "migrate", err)
+	}
+	defer tx.Rollback() // no-op after Commit
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    TEXT    NOT NULL PRIMARY KEY,
+		applied_at INTEGER NOT NULL -- unix milliseconds
+	) STRICT`); err != nil {
+		return failure(ctx, "migrate", err)
+	}
+	applied := map[string]bool{}
+	rows, err := tx.QueryContext(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return failure(ctx, "migrate", err)
+	}
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return failure(ctx, "migrate", err)
+		}
+		applied[v] = true
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return failure(ctx, "migrate", err)
+	}
+	now := time.Now().UnixMilli()
+	for _, m := range steps {
+		if applied[m.version] {
+			continue
+		}
+		op := "migrate " + m.version
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			return failure(ctx, op, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, m.version, now); err != nil {
+			return failure(ctx, op, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return failure(ctx, "migrate", err)
+	}
+	return nil
+}

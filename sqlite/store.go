@@ -1,0 +1,325 @@
+// Package sqlite is the config store: scope configs in SQLite (modernc.org/sqlite, no
+// cgo) through database/sql. Every Put is a new row, so the history of a scope is kept.
+//
+// Several replicas may open one database file at once. Writes take the write lock up
+// front (BEGIN IMMEDIATE) and wait for it under busy_timeout, so concurrent writers
+// queue instead of failing with SQLITE_BUSY, and a new version number is always the
+// previous maximum + 1 of its scope.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/warmpool/warmpool"
+)
+
+// BusyTimeout is how long a connection waits for a lock another connection (or
+// process) holds before SQLite gives up with SQLITE_BUSY. A DSN that sets its own
+// busy_timeout keeps it.
+const BusyTimeout = 5 * time.Second
+
+// Store is a warmpool.ConfigStore on SQLite. It is safe for concurrent use.
+type Store struct {
+	db *sql.DB
+	// writeSem lets one write transaction of this process at a time wait for the
+	// SQLite write lock: goroutines then queue fairly here instead of all polling the
+	// lock under busy_timeout, where one of them could starve until it times out.
+	writeSem chan struct{}
+}
+
+var _ warmpool.ConfigStore = (*Store)(nil)
+
+// Open opens (creating it if need be) and migrates the database named by dsn: a file
+// path such as "warmpool.db", a "file:" URI, or ":memory:". Unless the DSN sets them
+// itself, it turns on WAL (files only), busy_timeout and foreign keys; it always makes
+// write transactions BEGIN IMMEDIATE. An in-memory database uses a single connection,
+// since every connection to ":memory:" would otherwise get a database of its own.
+// Errors: STORE_UNAVAILABLE, or ctx.Err().
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	full, memory, err := buildDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", full)
+	if err != nil {
+		return nil, failure(ctx, "open", err)
+	}
+	if memory {
+		db.SetMaxOpenConns(1)
+		// The database lives as long as its one connection: never let it be recycled.
+		db.SetConnMaxLifetime(0)
+		db.SetConnMaxIdleTime(0)
+	}
+	s := &Store{db: db, writeSem: make(chan struct{}, 1)}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, failure(ctx, "open", err)
+	}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// buildDSN adds the driver parameters the store relies on to dsn and reports whether
+// it names an in-memory database.
+func buildDSN(dsn string) (string, bool, error) {
+	if strings.TrimSpace(dsn) == "" {
+		return "", false, errors.New("sqlite: empty DSN")
+	}
+	path, query, _ := strings.Cut(dsn, "?")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return "", false, fmt.Errorf("sqlite: DSN %q: %w", dsn, err)
+	}
+	memory := path == ":memory:" || strings.HasPrefix(path, "file::memory:") ||
+		strings.EqualFold(q.Get("mode"), "memory")
+
+	// A deferred transaction that reads before it writes fails with an SQLITE_BUSY
+	// that busy_timeout does not retry once another writer commits first: refuse
+	// anything but immediate.
+	if v := q.Get("_txlock"); v != "" && !strings.EqualFold(v, "immediate") {
+		return "", false, fmt.Errorf("sqlite: DSN %q: _txlock=%s is not supported; the store needs immediate", dsn, v)
+	}
+	add := url.Values{}
+	if !q.Has("_txlock") {
+		add.Set("_txlock", "immediate")
+	}
+	if !hasSetting(q, "busy_timeout", "_busy_timeout", "_timeout") {
+		add.Set("_busy_timeout", strconv.FormatInt(BusyTimeout.Milliseconds(), 10))
+	}
+	if !hasSetting(q, "foreign_keys", "_foreign_keys", "_fk") {
+		add.Set("_foreign_keys", "1")
+	}
+	// WAL lets readers run beside the writer, also across processes; it does not
+	// apply to a database in memory.
+	if !memory && !hasSetting(q, "journal_mode", "_journal_mode", "_journal") {
+		add.Set("_journal_mode", "WAL")
+	}
+	sep := "?"
+	switch {
+	case strings.HasSuffix(dsn, "?") || strings.HasSuffix(dsn, "&"):
+		sep = ""
+	case strings.Contains(dsn, "?"):
+		sep = "&"
+	}
+	return dsn + sep + add.Encode(), memory, nil
+}
+
+// hasSetting reports whether the DSN query sets the pragma, by a shorthand key or by
+// a _pragma value.
+func hasSetting(q url.Values, pragma string, keys ...string) bool {
+	for _, k := range keys {
+		if _, ok := q[k]; ok {
+			return true
+		}
+	}
+	for _, v := range q["_pragma"] {
+		if strings.HasPrefix(strings.ToLower(strings.TrimSpace(v)), pragma) {
+			return true
+		}
+	}
+	return false
+}
+
+// Close closes the database. Calls on a closed store fail with STORE_UNAVAILABLE.
+func (s *Store) Close() error {
+	return s.db.Close()
+}
+
+// Put stores cfg as the scope's next version, normalised first (Normalize is
+// idempotent), so what is stored always carries the one default of every field and
+// never a silent zero. Errors: VALIDATION, STORE_UNAVAILABLE, or ctx.Err().
+func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfig) (warmpool.StoredConfig, error) {
+	if err := warmpool.CheckScopeID(scopeID); err != nil {
+		return warmpool.StoredConfig{}, err
+	}
+	if err := cfg.Normalize(); err != nil {
+		return warmpool.StoredConfig{}, err
+	}
+	doc, err := json.Marshal(cfg)
+	if err != nil {
+		return warmpool.StoredConfig{}, warmpool.Errorf(warmpool.CodeInternal, "config store: encode %q: %v", scopeID, err)
+	}
+	stored := warmpool.StoredConfig{
+		ScopeID:   scopeID,
+		DeployVer: cfg.Deploy.DeployVer(),
+		Config:    cfg,
+		UpdatedAt: time.UnixMilli(time.Now().UnixMilli()).UTC(), // what Get will read back
+	}
+	op := fmt.Sprintf("put %q", scopeID)
+
+	select {
+	case s.writeSem <- struct{}{}:
+	case <-ctx.Done():
+		return warmpool.StoredConfig{}, failure(ctx, op, ctx.Err())
+	}
+	defer func() { <-s.writeSem }()
+
+	// BEGIN IMMEDIATE (the DSN's _txlock): the write lock is held from the first read,
+	// so the max version cannot change between reading it and inserting after it.
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
+	defer tx.Rollback() // no-op after Commit
+	err = tx.QueryRowContext(ctx, `
+		INSERT INTO scope_versions (scope_id, version, deploy_ver, config_json, created_at)
+		SELECT ?1, COALESCE(MAX(version), 0) + 1, ?2, ?3, ?4
+		FROM scope_versions WHERE scope_id = ?1
+		RETURNING version`,
+		scopeID, stored.DeployVer, string(doc), stored.UpdatedAt.UnixMilli(),
+	).Scan(&stored.Version)
+	if err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
+	return stored, nil
+}
+
+const selectColumns = `scope_id, version, deploy_ver, config_json, created_at`
+
+// Get returns the latest version of the scope. Errors: SCOPE_NOT_FOUND,
+// STORE_UNAVAILABLE, or ctx.Err().
+func (s *Store) Get(ctx context.Context, scopeID string) (warmpool.StoredConfig, error) {
+	op := fmt.Sprintf("get %q", scopeID)
+	row := s.db.QueryRowContext(ctx, `SELECT `+selectColumns+` FROM scope_versions
+		WHERE scope_id = ? ORDER BY version DESC LIMIT 1`, scopeID)
+	sc, err := scanConfig(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return warmpool.StoredConfig{}, notFound(scopeID)
+	}
+	if err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
+	return sc, nil
+}
+
+// List returns the latest version of every scope, ordered by scope id; an empty store
+// gives an empty, non-nil slice. Errors: STORE_UNAVAILABLE, or ctx.Err().
+func (s *Store) List(ctx context.Context) ([]warmpool.StoredConfig, error) {
+	return s.query(ctx, "list", listSQL)
+}
+
+// listSQL selects the latest row of every scope. The grouped sub-query reads only the
+// primary key index (not the config documents of old versions); each latest row is
+// then one index look-up.
+const listSQL = `SELECT s.scope_id, s.version, s.deploy_ver, s.config_json, s.created_at
+	FROM (SELECT scope_id, MAX(version) AS version FROM scope_versions GROUP BY scope_id) AS m
+	JOIN scope_versions AS s ON s.scope_id = m.scope_id AND s.version = m.version
+	ORDER BY s.scope_id`
+
+// History returns every version of the scope, oldest first. Errors: SCOPE_NOT_FOUND,
+// STORE_UNAVAILABLE, or ctx.Err().
+func (s *Store) History(ctx context.Context, scopeID string) ([]warmpool.StoredConfig, error) {
+	out, err := s.query(ctx, fmt.Sprintf("history %q", scopeID), `SELECT `+selectColumns+`
+		FROM scope_versions WHERE scope_id = ? ORDER BY version`, scopeID)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, notFound(scopeID)
+	}
+	return out, nil
+}
+
+func (s *Store) query(ctx context.Context, op, query string, args ...any) ([]warmpool.StoredConfig, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, failure(ctx, op, err)
+	}
+	defer rows.Close()
+	out := []warmpool.StoredConfig{}
+	for rows.Next() {
+		sc, err := scanConfig(rows)
+		if err != nil {
+			return nil, failure(ctx, op, err)
+		}
+		out = append(out, sc)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, failure(ctx, op, err)
+	}
+	return out, nil
+}
+
+func scanConfig(row interface{ Scan(...any) error }) (warmpool.StoredConfig, error) {
+	var (
+		sc      warmpool.StoredConfig
+		doc     string
+		created int64
+	)
+	if err := row.Scan(&sc.ScopeID, &sc.Version, &sc.DeployVer, &doc, &created); err != nil {
+		return warmpool.StoredConfig{}, err
+	}
+	// Plain Unmarshal, not DecodeScopeConfig: return what was stored, with no defaults
+	// filled on the way out.
+	if err := json.Unmarshal([]byte(doc), &sc.Config); err != nil {
+		return warmpool.StoredConfig{}, &corruptError{scopeID: sc.ScopeID, version: sc.Version, err: err}
+	}
+	sc.UpdatedAt = time.UnixMilli(created).UTC()
+	return sc, nil
+}
+
+func notFound(scopeID string) error {
+	return warmpool.Errorf(warmpool.CodeScopeNotFound, "scope %q has no config", scopeID)
+}
+
+// corruptError is a stored row the store cannot read back: a bug or a hand edit, not
+// an outage, so it is INTERNAL.
+type corruptError struct {
+	scopeID string
+	version int64
+	err     error
+}
+
+func (e *corruptError) Error() string {
+	return fmt.Sprintf("scope %q version %d: stored config is not readable: %v", e.scopeID, e.version, e.err)
+}
+
+// unavailableError is a STORE_UNAVAILABLE *warmpool.Error that also unwraps to the
+// database error behind it, for errors.Is and logs.
+type unavailableError struct {
+	domain *warmpool.Error
+	cause  error
+}
+
+func (e *unavailableError) Error() string   { return e.domain.Error() }
+func (e *unavailableError) Unwrap() []error { return []error{e.domain, e.cause} }
+
+// failure classifies a database error of op: the caller's cancellation passes through
+// as ctx.Err(), anything else is STORE_UNAVAILABLE (INTERNAL for an unreadable row).
+func failure(ctx context.Context, op string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("config store: %s: %w", op, ctxErr)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("config store: %s: %w", op, err)
+	}
+	var corrupt *corruptError
+	if errors.As(err, &corrupt) {
+		return fmt.Errorf("config store: %s: %w", op,
+			warmpool.Errorf(warmpool.CodeInternal, "%v", corrupt))
+	}
+	return &unavailableError{
+		domain: &warmpool.Error{
+			Code:       warmpool.CodeStoreUnavailable,
+			Message:    fmt.Sprintf("config store: %s: %v", op, err),
+			RetryAfter: 1,
+		},
+		cause: err,
+	}
+}

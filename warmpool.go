@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -109,3 +110,19 @@ func (SystemClock) Now() time.Time { return time.Now() }
 
 // UnixMs is t in milliseconds since the epoch, the unit of every time in Redis.
 func UnixMs(t time.Time) int64 { return t.UnixMilli() }
+
+// Pool is what the session manager needs of the resource manager (rm.Manager); cmd
+// wires one to the other so that neither imports the other.
+type Pool interface {
+	// Acquire hands out a pod of the scope with a claimed slot on it. Errors:
+	// SCOPE_NOT_FOUND, NO_POD_AVAILABLE (wrapping ErrPoolFull when the scope is at
+	// max_pods with no deploy to join), DEPLOY_FAILED, STORE_UNAVAILABLE.
+	Acquire(ctx context.Context, scope, requestID string) (Lease, error)
+	// ReleaseClaim gives back a claim that will not be bound; with idle, a pod left
+	// without slots goes idle. Errors: STORE_UNAVAILABLE.
+	ReleaseClaim(ctx context.Context, scope, claim string, idle bool) error
+}
+
+// ErrPoolFull marks a NO_POD_AVAILABLE that says the scope is at max_pods and every
+// pod and deploy is full: the caller may queue for capacity.
+var ErrPoolFull = errors.New("scope is at max_pods")

@@ -161,8 +161,8 @@ func (m *Manager) acquire(ctx context.Context, scope string) (warmpool.Lease, er
 		return m.lead(ctx, scope, res, claim)
 	default:
 		m.cfg.Observe("acquire", "max_reached")
-		return warmpool.Lease{}, warmpool.Errorf(warmpool.CodeNoPodAvailable,
-			"scope %q is at max_pods (%d pods, %d deploying) and no deploy in flight has room", scope, res.Pods, res.Deploys).Retry(1)
+		return warmpool.Lease{}, fmt.Errorf("%w: %w", warmpool.ErrPoolFull, warmpool.Errorf(warmpool.CodeNoPodAvailable,
+			"scope %q is at max_pods (%d pods, %d deploying) and no deploy in flight has room", scope, res.Pods, res.Deploys).Retry(1))
 	}
 }
 

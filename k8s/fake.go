@@ -1,0 +1,442 @@
+package k8s
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/warmpool/warmpool"
+)
+
+// DeployRecord is one Deploy call seen by Fake.
+type DeployRecord struct {
+	Req warmpool.DeployRequest
+	// Pod is the pod the call returned; zero when Err is set or while in flight.
+	Pod   warmpool.Pod
+	Start time.Time
+	// End is when the call returned; zero while it is in flight.
+	End time.Time
+	Err error
+}
+
+// Fake is an in-memory PodDriver for tests of the packages above the drivers. Deploy
+// behaves like the kubernetes driver in the ways callers can observe: the pod exists
+// (not Ready) from the start of the deploy, a second create of the same (scope, fence)
+// fails with "already exists", and a failed or cancelled deploy removes its pod. Knobs
+// shape timing and failures without sleeps. The zero value is ready to use; all methods
+// are safe for concurrent use.
+type Fake struct {
+	// DeployDelay is how long each Deploy takes (after any Hold is released); ctx
+	// cancellation cuts it short. Set it before the first Deploy; SetDeployDelay changes
+	// it while deploys may run.
+	DeployDelay time.Duration
+
+	mu      sync.Mutex
+	pods    map[string]*warmpool.Pod
+	probes  map[string]error
+	records []*DeployRecord
+	deleted []string
+	failN   int
+	failMsg string
+	holds   int
+	holdCh  chan struct{} // non-nil while held; closed on the last release
+	changed chan struct{} // closed and replaced on every change, for waiters
+	done    chan struct{} // closed by Close
+	closed  bool
+}
+
+var _ warmpool.PodDriver = (*Fake)(nil)
+
+// NewFake returns an empty Fake.
+func NewFake() *Fake {
+	f := &Fake{}
+	f.mu.Lock()
+	f.initLocked()
+	f.mu.Unlock()
+	return f
+}
+
+// initLocked makes the zero value usable; f.mu is held.
+func (f *Fake) initLocked() {
+	if f.pods == nil {
+		f.pods = map[string]*warmpool.Pod{}
+		f.probes = map[string]error{}
+		f.changed = make(chan struct{})
+		f.done = make(chan struct{})
+	}
+}
+
+// notifyLocked wakes everyone waiting on Changed; f.mu is held.
+func (f *Fake) notifyLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// SetDeployDelay changes DeployDelay for deploys that start afterwards.
+func (f *Fake) SetDeployDelay(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.DeployDelay = d
+}
+
+// FailNext makes the next n deploys fail with DEPLOY_FAILED and msg, after their delay.
+// It replaces any earlier FailNext that has not run out.
+func (f *Fake) FailNext(n int, msg string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failN, f.failMsg = n, msg
+}
+
+// Hold makes deploys block (after they have created their not-yet-ready pod) until
+// release is called, so a test can line up concurrent deploys and look at them in
+// flight. Holds nest: deploys run again once every release has been called. Calling
+// release more than once is harmless.
+func (f *Fake) Hold() (release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.initLocked()
+	if f.holds == 0 {
+		f.holdCh = make(chan struct{})
+	}
+	f.holds++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.holds--
+			if f.holds == 0 {
+				close(f.holdCh)
+				f.holdCh = nil
+			}
+			f.notifyLocked()
+		})
+	}
+}
+
+// SetProbe makes Probe of podID return err; nil makes the pod healthy again.
+func (f *Fake) SetProbe(podID string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.initLocked()
+	if err == nil {
+		delete(f.probes, podID)
+	} else {
+		f.probes[podID] = err
+	}
+	f.notifyLocked()
+}
+
+// Kill marks the pod dead with reason (as if its process crashed or its node was lost):
+// List reports it Dead and not Ready, Probe fails, and it stays listed until deleted.
+// Killing an unknown pod does nothing.
+func (f *Fake) Kill(podID, reason string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.initLocked()
+	p, ok := f.pods[podID]
+	if !ok {
+		return
+	}
+	if reason == "" {
+		reason = "killed"
+	}
+	p.Dead, p.Ready = reason, false
+	f.notifyLocked()
+}
+
+// AddExternal adds a pod that nobody deployed through this driver, as reconcile finds
+// pods another replica (or an earlier life of the service) created. Empty URLs and
+// CreatedAt are filled; the pod is Ready unless Dead is set.
+func (f *Fake) AddExternal(pod warmpool.Pod) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.initLocked()
+	if pod.SSEURL == "" {
+		pod.SSEURL = fakeURL(pod.ID, warmpool.DefaultSSEPath)
+	}
+	if pod.HealthURL == "" {
+		pod.HealthURL = fakeURL(pod.ID, warmpool.DefaultHealthPath)
+	}
+	if pod.CreatedAt == 0 {
+		pod.CreatedAt = warmpool.UnixMs(time.Now())
+	}
+	pod.Ready = pod.Dead == ""
+	f.pods[pod.ID] = &pod
+	f.notifyLocked()
+}
+
+// Pods returns every pod the driver has, like List without a context.
+func (f *Fake) Pods() []warmpool.Pod {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]warmpool.Pod, 0, len(f.pods))
+	for _, p := range f.pods {
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(a, b warmpool.Pod) int {
+		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	return out
+}
+
+// Deploys returns a copy of every deploy record, in the order the calls started.
+func (f *Fake) Deploys() []DeployRecord {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]DeployRecord, len(f.records))
+	for i, r := range f.records {
+		out[i] = *r
+	}
+	return out
+}
+
+// DeployCount is the number of Deploy calls so far, failed and in-flight ones included.
+func (f *Fake) DeployCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.records)
+}
+
+// InFlight is the number of Deploy calls that have started and not yet returned.
+func (f *Fake) InFlight() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, r := range f.records {
+		if r.End.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
+// MaxOverlap is the largest number of deploys whose [Start, End) windows overlap; an
+// in-flight deploy's window is open-ended.
+func (f *Fake) MaxOverlap() int {
+	type event struct {
+		at    time.Time
+		delta int
+	}
+	f.mu.Lock()
+	events := make([]event, 0, 2*len(f.records))
+	for _, r := range f.records {
+		switch {
+		case r.End.IsZero():
+			events = append(events, event{r.Start, +1})
+		case r.End.After(r.Start): // an empty window overlaps nothing
+			events = append(events, event{r.Start, +1}, event{r.End, -1})
+		}
+	}
+	f.mu.Unlock()
+	// Ends sort before starts at the same instant: the windows are half-open.
+	slices.SortFunc(events, func(a, b event) int {
+		return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.delta, b.delta))
+	})
+	cur, best := 0, 0
+	for _, e := range events {
+		cur += e.delta
+		best = max(best, cur)
+	}
+	return best
+}
+
+// Deleted returns the ids passed to Delete, in order, including ids that were missing.
+func (f *Fake) Deleted() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.deleted)
+}
+
+// Changed returns a channel that is closed at the driver's next change (a deploy starting
+// or ending, a pod added, killed or deleted, a hold released). Tests await a condition
+// with it instead of sleeping: take the channel, check the condition, then wait on it.
+func (f *Fake) Changed() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.initLocked()
+	return f.changed
+}
+
+// WaitInFlight blocks until at least n deploys are in flight, or ctx ends.
+func (f *Fake) WaitInFlight(ctx context.Context, n int) error {
+	for {
+		ch := f.Changed()
+		if f.InFlight() >= n {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("fake: waiting for %d deploys in flight (have %d): %w", n, f.InFlight(), ctx.Err())
+		}
+	}
+}
+
+// Close makes in-flight and later deploys fail with DEPLOY_FAILED; the pods stay.
+func (f *Fake) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.initLocked()
+	if !f.closed {
+		f.closed = true
+		close(f.done)
+		f.notifyLocked()
+	}
+	return nil
+}
+
+// Deploy creates the pod named warmpool.PodName(scope, fence), waits for any Hold and
+// then DeployDelay, and returns it Ready. Errors: DEPLOY_FAILED when the name exists,
+// when FailNext says so, when the pod was deleted or killed while starting or when the
+// driver is closed; ctx.Err() when ctx ends first. A failed deploy removes its pod.
+func (f *Fake) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpool.Pod, error) {
+	if err := ctx.Err(); err != nil {
+		return warmpool.Pod{}, err
+	}
+	name := warmpool.PodName(req.ScopeID, req.Fence)
+
+	f.mu.Lock()
+	f.initLocked()
+	rec := &DeployRecord{Req: req, Start: time.Now()}
+	f.records = append(f.records, rec)
+	f.notifyLocked()
+	var early error
+	switch _, exists := f.pods[name]; {
+	case f.closed:
+		early = warmpool.Errorf(warmpool.CodeDeployFailed, "fake driver closed")
+	case exists:
+		early = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s already exists", name)
+	}
+	if early != nil {
+		rec.End, rec.Err = time.Now(), early
+		f.mu.Unlock()
+		return warmpool.Pod{}, early
+	}
+	fail, failMsg := f.failN > 0, f.failMsg
+	if fail {
+		f.failN--
+	}
+	pod := &warmpool.Pod{
+		ID:        name,
+		ScopeID:   req.ScopeID,
+		DeployVer: req.DeployVer,
+		Fence:     req.Fence,
+		Namespace: req.Spec.Namespace,
+		SSEURL:    fakeURL(name, cmp.Or(req.Spec.SSEPath, warmpool.DefaultSSEPath)),
+		HealthURL: fakeURL(name, cmp.Or(req.Spec.HealthPath, warmpool.DefaultHealthPath)),
+		CreatedAt: warmpool.UnixMs(rec.Start),
+	}
+	f.pods[name] = pod
+	delay, done := f.DeployDelay, f.done
+	f.mu.Unlock()
+
+	err := f.waitReady(ctx, delay, done)
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	mine := f.pods[name] == pod
+	switch {
+	case err != nil:
+	case fail:
+		err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s: %s", name, cmp.Or(failMsg, "injected failure"))
+	case !mine:
+		err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s was deleted before it became ready", name)
+	case pod.Dead != "":
+		err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s died before it became ready: %s", name, pod.Dead)
+	}
+	rec.End = time.Now()
+	f.notifyLocked()
+	if err != nil {
+		if mine {
+			delete(f.pods, name)
+		}
+		rec.Err = err
+		return warmpool.Pod{}, err
+	}
+	pod.Ready = true
+	rec.Pod = *pod
+	return *pod, nil
+}
+
+// waitReady waits out any Hold, then delay. A hold taken again before a blocked deploy
+// wakes keeps it blocked: deploys run only while nothing holds them.
+func (f *Fake) waitReady(ctx context.Context, delay time.Duration, done <-chan struct{}) error {
+	closed := warmpool.Errorf(warmpool.CodeDeployFailed, "fake driver closed")
+	for {
+		f.mu.Lock()
+		hold := f.holdCh
+		f.mu.Unlock()
+		if hold == nil {
+			break
+		}
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-done:
+			return closed
+		}
+	}
+	if delay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-done:
+		return closed
+	}
+}
+
+// Delete removes the pod; a missing pod is not an error.
+func (f *Fake) Delete(ctx context.Context, pod warmpool.Pod) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.initLocked()
+	f.deleted = append(f.deleted, pod.ID)
+	delete(f.pods, pod.ID)
+	delete(f.probes, pod.ID)
+	f.notifyLocked()
+	return nil
+}
+
+// List returns every pod, oldest first, with Ready and Dead filled.
+func (f *Fake) List(ctx context.Context) ([]warmpool.Pod, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return f.Pods(), nil
+}
+
+// Probe fails for a missing pod (wrapping warmpool.ErrPodNotFound), a dead or not yet
+// ready one, and one given an error with SetProbe.
+func (f *Fake) Probe(ctx context.Context, pod warmpool.Pod) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.pods[pod.ID]
+	switch {
+	case !ok:
+		return fmt.Errorf("probe %s: %w", pod.ID, warmpool.ErrPodNotFound)
+	case p.Dead != "":
+		return fmt.Errorf("probe %s: pod is dead: %s", pod.ID, p.Dead)
+	case !p.Ready:
+		return fmt.Errorf("probe %s: pod is not ready", pod.ID)
+	}
+	return f.probes[pod.ID]
+}
+
+func fakeURL(pod, path string) string { return "http://fake.invalid/" + pod + path }

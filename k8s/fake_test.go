@@ -1,0 +1,396 @@
+package k8s_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/k8s"
+)
+
+// noLeak fails the test if it leaves goroutines behind. Register it first so its
+// cleanup runs last, after the driver's Close.
+func noLeak(t *testing.T) {
+	t.Helper()
+	opts := []goleak.Option{goleak.IgnoreCurrent()}
+	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
+}
+
+func mustFake(t *testing.T) *k8s.Fake {
+	t.Helper()
+	noLeak(t)
+	f := k8s.NewFake()
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+func fakeReq(scope string, fence int64) warmpool.DeployRequest {
+	return warmpool.DeployRequest{
+		ScopeID:   scope,
+		DeployVer: "v1",
+		Fence:     fence,
+		Spec:      warmpool.DefaultScopeConfig().Deploy,
+	}
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func wantCode(t *testing.T, err error, code warmpool.Code, contains string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("err = nil, want %s", code)
+	}
+	if got := warmpool.ErrorCode(err); got != code {
+		t.Fatalf("code = %s (%v), want %s", got, err, code)
+	}
+	if !strings.Contains(err.Error(), contains) {
+		t.Fatalf("err = %q, want it to mention %q", err, contains)
+	}
+}
+
+// deployAsync runs Deploy in the background; the channel yields its error.
+func deployAsync(ctx context.Context, d warmpool.PodDriver, req warmpool.DeployRequest) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		_, err := d.Deploy(ctx, req)
+		ch <- err
+	}()
+	return ch
+}
+
+func TestFakeDeployListDelete(t *testing.T) {
+	f := mustFake(t)
+	ctx := testCtx(t)
+
+	pod, err := f.Deploy(ctx, fakeReq("demo", 7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := warmpool.PodName("demo", 7)
+	if pod.ID != name || pod.ScopeID != "demo" || pod.DeployVer != "v1" || pod.Fence != 7 || !pod.Ready {
+		t.Fatalf("pod = %+v", pod)
+	}
+	if pod.SSEURL != "http://fake.invalid/"+name+"/sse" || pod.HealthURL != "http://fake.invalid/"+name+"/health" {
+		t.Fatalf("urls = %q %q", pod.SSEURL, pod.HealthURL)
+	}
+	if err := f.Probe(ctx, pod); err != nil {
+		t.Fatalf("Probe = %v", err)
+	}
+
+	// The same (scope, fence) again is the duplicate create that fencing relies on.
+	_, err = f.Deploy(ctx, fakeReq("demo", 7))
+	wantCode(t, err, warmpool.CodeDeployFailed, "already exists")
+
+	pods, err := f.List(ctx)
+	if err != nil || len(pods) != 1 || pods[0].ID != name || !pods[0].Ready || pods[0].Dead != "" {
+		t.Fatalf("List = %+v, %v", pods, err)
+	}
+	if n := f.DeployCount(); n != 2 {
+		t.Fatalf("DeployCount = %d, want 2", n)
+	}
+	recs := f.Deploys()
+	if recs[0].Err != nil || recs[0].Pod.ID != name || recs[0].End.Before(recs[0].Start) || recs[1].Err == nil {
+		t.Fatalf("records = %+v", recs)
+	}
+
+	if err := f.Delete(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Delete(ctx, pod); err != nil {
+		t.Fatalf("second Delete = %v, want nil", err)
+	}
+	if pods := f.Pods(); len(pods) != 0 {
+		t.Fatalf("Pods after Delete = %+v", pods)
+	}
+	if err := f.Probe(ctx, pod); !errors.Is(err, warmpool.ErrPodNotFound) {
+		t.Fatalf("Probe of deleted pod = %v, want ErrPodNotFound", err)
+	}
+	if got := f.Deleted(); len(got) != 2 || got[0] != name {
+		t.Fatalf("Deleted = %v", got)
+	}
+	// After the delete the name is free again.
+	if _, err := f.Deploy(ctx, fakeReq("demo", 7)); err != nil {
+		t.Fatalf("Deploy after Delete = %v", err)
+	}
+}
+
+func TestFakeZeroValue(t *testing.T) {
+	noLeak(t)
+	var f k8s.Fake
+	if _, err := f.Deploy(testCtx(t), fakeReq("zero", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Pods()) != 1 {
+		t.Fatal("zero-value Fake lost its pod")
+	}
+}
+
+func TestFakeHoldAndOverlap(t *testing.T) {
+	f := mustFake(t)
+	ctx := testCtx(t)
+
+	// Sequential deploys never overlap.
+	for i := int64(1); i <= 3; i++ {
+		if _, err := f.Deploy(ctx, fakeReq("seq", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.MaxOverlap(); got != 1 {
+		t.Fatalf("MaxOverlap after sequential deploys = %d, want 1", got)
+	}
+
+	release := f.Hold()
+	var errs []<-chan error
+	for i := int64(1); i <= 4; i++ {
+		errs = append(errs, deployAsync(ctx, f, fakeReq("par", i)))
+	}
+	if err := f.WaitInFlight(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	// Held deploys have created their pods, not ready yet, as a cluster would show them.
+	notReady := 0
+	for _, p := range f.Pods() {
+		if p.ScopeID == "par" && !p.Ready {
+			notReady++
+		}
+	}
+	if notReady != 4 {
+		t.Fatalf("%d held pods listed not ready, want 4: %+v", notReady, f.Pods())
+	}
+	if got := f.MaxOverlap(); got != 4 {
+		t.Fatalf("MaxOverlap while held = %d, want 4", got)
+	}
+	release()
+	release() // harmless
+	for _, ch := range errs {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.InFlight() != 0 || f.DeployCount() != 7 || f.MaxOverlap() != 4 {
+		t.Fatalf("after release: in flight %d, count %d, overlap %d", f.InFlight(), f.DeployCount(), f.MaxOverlap())
+	}
+	for _, p := range f.Pods() {
+		if !p.Ready {
+			t.Fatalf("pod %s not ready after release", p.ID)
+		}
+	}
+}
+
+func TestFakeNestedHold(t *testing.T) {
+	f := mustFake(t)
+	ctx := testCtx(t)
+	r1, r2 := f.Hold(), f.Hold()
+	done := deployAsync(ctx, f, fakeReq("nest", 1))
+	if err := f.WaitInFlight(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	r1()
+	// Still held by r2: the deploy must not finish (its hold channel stays open, so
+	// nothing even wakes it).
+	select {
+	case err := <-done:
+		t.Fatalf("deploy finished while a hold remained: %v", err)
+	default:
+	}
+	if f.InFlight() != 1 {
+		t.Fatal("deploy left flight while a hold remained")
+	}
+	r2()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFakeFailNext(t *testing.T) {
+	f := mustFake(t)
+	ctx := testCtx(t)
+	f.FailNext(2, "image pull backoff")
+	for i := int64(1); i <= 2; i++ {
+		_, err := f.Deploy(ctx, fakeReq("fail", i))
+		wantCode(t, err, warmpool.CodeDeployFailed, "image pull backoff")
+	}
+	if pods := f.Pods(); len(pods) != 0 {
+		t.Fatalf("failed deploys left pods: %+v", pods)
+	}
+	if _, err := f.Deploy(ctx, fakeReq("fail", 3)); err != nil {
+		t.Fatalf("third deploy = %v, want success", err)
+	}
+	recs := f.Deploys()
+	if len(recs) != 3 || recs[0].Err == nil || recs[1].Err == nil || recs[2].Err != nil {
+		t.Fatalf("records = %+v", recs)
+	}
+}
+
+func TestFakeDelayAndCancel(t *testing.T) {
+	f := mustFake(t)
+	ctx := testCtx(t)
+
+	f.SetDeployDelay(30 * time.Millisecond)
+	if _, err := f.Deploy(ctx, fakeReq("slow", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.Deploys()[0]; r.End.Sub(r.Start) < 30*time.Millisecond {
+		t.Fatalf("deploy took %v, want at least the 30ms delay", r.End.Sub(r.Start))
+	}
+
+	// A cancelled ctx cuts the delay short, returns ctx.Err() and removes the pod.
+	f.SetDeployDelay(time.Hour)
+	dctx, cancel := context.WithCancel(ctx)
+	done := deployAsync(dctx, f, fakeReq("slow", 2))
+	if err := f.WaitInFlight(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Deploy after cancel = %v, want context.Canceled", err)
+	}
+	if pods := f.Pods(); len(pods) != 1 {
+		t.Fatalf("cancelled deploy left its pod: %+v", pods)
+	}
+
+	// Cancelling while held works the same way.
+	release := f.Hold()
+	defer release()
+	dctx, cancel = context.WithCancel(ctx)
+	done = deployAsync(dctx, f, fakeReq("slow", 3))
+	if err := f.WaitInFlight(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("held Deploy after cancel = %v, want context.Canceled", err)
+	}
+	if _, err := f.Deploy(dctx, fakeReq("slow", 4)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Deploy with a cancelled ctx = %v", err)
+	}
+}
+
+func TestFakeKillProbeExternal(t *testing.T) {
+	f := mustFake(t)
+	ctx := testCtx(t)
+	pod, err := f.Deploy(ctx, fakeReq("k", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unhealthy := errors.New("health answered 500")
+	f.SetProbe(pod.ID, unhealthy)
+	if err := f.Probe(ctx, pod); !errors.Is(err, unhealthy) {
+		t.Fatalf("Probe = %v, want the injected error", err)
+	}
+	f.SetProbe(pod.ID, nil)
+	if err := f.Probe(ctx, pod); err != nil {
+		t.Fatalf("Probe after clearing = %v", err)
+	}
+
+	f.Kill(pod.ID, "OOMKilled")
+	f.Kill("no-such-pod", "x") // no effect
+	pods, _ := f.List(ctx)
+	if len(pods) != 1 || pods[0].Dead != "OOMKilled" || pods[0].Ready {
+		t.Fatalf("List after Kill = %+v", pods)
+	}
+	if err := f.Probe(ctx, pod); err == nil {
+		t.Fatal("Probe of a dead pod = nil")
+	}
+
+	f.AddExternal(warmpool.Pod{ID: "orphan-1", ScopeID: "k", DeployVer: "old", Fence: 9})
+	f.AddExternal(warmpool.Pod{ID: "orphan-2", ScopeID: "k", Dead: "Evicted"})
+	byID := map[string]warmpool.Pod{}
+	for _, p := range f.Pods() {
+		byID[p.ID] = p
+	}
+	if o := byID["orphan-1"]; !o.Ready || o.SSEURL != "http://fake.invalid/orphan-1/sse" || o.CreatedAt == 0 {
+		t.Fatalf("external pod = %+v", o)
+	}
+	if o := byID["orphan-2"]; o.Ready || o.Dead != "Evicted" {
+		t.Fatalf("dead external pod = %+v", o)
+	}
+}
+
+func TestFakeDeleteOrKillWhileDeploying(t *testing.T) {
+	f := mustFake(t)
+	ctx := testCtx(t)
+	release := f.Hold()
+	deleted := deployAsync(ctx, f, fakeReq("race", 1))
+	killed := deployAsync(ctx, f, fakeReq("race", 2))
+	if err := f.WaitInFlight(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Delete(ctx, warmpool.Pod{ID: warmpool.PodName("race", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	f.Kill(warmpool.PodName("race", 2), "Error")
+	release()
+	wantCode(t, <-deleted, warmpool.CodeDeployFailed, "deleted")
+	wantCode(t, <-killed, warmpool.CodeDeployFailed, "died")
+	if pods := f.Pods(); len(pods) != 0 {
+		t.Fatalf("pods left: %+v", pods)
+	}
+}
+
+func TestFakeClose(t *testing.T) {
+	f := mustFake(t)
+	ctx := testCtx(t)
+	release := f.Hold()
+	defer release()
+	done := deployAsync(ctx, f, fakeReq("c", 1))
+	if err := f.WaitInFlight(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, <-done, warmpool.CodeDeployFailed, "closed")
+	_, err := f.Deploy(ctx, fakeReq("c", 2))
+	wantCode(t, err, warmpool.CodeDeployFailed, "closed")
+	if err := f.Close(); err != nil {
+		t.Fatalf("second Close = %v", err)
+	}
+}
+
+// TestFakeConcurrent drives every method at once, for the race detector; a fence is
+// deployed by two callers, so exactly one of each pair succeeds.
+func TestFakeConcurrent(t *testing.T) {
+	f := mustFake(t)
+	ctx := testCtx(t)
+	f.SetDeployDelay(time.Millisecond)
+	const fences = 20
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := map[int64]int{}
+	for i := range 2 * fences {
+		fence := int64(i % fences)
+		wg.Go(func() {
+			pod, err := f.Deploy(ctx, fakeReq("conc", fence))
+			if err == nil {
+				mu.Lock()
+				ok[fence]++
+				mu.Unlock()
+				_ = f.Probe(ctx, pod)
+				f.Kill(pod.ID, "x")
+			}
+			_, _ = f.List(ctx)
+			_ = f.MaxOverlap()
+			_ = f.Deploys()
+		})
+	}
+	wg.Wait()
+	for fence := range int64(fences) {
+		if ok[fence] != 1 {
+			t.Fatalf("fence %d deployed %d times, want exactly 1", fence, ok[fence])
+		}
+	}
+	if f.DeployCount() != 2*fences {
+		t.Fatalf("DeployCount = %d", f.DeployCount())
+	}
+}

@@ -76,3 +76,15 @@ local function expire_deploys(deploying, followers, claims, claimpod, now, note_
   end
   redis.call('ZREMRANGEBYSCORE', followers, '-inf', now)
 end
+
+-- evict_session unbinds one session and frees its slot (the pod goes idle when it was
+-- the last one). Returns the pod it was on.
+local function evict_session(sessions, sexp, pods, slots, idle, sid, now)
+  local pod = redis.call('HGET', sessions, sid)
+  redis.call('HDEL', sessions, sid)
+  redis.call('ZREM', sexp, sid)
+  if pod then
+    free_slot(pods, slots, idle, pod, now, true)
+  end
+  return pod
+end

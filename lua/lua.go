@@ -31,6 +31,14 @@ var (
 	LockObtain     = load("lock_obtain.lua")
 	LockExtend     = load("lock_extend.lua")
 	LockRelease    = load("lock_release.lua")
+	SessionRoute   = load("session_route.lua")
+	SessionTouch   = load("session_touch.lua")
+	SessionEnd     = load("session_end.lua")
+	SessionEvict   = load("session_evict.lua")
+	SessionGet     = load("session_get.lua")
+	WaiterGate     = load("waiter_gate.lua")
+	WaiterLeave    = load("waiter_leave.lua")
+	ScopePublish   = load("scope_publish.lua")
 )
 
 // Scripts maps each script file name to its script, so tests can check that every

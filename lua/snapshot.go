@@ -2,6 +2,7 @@ package lua
 
 import (
 	"context"
+	"sort"
 	"strconv"
 	"time"
 
@@ -83,4 +84,59 @@ func zmap(zs []redis.Z) map[string]time.Time {
 		m[z.Member.(string)] = time.UnixMilli(int64(z.Score))
 	}
 	return m
+}
+
+// ScopeCounts are the sizes of a scope's pool, for listings.
+type ScopeCounts struct {
+	ScopeID   string
+	DeployVer string
+	Version   int64
+	Pods      int64
+	Idle      int64
+	Sessions  int64
+	Deploying int64
+	Waiters   int64
+}
+
+// Counts reads the pool sizes of every published scope in one pipeline.
+func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
+	ids, err := s.ScopeIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(ids)
+	type cmds struct {
+		cfg                                    *redis.SliceCmd
+		pods, idle, sessions, deploys, waiters *redis.IntCmd
+	}
+	pipe := s.rdb.Pipeline()
+	all := make([]cmds, len(ids))
+	for i, id := range ids {
+		k := s.keys.Scope(id)
+		all[i] = cmds{
+			cfg:      pipe.HMGet(ctx, k.Config, "deploy_ver", "version"),
+			pods:     pipe.ZCard(ctx, k.Pods),
+			idle:     pipe.ZCard(ctx, k.Idle),
+			sessions: pipe.HLen(ctx, k.Sessions),
+			deploys:  pipe.ZCard(ctx, k.Deploying),
+			waiters:  pipe.ZCard(ctx, k.Waiters),
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, s.redisErr(ctx, err)
+	}
+	out := make([]ScopeCounts, 0, len(ids))
+	for i, id := range ids {
+		c := all[i]
+		v := c.cfg.Val()
+		ver, _ := v[0].(string)
+		if ver == "" {
+			continue // listed but never published (or lost): reconcile repairs the index
+		}
+		version, _ := v[1].(string)
+		n, _ := strconv.ParseInt(version, 10, 64)
+		out = append(out, ScopeCounts{ScopeID: id, DeployVer: ver, Version: n, Pods: c.pods.Val(), Idle: c.idle.Val(),
+			Sessions: c.sessions.Val(), Deploying: c.deploys.Val(), Waiters: c.waiters.Val()})
+	}
+	return out, nil
 }

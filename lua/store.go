@@ -106,9 +106,9 @@ type ScopeRecord struct {
 }
 
 // PublishScope writes the scope's config to Redis so every replica routes with it at
-// once, and adds the scope to the global index. A new scope gets its epoch key when the
-// keyspace itself is live (bootstrapped), so a scope never becomes routable in the
-// middle of a rebuild.
+// once, and adds the scope to the global index. An older version never overwrites a
+// newer one. A new scope gets its epoch key when the keyspace itself is live, so a
+// scope never becomes routable in the middle of a rebuild.
 func (s *Store) PublishScope(ctx context.Context, rec ScopeRecord) error {
 	k := s.keys.Scope(rec.ScopeID)
 	deploy, err := json.Marshal(rec.Config.Deploy)
@@ -120,32 +120,27 @@ func (s *Store) PublishScope(ctx context.Context, rec ScopeRecord) error {
 		return err
 	}
 	p := rec.Config.Pool
-	fields := map[string]any{
-		"deploy_ver":      rec.DeployVer,
-		"version":         rec.Version,
-		"max_pods":        p.MaxPods(),
-		"parallel":        p.ParallelDeploys(),
-		"pod_concurrency": p.PodConcurrency,
-		"min_idle":        p.MinIdlePods,
-		"pod_ttl_ms":      int64(p.PodTTLS) * 1000,
-		"session_ttl_ms":  int64(p.SessionTTLS) * 1000,
-		"queue_size":      p.QueueSize,
-		"wait_ms":         int64(p.WaitTimeoutS) * 1000,
-		"ready_ms":        int64(rec.Config.Deploy.ReadyTimeoutS) * 1000,
-		"deploy":          string(deploy),
-		"config":          string(full),
-	}
 	epoch, err := s.rdb.Get(ctx, s.keys.Epoch()).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return s.redisErr(ctx, err)
 	}
-	pipe := s.rdb.TxPipeline()
-	pipe.HSet(ctx, k.Config, fields)
-	if epoch != "" {
-		pipe.SetNX(ctx, k.Epoch, epoch, 0)
+	args := []any{rec.Version, epoch,
+		"deploy_ver", rec.DeployVer,
+		"version", rec.Version,
+		"max_pods", p.MaxPods(),
+		"parallel", p.ParallelDeploys(),
+		"pod_concurrency", p.PodConcurrency,
+		"min_idle", p.MinIdlePods,
+		"pod_ttl_ms", int64(p.PodTTLS) * 1000,
+		"session_ttl_ms", int64(p.SessionTTLS) * 1000,
+		"queue_size", p.QueueSize,
+		"wait_ms", int64(p.WaitTimeoutS) * 1000,
+		"ready_ms", int64(rec.Config.Deploy.ReadyTimeoutS) * 1000,
+		"deploy", string(deploy),
+		"config", string(full),
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return s.redisErr(ctx, err)
+	if _, err := s.run(ctx, ScopePublish, rec.ScopeID, []string{k.Config, k.Epoch}, args...); err != nil {
+		return err
 	}
 	if err := s.rdb.SAdd(ctx, s.keys.Scopes(), rec.ScopeID).Err(); err != nil {
 		return s.redisErr(ctx, err)

@@ -1,0 +1,37 @@
+# warmpool — see README.md. Every target works on a fresh Debian machine with Go.
+GO      ?= go
+BIN     := bin/warmpool
+PKGS    := ./...
+# Tests that start the built binary find it here.
+export WARMPOOL_BIN := $(CURDIR)/$(BIN)
+
+.PHONY: all build run test unit fuzz bench lint e2e clean
+
+all: lint test
+
+build:
+	$(GO) build -o $(BIN) ./cmd/warmpool
+
+## run: the service with an embedded Redis, the local pod driver and a ready `demo` scope
+run: build
+	$(BIN) serve --dev
+
+## test: every test, on a real redis-server started (and stopped) for the run
+test: build
+	scripts/with-redis.sh $(GO) test -race -count=1 $(PKGS)
+
+## unit: the fast tests only, on miniredis
+unit:
+	$(GO) test -race -count=1 -short $(PKGS)
+
+## bench: benchmarks against a real redis-server
+bench:
+	scripts/with-redis.sh $(GO) test -run '^$$' -bench . -benchmem -count=1 ./lua/ ./rm/
+
+## lint: formatting and vet
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+clean:
+	rm -rf bin

@@ -1,0 +1,66 @@
+// Command warmpool is the warm-pod manager: the service (serve), the stand-in agent
+// (demo-agent) and operator sub-commands over the HTTP API.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/warmpool/warmpool/demoagent"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintln(os.Stderr, "warmpool:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// errUsage: the usage text was printed already.
+var errUsage = errors.New("usage")
+
+const usage = `warmpool — warm pools of agent pods, and sessions routed to them.
+
+usage:
+  warmpool serve [flags]             the service (see 'warmpool serve -h')
+  warmpool demo-agent [flags]        the stand-in agent pods run
+  warmpool scope put NAME -f FILE    store a scope config (JSON)
+  warmpool scope get NAME            show a scope's stored config
+  warmpool scopes                    every scope with pod and session counts
+  warmpool pool NAME                 a scope's pods, deploys, followers and waiters
+  warmpool sync                      publish every stored scope to Redis
+
+Operator commands take --server URL (WARMPOOL_SERVER, default http://127.0.0.1:8080)
+and --token TOKEN (WARMPOOL_AUTH_TOKEN).
+`
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) < 2 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	cmd, rest := args[1], args[2:]
+	switch cmd {
+	case "serve":
+		return serve(ctx, rest, getenv, stdout, stderr)
+	case "demo-agent":
+		return demoagent.Main(ctx, rest, stdout, stderr)
+	case "scope", "scopes", "pool", "sync":
+		return operator(ctx, cmd, rest, getenv, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "warmpool: unknown command %q\n\n%s", cmd, usage)
+	return errUsage
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/warmpool/warmpool/server"
+)
+
+// envOr returns the env var's value, or def when it is unset.
+func envOr(getenv func(string) string, name, def string) string {
+	if v := getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg server.Config
+	fs.StringVar(&cfg.Listen, "listen", envOr(getenv, "WARMPOOL_LISTEN", server.DefaultListen), "HTTP listen address [WARMPOOL_LISTEN]")
+	fs.StringVar(&cfg.RedisURL, "redis", getenv("WARMPOOL_REDIS"), "redis:// URL, or host:port,host:port,… for a Cluster; empty = embedded in-process Redis (dev only) [WARMPOOL_REDIS]")
+	fs.StringVar(&cfg.StorePath, "store", envOr(getenv, "WARMPOOL_STORE", server.DefaultStore), "SQLite config store path or DSN [WARMPOOL_STORE]")
+	fs.StringVar(&cfg.DriverName, "driver", envOr(getenv, "WARMPOOL_DRIVER", ""), "pod driver: local, kubernetes or fake (default local) [WARMPOOL_DRIVER]")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig path; empty = in-cluster config [KUBECONFIG]")
+	fs.StringVar(&cfg.Namespace, "namespace", getenv("WARMPOOL_NAMESPACE"), "namespace of pods whose scope names none [WARMPOOL_NAMESPACE]")
+	qps := fs.Float64("kube-qps", 0, "Kubernetes client QPS (0 = client default)")
+	fs.IntVar(&cfg.KubeBurst, "kube-burst", 0, "Kubernetes client burst (0 = client default)")
+	fs.StringVar(&cfg.InstanceID, "instance-id", getenv("WARMPOOL_INSTANCE_ID"), "replica name (default hostname + random suffix) [WARMPOOL_INSTANCE_ID]")
+	fs.StringVar(&cfg.AuthToken, "auth-token", getenv("WARMPOOL_AUTH_TOKEN"), "bearer token required on /v1 (empty = no auth) [WARMPOOL_AUTH_TOKEN]")
+	fs.StringVar(&cfg.Prefix, "prefix", envOr(getenv, "WARMPOOL_PREFIX", "wp:"), "Redis key prefix [WARMPOOL_PREFIX]")
+	fs.DurationVar(&cfg.SweepInterval, "sweep-interval", durationEnv(getenv, "WARMPOOL_SWEEP_INTERVAL", server.DefaultSweepInterval), "interval of the background jobs [WARMPOOL_SWEEP_INTERVAL]")
+	fs.StringVar(&cfg.LocalStateDir, "local-state-dir", getenv("WARMPOOL_LOCAL_STATE_DIR"), "local driver: directory where pods are registered; replicas on one machine share it [WARMPOOL_LOCAL_STATE_DIR]")
+	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: embedded Redis, local driver and a ready 'demo' scope")
+	level := fs.String("log-level", envOr(getenv, "WARMPOOL_LOG_LEVEL", "info"), "debug, info, warn or error [WARMPOOL_LOG_LEVEL]")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	cfg.KubeQPS = float32(*qps)
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("--log-level %q: %w", *level, err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	cfg.Logger = log
+	if cfg.Dev {
+		cfg.RedisURL = ""
+		if cfg.DriverName == "" {
+			cfg.DriverName = "local"
+		}
+	}
+	if cfg.AuthToken == "" {
+		log.Warn("no --auth-token: the API is open to anyone who can reach it")
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(ctx, cfg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	addr := "http://" + ln.Addr().String()
+	fmt.Fprintf(stdout, "warmpool %s listening on %s\n", srv.InstanceID(), addr)
+	if cfg.Dev {
+		auth := ""
+		if cfg.AuthToken != "" {
+			auth = " -H 'Authorization: Bearer " + cfg.AuthToken + "'"
+		}
+		fmt.Fprintf(stdout, "route a session:\n  curl -s -X POST%s %s/v1/scopes/%s/sessions -d '{\"session_id\":\"s1\"}'\n", auth, addr, server.DemoScope)
+	}
+	err = srv.Run(ctx, ln)
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+func durationEnv(getenv func(string) string, name string, def time.Duration) time.Duration {
+	v := getenv(name)
+	if v == "" {
+		return def
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		return d
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		return time.Duration(n) * time.Second
+	}
+	return def
+}

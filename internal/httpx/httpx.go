@@ -1,0 +1,163 @@
+// Package httpx holds what every HTTP handler of warmpool shares: the error envelope,
+// strict JSON decoding with a size limit, bearer auth, request ids and access logs.
+package httpx
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/warmpool/warmpool"
+)
+
+// MaxBody is the largest request body accepted (SPEC §3).
+const MaxBody = 1 << 20
+
+// envelope is the one error shape of the API.
+type envelope struct {
+	Error envelopeBody `json:"error"`
+}
+
+type envelopeBody struct {
+	Code       string `json:"code"`
+	Message    string `json:"message"`
+	RetryAfter int    `json:"retry_after,omitempty"`
+}
+
+// WriteJSON writes v with the status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// WriteError turns any error into the envelope and its status. Only INTERNAL is logged
+// as an error; a caller that went away gets nothing.
+func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	var e *warmpool.Error
+	switch {
+	case errors.As(err, &e):
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		return // the client left; nobody reads an answer
+	case errors.Is(err, context.DeadlineExceeded):
+		e = &warmpool.Error{Code: warmpool.CodeStoreUnavailable, Message: "timed out: " + err.Error(), RetryAfter: 1}
+	default:
+		e = &warmpool.Error{Code: warmpool.CodeInternal, Message: "internal error"}
+		log.Error("internal error", "err", err, "method", r.Method, "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()))
+	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	WriteJSON(w, e.Code.Status(), envelope{Error: envelopeBody{Code: string(e.Code), Message: e.Message, RetryAfter: e.RetryAfter}})
+}
+
+// Decode reads a JSON object body into v strictly: unknown fields are named, bodies over
+// MaxBody are PAYLOAD_TOO_LARGE. An empty body leaves v as it is when allowEmpty.
+func Decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return warmpool.Errorf(warmpool.CodePayloadTooLarge, "body: larger than %d bytes", MaxBody)
+		}
+		return warmpool.Errorf(warmpool.CodeValidation, "body: %v", err)
+	}
+	if allowEmpty && len(strings.TrimSpace(string(body))) == 0 {
+		return nil
+	}
+	return warmpool.DecodeStrict(strings.NewReader(string(body)), v)
+}
+
+// Param returns a URL parameter checked by valid; a bad one is a VALIDATION error that
+// names it.
+func Param(r *http.Request, name string, valid func(string) bool, pattern string) (string, error) {
+	v := chi.URLParam(r, name)
+	if !valid(v) {
+		return "", warmpool.Errorf(warmpool.CodeValidation, "%s: must match %s", name, pattern)
+	}
+	return v, nil
+}
+
+// Scope returns the {scope} URL parameter, validated.
+func Scope(r *http.Request) (string, error) {
+	return Param(r, "scope", warmpool.ValidScopeID, "^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+}
+
+// Session returns the {session} URL parameter, validated.
+func Session(r *http.Request) (string, error) {
+	return Param(r, "session", warmpool.ValidSessionID, "^[A-Za-z0-9._:-]{1,128}$")
+}
+
+// Auth requires "Authorization: Bearer <token>" when token is not empty.
+func Auth(token string, log *slog.Logger) func(http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return func(next http.Handler) http.Handler {
+		if token == "" {
+			return next
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got := []byte(r.Header.Get("Authorization"))
+			if subtle.ConstantTimeCompare(got, want) != 1 {
+				WriteError(w, r, log, warmpool.Errorf(warmpool.CodeUnauthorized, "missing or wrong bearer token"))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// Recover turns a panic in a handler into an INTERNAL envelope instead of a dropped
+// connection; the panic is logged with its request id.
+func Recover(log *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				if p := recover(); p != nil {
+					if p == http.ErrAbortHandler {
+						panic(p)
+					}
+					log.Error("panic", "panic", p, "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()))
+					WriteError(w, r, log, warmpool.Errorf(warmpool.CodeInternal, "internal error"))
+				}
+			}()
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// AccessLog logs each request at debug level (errors at info) with its request id.
+func AccessLog(log *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+			start := time.Now()
+			next.ServeHTTP(ww, r)
+			level := slog.LevelDebug
+			if ww.Status() >= 500 {
+				level = slog.LevelInfo
+			}
+			log.Log(r.Context(), level, "http", "method", r.Method, "path", r.URL.Path, "status", ww.Status(),
+				"took", time.Since(start), "request_id", middleware.GetReqID(r.Context()))
+		})
+	}
+}
+
+// NotFound and MethodNotAllowed answer unknown routes in the envelope.
+func NotFound(w http.ResponseWriter, r *http.Request) {
+	WriteJSON(w, http.StatusNotFound, envelope{Error: envelopeBody{Code: "NOT_FOUND", Message: "no route " + r.Method + " " + r.URL.Path}})
+}
+
+// MethodNotAllowed answers a known path with the wrong method.
+func MethodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	WriteJSON(w, http.StatusMethodNotAllowed, envelope{Error: envelopeBody{Code: "METHOD_NOT_ALLOWED", Message: r.Method + " is not allowed on " + r.URL.Path}})
+}

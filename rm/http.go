@@ -1,0 +1,158 @@
+package rm
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/httpx"
+)
+
+// Register adds the pod routes of SPEC §3 to r, which is mounted at
+// /v1/scopes/{scope}.
+func (m *Manager) Register(r chi.Router) {
+	r.Post("/pods/acquire", m.handleAcquire)
+	r.Post("/pods/{pod}/release", m.handleRelease)
+	r.Get("/pool", m.handlePool)
+}
+
+type acquireRequest struct {
+	RequestID string `json:"request_id"`
+}
+
+type acquireResponse struct {
+	PodID     string `json:"pod_id"`
+	SSEURL    string `json:"pod_sse_url"`
+	DeployVer string `json:"deploy_ver"`
+	Source    string `json:"source"`
+}
+
+// handleAcquire hands a pod to an API caller. The caller holds the pod, not a slot on
+// it: the claim is dropped at once and the pod stays out of the idle pool until the
+// caller releases it (idle_consider).
+func (m *Manager) handleAcquire(w http.ResponseWriter, r *http.Request) {
+	scope, err := httpx.Scope(r)
+	var req acquireRequest
+	if err == nil {
+		err = httpx.Decode(w, r, &req, true)
+	}
+	if err == nil && req.RequestID == "" {
+		req.RequestID = r.Header.Get("Idempotency-Key")
+	}
+	if err == nil {
+		err = warmpool.CheckRequestID(req.RequestID)
+	}
+	var l warmpool.Lease
+	if err == nil {
+		l, err = m.Acquire(r.Context(), scope, req.RequestID)
+	}
+	if err == nil {
+		err = m.ReleaseClaim(r.Context(), scope, l.Claim, false)
+	}
+	if err != nil {
+		httpx.WriteError(w, r, m.log, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, acquireResponse{PodID: l.Pod.ID, SSEURL: l.Pod.SSEURL, DeployVer: l.Pod.DeployVer, Source: l.Source})
+}
+
+func (m *Manager) handleRelease(w http.ResponseWriter, r *http.Request) {
+	scope, err := httpx.Scope(r)
+	var pod string
+	if err == nil {
+		pod, err = httpx.Param(r, "pod", warmpool.ValidPodID, "a DNS-1123 name")
+	}
+	var idle bool
+	if err == nil {
+		idle, err = m.IdleConsider(r.Context(), scope, pod)
+	}
+	if err != nil {
+		httpx.WriteError(w, r, m.log, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]bool{"idle": idle})
+}
+
+type poolPod struct {
+	PodID     string     `json:"pod_id"`
+	State     string     `json:"state"`
+	Sessions  int        `json:"sessions"`
+	Slots     int        `json:"slots"`
+	DeployVer string     `json:"deploy_ver"`
+	SSEURL    string     `json:"pod_sse_url"`
+	IdleSince *time.Time `json:"idle_since"`
+}
+
+type poolResponse struct {
+	ScopeID      string    `json:"scope_id"`
+	DeployVer    string    `json:"deploy_ver"`
+	MaxPods      int       `json:"max_pods"`
+	Pods         []poolPod `json:"pods"`
+	Placeholders int       `json:"placeholders"`
+	Followers    int       `json:"followers"`
+	Waiters      int       `json:"waiters"`
+}
+
+func (m *Manager) handlePool(w http.ResponseWriter, r *http.Request) {
+	scope, err := httpx.Scope(r)
+	if err != nil {
+		httpx.WriteError(w, r, m.log, err)
+		return
+	}
+	rec, err := m.store.Scope(r.Context(), scope)
+	if err != nil {
+		httpx.WriteError(w, r, m.log, err)
+		return
+	}
+	snap, err := m.store.Snapshot(r.Context(), scope)
+	if err != nil {
+		httpx.WriteError(w, r, m.log, err)
+		return
+	}
+	sessions := map[string]int{}
+	for _, pod := range snap.Sessions {
+		sessions[pod]++
+	}
+	resp := poolResponse{
+		ScopeID: scope, DeployVer: rec.DeployVer, MaxPods: rec.Config.Pool.MaxPods(), Pods: []poolPod{},
+		Placeholders: len(snap.Deploys), Followers: len(snap.Followers), Waiters: len(snap.Waiters),
+	}
+	for _, p := range snap.Pods {
+		pp := poolPod{PodID: p.Pod.ID, State: "busy", Sessions: sessions[p.Pod.ID], Slots: p.Slots, DeployVer: p.Pod.DeployVer, SSEURL: p.Pod.SSEURL}
+		if p.Idle {
+			since := p.IdleSince.UTC()
+			pp.State, pp.IdleSince = "idle", &since
+		}
+		resp.Pods = append(resp.Pods, pp)
+	}
+	httpx.WriteJSON(w, http.StatusOK, resp)
+}
+
+type scopeListing struct {
+	ScopeID   string `json:"scope_id"`
+	DeployVer string `json:"deploy_ver"`
+	Version   int64  `json:"version"`
+	Pods      int64  `json:"pods"`
+	IdlePods  int64  `json:"idle_pods"`
+	BusyPods  int64  `json:"busy_pods"`
+	Sessions  int64  `json:"sessions"`
+	Deploying int64  `json:"deploying"`
+	Waiters   int64  `json:"waiters"`
+}
+
+// HandleScopes answers GET /v1/scopes: every scope with its pod and session counts.
+func (m *Manager) HandleScopes(w http.ResponseWriter, r *http.Request) {
+	counts, err := m.store.Counts(r.Context())
+	if err != nil {
+		httpx.WriteError(w, r, m.log, err)
+		return
+	}
+	out := make([]scopeListing, 0, len(counts))
+	for _, c := range counts {
+		out = append(out, scopeListing{ScopeID: c.ScopeID, DeployVer: c.DeployVer, Version: c.Version, Pods: c.Pods,
+			IdlePods: c.Idle, BusyPods: c.Pods - c.Idle, Sessions: c.Sessions, Deploying: c.Deploying, Waiters: c.Waiters})
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"scopes": out})
+}

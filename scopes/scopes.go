@@ -1,0 +1,161 @@
+// Package scopes is the config service: it validates scope configs, stores every
+// version in the config store, and publishes the latest one to Redis, where every
+// replica routes with it at once.
+package scopes
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/httpx"
+	"github.com/warmpool/warmpool/lua"
+)
+
+// syncLease bounds how long a crashed sync blocks the next one.
+const syncLease = 30 * time.Second
+
+// Service stores and publishes scope configs.
+type Service struct {
+	store warmpool.ConfigStore
+	redis *lua.Store
+	log   *slog.Logger
+}
+
+// New returns a Service over the config store and Redis.
+func New(store warmpool.ConfigStore, redis *lua.Store, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{store: store, redis: redis, log: log.With("component", "scopes")}
+}
+
+// Put validates cfg, stores it as the scope's next version and publishes it.
+// Errors: VALIDATION, STORE_UNAVAILABLE.
+func (s *Service) Put(ctx context.Context, scope string, cfg warmpool.ScopeConfig) (warmpool.StoredConfig, error) {
+	if err := warmpool.CheckScopeID(scope); err != nil {
+		return warmpool.StoredConfig{}, err
+	}
+	if err := cfg.Normalize(); err != nil {
+		return warmpool.StoredConfig{}, err
+	}
+	stored, err := s.store.Put(ctx, scope, cfg)
+	if err != nil {
+		return warmpool.StoredConfig{}, err
+	}
+	if err := s.publish(ctx, stored); err != nil {
+		return warmpool.StoredConfig{}, fmt.Errorf("publish %q v%d (stored; a sync publishes it): %w", scope, stored.Version, err)
+	}
+	s.log.Info("scope config stored", "scope", scope, "version", stored.Version, "deploy_ver", stored.DeployVer)
+	return stored, nil
+}
+
+// Get returns the latest stored config. Errors: SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
+func (s *Service) Get(ctx context.Context, scope string) (warmpool.StoredConfig, error) {
+	if err := warmpool.CheckScopeID(scope); err != nil {
+		return warmpool.StoredConfig{}, err
+	}
+	return s.store.Get(ctx, scope)
+}
+
+func (s *Service) publish(ctx context.Context, c warmpool.StoredConfig) error {
+	return s.redis.PublishScope(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer})
+}
+
+// Sync publishes every stored scope to Redis, one sync at a time across replicas.
+// It returns how many scopes it published. Errors: CONFIG_SYNC_BUSY,
+// STORE_UNAVAILABLE.
+func (s *Service) Sync(ctx context.Context) (int, error) {
+	key, token := s.redis.Keys().Lock("config_sync"), newToken()
+	ok, err := s.redis.ObtainLock(ctx, key, token, syncLease)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, warmpool.Errorf(warmpool.CodeConfigSyncBusy, "a config sync is running").Retry(1)
+	}
+	defer func() {
+		release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := s.redis.ReleaseLock(release, key, token); err != nil {
+			s.log.Warn("sync lock not released; it expires by itself", "err", err)
+		}
+	}()
+	all, err := s.store.List(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, c := range all {
+		if err := s.publish(ctx, c); err != nil {
+			return 0, fmt.Errorf("sync %q: %w", c.ScopeID, err)
+		}
+	}
+	s.log.Info("config synced", "scopes", len(all))
+	return len(all), nil
+}
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Register adds the config routes of a scope to r, which is mounted at
+// /v1/scopes/{scope}.
+func (s *Service) Register(r chi.Router) {
+	r.Put("/config", s.handlePut)
+	r.Get("/config", s.handleGet)
+}
+
+type putResponse struct {
+	ScopeID   string `json:"scope_id"`
+	Version   int64  `json:"version"`
+	DeployVer string `json:"deploy_ver"`
+}
+
+func (s *Service) handlePut(w http.ResponseWriter, r *http.Request) {
+	scope, err := httpx.Scope(r)
+	cfg := warmpool.DefaultScopeConfig()
+	if err == nil {
+		err = httpx.Decode(w, r, &cfg, false)
+	}
+	var stored warmpool.StoredConfig
+	if err == nil {
+		stored, err = s.Put(r.Context(), scope, cfg)
+	}
+	if err != nil {
+		httpx.WriteError(w, r, s.log, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, putResponse{ScopeID: scope, Version: stored.Version, DeployVer: stored.DeployVer})
+}
+
+func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
+	scope, err := httpx.Scope(r)
+	var stored warmpool.StoredConfig
+	if err == nil {
+		stored, err = s.Get(r.Context(), scope)
+	}
+	if err != nil {
+		httpx.WriteError(w, r, s.log, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, stored)
+}
+
+// HandleSync answers POST /v1/config/sync.
+func (s *Service) HandleSync(w http.ResponseWriter, r *http.Request) {
+	n, err := s.Sync(r.Context())
+	if err != nil {
+		httpx.WriteError(w, r, s.log, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]int{"scopes": n})
+}

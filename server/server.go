@@ -1,0 +1,424 @@
+// Package server assembles one warmpool replica: Redis, the config store, a pod
+// driver, the resource and session managers, the config service and the HTTP API.
+// cmd/warmpool builds it from flags; tests build several on one Redis.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/httpx"
+	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/rm"
+	"github.com/warmpool/warmpool/scopes"
+	"github.com/warmpool/warmpool/sm"
+	"github.com/warmpool/warmpool/sqlite"
+)
+
+// Defaults of Config.
+const (
+	DefaultListen        = "127.0.0.1:8080"
+	DefaultStore         = "warmpool.db"
+	DefaultSweepInterval = 2 * time.Second
+	DemoScope            = "demo"
+	shutdownGrace        = 20 * time.Second
+)
+
+// Config is everything a replica is built from; zero fields take defaults.
+type Config struct {
+	Listen     string
+	RedisURL   string // redis:// URL, a comma-separated host:port list (Cluster), or "" (embedded)
+	StorePath  string
+	DriverName string // local, kubernetes, fake
+	Kubeconfig string
+	Namespace  string
+	KubeQPS    float32
+	KubeBurst  int
+	InstanceID string
+	AuthToken  string
+	Prefix     string
+	Dev        bool
+
+	SweepInterval time.Duration
+
+	// LocalBinary is the program the local driver runs pods with ("warmpool").
+	LocalBinary string
+	// LocalStateDir is where local pods are registered; replicas on one machine
+	// share it.
+	LocalStateDir string
+
+	Logger *slog.Logger
+
+	// Tests inject these instead of having them built.
+	Redis  redis.UniversalClient
+	Driver warmpool.PodDriver
+	Store  warmpool.ConfigStore
+	Clock  warmpool.Clock
+	RM     rm.Config
+	SM     sm.Config
+}
+
+// Server is one replica.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	rdb     redis.UniversalClient
+	mini    *miniredis.Miniredis
+	store   *lua.Store
+	configs warmpool.ConfigStore
+	driver  warmpool.PodDriver
+	RM      *rm.Manager
+	SM      *sm.Manager
+	Scopes  *scopes.Service
+	metrics *metrics.Metrics
+	handler http.Handler
+
+	closers []func() error
+	once    sync.Once
+}
+
+// New builds a replica and bootstraps Redis from the config store when it is empty.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Dev {
+		if cfg.DriverName == "" {
+			cfg.DriverName = "local"
+		}
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.StorePath == "" {
+		cfg.StorePath = DefaultStore
+	}
+	if cfg.DriverName == "" {
+		cfg.DriverName = "local"
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
+	if cfg.InstanceID == "" {
+		host, _ := os.Hostname()
+		cfg.InstanceID = host + "-" + randHex(3)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = warmpool.SystemClock{}
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("instance", cfg.InstanceID)}
+	if err := s.build(ctx); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) build(ctx context.Context) error {
+	cfg := s.cfg
+	// Redis.
+	switch {
+	case cfg.Redis != nil:
+		s.rdb = cfg.Redis
+	case cfg.RedisURL == "":
+		mini, err := miniredis.Run()
+		if err != nil {
+			return fmt.Errorf("embedded redis: %w", err)
+		}
+		s.mini = mini
+		s.closers = append(s.closers, func() error { mini.Close(); return nil })
+		s.rdb = redis.NewClient(&redis.Options{Addr: mini.Addr()})
+		s.log.Warn("embedded in-process Redis: for development only, state is lost on exit")
+	default:
+		rdb, err := NewRedis(cfg.RedisURL)
+		if err != nil {
+			return err
+		}
+		s.rdb = rdb
+	}
+	if cfg.Redis == nil {
+		s.closers = append(s.closers, s.rdb.Close)
+	}
+	s.store = lua.NewStore(s.rdb, cfg.Prefix)
+
+	// Config store.
+	if cfg.Store != nil {
+		s.configs = cfg.Store
+	} else {
+		st, err := sqlite.Open(ctx, cfg.StorePath)
+		if err != nil {
+			return fmt.Errorf("config store %q: %w", cfg.StorePath, err)
+		}
+		s.configs = st
+		s.closers = append(s.closers, st.Close)
+	}
+
+	// Pod driver.
+	if cfg.Driver != nil {
+		s.driver = cfg.Driver
+	} else {
+		d, err := s.newDriver()
+		if err != nil {
+			return err
+		}
+		s.driver = d
+		if c, ok := d.(io.Closer); ok {
+			s.closers = append(s.closers, c.Close)
+		}
+	}
+
+	// Managers and services.
+	s.metrics = metrics.New(s.store, s.log)
+	rmc := cfg.RM
+	rmc.Clock, rmc.Logger, rmc.Observe = cfg.Clock, s.log, s.metrics.Observe
+	s.RM = rm.New(s.store, s.driver, rmc)
+	smc := cfg.SM
+	smc.Clock, smc.Logger, smc.Observe, smc.ObserveRoute = cfg.Clock, s.log, s.metrics.Observe, s.metrics.ObserveRoute
+	s.SM = sm.New(s.store, s.RM, smc)
+	s.Scopes = scopes.New(s.configs, s.store, s.log)
+	s.handler = s.routes()
+
+	if err := s.bootstrap(ctx); err != nil {
+		return err
+	}
+	if cfg.Dev {
+		if err := s.ensureDemoScope(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NewRedis connects to a redis:// URL, or to a Redis Cluster given as a
+// comma-separated host:port list, with short timeouts so that requests fail fast
+// (STORE_UNAVAILABLE) while Redis is away.
+func NewRedis(spec string) (redis.UniversalClient, error) {
+	const dial, rw = 2 * time.Second, time.Second
+	if strings.Contains(spec, "://") {
+		opt, err := redis.ParseURL(spec)
+		if err != nil {
+			return nil, fmt.Errorf("--redis %q: %w", spec, err)
+		}
+		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = dial, rw, rw, dial
+		opt.MaxRetries = 1
+		return redis.NewClient(opt), nil
+	}
+	addrs := strings.Split(spec, ",")
+	for _, a := range addrs {
+		if _, _, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil {
+			return nil, fmt.Errorf("--redis %q: want a redis:// URL or host:port,host:port,… for a cluster", spec)
+		}
+	}
+	if len(addrs) == 1 {
+		return redis.NewClient(&redis.Options{Addr: addrs[0], DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, PoolTimeout: dial, MaxRetries: 1}), nil
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, PoolTimeout: dial, MaxRetries: 1}), nil
+}
+
+func (s *Server) newDriver() (warmpool.PodDriver, error) {
+	switch s.cfg.DriverName {
+	case "local":
+		bin := s.cfg.LocalBinary
+		if bin == "" {
+			exe, err := os.Executable()
+			if err != nil {
+				return nil, fmt.Errorf("local driver: %w", err)
+			}
+			bin = exe
+		}
+		return k8s.NewLocal(k8s.LocalConfig{Binary: bin, StateDir: s.cfg.LocalStateDir, Logger: s.log})
+	case "fake":
+		return k8s.NewFake(), nil
+	case "kubernetes":
+		cs, ns, err := k8s.NewClient(k8s.ClientOptions{Kubeconfig: s.cfg.Kubeconfig, QPS: s.cfg.KubeQPS, Burst: s.cfg.KubeBurst})
+		if err != nil {
+			return nil, err
+		}
+		if s.cfg.Namespace != "" {
+			ns = s.cfg.Namespace
+		}
+		return k8s.NewKubernetes(cs, k8s.Config{Namespace: ns, Logger: s.log, Clock: s.cfg.Clock}), nil
+	}
+	return nil, fmt.Errorf("--driver %q: want local, kubernetes or fake", s.cfg.DriverName)
+}
+
+// bootstrap makes a live keyspace: on an empty Redis it publishes every stored scope,
+// then writes the epoch.
+func (s *Server) bootstrap(ctx context.Context) error {
+	live, err := s.store.EpochLive(ctx)
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	if live {
+		return nil
+	}
+	return s.Rebuild(ctx)
+}
+
+// Rebuild restores a keyspace that lost its data (or was never written): every scope is
+// published again from the config store, then the epoch is written so requests are
+// admitted again.
+func (s *Server) Rebuild(ctx context.Context) error {
+	all, err := s.configs.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range all {
+		if err := s.store.PublishScope(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer}); err != nil {
+			return err
+		}
+	}
+	if _, err := s.store.Bootstrap(ctx, randHex(8)); err != nil {
+		return err
+	}
+	s.log.Info("keyspace bootstrapped", "scopes", len(all))
+	return nil
+}
+
+func (s *Server) ensureDemoScope(ctx context.Context) error {
+	_, err := s.Scopes.Get(ctx, DemoScope)
+	if warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+		return err
+	}
+	_, err = s.Scopes.Put(ctx, DemoScope, warmpool.DefaultScopeConfig())
+	return err
+}
+
+func (s *Server) routes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log))
+	r.NotFound(httpx.NotFound)
+	r.MethodNotAllowed(httpx.MethodNotAllowed)
+	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "instance_id": s.cfg.InstanceID})
+	})
+	r.Get("/readyz", s.handleReady)
+	r.Method(http.MethodGet, "/metrics", s.metrics.Handler())
+	r.Route("/v1", func(r chi.Router) {
+		r.Use(httpx.Auth(s.cfg.AuthToken, s.log))
+		r.Get("/scopes", s.RM.HandleScopes)
+		r.Post("/config/sync", s.Scopes.HandleSync)
+		r.Route("/scopes/{scope}", func(r chi.Router) {
+			s.SM.Register(r)
+			s.RM.Register(r)
+			s.Scopes.Register(r)
+		})
+	})
+	return r
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		httpx.WriteError(w, r, s.log, &warmpool.Error{Code: warmpool.CodeStoreUnavailable, Message: "redis: " + err.Error(), RetryAfter: 1})
+		return
+	}
+	live, err := s.store.EpochLive(ctx)
+	if err != nil || !live {
+		httpx.WriteError(w, r, s.log, warmpool.ErrEpochLost)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready", "instance_id": s.cfg.InstanceID})
+}
+
+// Handler is the HTTP API of the replica.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// InstanceID names the replica.
+func (s *Server) InstanceID() string { return s.cfg.InstanceID }
+
+// Store is the replica's Redis store.
+func (s *Server) Store() *lua.Store { return s.store }
+
+// Run serves HTTP on ln until ctx ends, then drains: it stops taking requests, lets
+// those in flight finish (bounded), and closes everything it built. Background
+// housekeeping runs every SweepInterval meanwhile.
+func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	bg, stopBG := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.housekeep(bg) }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	stopBG()
+	wg.Wait()
+	shutdown, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if serr := srv.Shutdown(shutdown); serr != nil && err == nil {
+		err = serr
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return errors.Join(err, s.Close())
+}
+
+// housekeep re-bootstraps a keyspace that lost its data.
+func (s *Server) housekeep(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		live, err := s.store.EpochLive(ctx)
+		if err != nil || live {
+			continue
+		}
+		s.log.Warn("redis lost its data: rebuilding")
+		if err := s.Rebuild(ctx); err != nil {
+			s.log.Warn("rebuild failed; retrying", "err", err)
+		}
+	}
+}
+
+// Close stops the managers and releases what New built, in reverse order.
+func (s *Server) Close() error {
+	var err error
+	s.once.Do(func() {
+		if s.SM != nil {
+			s.SM.Close()
+		}
+		if s.RM != nil {
+			s.RM.Close()
+		}
+		for i := len(s.closers) - 1; i >= 0; i-- {
+			err = errors.Join(err, s.closers[i]())
+		}
+	})
+	return err
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

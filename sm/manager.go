@@ -1,0 +1,283 @@
+// Package sm is the session manager: it routes sessions of a scope to pods with spare
+// capacity (sticky for the session's life), queues routes when the scope is full, and
+// ends, touches and expires sessions. Every mutation is one Lua script (package lua);
+// pods come from a warmpool.Pool (the resource manager).
+package sm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/lua"
+)
+
+// Defaults of Config.
+const (
+	DefaultRecheck  = 250 * time.Millisecond
+	DefaultIdemTTL  = 60 * time.Second
+	DefaultAttempts = 3
+	cleanupTimeout  = 5 * time.Second
+)
+
+// Config tunes a Manager; zero fields take the defaults above.
+type Config struct {
+	// Recheck is how often a queued route re-checks for capacity without a wake-up.
+	Recheck time.Duration
+	// IdemTTL is how long a route answer is kept for replays of its request id.
+	IdemTTL time.Duration
+	// Attempts bounds how often a route retries when a pod it was handed went away
+	// (purged, or of an old deploy_ver after a config change) before it bound.
+	Attempts int
+	Clock    warmpool.Clock
+	Logger   *slog.Logger
+	// Observe, when set, is told of queue events (queued, queue_full, wait_timeout,
+	// woken).
+	Observe func(event, outcome string)
+	// ObserveRoute, when set, is told the outcome ("ok" or the error code) and the
+	// latency of every route call served over HTTP.
+	ObserveRoute func(outcome string, took time.Duration)
+}
+
+// Manager is the session manager. It is safe for concurrent use.
+type Manager struct {
+	store *lua.Store
+	pool  warmpool.Pool
+	cfg   Config
+	clock warmpool.Clock
+	log   *slog.Logger
+	wake  *wakeHub
+}
+
+// New returns a Manager over store, taking pods from pool.
+func New(store *lua.Store, pool warmpool.Pool, cfg Config) *Manager {
+	if cfg.Recheck <= 0 {
+		cfg.Recheck = DefaultRecheck
+	}
+	if cfg.IdemTTL <= 0 {
+		cfg.IdemTTL = DefaultIdemTTL
+	}
+	if cfg.Attempts <= 0 {
+		cfg.Attempts = DefaultAttempts
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = warmpool.SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observe == nil {
+		cfg.Observe = func(string, string) {}
+	}
+	if cfg.ObserveRoute == nil {
+		cfg.ObserveRoute = func(string, time.Duration) {}
+	}
+	return &Manager{
+		store: store, pool: pool, cfg: cfg, clock: cfg.Clock,
+		log:  cfg.Logger.With("component", "sm"),
+		wake: newWakeHub(store.Client(), store.Keys().WakeChannel),
+	}
+}
+
+// Close ends the wake-up subscriptions.
+func (m *Manager) Close() { m.wake.close() }
+
+// Binding is where a session goes.
+type Binding struct {
+	ScopeID   string `json:"scope_id"`
+	SessionID string `json:"session_id"`
+	PodID     string `json:"pod_id"`
+	SSEURL    string `json:"pod_sse_url"`
+	DeployVer string `json:"deploy_ver"`
+	// New is true when this call bound the session (false: it was bound already).
+	New bool `json:"new"`
+}
+
+func binding(scope, session string, pod warmpool.Pod, isNew bool) Binding {
+	return Binding{ScopeID: scope, SessionID: session, PodID: pod.ID, SSEURL: pod.SSEURL, DeployVer: pod.DeployVer, New: isNew}
+}
+
+// Route returns the pod of a session: its bound pod (TTL refreshed), else the first pod
+// of the current deploy_ver with a free slot, else a pod from the pool (warm, followed
+// or deployed), else a place in the scope's waiter queue until capacity frees.
+// With a request id, a repeated call returns the first answer.
+// Errors: VALIDATION, SCOPE_NOT_FOUND, NO_POD_AVAILABLE, QUEUE_FULL, WAIT_TIMEOUT,
+// DEPLOY_FAILED, STORE_UNAVAILABLE.
+func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (Binding, error) {
+	if err := errors.Join(warmpool.CheckScopeID(scope), warmpool.CheckSessionID(session), warmpool.CheckRequestID(requestID)); err != nil {
+		return Binding{}, err
+	}
+	b, err := m.route(ctx, scope, session, requestID)
+	if !errors.Is(err, warmpool.ErrPoolFull) {
+		return b, err
+	}
+	return m.queue(ctx, scope, session, requestID, err)
+}
+
+// route is one pass: first fit, else a pod from the pool bound with its claim.
+func (m *Manager) route(ctx context.Context, scope, session, requestID string) (Binding, error) {
+	for range m.cfg.Attempts {
+		res, err := m.store.Route(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
+		if err != nil {
+			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
+		}
+		if res.Kind != lua.RouteNone {
+			return binding(scope, session, res.Pod, res.New), nil
+		}
+		lease, err := m.pool.Acquire(ctx, scope, "")
+		if err != nil {
+			return Binding{}, err
+		}
+		res, err = m.store.Route(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, Claim: lease.Claim, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
+		if err != nil {
+			m.releaseClaim(ctx, scope, lease.Claim)
+			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
+		}
+		if res.Kind != lua.RouteNone {
+			return binding(scope, session, res.Pod, res.New), nil
+		}
+		// The pod went away or is of an old version now; the script gave the claim back.
+		m.log.Info("handed pod unusable, routing again", "scope", scope, "session", session, "pod", lease.Pod.ID)
+	}
+	return Binding{}, warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: pods kept going away while routing; retry", scope).Retry(1)
+}
+
+func (m *Manager) releaseClaim(ctx context.Context, scope, claim string) {
+	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := m.pool.ReleaseClaim(cleanup, scope, claim, true); err != nil {
+		m.log.Warn("claim not given back; it expires by its deadline", "scope", scope, "err", err)
+	}
+}
+
+// queue waits in the scope's waiter queue for capacity, re-trying the route on every
+// wake-up and every Recheck, until wait_timeout_s. The waiter leaves the queue however
+// the wait ends.
+func (m *Manager) queue(ctx context.Context, scope, session, requestID string, full error) (b Binding, err error) {
+	waiter := newID()
+	// Subscribe before joining, so that no wake-up between the two is missed.
+	woken, unsubscribe := m.wake.subscribe(ctx, scope)
+	defer unsubscribe()
+	state, deadline, err := m.store.JoinQueue(ctx, scope, waiter, m.clock.Now())
+	switch {
+	case err != nil:
+		return Binding{}, err
+	case state == lua.GateNoWait:
+		return Binding{}, full
+	case state == lua.GateFull:
+		m.cfg.Observe("queue", "queue_full")
+		return Binding{}, warmpool.Errorf(warmpool.CodeQueueFull, "scope %q: every pod is busy and the waiter queue is full", scope).Retry(1)
+	}
+	m.cfg.Observe("queue", "queued")
+	defer func() {
+		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if lerr := m.store.LeaveQueue(cleanup, scope, waiter); lerr != nil {
+			m.log.Warn("waiter not removed; it expires by its deadline", "scope", scope, "err", lerr)
+		}
+	}()
+	wait := deadline.Sub(m.clock.Now())
+	timeout := time.NewTimer(wait)
+	defer timeout.Stop()
+	tick := time.NewTicker(m.cfg.Recheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return Binding{}, ctx.Err()
+		case <-timeout.C:
+			m.cfg.Observe("queue", "wait_timeout")
+			return Binding{}, warmpool.Errorf(warmpool.CodeWaitTimeout, "scope %q: no capacity freed within %s", scope, wait.Round(time.Second)).Retry(1)
+		case <-woken:
+			m.cfg.Observe("queue", "woken")
+		case <-tick.C:
+		}
+		b, err := m.route(ctx, scope, session, requestID)
+		if !errors.Is(err, warmpool.ErrPoolFull) {
+			return b, err
+		}
+	}
+}
+
+// Touch refreshes a session's TTL. It reports false when the session had expired (it
+// is evicted now, its capacity freed and a waiter woken) or never existed.
+// Errors: VALIDATION, SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
+func (m *Manager) Touch(ctx context.Context, scope, session string) (bool, error) {
+	if err := errors.Join(warmpool.CheckScopeID(scope), warmpool.CheckSessionID(session)); err != nil {
+		return false, err
+	}
+	state, waiters, err := m.store.Touch(ctx, scope, session, m.clock.Now())
+	if err != nil {
+		return false, fmt.Errorf("touch %s/%s: %w", scope, session, err)
+	}
+	if state == lua.TouchExpired {
+		m.wakeWaiters(ctx, scope, waiters)
+	}
+	return state == lua.TouchTouched, nil
+}
+
+// End releases a session: its slot is freed, its pod goes idle when it was the last
+// session, and a waiter is woken. It reports whether the session was bound.
+// Errors: VALIDATION, SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
+func (m *Manager) End(ctx context.Context, scope, session string) (bool, error) {
+	if err := errors.Join(warmpool.CheckScopeID(scope), warmpool.CheckSessionID(session)); err != nil {
+		return false, err
+	}
+	released, waiters, err := m.store.End(ctx, scope, session, m.clock.Now())
+	if err != nil {
+		return false, fmt.Errorf("end %s/%s: %w", scope, session, err)
+	}
+	if released {
+		m.wakeWaiters(ctx, scope, waiters)
+	}
+	return released, nil
+}
+
+// Get returns a live session's binding. Errors: VALIDATION, SCOPE_NOT_FOUND,
+// SESSION_NOT_FOUND, STORE_UNAVAILABLE.
+func (m *Manager) Get(ctx context.Context, scope, session string) (Binding, error) {
+	if err := errors.Join(warmpool.CheckScopeID(scope), warmpool.CheckSessionID(session)); err != nil {
+		return Binding{}, err
+	}
+	sb, err := m.store.Session(ctx, scope, session, m.clock.Now())
+	if err != nil {
+		return Binding{}, err
+	}
+	return binding(scope, session, sb.Pod, false), nil
+}
+
+// ExpireSessions evicts the scope's sessions whose TTL has passed (up to limit per
+// call), frees their slots and wakes waiters. It returns how many it evicted.
+func (m *Manager) ExpireSessions(ctx context.Context, scope string, limit int) (int, error) {
+	n, waiters, err := m.store.EvictExpired(ctx, scope, m.clock.Now(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("expire sessions of %q: %w", scope, err)
+	}
+	if n > 0 {
+		m.wakeWaiters(ctx, scope, waiters)
+	}
+	return n, nil
+}
+
+// wakeWaiters tells the scope's waiters on every replica that capacity freed; a failed
+// publish only delays them until their next re-check.
+func (m *Manager) wakeWaiters(ctx context.Context, scope string, waiters int) {
+	if waiters == 0 {
+		return
+	}
+	if err := m.wake.publish(ctx, scope); err != nil {
+		m.log.Warn("wake-up not published; waiters re-check on their own", "scope", scope, "err", err)
+	}
+}
+
+// newID returns a random 128-bit id in hex.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -5,7 +5,7 @@ PKGS    := ./...
 # Tests that start the built binary find it here.
 export WARMPOOL_BIN := $(CURDIR)/$(BIN)
 
-.PHONY: all build run test unit fuzz bench lint e2e clean
+.PHONY: all build run test unit bench lint clean
 
 all: lint test
 
@@ -35,3 +35,5 @@ lint:
 
 clean:
 	rm -rf bin
+
+include scripts/e2e-k8s.mk

@@ -1,0 +1,683 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/warmpool/warmpool"
+)
+
+// Defaults of Config, in one place.
+const (
+	DefaultNamespace          = "default"
+	DefaultAPITimeout         = 10 * time.Second
+	DefaultRetries            = 3
+	DefaultRetryBackoff       = 200 * time.Millisecond
+	DefaultProbeTimeout       = 2 * time.Second
+	DefaultDeleteGrace        = 5 * time.Second
+	DefaultNodeLostGrace      = 30 * time.Second
+	DefaultUnschedulableGrace = 5 * time.Second
+	DefaultResyncPeriod       = 5 * time.Minute
+	DefaultCacheSyncTimeout   = 30 * time.Second
+	// DefaultNameRetries bounds the new names tried after genuine name clashes.
+	DefaultNameRetries = 3
+	maxRetryBackoff    = 3 * time.Second
+)
+
+// Config tunes the Kubernetes driver. Zero fields take the Default* values.
+type Config struct {
+	// Namespace is where pods go when the scope template names none (--namespace).
+	Namespace string
+	// APITimeout bounds each API call (one attempt of a create, get, delete, list).
+	APITimeout time.Duration
+	// Retries is how often a call is retried after a transient error (5xx, 429,
+	// timeouts, connection errors); 4xx answers are never retried. Negative: no retries.
+	Retries int
+	// RetryBackoff is the first pause between attempts; it doubles up to 3s, jittered.
+	RetryBackoff time.Duration
+	// ProbeTimeout bounds one health probe.
+	ProbeTimeout time.Duration
+	// DeleteGrace is the grace period of Delete (and the pods' termination grace).
+	DeleteGrace time.Duration
+	// NodeLostGrace is how long a node may be NotReady before its pods count as dead.
+	NodeLostGrace time.Duration
+	// UnschedulableGrace is how long a deploy tolerates PodScheduled=False/Unschedulable
+	// before it fails: the scheduler often reports it once before a node frees up.
+	UnschedulableGrace time.Duration
+	// ResyncPeriod is the informers' resync: OnPod sees every pod again this often.
+	ResyncPeriod time.Duration
+	// CacheSyncTimeout bounds the wait for a namespace's pod cache to fill on first use.
+	CacheSyncTimeout time.Duration
+	// NameRetries bounds the fresh names tried after genuine 409 name clashes.
+	NameRetries int
+	// NodeSelector, when set, is put on every pod (e.g. a dedicated node pool).
+	NodeSelector map[string]string
+	// PodAnnotations are added to every pod (e.g. for a mesh or the autoscaler); they
+	// never override the driver's own warmpool.io annotations.
+	PodAnnotations map[string]string
+	// DisableNodeWatch skips the node informer: node loss is then only seen through the
+	// pods' own status. The driver also runs without it when RBAC forbids listing nodes.
+	DisableNodeWatch bool
+	// Logger receives the driver's logs; nil discards them.
+	Logger *slog.Logger
+	// Clock stamps phase events, creation times and death checks; nil is the wall clock.
+	Clock warmpool.Clock
+	// OnPhase, when set, is told each phase of every deploy (for metrics). It must not
+	// block.
+	OnPhase func(PhaseEvent)
+	// OnPod, when set, is called from the informers with every add, update, resync and
+	// delete of a managed pod (Ready and Dead filled), so a watcher can react to deaths
+	// without polling. It must not block.
+	OnPod func(warmpool.Pod)
+}
+
+func (c *Config) fill() {
+	setDefault(&c.Namespace, DefaultNamespace)
+	setDefault(&c.APITimeout, DefaultAPITimeout)
+	setDefault(&c.RetryBackoff, DefaultRetryBackoff)
+	setDefault(&c.ProbeTimeout, DefaultProbeTimeout)
+	setDefault(&c.DeleteGrace, DefaultDeleteGrace)
+	setDefault(&c.NodeLostGrace, DefaultNodeLostGrace)
+	setDefault(&c.UnschedulableGrace, DefaultUnschedulableGrace)
+	setDefault(&c.ResyncPeriod, DefaultResyncPeriod)
+	setDefault(&c.CacheSyncTimeout, DefaultCacheSyncTimeout)
+	setDefault(&c.NameRetries, DefaultNameRetries)
+	switch {
+	case c.Retries == 0:
+		c.Retries = DefaultRetries
+	case c.Retries < 0:
+		c.Retries = 0
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = warmpool.SystemClock{}
+	}
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// DeployPhase names a step of a deploy, reported through Config.OnPhase.
+type DeployPhase string
+
+// The phases of a deploy, in order; PhaseFailed ends a deploy that did not get ready.
+const (
+	PhaseCreated   DeployPhase = "created"
+	PhaseScheduled DeployPhase = "scheduled"
+	PhaseReady     DeployPhase = "ready"
+	PhaseFailed    DeployPhase = "failed"
+)
+
+// PhaseEvent is one step of one deploy.
+type PhaseEvent struct {
+	ScopeID   string
+	DeployVer string
+	Fence     int64
+	Namespace string
+	Pod       string
+	Phase     DeployPhase
+	At        time.Time
+	// Elapsed is the time since Deploy was called.
+	Elapsed time.Duration
+	// Reason says why a deploy failed (PhaseFailed only).
+	Reason string
+}
+
+// Kubernetes is the production pod driver: it creates agent pods through the API server
+// with client-go, waits for them with a watch and lists them from shared informers.
+type Kubernetes struct {
+	client kubernetes.Interface
+	cfg    Config
+	log    *slog.Logger
+	http   *http.Client
+
+	mu     sync.Mutex
+	closed bool
+	caches map[string]*nsCache // namespace -> pod informer
+	nodes  *nodeCache          // nil until the first namespace starts
+	timers map[*time.Timer]struct{}
+}
+
+var _ warmpool.PodDriver = (*Kubernetes)(nil)
+
+// NewKubernetes returns a driver that talks to the API server through client. Informers
+// start lazily (on the first Deploy, List or WatchNamespace of a namespace); Close stops
+// them.
+func NewKubernetes(client kubernetes.Interface, cfg Config) *Kubernetes {
+	cfg.fill()
+	return &Kubernetes{
+		client: client,
+		cfg:    cfg,
+		log:    cfg.Logger.With("component", "k8s"),
+		http: &http.Client{Transport: &http.Transport{
+			Proxy:               nil, // pods are reached directly, never through a proxy
+			MaxIdleConnsPerHost: 1,
+			IdleConnTimeout:     30 * time.Second,
+			DisableCompression:  true,
+		}},
+		caches: map[string]*nsCache{},
+		timers: map[*time.Timer]struct{}{},
+	}
+}
+
+// Log keys.
+const (
+	logPod       = "pod"
+	logNamespace = "namespace"
+	logScope     = "scope"
+	logErr       = "err"
+)
+
+func (k *Kubernetes) namespace(ns string) string {
+	if ns == "" {
+		return k.cfg.Namespace
+	}
+	return ns
+}
+
+// Deploy creates the scope's pod and waits, with a watch, until it is Running and Ready,
+// at most Spec.ReadyTimeoutS. Errors: DEPLOY_FAILED naming the reason (image pull,
+// crash loop, terminated container, unschedulable, deleted, failed, timeout, API
+// refusal); VALIDATION for a template the pod cannot be built from; ctx.Err() when ctx
+// ends first. Whatever Deploy created is deleted again when it fails.
+func (k *Kubernetes) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpool.Pod, error) {
+	start := time.Now()
+	ns := k.namespace(req.Spec.Namespace)
+	k.cacheFor(ns) // so List sees the namespace from now on; does not wait
+	d := &deployment{k: k, req: req, ns: ns, start: start}
+	log := k.log.With(logScope, req.ScopeID, logNamespace, ns)
+
+	timeout := time.Duration(req.Spec.ReadyTimeoutS) * time.Second
+	if timeout <= 0 {
+		return warmpool.Pod{}, warmpool.Errorf(warmpool.CodeValidation, "deploy.ready_timeout_s: must be positive, got %d", req.Spec.ReadyTimeoutS)
+	}
+	wctx, cancel := context.WithTimeoutCause(ctx, timeout, errReadyTimeout)
+	defer cancel()
+
+	created, err := d.create(wctx)
+	if err == nil {
+		d.phase(PhaseCreated, "")
+		var ready *corev1.Pod
+		ready, err = d.await(wctx, created)
+		if err == nil {
+			p := kubePod(ready)
+			p.Ready = true
+			log.Info("pod ready", logPod, ready.Name, "took", time.Since(start).Round(time.Millisecond))
+			return p, nil
+		}
+	}
+	// Failure: the reason, in the caller's terms.
+	switch {
+	case ctx.Err() != nil:
+		err = ctx.Err()
+	case errors.Is(context.Cause(wctx), errReadyTimeout):
+		err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s/%s not ready after %s%s", ns, d.name, timeout, kubeMsg(d.last))
+	}
+	d.phase(PhaseFailed, err.Error())
+	if d.owns {
+		k.cleanup(context.WithoutCancel(ctx), ns, d.name, d.uid)
+	}
+	log.Warn("deploy failed", logPod, d.name, logErr, err)
+	return warmpool.Pod{}, err
+}
+
+var errReadyTimeout = errors.New("ready timeout")
+
+// deployment is the state of one Deploy call.
+type deployment struct {
+	k     *Kubernetes
+	req   warmpool.DeployRequest
+	ns    string
+	name  string
+	owns  bool      // a pod was created (or adopted) and must go if the deploy fails
+	uid   types.UID // its UID, when the server gave one
+	start time.Time
+
+	scheduled    bool
+	unschedSince time.Time
+	last         string // the last state seen, for the timeout message
+}
+
+func (d *deployment) phase(ph DeployPhase, reason string) {
+	if d.k.cfg.OnPhase == nil {
+		return
+	}
+	d.k.cfg.OnPhase(PhaseEvent{
+		ScopeID: d.req.ScopeID, DeployVer: d.req.DeployVer, Fence: d.req.Fence,
+		Namespace: d.ns, Pod: d.name, Phase: ph, At: d.k.cfg.Clock.Now(),
+		Elapsed: time.Since(d.start), Reason: reason,
+	})
+}
+
+func deployFailed(format string, args ...any) error {
+	return warmpool.Errorf(warmpool.CodeDeployFailed, format, args...)
+}
+
+// create makes the pod. AlreadyExists with our own labels (scope, deploy_ver, fence) is
+// our earlier create (a retried request that did reach the server, or a repeated deploy
+// of the same fence): that pod is adopted. Any other AlreadyExists is a genuine clash,
+// retried under a fresh name a bounded number of times.
+func (d *deployment) create(ctx context.Context) (*corev1.Pod, error) {
+	k := d.k
+	pods := k.client.CoreV1().Pods(d.ns)
+	d.name = warmpool.PodName(d.req.ScopeID, d.req.Fence)
+	base := d.name
+	for clashes := 0; ; {
+		obj, err := newAgentPod(d.req, d.name, d.ns, k.cfg.Clock.Now(), podExtras{
+			grace: k.cfg.DeleteGrace, nodeSelector: k.cfg.NodeSelector, annotations: k.cfg.PodAnnotations})
+		if err != nil {
+			return nil, err
+		}
+		var created *corev1.Pod
+		err = k.call(ctx, func(ctx context.Context) (err error) {
+			created, err = pods.Create(ctx, obj, metav1.CreateOptions{})
+			return err
+		})
+		if err == nil {
+			d.owns, d.uid = true, created.UID
+			return created, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, deployFailed("create pod %s/%s: %v", d.ns, d.name, err)
+		}
+		var existing *corev1.Pod
+		gerr := k.call(ctx, func(ctx context.Context) (err error) {
+			existing, err = pods.Get(ctx, d.name, metav1.GetOptions{})
+			return err
+		})
+		switch {
+		case gerr == nil && kubeOwnPod(existing, d.req):
+			k.log.Info("pod already exists from this deploy; waiting for it", logPod, d.name, logNamespace, d.ns)
+			d.owns, d.uid = true, existing.UID
+			return existing, nil
+		case gerr != nil && !apierrors.IsNotFound(gerr):
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, deployFailed("create pod %s/%s: name taken and the pod cannot be read: %v", d.ns, d.name, gerr)
+		}
+		// Someone else's pod holds the name (or it vanished meanwhile): a fresh name.
+		clashes++
+		if clashes > k.cfg.NameRetries {
+			return nil, deployFailed("create pod %s/%s: name clashes with %d other pods", d.ns, base, clashes)
+		}
+		k.log.Warn("pod name taken by another pod; retrying with a new name", logPod, d.name, logNamespace, d.ns)
+		d.name = kubeClashName(base)
+	}
+}
+
+// verdict is what one observation of the pod means for the wait.
+type verdict int
+
+const (
+	pending verdict = iota
+	ready
+	failed
+)
+
+// observe classifies one state of the pod; for failed it also returns the reason.
+// It records the scheduled phase and starts or stops the unschedulable grace clock.
+func (d *deployment) observe(p *corev1.Pod, now time.Time) (verdict, string) {
+	if d.uid != "" && p.UID != d.uid {
+		return failed, fmt.Sprintf("pod %s/%s was deleted and replaced by another", d.ns, d.name)
+	}
+	if !d.scheduled && p.Spec.NodeName != "" {
+		d.scheduled = true
+		d.phase(PhaseScheduled, "")
+	}
+	if reason := kubeEarlyFailure(p); reason != "" {
+		return failed, fmt.Sprintf("pod %s/%s: %s", d.ns, d.name, reason)
+	}
+	if reason := kubePodDeath(p, nil, false, now, 0); reason != "" {
+		return failed, fmt.Sprintf("pod %s/%s %s", d.ns, d.name, reason)
+	}
+	if kubeReady(p) {
+		d.phase(PhaseReady, "")
+		return ready, ""
+	}
+	c := kubePodCond(p, corev1.PodScheduled)
+	if p.Spec.NodeName == "" && c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+		if d.unschedSince.IsZero() {
+			d.unschedSince = now
+		}
+		d.last = "unschedulable" + kubeMsg(c.Message)
+	} else {
+		d.unschedSince = time.Time{}
+		d.last = kubeState(p)
+	}
+	return pending, ""
+}
+
+// fatalWaiting are container waiting reasons that will not resolve by themselves
+// within a deploy.
+var fatalWaiting = map[string]string{
+	"ErrImagePull":               "image pull failed",
+	"ImagePullBackOff":           "image pull failed",
+	"InvalidImageName":           "invalid image name",
+	"ErrImageNeverPull":          "image not present and pull policy Never",
+	"CrashLoopBackOff":           "crash loop",
+	"CreateContainerConfigError": "container config error",
+}
+
+// kubeEarlyFailure reports a container state that ends a deploy at once: a fatal
+// waiting reason or a terminated container.
+func kubeEarlyFailure(p *corev1.Pod) string {
+	for _, cs := range kubeStatuses(p) {
+		if w := cs.State.Waiting; w != nil {
+			if what, ok := fatalWaiting[w.Reason]; ok {
+				return fmt.Sprintf("container %s: %s (%s)%s", cs.Name, what, w.Reason, kubeMsg(w.Message))
+			}
+		}
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Terminated != nil {
+			return kubeTerminated(p)
+		}
+	}
+	return ""
+}
+
+// kubeState is a short description of a pending pod, for timeout messages.
+func kubeState(p *corev1.Pod) string {
+	s := "phase " + kubeFirst(string(p.Status.Phase), "unknown")
+	if p.Spec.NodeName == "" {
+		s += ", not scheduled"
+	} else {
+		s += ", on node " + p.Spec.NodeName
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+			s += ", container " + cs.Name + " waiting: " + w.Reason
+		}
+	}
+	return s
+}
+
+// await watches the pod until it is ready or has failed, starting from the resource
+// version of the create response. A closed or expired watch is resumed after a fresh
+// Get, so no state change is missed.
+func (d *deployment) await(ctx context.Context, p *corev1.Pod) (*corev1.Pod, error) {
+	k := d.k
+	pods := k.client.CoreV1().Pods(d.ns)
+	var graceC <-chan time.Time
+	var graceT *time.Timer
+	defer func() {
+		if graceT != nil {
+			graceT.Stop()
+		}
+	}()
+	// check applies one observation; done reports the end of the wait.
+	check := func(p *corev1.Pod) (done bool, err error) {
+		v, reason := d.observe(p, k.cfg.Clock.Now())
+		switch v {
+		case ready:
+			return true, nil
+		case failed:
+			return true, deployFailed("%s", reason)
+		}
+		switch {
+		case d.unschedSince.IsZero() && graceT != nil:
+			graceT.Stop()
+			graceT, graceC = nil, nil
+		case !d.unschedSince.IsZero() && graceT == nil:
+			graceT = time.NewTimer(k.cfg.UnschedulableGrace)
+			graceC = graceT.C
+		}
+		return false, nil
+	}
+	refetch := func() (*corev1.Pod, error) {
+		var cur *corev1.Pod
+		err := k.call(ctx, func(ctx context.Context) (err error) {
+			cur, err = pods.Get(ctx, d.name, metav1.GetOptions{})
+			return err
+		})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, deployFailed("pod %s/%s was deleted while starting", d.ns, d.name)
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, deployFailed("read pod %s/%s: %v", d.ns, d.name, err)
+		}
+		return cur, nil
+	}
+
+	if done, err := check(p); done {
+		return p, err
+	}
+	rv := p.ResourceVersion
+	for {
+		var w watch.Interface
+		err := k.call(ctx, func(context.Context) (err error) {
+			// The stream lives as long as the deploy, so it takes the deploy's ctx (bounded
+			// by ready_timeout_s), not the per-attempt one, which would cut it off.
+			w, err = pods.Watch(ctx, metav1.ListOptions{
+				FieldSelector:       fields.OneTermEqualSelector("metadata.name", d.name).String(),
+				ResourceVersion:     rv,
+				AllowWatchBookmarks: true,
+			})
+			return err
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+				return nil, deployFailed("watch pod %s/%s: %v", d.ns, d.name, err)
+			}
+		} else {
+			p, err := d.drain(ctx, w, &rv, check, &graceC)
+			w.Stop()
+			if p != nil || err != nil {
+				return p, err
+			}
+		}
+		// The watch ended or its version expired: resync with a Get, then watch again.
+		cur, err := refetch()
+		if err != nil {
+			return nil, err
+		}
+		if done, err := check(cur); done {
+			return cur, err
+		}
+		rv = cur.ResourceVersion
+	}
+}
+
+// drain consumes one watch until the wait ends (pod or error returned) or the watch
+// closes or expires (nil, nil: the caller resyncs and watches again).
+func (d *deployment) drain(ctx context.Context, w watch.Interface, rv *string,
+	check func(*corev1.Pod) (bool, error), graceC *<-chan time.Time) (*corev1.Pod, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-*graceC:
+			return nil, deployFailed("pod %s/%s is unschedulable for %s: %s", d.ns, d.name, d.k.cfg.UnschedulableGrace, d.last)
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return nil, nil
+			}
+			switch ev.Type {
+			case watch.Error:
+				// Expired version (410) or another server-side end: resync and re-watch.
+				if err := apierrors.FromObject(ev.Object); !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+					d.k.log.Warn("pod watch error; resyncing", logPod, d.name, logErr, err)
+				}
+				return nil, nil
+			case watch.Bookmark:
+				if m, err := metaOf(ev.Object); err == nil {
+					*rv = m
+				}
+				continue
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.Name != d.name {
+				continue // a fake or proxy that ignores the field selector
+			}
+			*rv = p.ResourceVersion
+			if ev.Type == watch.Deleted {
+				if p.UID == d.uid {
+					return nil, deployFailed("pod %s/%s was deleted while starting", d.ns, d.name)
+				}
+				continue
+			}
+			if done, err := check(p); done {
+				return p, err
+			}
+		}
+	}
+}
+
+func metaOf(obj any) (string, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		return o.GetResourceVersion(), nil
+	}
+	return "", errors.New("no metadata")
+}
+
+// cleanup deletes the pod a failed deploy owns; the UID precondition keeps it from
+// deleting a different pod that took the name meanwhile.
+func (k *Kubernetes) cleanup(ctx context.Context, ns, name string, uid types.UID) {
+	var pre *metav1.Preconditions
+	if uid != "" {
+		pre = &metav1.Preconditions{UID: &uid}
+	}
+	err := k.deletePod(ctx, ns, name, pre)
+	if err != nil && !apierrors.IsConflict(err) {
+		k.log.Error("delete pod of a failed deploy", logPod, name, logNamespace, ns, logErr, err)
+	}
+}
+
+// Delete removes the pod with the configured grace period. A pod that is already gone is
+// not an error. Errors: the API server's, after bounded retries of transient ones.
+func (k *Kubernetes) Delete(ctx context.Context, pod warmpool.Pod) error {
+	if pod.ID == "" {
+		return warmpool.Errorf(warmpool.CodeValidation, "pod id: empty")
+	}
+	ns := k.namespace(pod.Namespace)
+	if err := k.deletePod(ctx, ns, pod.ID, nil); err != nil {
+		return fmt.Errorf("delete pod %s/%s: %w", ns, pod.ID, err)
+	}
+	return nil
+}
+
+func (k *Kubernetes) deletePod(ctx context.Context, ns, name string, pre *metav1.Preconditions) error {
+	grace := int64(k.cfg.DeleteGrace / time.Second)
+	err := k.call(ctx, func(ctx context.Context) error {
+		return k.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: pre})
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// Probe sends one GET to the pod's health URL with a short timeout; any 2xx is healthy.
+func (k *Kubernetes) Probe(ctx context.Context, pod warmpool.Pod) error {
+	if pod.HealthURL == "" {
+		return fmt.Errorf("probe pod %s: no health url", pod.ID)
+	}
+	ctx, cancel := context.WithTimeout(ctx, k.cfg.ProbeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, pod.HealthURL, nil)
+	if err != nil {
+		return fmt.Errorf("probe pod %s: %w", pod.ID, err)
+	}
+	resp, err := k.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("probe pod %s: %w", pod.ID, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	_ = resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("probe pod %s: %s answered %d", pod.ID, pod.HealthURL, resp.StatusCode)
+	}
+	return nil
+}
+
+// call runs one API call with a per-attempt timeout and retries transient failures
+// with jittered exponential backoff, at most cfg.Retries times. A 4xx answer, or the end
+// of ctx, ends it at once.
+func (k *Kubernetes) call(ctx context.Context, fn func(ctx context.Context) error) error {
+	backoff := k.cfg.RetryBackoff
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, k.cfg.APITimeout)
+		err := fn(actx)
+		cancel()
+		if err == nil || !transient(err) || attempt >= k.cfg.Retries || ctx.Err() != nil {
+			return err
+		}
+		k.log.Debug("transient API error; retrying", "attempt", attempt+1, logErr, err)
+		pause := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		backoff = min(2*backoff, maxRetryBackoff)
+	}
+}
+
+// transient reports whether err is worth retrying: server-side trouble (5xx, 429) or no
+// answer at all (timeout, connection error). Every other API answer (4xx) is final.
+func transient(err error) bool {
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		code := st.Status().Code
+		return code == http.StatusTooManyRequests || code >= 500 ||
+			apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err)
+	}
+	return !errors.Is(err, context.Canceled)
+}
+
+// Close stops the informers and waits for their goroutines. The driver must not be used
+// afterwards. Close is idempotent.
+func (k *Kubernetes) Close() error {
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return nil
+	}
+	k.closed = true
+	caches, nodes := k.caches, k.nodes
+	k.caches, k.nodes = map[string]*nsCache{}, nil
+	for t := range k.timers {
+		t.Stop()
+	}
+	clear(k.timers)
+	k.mu.Unlock()
+	for _, c := range caches {
+		c.stop()
+	}
+	if nodes != nil {
+		nodes.stop()
+	}
+	k.http.CloseIdleConnections()
+	return nil
+}

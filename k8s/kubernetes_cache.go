@@ -1,0 +1,341 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/warmpool/warmpool"
+)
+
+// ErrClosed is returned by List and WatchNamespace after Close.
+var ErrClosed = errors.New("k8s: driver closed")
+
+// managedSelector selects the pods warmpool manages.
+var managedSelector = labels.SelectorFromSet(labels.Set{warmpool.LabelManagedBy: warmpool.ManagedByValue}).String()
+
+// nsCache is the shared pod informer of one namespace, label-selected on managed-by.
+type nsCache struct {
+	ns       string
+	factory  informers.SharedInformerFactory
+	informer cache.SharedIndexInformer
+	lister   corelisters.PodLister
+	cancel   context.CancelFunc
+	lastErr  atomic.Pointer[error] // the informer's last list/watch error
+	stopOnce sync.Once
+}
+
+func (c *nsCache) stop() {
+	c.stopOnce.Do(func() {
+		c.cancel()
+		c.factory.Shutdown()
+	})
+}
+
+// nodeCache is the node informer: node loss is judged from its cache, never by polling.
+type nodeCache struct {
+	factory   informers.SharedInformerFactory
+	informer  cache.SharedIndexInformer
+	lister    corelisters.NodeLister
+	cancel    context.CancelFunc
+	forbidden atomic.Bool
+	stopOnce  sync.Once
+}
+
+func (c *nodeCache) stop() {
+	c.stopOnce.Do(func() {
+		c.cancel()
+		c.factory.Shutdown()
+	})
+}
+
+// node looks up a node in the cache. known is false when the cache cannot tell (not
+// synced, forbidden, disabled); node is nil when the node is gone.
+func (c *nodeCache) node(name string) (node *corev1.Node, known bool) {
+	if c == nil || c.forbidden.Load() || !c.informer.HasSynced() {
+		return nil, false
+	}
+	n, err := c.lister.Get(name)
+	switch {
+	case err == nil:
+		return n, true
+	case apierrors.IsNotFound(err):
+		return nil, true
+	}
+	return nil, false
+}
+
+// cacheFor returns the pod cache of ns, starting it (and the node cache) on first use
+// without waiting for it to sync. It returns nil once the driver is closed.
+func (k *Kubernetes) cacheFor(ns string) *nsCache {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return nil
+	}
+	if c := k.caches[ns]; c != nil {
+		return c
+	}
+	if k.nodes == nil && !k.cfg.DisableNodeWatch {
+		k.nodes = k.startNodes()
+	}
+	c := &nsCache{ns: ns}
+	c.factory = informers.NewSharedInformerFactoryWithOptions(k.client, k.cfg.ResyncPeriod,
+		informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managedSelector }))
+	pods := c.factory.Core().V1().Pods()
+	c.informer, c.lister = pods.Informer(), pods.Lister()
+	_ = c.informer.AddIndexers(cache.Indexers{nodeIndex: func(obj any) ([]string, error) {
+		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}})
+	_ = c.informer.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+		c.lastErr.Store(&err)
+		k.log.Warn("pod informer: list/watch failed", logNamespace, ns, logErr, err)
+	})
+	if k.cfg.OnPod != nil {
+		_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { k.notify(obj, false) },
+			UpdateFunc: func(_, obj any) { k.notify(obj, false) },
+			DeleteFunc: func(obj any) { k.notify(obj, true) },
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.factory.StartWithContext(ctx)
+	k.caches[ns] = c
+	k.log.Info("pod informer started", logNamespace, ns)
+	return c
+}
+
+// startNodes starts the node informer. If RBAC forbids reading nodes (the shipped
+// least-privilege Role does), it stops itself and node state stays unknown: deaths are
+// then seen through the pods' own status (eviction, deletion by the node controller).
+func (k *Kubernetes) startNodes() *nodeCache {
+	c := &nodeCache{}
+	c.factory = informers.NewSharedInformerFactoryWithOptions(k.client, k.cfg.ResyncPeriod)
+	nodes := c.factory.Core().V1().Nodes()
+	c.informer, c.lister = nodes.Informer(), nodes.Lister()
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	_ = c.informer.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			if !c.forbidden.Swap(true) {
+				k.log.Warn("nodes cannot be read; node loss is judged from pod status only", logErr, err)
+			}
+			cancel()
+			return
+		}
+		k.log.Warn("node informer: list/watch failed", logErr, err)
+	})
+	if k.cfg.OnPod != nil {
+		// A node that goes away or changes state re-judges its pods at once.
+		_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			UpdateFunc: func(old, cur any) {
+				o, ok1 := old.(*corev1.Node)
+				n, ok2 := cur.(*corev1.Node)
+				if !ok1 || !ok2 || (nodeReadyStatus(o) == nodeReadyStatus(n) && n.DeletionTimestamp == nil) {
+					return
+				}
+				k.notifyNode(n.Name)
+				if nodeReadyStatus(n) != corev1.ConditionTrue {
+					k.afterGrace(n.Name) // NotReady turns into node-lost once the grace is over
+				}
+			},
+			DeleteFunc: func(obj any) {
+				if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = t.Obj
+				}
+				if n, ok := obj.(*corev1.Node); ok {
+					k.notifyNode(n.Name)
+				}
+			},
+		})
+	}
+	c.factory.StartWithContext(ctx)
+	return c
+}
+
+// nodeIndex indexes cached pods by the node they are bound to.
+const nodeIndex = "node"
+
+func nodeReadyStatus(n *corev1.Node) corev1.ConditionStatus {
+	if c := kubeNodeCond(n, corev1.NodeReady); c != nil {
+		return c.Status
+	}
+	return ""
+}
+
+// afterGrace re-judges the pods of node once NodeLostGrace has passed.
+func (k *Kubernetes) afterGrace(node string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(k.cfg.NodeLostGrace+time.Second, func() {
+		k.mu.Lock()
+		delete(k.timers, t)
+		k.mu.Unlock()
+		k.notifyNode(node)
+	})
+	k.timers[t] = struct{}{}
+}
+
+// notifyNode hands every cached pod on node to Config.OnPod again.
+func (k *Kubernetes) notifyNode(node string) {
+	k.mu.Lock()
+	caches := make([]*nsCache, 0, len(k.caches))
+	for _, c := range k.caches {
+		caches = append(caches, c)
+	}
+	k.mu.Unlock()
+	for _, c := range caches {
+		objs, err := c.informer.GetIndexer().ByIndex(nodeIndex, node)
+		if err != nil {
+			continue
+		}
+		for _, obj := range objs {
+			k.notify(obj, false)
+		}
+	}
+}
+
+// notify hands one informer event to Config.OnPod.
+func (k *Kubernetes) notify(obj any, deleted bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	wp := k.view(p, k.cfg.Clock.Now())
+	if deleted {
+		wp.Ready = false
+		wp.Dead = DeathDeleted + ": pod is gone"
+	}
+	k.cfg.OnPod(wp)
+}
+
+// view is warmpool's view of a cached pod, with Ready and Dead filled.
+func (k *Kubernetes) view(p *corev1.Pod, now time.Time) warmpool.Pod {
+	wp := kubePod(p)
+	wp.Ready = kubeReady(p)
+	k.mu.Lock()
+	nodes := k.nodes
+	k.mu.Unlock()
+	var node *corev1.Node
+	known := false
+	if p.Spec.NodeName != "" {
+		node, known = nodes.node(p.Spec.NodeName)
+	}
+	wp.Dead = kubePodDeath(p, node, known, now, k.cfg.NodeLostGrace)
+	if wp.Dead != "" {
+		wp.Ready = false
+	}
+	return wp
+}
+
+// waitNodes gives the node cache up to CacheSyncTimeout to fill; node state stays
+// unknown (pods are judged by their own status) if it does not, or if nodes are forbidden.
+func (k *Kubernetes) waitNodes(ctx context.Context) {
+	k.mu.Lock()
+	c := k.nodes
+	k.mu.Unlock()
+	if c == nil {
+		return
+	}
+	done := func() bool { return c.forbidden.Load() || c.informer.HasSynced() }
+	if done() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, k.cfg.CacheSyncTimeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(ctx.Done(), done) {
+		k.log.Warn("node cache not synced; judging pods by their own status")
+	}
+}
+
+// WatchNamespace starts the pod informer of ns (if not yet running) and waits for its
+// cache to fill, so List covers ns from now on. Reconcile calls it for the namespace of
+// every scope; Deploy starts it by itself.
+func (k *Kubernetes) WatchNamespace(ctx context.Context, ns string) error {
+	c := k.cacheFor(k.namespace(ns))
+	if c == nil {
+		return ErrClosed
+	}
+	return k.waitSynced(ctx, c)
+}
+
+func (k *Kubernetes) waitSynced(ctx context.Context, c *nsCache) error {
+	if c.informer.HasSynced() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, k.cfg.CacheSyncTimeout)
+	defer cancel()
+	if cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
+		return nil
+	}
+	msg := "timed out"
+	if e := c.lastErr.Load(); e != nil {
+		msg = (*e).Error()
+	}
+	return fmt.Errorf("pod cache of namespace %s not synced: %s", c.ns, msg)
+}
+
+// List returns every managed pod (label app.kubernetes.io/managed-by=warmpool) of every
+// namespace in use — the default one, those Deploy used and those passed to
+// WatchNamespace — from the informers' caches, with Ready and Dead filled. Only the
+// first List of a namespace waits for its cache; after that List costs no API call.
+// Errors: a cache that does not sync within CacheSyncTimeout (an incomplete list must
+// never pass for the truth), ErrClosed, ctx.Err().
+func (k *Kubernetes) List(ctx context.Context) ([]warmpool.Pod, error) {
+	if k.cacheFor(k.cfg.Namespace) == nil {
+		return nil, ErrClosed
+	}
+	k.mu.Lock()
+	caches := make([]*nsCache, 0, len(k.caches))
+	for _, c := range k.caches {
+		caches = append(caches, c)
+	}
+	k.mu.Unlock()
+	sort.Slice(caches, func(i, j int) bool { return caches[i].ns < caches[j].ns })
+	k.waitNodes(ctx)
+	now := k.cfg.Clock.Now()
+	var out []warmpool.Pod
+	for _, c := range caches {
+		if err := k.waitSynced(ctx, c); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		objs, err := c.lister.Pods(c.ns).List(labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("list pods of namespace %s: %w", c.ns, err)
+		}
+		sort.Slice(objs, func(i, j int) bool { return objs[i].Name < objs[j].Name })
+		for _, p := range objs {
+			if p.Labels[warmpool.LabelManagedBy] == warmpool.ManagedByValue { // a watch may not filter
+				out = append(out, k.view(p, now))
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,942 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/warmpool/warmpool"
+)
+
+var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+// kubeNoLeak fails the test if it leaves goroutines behind. Register it first so its
+// cleanup runs last, after the driver's Close.
+func kubeNoLeak(t *testing.T) {
+	t.Helper()
+	opts := []goleak.Option{goleak.IgnoreCurrent()}
+	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
+}
+
+// mustKube returns a driver on cs with fast test timings, closed at cleanup.
+func mustKube(t *testing.T, cs *fake.Clientset, mutate func(*Config)) *Kubernetes {
+	t.Helper()
+	cfg := Config{
+		Namespace:          "wp",
+		RetryBackoff:       time.Millisecond,
+		UnschedulableGrace: 50 * time.Millisecond,
+		APITimeout:         2 * time.Second,
+		CacheSyncTimeout:   5 * time.Second,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	k := NewKubernetes(cs, cfg)
+	t.Cleanup(func() { _ = k.Close() })
+	return k
+}
+
+func kubeReq(scope string, fence int64) warmpool.DeployRequest {
+	spec := warmpool.DefaultScopeConfig().Deploy
+	spec.ReadyTimeoutS = 30
+	spec.Env = map[string]string{"ZED": "z", "ALPHA": "a"}
+	spec.Command = []string{"/agent"}
+	spec.Args = []string{"--listen", ":8080"}
+	return warmpool.DeployRequest{ScopeID: scope, DeployVer: spec.DeployVer(), Fence: fence, Spec: spec}
+}
+
+func readyStatus(ip string) corev1.PodStatus {
+	return corev1.PodStatus{
+		Phase: corev1.PodRunning,
+		PodIP: ip,
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+		},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "agent", Ready: true,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
+	}
+}
+
+func waitingStatus(reason string) corev1.PodStatus {
+	return corev1.PodStatus{
+		Phase: corev1.PodPending,
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "agent",
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "because"}}}},
+	}
+}
+
+// kubelet plays the node for the fake clientset: each pod that appears is passed to
+// script, and the pod it returns (nil: leave it alone) is written back. It stops at
+// cleanup.
+func kubelet(t *testing.T, cs *fake.Clientset, script func(p *corev1.Pod) *corev1.Pod) {
+	t.Helper()
+	w, err := cs.CoreV1().Pods("").Watch(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || ev.Type != watch.Added {
+				continue
+			}
+			if np := script(p.DeepCopy()); np != nil {
+				if _, err := cs.CoreV1().Pods(np.Namespace).Update(context.Background(), np, metav1.UpdateOptions{}); err != nil {
+					t.Errorf("kubelet update %s: %v", np.Name, err)
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { w.Stop(); <-done })
+}
+
+// schedule binds p to node and gives it status st.
+func schedule(p *corev1.Pod, node string, st corev1.PodStatus) *corev1.Pod {
+	p.Spec.NodeName = node
+	p.Status = st
+	return p
+}
+
+func podCount(t *testing.T, cs *fake.Clientset, ns string) int {
+	t.Helper()
+	l, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(l.Items)
+}
+
+func TestKubernetesPodTemplate(t *testing.T) {
+	req := kubeReq("team_a.agent-1", 7)
+	req.Spec.Resources = warmpool.Resources{CPU: "250m", Memory: warmpool.DefaultMemory}
+	name := warmpool.PodName(req.ScopeID, req.Fence)
+	created := time.UnixMilli(1700000000123)
+	p, err := newAgentPod(req, name, "ns1", created, podExtras{grace: 5 * time.Second, nodeSelector: map[string]string{"pool": "agents"}, annotations: map[string]string{"mesh/inject": "false", AnnotationFence: "666"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Name != name || p.Namespace != "ns1" {
+		t.Fatalf("name %s/%s", p.Namespace, p.Name)
+	}
+	wantLabels := map[string]string{
+		warmpool.LabelManagedBy: "warmpool",
+		warmpool.LabelScope:     "team_a.agent-1", // '_' and '.' are fine in label values
+		warmpool.LabelDeployVer: req.DeployVer,
+		warmpool.LabelFence:     "7",
+	}
+	for k, v := range wantLabels {
+		if p.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, p.Labels[k], v)
+		}
+		if errs := validation.IsValidLabelValue(p.Labels[k]); len(errs) > 0 {
+			t.Errorf("label %s: %v", k, errs)
+		}
+	}
+	wantAnn := map[string]string{
+		AnnotationScopeID: "team_a.agent-1", AnnotationDeployVer: req.DeployVer, AnnotationFence: "7",
+		AnnotationPort: "8080", AnnotationSSEPath: "/sse", AnnotationHealthPath: "/health",
+		AnnotationCreatedAt: "1700000000123",
+	}
+	for k, v := range wantAnn {
+		if p.Annotations[k] != v {
+			t.Errorf("annotation %s = %q, want %q", k, p.Annotations[k], v)
+		}
+	}
+	if p.Annotations["mesh/inject"] != "false" || p.Spec.NodeSelector["pool"] != "agents" {
+		t.Errorf("extras: annotations %v node selector %v", p.Annotations, p.Spec.NodeSelector)
+	}
+	s := p.Spec
+	if s.TerminationGracePeriodSeconds == nil || *s.TerminationGracePeriodSeconds != 5 {
+		t.Errorf("termination grace %v", s.TerminationGracePeriodSeconds)
+	}
+	if s.RestartPolicy != corev1.RestartPolicyNever || s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken {
+		t.Errorf("restart %s automount %v", s.RestartPolicy, s.AutomountServiceAccountToken)
+	}
+	if s.SecurityContext == nil || !*s.SecurityContext.RunAsNonRoot || s.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v", s.SecurityContext)
+	}
+	if len(s.Containers) != 1 {
+		t.Fatalf("containers %d", len(s.Containers))
+	}
+	c := s.Containers[0]
+	if c.Name != "agent" || c.Image != warmpool.DefaultImage || strings.Join(c.Command, " ") != "/agent" || strings.Join(c.Args, " ") != "--listen :8080" {
+		t.Errorf("container %s %s %v %v", c.Name, c.Image, c.Command, c.Args)
+	}
+	if len(c.Env) != 2 || c.Env[0].Name != "ALPHA" || c.Env[1].Name != "ZED" {
+		t.Errorf("env not sorted: %+v", c.Env)
+	}
+	if q := c.Resources.Requests[corev1.ResourceMemory]; q.Cmp(resource.MustParse("512Mi")) != 0 {
+		t.Errorf("memory request %s", q.String())
+	}
+	if q := c.Resources.Limits[corev1.ResourceMemory]; q.Cmp(resource.MustParse("512Mi")) != 0 {
+		t.Errorf("memory limit %s", q.String())
+	}
+	if q := c.Resources.Requests[corev1.ResourceCPU]; q.Cmp(resource.MustParse("250m")) != 0 {
+		t.Errorf("cpu request %s", q.String())
+	}
+	if _, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
+		t.Error("cpu limit set; only memory is limited")
+	}
+	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8080 {
+		t.Errorf("ports %+v", c.Ports)
+	}
+	rp := c.ReadinessProbe
+	if rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/health" || rp.HTTPGet.Port.IntValue() != 8080 {
+		t.Errorf("readiness probe %+v", rp)
+	}
+	sc := c.SecurityContext
+	if sc == nil || *sc.AllowPrivilegeEscalation || !*sc.RunAsNonRoot || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" ||
+		sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("container security context %+v", sc)
+	}
+
+	// Reconcile reads back what it needs from the pod alone.
+	p.Status = readyStatus("127.1.0.9")
+	got := kubePod(p)
+	want := warmpool.Pod{ID: name, ScopeID: req.ScopeID, DeployVer: req.DeployVer, Fence: 7, Namespace: "ns1",
+		SSEURL: "http://127.1.0.9:8080/sse", HealthURL: "http://127.1.0.9:8080/health", CreatedAt: 1700000000123}
+	if got != want {
+		t.Errorf("kubePod:\n got %+v\nwant %+v", got, want)
+	}
+
+	if _, err := newAgentPod(req, "Bad_Name", "ns1", created, podExtras{grace: time.Second}); warmpool.ErrorCode(err) != warmpool.CodeValidation {
+		t.Errorf("bad name: %v", err)
+	}
+	bad := req
+	bad.Spec.Resources.Memory = "lots"
+	if _, err := newAgentPod(bad, name, "ns1", created, podExtras{grace: time.Second}); warmpool.ErrorCode(err) != warmpool.CodeValidation {
+		t.Errorf("bad memory: %v", err)
+	}
+}
+
+func TestKubernetesScopeLabelValue(t *testing.T) {
+	for _, id := range []string{"a", "team_a.agent-1", strings.Repeat("x", 63), "UPPER ok?", "-x-", strings.Repeat("é", 40), "___"} {
+		v := ScopeLabelValue(id)
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 || v == "" {
+			t.Errorf("%q -> %q: %v", id, v, errs)
+		}
+		if warmpool.ValidScopeID(id) && v != id {
+			t.Errorf("valid scope id %q changed to %q", id, v)
+		}
+	}
+	if ScopeLabelValue("a b") == ScopeLabelValue("a/b") {
+		t.Error("sanitised ids collide")
+	}
+	n := kubeClashName(warmpool.PodName(strings.Repeat("s", 63), 1234567890123))
+	if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
+		t.Errorf("clash name %q: %v", n, errs)
+	}
+}
+
+func TestKubernetesDeployReady(t *testing.T) {
+	kubeNoLeak(t)
+	cs := fake.NewClientset()
+	kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod { return schedule(p, "node-1", readyStatus("127.1.0.5")) })
+	var mu sync.Mutex
+	var phases []DeployPhase
+	k := mustKube(t, cs, func(c *Config) {
+		c.OnPhase = func(ev PhaseEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			if ev.ScopeID != "s1" {
+				return
+			}
+			phases = append(phases, ev.Phase)
+			if ev.Fence != 3 || ev.Namespace != "wp" || ev.Pod == "" || ev.Elapsed <= 0 {
+				t.Errorf("phase event %+v", ev)
+			}
+		}
+	})
+	req := kubeReq("s1", 3)
+	pod, err := k.Deploy(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := warmpool.PodName("s1", 3)
+	if pod.ID != want || pod.Namespace != "wp" || !pod.Ready || pod.Dead != "" || pod.Fence != 3 || pod.ScopeID != "s1" || pod.DeployVer != req.DeployVer {
+		t.Errorf("pod %+v", pod)
+	}
+	if pod.SSEURL != "http://127.1.0.5:8080/sse" || pod.HealthURL != "http://127.1.0.5:8080/health" {
+		t.Errorf("urls %s %s", pod.SSEURL, pod.HealthURL)
+	}
+	mu.Lock()
+	got := fmt.Sprint(phases)
+	mu.Unlock()
+	if got != "[created scheduled ready]" {
+		t.Errorf("phases %s", got)
+	}
+
+	// A scope template's namespace wins over the default one.
+	req = kubeReq("s2", 1)
+	req.Spec.Namespace = "other"
+	pod, err = k.Deploy(context.Background(), req)
+	if err != nil || pod.Namespace != "other" || podCount(t, cs, "other") != 1 {
+		t.Fatalf("namespace from template: %+v %v", pod, err)
+	}
+}
+
+// TestKubernetesDeployDuplicate: a create that reached the server but whose answer was
+// lost is retried, meets AlreadyExists with our own labels, and waits for that pod.
+func TestKubernetesDeployDuplicate(t *testing.T) {
+	kubeNoLeak(t)
+	cs := fake.NewClientset()
+	kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod { return schedule(p, "node-1", readyStatus("127.1.0.6")) })
+	var creates atomic.Int32
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if creates.Add(1) > 1 {
+			return false, nil, nil
+		}
+		obj := a.(k8stesting.CreateAction).GetObject()
+		if err := cs.Tracker().Create(podsGVR, obj, a.GetNamespace()); err != nil {
+			t.Error(err)
+		}
+		return true, nil, apierrors.NewServerTimeout(podsGVR.GroupResource(), "create", 1)
+	})
+	k := mustKube(t, cs, nil)
+	pod, err := k.Deploy(context.Background(), kubeReq("dup", 9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.ID != warmpool.PodName("dup", 9) || creates.Load() != 2 || podCount(t, cs, "wp") != 1 {
+		t.Errorf("pod %s, %d creates, %d pods", pod.ID, creates.Load(), podCount(t, cs, "wp"))
+	}
+}
+
+// TestKubernetesDeployClash: the name is held by a pod of another deploy (other fence);
+// the driver retries with a fresh name and leaves the other pod alone.
+func TestKubernetesDeployClash(t *testing.T) {
+	kubeNoLeak(t)
+	other, err := newAgentPod(kubeReq("clash", 99), warmpool.PodName("clash", 4), "wp", time.Now(), podExtras{grace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := fake.NewClientset(other)
+	kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod { return schedule(p, "node-1", readyStatus("127.1.0.7")) })
+	k := mustKube(t, cs, nil)
+	pod, err := k.Deploy(context.Background(), kubeReq("clash", 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := warmpool.PodName("clash", 4)
+	if !strings.HasPrefix(pod.ID, base+"-") || len(pod.ID) != len(base)+6 || pod.Fence != 4 {
+		t.Errorf("pod %+v", pod)
+	}
+	if podCount(t, cs, "wp") != 2 {
+		t.Errorf("%d pods, want the other one and ours", podCount(t, cs, "wp"))
+	}
+
+	// Every fresh name clashes too: bounded, then DEPLOY_FAILED.
+	cs2 := fake.NewClientset()
+	cs2.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewAlreadyExists(podsGVR.GroupResource(), "x")
+	})
+	cs2.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, other.DeepCopy(), nil
+	})
+	k2 := mustKube(t, cs2, func(c *Config) { c.NameRetries = 2 })
+	_, err = k2.Deploy(context.Background(), kubeReq("clash", 4))
+	if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !strings.Contains(err.Error(), "clashes") {
+		t.Errorf("endless clash: %v", err)
+	}
+	if n := countActions(cs2, "create"); n != 3 {
+		t.Errorf("%d creates, want 1 + 2 retries", n)
+	}
+}
+
+// isDeployWatch tells Deploy's own watch (one pod by name) from informers' and the
+// test kubelet's.
+func isDeployWatch(a k8stesting.Action) bool {
+	w, ok := a.(k8stesting.WatchAction)
+	return ok && strings.Contains(w.GetWatchRestrictions().Fields.String(), "metadata.name")
+}
+
+func countActions(cs *fake.Clientset, verb string) int {
+	n := 0
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == verb && a.GetResource().Resource == "pods" {
+			n++
+		}
+	}
+	return n
+}
+
+func TestKubernetesRetries(t *testing.T) {
+	kubeNoLeak(t)
+	t.Run("transient create retried", func(t *testing.T) {
+		cs := fake.NewClientset()
+		kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod { return schedule(p, "n", readyStatus("127.1.0.8")) })
+		var n atomic.Int32
+		cs.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			switch n.Add(1) {
+			case 1:
+				return true, nil, apierrors.NewInternalError(errors.New("etcd hiccup"))
+			case 2:
+				return true, nil, apierrors.NewTooManyRequests("slow down", 0)
+			}
+			return false, nil, nil
+		})
+		k := mustKube(t, cs, nil)
+		if _, err := k.Deploy(context.Background(), kubeReq("r", 1)); err != nil {
+			t.Fatal(err)
+		}
+		if n.Load() != 3 {
+			t.Errorf("%d create attempts, want 3", n.Load())
+		}
+	})
+	t.Run("403 not retried", func(t *testing.T) {
+		cs := fake.NewClientset()
+		var n atomic.Int32
+		cs.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			n.Add(1)
+			return true, nil, apierrors.NewForbidden(podsGVR.GroupResource(), "x", errors.New("rbac says no"))
+		})
+		k := mustKube(t, cs, nil)
+		_, err := k.Deploy(context.Background(), kubeReq("r", 1))
+		if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !strings.Contains(err.Error(), "forbidden") {
+			t.Errorf("err %v", err)
+		}
+		if n.Load() != 1 {
+			t.Errorf("%d attempts, want 1", n.Load())
+		}
+	})
+	t.Run("retries bounded", func(t *testing.T) {
+		cs := fake.NewClientset()
+		var n atomic.Int32
+		cs.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			n.Add(1)
+			return true, nil, apierrors.NewServiceUnavailable("down")
+		})
+		k := mustKube(t, cs, func(c *Config) { c.Retries = 2 })
+		if err := k.Delete(context.Background(), warmpool.Pod{ID: "p"}); !apierrors.IsServiceUnavailable(err) {
+			t.Errorf("err %v", err)
+		}
+		if n.Load() != 3 {
+			t.Errorf("%d attempts, want 3", n.Load())
+		}
+	})
+	t.Run("transient classification", func(t *testing.T) {
+		gr := podsGVR.GroupResource()
+		for _, tc := range []struct {
+			err  error
+			want bool
+		}{
+			{apierrors.NewInternalError(errors.New("x")), true},
+			{apierrors.NewServiceUnavailable("x"), true},
+			{apierrors.NewTooManyRequests("x", 1), true},
+			{apierrors.NewServerTimeout(gr, "get", 1), true},
+			{apierrors.NewTimeoutError("x", 1), true},
+			{errors.New("dial tcp: connection refused"), true},
+			{context.DeadlineExceeded, true},
+			{context.Canceled, false},
+			{apierrors.NewForbidden(gr, "x", errors.New("no")), false},
+			{apierrors.NewNotFound(gr, "x"), false},
+			{apierrors.NewAlreadyExists(gr, "x"), false},
+			{apierrors.NewBadRequest("x"), false},
+			{apierrors.NewUnauthorized("x"), false},
+			{apierrors.NewConflict(gr, "x", errors.New("c")), false},
+		} {
+			if got := transient(tc.err); got != tc.want {
+				t.Errorf("transient(%v) = %v", tc.err, got)
+			}
+		}
+	})
+}
+
+// TestKubernetesDeployEarlyFailure: each hopeless state ends the wait at once (the
+// ready timeout is 30 s) with DEPLOY_FAILED naming it, and the pod is deleted again.
+func TestKubernetesDeployEarlyFailure(t *testing.T) {
+	kubeNoLeak(t)
+	terminated := corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "agent",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 3}}}}}
+	unschedulable := corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		Message: "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."}}}
+	for _, tc := range []struct {
+		name   string
+		script func(p *corev1.Pod) *corev1.Pod
+		want   string
+	}{
+		{"ErrImagePull", func(p *corev1.Pod) *corev1.Pod { return schedule(p, "n", waitingStatus("ErrImagePull")) }, "ErrImagePull"},
+		{"ImagePullBackOff", func(p *corev1.Pod) *corev1.Pod { return schedule(p, "n", waitingStatus("ImagePullBackOff")) }, "ImagePullBackOff"},
+		{"InvalidImageName", func(p *corev1.Pod) *corev1.Pod { return schedule(p, "n", waitingStatus("InvalidImageName")) }, "invalid image name"},
+		{"CrashLoopBackOff", func(p *corev1.Pod) *corev1.Pod { return schedule(p, "n", waitingStatus("CrashLoopBackOff")) }, "crash loop"},
+		{"terminated", func(p *corev1.Pod) *corev1.Pod { return schedule(p, "n", terminated) }, "terminated (Error, exit code 3)"},
+		{"failed", func(p *corev1.Pod) *corev1.Pod {
+			return schedule(p, "n", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "OutOfmemory", Message: "oom"})
+		}, "failed: OutOfmemory: oom"},
+		{"succeeded", func(p *corev1.Pod) *corev1.Pod { return schedule(p, "n", corev1.PodStatus{Phase: corev1.PodSucceeded}) }, "succeeded"},
+		{"evicted", func(p *corev1.Pod) *corev1.Pod {
+			return schedule(p, "n", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "low on memory"})
+		}, "evicted: low on memory"},
+		{"unschedulable", func(p *corev1.Pod) *corev1.Pod { p.Status = unschedulable; return p }, "unschedulable"},
+		{"deleted", nil, "deleted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			if tc.script != nil {
+				kubelet(t, cs, tc.script)
+			} else {
+				// Delete the pod behind the driver's back once its watch is set up. (The
+				// fake tracker keeps no resource versions on objects, so an earlier delete
+				// could not be replayed to the watch, as a real API server would.)
+				cs.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
+					if !isDeployWatch(a) {
+						return false, nil, nil
+					}
+					w, err := cs.Tracker().Watch(podsGVR, "wp")
+					if err == nil {
+						err = cs.Tracker().Delete(podsGVR, "wp", warmpool.PodName("early", 1))
+					}
+					return true, w, err
+				})
+			}
+			var failedEv atomic.Pointer[PhaseEvent]
+			k := mustKube(t, cs, func(c *Config) {
+				c.OnPhase = func(ev PhaseEvent) {
+					if ev.Phase == PhaseFailed {
+						failedEv.Store(&ev)
+					}
+				}
+			})
+			start := time.Now()
+			_, err := k.Deploy(context.Background(), kubeReq("early", 1))
+			if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want DEPLOY_FAILED with %q", err, tc.want)
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("took %s", took)
+			}
+			if podCount(t, cs, "wp") != 0 {
+				t.Error("pod of a failed deploy left behind")
+			}
+			if ev := failedEv.Load(); ev == nil || ev.Reason != err.Error() {
+				t.Errorf("failed phase event %+v", ev)
+			}
+		})
+	}
+}
+
+// TestKubernetesUnschedulableGrace: a pod reported unschedulable once and then
+// scheduled within the grace is not failed.
+func TestKubernetesUnschedulableGrace(t *testing.T) {
+	kubeNoLeak(t)
+	cs := fake.NewClientset()
+	kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod {
+		p.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}}
+		return p
+	})
+	k := mustKube(t, cs, func(c *Config) { c.UnschedulableGrace = time.Minute })
+	var phases sync.Map
+	k.cfg.OnPhase = func(ev PhaseEvent) { phases.Store(ev.Phase, ev) }
+	errc := make(chan error, 1)
+	go func() {
+		_, err := k.Deploy(context.Background(), kubeReq("grace", 1))
+		errc <- err
+	}()
+	// Wait until the driver has seen the unschedulable state, then let a node free up.
+	name := warmpool.PodName("grace", 1)
+	w, err := cs.CoreV1().Pods("wp").Watch(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ev := range w.ResultChan() {
+		if p, ok := ev.Object.(*corev1.Pod); ok && p.Name == name && p.Status.Phase == corev1.PodPending && len(p.Status.Conditions) > 0 {
+			break
+		}
+	}
+	w.Stop()
+	p, err := cs.CoreV1().Pods("wp").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("wp").Update(context.Background(), schedule(p, "n", readyStatus("127.1.0.3")), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("deploy failed within the grace: %v", err)
+	}
+}
+
+func TestKubernetesDeployTimeoutAndCancel(t *testing.T) {
+	kubeNoLeak(t)
+	t.Run("timeout", func(t *testing.T) {
+		cs := fake.NewClientset()
+		k := mustKube(t, cs, nil)
+		req := kubeReq("slow", 1)
+		req.Spec.ReadyTimeoutS = 1
+		start := time.Now()
+		_, err := k.Deploy(context.Background(), req)
+		if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !strings.Contains(err.Error(), "not ready after 1s") ||
+			!strings.Contains(err.Error(), "not scheduled") {
+			t.Fatalf("err %v", err)
+		}
+		if took := time.Since(start); took < time.Second || took > 5*time.Second {
+			t.Errorf("took %s", took)
+		}
+		if podCount(t, cs, "wp") != 0 {
+			t.Error("pod left behind")
+		}
+	})
+	t.Run("cancel", func(t *testing.T) {
+		cs := fake.NewClientset()
+		ctx, cancel := context.WithCancel(context.Background())
+		kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod { cancel(); return nil })
+		k := mustKube(t, cs, nil)
+		_, err := k.Deploy(ctx, kubeReq("gone", 1))
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err %v, want context.Canceled", err)
+		}
+		if podCount(t, cs, "wp") != 0 {
+			t.Error("pod left behind")
+		}
+	})
+}
+
+// TestKubernetesWatchResync: a watch that closes (or expires) mid-wait is resumed
+// after a Get, and the state change it carried is not lost.
+func TestKubernetesWatchResync(t *testing.T) {
+	kubeNoLeak(t)
+	cs := fake.NewClientset()
+	var watches atomic.Int32
+	cs.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		if isDeployWatch(a) && watches.Add(1) == 1 { // the deploy's first watch: expire it at once
+			w := watch.NewRaceFreeFake()
+			w.Error(&apierrors.NewResourceExpired("too old").ErrStatus)
+			return true, w, nil
+		}
+		return false, nil, nil
+	})
+	kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod { return schedule(p, "n", readyStatus("127.1.0.4")) })
+	k := mustKube(t, cs, func(c *Config) { c.DisableNodeWatch = true })
+	if _, err := k.Deploy(context.Background(), kubeReq("resync", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if countActions(cs, "get") < 1 {
+		t.Error("no Get after the expired watch")
+	}
+}
+
+func TestKubernetesPodDeath(t *testing.T) {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	grace := 30 * time.Second
+	pod := func(mut func(p *corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "n1"}, Status: readyStatus("127.1.0.1")}
+		if mut != nil {
+			mut(p)
+		}
+		return p
+	}
+	node := func(status corev1.ConditionStatus, since time.Duration) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: status, LastTransitionTime: metav1.NewTime(now.Add(-since))}}}}
+	}
+	readyNode := node(corev1.ConditionTrue, time.Hour)
+	deleting := metav1.NewTime(now)
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		node *corev1.Node
+		want string // prefix; "" = alive
+	}{
+		{"alive", pod(nil), readyNode, ""},
+		{"pending, unbound, node unknown", pod(func(p *corev1.Pod) { p.Spec.NodeName = ""; p.Status = corev1.PodStatus{Phase: corev1.PodPending} }), nil, ""},
+		{"gone", nil, readyNode, "deleted"},
+		{"terminating", pod(func(p *corev1.Pod) { p.DeletionTimestamp = &deleting }), readyNode, "deleted: pod is terminating"},
+		{"failed", pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed; p.Status.Reason = "Boom" }), readyNode, "failed: Boom"},
+		{"failed with exit", pod(func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodFailed
+			p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}
+		}), readyNode, "failed: container agent terminated (OOMKilled, exit code 137)"},
+		{"succeeded", pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), readyNode, "succeeded"},
+		{"evicted", pod(func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodFailed
+			p.Status.Reason = "Evicted"
+			p.Status.Message = "disk"
+		}), readyNode, "evicted: disk"},
+		{"disruption target", pod(func(p *corev1.Pod) {
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "PreemptionByScheduler"})
+		}), readyNode, "evicted: PreemptionByScheduler"},
+		{"node gone", pod(nil), nil, "node-lost: node n1 is gone"},
+		{"node deleting", pod(nil), func() *corev1.Node { n := readyNode.DeepCopy(); n.DeletionTimestamp = &deleting; return n }(), "node-lost: node n1 is being deleted"},
+		{"node NotReady within grace", pod(nil), node(corev1.ConditionFalse, 10*time.Second), ""},
+		{"node NotReady past grace", pod(nil), node(corev1.ConditionFalse, time.Minute), "node-lost: node n1 Ready=False for 1m0s"},
+		{"node Unknown past grace", pod(nil), node(corev1.ConditionUnknown, grace), "node-lost: node n1 Ready=Unknown"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := PodDeath(tc.pod, tc.node, now, grace)
+			if (tc.want == "") != (got == "") || !strings.HasPrefix(got, tc.want) {
+				t.Errorf("PodDeath = %q, want prefix %q", got, tc.want)
+			}
+		})
+	}
+	// Without node information only the pod's own status counts.
+	if got := kubePodDeath(pod(nil), nil, false, now, grace); got != "" {
+		t.Errorf("node unknown: %q", got)
+	}
+}
+
+func TestKubernetesList(t *testing.T) {
+	kubeNoLeak(t)
+	mk := func(scope string, fence int64, node string, st corev1.PodStatus) *corev1.Pod {
+		p, err := newAgentPod(kubeReq(scope, fence), warmpool.PodName(scope, fence), "wp", time.UnixMilli(1000), podExtras{grace: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return schedule(p, node, st)
+	}
+	alive := mk("alive", 1, "n1", readyStatus("127.1.0.1"))
+	failed := mk("failed", 1, "n1", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Error"})
+	orphaned := mk("orphan", 1, "gone-node", readyStatus("127.1.0.2"))
+	sick := mk("sick", 1, "n2", readyStatus("127.1.0.3"))
+	pending := mk("pending", 1, "", corev1.PodStatus{Phase: corev1.PodPending})
+	foreign := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "not-ours", Namespace: "wp", Labels: map[string]string{"app": "x"}}}
+	n1 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	n2 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Hour))}}}}
+	cs := fake.NewClientset(alive, failed, orphaned, sick, pending, foreign, n1, n2)
+
+	events := make(chan warmpool.Pod, 100)
+	k := mustKube(t, cs, func(c *Config) { c.OnPod = func(p warmpool.Pod) { events <- p } })
+	pods, err := k.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]warmpool.Pod{}
+	for _, p := range pods {
+		got[p.ScopeID] = p
+	}
+	if len(pods) != 5 {
+		t.Fatalf("%d pods, want 5 managed ones: %+v", len(pods), pods)
+	}
+	check := func(scope string, ready bool, deadPrefix string) {
+		t.Helper()
+		p := got[scope]
+		if p.Ready != ready || !strings.HasPrefix(p.Dead, deadPrefix) || (deadPrefix == "") != (p.Dead == "") {
+			t.Errorf("%s: ready %v dead %q, want ready %v dead %q", scope, p.Ready, p.Dead, ready, deadPrefix)
+		}
+	}
+	check("alive", true, "")
+	check("failed", false, "failed")
+	check("orphan", false, "node-lost")
+	check("sick", false, "node-lost")
+	check("pending", false, "")
+	if a := got["alive"]; a.ID != alive.Name || a.Namespace != "wp" || a.SSEURL != "http://127.1.0.1:8080/sse" || a.CreatedAt != 1000 || a.Fence != 1 {
+		t.Errorf("alive %+v", a)
+	}
+
+	// Steady state: List is served from the cache; a new pod shows up through the watch.
+	lists := countActions(cs, "list")
+	if _, err := cs.CoreV1().Pods("wp").Create(context.Background(), mk("late", 2, "n1", readyStatus("127.1.0.9")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for ev := range events {
+		if ev.ScopeID == "late" {
+			break
+		}
+	}
+	pods, err = k.List(context.Background())
+	if err != nil || len(pods) != 6 {
+		t.Fatalf("after create: %d pods, %v", len(pods), err)
+	}
+	if n := countActions(cs, "list"); n != lists {
+		t.Errorf("List made %d API list calls; want none from the cache", n-lists)
+	}
+
+	// A deletion reaches OnPod as a death.
+	if err := cs.CoreV1().Pods("wp").Delete(context.Background(), alive.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for ev := range events {
+		if ev.ID == alive.Name && strings.HasPrefix(ev.Dead, DeathDeleted) {
+			break
+		}
+	}
+
+	// A node that goes away re-judges its pods at once.
+	if err := cs.CoreV1().Nodes().Delete(context.Background(), "n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for ev := range events {
+		if ev.ScopeID == "late" && strings.HasPrefix(ev.Dead, DeathNodeLost) {
+			break
+		}
+	}
+
+	// Another namespace joins the list once watched.
+	other := mk("elsewhere", 1, "n3", readyStatus("127.1.0.10"))
+	other.Namespace = "ns2"
+	if _, err := cs.CoreV1().Pods("ns2").Create(context.Background(), other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.WatchNamespace(context.Background(), "ns2"); err != nil {
+		t.Fatal(err)
+	}
+	pods, _ = k.List(context.Background())
+	found := false
+	for _, p := range pods {
+		found = found || (p.Namespace == "ns2" && p.ScopeID == "elsewhere" && p.Dead == DeathNodeLost+": node n3 is gone")
+	}
+	if !found {
+		t.Errorf("ns2 pod missing: %+v", pods)
+	}
+
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.List(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("List after Close: %v", err)
+	}
+}
+
+// TestKubernetesListNodesForbidden: with RBAC forbidding nodes (the shipped Role), List
+// still works and judges pods by their own status.
+func TestKubernetesListNodesForbidden(t *testing.T) {
+	kubeNoLeak(t)
+	p, err := newAgentPod(kubeReq("s", 1), warmpool.PodName("s", 1), "wp", time.Now(), podExtras{grace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := fake.NewClientset(schedule(p, "unknown-node", readyStatus("127.1.0.1")))
+	cs.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "", errors.New("no"))
+	})
+	k := mustKube(t, cs, nil)
+	pods, err := k.List(context.Background())
+	if err != nil || len(pods) != 1 || !pods[0].Ready || pods[0].Dead != "" {
+		t.Fatalf("pods %+v err %v", pods, err)
+	}
+}
+
+func TestKubernetesListCacheNotSynced(t *testing.T) {
+	kubeNoLeak(t)
+	cs := fake.NewClientset()
+	cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(podsGVR.GroupResource(), "", errors.New("rbac says no"))
+	})
+	k := mustKube(t, cs, func(c *Config) { c.CacheSyncTimeout = 300 * time.Millisecond; c.DisableNodeWatch = true })
+	if _, err := k.List(context.Background()); err == nil || !strings.Contains(err.Error(), "not synced") {
+		t.Errorf("err %v; an unsynced cache must not pass for an empty list", err)
+	}
+}
+
+func TestKubernetesDelete(t *testing.T) {
+	kubeNoLeak(t)
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1", Namespace: "wp"}}
+	cs := fake.NewClientset(p)
+	k := mustKube(t, cs, nil)
+	if err := k.Delete(context.Background(), warmpool.Pod{ID: "p1"}); err != nil {
+		t.Fatal(err)
+	}
+	if podCount(t, cs, "wp") != 0 {
+		t.Error("not deleted")
+	}
+	var grace *int64
+	for _, a := range cs.Actions() {
+		if da, ok := a.(k8stesting.DeleteAction); ok {
+			grace = da.GetDeleteOptions().GracePeriodSeconds
+		}
+	}
+	if grace == nil || *grace != 5 {
+		t.Errorf("grace %v, want 5", grace)
+	}
+	if err := k.Delete(context.Background(), warmpool.Pod{ID: "p1"}); err != nil {
+		t.Errorf("delete of a gone pod: %v", err)
+	}
+	if err := k.Delete(context.Background(), warmpool.Pod{ID: "p1", Namespace: "elsewhere"}); err != nil {
+		t.Errorf("delete in another namespace: %v", err)
+	}
+}
+
+func TestKubernetesProbe(t *testing.T) {
+	kubeNoLeak(t)
+	block := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+			w.WriteHeader(http.StatusOK)
+		case "/slow":
+			select {
+			case <-block:
+			case <-r.Context().Done():
+			}
+		default:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	defer close(block)
+	k := mustKube(t, fake.NewClientset(), func(c *Config) { c.ProbeTimeout = 200 * time.Millisecond })
+	ctx := context.Background()
+	if err := k.Probe(ctx, warmpool.Pod{ID: "p", HealthURL: srv.URL + "/health"}); err != nil {
+		t.Errorf("healthy: %v", err)
+	}
+	if err := k.Probe(ctx, warmpool.Pod{ID: "p", HealthURL: srv.URL + "/sick"}); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("sick: %v", err)
+	}
+	start := time.Now()
+	if err := k.Probe(ctx, warmpool.Pod{ID: "p", HealthURL: srv.URL + "/slow"}); err == nil || time.Since(start) > 2*time.Second {
+		t.Errorf("slow: %v after %s", err, time.Since(start))
+	}
+	if err := k.Probe(ctx, warmpool.Pod{ID: "p"}); err == nil {
+		t.Error("no url: nil error")
+	}
+}
+
+func TestKubernetesRESTConfig(t *testing.T) {
+	path := t.TempDir() + "/kubeconfig"
+	kc := `apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:16443", insecure-skip-tls-verify: true}
+users:
+- name: u
+  user: {token: secret}
+contexts:
+- name: x
+  context: {cluster: c, user: u, namespace: agents}
+current-context: x
+`
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, ns, err := RESTConfig(ClientOptions{Kubeconfig: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns != "agents" || cfg.Host != "https://127.0.0.1:16443" || cfg.BearerToken != "secret" ||
+		cfg.QPS != DefaultQPS || cfg.Burst != DefaultBurst || cfg.UserAgent != "warmpool" {
+		t.Errorf("ns %q cfg %+v", ns, cfg)
+	}
+	if _, _, err := NewClient(ClientOptions{Kubeconfig: path, QPS: 5, Burst: 7}); err != nil {
+		t.Error(err)
+	}
+	if _, _, err := RESTConfig(ClientOptions{Kubeconfig: path + ".missing"}); err == nil {
+		t.Error("missing kubeconfig: no error")
+	}
+}

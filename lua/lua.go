@@ -39,6 +39,10 @@ var (
 	WaiterGate     = load("waiter_gate.lua")
 	WaiterLeave    = load("waiter_leave.lua")
 	ScopePublish   = load("scope_publish.lua")
+	ScopeRepair    = load("scope_repair.lua")
+	PodAdopt       = load("pod_adopt.lua")
+	PodHealth      = load("pod_health.lua")
+	FenceRaise     = load("fence_raise.lua")
 )
 
 // Scripts maps each script file name to its script, so tests can check that every

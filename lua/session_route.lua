@@ -33,6 +33,10 @@ local idem = ARGV[4] == '1'
 if idem then
   local cached = redis.call('GET', KEYS[13])
   if cached then
+    -- a replay binds nothing: a slot handed to this attempt goes back
+    if claim ~= '' then
+      release_claim(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], claim, now, true)
+    end
     local flag, pod, info = string.match(cached, '^(%d)\n([^\n]*)\n(.*)$')
     return {'replay', flag, pod, info}
   end

@@ -32,6 +32,7 @@ import (
 	"github.com/warmpool/warmpool/scopes"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sqlite"
+	"github.com/warmpool/warmpool/sweeper"
 )
 
 // Defaults of Config.
@@ -58,7 +59,11 @@ type Config struct {
 	Prefix     string
 	Dev        bool
 
+	// Sweep tunes the background jobs; SweepInterval is their common interval.
 	SweepInterval time.Duration
+	Sweep         sweeper.Config
+	// LockLease is the lease of the jobs' locks (sweeper.DefaultLockLease when zero).
+	LockLease time.Duration
 
 	// LocalBinary is the program the local driver runs pods with ("warmpool").
 	LocalBinary string
@@ -89,6 +94,8 @@ type Server struct {
 	RM      *rm.Manager
 	SM      *sm.Manager
 	Scopes  *scopes.Service
+	Sweeper *sweeper.Sweeper
+	Runner  *sweeper.Runner
 	metrics *metrics.Metrics
 	handler http.Handler
 
@@ -195,6 +202,14 @@ func (s *Server) build(ctx context.Context) error {
 	smc.Clock, smc.Logger, smc.Observe, smc.ObserveRoute = cfg.Clock, s.log, s.metrics.Observe, s.metrics.ObserveRoute
 	s.SM = sm.New(s.store, s.RM, smc)
 	s.Scopes = scopes.New(s.configs, s.store, s.log)
+	swc := cfg.Sweep
+	if swc.Interval <= 0 {
+		swc.Interval = cfg.SweepInterval
+	}
+	swc.Clock, swc.Logger, swc.Observe = cfg.Clock, s.log, s.metrics.Observe
+	s.Sweeper = sweeper.New(s.store, s.RM, s.SM, s.driver, s.configs, swc)
+	s.Runner = sweeper.NewRunner(s.store, s.Sweeper.Jobs(), cfg.LockLease, s.log)
+	s.Runner.OnRun = func(job, outcome string) { s.metrics.Observe("job_"+job, outcome) }
 	s.handler = s.routes()
 
 	if err := s.bootstrap(ctx); err != nil {
@@ -261,37 +276,26 @@ func (s *Server) newDriver() (warmpool.PodDriver, error) {
 	return nil, fmt.Errorf("--driver %q: want local, kubernetes or fake", s.cfg.DriverName)
 }
 
-// bootstrap makes a live keyspace: on an empty Redis it publishes every stored scope,
-// then writes the epoch.
+// bootstrap makes a live keyspace: on an empty Redis (or one that lost its data) the
+// reconcile job rebuilds it from the config store and the driver. When another replica
+// holds the job, this one waits for it.
 func (s *Server) bootstrap(ctx context.Context) error {
-	live, err := s.store.EpochLive(ctx)
-	if err != nil {
-		return fmt.Errorf("redis: %w", err)
-	}
-	if live {
-		return nil
-	}
-	return s.Rebuild(ctx)
-}
-
-// Rebuild restores a keyspace that lost its data (or was never written): every scope is
-// published again from the config store, then the epoch is written so requests are
-// admitted again.
-func (s *Server) Rebuild(ctx context.Context) error {
-	all, err := s.configs.List(ctx)
-	if err != nil {
-		return err
-	}
-	for _, c := range all {
-		if err := s.store.PublishScope(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer}); err != nil {
-			return err
+	for {
+		live, err := s.store.EpochLive(ctx)
+		if err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		if live {
+			return nil
+		}
+		if !s.Runner.RunOnce(ctx, s.Sweeper.ReconcileJob()) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
-	if _, err := s.store.Bootstrap(ctx, randHex(8)); err != nil {
-		return err
-	}
-	s.log.Info("keyspace bootstrapped", "scopes", len(all))
-	return nil
 }
 
 func (s *Server) ensureDemoScope(ctx context.Context) error {
@@ -350,54 +354,33 @@ func (s *Server) InstanceID() string { return s.cfg.InstanceID }
 // Store is the replica's Redis store.
 func (s *Server) Store() *lua.Store { return s.store }
 
-// Run serves HTTP on ln until ctx ends, then drains: it stops taking requests, lets
-// those in flight finish (bounded), and closes everything it built. Background
-// housekeeping runs every SweepInterval meanwhile.
+// Run serves HTTP on ln and runs the background jobs until ctx ends, then drains: it
+// stops taking requests, lets those in flight finish (bounded), stops the jobs
+// (releasing their locks), and closes everything it built.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	bg, stopBG := context.WithCancel(context.Background())
+	jobs, stopJobs := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); s.housekeep(bg) }()
+	go func() { defer wg.Done(); s.Runner.Run(jobs) }()
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	stopBG()
-	wg.Wait()
 	shutdown, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if serr := srv.Shutdown(shutdown); serr != nil && err == nil {
 		err = serr
 	}
+	stopJobs()
+	wg.Wait()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	return errors.Join(err, s.Close())
-}
-
-// housekeep re-bootstraps a keyspace that lost its data.
-func (s *Server) housekeep(ctx context.Context) {
-	t := time.NewTicker(s.cfg.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		live, err := s.store.EpochLive(ctx)
-		if err != nil || live {
-			continue
-		}
-		s.log.Warn("redis lost its data: rebuilding")
-		if err := s.Rebuild(ctx); err != nil {
-			s.log.Warn("rebuild failed; retrying", "err", err)
-		}
-	}
 }
 
 // Close stops the managers and releases what New built, in reverse order.

@@ -130,6 +130,17 @@ func (m *Manager) route(ctx context.Context, scope, session, requestID string) (
 			return binding(scope, session, res.Pod, res.New), nil
 		}
 		lease, err := m.pool.Acquire(ctx, scope, "")
+		if errors.Is(err, warmpool.ErrPoolFull) {
+			// A pod may have registered (another replica deployed it) or a slot freed
+			// since the first fit above: fit once more before calling the scope full.
+			res, rerr := m.store.Route(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
+			switch {
+			case rerr != nil:
+				return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, rerr)
+			case res.Kind != lua.RouteNone:
+				return binding(scope, session, res.Pod, res.New), nil
+			}
+		}
 		if err != nil {
 			return Binding{}, err
 		}
@@ -270,6 +281,12 @@ func (m *Manager) wakeWaiters(ctx context.Context, scope string, waiters int) {
 	if waiters == 0 {
 		return
 	}
+	m.Wake(ctx, scope)
+}
+
+// Wake tells the scope's waiters on every replica that capacity may have freed (a pod
+// was purged, a session expired).
+func (m *Manager) Wake(ctx context.Context, scope string) {
 	if err := m.wake.publish(ctx, scope); err != nil {
 		m.log.Warn("wake-up not published; waiters re-check on their own", "scope", scope, "err", err)
 	}

@@ -1,0 +1,77 @@
+-- scope_repair.lua: reconcile's pass over one scope's derived state. Expired deploy
+-- leases, room entries, claims and waiters go; then every pod's slot count is recomputed
+-- from the sessions and claims that point at it (never patched entry by entry), sessions
+-- and claims on unknown pods are dropped, and the idle set is made to agree: a pod with
+-- a slot is not idle, and idle pods keep their idle_since.
+-- KEYS[1]  {s}:epoch      STRING scope epoch
+-- KEYS[2]  {s}:pods       ZSET   pod id -> registered at (ms)
+-- KEYS[3]  {s}:slots      HASH   pod id -> sessions + claims
+-- KEYS[4]  {s}:idle       ZSET   pod id -> idle since (ms)
+-- KEYS[5]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
+-- KEYS[6]  {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
+-- KEYS[7]  {s}:claims     ZSET   claim id -> deadline (ms)
+-- KEYS[8]  {s}:claimpod   HASH   claim id -> pod id | "!reason"
+-- KEYS[9]  {s}:sessions   HASH   session id -> pod id
+-- KEYS[10] {s}:sexp       ZSET   session id -> expiry (ms)
+-- KEYS[11] {s}:waiters    ZSET   waiter id -> deadline (ms)
+-- ARGV[1] now (ms)  ARGV[2] note deadline (ms)
+-- Returns {fixed slot counts, dropped sessions, dropped claims, expired waiters,
+--          expired deploys} | {"EPOCH_LOST"}
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {'EPOCH_LOST'}
+end
+local now = tonumber(ARGV[1])
+local deploys = redis.call('ZCOUNT', KEYS[5], '-inf', now)
+expire_claims(KEYS[7], KEYS[8], KEYS[2], KEYS[3], KEYS[4], now)
+expire_deploys(KEYS[5], KEYS[6], KEYS[7], KEYS[8], now, ARGV[2])
+local waiters = redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', now)
+
+local count = {}
+for _, pod in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  count[pod] = 0
+end
+local dropped_sessions, dropped_claims = 0, 0
+local s = redis.call('HGETALL', KEYS[9])
+for i = 1, #s, 2 do
+  if count[s[i + 1]] then
+    count[s[i + 1]] = count[s[i + 1]] + 1
+  else
+    redis.call('HDEL', KEYS[9], s[i])
+    redis.call('ZREM', KEYS[10], s[i])
+    dropped_sessions = dropped_sessions + 1
+  end
+end
+local c = redis.call('HGETALL', KEYS[8])
+for i = 1, #c, 2 do
+  if holds_pod(c[i + 1]) then
+    if count[c[i + 1]] then
+      count[c[i + 1]] = count[c[i + 1]] + 1
+    else
+      redis.call('HDEL', KEYS[8], c[i])
+      redis.call('ZREM', KEYS[7], c[i])
+      dropped_claims = dropped_claims + 1
+    end
+  end
+end
+local fixed = 0
+for _, pod in ipairs(redis.call('HKEYS', KEYS[3])) do
+  if not count[pod] then
+    redis.call('HDEL', KEYS[3], pod)
+    fixed = fixed + 1
+  end
+end
+for pod, n in pairs(count) do
+  if tonumber(redis.call('HGET', KEYS[3], pod) or '-1') ~= n then
+    redis.call('HSET', KEYS[3], pod, n)
+    fixed = fixed + 1
+  end
+  if n > 0 then
+    redis.call('ZREM', KEYS[4], pod)
+  end
+end
+for _, pod in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+  if not count[pod] then
+    redis.call('ZREM', KEYS[4], pod)
+  end
+end
+return {tostring(fixed), tostring(dropped_sessions), tostring(dropped_claims), tostring(waiters), tostring(deploys)}

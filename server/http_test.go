@@ -1,0 +1,1033 @@
+package server_test
+
+// HTTP tests of one complete replica (server.New: SM, RM, config service, router and
+// middleware) over a real HTTP connection: every route and every error code of SPEC §3.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/httpx"
+	"github.com/warmpool/warmpool/lua"
+)
+
+var deployVerRe = regexp.MustCompile(`^[0-9a-f]{16}$`)
+
+func TestConfigPutGet(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+
+	put := e.putScope("agents.a-1", `{"deploy":{"image":"registry.example/agent:1.4","resources":{"cpu":"250m"}},"pool":{"max_concurrency":4}}`)
+	keys(t, put, "scope_id", "version", "deploy_ver")
+	if put["scope_id"] != "agents.a-1" || num(t, put, "version") != 1 || !deployVerRe.MatchString(put["deploy_ver"].(string)) {
+		t.Fatalf("first put: %v", put)
+	}
+	dv1 := put["deploy_ver"].(string)
+
+	// Pool only (class B): a new version, the same deploy_ver.
+	put = e.putScope("agents.a-1", `{"deploy":{"image":"registry.example/agent:1.4","resources":{"cpu":"250m"}},"pool":{"max_concurrency":6}}`)
+	if num(t, put, "version") != 2 || put["deploy_ver"] != dv1 {
+		t.Fatalf("pool-only change: %v, want version 2 and deploy_ver %s", put, dv1)
+	}
+	// A deploy field (class A): a new deploy_ver.
+	put = e.putScope("agents.a-1", `{"deploy":{"image":"registry.example/agent:1.5","resources":{"cpu":"250m"}},"pool":{"max_concurrency":6}}`)
+	if num(t, put, "version") != 3 || put["deploy_ver"] == dv1 || !deployVerRe.MatchString(put["deploy_ver"].(string)) {
+		t.Fatalf("deploy change: %v, want version 3 and a new deploy_ver", put)
+	}
+	dv3 := put["deploy_ver"].(string)
+
+	got := e.ok(http.MethodGet, "/v1/scopes/agents.a-1/config", nil)
+	hasKeys(t, got, "scope_id", "version", "deploy_ver", "config")
+	if got["scope_id"] != "agents.a-1" || num(t, got, "version") != 3 || got["deploy_ver"] != dv3 {
+		t.Fatalf("get: %v", got)
+	}
+	cfg := got["config"].(map[string]any)
+	deploy, pool := cfg["deploy"].(map[string]any), cfg["pool"].(map[string]any)
+	res := deploy["resources"].(map[string]any)
+	// The memory default is stored, not filled in later by one path only.
+	if res["memory"] != warmpool.DefaultMemory || res["cpu"] != "250m" || deploy["image"] != "registry.example/agent:1.5" {
+		t.Fatalf("stored deploy: %v", deploy)
+	}
+	if num(t, pool, "max_concurrency") != 6 || num(t, pool, "pod_concurrency") != warmpool.DefaultPodConcurrency ||
+		num(t, pool, "queue_size") != warmpool.DefaultQueueSize {
+		t.Fatalf("stored pool: %v", pool)
+	}
+
+	// An explicitly empty memory request gets the same default.
+	e.putScope("mem", `{"deploy":{"resources":{"memory":""}}}`)
+	got = e.ok(http.MethodGet, "/v1/scopes/mem/config", nil)
+	if m := got["config"].(map[string]any)["deploy"].(map[string]any)["resources"].(map[string]any)["memory"]; m != "512Mi" {
+		t.Fatalf("memory = %v, want 512Mi", m)
+	}
+
+	// The published config is routable at once.
+	b := e.route("agents.a-1", "s1")
+	if b["deploy_ver"] != dv3 {
+		t.Fatalf("routed to deploy_ver %v, want %s", b["deploy_ver"], dv3)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.putScope("keep", `{"pool":{"max_concurrency":4}}`)
+	cases := []struct {
+		name, body, field string
+	}{
+		{"zero pod_concurrency", `{"pool":{"pod_concurrency":0}}`, "pool.pod_concurrency"},
+		{"max below pod", `{"pool":{"max_concurrency":1,"pod_concurrency":2}}`, "pool.max_concurrency"},
+		{"negative queue", `{"pool":{"queue_size":-1}}`, "pool.queue_size"},
+		{"wait too long", `{"pool":{"wait_timeout_s":100000}}`, "pool.wait_timeout_s"},
+		{"min idle above max pods", `{"pool":{"max_concurrency":4,"pod_concurrency":2,"min_idle_pods":3}}`, "pool.min_idle_pods"},
+		{"zero pod ttl", `{"pool":{"pod_ttl_s":0}}`, "pool.pod_ttl_s"},
+		{"zero session ttl", `{"pool":{"session_ttl_s":0}}`, "pool.session_ttl_s"},
+		{"parallel above max pods", `{"pool":{"max_parallel_deploys":99}}`, "pool.max_parallel_deploys"},
+		{"port", `{"deploy":{"port":70000}}`, "deploy.port"},
+		{"memory", `{"deploy":{"resources":{"memory":"lots"}}}`, "deploy.resources.memory"},
+		{"cpu", `{"deploy":{"resources":{"cpu":"-1"}}}`, "deploy.resources.cpu"},
+		{"image with space", `{"deploy":{"image":"a b"}}`, "deploy.image"},
+		{"namespace", `{"deploy":{"namespace":"Agents"}}`, "deploy.namespace"},
+		{"container name", `{"deploy":{"container_name":"a_b"}}`, "deploy.container_name"},
+		{"sse path", `{"deploy":{"sse_path":"sse"}}`, "deploy.sse_path"},
+		{"health path", `{"deploy":{"health_path":"/a b"}}`, "deploy.health_path"},
+		{"ready timeout", `{"deploy":{"ready_timeout_s":0}}`, "deploy.ready_timeout_s"},
+		{"env name", `{"deploy":{"env":{"1BAD":"x"}}}`, "deploy.env"},
+		{"wrong type", `{"pool":{"max_concurrency":"8"}}`, "max_concurrency"},
+		{"float for int", `{"pool":{"queue_size":1.5}}`, "queue_size"},
+		{"huge number", `{"pool":{"queue_size":1e400}}`, "queue_size"},
+		{"list for string", `{"deploy":{"image":["a"]}}`, "image"},
+		{"unknown top field", `{"deploy":{},"pools":{}}`, "pools"},
+		{"unknown nested field", `{"deploy":{"imagee":"x"}}`, "imagee"},
+		{"malformed", `{"deploy":`, "body"},
+		{"bad token", `{"deploy":{]}`, "body"},
+		{"trailing data", `{} {}`, "trailing"},
+		{"trailing garbage", `{"pool":{}}x`, "trailing"},
+		{"array body", `[]`, "object"},
+		{"string body", `"config"`, "object"},
+		{"null body", `null`, "object"},
+		{"number body", `42`, "object"},
+		{"empty body", ``, "body"},
+		{"blank body", " \n\t", "body"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := *e
+			e.t = t
+			for _, scope := range []string{"keep", "fresh"} {
+				r := e.do(http.MethodPut, "/v1/scopes/"+scope+"/config", c.body)
+				e.wantErr(r, http.StatusBadRequest, warmpool.CodeValidation, c.field)
+			}
+		})
+	}
+	// Nothing was stored by a rejected put.
+	if v := num(t, e.ok(http.MethodGet, "/v1/scopes/keep/config", nil), "version"); v != 1 {
+		t.Fatalf("version %d after rejected puts, want 1", v)
+	}
+	e.wantErr(e.do(http.MethodGet, "/v1/scopes/fresh/config", nil), http.StatusNotFound, warmpool.CodeScopeNotFound)
+}
+
+// scopeRoutes are the routes under /v1/scopes/{scope}: %[1]s is the scope, %[2]s the
+// session or pod id.
+var scopeRoutes = []struct {
+	method, path string
+	body         string
+}{
+	{http.MethodPut, "/v1/scopes/%[1]s/config", `{}`},
+	{http.MethodGet, "/v1/scopes/%[1]s/config", ""},
+	{http.MethodPost, "/v1/scopes/%[1]s/sessions", `{"session_id":"s1"}`},
+	{http.MethodGet, "/v1/scopes/%[1]s/sessions/%[2]s", ""},
+	{http.MethodDelete, "/v1/scopes/%[1]s/sessions/%[2]s", ""},
+	{http.MethodPost, "/v1/scopes/%[1]s/sessions/%[2]s/touch", ""},
+	{http.MethodPost, "/v1/scopes/%[1]s/pods/acquire", `{}`},
+	{http.MethodPost, "/v1/scopes/%[1]s/pods/%[2]s/release", ""},
+	{http.MethodGet, "/v1/scopes/%[1]s/pool", ""},
+}
+
+// luaID looks like a Lua injection: ids are never pasted into scripts, so it is only
+// ever a bad id.
+const luaID = `a'..redis.call('FLUSHALL')..'`
+
+func TestBadScopeIDs(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.putScope("ok", scopeCfg(4, 2, 0, 1))
+	e.route("ok", "s1")
+	bad := []string{
+		"UPPER",
+		"Ok",
+		strings.Repeat("a", 64),
+		luaID,
+		`a"]]..redis.call("FLUSHALL")--`,
+		"{x}",
+		"a{ok}b",
+		"-a",
+		"a-",
+		"a_b!",
+		"a b",
+		"a%b",
+		"a/b",
+		"ä",
+		"a\x00b",
+		"a\nb",
+	}
+	for _, id := range bad {
+		for _, rt := range scopeRoutes {
+			path := fmt.Sprintf(rt.path, url.PathEscape(id), "s1")
+			r := e.do(rt.method, path, rt.body)
+			e.wantErr(r, http.StatusBadRequest, warmpool.CodeValidation, "scope")
+		}
+	}
+	// 63 chars is the longest valid id.
+	long := strings.Repeat("a", 63)
+	e.putScope(long, scopeCfg(4, 2, 0, 1))
+	e.route(long, "s1")
+
+	// Nothing reached Redis: the scope routed before still routes, with its binding.
+	if b := e.route("ok", "s1"); b["new"] != false {
+		t.Fatalf("binding lost after bad ids: %v", b)
+	}
+	n, err := e.r.Client.Exists(context.Background(), e.r.Prefix+"epoch").Result()
+	if err != nil || n != 1 {
+		t.Fatalf("epoch key: %d, %v", n, err)
+	}
+}
+
+func TestBadSessionIDs(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.putScope("ok", scopeCfg(4, 2, 0, 1))
+	bad := []string{
+		strings.Repeat("s", 129),
+		"a b",
+		" ",
+		luaID,
+		"{x}",
+		"a/b",
+		"sess\u00e9",
+		"a\tb",
+	}
+	sessionRoutes := []struct{ method, path string }{
+		{http.MethodGet, "/v1/scopes/ok/sessions/%s"},
+		{http.MethodDelete, "/v1/scopes/ok/sessions/%s"},
+		{http.MethodPost, "/v1/scopes/ok/sessions/%s/touch"},
+	}
+	for _, id := range bad {
+		for _, rt := range sessionRoutes {
+			r := e.do(rt.method, fmt.Sprintf(rt.path, url.PathEscape(id)), nil)
+			e.wantErr(r, http.StatusBadRequest, warmpool.CodeValidation, "session")
+		}
+		r := e.do(http.MethodPost, "/v1/scopes/ok/sessions", map[string]string{"session_id": id})
+		e.wantErr(r, http.StatusBadRequest, warmpool.CodeValidation, "session_id")
+	}
+	// Also the empty and missing session id, and bad request ids (body and header).
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":""}`), http.StatusBadRequest, warmpool.CodeValidation, "session_id")
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/sessions", `{}`), http.StatusBadRequest, warmpool.CodeValidation, "session_id")
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s1","request_id":"a b"}`), http.StatusBadRequest, warmpool.CodeValidation, "request_id")
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s1"}`, header{"Idempotency-Key", luaID}), http.StatusBadRequest, warmpool.CodeValidation, "request_id")
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/acquire", `{"request_id":"`+strings.Repeat("r", 129)+`"}`), http.StatusBadRequest, warmpool.CodeValidation, "request_id")
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/BAD_POD/release", nil), http.StatusBadRequest, warmpool.CodeValidation, "pod")
+	if got := e.pool("ok")["pods"].([]any); len(got) != 0 {
+		t.Fatalf("bad requests deployed pods: %v", got)
+	}
+
+	// 128 chars of the whole alphabet is valid.
+	long := strings.Repeat("aZ09._:-", 16)
+	b := e.route("ok", long)
+	if b["session_id"] != long || b["new"] != true {
+		t.Fatalf("route of a 128-char id: %v", b)
+	}
+	e.ok(http.MethodGet, "/v1/scopes/ok/sessions/"+long, nil)
+}
+
+func TestAuth(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t, withToken("s3cret-token"))
+	e.putScope("ok", scopeCfg(4, 2, 0, 1))
+	e.route("ok", "s1")
+
+	v1 := []struct{ method, path, body string }{
+		{http.MethodGet, "/v1/scopes", ""},
+		{http.MethodPost, "/v1/config/sync", ""},
+		{http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s2"}`},
+		{http.MethodGet, "/v1/scopes/ok/sessions/s1", ""},
+		{http.MethodDelete, "/v1/scopes/ok/sessions/s1", ""},
+		{http.MethodPost, "/v1/scopes/ok/sessions/s1/touch", ""},
+		{http.MethodPost, "/v1/scopes/ok/pods/acquire", `{}`},
+		{http.MethodPost, "/v1/scopes/ok/pods/p1/release", ""},
+		{http.MethodGet, "/v1/scopes/ok/pool", ""},
+		{http.MethodGet, "/v1/scopes/ok/config", ""},
+		{http.MethodPut, "/v1/scopes/ok/config", `{}`},
+		// Auth comes before validation: a bad id says nothing to a stranger.
+		{http.MethodGet, "/v1/scopes/BAD/pool", ""},
+	}
+	wrong := []header{
+		{"Authorization", ""},
+		{"Authorization", "Bearer wrong"},
+		{"Authorization", "Bearer s3cret-token2"},
+		{"Authorization", "Bearer s3cret-toke"},
+		{"Authorization", "bearer s3cret-token"},
+		{"Authorization", "s3cret-token"},
+		{"Authorization", "Basic czNjcmV0LXRva2Vu"},
+	}
+	for _, c := range v1 {
+		for _, h := range wrong {
+			r := e.do(c.method, c.path, c.body, h)
+			e.wantErr(r, http.StatusUnauthorized, warmpool.CodeUnauthorized)
+		}
+	}
+	// Nothing changed: s1 is still bound, s2 never was.
+	e.ok(http.MethodGet, "/v1/scopes/ok/sessions/s1", nil)
+	e.wantErr(e.do(http.MethodGet, "/v1/scopes/ok/sessions/s2", nil), http.StatusNotFound, warmpool.CodeSessionNotFound)
+
+	// The operations endpoints stay open.
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		if r := e.do(http.MethodGet, p, nil, header{"Authorization", ""}); r.status != http.StatusOK {
+			t.Fatalf("without a token: %v", r)
+		}
+	}
+}
+
+func TestScopeNotFound(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.putScope("known", scopeCfg(4, 2, 0, 1))
+	for _, rt := range scopeRoutes {
+		if rt.method == http.MethodPut {
+			continue // a put creates the scope
+		}
+		r := e.do(rt.method, fmt.Sprintf(rt.path, "nosuch", "s1"), rt.body)
+		e.wantErr(r, http.StatusNotFound, warmpool.CodeScopeNotFound, "nosuch")
+	}
+	// With a request id, acquire takes another path.
+	r := e.do(http.MethodPost, "/v1/scopes/nosuch/pods/acquire", `{"request_id":"r1"}`)
+	e.wantErr(r, http.StatusNotFound, warmpool.CodeScopeNotFound)
+	r = e.do(http.MethodPost, "/v1/scopes/nosuch/sessions", `{"session_id":"s1","request_id":"r1"}`)
+	e.wantErr(r, http.StatusNotFound, warmpool.CodeScopeNotFound)
+	if n := e.fake.DeployCount(); n != 0 {
+		t.Fatalf("%d deploys for an unknown scope", n)
+	}
+}
+
+func TestSessionNotFound(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.putScope("ok", scopeCfg(4, 2, 0, 1))
+	e.wantErr(e.do(http.MethodGet, "/v1/scopes/ok/sessions/nobody", nil), http.StatusNotFound, warmpool.CodeSessionNotFound)
+	e.route("ok", "s1")
+	e.ok(http.MethodDelete, "/v1/scopes/ok/sessions/s1", nil)
+	e.wantErr(e.do(http.MethodGet, "/v1/scopes/ok/sessions/s1", nil), http.StatusNotFound, warmpool.CodeSessionNotFound)
+}
+
+func TestConfigSync(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	if got := e.ok(http.MethodPost, "/v1/config/sync", nil); num(t, got, "scopes") != 0 {
+		t.Fatalf("sync of no scopes: %v", got)
+	}
+	e.putScope("a", scopeCfg(4, 2, 0, 1))
+	e.putScope("b", scopeCfg(4, 2, 0, 1))
+	got := e.ok(http.MethodPost, "/v1/config/sync", nil)
+	keys(t, got, "scopes")
+	if num(t, got, "scopes") != 2 {
+		t.Fatalf("sync: %v", got)
+	}
+
+	// Another replica's sync holds the lock.
+	ctx := context.Background()
+	store := lua.NewStore(e.r.Client, e.r.Prefix)
+	key := e.r.Prefix + "lock:config_sync"
+	if key != store.Keys().Lock("config_sync") {
+		t.Fatalf("sync lock key %q, want %q", store.Keys().Lock("config_sync"), key)
+	}
+	held, err := store.ObtainLock(ctx, key, "another-replica", time.Minute)
+	if err != nil || !held {
+		t.Fatalf("obtain: %v %v", held, err)
+	}
+	r := e.do(http.MethodPost, "/v1/config/sync", nil)
+	e.wantErr(r, http.StatusConflict, warmpool.CodeConfigSyncBusy)
+	// The busy sync did not take the other holder's lock.
+	if tok, _ := e.r.Client.Get(ctx, key).Result(); tok != "another-replica" {
+		t.Fatalf("lock token %q after a busy sync", tok)
+	}
+	if ok, err := store.ReleaseLock(ctx, key, "another-replica"); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	if got := e.ok(http.MethodPost, "/v1/config/sync", nil); num(t, got, "scopes") != 2 {
+		t.Fatalf("sync after release: %v", got)
+	}
+	// A finished sync released its lock.
+	if n, _ := e.r.Client.Exists(ctx, key).Result(); n != 0 {
+		t.Fatal("sync lock left behind")
+	}
+}
+
+func TestPayloadTooLarge(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.putScope("ok", scopeCfg(4, 2, 0, 1))
+	// Valid JSON padded with whitespace to exactly the limit passes; one byte more does not.
+	pad := func(doc string, n int) string { return doc + strings.Repeat(" ", n-len(doc)) }
+	cases := []struct{ method, path, doc string }{
+		{http.MethodPut, "/v1/scopes/ok/config", scopeCfg(4, 2, 0, 1)},
+		{http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s1"}`},
+		{http.MethodPost, "/v1/scopes/ok/pods/acquire", `{}`},
+	}
+	for _, c := range cases {
+		e.ok(c.method, c.path, pad(c.doc, httpx.MaxBody))
+		r := e.do(c.method, c.path, pad(c.doc, httpx.MaxBody+1))
+		e.wantErr(r, http.StatusRequestEntityTooLarge, warmpool.CodePayloadTooLarge)
+		// A big body that is not JSON at all, and one far over the limit.
+		r = e.do(c.method, c.path, strings.Repeat("x", 3<<20))
+		e.wantErr(r, http.StatusRequestEntityTooLarge, warmpool.CodePayloadTooLarge)
+		r = e.do(c.method, c.path, `{"session_id":"`+strings.Repeat("a", httpx.MaxBody)+`"}`)
+		e.wantErr(r, http.StatusRequestEntityTooLarge, warmpool.CodePayloadTooLarge)
+	}
+	if v := num(t, e.ok(http.MethodGet, "/v1/scopes/ok/config", nil), "version"); v != 2 {
+		t.Fatalf("version %d, want 2 (one accepted put at the limit)", v)
+	}
+}
+
+func TestNoPodAvailable(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	// One pod of one session, no waiting room.
+	e.putScope("tiny", scopeCfg(1, 1, 0, 5))
+	first := e.route("tiny", "s1")
+	r := e.do(http.MethodPost, "/v1/scopes/tiny/sessions", `{"session_id":"s2"}`)
+	e.wantErr(r, http.StatusServiceUnavailable, warmpool.CodeNoPodAvailable)
+	if r.took > 2*time.Second {
+		t.Fatalf("NO_POD_AVAILABLE took %s: it must not wait", r.took)
+	}
+	// Acquire at max_pods fails the same way.
+	r = e.do(http.MethodPost, "/v1/scopes/tiny/pods/acquire", nil)
+	e.wantErr(r, http.StatusServiceUnavailable, warmpool.CodeNoPodAvailable)
+	p := e.pool("tiny")
+	if num(t, p, "waiters") != 0 || num(t, p, "placeholders") != 0 || len(p["pods"].([]any)) != 1 {
+		t.Fatalf("pool after refusals: %v", p)
+	}
+	// The bound session is untouched.
+	if b := e.route("tiny", "s1"); b["pod_id"] != first["pod_id"] || b["new"] != false {
+		t.Fatalf("s1 after refusals: %v", b)
+	}
+}
+
+func TestQueueFullAndWake(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.putScope("q", scopeCfg(1, 1, 1, 20))
+	first := e.route("q", "s1")
+
+	// s2 waits in the queue (size 1) ...
+	var wg sync.WaitGroup
+	var queued resp
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		queued = e.do(http.MethodPost, "/v1/scopes/q/sessions", `{"session_id":"s2"}`)
+	}()
+	eventually(t, 5*time.Second, "s2 queued", func() bool { return num(t, e.pool("q"), "waiters") == 1 })
+
+	// ... so s3 finds the queue full at once.
+	r := e.do(http.MethodPost, "/v1/scopes/q/sessions", `{"session_id":"s3"}`)
+	e.wantErr(r, http.StatusServiceUnavailable, warmpool.CodeQueueFull)
+	if r.took > 2*time.Second {
+		t.Fatalf("QUEUE_FULL took %s", r.took)
+	}
+
+	// Ending s1 wakes s2, which gets s1's pod.
+	ended := time.Now()
+	if got := e.ok(http.MethodDelete, "/v1/scopes/q/sessions/s1", nil); got["released"] != true {
+		t.Fatalf("end: %v", got)
+	}
+	wg.Wait()
+	if queued.status != http.StatusOK {
+		t.Fatalf("queued route: %v", queued)
+	}
+	b := queued.obj(t)
+	if b["pod_id"] != first["pod_id"] || b["new"] != true || b["session_id"] != "s2" {
+		t.Fatalf("queued route got %v, want s1's pod %v", b, first["pod_id"])
+	}
+	if took := time.Since(ended); took > 2*time.Second {
+		t.Fatalf("woken after %s", took)
+	}
+	if p := e.pool("q"); num(t, p, "waiters") != 0 {
+		t.Fatalf("waiter left behind: %v", p)
+	}
+}
+
+func TestWaitTimeout(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.putScope("w", scopeCfg(1, 1, 2, 1))
+	e.route("w", "s1")
+	r := e.do(http.MethodPost, "/v1/scopes/w/sessions", `{"session_id":"s2"}`)
+	e.wantErr(r, http.StatusGatewayTimeout, warmpool.CodeWaitTimeout)
+	if r.took < 900*time.Millisecond || r.took > 5*time.Second {
+		t.Fatalf("WAIT_TIMEOUT after %s, want about wait_timeout_s (1s)", r.took)
+	}
+	if p := e.pool("w"); num(t, p, "waiters") != 0 {
+		t.Fatalf("waiter left behind: %v", p)
+	}
+	e.wantErr(e.do(http.MethodGet, "/v1/scopes/w/sessions/s2", nil), http.StatusNotFound, warmpool.CodeSessionNotFound)
+}
+
+func TestDeployFailed(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.putScope("f", scopeCfg(4, 2, 0, 1))
+	e.fake.FailNext(1, "ErrImagePull: registry.example/agent:nope not found")
+	r := e.do(http.MethodPost, "/v1/scopes/f/sessions", `{"session_id":"s1"}`)
+	e.wantErr(r, http.StatusBadGateway, warmpool.CodeDeployFailed, "ErrImagePull")
+	p := e.pool("f")
+	if len(p["pods"].([]any)) != 0 || num(t, p, "placeholders") != 0 || num(t, p, "followers") != 0 || num(t, p, "waiters") != 0 {
+		t.Fatalf("failed deploy left state behind: %v", p)
+	}
+	e.wantErr(e.do(http.MethodGet, "/v1/scopes/f/sessions/s1", nil), http.StatusNotFound, warmpool.CodeSessionNotFound)
+
+	// Acquire reports the same.
+	e.fake.FailNext(1, "crash loop")
+	r = e.do(http.MethodPost, "/v1/scopes/f/pods/acquire", `{}`)
+	e.wantErr(r, http.StatusBadGateway, warmpool.CodeDeployFailed, "crash loop")
+
+	// The next deploy works.
+	if b := e.route("f", "s1"); b["new"] != true {
+		t.Fatalf("route after failures: %v", b)
+	}
+}
+
+// storeDown lists calls that need Redis; every one must answer STORE_UNAVAILABLE.
+var storeDown = []struct{ method, path, body string }{
+	{http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s2"}`},
+	{http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s1"}`},
+	{http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s3","request_id":"r3"}`},
+	{http.MethodPost, "/v1/scopes/ok/sessions/s1/touch", ""},
+	{http.MethodDelete, "/v1/scopes/ok/sessions/s1", ""},
+	{http.MethodPost, "/v1/scopes/ok/pods/acquire", `{}`},
+	{http.MethodPost, "/v1/scopes/ok/pods/acquire", `{"request_id":"r4"}`},
+	{http.MethodPost, "/v1/scopes/ok/pods/p1/release", ""},
+}
+
+func TestStoreUnavailableRedisDown(t *testing.T) {
+	t.Parallel()
+	// A Redis of its own, so that it can be stopped whatever REDIS_ADDR says.
+	mini := miniredis.RunT(t)
+	e := mustEnv(t, withRedisURL("redis://"+mini.Addr(), "down:"))
+	e.putScope("ok", scopeCfg(4, 2, 0, 1))
+	b := e.route("ok", "s1")
+	e.ok(http.MethodGet, "/readyz", nil)
+
+	mini.Close()
+	all := append([]struct{ method, path, body string }{
+		{http.MethodGet, "/v1/scopes/ok/sessions/s1", ""},
+		{http.MethodGet, "/v1/scopes/ok/pool", ""},
+		{http.MethodGet, "/v1/scopes", ""},
+		{http.MethodPost, "/v1/config/sync", ""},
+		// Stored in SQLite, but not published: the caller must know.
+		{http.MethodPut, "/v1/scopes/ok/config", scopeCfg(6, 2, 0, 1)},
+		{http.MethodGet, "/readyz", ""},
+	}, storeDown...)
+	for _, c := range all {
+		r := e.do(c.method, c.path, c.body)
+		e.wantErr(r, http.StatusServiceUnavailable, warmpool.CodeStoreUnavailable)
+		if r.took > 3*time.Second {
+			t.Fatalf("%v took %s: must fail fast", r, r.took)
+		}
+	}
+	// Liveness needs no Redis.
+	h := e.ok(http.MethodGet, "/healthz", nil)
+	keys(t, h, "status", "instance_id")
+	if h["status"] != "ok" || h["instance_id"] != testInstance {
+		t.Fatalf("healthz: %v", h)
+	}
+	if r := e.do(http.MethodGet, "/metrics", nil); r.status != http.StatusOK {
+		t.Fatalf("metrics with Redis down: %v", r)
+	}
+
+	// Redis comes back (with its data): the replica recovers by itself.
+	if err := mini.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "ready again", func() bool { return e.do(http.MethodGet, "/readyz", nil).status == http.StatusOK })
+	if got := e.route("ok", "s1"); got["pod_id"] != b["pod_id"] || got["new"] != false {
+		t.Fatalf("s1 after Redis came back: %v, want %v", got, b)
+	}
+}
+
+func TestStoreUnavailableDataLoss(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, loss := range []string{"epoch keys", "every key"} {
+		t.Run(loss, func(t *testing.T) {
+			e := mustEnv(t)
+			e.putScope("ok", scopeCfg(4, 2, 0, 1))
+			e.route("ok", "s1")
+			acq := e.ok(http.MethodPost, "/v1/scopes/ok/pods/acquire", `{}`)
+			storeDown[7].path = "/v1/scopes/ok/pods/" + acq["pod_id"].(string) + "/release"
+
+			switch loss {
+			case "epoch keys":
+				ks := lua.NewKeyspace(e.r.Prefix)
+				if err := e.r.Client.Del(ctx, ks.Epoch(), ks.Scope("ok").Epoch).Err(); err != nil {
+					t.Fatal(err)
+				}
+			case "every key":
+				iter := e.r.Client.Scan(ctx, 0, e.r.Prefix+"*", 1000).Iterator()
+				for iter.Next(ctx) {
+					if err := e.r.Client.Del(ctx, iter.Val()).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := iter.Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			calls := append([]struct{ method, path, body string }{
+				{http.MethodGet, "/readyz", ""},
+			}, storeDown...)
+			for _, c := range calls {
+				r := e.do(c.method, c.path, c.body)
+				// Fail closed: never SCOPE_NOT_FOUND (the scope exists) and never a 500.
+				e.wantErr(r, http.StatusServiceUnavailable, warmpool.CodeStoreUnavailable)
+				if r.took > 3*time.Second {
+					t.Fatalf("%v took %s: must fail fast", r, r.took)
+				}
+			}
+			if loss == "every key" {
+				for _, p := range []string{"/v1/scopes/ok/pool", "/v1/scopes/ok/sessions/s1"} {
+					e.wantErr(e.do(http.MethodGet, p, nil), http.StatusServiceUnavailable, warmpool.CodeStoreUnavailable)
+				}
+			}
+			e.ok(http.MethodGet, "/healthz", nil)
+
+			// A rebuild (what the housekeeper runs) makes the replica ready again.
+			if err := e.srv.Rebuild(ctx); err != nil {
+				t.Fatal(err)
+			}
+			e.ok(http.MethodGet, "/readyz", nil)
+			e.route("ok", "s9")
+		})
+	}
+}
+
+func TestRouteTouchEndGet(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	put := e.putScope("r", `{"deploy":{"ready_timeout_s":10},"pool":{"max_concurrency":4,"pod_concurrency":2,"session_ttl_s":60,"queue_size":0}}`)
+
+	b := e.route("r", "s1")
+	keys(t, b, "scope_id", "session_id", "pod_id", "pod_sse_url", "deploy_ver", "new")
+	if b["scope_id"] != "r" || b["session_id"] != "s1" || b["new"] != true || b["deploy_ver"] != put["deploy_ver"] ||
+		b["pod_id"] == "" || !strings.HasPrefix(b["pod_sse_url"].(string), "http") {
+		t.Fatalf("first route: %v", b)
+	}
+	pod := b["pod_id"]
+	again := e.route("r", "s1")
+	if again["pod_id"] != pod || again["new"] != false {
+		t.Fatalf("second route of s1: %v", again)
+	}
+	// The second session shares the pod (pod_concurrency 2): first fit, no deploy.
+	if b2 := e.route("r", "s2"); b2["pod_id"] != pod || b2["new"] != true {
+		t.Fatalf("s2: %v", b2)
+	}
+	if n := e.fake.DeployCount(); n != 1 {
+		t.Fatalf("%d deploys, want 1", n)
+	}
+
+	got := e.ok(http.MethodGet, "/v1/scopes/r/sessions/s1", nil)
+	keys(t, got, "scope_id", "session_id", "pod_id", "pod_sse_url", "deploy_ver", "new")
+	if got["pod_id"] != pod || got["session_id"] != "s1" || got["pod_sse_url"] != b["pod_sse_url"] {
+		t.Fatalf("get: %v", got)
+	}
+
+	touch := e.ok(http.MethodPost, "/v1/scopes/r/sessions/s1/touch", nil)
+	keys(t, touch, "touched")
+	if touch["touched"] != true {
+		t.Fatalf("touch of a live session: %v", touch)
+	}
+	if touch := e.ok(http.MethodPost, "/v1/scopes/r/sessions/never/touch", nil); touch["touched"] != false {
+		t.Fatalf("touch of an unknown session: %v", touch)
+	}
+
+	// s2 expires (s1 was touched 30s in, so it lives on); a touch evicts s2.
+	e.clock.Advance(30 * time.Second)
+	e.ok(http.MethodPost, "/v1/scopes/r/sessions/s1/touch", nil)
+	e.clock.Advance(31 * time.Second)
+	if touch := e.ok(http.MethodPost, "/v1/scopes/r/sessions/s2/touch", nil); touch["touched"] != false {
+		t.Fatalf("touch of an expired session: %v", touch)
+	}
+	e.wantErr(e.do(http.MethodGet, "/v1/scopes/r/sessions/s2", nil), http.StatusNotFound, warmpool.CodeSessionNotFound)
+	pods := e.pool("r")["pods"].([]any)
+	if len(pods) != 1 || num(t, pods[0].(map[string]any), "sessions") != 1 {
+		t.Fatalf("pool after eviction: %v", pods)
+	}
+	if end := e.ok(http.MethodDelete, "/v1/scopes/r/sessions/s2", nil); end["released"] != false {
+		t.Fatalf("end of an evicted session: %v", end)
+	}
+
+	end := e.ok(http.MethodDelete, "/v1/scopes/r/sessions/s1", nil)
+	keys(t, end, "released")
+	if end["released"] != true {
+		t.Fatalf("end: %v", end)
+	}
+	if end := e.ok(http.MethodDelete, "/v1/scopes/r/sessions/s1", nil); end["released"] != false {
+		t.Fatalf("second end: %v", end)
+	}
+	// The pod went idle with its last session.
+	pp := e.pool("r")["pods"].([]any)[0].(map[string]any)
+	if pp["state"] != "idle" || num(t, pp, "sessions") != 0 || pp["idle_since"] == nil {
+		t.Fatalf("pod after the last end: %v", pp)
+	}
+	// And is reused.
+	if b := e.route("r", "s3"); b["pod_id"] != pod || e.fake.DeployCount() != 1 {
+		t.Fatalf("s3 got %v after %d deploys, want the idle pod %v", b, e.fake.DeployCount(), pod)
+	}
+}
+
+func TestRouteIdempotency(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.putScope("i", scopeCfg(8, 2, 0, 1))
+
+	first := e.ok(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"s1","request_id":"req-1"}`)
+	if first["new"] != true {
+		t.Fatalf("first: %v", first)
+	}
+	// A replay gets the first answer, new:true included.
+	replay := e.ok(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"s1","request_id":"req-1"}`)
+	if fmt.Sprint(replay) != fmt.Sprint(first) {
+		t.Fatalf("replay %v, want %v", replay, first)
+	}
+	// Without the request id it is an ordinary second route.
+	if plain := e.route("i", "s1"); plain["new"] != false || plain["pod_id"] != first["pod_id"] {
+		t.Fatalf("plain second route: %v", plain)
+	}
+
+	// The Idempotency-Key header works the same.
+	k1 := e.ok(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"s2"}`, header{"Idempotency-Key", "key-2"})
+	k2 := e.ok(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"s2"}`, header{"Idempotency-Key", "key-2"})
+	if k1["new"] != true || fmt.Sprint(k1) != fmt.Sprint(k2) {
+		t.Fatalf("header replay: %v then %v", k1, k2)
+	}
+	// Concurrent replays create one session.
+	var wg sync.WaitGroup
+	answers := make([]resp, 8)
+	for i := range answers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = e.do(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"s3"}`, header{"Idempotency-Key", "key-3"})
+		}()
+	}
+	wg.Wait()
+	for _, a := range answers {
+		if a.status != http.StatusOK || a.obj(t)["new"] != true || a.obj(t)["pod_id"] != answers[0].obj(t)["pod_id"] {
+			t.Fatalf("concurrent replay: %v (first %v)", a, answers[0])
+		}
+	}
+	sessions := 0
+	for _, p := range e.pool("i")["pods"].([]any) {
+		sessions += num(t, p.(map[string]any), "sessions")
+	}
+	if sessions != 3 {
+		t.Fatalf("%d sessions, want 3 (s1, s2, s3)", sessions)
+	}
+}
+
+func TestAcquireRelease(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.putScope("a", scopeCfg(4, 2, 0, 1))
+
+	acq := e.ok(http.MethodPost, "/v1/scopes/a/pods/acquire", `{"request_id":"acq-1"}`)
+	keys(t, acq, "pod_id", "pod_sse_url", "deploy_ver", "source")
+	if acq["source"] != warmpool.SourceDeployed {
+		t.Fatalf("first acquire: %v", acq)
+	}
+	pod := acq["pod_id"].(string)
+	if replay := e.ok(http.MethodPost, "/v1/scopes/a/pods/acquire", `{"request_id":"acq-1"}`); fmt.Sprint(replay) != fmt.Sprint(acq) {
+		t.Fatalf("acquire replay: %v, want %v", replay, acq)
+	}
+	if n := e.fake.DeployCount(); n != 1 {
+		t.Fatalf("%d deploys, want 1", n)
+	}
+	// The caller holds the pod: it is busy, not idle.
+	pp := e.pool("a")["pods"].([]any)[0].(map[string]any)
+	if pp["pod_id"] != pod || pp["state"] != "busy" || pp["idle_since"] != nil {
+		t.Fatalf("acquired pod: %v", pp)
+	}
+
+	rel := e.ok(http.MethodPost, "/v1/scopes/a/pods/"+pod+"/release", nil)
+	keys(t, rel, "idle")
+	if rel["idle"] != true {
+		t.Fatalf("release: %v", rel)
+	}
+	pp = e.pool("a")["pods"].([]any)[0].(map[string]any)
+	if pp["state"] != "idle" || pp["idle_since"] == nil {
+		t.Fatalf("released pod: %v", pp)
+	}
+
+	// Warm now; an empty body is fine too.
+	warm := e.ok(http.MethodPost, "/v1/scopes/a/pods/acquire", nil)
+	if warm["source"] != warmpool.SourceWarm || warm["pod_id"] != pod {
+		t.Fatalf("second acquire: %v", warm)
+	}
+	// A pod with a session does not go idle; an unknown pod neither.
+	e.ok(http.MethodPost, "/v1/scopes/a/pods/"+pod+"/release", nil)
+	e.route("a", "s1")
+	if rel := e.ok(http.MethodPost, "/v1/scopes/a/pods/"+pod+"/release", nil); rel["idle"] != false {
+		t.Fatalf("release of a pod with a session: %v", rel)
+	}
+	if rel := e.ok(http.MethodPost, "/v1/scopes/a/pods/no-such-pod/release", nil); rel["idle"] != false {
+		t.Fatalf("release of an unknown pod: %v", rel)
+	}
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/a/pods/acquire", `{"request":"x"}`), http.StatusBadRequest, warmpool.CodeValidation, "request")
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/a/pods/acquire", `[`), http.StatusBadRequest, warmpool.CodeValidation, "body")
+}
+
+func TestPoolShape(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	put := e.putScope("p", scopeCfg(5, 2, 2, 20))
+
+	p := e.pool("p")
+	keys(t, p, "scope_id", "deploy_ver", "max_pods", "pods", "placeholders", "followers", "waiters")
+	if p["scope_id"] != "p" || p["deploy_ver"] != put["deploy_ver"] || num(t, p, "max_pods") != 3 || len(p["pods"].([]any)) != 0 {
+		t.Fatalf("empty pool: %v", p)
+	}
+
+	// A deploy in flight is a placeholder; a second route is its follower.
+	release := e.fake.Hold()
+	defer release()
+	var wg sync.WaitGroup
+	routes := make([]resp, 2)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		routes[0] = e.do(http.MethodPost, "/v1/scopes/p/sessions", `{"session_id":"s1"}`)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.fake.WaitInFlight(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		routes[1] = e.do(http.MethodPost, "/v1/scopes/p/sessions", `{"session_id":"s2"}`)
+	}()
+	eventually(t, 5*time.Second, "one placeholder and one follower", func() bool {
+		p := e.pool("p")
+		return num(t, p, "placeholders") == 1 && num(t, p, "followers") == 1
+	})
+	release()
+	wg.Wait()
+	for _, r := range routes {
+		if r.status != http.StatusOK {
+			t.Fatalf("route: %v", r)
+		}
+	}
+	if routes[0].obj(t)["pod_id"] != routes[1].obj(t)["pod_id"] {
+		t.Fatalf("leader and follower on different pods: %v / %v", routes[0], routes[1])
+	}
+
+	// A busy pod and an idle one.
+	e.ok(http.MethodPost, "/v1/scopes/p/pods/acquire", nil)
+	p = e.pool("p")
+	if num(t, p, "placeholders") != 0 || num(t, p, "followers") != 0 || num(t, p, "waiters") != 0 {
+		t.Fatalf("counts after the deploys: %v", p)
+	}
+	pods := p["pods"].([]any)
+	if len(pods) != 2 {
+		t.Fatalf("pods: %v", pods)
+	}
+	second := pods[1].(map[string]any)["pod_id"].(string)
+	e.ok(http.MethodPost, "/v1/scopes/p/pods/"+second+"/release", nil)
+	states := map[string]map[string]any{}
+	for _, x := range e.pool("p")["pods"].([]any) {
+		pp := x.(map[string]any)
+		hasKeys(t, pp, "pod_id", "state", "sessions", "deploy_ver", "pod_sse_url", "idle_since")
+		if pp["deploy_ver"] != put["deploy_ver"] || !strings.HasPrefix(pp["pod_sse_url"].(string), "http") {
+			t.Fatalf("pod: %v", pp)
+		}
+		states[pp["state"].(string)] = pp
+	}
+	busy, idle := states["busy"], states["idle"]
+	if busy == nil || idle == nil || num(t, busy, "sessions") != 2 || busy["idle_since"] != nil ||
+		num(t, idle, "sessions") != 0 || idle["pod_id"] != second {
+		t.Fatalf("pod states: %v", states)
+	}
+	since, err := time.Parse(time.RFC3339Nano, idle["idle_since"].(string))
+	if err != nil || !since.Equal(e.clock.Now()) {
+		t.Fatalf("idle_since %v (%v), want the clock's %v", idle["idle_since"], err, e.clock.Now())
+	}
+}
+
+func TestScopesList(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	if got := e.ok(http.MethodGet, "/v1/scopes", nil); len(got["scopes"].([]any)) != 0 {
+		t.Fatalf("no scopes yet: %v", got)
+	}
+	e.putScope("b", scopeCfg(4, 2, 0, 1))
+	e.putScope("a", scopeCfg(4, 2, 0, 1))
+	e.route("a", "s1")
+	e.route("a", "s2")
+	e.route("a", "s3")
+	got := e.ok(http.MethodGet, "/v1/scopes", nil)
+	keys(t, got, "scopes")
+	list := got["scopes"].([]any)
+	if len(list) != 2 {
+		t.Fatalf("scopes: %v", list)
+	}
+	a, b := list[0].(map[string]any), list[1].(map[string]any)
+	for _, s := range []map[string]any{a, b} {
+		hasKeys(t, s, "scope_id", "deploy_ver", "version", "pods", "idle_pods", "busy_pods", "sessions", "deploying", "waiters")
+	}
+	if a["scope_id"] != "a" || num(t, a, "pods") != 2 || num(t, a, "sessions") != 3 || num(t, a, "busy_pods") != 2 || num(t, a, "idle_pods") != 0 {
+		t.Fatalf("scope a: %v", a)
+	}
+	if b["scope_id"] != "b" || num(t, b, "pods") != 0 || num(t, b, "sessions") != 0 {
+		t.Fatalf("scope b: %v", b)
+	}
+}
+
+func TestOperations(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	h := e.ok(http.MethodGet, "/healthz", nil)
+	keys(t, h, "status", "instance_id")
+	if h["status"] != "ok" || h["instance_id"] != testInstance {
+		t.Fatalf("healthz: %v", h)
+	}
+	if r := e.ok(http.MethodGet, "/readyz", nil); r["status"] != "ready" {
+		t.Fatalf("readyz: %v", r)
+	}
+
+	e.putScope("m", scopeCfg(1, 1, 0, 1))
+	e.route("m", "s1")
+	e.do(http.MethodPost, "/v1/scopes/m/sessions", `{"session_id":"s2"}`) // NO_POD_AVAILABLE
+	r := e.do(http.MethodGet, "/metrics", nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("metrics: %v", r)
+	}
+	text := string(r.raw)
+	for _, want := range []string{
+		`warmpool_route_duration_seconds_count{outcome="ok"} 1`,
+		`warmpool_route_duration_seconds_count{outcome="NO_POD_AVAILABLE"} 1`,
+		`warmpool_pods{scope="m",state="busy"} 1`,
+		`warmpool_pods{scope="m",state="idle"} 0`,
+		`warmpool_sessions{scope="m"} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+
+	// Unknown routes and methods answer in the envelope too.
+	e.wantErr(e.do(http.MethodGet, "/v2/nothing", nil), http.StatusNotFound, "NOT_FOUND")
+	e.wantErr(e.do(http.MethodPatch, "/v1/scopes/m/pool", nil), http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED")
+}
+
+// TestNoInternalOnBadInput throws garbage at every route and requires an answer that is
+// never a 500 and, when an error, is the envelope with the status of its code.
+func TestNoInternalOnBadInput(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	// No waiting anywhere: a full scope answers at once.
+	e.putScope("known", scopeCfg(4, 2, 0, 1))
+	e.putScope("known-put", scopeCfg(4, 2, 0, 1))
+	e.route("known", "s1")
+
+	type route struct{ method, path string }
+	var routes []route
+	for _, rt := range scopeRoutes {
+		routes = append(routes, route{rt.method, rt.path})
+	}
+	routes = append(routes,
+		route{http.MethodGet, "/v1/scopes"}, route{http.MethodPost, "/v1/config/sync"},
+		route{http.MethodGet, "/healthz"}, route{http.MethodGet, "/readyz"}, route{http.MethodGet, "/metrics"},
+	)
+	scopes := []string{"known", "nosuch", "UPPER", url.PathEscape(luaID), "", "%00", "a%2Fb", "%7Bx%7D", "%ff", "..", strings.Repeat("a", 300)}
+	seconds := []string{"s1", "p-1", strings.Repeat("s", 129), url.PathEscape(luaID), "%20", "%7Bx%7D", "", "a%2F..%2Fb", "%00", "%ff"}
+	bodies := []string{
+		"", "{", "}", "[", "null", "true", "0", "-1", `""`, "[]", "{}", "{}{}", "{} x", `{"a":1}`,
+		`{"session_id":1}`, `{"session_id":null}`, `{"session_id":"s1","session_id":"s2"}`,
+		`{"session_id":["s1"]}`, `{"session_id":{"x":1}}`, `{"session_id":"s1","request_id":7}`,
+		`{"session_id":"` + luaID + `"}`, `{"session_id":"s1","request_id":"` + luaID + `"}`,
+		`{"request_id":""}`, `{"request_id":null}`, `{"deploy":null,"pool":null}`,
+		`{"deploy":{"command":null,"args":null,"env":null}}`, `{"deploy":{"env":{"":""}}}`,
+		`{"deploy":{"resources":null}}`, `{"pool":{"max_concurrency":9223372036854775807}}`,
+		`{"pool":{"max_concurrency":-9223372036854775808,"pod_concurrency":-1}}`,
+		`{"pool":{"max_concurrency":1e400}}`, `{"deploy":{"port":1.0e1}}`,
+		`{"deploy":{"image":"\u0000"}}`, "{\"session_id\":\"\xff\xfe\"}", "\xef\xbb\xbf{}",
+		`{"session_id":"s1"` + strings.Repeat(" ", 1000) + `}`,
+		strings.Repeat("[", 20000) + strings.Repeat("]", 20000),
+		`{"a":` + strings.Repeat(`{"a":`, 5000) + `1` + strings.Repeat("}", 5001),
+		"\x00\x01\x02", "<xml/>", "session_id=s1",
+	}
+	check := func(r resp) {
+		t.Helper()
+		if r.status >= 500 && r.status != http.StatusServiceUnavailable && r.status != http.StatusGatewayTimeout && r.status != http.StatusBadGateway {
+			t.Fatalf("server error on bad input: %v", r)
+		}
+		if r.status >= 300 {
+			eo := checkEnvelope(t, r)
+			if eo["code"] == string(warmpool.CodeInternal) {
+				t.Fatalf("INTERNAL on bad input: %v", r)
+			}
+		}
+	}
+	// Every route with every id, a plausible body.
+	for _, rt := range routes {
+		for _, s := range scopes {
+			for _, x := range seconds {
+				path := rt.path
+				if strings.Contains(path, "%[1]s") {
+					path = fmt.Sprintf(path, s, x)
+				}
+				if strings.HasSuffix(path, "/config") && rt.method == http.MethodPut && s == "known" {
+					path = strings.Replace(path, "known", "known-put", 1)
+				}
+				check(e.do(rt.method, path, `{"session_id":"`+x+`"}`))
+				check(e.do(http.MethodPatch, path, nil))
+				if !strings.Contains(rt.path, "%[1]s") {
+					break
+				}
+			}
+			if !strings.Contains(rt.path, "%[1]s") {
+				break
+			}
+		}
+	}
+	// Every route of known ids with every body, and with garbage headers.
+	for _, rt := range routes {
+		path := rt.path
+		if strings.Contains(path, "%[1]s") {
+			scope := "known"
+			if rt.method == http.MethodPut {
+				scope = "known-put"
+			}
+			path = fmt.Sprintf(path, scope, "s1")
+		}
+		for _, b := range bodies {
+			check(e.do(rt.method, path, b))
+		}
+		check(e.do(rt.method, path, `{"session_id":"s1"}`, header{"Idempotency-Key", luaID}))
+		check(e.do(rt.method, path, `{"session_id":"s1"}`, header{"Idempotency-Key", strings.Repeat("k", 4000)}))
+		check(e.do(rt.method, path, `{"session_id":"s1"}`, header{"Content-Type", "text/plain"}))
+	}
+	// The known scope survived it all.
+	if b := e.route("known", "s1"); b["new"] != false {
+		t.Fatalf("s1 after the garbage: %v", b)
+	}
+}

@@ -1,0 +1,522 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/rm"
+	"github.com/warmpool/warmpool/sm"
+)
+
+// Defaults of Config.
+const (
+	DefaultInterval            = 2 * time.Second
+	DefaultHealthFailThreshold = 3
+	DefaultGhostGrace          = 30 * time.Second
+	DefaultOrphanGrace         = 60 * time.Second
+	DefaultExpiryBatch         = 1000
+	probeConcurrency           = 8
+	noteTTL                    = 30 * time.Second
+)
+
+// Config tunes the jobs; zero fields take the defaults.
+type Config struct {
+	// Interval of every job; the per-job fields override it.
+	Interval                                       time.Duration
+	Autoscale, Reclaim, Watch, Reconcile, Sessions time.Duration
+	// HealthFailThreshold is how many probes in a row a pod may fail before it is
+	// buried.
+	HealthFailThreshold int
+	// GhostGrace: a pod registered this recently is not purged for missing from the
+	// driver's list, which may lag behind (an informer cache).
+	GhostGrace time.Duration
+	// OrphanGrace: a pod the driver has but Redis does not know is left alone this
+	// long while it is not ready (it may be a deploy that is about to register).
+	OrphanGrace time.Duration
+	// ExpiryBatch bounds the sessions evicted per scope and script call.
+	ExpiryBatch int
+	Clock       warmpool.Clock
+	Logger      *slog.Logger
+	// Observe, when set, is told what the jobs did (event "sweep", outcome e.g.
+	// "reclaimed", "adopted", "purged_ghost").
+	Observe func(event, outcome string)
+}
+
+// Sweeper holds the jobs that keep every scope's pool healthy.
+type Sweeper struct {
+	store   *lua.Store
+	rm      *rm.Manager
+	sm      *sm.Manager
+	driver  warmpool.PodDriver
+	configs warmpool.ConfigStore
+	cfg     Config
+	clock   warmpool.Clock
+	log     *slog.Logger
+}
+
+// New returns the jobs over the given parts of a replica.
+func New(store *lua.Store, rmgr *rm.Manager, smgr *sm.Manager, driver warmpool.PodDriver, configs warmpool.ConfigStore, cfg Config) *Sweeper {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	for _, d := range []*time.Duration{&cfg.Autoscale, &cfg.Reclaim, &cfg.Watch, &cfg.Reconcile, &cfg.Sessions} {
+		if *d <= 0 {
+			*d = cfg.Interval
+		}
+	}
+	if cfg.HealthFailThreshold <= 0 {
+		cfg.HealthFailThreshold = DefaultHealthFailThreshold
+	}
+	if cfg.GhostGrace <= 0 {
+		cfg.GhostGrace = DefaultGhostGrace
+	}
+	if cfg.OrphanGrace <= 0 {
+		cfg.OrphanGrace = DefaultOrphanGrace
+	}
+	if cfg.ExpiryBatch <= 0 {
+		cfg.ExpiryBatch = DefaultExpiryBatch
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = warmpool.SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observe == nil {
+		cfg.Observe = func(string, string) {}
+	}
+	return &Sweeper{store: store, rm: rmgr, sm: smgr, driver: driver, configs: configs, cfg: cfg, clock: cfg.Clock,
+		log: cfg.Logger.With("component", "sweeper")}
+}
+
+// ReconcileJob is the reconcile job, which also rebuilds a keyspace that lost its data.
+func (s *Sweeper) ReconcileJob() Job {
+	return Job{Name: "reconcile", Interval: s.cfg.Reconcile, Run: s.Reconcile}
+}
+
+// Jobs lists the jobs with their intervals, for a Runner.
+func (s *Sweeper) Jobs() []Job {
+	return []Job{
+		s.ReconcileJob(),
+		{Name: "watch", Interval: s.cfg.Watch, Run: s.Watch},
+		{Name: "reclaim", Interval: s.cfg.Reclaim, Run: s.Reclaim},
+		{Name: "autoscale", Interval: s.cfg.Autoscale, Run: s.Autoscale},
+		{Name: "sessions", Interval: s.cfg.Sessions, Run: s.ExpireSessions},
+	}
+}
+
+// forScopes runs fn for every published scope, on until every scope was tried.
+func (s *Sweeper) forScopes(ctx context.Context, fn func(scope string) error) error {
+	ids, err := s.store.ScopeIDs(ctx)
+	if err != nil {
+		return err
+	}
+	sort.Strings(ids)
+	var errs []error
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := fn(id); err != nil && warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+			errs = append(errs, fmt.Errorf("%s: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Autoscale keeps min_idle_pods warm idle pods of the current version in every scope,
+// within max_pods and the parallel-deploy bound (the placeholder script decides).
+func (s *Sweeper) Autoscale(ctx context.Context) error {
+	return s.forScopes(ctx, func(scope string) error {
+		n, err := s.rm.Fill(ctx, scope)
+		if n > 0 {
+			s.log.Info("autoscale: deploying warm pods", "scope", scope, "count", n)
+			for range n {
+				s.cfg.Observe("sweep", "autoscale_deploy")
+			}
+		}
+		return err
+	})
+}
+
+// Reclaim deletes idle pods of an old deploy_ver at once, and idle pods idle for
+// pod_ttl_s or longer beyond the newest min_idle_pods. A pod that got a session since
+// it was looked at is left alone (the purge re-checks its idle time atomically).
+func (s *Sweeper) Reclaim(ctx context.Context) error {
+	now := s.clock.Now()
+	return s.forScopes(ctx, func(scope string) error {
+		rec, err := s.store.Scope(ctx, scope)
+		if err != nil {
+			return err
+		}
+		snap, err := s.store.Snapshot(ctx, scope)
+		if err != nil {
+			return err
+		}
+		var current []lua.PodState
+		for _, p := range snap.Pods {
+			switch {
+			case !p.Idle:
+			case p.Pod.DeployVer != rec.DeployVer:
+				s.retire(ctx, scope, p, "old deploy_ver "+p.Pod.DeployVer)
+			default:
+				current = append(current, p)
+			}
+		}
+		// The newest idle pods are the min_idle_pods kept warm.
+		sort.Slice(current, func(i, j int) bool { return current[i].IdleSince.After(current[j].IdleSince) })
+		ttl := time.Duration(rec.Config.Pool.PodTTLS) * time.Second
+		for i, p := range current {
+			if i >= rec.Config.Pool.MinIdlePods && now.Sub(p.IdleSince) >= ttl {
+				s.retire(ctx, scope, p, "idle past pod_ttl_s")
+			}
+		}
+		return nil
+	})
+}
+
+// retire takes an idle pod out of the pool, if it is still idle since the same time,
+// then deletes it.
+func (s *Sweeper) retire(ctx context.Context, scope string, p lua.PodState, reason string) {
+	since := p.IdleSince
+	if _, err := s.store.Purge(ctx, scope, p.Pod.ID, reason, &since); err != nil {
+		if !errors.Is(err, lua.ErrPodBusy) {
+			s.log.Warn("reclaim: purge failed", "scope", scope, "pod", p.Pod.ID, "err", err)
+		}
+		return
+	}
+	if err := s.driver.Delete(ctx, p.Pod); err != nil {
+		s.log.Warn("reclaim: delete failed; reconcile deletes the orphan", "scope", scope, "pod", p.Pod.ID, "err", err)
+	}
+	s.log.Info("reclaimed", "scope", scope, "pod", p.Pod.ID, "reason", reason)
+	s.cfg.Observe("sweep", "reclaimed")
+}
+
+// bury forgets a dead pod (its sessions are released; the gateway learns on its next
+// touch), deletes it, and wakes the scope's waiters: capacity under max_pods freed.
+func (s *Sweeper) bury(ctx context.Context, scope string, pod warmpool.Pod, reason, outcome string) {
+	sessions, err := s.store.Purge(ctx, scope, pod.ID, reason, nil)
+	if err != nil {
+		s.log.Warn("purge failed", "scope", scope, "pod", pod.ID, "err", err)
+		return
+	}
+	if err := s.driver.Delete(ctx, pod); err != nil {
+		s.log.Warn("delete failed; reconcile deletes the orphan", "scope", scope, "pod", pod.ID, "err", err)
+	}
+	s.log.Info("pod buried", "scope", scope, "pod", pod.ID, "reason", reason, "sessions_released", len(sessions))
+	s.cfg.Observe("sweep", outcome)
+	s.sm.Wake(ctx, scope)
+}
+
+// Watch buries registered pods the driver reports dead or gone, and pods whose health
+// probe failed HealthFailThreshold times in a row.
+func (s *Sweeper) Watch(ctx context.Context) error {
+	listed, err := s.driver.List(ctx)
+	if err != nil {
+		return fmt.Errorf("watch: list pods: %w", err)
+	}
+	byID := make(map[string]warmpool.Pod, len(listed))
+	for _, p := range listed {
+		byID[p.ID] = p
+	}
+	now := s.clock.Now()
+	sem := make(chan struct{}, probeConcurrency)
+	var wg sync.WaitGroup
+	err = s.forScopes(ctx, func(scope string) error {
+		snap, err := s.store.Snapshot(ctx, scope)
+		if err != nil {
+			return err
+		}
+		registered, err := s.registeredAt(ctx, scope)
+		if err != nil {
+			return err
+		}
+		for _, p := range snap.Pods {
+			d, ok := byID[p.Pod.ID]
+			switch {
+			case !ok && now.Sub(registered[p.Pod.ID]) >= s.cfg.GhostGrace:
+				s.bury(ctx, scope, p.Pod, "gone from the driver", "dead")
+			case !ok:
+			case d.Dead != "":
+				s.bury(ctx, scope, p.Pod, d.Dead, "dead")
+			default:
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					s.probe(ctx, scope, p.Pod)
+				}()
+			}
+		}
+		return nil
+	})
+	wg.Wait()
+	return err
+}
+
+func (s *Sweeper) probe(ctx context.Context, scope string, pod warmpool.Pod) {
+	perr := s.driver.Probe(ctx, pod)
+	if ctx.Err() != nil {
+		return
+	}
+	n, err := s.store.RecordProbe(ctx, scope, pod.ID, perr == nil)
+	if err != nil || n < s.cfg.HealthFailThreshold {
+		return
+	}
+	s.bury(ctx, scope, pod, fmt.Sprintf("health probe failed %d times in a row: %v", n, perr), "unhealthy")
+}
+
+// registeredAt reads when each pod of the scope was registered.
+func (s *Sweeper) registeredAt(ctx context.Context, scope string) (map[string]time.Time, error) {
+	zs, err := s.store.Client().ZRangeWithScores(ctx, s.store.Keys().Scope(scope).Pods, 0, -1).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]time.Time, len(zs))
+	for _, z := range zs {
+		out[z.Member.(string)] = time.UnixMilli(int64(z.Score))
+	}
+	return out, nil
+}
+
+// ExpireSessions evicts sessions past session_ttl_s in every scope and wakes waiters.
+func (s *Sweeper) ExpireSessions(ctx context.Context) error {
+	return s.forScopes(ctx, func(scope string) error {
+		for {
+			n, err := s.sm.ExpireSessions(ctx, scope, s.cfg.ExpiryBatch)
+			if err != nil || n < s.cfg.ExpiryBatch {
+				if n > 0 {
+					s.cfg.Observe("sweep", "sessions_expired")
+				}
+				return err
+			}
+		}
+	})
+}
+
+// Reconcile makes Redis agree with the driver, the ground truth for pods: a Redis that
+// lost its data is rebuilt; labelled pods Redis does not know are adopted (ready, of
+// the current version, within max_pods) or deleted; pods Redis knows but the driver
+// lacks are purged; expired leases, room entries, claims and waiters go; and every
+// derived count is recomputed from the sessions and claims.
+func (s *Sweeper) Reconcile(ctx context.Context) error {
+	live, err := s.store.EpochLive(ctx)
+	if err != nil {
+		return err
+	}
+	if !live {
+		return s.Rebuild(ctx)
+	}
+	if err := s.republishMissing(ctx); err != nil {
+		return err
+	}
+	listed, err := s.driver.List(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: list pods: %w", err)
+	}
+	now := s.clock.Now()
+	inDriver := map[string]bool{}
+	byScope := map[string][]warmpool.Pod{}
+	for _, p := range listed {
+		inDriver[p.ID] = true
+		byScope[p.ScopeID] = append(byScope[p.ScopeID], p)
+	}
+	published := map[string]bool{}
+	err = s.forScopes(ctx, func(scope string) error {
+		published[scope] = true
+		rec, err := s.store.Scope(ctx, scope)
+		if err != nil {
+			return err
+		}
+		snap, err := s.store.Snapshot(ctx, scope)
+		if err != nil {
+			return err
+		}
+		known := map[string]bool{}
+		for _, p := range snap.Pods {
+			known[p.Pod.ID] = true
+		}
+		var maxFence int64
+		for _, p := range byScope[scope] {
+			maxFence = max(maxFence, p.Fence)
+			if known[p.ID] || inFlight(snap, p.Fence) {
+				continue
+			}
+			s.orphan(ctx, rec, p, now)
+		}
+		if maxFence > 0 {
+			if err := s.store.RaiseFence(ctx, scope, maxFence); err != nil {
+				return err
+			}
+		}
+		registered, err := s.registeredAt(ctx, scope)
+		if err != nil {
+			return err
+		}
+		for _, p := range snap.Pods {
+			if !inDriver[p.Pod.ID] && now.Sub(registered[p.Pod.ID]) >= s.cfg.GhostGrace {
+				s.bury(ctx, scope, p.Pod, "gone from the driver", "purged_ghost")
+			}
+		}
+		rep, err := s.store.Repair(ctx, scope, now, now.Add(noteTTL))
+		if err != nil {
+			return err
+		}
+		if rep.Any() {
+			s.log.Info("reconcile repaired derived state", "scope", scope, "slot_counts", rep.SlotCounts,
+				"sessions_dropped", rep.Sessions, "claims_dropped", rep.Claims, "waiters_expired", rep.Waiters, "deploys_expired", rep.Deploys)
+			s.cfg.Observe("sweep", "repaired")
+		}
+		return nil
+	})
+	// A scope published while the keyspace was being rebuilt gets its epoch now.
+	if _, berr := s.store.Bootstrap(ctx, strconv.FormatInt(now.UnixNano(), 36)); berr != nil {
+		err = errors.Join(err, berr)
+	}
+	// Pods of scopes that no longer exist anywhere are deleted.
+	for scope, pods := range byScope {
+		if published[scope] {
+			continue
+		}
+		for _, p := range pods {
+			if now.Sub(time.UnixMilli(p.CreatedAt)) >= s.cfg.OrphanGrace {
+				s.deleteOrphan(ctx, p, "its scope has no config")
+			}
+		}
+	}
+	return err
+}
+
+// inFlight reports whether a deploy lease with this fence is live: its pod is about
+// to be registered by its leader.
+func inFlight(snap lua.Snapshot, fence int64) bool {
+	for d := range snap.Deploys {
+		if strings.TrimSuffix(d, "w") == strconv.FormatInt(fence, 10) {
+			return true
+		}
+	}
+	return false
+}
+
+// orphan adopts or deletes a pod the driver has and Redis does not know.
+func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Pod, now time.Time) {
+	switch {
+	case p.Dead != "":
+		s.deleteOrphan(ctx, p, "dead: "+p.Dead)
+	case !p.Ready:
+		if now.Sub(time.UnixMilli(p.CreatedAt)) >= s.cfg.OrphanGrace {
+			s.deleteOrphan(ctx, p, "never became ready")
+		}
+	case p.DeployVer != rec.DeployVer:
+		s.deleteOrphan(ctx, p, "old deploy_ver "+p.DeployVer)
+	case p.SSEURL == "":
+		s.deleteOrphan(ctx, p, "no SSE address to adopt it with")
+	default:
+		st, err := s.store.Adopt(ctx, p, now)
+		switch {
+		case err != nil:
+			s.log.Warn("reconcile: adopt failed", "pod", p.ID, "err", err)
+		case st == lua.AdoptFull:
+			s.deleteOrphan(ctx, p, "no room under max_pods")
+		case st == lua.AdoptAdopted:
+			s.log.Info("reconcile adopted a pod", "scope", p.ScopeID, "pod", p.ID)
+			s.cfg.Observe("sweep", "adopted")
+			s.sm.Wake(ctx, p.ScopeID)
+		}
+	}
+}
+
+func (s *Sweeper) deleteOrphan(ctx context.Context, p warmpool.Pod, reason string) {
+	if err := s.driver.Delete(ctx, p); err != nil {
+		s.log.Warn("reconcile: orphan not deleted", "pod", p.ID, "err", err)
+		return
+	}
+	s.log.Info("reconcile deleted an orphan pod", "scope", p.ScopeID, "pod", p.ID, "reason", reason)
+	s.cfg.Observe("sweep", "deleted_orphan")
+}
+
+// republishMissing repairs the global scope index from the config store: a stored
+// scope that Redis does not have is published again.
+func (s *Sweeper) republishMissing(ctx context.Context) error {
+	all, err := s.configs.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range all {
+		if _, err := s.store.Scope(ctx, c.ScopeID); warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+			if err := s.publish(ctx, c); err != nil {
+				return err
+			}
+			s.cfg.Observe("sweep", "republished")
+		}
+	}
+	return nil
+}
+
+func (s *Sweeper) publish(ctx context.Context, c warmpool.StoredConfig) error {
+	return s.store.PublishScope(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer})
+}
+
+// Rebuild restores a Redis that lost its data (or was never written) from the ground
+// truth: every scope is published from the config store, every ready pod of a current
+// version is adopted from the driver (the rest is left to reconcile), fencing counters
+// are raised past the pods' numbers, and only then is the epoch written, so no request
+// is admitted on a half-built pool. Derived state is recomputed, never merged.
+func (s *Sweeper) Rebuild(ctx context.Context) error {
+	all, err := s.configs.List(ctx)
+	if err != nil {
+		return err
+	}
+	current := map[string]string{}
+	for _, c := range all {
+		if err := s.publish(ctx, c); err != nil {
+			return err
+		}
+		current[c.ScopeID] = c.DeployVer
+	}
+	listed, err := s.driver.List(ctx)
+	if err != nil {
+		return fmt.Errorf("rebuild: list pods: %w", err)
+	}
+	now := s.clock.Now()
+	adopted := 0
+	fences := map[string]int64{}
+	for _, p := range listed {
+		ver, ok := current[p.ScopeID]
+		if !ok {
+			continue
+		}
+		fences[p.ScopeID] = max(fences[p.ScopeID], p.Fence)
+		if !p.Ready || p.Dead != "" || p.DeployVer != ver || p.SSEURL == "" {
+			continue
+		}
+		st, err := s.store.Adopt(ctx, p, now)
+		if err != nil {
+			return err
+		}
+		if st == lua.AdoptAdopted {
+			adopted++
+		}
+	}
+	for scope, f := range fences {
+		if err := s.store.RaiseFence(ctx, scope, f); err != nil {
+			return err
+		}
+	}
+	if _, err := s.store.Bootstrap(ctx, strconv.FormatInt(now.UnixNano(), 36)); err != nil {
+		return err
+	}
+	s.log.Warn("keyspace rebuilt from the config store and the driver", "scopes", len(all), "pods_adopted", adopted)
+	s.cfg.Observe("sweep", "rebuilt")
+	return nil
+}

@@ -16,8 +16,11 @@ build:
 run: build
 	$(BIN) serve --dev
 
-## test: every test, on a real redis-server started (and stopped) for the run
+## test: every test on a real redis-server started (and stopped) for the run, after the
+## Redis-facing packages on miniredis (the same suite, both servers)
+REDIS_PKGS := ./lua/ ./rm/ ./sm/ ./sweeper/
 test: build
+	$(GO) test -race -count=1 -short $(REDIS_PKGS)
 	scripts/with-redis.sh $(GO) test -race -count=1 $(PKGS)
 
 ## unit: the fast tests only, on miniredis
@@ -26,7 +29,7 @@ unit:
 
 ## bench: benchmarks against a real redis-server
 bench:
-	scripts/with-redis.sh $(GO) test -run '^$$' -bench . -benchmem -count=1 ./lua/ ./rm/
+	scripts/with-redis.sh $(GO) test -run '^$$' -bench . -benchmem -count=1 ./rm/ ./sm/
 
 ## lint: formatting and vet
 lint:

@@ -126,3 +126,10 @@ type Pool interface {
 // ErrPoolFull marks a NO_POD_AVAILABLE that says the scope is at max_pods and every
 // pod and deploy is full: the caller may queue for capacity.
 var ErrPoolFull = errors.New("scope is at max_pods")
+
+// NamespaceWatcher is implemented by drivers whose List covers only the namespaces they
+// were told about (k8s.Kubernetes): the sweeper names every scope's namespace ("" for
+// the driver's default) before it lists.
+type NamespaceWatcher interface {
+	WatchNamespace(ctx context.Context, namespace string) error
+}

@@ -26,14 +26,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // harness is one Redis, one fake driver and the scopes published on them; managers
 // made from it act as replicas.
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	r     *testredis.Redis
 	store *lua.Store
 	fake  *k8s.Fake
 	cfgs  map[string]warmpool.ScopeConfig
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	t.Helper()
 	r := testredis.New(t)
 	h := &harness{t: t, r: r, store: lua.NewStore(r.Client, r.Prefix), fake: k8s.NewFake(), cfgs: map[string]warmpool.ScopeConfig{}}

@@ -505,16 +505,21 @@ func TestDeployFailed(t *testing.T) {
 	}
 }
 
+type call struct{ method, path, body string }
+
 // storeDown lists calls that need Redis; every one must answer STORE_UNAVAILABLE.
-var storeDown = []struct{ method, path, body string }{
-	{http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s2"}`},
-	{http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s1"}`},
-	{http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s3","request_id":"r3"}`},
-	{http.MethodPost, "/v1/scopes/ok/sessions/s1/touch", ""},
-	{http.MethodDelete, "/v1/scopes/ok/sessions/s1", ""},
-	{http.MethodPost, "/v1/scopes/ok/pods/acquire", `{}`},
-	{http.MethodPost, "/v1/scopes/ok/pods/acquire", `{"request_id":"r4"}`},
-	{http.MethodPost, "/v1/scopes/ok/pods/p1/release", ""},
+// pod is a registered pod of scope "ok".
+func storeDown(pod string) []call {
+	return []call{
+		{http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s2"}`},
+		{http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s1"}`},
+		{http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s3","request_id":"r3"}`},
+		{http.MethodPost, "/v1/scopes/ok/sessions/s1/touch", ""},
+		{http.MethodDelete, "/v1/scopes/ok/sessions/s1", ""},
+		{http.MethodPost, "/v1/scopes/ok/pods/acquire", `{}`},
+		{http.MethodPost, "/v1/scopes/ok/pods/acquire", `{"request_id":"r4"}`},
+		{http.MethodPost, "/v1/scopes/ok/pods/" + pod + "/release", ""},
+	}
 }
 
 func TestStoreUnavailableRedisDown(t *testing.T) {
@@ -527,7 +532,7 @@ func TestStoreUnavailableRedisDown(t *testing.T) {
 	e.ok(http.MethodGet, "/readyz", nil)
 
 	mini.Close()
-	all := append([]struct{ method, path, body string }{
+	all := append([]call{
 		{http.MethodGet, "/v1/scopes/ok/sessions/s1", ""},
 		{http.MethodGet, "/v1/scopes/ok/pool", ""},
 		{http.MethodGet, "/v1/scopes", ""},
@@ -535,9 +540,10 @@ func TestStoreUnavailableRedisDown(t *testing.T) {
 		// Stored in SQLite, but not published: the caller must know.
 		{http.MethodPut, "/v1/scopes/ok/config", scopeCfg(6, 2, 0, 1)},
 		{http.MethodGet, "/readyz", ""},
-	}, storeDown...)
+	}, storeDown(b["pod_id"].(string))...)
 	for _, c := range all {
 		r := e.do(c.method, c.path, c.body)
+		t.Logf("%s %s: %s", c.method, c.path, r.took)
 		e.wantErr(r, http.StatusServiceUnavailable, warmpool.CodeStoreUnavailable)
 		if r.took > 3*time.Second {
 			t.Fatalf("%v took %s: must fail fast", r, r.took)
@@ -558,6 +564,11 @@ func TestStoreUnavailableRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "ready again", func() bool { return e.do(http.MethodGet, "/readyz", nil).status == http.StatusOK })
+	t.Logf("keys: %v", mini.Keys())
+	t.Logf("sessions: %v", mini.HGet("down:{ok}:sessions", "s1"))
+	t.Logf("get: %v", e.do(http.MethodGet, "/v1/scopes/ok/sessions/s1", nil))
+	t.Logf("pool: %v", e.do(http.MethodGet, "/v1/scopes/ok/pool", nil))
+	t.Logf("config: %v", e.do(http.MethodGet, "/v1/scopes/ok/config", nil))
 	if got := e.route("ok", "s1"); got["pod_id"] != b["pod_id"] || got["new"] != false {
 		t.Fatalf("s1 after Redis came back: %v, want %v", got, b)
 	}
@@ -572,7 +583,6 @@ func TestStoreUnavailableDataLoss(t *testing.T) {
 			e.putScope("ok", scopeCfg(4, 2, 0, 1))
 			e.route("ok", "s1")
 			acq := e.ok(http.MethodPost, "/v1/scopes/ok/pods/acquire", `{}`)
-			storeDown[7].path = "/v1/scopes/ok/pods/" + acq["pod_id"].(string) + "/release"
 
 			switch loss {
 			case "epoch keys":
@@ -591,9 +601,7 @@ func TestStoreUnavailableDataLoss(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			calls := append([]struct{ method, path, body string }{
-				{http.MethodGet, "/readyz", ""},
-			}, storeDown...)
+			calls := append([]call{{http.MethodGet, "/readyz", ""}}, storeDown(acq["pod_id"].(string))...)
 			for _, c := range calls {
 				r := e.do(c.method, c.path, c.body)
 				// Fail closed: never SCOPE_NOT_FOUND (the scope exists) and never a 500.
@@ -609,9 +617,9 @@ func TestStoreUnavailableDataLoss(t *testing.T) {
 			}
 			e.ok(http.MethodGet, "/healthz", nil)
 
-			// A rebuild (what the housekeeper runs) makes the replica ready again.
-			if err := e.srv.Rebuild(ctx); err != nil {
-				t.Fatal(err)
+			// Reconcile (the sweeper job) rebuilds the keyspace: ready again.
+			if !e.srv.Runner.RunOnce(ctx, e.srv.Sweeper.ReconcileJob()) {
+				t.Fatal("reconcile did not run")
 			}
 			e.ok(http.MethodGet, "/readyz", nil)
 			e.route("ok", "s9")

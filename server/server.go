@@ -179,6 +179,8 @@ func (s *Server) build(ctx context.Context) error {
 		s.closers = append(s.closers, st.Close)
 	}
 
+	s.metrics = metrics.New(s.store, s.log)
+
 	// Pod driver.
 	if cfg.Driver != nil {
 		s.driver = cfg.Driver
@@ -194,7 +196,6 @@ func (s *Server) build(ctx context.Context) error {
 	}
 
 	// Managers and services.
-	s.metrics = metrics.New(s.store, s.log)
 	rmc := cfg.RM
 	rmc.Clock, rmc.Logger, rmc.Observe = cfg.Clock, s.log, s.metrics.Observe
 	s.RM = rm.New(s.store, s.driver, rmc)
@@ -271,7 +272,8 @@ func (s *Server) newDriver() (warmpool.PodDriver, error) {
 		if s.cfg.Namespace != "" {
 			ns = s.cfg.Namespace
 		}
-		return k8s.NewKubernetes(cs, k8s.Config{Namespace: ns, Logger: s.log, Clock: s.cfg.Clock}), nil
+		return k8s.NewKubernetes(cs, k8s.Config{Namespace: ns, Logger: s.log, Clock: s.cfg.Clock,
+			OnPhase: func(e k8s.PhaseEvent) { s.metrics.ObservePhase(string(e.Phase), e.Elapsed) }}), nil
 	}
 	return nil, fmt.Errorf("--driver %q: want local, kubernetes or fake", s.cfg.DriverName)
 }

@@ -220,7 +220,7 @@ func (s *Sweeper) bury(ctx context.Context, scope string, pod warmpool.Pod, reas
 // Watch buries registered pods the driver reports dead or gone, and pods whose health
 // probe failed HealthFailThreshold times in a row.
 func (s *Sweeper) Watch(ctx context.Context) error {
-	listed, err := s.driver.List(ctx)
+	listed, err := s.listPods(ctx)
 	if err != nil {
 		return fmt.Errorf("watch: list pods: %w", err)
 	}
@@ -276,6 +276,28 @@ func (s *Sweeper) probe(ctx context.Context, scope string, pod warmpool.Pod) {
 	s.bury(ctx, scope, pod, fmt.Sprintf("health probe failed %d times in a row: %v", n, perr), "unhealthy")
 }
 
+// listPods lists the driver's pods, first naming every stored scope's namespace to a
+// driver that lists only the namespaces it knows of: after a restart its List would
+// otherwise miss live pods, and reconcile would take them for ghosts.
+func (s *Sweeper) listPods(ctx context.Context) ([]warmpool.Pod, error) {
+	if w, ok := s.driver.(warmpool.NamespaceWatcher); ok {
+		all, err := s.configs.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		seen := map[string]bool{}
+		for _, c := range all {
+			if ns := c.Config.Deploy.Namespace; !seen[ns] {
+				seen[ns] = true
+				if err := w.WatchNamespace(ctx, ns); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return s.driver.List(ctx)
+}
+
 // registeredAt reads when each pod of the scope was registered.
 func (s *Sweeper) registeredAt(ctx context.Context, scope string) (map[string]time.Time, error) {
 	zs, err := s.store.Client().ZRangeWithScores(ctx, s.store.Keys().Scope(scope).Pods, 0, -1).Result()
@@ -320,7 +342,7 @@ func (s *Sweeper) Reconcile(ctx context.Context) error {
 	if err := s.republishMissing(ctx); err != nil {
 		return err
 	}
-	listed, err := s.driver.List(ctx)
+	listed, err := s.listPods(ctx)
 	if err != nil {
 		return fmt.Errorf("reconcile: list pods: %w", err)
 	}
@@ -484,7 +506,7 @@ func (s *Sweeper) Rebuild(ctx context.Context) error {
 		}
 		current[c.ScopeID] = c.DeployVer
 	}
-	listed, err := s.driver.List(ctx)
+	listed, err := s.listPods(ctx)
 	if err != nil {
 		return fmt.Errorf("rebuild: list pods: %w", err)
 	}

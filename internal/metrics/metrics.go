@@ -21,6 +21,7 @@ type Metrics struct {
 	route   *prometheus.HistogramVec
 	events  *prometheus.CounterVec
 	scrapes *prometheus.CounterVec
+	phases  *prometheus.HistogramVec
 }
 
 // New registers warmpool's metrics; store feeds the pool gauges at scrape time.
@@ -36,12 +37,17 @@ func New(store *lua.Store, log *slog.Logger) *Metrics {
 			Name: "warmpool_events_total",
 			Help: "Pool and queue events: acquire (warm, deployed, follower, max_reached, failed), deploy (ok, failed), queue (queued, queue_full, wait_timeout, woken), sweep results.",
 		}, []string{"event", "outcome"}),
+		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "warmpool_deploy_phase_seconds",
+			Help:    "Time from the start of a Kubernetes deploy to each of its phases (created, scheduled, ready, failed).",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}, []string{"phase"}),
 		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpool_pool_scrape_errors_total",
 			Help: "Scrapes whose pool gauges could not be read from Redis.",
 		}, []string{}),
 	}
-	m.reg.MustRegister(m.route, m.events, m.scrapes,
+	m.reg.MustRegister(m.route, m.events, m.scrapes, m.phases,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&poolCollector{store: store, log: log, errors: m.scrapes.WithLabelValues()})
 	return m
@@ -55,6 +61,11 @@ func (m *Metrics) Observe(event, outcome string) {
 // ObserveRoute records one route call.
 func (m *Metrics) ObserveRoute(outcome string, took time.Duration) {
 	m.route.WithLabelValues(outcome).Observe(took.Seconds())
+}
+
+// ObservePhase records how long a deploy took to reach a phase.
+func (m *Metrics) ObservePhase(phase string, elapsed time.Duration) {
+	m.phases.WithLabelValues(phase).Observe(elapsed.Seconds())
 }
 
 // Handler serves the metrics in the Prometheus text format.

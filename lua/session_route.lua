@@ -17,7 +17,8 @@
 -- KEYS[13] {s}:idem:route:<request id>  STRING cached answer (PX)
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] claim id ("" for none)
 -- ARGV[4] "1" when KEYS[13] names a request id  ARGV[5] answer cache TTL (ms)
--- Returns {"bound"|"new"|"replay", new flag "1"/"0", pod id, pod JSON}
+-- Returns {"bound"|"new"|"replay", new flag "1"/"0", pod id, pod JSON, session id}
+-- (a replay answers for the session of the first call)
 --       | {"none", waiters} | {"NO_SCOPE"} | {"EPOCH_LOST"}
 local now = tonumber(ARGV[1])
 local sid = ARGV[2]
@@ -37,8 +38,8 @@ if idem then
     if claim ~= '' then
       release_claim(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], claim, now, true)
     end
-    local flag, pod, info = string.match(cached, '^(%d)\n([^\n]*)\n(.*)$')
-    return {'replay', flag, pod, info}
+    local flag, first, pod, info = string.match(cached, '^(%d)\n([^\n]*)\n([^\n]*)\n(.*)$')
+    return {'replay', flag, pod, info, first}
   end
 end
 local ver, pc = cfg[1], tonumber(cfg[2])
@@ -48,9 +49,9 @@ expire_claims(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], now)
 local function answer(kind, flag, pod)
   local info = redis.call('HGET', KEYS[5], pod) or ''
   if idem then
-    redis.call('SET', KEYS[13], flag .. '\n' .. pod .. '\n' .. info, 'PX', ARGV[5], 'NX')
+    redis.call('SET', KEYS[13], flag .. '\n' .. sid .. '\n' .. pod .. '\n' .. info, 'PX', ARGV[5], 'NX')
   end
-  return {kind, flag, pod, info}
+  return {kind, flag, pod, info, sid}
 end
 
 local function bind(pod)

@@ -34,6 +34,9 @@ type RouteResult struct {
 	// first answer did).
 	New bool
 	Pod warmpool.Pod
+	// Session is the session the answer is for: a replay answers for the session of
+	// the first call with its request id.
+	Session string
 	// Waiters is the queue length seen when no pod fits (RouteNone).
 	Waiters int
 }
@@ -56,7 +59,7 @@ func (s *Store) Route(ctx context.Context, scope string, a RouteArgs) (RouteResu
 		res.Waiters, _ = strconv.Atoi(out[1])
 		return res, nil
 	}
-	res.New = out[1] == "1"
+	res.New, res.Session = out[1] == "1", out[4]
 	res.Pod, err = decodePod(out[2], out[3])
 	return res, err
 }

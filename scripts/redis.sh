@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# redis.sh start DIR | stop DIR — a throwaway redis-server on a free loopback port, no
+# redis.sh start DIR | stop DIR | install — a throwaway redis-server on a free loopback port, no
 # persistence. start prints "127.0.0.1:PORT"; stop kills only the server start started.
 set -euo pipefail
 cmd=${1:?usage: redis.sh start|stop DIR}
@@ -18,6 +18,9 @@ need_redis() {
 }
 
 case $cmd in
+install)
+  need_redis
+  ;;
 start)
   need_redis
   for _ in $(seq 20); do

@@ -73,6 +73,10 @@ type Config struct {
 
 	Logger *slog.Logger
 
+	// FakeDeployDelay is how long each deploy of the fake driver takes (DriverName
+	// "fake" only; for load tests of cold bursts).
+	FakeDeployDelay time.Duration
+
 	// Tests inject these instead of having them built.
 	Redis  redis.UniversalClient
 	Driver warmpool.PodDriver
@@ -124,6 +128,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = DefaultSweepInterval
+	}
+	if cfg.FakeDeployDelay != 0 && (cfg.DriverName != "fake" || cfg.Driver != nil) {
+		return nil, fmt.Errorf("a fake deploy delay needs the fake driver (--driver fake), not %q", cfg.DriverName)
+	}
+	if cfg.FakeDeployDelay < 0 {
+		return nil, fmt.Errorf("fake deploy delay %v: must not be negative", cfg.FakeDeployDelay)
 	}
 	if cfg.InstanceID == "" {
 		host, _ := os.Hostname()
@@ -235,7 +245,7 @@ func NewRedis(spec string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("--redis %q: %w", spec, err)
 		}
 		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = dial, rw, rw, dial
-		opt.MaxRetries = 1
+		opt.MaxRetries, opt.DialerRetries = 1, 1
 		return redis.NewClient(opt), nil
 	}
 	addrs := strings.Split(spec, ",")
@@ -245,9 +255,9 @@ func NewRedis(spec string) (redis.UniversalClient, error) {
 		}
 	}
 	if len(addrs) == 1 {
-		return redis.NewClient(&redis.Options{Addr: addrs[0], DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, PoolTimeout: dial, MaxRetries: 1}), nil
+		return redis.NewClient(&redis.Options{Addr: addrs[0], DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, PoolTimeout: dial, MaxRetries: 1, DialerRetries: 1}), nil
 	}
-	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, PoolTimeout: dial, MaxRetries: 1}), nil
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, PoolTimeout: dial, MaxRetries: 1, DialerRetries: 1}), nil
 }
 
 func (s *Server) newDriver() (warmpool.PodDriver, error) {
@@ -263,7 +273,9 @@ func (s *Server) newDriver() (warmpool.PodDriver, error) {
 		}
 		return k8s.NewLocal(k8s.LocalConfig{Binary: bin, StateDir: s.cfg.LocalStateDir, Logger: s.log})
 	case "fake":
-		return k8s.NewFake(), nil
+		f := k8s.NewFake()
+		f.DeployDelay = s.cfg.FakeDeployDelay
+		return f, nil
 	case "kubernetes":
 		cs, ns, err := k8s.NewClient(k8s.ClientOptions{Kubeconfig: s.cfg.Kubeconfig, QPS: s.cfg.KubeQPS, Burst: s.cfg.KubeBurst})
 		if err != nil {

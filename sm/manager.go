@@ -127,7 +127,7 @@ func (m *Manager) route(ctx context.Context, scope, session, requestID string) (
 			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
 		}
 		if res.Kind != lua.RouteNone {
-			return binding(scope, session, res.Pod, res.New), nil
+			return binding(scope, res.Session, res.Pod, res.New), nil
 		}
 		lease, err := m.pool.Acquire(ctx, scope, "")
 		if errors.Is(err, warmpool.ErrPoolFull) {
@@ -138,7 +138,7 @@ func (m *Manager) route(ctx context.Context, scope, session, requestID string) (
 			case rerr != nil:
 				return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, rerr)
 			case res.Kind != lua.RouteNone:
-				return binding(scope, session, res.Pod, res.New), nil
+				return binding(scope, res.Session, res.Pod, res.New), nil
 			}
 		}
 		if err != nil {
@@ -150,7 +150,7 @@ func (m *Manager) route(ctx context.Context, scope, session, requestID string) (
 			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
 		}
 		if res.Kind != lua.RouteNone {
-			return binding(scope, session, res.Pod, res.New), nil
+			return binding(scope, res.Session, res.Pod, res.New), nil
 		}
 		// The pod went away or is of an old version now; the script gave the claim back.
 		m.log.Info("handed pod unusable, routing again", "scope", scope, "session", session, "pod", lease.Pod.ID)

@@ -1,5 +1,6 @@
 // Package testredis gives tests a Redis: miniredis by default, a real redis-server when
-// REDIS_ADDR is set (make test sets it). Each call gets its own key prefix, so tests run
+// REDIS_ADDR is set (make test sets it), a Redis Cluster when REDIS_CLUSTER_ADDRS is
+// set (host:port,host:port,…). Each call gets its own key prefix, so tests run
 // in parallel on one server, and every script call is checked to keep its keys in one
 // cluster slot.
 package testredis
@@ -27,32 +28,83 @@ type Redis struct {
 	Mini *miniredis.Miniredis
 }
 
-// Real reports whether tests run against a real redis-server.
-func Real() bool { return os.Getenv("REDIS_ADDR") != "" }
+// Real reports whether tests run against a real redis-server (or cluster).
+func Real() bool { return os.Getenv("REDIS_ADDR") != "" || Cluster() }
+
+// Cluster reports whether tests run against a Redis Cluster.
+func Cluster() bool { return os.Getenv("REDIS_CLUSTER_ADDRS") != "" }
 
 // New returns a Redis for one test; it is cleaned up with the test.
 func New(tb testing.TB) *Redis {
 	tb.Helper()
 	r := &Redis{Prefix: "t" + randHex(6) + ":"}
-	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		r.Client = redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 2 * time.Second})
-	} else {
+	if !Real() {
 		r.Mini = miniredis.RunT(tb)
-		r.Client = redis.NewClient(&redis.Options{Addr: r.Mini.Addr()})
 	}
+	r.Client = r.dial()
 	r.Client.AddHook(SlotHook{TB: tb})
 	tb.Cleanup(func() {
 		if r.Mini == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			iter := r.Client.Scan(ctx, 0, r.Prefix+"*", 1000).Iterator()
-			for iter.Next(ctx) {
-				r.Client.Del(ctx, iter.Val())
-			}
+			r.ForEachServer(ctx, func(ctx context.Context, c *redis.Client) error {
+				iter := c.Scan(ctx, 0, r.Prefix+"*", 1000).Iterator()
+				for iter.Next(ctx) {
+					c.Del(ctx, iter.Val())
+				}
+				return nil
+			})
 		}
 		_ = r.Client.Close()
 	})
 	return r
+}
+
+// dial opens a client of the test's server, with the options a replica uses (one
+// retry, bounded dials).
+func (r *Redis) dial() redis.UniversalClient {
+	if addrs := os.Getenv("REDIS_CLUSTER_ADDRS"); addrs != "" {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ","), DialTimeout: 2 * time.Second, MaxRetries: 1})
+	}
+	addr := os.Getenv("REDIS_ADDR")
+	if r.Mini != nil {
+		addr = r.Mini.Addr()
+	}
+	return redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 2 * time.Second, MaxRetries: 1})
+}
+
+// NewClient opens another client of the same server, as another replica would; it is
+// closed with the test.
+func (r *Redis) NewClient(tb testing.TB) redis.UniversalClient {
+	c := r.dial()
+	c.AddHook(SlotHook{TB: tb})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// ForEachServer runs fn on the one server, or on every master of a cluster.
+func (r *Redis) ForEachServer(ctx context.Context, fn func(ctx context.Context, c *redis.Client) error) error {
+	switch c := r.Client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, fn)
+	case *redis.Client:
+		return fn(ctx, c)
+	}
+	return fmt.Errorf("unexpected client %T", r.Client)
+}
+
+// DeleteAll deletes every key of this test's prefix, as a Redis that lost its data
+// would look to the test.
+func (r *Redis) DeleteAll(ctx context.Context) error {
+	return r.ForEachServer(ctx, func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, r.Prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	})
 }
 
 // NeedReal skips the test unless a real redis-server is configured: some behaviour

@@ -1,0 +1,731 @@
+package sm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/sm"
+)
+
+// fill routes n distinct sessions at once, alternating between the replicas, and
+// returns their bindings; any error fails the test.
+func fill(t *testing.T, scope, prefix string, n int, ms ...*sm.Manager) []sm.Binding {
+	t.Helper()
+	chs := make([]<-chan routed, n)
+	for i := range n {
+		chs[i] = routeAsync(ms[i%len(ms)], scope, fmt.Sprintf("%s%d", prefix, i), "")
+	}
+	out := make([]sm.Binding, n)
+	for i, ch := range chs {
+		r := await(t, ch, 10*time.Second)
+		if r.err != nil {
+			t.Fatalf("route %s%d: %v", prefix, i, r.err)
+		}
+		out[i] = r.b
+	}
+	return out
+}
+
+// wantTwoByTwo asserts the scope has exactly two pods with two sessions each, slots
+// matching, and that every binding names the pod its session is on.
+func wantTwoByTwo(t *testing.T, h *harness, scope string, bs []sm.Binding) {
+	t.Helper()
+	s := h.settled(scope)
+	if len(s.Pods) != 2 || len(s.Sessions) != 4 {
+		t.Fatalf("%d pods, %d sessions (%v); want 2 pods x 2 sessions", len(s.Pods), len(s.Sessions), s.Sessions)
+	}
+	on := podSessions(s)
+	for _, p := range s.Pods {
+		if on[p.Pod.ID] != 2 || p.Slots != 2 || p.Idle {
+			t.Fatalf("pod %s: %d sessions, %d slots, idle %v; want 2 busy slots", p.Pod.ID, on[p.Pod.ID], p.Slots, p.Idle)
+		}
+	}
+	for _, b := range bs {
+		if s.Sessions[b.SessionID] != b.PodID || !b.New {
+			t.Fatalf("binding %+v, but the session is on %q", b, s.Sessions[b.SessionID])
+		}
+	}
+}
+
+// Issue 3: four concurrent routes of distinct sessions fill a scope (pc 2, cc 4) with
+// exactly two pods of two sessions, deployed side by side; once the pods are warm, a
+// second wave fills them by first fit without deploying. A fifth session never fits.
+// Guards the capacity gate of session_route.lua's first fit (`< pc`).
+func TestConcurrentRoutesFillTwoPodsOfTwo(t *testing.T) {
+	h := newHarness(t)
+	h.scope("s", 4, 2, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize = 0 })
+	a, b := h.replica(replicaOpts{}), h.replica(replicaOpts{})
+
+	// Cold: every route finds no pod and acquires; both deploys run side by side.
+	hold := h.fake.Hold()
+	chs := make([]<-chan routed, 4)
+	for i := range 4 {
+		chs[i] = routeAsync([]*sm.Manager{a, b}[i%2], "s", fmt.Sprintf("cold%d", i), "")
+	}
+	if err := h.fake.WaitInFlight(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "two followers in the rooms", func() bool { return len(h.snap("s").Followers) == 2 })
+	hold()
+	var cold []sm.Binding
+	for _, ch := range chs {
+		r := await(t, ch, 10*time.Second)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		cold = append(cold, r.b)
+	}
+	wantTwoByTwo(t, h, "s", cold)
+	if n := h.fake.DeployCount(); n != 2 {
+		t.Fatalf("deploys = %d, want 2", n)
+	}
+	_, err := a.Route(context.Background(), "s", "fifth", "")
+	wantCode(t, "fifth route on a full scope", err, warmpool.CodeNoPodAvailable)
+
+	// Warm: both pods idle, four routes at once fill them by first fit.
+	for _, c := range cold {
+		if ok, err := b.End(context.Background(), "s", c.SessionID); !ok || err != nil {
+			t.Fatalf("end %s = %v, %v", c.SessionID, ok, err)
+		}
+	}
+	if s := h.settled("s"); len(s.Pods) != 2 || !s.Pods[0].Idle || !s.Pods[1].Idle {
+		t.Fatalf("after ending every session: %+v, want two idle pods", s.Pods)
+	}
+	warm := fill(t, "s", "warm", 4, a, b)
+	wantTwoByTwo(t, h, "s", warm)
+	if n := h.fake.DeployCount(); n != 2 {
+		t.Fatalf("deploys = %d after the warm wave, want still 2", n)
+	}
+	_, err = b.Route(context.Background(), "s", "fifth", "")
+	wantCode(t, "fifth route on a full scope", err, warmpool.CodeNoPodAvailable)
+	if s := h.snap("s"); len(s.Sessions) != 4 {
+		t.Fatalf("sessions after the refused fifth: %v", s.Sessions)
+	}
+}
+
+// fullScope publishes a scope of max_pods 2 with pod_concurrency 1 and fills it with
+// sessions "busy0" and "busy1".
+func fullScope(t *testing.T, h *harness, m *sm.Manager, queue, waitS int) {
+	t.Helper()
+	h.scope("s", 2, 1, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize, c.Pool.WaitTimeoutS = queue, waitS })
+	fill(t, "s", "busy", 2, m)
+}
+
+// Issue 3: the waiter queue is bounded. With the scope full and the one queue place
+// taken, the next route fails at once with QUEUE_FULL (503, retry_after) instead of
+// waiting; the queued one is served when a session ends and leaves no entry.
+func TestQueueFullFailsFast(t *testing.T) {
+	h := newHarness(t)
+	a, b := h.replica(replicaOpts{}), h.replica(replicaOpts{})
+	fullScope(t, h, a, 1, 2)
+
+	queued := routeAsync(a, "s", "queued", "")
+	waitFor(t, "the route in the queue", func() bool { return len(h.snap("s").Waiters) == 1 })
+
+	start := time.Now()
+	_, err := b.Route(context.Background(), "s", "overflow", "")
+	took := time.Since(start)
+	wantCode(t, "route with the queue full", err, warmpool.CodeQueueFull)
+	if warmpool.CodeQueueFull.Status() != 503 {
+		t.Fatalf("QUEUE_FULL status %d", warmpool.CodeQueueFull.Status())
+	}
+	if took > 500*time.Millisecond {
+		t.Fatalf("QUEUE_FULL took %s; it must not wait (wait_timeout_s is 2)", took)
+	}
+	if s := h.snap("s"); len(s.Waiters) != 1 {
+		t.Fatalf("waiters after the refusal = %v, want only the queued one", s.Waiters)
+	}
+
+	if ok, err := b.End(context.Background(), "s", "busy0"); !ok || err != nil {
+		t.Fatalf("end = %v, %v", ok, err)
+	}
+	r := await(t, queued, 3*time.Second)
+	if r.err != nil || !r.b.New {
+		t.Fatalf("queued route = %+v, %v; want it served", r.b, r.err)
+	}
+	h.settled("s")
+}
+
+// Issue 3: a queued route that gets no capacity gives up after wait_timeout_s with
+// WAIT_TIMEOUT (504, retry_after) and leaves no waiter entry behind.
+func TestQueuedRouteTimesOut(t *testing.T) {
+	h := newHarness(t)
+	a := h.replica(replicaOpts{sm: sm.Config{Recheck: 50 * time.Millisecond}})
+	fullScope(t, h, a, 2, 1)
+
+	start := time.Now()
+	_, err := a.Route(context.Background(), "s", "late", "")
+	took := time.Since(start)
+	wantCode(t, "queued route", err, warmpool.CodeWaitTimeout)
+	if warmpool.CodeWaitTimeout.Status() != 504 {
+		t.Fatalf("WAIT_TIMEOUT status %d", warmpool.CodeWaitTimeout.Status())
+	}
+	var e *warmpool.Error
+	if errors.As(err, &e); e.RetryAfter < 1 {
+		t.Fatalf("WAIT_TIMEOUT without retry_after: %v", err)
+	}
+	if took < 900*time.Millisecond || took > 2500*time.Millisecond {
+		t.Fatalf("WAIT_TIMEOUT after %s, want about 1s", took)
+	}
+	s := h.settled("s")
+	if len(s.Waiters) != 0 || len(s.Sessions) != 2 {
+		t.Fatalf("after the timeout: waiters %v sessions %v", s.Waiters, s.Sessions)
+	}
+}
+
+// Issue 3: a route queued on replica A is served within a second of a session ending
+// on replica B: B's end publishes on the scope's channel and A's subscription wakes
+// the waiter. A's periodic re-check is a minute, so only the message can do it.
+func TestWakeAcrossReplicas(t *testing.T) {
+	h := newHarness(t)
+	a := h.replica(replicaOpts{sm: sm.Config{Recheck: time.Minute}})
+	b := h.replica(replicaOpts{})
+	h.scope("s", 1, 1, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize, c.Pool.WaitTimeoutS = 1, 10 })
+	first := mustRoute(t, b, "s", "first")
+
+	queued := routeAsync(a, "s", "second", "")
+	waitFor(t, "the route queued on A", func() bool { return len(h.snap("s").Waiters) == 1 })
+	ended := time.Now()
+	if ok, err := b.End(context.Background(), "s", "first"); !ok || err != nil {
+		t.Fatalf("end on B = %v, %v", ok, err)
+	}
+	r := await(t, queued, 5*time.Second)
+	woke := time.Since(ended)
+	if r.err != nil || r.b.PodID != first.PodID || !r.b.New {
+		t.Fatalf("queued route = %+v, %v; want the freed pod %s", r.b, r.err, first.PodID)
+	}
+	if woke > time.Second {
+		t.Fatalf("served %s after the end on another replica, want within 1s", woke)
+	}
+	t.Logf("served %s after the end on replica B", woke.Round(time.Millisecond))
+	if s := h.settled("s"); len(s.Waiters) != 0 {
+		t.Fatalf("waiters left: %v", s.Waiters)
+	}
+}
+
+// SPEC §5: a missed wake-up only delays a waiter until its next re-check. The slot is
+// freed behind the managers' backs (the end script run directly, no message is
+// published), and the waiter still gets it by its periodic re-check.
+func TestLostWakeUpOnlyDelays(t *testing.T) {
+	h := newHarness(t)
+	a := h.replica(replicaOpts{sm: sm.Config{Recheck: 100 * time.Millisecond}})
+	h.scope("s", 1, 1, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize, c.Pool.WaitTimeoutS = 1, 10 })
+	first := mustRoute(t, a, "s", "first")
+
+	// Nobody hears about capacity freed by a replica that died before it published.
+	var published []string
+	pubsub := h.client().Subscribe(context.Background(), h.store.Keys().WakeChannel("s"))
+	defer pubsub.Close()
+	if _, err := pubsub.Receive(context.Background()); err != nil { // subscription confirmed
+		t.Fatal(err)
+	}
+
+	queued := routeAsync(a, "s", "second", "")
+	waitFor(t, "the route queued", func() bool { return len(h.snap("s").Waiters) == 1 })
+	ended := time.Now()
+	released, _, err := h.store.End(context.Background(), "s", "first", time.Now())
+	if !released || err != nil {
+		t.Fatalf("store end = %v, %v", released, err)
+	}
+	r := await(t, queued, 5*time.Second)
+	if r.err != nil || r.b.PodID != first.PodID {
+		t.Fatalf("queued route = %+v, %v; want the freed pod", r.b, r.err)
+	}
+	t.Logf("served %s after the silent end (re-check every 100ms)", time.Since(ended).Round(time.Millisecond))
+	for {
+		msg, err := pubsub.ReceiveTimeout(context.Background(), 10*time.Millisecond)
+		if err != nil {
+			break
+		}
+		published = append(published, fmt.Sprint(msg))
+	}
+	if len(published) != 0 {
+		t.Fatalf("a wake-up was published after all: %v", published)
+	}
+	h.settled("s")
+}
+
+// Issue 3 / SPEC §3 touch: a live session's TTL is refreshed; an expired one is
+// evicted by the touch (touched:false, slot freed, the pod idle when it was the last);
+// an unknown one reports false.
+func TestTouch(t *testing.T) {
+	h := newHarness(t)
+	clock := testredis.NewClock()
+	m := h.replica(replicaOpts{clock: clock})
+	cfg := h.scope("s", 4, 2, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS = 5 })
+	ttl := time.Duration(cfg.Pool.SessionTTLS) * time.Second
+	ctx := context.Background()
+	one := mustRoute(t, m, "s", "one")
+	two := mustRoute(t, m, "s", "two")
+	if one.PodID != two.PodID {
+		t.Fatalf("two sessions on %s and %s, want one pod", one.PodID, two.PodID)
+	}
+
+	clock.Advance(3 * time.Second)
+	if ok, err := m.Touch(ctx, "s", "one"); !ok || err != nil {
+		t.Fatalf("touch of a live session = %v, %v", ok, err)
+	}
+	if got, want := h.snap("s").SessExp["one"], clock.Now().Add(ttl); !got.Equal(want) {
+		t.Fatalf("expiry after touch = %s, want now + session_ttl = %s", got, want)
+	}
+
+	// "two" expires (5s after its route); "one" was refreshed and lives.
+	clock.Advance(3 * time.Second)
+	if ok, err := m.Touch(ctx, "s", "two"); ok || err != nil {
+		t.Fatalf("touch of an expired session = %v, %v; want false", ok, err)
+	}
+	s := h.settled("s")
+	if _, ok := s.Sessions["two"]; ok || len(s.Pods) != 1 || s.Pods[0].Slots != 1 || s.Pods[0].Idle {
+		t.Fatalf("after evicting one of two: sessions %v pods %+v; want 1 busy slot", s.Sessions, s.Pods)
+	}
+	if _, err := m.Get(ctx, "s", "two"); warmpool.ErrorCode(err) != warmpool.CodeSessionNotFound {
+		t.Fatalf("get of the evicted session: %v", err)
+	}
+
+	clock.Advance(ttl)
+	if ok, err := m.Touch(ctx, "s", "one"); ok || err != nil {
+		t.Fatalf("touch of the last, expired session = %v, %v; want false", ok, err)
+	}
+	s = h.settled("s")
+	if len(s.Sessions) != 0 || s.Pods[0].Slots != 0 || !s.Pods[0].Idle {
+		t.Fatalf("after evicting the last session: sessions %v pod %+v; want an idle pod", s.Sessions, s.Pods[0])
+	}
+	for _, sess := range []string{"one", "never-seen"} {
+		if ok, err := m.Touch(ctx, "s", sess); ok || err != nil {
+			t.Fatalf("touch of unknown %s = %v, %v; want false", sess, ok, err)
+		}
+	}
+}
+
+// An expired session found by touch frees its slot and wakes a queued route at once
+// (its re-check is a minute away, so only the wake-up serves it).
+func TestTouchOfExpiredSessionWakesAWaiter(t *testing.T) {
+	h := newHarness(t)
+	clock := testredis.NewClock()
+	m := h.replica(replicaOpts{clock: clock, sm: sm.Config{Recheck: time.Minute}})
+	h.scope("s", 1, 1, func(c *warmpool.ScopeConfig) {
+		c.Pool.SessionTTLS, c.Pool.QueueSize, c.Pool.WaitTimeoutS = 5, 1, 30
+	})
+	old := mustRoute(t, m, "s", "old")
+	queued := routeAsync(m, "s", "next", "")
+	waitFor(t, "the route queued", func() bool { return len(h.snap("s").Waiters) == 1 })
+
+	clock.Advance(6 * time.Second)
+	touched := time.Now()
+	if ok, err := m.Touch(context.Background(), "s", "old"); ok || err != nil {
+		t.Fatalf("touch of the expired session = %v, %v; want false", ok, err)
+	}
+	r := await(t, queued, 5*time.Second)
+	if r.err != nil || r.b.PodID != old.PodID || !r.b.New {
+		t.Fatalf("queued route = %+v, %v; want the freed pod %s", r.b, r.err, old.PodID)
+	}
+	if took := time.Since(touched); took > time.Second {
+		t.Fatalf("waiter served %s after the eviction, want within 1s", took)
+	}
+	h.settled("s")
+}
+
+// SPEC §3 end: released true for a bound session and false otherwise; the slot is
+// freed; the last session's pod goes idle.
+func TestEnd(t *testing.T) {
+	h := newHarness(t)
+	a, b := h.replica(replicaOpts{}), h.replica(replicaOpts{})
+	h.scope("s", 4, 2)
+	ctx := context.Background()
+	one := mustRoute(t, a, "s", "one")
+	mustRoute(t, a, "s", "two")
+
+	if ok, err := b.End(ctx, "s", "one"); !ok || err != nil {
+		t.Fatalf("end of a bound session = %v, %v", ok, err)
+	}
+	s := h.settled("s")
+	if len(s.Pods) != 1 || s.Pods[0].Slots != 1 || s.Pods[0].Idle {
+		t.Fatalf("after ending one of two: %+v, want 1 busy slot", s.Pods)
+	}
+	if ok, err := a.End(ctx, "s", "one"); ok || err != nil {
+		t.Fatalf("second end = %v, %v; want false", ok, err)
+	}
+	if ok, err := a.End(ctx, "s", "never-seen"); ok || err != nil {
+		t.Fatalf("end of an unknown session = %v, %v; want false", ok, err)
+	}
+	if ok, err := a.End(ctx, "s", "two"); !ok || err != nil {
+		t.Fatalf("end of the last session = %v, %v", ok, err)
+	}
+	s = h.settled("s")
+	if len(s.Sessions) != 0 || s.Pods[0].Slots != 0 || !s.Pods[0].Idle || s.Pods[0].Pod.ID != one.PodID {
+		t.Fatalf("after ending the last session: %+v, want pod %s idle with 0 slots", s.Pods, one.PodID)
+	}
+	// The freed capacity is usable again without a deploy.
+	if again := mustRoute(t, b, "s", "three"); again.PodID != one.PodID || h.fake.DeployCount() != 1 {
+		t.Fatalf("route after end = %+v with %d deploys, want the idle pod", again, h.fake.DeployCount())
+	}
+}
+
+// Issue 3: twenty concurrent routes of one session across two replicas all get the
+// same pod, and the scope holds one binding and one slot for it. Guards the "bound"
+// check of session_route.lua.
+func TestAffinityUnderConcurrentRoutes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		warm bool
+	}{{"warm", true}, {"cold", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			a, b := h.replica(replicaOpts{}), h.replica(replicaOpts{})
+			// Room for every concurrent request to lead or follow a deploy of its own.
+			h.scope("s", 40, 2)
+			ctx := context.Background()
+			if tc.warm {
+				mustRoute(t, a, "s", "warmup")
+				if ok, err := a.End(ctx, "s", "warmup"); !ok || err != nil {
+					t.Fatal(ok, err)
+				}
+			}
+			const n = 20
+			release := func() {}
+			if !tc.warm {
+				release = h.fake.Hold()
+			}
+			chs := make([]<-chan routed, n)
+			for i := range n {
+				chs[i] = routeAsync([]*sm.Manager{a, b}[i%2], "s", "sticky", "")
+			}
+			if !tc.warm {
+				// Every route is past its first fit with a slot coming: ten deploys,
+				// each with a follower. They bind (or find the binding) only now.
+				if err := h.fake.WaitInFlight(t.Context(), n/2); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, "ten followers", func() bool { return len(h.snap("s").Followers) == n/2 })
+				release()
+			}
+			pods, news := map[string]int{}, 0
+			for _, ch := range chs {
+				r := await(t, ch, 10*time.Second)
+				if r.err != nil {
+					t.Fatalf("route: %v", r.err)
+				}
+				pods[r.b.PodID]++
+				if r.b.New {
+					news++
+				}
+			}
+			if len(pods) != 1 || news != 1 {
+				t.Fatalf("routes of one session went to %v with %d new:true; want one pod, one new", pods, news)
+			}
+			s := h.settled("s")
+			slots := 0
+			for _, p := range s.Pods {
+				slots += p.Slots
+			}
+			if len(s.Sessions) != 1 || slots != 1 {
+				t.Fatalf("sessions %v, %d slots in use; want one binding, one slot", s.Sessions, slots)
+			}
+			for pod := range pods {
+				if s.Sessions["sticky"] != pod {
+					t.Fatalf("binding %v, routes answered %s", s.Sessions, pod)
+				}
+			}
+			t.Logf("%d deploys for 20 concurrent routes of one session", h.fake.DeployCount())
+		})
+	}
+}
+
+// Issue 3: the same request id gets the same answer from any replica, new:true both
+// times, and creates one session; a different session sent with a used request id
+// gets the first answer and binds nothing.
+func TestIdempotentReplay(t *testing.T) {
+	h := newHarness(t)
+	a, b := h.replica(replicaOpts{}), h.replica(replicaOpts{})
+	h.scope("s", 8, 2)
+	ctx := context.Background()
+
+	first, err := a.Route(ctx, "s", "one", "req-1")
+	if err != nil || !first.New {
+		t.Fatalf("first route = %+v, %v", first, err)
+	}
+	for i, m := range []*sm.Manager{a, b} {
+		again, err := m.Route(ctx, "s", "one", "req-1")
+		if err != nil || again != first {
+			t.Fatalf("replay %d = %+v, %v; want %+v", i, again, err, first)
+		}
+	}
+	other, err := b.Route(ctx, "s", "other", "req-1")
+	if err != nil || other != first {
+		t.Fatalf("another session with a used request id = %+v, %v; want the first answer %+v", other, err, first)
+	}
+	s := h.settled("s")
+	if len(s.Sessions) != 1 || s.Sessions["one"] != first.PodID {
+		t.Fatalf("sessions %v, want only one on %s", s.Sessions, first.PodID)
+	}
+	if _, err := a.Get(ctx, "s", "other"); warmpool.ErrorCode(err) != warmpool.CodeSessionNotFound {
+		t.Fatalf("get of the replayed other session: %v, want SESSION_NOT_FOUND", err)
+	}
+	// Without a request id the same session is just bound already.
+	if plain, err := b.Route(ctx, "s", "one", ""); err != nil || plain.New || plain.PodID != first.PodID {
+		t.Fatalf("plain route of a bound session = %+v, %v", plain, err)
+	}
+}
+
+// The same request id sent to two replicas at once on a cold scope: both acquire a
+// slot (one leads the deploy, one follows it); one binds, the other replays that
+// answer, and the slot it was handed goes back.
+func TestIdempotentReplayAcrossReplicasWhileDeploying(t *testing.T) {
+	h := newHarness(t)
+	a, b := h.replica(replicaOpts{}), h.replica(replicaOpts{})
+	h.scope("s", 8, 2)
+	hold := h.fake.Hold()
+	ra := routeAsync(a, "s", "one", "req-1")
+	rb := routeAsync(b, "s", "one", "req-1")
+	if err := h.fake.WaitInFlight(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the follower in the room", func() bool { return len(h.snap("s").Followers) == 1 })
+	hold()
+	x, y := await(t, ra, 10*time.Second), await(t, rb, 10*time.Second)
+	if x.err != nil || y.err != nil || x.b != y.b || !x.b.New {
+		t.Fatalf("answers differ: %+v %v / %+v %v; want one answer with new:true", x.b, x.err, y.b, y.err)
+	}
+	s := h.settled("s")
+	if len(s.Sessions) != 1 || len(s.Pods) != 1 || s.Pods[0].Slots != 1 {
+		t.Fatalf("sessions %v pods %+v; want one session in one slot", s.Sessions, s.Pods)
+	}
+}
+
+// SPEC §4 class A change and §6.6: after a new deploy config is published, new
+// sessions land only on pods of the new deploy_ver, even where an old pod has a free
+// slot; sessions bound before keep their old pod. Guards the deploy_ver check of
+// session_route.lua's first fit.
+func TestNewSessionsOnlyOnTheCurrentDeployVer(t *testing.T) {
+	h := newHarness(t)
+	a, b := h.replica(replicaOpts{}), h.replica(replicaOpts{})
+	v1 := h.scope("s", 8, 2).Deploy.DeployVer()
+	ctx := context.Background()
+	old := mustRoute(t, a, "s", "old")
+	if old.DeployVer != v1 {
+		t.Fatalf("first session on %s, want %s", old.DeployVer, v1)
+	}
+
+	v2 := h.scope("s", 8, 2, func(c *warmpool.ScopeConfig) { c.Deploy.Image = "registry.example/agent:2" }).Deploy.DeployVer()
+	if v2 == v1 {
+		t.Fatal("the image change did not change deploy_ver")
+	}
+	// The old session keeps its pod.
+	if again := mustRoute(t, b, "s", "old"); again.PodID != old.PodID || again.New || again.DeployVer != v1 {
+		t.Fatalf("route of the old session after the change = %+v, want its pod %s", again, old.PodID)
+	}
+	// New sessions skip the old pod's free slot.
+	for i, sess := range []string{"new1", "new2", "new3"} {
+		nb := mustRoute(t, []*sm.Manager{a, b}[i%2], "s", sess)
+		if nb.DeployVer != v2 || nb.PodID == old.PodID {
+			t.Fatalf("new session %s landed on %s (%s), want a pod of %s", sess, nb.PodID, nb.DeployVer, v2)
+		}
+	}
+	s := h.settled("s")
+	vers := map[string]string{}
+	for _, p := range s.Pods {
+		vers[p.Pod.ID] = p.Pod.DeployVer
+	}
+	for sess, pod := range s.Sessions {
+		if want := map[bool]string{true: v1, false: v2}[sess == "old"]; vers[pod] != want {
+			t.Fatalf("session %s on pod %s of %s, want %s", sess, pod, vers[pod], want)
+		}
+	}
+	// The old pod, idle now, is never handed out again.
+	if ok, err := a.End(ctx, "s", "old"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if nb := mustRoute(t, b, "s", "new4"); nb.DeployVer != v2 || nb.PodID == old.PodID {
+		t.Fatalf("route after the old pod went idle = %+v, want a pod of %s", nb, v2)
+	}
+	if n := h.fake.DeployCount(); n != 3 {
+		t.Fatalf("deploys = %d, want 3 (one old, two new)", n)
+	}
+	h.settled("s")
+}
+
+// The session expiry sweep evicts only sessions whose TTL has passed, frees their
+// slots (the pod goes idle with its last) and honours the limit.
+func TestExpireSessions(t *testing.T) {
+	h := newHarness(t)
+	clock := testredis.NewClock()
+	m := h.replica(replicaOpts{clock: clock})
+	h.scope("s", 8, 2, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS = 10 })
+	ctx := context.Background()
+	p1 := mustRoute(t, m, "s", "a1").PodID
+	mustRoute(t, m, "s", "a2")
+	clock.Advance(5 * time.Second)
+	mustRoute(t, m, "s", "b1") // on a second pod: the first is full
+	p3 := mustRoute(t, m, "s", "c1").PodID
+	if p3 == p1 {
+		t.Fatal("c1 landed on the full pod")
+	}
+
+	if n, err := m.ExpireSessions(ctx, "s", 100); n != 0 || err != nil {
+		t.Fatalf("expire before any TTL passed = %d, %v", n, err)
+	}
+	clock.Advance(6 * time.Second) // a1, a2 are 11s old; b1, c1 5s
+	if n, err := m.ExpireSessions(ctx, "s", 1); n != 1 || err != nil {
+		t.Fatalf("expire with limit 1 = %d, %v", n, err)
+	}
+	if n, err := m.ExpireSessions(ctx, "s", 100); n != 1 || err != nil {
+		t.Fatalf("expire of the rest = %d, %v; want the other expired one", n, err)
+	}
+	s := h.settled("s")
+	if len(s.Sessions) != 2 || s.Sessions["b1"] == "" || s.Sessions["c1"] == "" {
+		t.Fatalf("sessions left %v, want b1 and c1", s.Sessions)
+	}
+	for _, p := range s.Pods {
+		if p.Pod.ID == p1 && (p.Slots != 0 || !p.Idle) {
+			t.Fatalf("pod of the expired sessions: %+v, want idle with 0 slots", p)
+		}
+		if p.Pod.ID != p1 && p.Slots != 2 {
+			t.Fatalf("pod %s: %d slots, want 2", p.Pod.ID, p.Slots)
+		}
+	}
+	if n, err := m.ExpireSessions(ctx, "s", 100); n != 0 || err != nil {
+		t.Fatalf("second sweep = %d, %v", n, err)
+	}
+}
+
+// SPEC §3 error codes of the session calls: unknown scope, bad ids, Redis down.
+func TestErrors(t *testing.T) {
+	h := newHarness(t)
+	m := h.replica(replicaOpts{})
+	h.scope("s", 4, 2)
+	ctx := context.Background()
+	calls := map[string]func(scope, session string) error{
+		"route": func(sc, se string) error { _, err := m.Route(ctx, sc, se, ""); return err },
+		"touch": func(sc, se string) error { _, err := m.Touch(ctx, sc, se); return err },
+		"end":   func(sc, se string) error { _, err := m.End(ctx, sc, se); return err },
+		"get":   func(sc, se string) error { _, err := m.Get(ctx, sc, se); return err },
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			wantCode(t, "unknown scope", call("nope", "s1"), warmpool.CodeScopeNotFound)
+			for _, bad := range []string{"", "has space", strings.Repeat("x", 129), "x')..redis.call('FLUSHALL", "ü", "a\nb", "{s}"} {
+				wantCode(t, fmt.Sprintf("session id %q", bad), call("s", bad), warmpool.CodeValidation)
+			}
+			for _, bad := range []string{"", "UPPER", "-x", strings.Repeat("a", 64), "a{b}"} {
+				wantCode(t, fmt.Sprintf("scope id %q", bad), call(bad, "s1"), warmpool.CodeValidation)
+			}
+		})
+	}
+	_, err := m.Route(ctx, "s", "s1", "bad request id")
+	wantCode(t, "bad request id", err, warmpool.CodeValidation)
+	if s := h.snap("s"); len(s.Sessions) != 0 || len(s.Pods) != 0 {
+		t.Fatalf("a refused call changed state: %+v", s)
+	}
+}
+
+// SPEC §7: with Redis unreachable every session call answers STORE_UNAVAILABLE
+// quickly, and nothing hangs.
+func TestRedisDownIsStoreUnavailable(t *testing.T) {
+	h := newHarness(t)
+	h.scope("s", 4, 2)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	c := redis.NewClient(&redis.Options{Addr: dead, DialTimeout: 500 * time.Millisecond, MaxRetries: 1})
+	defer c.Close()
+	store := lua.NewStore(c, h.r.Prefix)
+	m := sm.New(store, poolFunc(func() error { t.Error("acquire called with Redis down"); return nil }), sm.Config{})
+	defer m.Close()
+	ctx := context.Background()
+	for name, call := range map[string]func() error{
+		"route":  func() error { _, err := m.Route(ctx, "s", "s1", "r1"); return err },
+		"touch":  func() error { _, err := m.Touch(ctx, "s", "s1"); return err },
+		"end":    func() error { _, err := m.End(ctx, "s", "s1"); return err },
+		"get":    func() error { _, err := m.Get(ctx, "s", "s1"); return err },
+		"expire": func() error { _, err := m.ExpireSessions(ctx, "s", 10); return err },
+	} {
+		start := time.Now()
+		err := call()
+		took := time.Since(start)
+		wantCode(t, name+" with Redis down", err, warmpool.CodeStoreUnavailable)
+		if took > 2*time.Second {
+			t.Fatalf("%s took %s with Redis down, want quick", name, took)
+		}
+		t.Logf("%s: %s after %s", name, warmpool.ErrorCode(err), took.Round(time.Millisecond))
+	}
+
+	// A Redis that goes away under a live manager (miniredis only: the real server is
+	// shared by the other tests).
+	if h.r.Mini != nil {
+		live := h.replica(replicaOpts{})
+		mustRoute(t, live, "s", "s1")
+		h.r.Mini.Close()
+		start := time.Now()
+		_, err := live.Route(ctx, "s", "s2", "")
+		wantCode(t, "route after Redis went away", err, warmpool.CodeStoreUnavailable)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Fatalf("route took %s after Redis went away", took)
+		}
+	}
+}
+
+// poolFunc is a Pool whose Acquire runs f and reports NO_POD_AVAILABLE.
+type poolFunc func() error
+
+func (f poolFunc) Acquire(context.Context, string, string) (warmpool.Lease, error) {
+	if err := f(); err != nil {
+		return warmpool.Lease{}, err
+	}
+	return warmpool.Lease{}, warmpool.Errorf(warmpool.CodeNoPodAvailable, "test pool")
+}
+
+func (f poolFunc) ReleaseClaim(context.Context, string, string, bool) error { return nil }
+
+// gatedPool holds every Acquire until the test opens its gate.
+type gatedPool struct {
+	warmpool.Pool
+	entered chan struct{}
+	gate    chan struct{}
+	once    sync.Once
+}
+
+func (g *gatedPool) Acquire(ctx context.Context, scope, requestID string) (warmpool.Lease, error) {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	<-g.gate
+	return g.Pool.Acquire(ctx, scope, requestID)
+}
+
+func (g *gatedPool) open() { g.once.Do(func() { close(g.gate) }) }
+
+// A pod that registers between a route's first fit and its acquire (another replica
+// deployed it) has a free slot; the route takes it instead of reporting the scope full.
+func TestRouteSeesAPodRegisteredWhileItAcquired(t *testing.T) {
+	h := newHarness(t)
+	h.scope("s", 2, 2, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize = 0 }) // max_pods 1, no queue
+	g := &gatedPool{entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	t.Cleanup(g.open)
+	a := h.replica(replicaOpts{wrap: func(p warmpool.Pool) warmpool.Pool { g.Pool = p; return g }})
+	b := h.replica(replicaOpts{})
+
+	slow := routeAsync(a, "s", "slow", "")
+	<-g.entered // A's first fit found nothing; its acquire waits
+	fast := mustRoute(t, b, "s", "fast")
+	g.open()
+	r := await(t, slow, 10*time.Second)
+	if r.err != nil || r.b.PodID != fast.PodID {
+		t.Fatalf("route = %+v, %v; want the free slot on %s", r.b, r.err, fast.PodID)
+	}
+	h.settled("s")
+}

@@ -1,10 +1,13 @@
-# e2e-k8s: prove the kubernetes pod driver on a real kube-apiserver.
+# e2e-k8s: prove the kubernetes pod driver, and the whole service routing through it, on
+# a real kube-apiserver and a real redis-server.
 # Include from the Makefile:   include scripts/e2e-k8s.mk
 #
 # scripts/k8s-up.sh builds etcd + kube-apiserver + kube-scheduler + kwok once into
 # K8S_CACHE (about 5 min cold on 2 cores; later runs start in seconds) and starts them on
-# loopback; the tests get its kubeconfig through WARMPOOL_KUBECONFIG; k8s-down.sh stops
-# exactly what up started, whether the tests pass, fail or are interrupted.
+# loopback; the tests get its kubeconfig through WARMPOOL_KUBECONFIG and a throwaway
+# redis-server through REDIS_ADDR (scripts/with-redis.sh, which stops it afterwards);
+# k8s-down.sh stops exactly what up started, whether the tests pass, fail or are
+# interrupted.
 K8S_CACHE ?= $(HOME)/.cache/warmpool-k8s
 E2E_K8S_FLAGS ?= -count=1 -timeout 10m
 
@@ -14,7 +17,7 @@ e2e-k8s:
 	out=$$(bash scripts/k8s-up.sh "$(K8S_CACHE)") || exit 1; \
 	kc=$$(printf '%s\n' "$$out" | tail -n 1); \
 	echo "kubeconfig: $$kc"; \
-	WARMPOOL_KUBECONFIG="$$kc" go test -tags e2e_k8s -race $(E2E_K8S_FLAGS) ./e2e/k8s/...
+	WARMPOOL_KUBECONFIG="$$kc" bash scripts/with-redis.sh go test -tags e2e_k8s -race $(E2E_K8S_FLAGS) ./e2e/k8s/...
 
 # k8s-up / k8s-down: the same control plane for hand testing (kubectl --kubeconfig …).
 k8s-up:

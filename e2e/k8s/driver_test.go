@@ -1,8 +1,9 @@
 //go:build e2e_k8s
 
 // Package k8s_e2e proves the kubernetes pod driver against a real kube-apiserver (with
-// etcd, kube-scheduler and kwok as the kubelet), started by scripts/k8s-up.sh; run it
-// with `make e2e-k8s`, which sets WARMPOOL_KUBECONFIG. A "kubelet shim" in the test
+// etcd, kube-scheduler and kwok as the kubelet), started by scripts/k8s-up.sh, and
+// (service_test.go) a whole replica routing through it on a real redis-server; run it
+// with `make e2e-k8s`, which sets WARMPOOL_KUBECONFIG and REDIS_ADDR. A "kubelet shim" in the test
 // serves HTTP on each running pod's IP and port (kwok hands out 127.1.x.y loopback
 // addresses), so health probes and SSE reach something real.
 package k8s_e2e
@@ -27,7 +28,6 @@ import (
 	"testing"
 	"time"
 
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -296,6 +296,23 @@ func waitPod(ns string, within time.Duration, ok func(*corev1.Pod) bool) (*corev
 	return nil, fmt.Errorf("no matching pod in %s within %s", ns, within)
 }
 
+// failImagePull plays a kubelet that cannot pull the image of a held pod: it sets the
+// container's waiting reason to ErrImagePull through a status update.
+func failImagePull(ns, name, container, image string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := admin.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Status.Phase = corev1.PodPending
+		cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: container, Image: image,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull",
+				Message: "failed to resolve reference " + strconv.Quote(image)}}}}
+		_, err = admin.CoreV1().Pods(ns).UpdateStatus(context.Background(), cur, metav1.UpdateOptions{})
+		return err
+	})
+}
+
 // readSSE opens the pod's SSE URL and returns its first event.
 func readSSE(t *testing.T, url string) string {
 	t.Helper()
@@ -328,18 +345,7 @@ func TestDriverAdmin(t *testing.T) {
 // deploy/rbac.yaml binds to its pods-only Role.
 func TestDriverLeastPrivilege(t *testing.T) {
 	ns := mustNamespace(t)
-	applyRBAC(t, ns)
-	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), "warmpool",
-		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := rest.AnonymousClientConfig(adminCfg)
-	cfg.BearerToken = tok.Status.Token
-	sa, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sa := saClient(t, ns)
 	ctx := context.Background()
 	// The Role is really that narrow.
 	if _, err := sa.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
@@ -569,18 +575,23 @@ func testLifecycle(t *testing.T, cs kubernetes.Interface, ns string) {
 		t.Errorf("SSE event %q", ev)
 	}
 
-	// List from the informer cache.
-	pods, err := d.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// List from the informer cache, which may trail the deploy's own watch by a few
+	// milliseconds (more when the namespace's informer started with this deploy).
 	var listed *warmpool.Pod
-	for i := range pods {
-		if pods[i].ID == pod.ID {
-			listed = &pods[i]
+	eventually(t, 5*time.Second, "List shows the ready pod", func() (bool, string) {
+		pods, err := d.List(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if listed == nil || !listed.Ready || listed.Dead != "" || listed.SSEURL != pod.SSEURL || listed.DeployVer != req.DeployVer {
+		listed = nil
+		for i := range pods {
+			if pods[i].ID == pod.ID {
+				listed = &pods[i]
+			}
+		}
+		return listed != nil && listed.Ready, fmt.Sprintf("%+v", listed)
+	})
+	if listed.Dead != "" || listed.SSEURL != pod.SSEURL || listed.DeployVer != req.DeployVer {
 		t.Errorf("listed %+v", listed)
 	}
 
@@ -614,19 +625,7 @@ func testImagePull(t *testing.T, cs kubernetes.Interface, ns string) {
 			t.Error(err)
 			return
 		}
-		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			cur, err := admin.CoreV1().Pods(ns).Get(context.Background(), p.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			cur.Status.Phase = corev1.PodPending
-			cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: req.Spec.ContainerName, Image: req.Spec.Image,
-				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull",
-					Message: "failed to resolve reference " + strconv.Quote(req.Spec.Image)}}}}
-			_, err = admin.CoreV1().Pods(ns).UpdateStatus(context.Background(), cur, metav1.UpdateOptions{})
-			return err
-		})
-		if err != nil {
+		if err := failImagePull(ns, p.Name, req.Spec.ContainerName, req.Spec.Image); err != nil {
 			t.Errorf("status update: %v", err)
 		}
 	}()

@@ -35,7 +35,7 @@ for _, pod in ipairs(redis.call('ZRANGE', KEYS[6], 0, -1)) do
 end
 local deploys = redis.call('ZRANGE', KEYS[7], 0, -1)
 for _, d in ipairs(deploys) do
-  if false then
+  if string.sub(d, -1) == 'w' then
     warm = warm + 1
   end
 end

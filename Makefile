@@ -5,7 +5,7 @@ PKGS    := ./...
 # Tests that start the built binary find it here.
 export WARMPOOL_BIN := $(CURDIR)/$(BIN)
 
-.PHONY: all build run test unit bench lint clean
+.PHONY: all build run test unit bench lint e2e clean
 
 all: lint test
 
@@ -35,6 +35,11 @@ bench:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+
+## e2e: three replicas behind haproxy on one redis-server, then on a 3-master Redis Cluster
+e2e: build
+	$(GO) test -tags e2e_multi -count=1 -run TestMultiReplica ./e2e/
+	scripts/with-redis-cluster.sh $(GO) test -tags e2e_multi -count=1 -run TestMultiReplica ./e2e/
 
 clean:
 	rm -rf bin

@@ -522,8 +522,9 @@ func storeDown(pod string) []call {
 	}
 }
 
+// Not parallel: while the Redis is stopped, no other test of the package may start a
+// miniredis that could take its port.
 func TestStoreUnavailableRedisDown(t *testing.T) {
-	t.Parallel()
 	// A Redis of its own, so that it can be stopped whatever REDIS_ADDR says.
 	mini := miniredis.RunT(t)
 	e := mustEnv(t, withRedisURL("redis://"+mini.Addr(), "down:"))
@@ -543,9 +544,8 @@ func TestStoreUnavailableRedisDown(t *testing.T) {
 	}, storeDown(b["pod_id"].(string))...)
 	for _, c := range all {
 		r := e.do(c.method, c.path, c.body)
-		t.Logf("%s %s: %s", c.method, c.path, r.took)
 		e.wantErr(r, http.StatusServiceUnavailable, warmpool.CodeStoreUnavailable)
-		if r.took > 3*time.Second {
+		if r.took > time.Second {
 			t.Fatalf("%v took %s: must fail fast", r, r.took)
 		}
 	}
@@ -564,13 +564,8 @@ func TestStoreUnavailableRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "ready again", func() bool { return e.do(http.MethodGet, "/readyz", nil).status == http.StatusOK })
-	t.Logf("keys: %v", mini.Keys())
-	t.Logf("sessions: %v", mini.HGet("down:{ok}:sessions", "s1"))
-	t.Logf("get: %v", e.do(http.MethodGet, "/v1/scopes/ok/sessions/s1", nil))
-	t.Logf("pool: %v", e.do(http.MethodGet, "/v1/scopes/ok/pool", nil))
-	t.Logf("config: %v", e.do(http.MethodGet, "/v1/scopes/ok/config", nil))
 	if got := e.route("ok", "s1"); got["pod_id"] != b["pod_id"] || got["new"] != false {
-		t.Fatalf("s1 after Redis came back: %v, want %v", got, b)
+		t.Fatalf("s1 after Redis came back: %v, want %v bound already (keys %v, pool %v)", got, b, mini.Keys(), e.do(http.MethodGet, "/v1/scopes/ok/pool", nil))
 	}
 }
 
@@ -602,7 +597,7 @@ func TestStoreUnavailableDataLoss(t *testing.T) {
 				r := e.do(c.method, c.path, c.body)
 				// Fail closed: never SCOPE_NOT_FOUND (the scope exists) and never a 500.
 				e.wantErr(r, http.StatusServiceUnavailable, warmpool.CodeStoreUnavailable)
-				if r.took > 3*time.Second {
+				if r.took > time.Second {
 					t.Fatalf("%v took %s: must fail fast", r, r.took)
 				}
 			}

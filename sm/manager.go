@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -112,6 +113,43 @@ func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (
 	if err := errors.Join(warmpool.CheckScopeID(scope), warmpool.CheckSessionID(session), warmpool.CheckRequestID(requestID)); err != nil {
 		return Binding{}, err
 	}
+	if requestID == "" {
+		return m.routeOrQueue(ctx, scope, session, "")
+	}
+	// A warm fit or a replay of the cached answer costs one script call.
+	res, err := m.store.Route(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
+	if err != nil {
+		return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
+	}
+	if res.Kind != lua.RouteNone {
+		return binding(scope, res.Session, res.Pod, res.New), nil
+	}
+	// The slow path runs once per request id across replicas: a retry that arrives
+	// while the first call deploys or queues waits for its answer instead of taking
+	// a second pod.
+	key := m.store.Keys().Scope(scope).Idem("route-run", requestID)
+	raw, _, err := m.store.Idempotent(ctx, key, m.cfg.IdemTTL, maxRouteWait, m.cfg.Recheck, func() ([]byte, error) {
+		b, err := m.routeOrQueue(ctx, scope, session, requestID)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(b)
+	})
+	if err != nil {
+		return Binding{}, err
+	}
+	var b Binding
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return Binding{}, fmt.Errorf("route %s/%s: cached answer: %w", scope, session, err)
+	}
+	return b, nil
+}
+
+// maxRouteWait bounds how long a repeated request waits for the first one's answer:
+// the longest a route can take (queue wait plus a deploy), with room to spare.
+const maxRouteWait = time.Duration(warmpool.MaxWaitTimeoutS+warmpool.MaxReadyTimeoutS) * time.Second
+
+func (m *Manager) routeOrQueue(ctx context.Context, scope, session, requestID string) (Binding, error) {
 	b, err := m.route(ctx, scope, session, requestID)
 	if !errors.Is(err, warmpool.ErrPoolFull) {
 		return b, err

@@ -478,24 +478,32 @@ func TestIdempotentReplay(t *testing.T) {
 	}
 }
 
-// The same request id sent to two replicas at once on a cold scope: both acquire a
-// slot (one leads the deploy, one follows it); one binds, the other replays that
-// answer, and the slot it was handed goes back.
+// The same request id sent to two replicas at once on a cold scope runs once: the
+// second call waits for the first one's answer instead of taking a pod of its own
+// (with pod_concurrency 1 it would have led a second deploy).
 func TestIdempotentReplayAcrossReplicasWhileDeploying(t *testing.T) {
 	h := newHarness(t)
 	a, b := h.replica(replicaOpts{}), h.replica(replicaOpts{})
-	h.scope("s", 8, 2)
+	h.scope("s", 8, 1)
 	hold := h.fake.Hold()
 	ra := routeAsync(a, "s", "one", "req-1")
-	rb := routeAsync(b, "s", "one", "req-1")
 	if err := h.fake.WaitInFlight(t.Context(), 1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the follower in the room", func() bool { return len(h.snap("s").Followers) == 1 })
+	rb := routeAsync(b, "s", "one", "req-1")
+	// While the first call's deploy is held, the retry must not start a deploy of
+	// its own. A negative can only be watched for a while: 300ms is ages for a
+	// script call and a deploy start on loopback.
+	if err := h.fake.WaitInFlight(ctxTimeout(t, 300*time.Millisecond), 2); err == nil {
+		t.Fatal("the retry started a second deploy while the first call was deploying")
+	}
 	hold()
 	x, y := await(t, ra, 10*time.Second), await(t, rb, 10*time.Second)
 	if x.err != nil || y.err != nil || x.b != y.b || !x.b.New {
 		t.Fatalf("answers differ: %+v %v / %+v %v; want one answer with new:true", x.b, x.err, y.b, y.err)
+	}
+	if n := h.fake.DeployCount(); n != 1 {
+		t.Fatalf("deploys = %d for one request id, want 1", n)
 	}
 	s := h.settled("s")
 	if len(s.Sessions) != 1 || len(s.Pods) != 1 || s.Pods[0].Slots != 1 {
@@ -728,4 +736,11 @@ func TestRouteSeesAPodRegisteredWhileItAcquired(t *testing.T) {
 		t.Fatalf("route = %+v, %v; want the free slot on %s", r.b, r.err, fast.PodID)
 	}
 	h.settled("s")
+}
+
+// ctxTimeout is a context that ends after d (or with the test).
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -1,0 +1,380 @@
+//go:build e2e_multi
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The multi-replica e2e: a real redis-server, three `warmpool serve` processes with the
+// local driver (one state directory, one config store) and haproxy in front as the
+// Service load balancer, all on loopback. With REDIS_CLUSTER_ADDRS set, the replicas
+// use that Redis Cluster instead, and the Redis restart scenario is skipped (a cluster
+// loses its slot map with its data).
+
+type cluster struct {
+	t        *testing.T
+	bin, dir string
+	redis    *redisProc
+	redisURL string
+	replicas []*replica
+	lb       string
+}
+
+type replica struct {
+	name, addr string
+	proc       *proc
+}
+
+type redisProc struct {
+	port int
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startRedis(t *testing.T, dir string, port int) *redisProc {
+	t.Helper()
+	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--save", "", "--appendonly", "no", "--dir", dir)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("redis-server: %v (install redis-server)", err)
+	}
+	r := &redisProc{port: port, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(r.done) }()
+	t.Cleanup(r.kill)
+	eventually(t, 10*time.Second, "redis-server answers", func() bool {
+		out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "ping").Output()
+		return err == nil && strings.TrimSpace(string(out)) == "PONG"
+	})
+	return r
+}
+
+func (r *redisProc) kill() {
+	select {
+	case <-r.done:
+	default:
+		_ = r.cmd.Process.Kill()
+		<-r.done
+	}
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	if _, err := exec.LookPath("haproxy"); err != nil {
+		t.Fatal("haproxy is missing (Debian: apt-get install haproxy)")
+	}
+	c := &cluster{t: t, bin: warmpoolBin(t), dir: t.TempDir()}
+	if addrs := os.Getenv("REDIS_CLUSTER_ADDRS"); addrs != "" {
+		c.redisURL = addrs
+	} else {
+		_, port, _ := strings.Cut(freeAddr(t), ":")
+		p, _ := strconv.Atoi(port)
+		c.redis = startRedis(t, c.dir, p)
+		c.redisURL = fmt.Sprintf("redis://127.0.0.1:%d/0", p)
+	}
+	for i := 1; i <= 3; i++ {
+		r := &replica{name: fmt.Sprintf("r%d", i), addr: freeAddr(t)}
+		c.replicas = append(c.replicas, r)
+		c.start(t, r)
+	}
+	c.lb = c.startHAProxy()
+	return c
+}
+
+// start starts (or restarts) a replica; its process lives as long as the whole test.
+func (c *cluster) start(t *testing.T, r *replica) {
+	t.Helper()
+	r.proc = startServe(c.t, c.bin, "serve", "--listen", r.addr, "--redis", c.redisURL,
+		"--store", filepath.Join(c.dir, "config.db"), "--driver", "local",
+		"--local-state-dir", filepath.Join(c.dir, "pods"), "--instance-id", r.name,
+		"--prefix", "e2e:", "--sweep-interval", "500ms", "--deploy-lease", "3s")
+	r.proc.waitReady(t, "http://"+r.addr, 30*time.Second)
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (c *cluster) stop(t *testing.T, r *replica) {
+	t.Helper()
+	if err := r.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.proc.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not stop within 30s after SIGTERM", r.name)
+	}
+	if code := r.proc.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("%s exited %d after SIGTERM; stderr:\n%s", r.name, code, r.proc.stderr.String())
+	}
+}
+
+func (c *cluster) startHAProxy() string {
+	c.t.Helper()
+	lb := freeAddr(c.t)
+	var servers strings.Builder
+	for _, r := range c.replicas {
+		fmt.Fprintf(&servers, "  server %s %s check\n", r.name, r.addr)
+	}
+	cfg := fmt.Sprintf(`global
+  maxconn 2000
+defaults
+  mode http
+  timeout connect 1s
+  timeout client 60s
+  timeout server 60s
+  retries 3
+  option redispatch
+frontend fe
+  bind %s
+  default_backend be
+backend be
+  balance roundrobin
+  option httpchk GET /readyz
+  default-server inter 300ms fall 1 rise 1
+%s`, lb, servers.String())
+	path := filepath.Join(c.dir, "haproxy.cfg")
+	writeFile(c.t, path, cfg)
+	cmd := exec.Command("haproxy", "-f", path, "-db")
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	c.t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	base := "http://" + lb
+	eventually(c.t, 10*time.Second, "haproxy serves", func() bool {
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return base
+}
+
+type multiPool struct {
+	Pods []struct {
+		PodID    string `json:"pod_id"`
+		State    string `json:"state"`
+		Sessions int    `json:"sessions"`
+	} `json:"pods"`
+	Placeholders int `json:"placeholders"`
+	Followers    int `json:"followers"`
+	Waiters      int `json:"waiters"`
+}
+
+type routeAnswer struct {
+	PodID  string `json:"pod_id"`
+	SSEURL string `json:"pod_sse_url"`
+	New    bool   `json:"new"`
+}
+
+// try sends one request and reports its status and body; err is a transport error.
+func try(method, url, body string) (int, http.Header, []byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, raw, err
+}
+
+func putScope(t *testing.T, base, scope, doc string) {
+	t.Helper()
+	if st, _, body, err := try(http.MethodPut, base+"/v1/scopes/"+scope+"/config", doc); err != nil || st != http.StatusOK {
+		t.Fatalf("put %s: %d %s %v", scope, st, body, err)
+	}
+}
+
+func route(t *testing.T, base, scope, session string) routeAnswer {
+	t.Helper()
+	var a routeAnswer
+	if st := call(t, http.MethodPost, base+"/v1/scopes/"+scope+"/sessions", `{"session_id":"`+session+`"}`, &a); st != http.StatusOK {
+		t.Fatalf("route %s/%s: %d", scope, session, st)
+	}
+	return a
+}
+
+func pool(t *testing.T, base, scope string) (multiPool, int) {
+	t.Helper()
+	var p multiPool
+	st, _, body, err := try(http.MethodGet, base+"/v1/scopes/"+scope+"/pool", "")
+	if err != nil || st != http.StatusOK {
+		return p, st
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatal(err)
+	}
+	return p, st
+}
+
+func TestMultiReplica(t *testing.T) {
+	c := newCluster(t)
+	putScope(t, c.lb, "multi", `{"pool":{"max_concurrency":8,"pod_concurrency":2,"pod_ttl_s":600}}`)
+
+	t.Run("affinity through the load balancer", func(t *testing.T) {
+		first := route(t, c.lb, "multi", "s1")
+		for i := 0; i < 6; i++ {
+			if a := route(t, c.lb, "multi", "s1"); a.PodID != first.PodID || a.New {
+				t.Fatalf("route %d of s1 went to %+v, first to %s", i, a, first.PodID)
+			}
+		}
+		for _, r := range c.replicas {
+			var b routeAnswer
+			if st := call(t, http.MethodGet, "http://"+r.addr+"/v1/scopes/multi/sessions/s1", "", &b); st != http.StatusOK || b.PodID != first.PodID {
+				t.Fatalf("%s sees s1 on %q (%d), want %s", r.name, b.PodID, st, first.PodID)
+			}
+			var touched struct{ Touched bool }
+			if call(t, http.MethodPost, "http://"+r.addr+"/v1/scopes/multi/sessions/s1/touch", "", &touched); !touched.Touched {
+				t.Fatalf("touch of s1 through %s: false", r.name)
+			}
+		}
+	})
+
+	t.Run("kill -9 of a replica mid-deploy leaves nothing behind", func(t *testing.T) {
+		putScope(t, c.lb, "slow", `{"deploy":{"args":["--start-delay","2s"]},"pool":{"max_concurrency":4,"pod_concurrency":2}}`)
+		victim := c.replicas[0]
+		go try(http.MethodPost, "http://"+victim.addr+"/v1/scopes/slow/sessions", `{"session_id":"doomed"}`)
+		other := "http://" + c.replicas[1].addr
+		eventually(t, 10*time.Second, "the deploy is in flight", func() bool {
+			p, _ := pool(t, other, "slow")
+			return p.Placeholders == 1
+		})
+		if err := victim.proc.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		<-victim.proc.done
+		eventually(t, 15*time.Second, "the dead replica's lease expired and its half-made pod is gone", func() bool {
+			p, st := pool(t, other, "slow")
+			return st == http.StatusOK && p.Placeholders == 0 && p.Followers == 0 && len(p.Pods) == 0
+		})
+		if a := route(t, c.lb, "slow", "after"); a.PodID == "" {
+			t.Fatal("slow scope does not serve after the crash")
+		}
+		c.start(t, victim)
+	})
+
+	t.Run("redis restart without persistence: the pool is rebuilt", func(t *testing.T) {
+		if c.redis == nil {
+			t.Skip("a Redis Cluster is not restarted here")
+		}
+		before, _ := pool(t, c.lb, "multi")
+		if len(before.Pods) == 0 {
+			t.Fatal("no pods before the restart")
+		}
+		c.redis.kill()
+		c.redis = startRedis(c.t, c.dir, c.redis.port)
+		eventually(t, 20*time.Second, "pods adopted back after the data loss", func() bool {
+			p, st := pool(t, c.lb, "multi")
+			return st == http.StatusOK && len(p.Pods) == len(before.Pods)
+		})
+		after, _ := pool(t, c.lb, "multi")
+		ids := map[string]bool{}
+		for _, p := range before.Pods {
+			ids[p.PodID] = true
+		}
+		for _, p := range after.Pods {
+			if !ids[p.PodID] || p.State != "idle" {
+				t.Fatalf("after the rebuild: %+v, want the same pods, idle (before %+v)", after.Pods, before.Pods)
+			}
+		}
+		if a := route(t, c.lb, "multi", "s-after-loss"); !ids[a.PodID] {
+			t.Fatalf("route after the rebuild went to %s, not to a rebuilt pod %v", a.PodID, ids)
+		}
+	})
+
+	t.Run("rolling restart under steady traffic", func(t *testing.T) {
+		var ok, retried, failed atomic.Int64
+		var failures sync.Map
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := 0; w < 4; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					sess := fmt.Sprintf("roll-%d-%d", w, i)
+					for _, step := range []struct{ method, path, body string }{
+						{http.MethodPost, "/v1/scopes/multi/sessions", `{"session_id":"` + sess + `"}`},
+						{http.MethodPost, "/v1/scopes/multi/sessions/" + sess + "/touch", ""},
+						{http.MethodDelete, "/v1/scopes/multi/sessions/" + sess, ""},
+					} {
+						if gatewayCall(step.method, c.lb+step.path, step.body, &retried) {
+							ok.Add(1)
+						} else {
+							failed.Add(1)
+							failures.Store(step.method+" "+step.path, true)
+						}
+					}
+				}
+			}()
+		}
+		for _, r := range c.replicas {
+			c.stop(t, r)
+			c.start(t, r)
+			// Let traffic run on the restarted replica set before the next restart.
+			target := ok.Load() + 100
+			eventually(t, 30*time.Second, "traffic flows after the restart", func() bool { return ok.Load() >= target || failed.Load() > 0 })
+		}
+		close(stop)
+		wg.Wait()
+		t.Logf("rolling restart: %d calls ok, %d retries, %d failed", ok.Load(), retried.Load(), failed.Load())
+		if failed.Load() != 0 {
+			var which []string
+			failures.Range(func(k, _ any) bool { which = append(which, k.(string)); return true })
+			t.Fatalf("%d calls failed even after the gateway's retries: %v", failed.Load(), which)
+		}
+		if ok.Load() < 30 {
+			t.Fatalf("only %d calls made it: the traffic did not run", ok.Load())
+		}
+	})
+}
+
+// gatewayCall is what a gateway does: a call that fails in a way the contract marks
+// retryable (a transport error at the load balancer, or a 503/504 with Retry-After) is
+// retried a few times. It reports whether the call finally succeeded; a 4xx or a 5xx
+// without Retry-After is a failure at once.
+func gatewayCall(method, url, body string, retried *atomic.Int64) bool {
+	for attempt := 0; attempt < 20; attempt++ {
+		st, hdr, _, err := try(method, url, body)
+		switch {
+		case err == nil && st < 300:
+			return true
+		case err == nil && (st == http.StatusServiceUnavailable || st == http.StatusGatewayTimeout) && hdr.Get("Retry-After") != "":
+		case err != nil:
+		default:
+			return false
+		}
+		retried.Add(1)
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
+}

@@ -26,23 +26,33 @@ start)
   addrs=()
   : > "$dir/cluster.pids"
   for i in 1 2 3; do
-    port=$(free_port)
     mkdir -p "$dir/n$i"
-    redis-server --bind 127.0.0.1 --port "$port" --cluster-enabled yes \
-      --cluster-config-file "$dir/n$i/nodes.conf" --cluster-node-timeout 2000 \
-      --save '' --appendonly no --dir "$dir/n$i" --logfile "$dir/n$i/redis.log" \
-      --daemonize no >/dev/null 2>&1 &
-    echo $! >> "$dir/cluster.pids"
-    addrs+=("127.0.0.1:$port")
-  done
-  for a in "${addrs[@]}"; do
-    for _ in $(seq 50); do
-      redis-cli -h 127.0.0.1 -p "${a##*:}" ping 2>/dev/null | grep -q PONG && break
-      sleep 0.1
+    started=
+    for _ in $(seq 10); do
+      port=$(free_port)
+      case " ${addrs[*]:-} " in *":$port "*) continue ;; esac
+      rm -f "$dir/n$i/nodes.conf"
+      redis-server --bind 127.0.0.1 --port "$port" --cluster-enabled yes \
+        --cluster-config-file "$dir/n$i/nodes.conf" --cluster-node-timeout 2000 \
+        --save '' --appendonly no --dir "$dir/n$i" --logfile "$dir/n$i/redis.log" \
+        --daemonize no >/dev/null 2>&1 &
+      pid=$!
+      for _ in $(seq 50); do
+        redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null | grep -q PONG && { started=1; break; }
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+      done
+      if [ -n "$started" ]; then
+        echo "$pid" >> "$dir/cluster.pids"
+        addrs+=("127.0.0.1:$port")
+        break
+      fi
+      kill "$pid" 2>/dev/null || true   # the port was taken after all: another one
     done
+    [ -n "$started" ] || { echo "redis-cluster.sh: node $i did not start (see $dir/n$i/redis.log)" >&2; "$0" stop "$dir"; exit 1; }
   done
   redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$dir/create.log" 2>&1 || {
-    echo "redis-cluster.sh: cluster create failed (see $dir/create.log)" >&2; "$0" stop "$dir"; exit 1; }
+    echo "redis-cluster.sh: cluster create failed:" >&2; cat "$dir/create.log" >&2; "$0" stop "$dir"; exit 1; }
   for _ in $(seq 100); do
     redis-cli -h 127.0.0.1 -p "${addrs[0]##*:}" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && break
     sleep 0.1

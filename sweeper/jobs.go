@@ -314,10 +314,12 @@ func (s *Sweeper) registeredAt(ctx context.Context, scope string) (map[string]ti
 // ExpireSessions evicts sessions past session_ttl_s in every scope and wakes waiters.
 func (s *Sweeper) ExpireSessions(ctx context.Context) error {
 	return s.forScopes(ctx, func(scope string) error {
+		total := 0
 		for {
 			n, err := s.sm.ExpireSessions(ctx, scope, s.cfg.ExpiryBatch)
+			total += n
 			if err != nil || n < s.cfg.ExpiryBatch {
-				if n > 0 {
+				if total > 0 {
 					s.cfg.Observe("sweep", "sessions_expired")
 				}
 				return err
@@ -371,7 +373,7 @@ func (s *Sweeper) Reconcile(ctx context.Context) error {
 		var maxFence int64
 		for _, p := range byScope[scope] {
 			maxFence = max(maxFence, p.Fence)
-			if known[p.ID] || inFlight(snap, p.Fence) {
+			if known[p.ID] || inFlight(snap, p.Fence, now) {
 				continue
 			}
 			s.orphan(ctx, rec, p, now)
@@ -420,10 +422,11 @@ func (s *Sweeper) Reconcile(ctx context.Context) error {
 }
 
 // inFlight reports whether a deploy lease with this fence is live: its pod is about
-// to be registered by its leader.
-func inFlight(snap lua.Snapshot, fence int64) bool {
-	for d := range snap.Deploys {
-		if strings.TrimSuffix(d, "w") == strconv.FormatInt(fence, 10) {
+// to be registered by its leader. A lease past its deadline is dead (the register
+// script refuses it), even before a repair removes it.
+func inFlight(snap lua.Snapshot, fence int64, now time.Time) bool {
+	for d, deadline := range snap.Deploys {
+		if strings.TrimSuffix(d, "w") == strconv.FormatInt(fence, 10) && deadline.After(now) {
 			return true
 		}
 	}

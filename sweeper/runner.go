@@ -8,7 +8,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/warmpool/warmpool/lua"
@@ -31,13 +33,17 @@ type Runner struct {
 	lease time.Duration
 	log   *slog.Logger
 	token string
+	// runs numbers the runs, so that each holds its lock under a token of its own: the
+	// lock script renews for the same token, which would let two runs of one job in
+	// this runner (RunOnce called while Run runs it) share the lock.
+	runs atomic.Uint64
 	// OnRun, when set, is told each run of a job with its outcome ("ok", "error",
 	// "lost_lock", "skipped").
 	OnRun func(job, outcome string)
 }
 
 // NewRunner returns a Runner of jobs whose locks are leases of lease (DefaultLockLease
-// when zero), held under a token unique to this runner.
+// when zero), each run holding its lock under a token unique to the run.
 func NewRunner(store *lua.Store, jobs []Job, lease time.Duration, log *slog.Logger) *Runner {
 	if lease <= 0 {
 		lease = DefaultLockLease
@@ -78,7 +84,8 @@ func (r *Runner) Run(ctx context.Context) {
 // lock is released at the end. It reports whether the job ran.
 func (r *Runner) RunOnce(ctx context.Context, j Job) bool {
 	key := r.store.Keys().Lock("sweep:" + j.Name)
-	ok, err := r.store.ObtainLock(ctx, key, r.token, r.lease)
+	token := r.token + ":" + strconv.FormatUint(r.runs.Add(1), 10)
+	ok, err := r.store.ObtainLock(ctx, key, token, r.lease)
 	if err != nil || !ok {
 		if err != nil {
 			r.log.Debug("job lock not obtained", "job", j.Name, "err", err)
@@ -102,7 +109,7 @@ func (r *Runner) RunOnce(ctx context.Context, j Job) bool {
 				return
 			case <-t.C:
 			}
-			if ok, err := r.store.ExtendLock(jctx, key, r.token, r.lease); err != nil || !ok {
+			if ok, err := r.store.ExtendLock(jctx, key, token, r.lease); err != nil || !ok {
 				r.log.Warn("job lock lost; cancelling the job", "job", j.Name, "err", err)
 				close(lost)
 				cancel()
@@ -119,7 +126,7 @@ func (r *Runner) RunOnce(ctx context.Context, j Job) bool {
 		outcome = "lost_lock"
 	default:
 		release, rc := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if _, rerr := r.store.ReleaseLock(release, key, r.token); rerr != nil {
+		if _, rerr := r.store.ReleaseLock(release, key, token); rerr != nil {
 			r.log.Debug("job lock not released; it expires", "job", j.Name, "err", rerr)
 		}
 		rc()

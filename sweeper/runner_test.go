@@ -1,0 +1,274 @@
+package sweeper_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/sweeper"
+)
+
+// intervals records the [start, end) of every run of a job, and whether two runs
+// were ever inside it at once.
+type intervals struct {
+	mu      sync.Mutex
+	runs    [][2]time.Time
+	active  atomic.Int32
+	overlap atomic.Bool
+}
+
+// job is a job that does a few Redis round trips of read-modify-write work (which
+// loses updates when two runs interleave) and records its interval.
+func (iv *intervals) job(store *lua.Store, name string) sweeper.Job {
+	counter := store.Keys().Prefix() + "test:" + name
+	return sweeper.Job{Name: name, Interval: time.Hour, Run: func(ctx context.Context) error {
+		if iv.active.Add(1) > 1 {
+			iv.overlap.Store(true)
+		}
+		start := time.Now()
+		defer func() {
+			end := time.Now()
+			iv.active.Add(-1)
+			iv.mu.Lock()
+			iv.runs = append(iv.runs, [2]time.Time{start, end})
+			iv.mu.Unlock()
+		}()
+		for range 3 {
+			v, err := store.Client().Get(ctx, counter).Int()
+			if err != nil && v != 0 {
+				return err
+			}
+			if err := store.Client().Set(ctx, counter, v+1, 0).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}}
+}
+
+// check fails when two recorded runs overlap.
+func (iv *intervals) check(t *testing.T) int {
+	t.Helper()
+	iv.mu.Lock()
+	runs := slices.Clone(iv.runs)
+	iv.mu.Unlock()
+	slices.SortFunc(runs, func(a, b [2]time.Time) int { return a[0].Compare(b[0]) })
+	for i := 1; i < len(runs); i++ {
+		if runs[i][0].Before(runs[i-1][1]) {
+			t.Fatalf("runs overlap: [%s, %s) and [%s, %s)", runs[i-1][0].Format(time.StampMicro), runs[i-1][1].Format(time.StampMicro),
+				runs[i][0].Format(time.StampMicro), runs[i][1].Format(time.StampMicro))
+		}
+	}
+	if iv.overlap.Load() {
+		t.Fatal("two runs were in the job at once")
+	}
+	return len(runs)
+}
+
+// Two runners (replicas) on one Redis, and two goroutines on each, try the same job
+// over and over: it never runs twice at once, and the work it does is never lost.
+func TestRunnersNeverOverlap(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	var iv intervals
+	stores := []*lua.Store{h.store, lua.NewStore(h.client(), h.r.Prefix)}
+	var wg sync.WaitGroup
+	var ran atomic.Int64
+	for _, st := range stores {
+		runner := sweeper.NewRunner(st, nil, time.Second, nil)
+		job := iv.job(st, "overlap")
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 100 {
+					if runner.RunOnce(ctx, job) {
+						ran.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	n := iv.check(t)
+	if n == 0 || int64(n) != ran.Load() {
+		t.Fatalf("%d runs recorded, %d reported", n, ran.Load())
+	}
+	got, err := h.r.Client.Get(ctx, h.r.Prefix+"test:overlap").Int()
+	if err != nil || got != 3*n {
+		t.Fatalf("counter %d after %d runs of 3 increments: updates lost (%v)", got, n, err)
+	}
+	if k, _ := h.r.Client.Exists(ctx, h.store.Keys().Lock("sweep:overlap")).Result(); k != 0 {
+		t.Fatal("lock left held")
+	}
+	t.Logf("%d of 400 attempts ran", n)
+}
+
+// A holder that dies mid-job (here: its connection to Redis is cut, so it can
+// neither extend nor release) blocks the job for one lease; then another runner
+// takes over, and its run starts only after the dead holder's job was cancelled.
+func TestRunnerTakesOverFromADeadHolder(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	const lease = 300 * time.Millisecond
+	key := h.store.Keys().Lock("sweep:work")
+
+	deadClient := h.client()
+	dead := sweeper.NewRunner(lua.NewStore(deadClient, h.r.Prefix), nil, lease, nil)
+	outcomes := make(chan string, 4)
+	dead.OnRun = func(_, outcome string) { outcomes <- outcome }
+	started := make(chan struct{})
+	var deadEnd time.Time
+	blocking := sweeper.Job{Name: "work", Interval: time.Hour, Run: func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done()
+		deadEnd = time.Now()
+		return ctx.Err()
+	}}
+	done := make(chan bool, 1)
+	go func() { done <- dead.RunOnce(context.Background(), blocking) }()
+	recv(t, "the job to start", started)
+
+	alive := sweeper.NewRunner(h.store, nil, lease, nil)
+	var aliveStart time.Time
+	work := sweeper.Job{Name: "work", Interval: time.Hour, Run: func(context.Context) error {
+		aliveStart = time.Now()
+		return nil
+	}}
+	if alive.RunOnce(ctx, work) {
+		t.Fatal("job ran while another runner held its lock")
+	}
+
+	// The holder is cut off: its next extension fails and its job is cancelled; its
+	// lock stays until the lease runs out.
+	_ = deadClient.Close()
+	if !recv(t, "the holder's run to end", done) {
+		t.Fatal("the holder's run did not count as run")
+	}
+	if o := recv(t, "the holder's outcome", outcomes); o != "lost_lock" {
+		t.Fatalf("holder's outcome %q, want lost_lock", o)
+	}
+	if h.r.Mini != nil {
+		// miniredis's clock stands still until told: the lease is still held.
+		if alive.RunOnce(ctx, work) {
+			t.Fatal("job ran before the dead holder's lease ran out")
+		}
+	}
+	h.passLease(key, lease)
+	if !alive.RunOnce(ctx, work) {
+		t.Fatal("job did not run after the dead holder's lease ran out")
+	}
+	if !aliveStart.After(deadEnd) {
+		t.Fatalf("the new run started at %s, before the dead holder's job ended at %s", aliveStart, deadEnd)
+	}
+}
+
+// A lock taken by a "dead" holder (another token, PX lease) keeps every runner out
+// until it expires, and then the job runs.
+func TestRunnerWaitsOutAStaleLock(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	const lease = 300 * time.Millisecond
+	key := h.store.Keys().Lock("sweep:work")
+	set := time.Now()
+	if err := h.r.Client.Set(ctx, key, "dead-holder", lease).Err(); err != nil {
+		t.Fatal(err)
+	}
+	runner := sweeper.NewRunner(h.store, nil, lease, nil)
+	var skipped, runs atomic.Int32
+	runner.OnRun = func(_, outcome string) {
+		if outcome == "skipped" {
+			skipped.Add(1)
+		}
+	}
+	job := sweeper.Job{Name: "work", Interval: time.Hour, Run: func(context.Context) error { runs.Add(1); return nil }}
+	if runner.RunOnce(ctx, job) {
+		// On a real server the lease may have run out already under load; it must
+		// have, for the job to run.
+		if time.Since(set) < lease {
+			t.Fatalf("job ran %s after a %s lease was taken by another holder", time.Since(set), lease)
+		}
+	} else {
+		h.passLease(key, lease)
+		if !runner.RunOnce(ctx, job) {
+			t.Fatal("job did not run after the stale lock expired")
+		}
+		if skipped.Load() != 1 {
+			t.Fatalf("skipped %d, want 1", skipped.Load())
+		}
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("job ran %d times, want 1", runs.Load())
+	}
+}
+
+// A runner whose lock is taken from it (its lease ran out and another holder got it)
+// cancels its job at the next extension and leaves the other holder's lock alone.
+func TestRunnerCancelsTheJobWhenItsLockIsLost(t *testing.T) {
+	h := newHarness(t)
+	const lease = 300 * time.Millisecond
+	key := h.store.Keys().Lock("sweep:work")
+	runner := sweeper.NewRunner(h.store, nil, lease, nil)
+	outcome := make(chan string, 1)
+	runner.OnRun = func(_, o string) { outcome <- o }
+	started := make(chan struct{})
+	job := sweeper.Job{Name: "work", Interval: time.Hour, Run: func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	}}
+	go runner.RunOnce(context.Background(), job)
+	recv(t, "the job to start", started)
+	if err := h.r.Client.Set(t.Context(), key, "thief", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case o := <-outcome:
+		if o != "lost_lock" {
+			t.Fatalf("outcome %q, want lost_lock", o)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("job not cancelled after its lock was lost")
+	}
+	if v, _ := h.r.Client.Get(t.Context(), key).Result(); v != "thief" {
+		t.Fatalf("lock now %q: the runner touched another holder's lock", v)
+	}
+}
+
+// Run runs every job on its ticker under its lock, and releases the locks when it
+// stops.
+func TestRunnerRunRunsEveryJob(t *testing.T) {
+	h := newHarness(t)
+	var counts [3]atomic.Int32
+	var jobs []sweeper.Job
+	for i := range counts {
+		jobs = append(jobs, sweeper.Job{Name: "j" + strconv.Itoa(i), Interval: 5 * time.Millisecond, Run: func(context.Context) error {
+			counts[i].Add(1)
+			return nil
+		}})
+	}
+	runner := sweeper.NewRunner(h.store, jobs, time.Second, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); runner.Run(ctx) }()
+	waitFor(t, "every job to run twice", func() bool {
+		for i := range counts {
+			if counts[i].Load() < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	recv(t, "Run to return", done)
+	for _, j := range jobs {
+		if n, _ := h.r.Client.Exists(context.Background(), h.store.Keys().Lock("sweep:"+j.Name)).Result(); n != 0 {
+			t.Fatalf("lock of %s held after Run stopped", j.Name)
+		}
+	}
+}

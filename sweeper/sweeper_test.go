@@ -1,0 +1,960 @@
+package sweeper_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/sm"
+	"github.com/warmpool/warmpool/sweeper"
+)
+
+// ---- autoscale ----
+
+// Autoscale deploys warm pods until min_idle_pods idle pods of the current version
+// exist, counting its deploys in flight, and then does nothing more.
+func TestAutoscaleFillsToMinIdle(t *testing.T) {
+	h := newHarness(t)
+	st := h.put("a", 6, 2, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods = 2 }) // max_pods 3
+
+	release := h.fake.Hold()
+	if err := h.sw.Autoscale(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h.waitInFlight(2)
+	// The warm deploys in flight count toward min_idle: a second run starts none.
+	if err := h.sw.Autoscale(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.observedCount("autoscale_deploy"); n != 2 {
+		t.Fatalf("autoscale started %d deploys while 2 were in flight, want 2 in all", n)
+	}
+	release()
+	h.waitDeploys()
+
+	s := h.check("a", true)
+	if len(s.Pods) != 2 || len(idleIDs(s)) != 2 {
+		t.Fatalf("after autoscale: %d pods, idle %v; want 2 idle", len(s.Pods), idleIDs(s))
+	}
+	for _, p := range s.Pods {
+		if p.Pod.DeployVer != st.DeployVer {
+			t.Fatalf("warm pod %s of deploy_ver %s, want %s", p.Pod.ID, p.Pod.DeployVer, st.DeployVer)
+		}
+	}
+	if n := h.autoscale(); n != 0 || h.fake.DeployCount() != 2 {
+		t.Fatalf("autoscale with enough idle pods started %d (deploys %d)", n, h.fake.DeployCount())
+	}
+}
+
+// Autoscale stays within max_pods and never takes an idle pod: it only adds pods.
+func TestAutoscaleWithinMaxPodsNeverConsumesIdle(t *testing.T) {
+	h := newHarness(t)
+	h.put("a", 3, 1, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods = 2 }) // max_pods 3
+
+	busy := h.route("a", "s1") // one busy pod, deployed for the route
+	if n := h.autoscale(); n != 2 {
+		t.Fatalf("autoscale started %d, want 2", n)
+	}
+	s := h.check("a", true)
+	if len(s.Pods) != 3 || len(idleIDs(s)) != 2 || slices.Contains(idleIDs(s), busy.PodID) {
+		t.Fatalf("pods %v idle %v busy %s", podIDs(s), idleIDs(s), busy.PodID)
+	}
+
+	// A route takes one idle pod: 1 idle < min_idle, but the scope is at max_pods.
+	h.route("a", "s2")
+	before := h.check("a", true)
+	if n := h.autoscale(); n != 0 {
+		t.Fatalf("autoscale at max_pods started %d deploys", n)
+	}
+	after := h.check("a", true)
+	if !snapEqual(before, after) || h.fake.DeployCount() != 3 {
+		t.Fatalf("autoscale at max_pods changed the pool:\nbefore %+v\nafter  %+v", before, after)
+	}
+
+	// The busy pod frees: 2 idle again, still nothing to do, and no idle pod is taken.
+	if ok, err := h.sm.End(t.Context(), "a", "s1"); !ok || err != nil {
+		t.Fatalf("end: %v %v", ok, err)
+	}
+	idle := idleIDs(h.snap("a"))
+	if n := h.autoscale(); n != 0 {
+		t.Fatalf("autoscale started %d", n)
+	}
+	if got := idleIDs(h.check("a", true)); !slices.Equal(got, idle) {
+		t.Fatalf("idle pods %v became %v", idle, got)
+	}
+}
+
+// Autoscale never has more than max_parallel_deploys deploys of a scope in flight.
+func TestAutoscalePacedByParallelDeploys(t *testing.T) {
+	h := newHarness(t)
+	h.put("a", 8, 2, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods, c.Pool.MaxParallelDeploys = 4, 2 }) // max_pods 4
+
+	release := h.fake.Hold()
+	for range 3 {
+		if err := h.sw.Autoscale(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.waitInFlight(2)
+	if n, d := h.fake.InFlight(), len(h.snap("a").Deploys); n != 2 || d != 2 {
+		t.Fatalf("in flight %d, leases %d; want 2 (max_parallel_deploys)", n, d)
+	}
+	release()
+	h.waitDeploys()
+	if got := len(idleIDs(h.snap("a"))); got != 2 {
+		t.Fatalf("idle %d, want 2", got)
+	}
+	if n := h.autoscale(); n != 2 {
+		t.Fatalf("second round started %d, want 2", n)
+	}
+	if n := h.autoscale(); n != 0 {
+		t.Fatalf("third round started %d, want 0", n)
+	}
+	if got := len(idleIDs(h.check("a", true))); got != 4 {
+		t.Fatalf("idle %d, want 4", got)
+	}
+	if h.fake.DeployCount() != 4 || h.fake.MaxOverlap() > 2 {
+		t.Fatalf("deploys %d, most at once %d; want 4, at most 2", h.fake.DeployCount(), h.fake.MaxOverlap())
+	}
+}
+
+// ---- reclaim ----
+
+// Reclaim deletes idle pods once idle for pod_ttl_s, keeping the newest
+// min_idle_pods, never a busy pod; idle pods of an old deploy_ver go on the next run
+// whatever their age. Each is deleted in the driver and purged in Redis.
+func TestReclaim(t *testing.T) {
+	h := newHarness(t)
+	pool := func(c *warmpool.ScopeConfig) { c.Pool.PodTTLS, c.Pool.MinIdlePods, c.Pool.SessionTTLS = 60, 1, 86400 }
+	h.put("a", 6, 1, pool)
+	ctx := t.Context()
+
+	busy := h.route("a", "s0").PodID
+	h.addPod("a", "p1", 101) // idle since t0
+	h.clock.Advance(10 * time.Second)
+	h.addPod("a", "p2", 102) // t0+10s
+	h.clock.Advance(10 * time.Second)
+	h.addPod("a", "p3", 103) // t0+20s
+
+	reclaim := func(wantDeleted ...string) {
+		t.Helper()
+		if err := h.sw.Reclaim(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.fake.Deleted(); !slices.Equal(got, wantDeleted) {
+			t.Fatalf("deleted %v, want %v", got, wantDeleted)
+		}
+		s := h.check("a", true)
+		for _, id := range wantDeleted {
+			if _, ok := podState(s, id); ok || h.inDriver(id) {
+				t.Fatalf("reclaimed pod %s still registered or in the driver", id)
+			}
+			for k, v := range map[string]string{"podver": h.store.Keys().Scope("a").PodVer, "podinfo": h.store.Keys().Scope("a").PodInfo, "slots": h.store.Keys().Scope("a").Slots} {
+				if ok, _ := h.r.Client.HExists(ctx, v, id).Result(); ok {
+					t.Fatalf("reclaimed pod %s left in %s", id, k)
+				}
+			}
+		}
+		if n := h.observedCount("reclaimed"); n != len(wantDeleted) {
+			t.Fatalf("observed %d reclaims, want %d", n, len(wantDeleted))
+		}
+	}
+
+	h.clock.Advance(39 * time.Second) // p1 idle 59s
+	reclaim()
+	h.clock.Advance(time.Second) // p1 idle 60s
+	reclaim("p1")
+	h.clock.Advance(20 * time.Second) // p2 idle 70s, p3 60s: p3 is the newest, kept
+	reclaim("p1", "p2")
+	h.clock.Advance(time.Hour) // the last min_idle pod and the busy pod stay
+	reclaim("p1", "p2")
+
+	// A new deploy_ver: the old idle pod goes at once; the busy one keeps its session
+	// and goes on the first run after it is idle.
+	h.put("a", 6, 1, pool, func(c *warmpool.ScopeConfig) { c.Deploy.Image = "registry.example/agent:2" })
+	reclaim("p1", "p2", "p3")
+	if b, err := h.sm.Get(ctx, "a", "s0"); err != nil || b.PodID != busy {
+		t.Fatalf("busy old pod's session: %+v %v", b, err)
+	}
+	if ok, err := h.sm.End(ctx, "a", "s0"); !ok || err != nil {
+		t.Fatalf("end: %v %v", ok, err)
+	}
+	reclaim("p1", "p2", "p3", busy)
+}
+
+// A pod that gets a session between reclaim's snapshot and its purge is left alone:
+// the purge re-checks atomically that the pod is idle since the time reclaim saw.
+func TestReclaimSparesAPodThatJustGotASession(t *testing.T) {
+	h := newHarness(t)
+	h.put("a", 4, 2, func(c *warmpool.ScopeConfig) { c.Pool.PodTTLS = 60 })
+	ctx := t.Context()
+	h.addPod("a", "p1", 101)
+	h.clock.Advance(time.Minute)
+
+	// Another replica routes a session onto p1 just before reclaim's purge of it.
+	other := h.replica()
+	var fired atomic.Bool
+	var bound sm.Binding
+	var routeErr error
+	h.r.Client.AddHook(beforeScript{sha: lua.PodPurge.Hash(), fn: func(args []any) {
+		if !slices.Contains(args, any("p1")) || fired.Swap(true) {
+			return
+		}
+		bound, routeErr = other.Route(ctx, "a", "late", "")
+	}})
+	if err := h.sw.Reclaim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !fired.Load() || routeErr != nil || bound.PodID != "p1" {
+		t.Fatalf("route before the purge: fired %v, %+v %v", fired.Load(), bound, routeErr)
+	}
+	if b, err := h.sm.Get(ctx, "a", "late"); err != nil || b.PodID != "p1" {
+		t.Fatalf("session lost: %+v %v", b, err)
+	}
+	if h.deleted("p1") || h.observedCount("reclaimed") != 0 {
+		t.Fatalf("p1 reclaimed under its session (deleted %v)", h.fake.Deleted())
+	}
+	h.check("a", true)
+
+	// Idle again, but since a later time: a purge that saw the earlier idle time is
+	// refused, and so is one for a pod that is busy.
+	stale := h.clock.Now().Add(-time.Minute)
+	if _, err := h.store.Purge(ctx, "a", "p1", "test", &stale); !errors.Is(err, lua.ErrPodBusy) {
+		t.Fatalf("purge of a busy pod: %v, want ErrPodBusy", err)
+	}
+	h.clock.Advance(time.Second)
+	if ok, err := h.sm.End(ctx, "a", "late"); !ok || err != nil {
+		t.Fatalf("end: %v %v", ok, err)
+	}
+	if _, err := h.store.Purge(ctx, "a", "p1", "test", &stale); !errors.Is(err, lua.ErrPodBusy) {
+		t.Fatalf("purge with a stale idle time: %v, want ErrPodBusy", err)
+	}
+	if p, ok := podState(h.check("a", true), "p1"); !ok || !p.Idle {
+		t.Fatalf("p1 after refused purges: %+v %v", p, ok)
+	}
+	// Its new idle time counts: reclaimed only a pod_ttl after it.
+	if err := h.sw.Reclaim(ctx); err != nil || h.deleted("p1") {
+		t.Fatalf("reclaimed before pod_ttl: %v", err)
+	}
+	h.clock.Advance(time.Minute)
+	if err := h.sw.Reclaim(ctx); err != nil || !h.deleted("p1") {
+		t.Fatalf("not reclaimed after pod_ttl: %v (deleted %v)", err, h.fake.Deleted())
+	}
+}
+
+// Many routes land on idle pods while reclaim runs in a loop with every idle pod past
+// pod_ttl: no session is ever left on a purged or deleted pod.
+func TestReclaimRacesRoutes(t *testing.T) {
+	h := newHarness(t)
+	// One session a pod, so that the routes spread over every idle pod.
+	h.put("a", 24, 1, func(c *warmpool.ScopeConfig) { c.Pool.PodTTLS, c.Pool.QueueSize = 1, 16 })
+	ctx := t.Context()
+	replicas := []*sm.Manager{h.sm, h.replica(), h.replica()}
+	// The routes of a round start at reclaim's first purge, when it has a snapshot
+	// of idle pods and is about to purge them one by one; each purge is delayed a
+	// little to widen the window the routes race in (fault injection, not
+	// synchronisation: the test holds with any timing).
+	var gate atomic.Pointer[func()]
+	h.r.Client.AddHook(beforeScript{sha: lua.PodPurge.Hash(), fn: func([]any) {
+		if open := gate.Load(); open != nil {
+			(*open)()
+		}
+		time.Sleep(200 * time.Microsecond)
+	}})
+	const rounds, routes = 8, 8
+	type routed struct {
+		session string
+		b       sm.Binding
+		err     error
+	}
+	for round := range rounds {
+		for i := range routes {
+			h.addPod("a", fmt.Sprintf("r%d-p%d", round, i), int64(100+round*routes+i))
+		}
+		h.clock.Advance(2 * time.Second) // every idle pod is past pod_ttl
+		start, stop := make(chan struct{}), make(chan struct{})
+		open := sync.OnceFunc(func() { close(start) })
+		gate.Store(&open)
+		var loop sync.WaitGroup
+		loop.Add(1)
+		go func() {
+			defer loop.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := h.sw.Reclaim(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		out := make(chan routed, routes)
+		for i := range routes {
+			go func() {
+				<-start
+				id := fmt.Sprintf("r%d-s%d", round, i)
+				b, err := replicas[i%len(replicas)].Route(ctx, "a", id, "")
+				out <- routed{id, b, err}
+			}()
+		}
+		select {
+		case <-start:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: reclaim purged nothing", round)
+		}
+		var got []routed
+		for range routes {
+			got = append(got, recv(t, "a route", out))
+		}
+		close(stop)
+		loop.Wait()
+
+		s := h.check("a", true)
+		for _, r := range got {
+			if r.err != nil {
+				t.Fatalf("round %d: route %s: %v", round, r.session, r.err)
+			}
+			if h.deleted(r.b.PodID) {
+				t.Fatalf("round %d: pod %s was deleted after session %s landed on it", round, r.b.PodID, r.session)
+			}
+			if b, err := h.sm.Get(ctx, "a", r.session); err != nil || b.PodID != r.b.PodID {
+				t.Fatalf("round %d: session %s routed to %s is now %+v %v", round, r.session, r.b.PodID, b, err)
+			}
+			if _, ok := podState(s, r.b.PodID); !ok {
+				t.Fatalf("round %d: session %s on purged pod %s", round, r.session, r.b.PodID)
+			}
+		}
+		// The sessions end: their pods go idle, to be raced over again next round.
+		for _, r := range got {
+			if ok, err := replicas[0].End(ctx, "a", r.session); !ok || err != nil {
+				t.Fatalf("end %s: %v %v", r.session, ok, err)
+			}
+		}
+		h.check("a", true)
+	}
+	t.Logf("%d reclaims, %d deploys", h.observedCount("reclaimed"), h.fake.DeployCount())
+	if h.observedCount("reclaimed") == 0 {
+		t.Fatal("reclaim never ran into an idle pod: the test raced nothing")
+	}
+}
+
+// beforeScript runs fn (with the script's keys and args) before every call of the
+// script with the given SHA1, on the client it hooks.
+type beforeScript struct {
+	sha string
+	fn  func(args []any)
+}
+
+func (b beforeScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (b beforeScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if b.matches(cmd.Args()) {
+			b.fn(cmd.Args()[3:])
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (b beforeScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (b beforeScript) matches(args []any) bool {
+	if len(args) < 3 {
+		return false
+	}
+	name, _ := args[0].(string)
+	body, _ := args[1].(string)
+	switch strings.ToLower(name) {
+	case "evalsha":
+		return body == b.sha
+	case "eval":
+		sum := sha1.Sum([]byte(body))
+		return hex.EncodeToString(sum[:]) == b.sha
+	}
+	return false
+}
+
+// ---- watch ----
+
+// A pod the driver reports dead is purged and deleted; its sessions are released and
+// the gateway finds out on its next touch.
+func TestWatchBuriesDeadPods(t *testing.T) {
+	h := newHarness(t)
+	h.put("a", 4, 2)
+	ctx := t.Context()
+	dead := h.route("a", "s1").PodID
+	h.addPod("a", "p2", 102)
+	if err := h.sw.Watch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.observedAll()) != 0 || len(h.snap("a").Pods) != 2 {
+		t.Fatalf("watch of healthy pods did something: %v", h.observedAll())
+	}
+
+	h.fake.Kill(dead, "OOMKilled")
+	if err := h.sw.Watch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := h.check("a", true)
+	if _, ok := podState(s, dead); ok || !h.deleted(dead) || h.inDriver(dead) {
+		t.Fatalf("dead pod %s: registered %v, deleted %v", dead, ok, h.fake.Deleted())
+	}
+	if _, ok := podState(s, "p2"); !ok || h.deleted("p2") {
+		t.Fatal("a healthy pod was buried")
+	}
+	if touched, err := h.sm.Touch(ctx, "a", "s1"); touched || err != nil {
+		t.Fatalf("touch of a session on a dead pod: %v %v, want false", touched, err)
+	}
+	if _, err := h.sm.Get(ctx, "a", "s1"); warmpool.ErrorCode(err) != warmpool.CodeSessionNotFound {
+		t.Fatalf("get of a session on a dead pod: %v, want SESSION_NOT_FOUND", err)
+	}
+	if n := h.observedCount("dead"); n != 1 {
+		t.Fatalf("observed %d dead, want 1", n)
+	}
+	// The session routes again, onto a live pod.
+	if b := h.route("a", "s1"); b.PodID == dead || !b.New {
+		t.Fatalf("route after the burial: %+v", b)
+	}
+}
+
+// A pod whose probe fails is buried after exactly HealthFailThreshold failed watch
+// runs in a row; a passing probe starts the count again.
+func TestWatchBuriesUnhealthyAfterThreshold(t *testing.T) {
+	for _, threshold := range []int{0, 1, 4} { // 0: the default
+		t.Run(fmt.Sprintf("threshold_%d", threshold), func(t *testing.T) {
+			h := newHarness(t, func(o *options) { o.sweep.HealthFailThreshold = threshold })
+			want := threshold
+			if want == 0 {
+				want = sweeper.DefaultHealthFailThreshold
+			}
+			h.put("a", 4, 2)
+			ctx := t.Context()
+			h.addPod("a", "p1", 101)
+			h.addPod("a", "p2", 102)
+			h.route("a", "s1") // on p1
+			watch := func() {
+				t.Helper()
+				if err := h.sw.Watch(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			alive := func(id string) bool {
+				_, ok := podState(h.snap("a"), id)
+				return ok && !h.deleted(id)
+			}
+			unhealthy := errors.New("health: 503")
+
+			// p2 fails want-1 times, passes once, fails want-1 times again: kept.
+			h.fake.SetProbe("p2", unhealthy)
+			for range want - 1 {
+				watch()
+			}
+			h.fake.SetProbe("p2", nil)
+			watch()
+			h.fake.SetProbe("p2", unhealthy)
+			for range want - 1 {
+				watch()
+			}
+			if !alive("p2") {
+				t.Fatal("p2 buried although its failures were not consecutive")
+			}
+
+			// p1 fails want times in a row: kept until the last of them.
+			h.fake.SetProbe("p1", unhealthy)
+			for i := range want {
+				if !alive("p1") {
+					t.Fatalf("p1 buried after %d failed probes, threshold %d", i, want)
+				}
+				watch()
+			}
+			if alive("p1") || alive("p2") {
+				t.Fatalf("after %d failures in a row: p1 alive %v, p2 alive %v", want, alive("p1"), alive("p2"))
+			}
+			if touched, err := h.sm.Touch(ctx, "a", "s1"); touched || err != nil {
+				t.Fatalf("touch of a session on a buried pod: %v %v", touched, err)
+			}
+			if n := h.observedCount("unhealthy"); n != 2 {
+				t.Fatalf("observed %d unhealthy burials, want 2", n)
+			}
+			h.check("a", true)
+		})
+	}
+}
+
+// A registered pod missing from the driver's list is purged only after GhostGrace
+// (the list may lag behind a pod that just registered).
+func TestWatchPurgesMissingPodAfterGhostGrace(t *testing.T) {
+	h := newHarness(t)
+	h.put("a", 4, 2)
+	ctx := t.Context()
+	ghost := h.externalPod("a", "ghost", 7)
+	ghost.SSEURL = "http://fake.invalid/ghost/sse"
+	if st, err := h.store.Adopt(ctx, ghost, h.clock.Now()); err != nil || st != lua.AdoptAdopted {
+		t.Fatal(st, err)
+	}
+	h.route("a", "s1") // on the ghost
+	for _, step := range []time.Duration{0, sweeper.DefaultGhostGrace - time.Millisecond} {
+		h.clock.Advance(step)
+		if err := h.sw.Watch(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := podState(h.snap("a"), "ghost"); !ok {
+			t.Fatalf("ghost purged %s after it registered, grace %s", step, sweeper.DefaultGhostGrace)
+		}
+	}
+	h.clock.Advance(time.Millisecond)
+	if err := h.sw.Watch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := podState(h.check("a", true), "ghost"); ok {
+		t.Fatal("ghost not purged after the grace")
+	}
+	if touched, _ := h.sm.Touch(ctx, "a", "s1"); touched {
+		t.Fatal("the ghost's session is still live")
+	}
+}
+
+// ---- reconcile ----
+
+// Pods the driver has and Redis does not: a ready one of the current version is
+// adopted as idle; one of an old version, a dead one, one of a scope without config,
+// and one never ready within OrphanGrace are deleted; the pod of a live deploy lease
+// is left to its leader.
+func TestReconcileOrphansInTheDriver(t *testing.T) {
+	h := newHarness(t)
+	st := h.put("a", 8, 2) // max_pods 4
+	ctx := t.Context()
+
+	// A deploy lease in flight (its leader is about to register its pod).
+	now := h.clock.Now()
+	lease, err := h.store.Acquire(ctx, "a", lua.AcquireArgs{Now: now, Claim: "c1", ClaimDeadline: now.Add(30 * time.Second),
+		LeaseDeadline: now.Add(30 * time.Second), RoomMargin: time.Second})
+	if err != nil || lease.Kind != lua.AcquireDeploy {
+		t.Fatal(lease, err)
+	}
+	leased := h.externalPod("a", warmpool.PodName("a", lease.Fence), lease.Fence)
+	h.fake.AddExternal(leased)
+
+	h.fake.AddExternal(h.externalPod("a", "adopt-me", 50))
+	old := h.externalPod("a", "old", 51)
+	old.DeployVer = "0123456789abcdef"
+	h.fake.AddExternal(old)
+	dead := h.externalPod("a", "dead", 52)
+	dead.Dead = "Evicted"
+	h.fake.AddExternal(dead)
+	noScope := h.externalPod("a", "no-scope", 53)
+	noScope.ScopeID = "gone"
+	h.fake.AddExternal(noScope)
+
+	// A pod still starting: the driver has it, not ready, created now (wall clock).
+	release := h.fake.Hold()
+	starting := make(chan error, 1)
+	go func() {
+		_, err := h.fake.Deploy(context.Background(), warmpool.DeployRequest{ScopeID: "a", DeployVer: st.DeployVer, Fence: 60, Spec: st.Config.Deploy})
+		starting <- err
+	}()
+	h.waitInFlight(1)
+	startingID := warmpool.PodName("a", 60)
+
+	h.reconcile()
+	s := h.check("a", false)
+	if p, ok := podState(s, "adopt-me"); !ok || !p.Idle || p.Slots != 0 || p.Pod.DeployVer != st.DeployVer || p.Pod.SSEURL == "" {
+		t.Fatalf("ready current orphan not adopted as idle: %+v %v", p, ok)
+	}
+	for _, id := range []string{"old", "dead"} {
+		if !h.deleted(id) || h.inDriver(id) {
+			t.Fatalf("orphan %s not deleted (deleted %v)", id, h.fake.Deleted())
+		}
+	}
+	for _, id := range []string{leased.ID, startingID, "no-scope"} {
+		if h.deleted(id) {
+			t.Fatalf("pod %s deleted within its grace or under a live lease", id)
+		}
+		if _, ok := podState(s, id); ok {
+			t.Fatalf("pod %s adopted", id)
+		}
+	}
+	if a, d := h.observedCount("adopted"), h.observedCount("deleted_orphan"); a != 1 || d != 2 {
+		t.Fatalf("observed %d adopted, %d deleted; want 1, 2", a, d)
+	}
+	// The adopted pod is routable.
+	if b := h.route("a", "s1"); b.PodID != "adopt-me" || h.fake.DeployCount() != 1 {
+		t.Fatalf("route after adoption: %+v (deploys %d)", b, h.fake.DeployCount())
+	}
+
+	// Past OrphanGrace (the clock jumps past the driver's wall-clock creation time):
+	// the pod that never became ready and the scope-less one go. The deploy lease has
+	// expired by then (its leader is gone), so its ready pod is adopted.
+	h.clock.Advance(time.Since(h.clock.Now()) + sweeper.DefaultOrphanGrace + time.Second)
+	h.reconcile()
+	for _, id := range []string{startingID, "no-scope"} {
+		if !h.deleted(id) || h.inDriver(id) {
+			t.Fatalf("orphan %s not deleted after the grace (deleted %v)", id, h.fake.Deleted())
+		}
+	}
+	s = h.check("a", false)
+	if p, ok := podState(s, leased.ID); !ok || !p.Idle {
+		t.Fatalf("the pod of an expired lease was not adopted in the same reconcile: %+v %v", p, ok)
+	}
+	release()
+	if err := recv(t, "the held deploy", starting); warmpool.ErrorCode(err) != warmpool.CodeDeployFailed {
+		t.Fatalf("deploy of the deleted pod: %v", err)
+	}
+	h.reconcileIsNoop("a")
+}
+
+// A pod registered in Redis whose driver pod vanished (never listed dead) is purged
+// after GhostGrace, with its sessions.
+func TestReconcilePurgesGhosts(t *testing.T) {
+	h := newHarness(t)
+	h.put("a", 4, 2)
+	ctx := t.Context()
+	ghost := h.externalPod("a", "ghost", 7)
+	ghost.SSEURL = "http://fake.invalid/ghost/sse"
+	if st, err := h.store.Adopt(ctx, ghost, h.clock.Now()); err != nil || st != lua.AdoptAdopted {
+		t.Fatal(st, err)
+	}
+	h.route("a", "s1")
+	h.clock.Advance(sweeper.DefaultGhostGrace - time.Millisecond)
+	h.reconcile()
+	if _, ok := podState(h.snap("a"), "ghost"); !ok || h.observedCount("purged_ghost") != 0 {
+		t.Fatal("ghost purged within the grace")
+	}
+	h.clock.Advance(time.Millisecond)
+	h.reconcile()
+	s := h.check("a", true)
+	if _, ok := podState(s, "ghost"); ok || len(s.Sessions) != 0 || h.observedCount("purged_ghost") != 1 {
+		t.Fatalf("ghost not purged: %+v, observed %v", s, h.observedAll())
+	}
+	if touched, _ := h.sm.Touch(ctx, "a", "s1"); touched {
+		t.Fatal("the ghost's session is still live")
+	}
+	h.reconcileIsNoop("a")
+}
+
+// Crash leftovers past their deadlines go: a deploy lease whose leader died, its
+// follower's room entry, a claim never bound, a waiter that never left. The claimed
+// pod is idle again.
+func TestReconcileRemovesStaleLeftovers(t *testing.T) {
+	h := newHarness(t)
+	h.put("a", 4, 2, func(c *warmpool.ScopeConfig) { c.Pool.WaitTimeoutS = 10 })
+	ctx := t.Context()
+	h.addPod("a", "p1", 101)
+	now := h.clock.Now()
+	args := func(claim string) lua.AcquireArgs {
+		return lua.AcquireArgs{Now: now, Claim: claim, ClaimDeadline: now.Add(5 * time.Second),
+			LeaseDeadline: now.Add(5 * time.Second), RoomMargin: time.Second}
+	}
+	for _, step := range []struct{ claim, want string }{
+		{"c-warm", lua.AcquireWarm}, {"c-lead", lua.AcquireDeploy}, {"c-follow", lua.AcquireFollower},
+	} {
+		res, err := h.store.Acquire(ctx, "a", args(step.claim))
+		if err != nil || res.Kind != step.want {
+			t.Fatalf("acquire %s: %+v %v, want %s", step.claim, res, err, step.want)
+		}
+	}
+	if state, _, err := h.store.JoinQueue(ctx, "a", "w1", now); err != nil || state != lua.GateOK {
+		t.Fatal(state, err)
+	}
+	s := h.snap("a")
+	if len(s.Deploys) != 1 || len(s.Followers) != 1 || len(s.Claims) != 1 || len(s.Waiters) != 1 || len(idleIDs(s)) != 0 {
+		t.Fatalf("leftovers not set up: %+v", s)
+	}
+
+	// Before their deadlines nothing goes (but the fencing counter is raised past p1's
+	// number).
+	h.reconcile()
+	s.Fence = 101
+	if !snapEqual(s, h.snap("a")) {
+		t.Fatalf("reconcile removed live work:\nbefore %+v\nafter  %+v", s, h.snap("a"))
+	}
+	// After every deadline (the room's is the ready timeout plus the margin).
+	h.clock.Advance(12 * time.Second)
+	h.reconcile()
+	s = h.check("a", true)
+	if len(s.Deploys)+len(s.Followers)+len(s.Waiters) != 0 {
+		t.Fatalf("leftovers survived a reconcile: %+v", s)
+	}
+	if p, ok := podState(s, "p1"); !ok || !p.Idle || p.Slots != 0 {
+		t.Fatalf("the stale claim's pod is not idle: %+v", p)
+	}
+	if h.observedCount("repaired") != 1 {
+		t.Fatalf("observed %v", h.observedAll())
+	}
+	h.reconcileIsNoop("a")
+}
+
+// Slot counts corrupted by hand are recomputed from the sessions and claims.
+func TestReconcileRecountsSlots(t *testing.T) {
+	h := newHarness(t)
+	h.put("a", 6, 2)
+	ctx := t.Context()
+	for i, id := range []string{"p1", "p2", "p3"} {
+		h.addPod("a", id, int64(101+i))
+	}
+	// First fit, in registration order (then by id): s1, s2 on p1 (full), s3 on p2.
+	for _, s := range []string{"s1", "s2", "s3"} {
+		h.route("a", s)
+	}
+	per := map[string]int{}
+	for _, pod := range h.snap("a").Sessions {
+		per[pod]++
+	}
+	if per["p1"] != 2 || per["p2"] != 1 || per["p3"] != 0 {
+		t.Fatalf("sessions per pod: %v", per)
+	}
+	slots := h.store.Keys().Scope("a").Slots
+	for pod, n := range map[string]int{
+		"p1":    1, // too few: a third session would fit on a full pod
+		"p2":    2, // too many: capacity lost
+		"p3":    1, // an idle pod with a phantom slot
+		"stray": 1, // a pod that is not registered
+	} {
+		if err := h.r.Client.HSet(ctx, slots, pod, n).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	h.reconcile()
+	s := h.check("a", true)
+	for id, want := range map[string]int{"p1": 2, "p2": 1, "p3": 0} {
+		if p, _ := podState(s, id); p.Slots != want {
+			t.Fatalf("pod %s: %d slots after reconcile, want %d", id, p.Slots, want)
+		}
+	}
+	if p, _ := podState(s, "p3"); !p.Idle {
+		t.Fatal("the idle pod is no longer idle")
+	}
+	if ok, _ := h.r.Client.HExists(ctx, slots, "stray").Result(); ok {
+		t.Fatal("stray slot count kept")
+	}
+	if h.observedCount("repaired") != 1 {
+		t.Fatalf("observed %v", h.observedAll())
+	}
+	// The recount is what routing sees: s4 fits on p2, not on the full p1.
+	if b := h.route("a", "s4"); b.PodID != "p2" {
+		t.Fatalf("s4 routed to %s, want p2", b.PodID)
+	}
+	h.check("a", true)
+	h.reconcileIsNoop("a")
+}
+
+// A stale job lock left by a dead holder expires by its lease; then a runner runs
+// the job.
+func TestReconcileAfterAStaleLock(t *testing.T) {
+	h := newHarness(t)
+	h.put("a", 4, 2)
+	ctx := t.Context()
+	h.fake.AddExternal(h.externalPod("a", "orphan", 9))
+	const lease = 300 * time.Millisecond
+	key := h.store.Keys().Lock("sweep:reconcile")
+	set := time.Now()
+	if err := h.r.Client.Set(ctx, key, "dead-holder", lease).Err(); err != nil {
+		t.Fatal(err)
+	}
+	runner := sweeper.NewRunner(h.store, nil, lease, nil)
+	if runner.RunOnce(ctx, h.sw.ReconcileJob()) {
+		// A real server's clock runs: under load the lease may have run out already,
+		// and only then may the job run.
+		if since := time.Since(set); since < lease {
+			t.Fatalf("reconcile ran %s into another holder's %s lease", since, lease)
+		}
+	} else {
+		if _, ok := podState(h.snap("a"), "orphan"); ok {
+			t.Fatal("orphan adopted by a job that did not hold its lock")
+		}
+		h.passLease(key, lease)
+		if !runner.RunOnce(ctx, h.sw.ReconcileJob()) {
+			t.Fatal("reconcile did not run after the stale lock expired")
+		}
+	}
+	if _, ok := podState(h.check("a", true), "orphan"); !ok {
+		t.Fatal("reconcile ran but did not adopt the orphan")
+	}
+	if n, _ := h.r.Client.Exists(ctx, key).Result(); n != 0 {
+		t.Fatal("the runner did not release its lock")
+	}
+}
+
+// Reconcile of a consistent state changes nothing and reports nothing.
+func TestReconcileIsNoopWhenConsistent(t *testing.T) {
+	h := newHarness(t)
+	h.put("a", 8, 2, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods = 1 })
+	h.put("b", 4, 1)
+	for _, s := range []string{"s1", "s2", "s3"} {
+		h.route("a", s)
+	}
+	h.route("b", "s1")
+	h.autoscale()
+	if ok, err := h.sm.End(t.Context(), "a", "s3"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	h.check("a", true)
+	h.check("b", true)
+	h.reconcileIsNoop("a", "b")
+	h.reconcileIsNoop("a", "b")
+}
+
+// ---- Redis data loss ----
+
+// Redis loses every key under a running system: requests fail closed, nothing scales
+// down, and one reconcile rebuilds the pool from the driver (same pods, scopes and
+// versions, all idle) with the fencing counters raised past every live pod's number.
+func TestRedisDataLossRebuild(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	h.put("a", 4, 2)                                                                  // max_pods 2
+	stB := h.put("b", 8, 2, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods = 1 }) // max_pods 4
+	for _, s := range []string{"s1", "s2", "s3"} {
+		h.route("a", s)
+	}
+	h.route("b", "s1")
+	h.autoscale()
+	before := map[string][]string{"a": podIDs(h.check("a", true)), "b": podIDs(h.check("b", true))}
+	if len(before["a"]) != 2 || len(before["b"]) != 2 {
+		t.Fatalf("pods before the loss: %v", before)
+	}
+	deploys, deleted := h.fake.DeployCount(), len(h.fake.Deleted())
+
+	h.flush()
+	if _, err := h.sm.Route(ctx, "a", "s9", ""); warmpool.ErrorCode(err) != warmpool.CodeStoreUnavailable {
+		t.Fatalf("route after the loss: %v, want STORE_UNAVAILABLE", err)
+	}
+	if _, err := h.sm.Touch(ctx, "a", "s1"); warmpool.ErrorCode(err) != warmpool.CodeStoreUnavailable {
+		t.Fatalf("touch after the loss: %v, want STORE_UNAVAILABLE", err)
+	}
+	if _, err := h.rm.Acquire(ctx, "b", ""); warmpool.ErrorCode(err) != warmpool.CodeStoreUnavailable {
+		t.Fatalf("acquire after the loss: %v, want STORE_UNAVAILABLE", err)
+	}
+	// Nothing scales down (or up) on missing data.
+	h.clock.Advance(time.Hour)
+	for name, job := range map[string]func(context.Context) error{"autoscale": h.sw.Autoscale, "reclaim": h.sw.Reclaim, "watch": h.sw.Watch, "sessions": h.sw.ExpireSessions} {
+		_ = job(ctx) // failing is fine; acting is not
+		if h.fake.DeployCount() != deploys || len(h.fake.Deleted()) != deleted {
+			t.Fatalf("%s acted on a keyspace that lost its data", name)
+		}
+	}
+
+	h.reconcile()
+	if h.observedCount("rebuilt") != 1 {
+		t.Fatalf("observed %v", h.observedAll())
+	}
+	for scope, pods := range before {
+		s := h.check(scope, true)
+		if got := podIDs(s); !slices.Equal(got, pods) {
+			t.Fatalf("%s: pods after the rebuild %v, want %v", scope, got, pods)
+		}
+		for _, p := range s.Pods {
+			if !p.Idle || p.Slots != 0 || p.Pod.ScopeID != scope || p.Pod.DeployVer != h.current(scope).DeployVer || p.Pod.SSEURL == "" {
+				t.Fatalf("%s: restored pod %+v", scope, p)
+			}
+			if s.Fence < p.Pod.Fence {
+				t.Fatalf("%s: fence %d below live pod %s's %d", scope, s.Fence, p.Pod.ID, p.Pod.Fence)
+			}
+		}
+	}
+
+	// Routing works again, on restored pods, without a deploy.
+	b := h.route("a", "s9")
+	if !slices.Contains(before["a"], b.PodID) || h.fake.DeployCount() != deploys {
+		t.Fatalf("route after the rebuild: %+v (deploys %d, were %d)", b, h.fake.DeployCount(), deploys)
+	}
+	// Fill b's restored pods, then one more session needs a new deploy: it gets a new
+	// number, not a live pod's name.
+	for i := range 2 * len(before["b"]) {
+		if b := h.route("b", fmt.Sprintf("x%d", i)); !slices.Contains(before["b"], b.PodID) {
+			t.Fatalf("route x%d deployed although restored pods had room: %+v", i, b)
+		}
+	}
+	nb := h.route("b", "x-new")
+	if slices.Contains(before["b"], nb.PodID) || nb.DeployVer != stB.DeployVer || h.fake.DeployCount() != deploys+1 {
+		t.Fatalf("new deploy after the rebuild: %+v (deploys %d)", nb, h.fake.DeployCount())
+	}
+	h.check("a", true)
+	h.check("b", true)
+	h.reconcileIsNoop("a", "b")
+}
+
+// ---- session expiry ----
+
+// Sessions past session_ttl_s are evicted, their slots freed and a waiter woken;
+// live sessions stay.
+func TestExpireSessions(t *testing.T) {
+	// Waiters only re-check on wake-ups within the test's time: the expiry job must
+	// wake them.
+	h := newHarness(t, func(o *options) {
+		o.sm.Recheck = time.Hour
+		o.sweep.ExpiryBatch = 1
+	})
+	h.put("a", 3, 1, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS, c.Pool.WaitTimeoutS = 60, 30 }) // max_pods 3
+	ctx := t.Context()
+	p1, p2 := h.route("a", "s1").PodID, h.route("a", "s2").PodID
+	h.clock.Advance(30 * time.Second)
+	p3 := h.route("a", "s3").PodID
+
+	type routed struct {
+		b   sm.Binding
+		err error
+	}
+	waiter := make(chan routed, 1)
+	go func() {
+		b, err := h.sm.Route(context.Background(), "a", "s4", "")
+		waiter <- routed{b, err}
+	}()
+	waitFor(t, "s4 to queue", func() bool { return len(h.snap("a").Waiters) == 1 })
+
+	if err := h.sw.ExpireSessions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.snap("a").Sessions) != 3 || h.observedCount("sessions_expired") != 0 {
+		t.Fatal("live sessions evicted")
+	}
+	h.clock.Advance(31 * time.Second) // s1 and s2 expired, s3 not
+	if err := h.sw.ExpireSessions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var r routed
+	select {
+	case r = <-waiter:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken")
+	}
+	if r.err != nil || (r.b.PodID != p1 && r.b.PodID != p2) || h.fake.DeployCount() != 3 {
+		t.Fatalf("woken waiter: %+v %v (deploys %d)", r.b, r.err, h.fake.DeployCount())
+	}
+	if h.observedCount("sessions_expired") == 0 {
+		t.Fatalf("expiry not reported: %v", h.observedAll())
+	}
+	for sess, want := range map[string]bool{"s1": false, "s2": false, "s3": true, "s4": true} {
+		if touched, err := h.sm.Touch(ctx, "a", sess); touched != want || err != nil {
+			t.Fatalf("touch %s: %v %v, want %v", sess, touched, err, want)
+		}
+	}
+	s := h.check("a", true)
+	freed := p1
+	if r.b.PodID == p1 {
+		freed = p2
+	}
+	for id, want := range map[string]int{freed: 0, r.b.PodID: 1, p3: 1} {
+		if p, _ := podState(s, id); p.Slots != want || p.Idle != (want == 0) {
+			t.Fatalf("pod %s: %+v, want %d slots", id, p, want)
+		}
+	}
+}

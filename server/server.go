@@ -296,6 +296,17 @@ func (s *Server) newDriver() (warmpool.PodDriver, error) {
 func (s *Server) bootstrap(ctx context.Context) error {
 	for {
 		live, err := s.store.EpochLive(ctx)
+		if warmpool.ErrorCode(err) == warmpool.CodeStoreUnavailable {
+			// Redis is not up yet (or restarting): wait for it, as a replica
+			// started before its Redis should.
+			s.log.Warn("waiting for redis", "err", err)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}

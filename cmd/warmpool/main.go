@@ -1,5 +1,5 @@
 // Command warmpool is the warm-pod manager: the service (serve), the stand-in agent
-// (demo-agent) and operator sub-commands over the HTTP API.
+// (demo-agent), operator sub-commands over the HTTP API and the load tester (loadtest).
 package main
 
 import (
@@ -39,8 +39,9 @@ usage:
   warmpool scopes                    every scope with pod and session counts
   warmpool pool NAME                 a scope's pods, deploys, followers and waiters
   warmpool sync                      publish every stored scope to Redis
+  warmpool loadtest [flags]          load-test a replica on this machine (see 'warmpool loadtest -h')
 
-Operator commands take --server URL (WARMPOOL_SERVER, default http://127.0.0.1:8080)
+Operator commands and loadtest take --server URL (WARMPOOL_SERVER, default http://127.0.0.1:8080)
 and --token TOKEN (WARMPOOL_AUTH_TOKEN).
 `
 
@@ -57,6 +58,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return demoagent.Main(ctx, rest, stdout, stderr)
 	case "scope", "scopes", "pool", "sync":
 		return operator(ctx, cmd, rest, getenv, stdout, stderr)
+	case "loadtest":
+		return loadtestCmd(ctx, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -43,8 +43,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs.DurationVar(&cfg.Sweep.Watch, "watch-interval", 0, "interval of the watch job: dead pods and health probes (default --sweep-interval)")
 	fs.DurationVar(&cfg.Sweep.Reconcile, "reconcile-interval", 0, "interval of the reconcile job (default --sweep-interval)")
 	fs.DurationVar(&cfg.Sweep.Sessions, "session-sweep-interval", 0, "interval of the session expiry job (default --sweep-interval)")
+	fs.DurationVar(&cfg.RM.Lease, "deploy-lease", 0, "deploy lease: how long a crashed leader blocks its deploy slot (default 30s)")
 	fs.IntVar(&cfg.Sweep.HealthFailThreshold, "health-fail-threshold", 0, "failed health probes in a row before a pod is replaced (default 3)")
 	fs.StringVar(&cfg.LocalStateDir, "local-state-dir", getenv("WARMPOOL_LOCAL_STATE_DIR"), "local driver: directory where pods are registered; replicas on one machine share it [WARMPOOL_LOCAL_STATE_DIR]")
+	fs.DurationVar(&cfg.FakeDeployDelay, "fake-deploy-delay", 0, "testing: with --driver fake, how long each deploy takes (for load tests of cold bursts)")
 	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: embedded Redis, local driver and a ready 'demo' scope")
 	level := fs.String("log-level", envOr(getenv, "WARMPOOL_LOG_LEVEL", "info"), "debug, info, warn or error [WARMPOOL_LOG_LEVEL]")
 	if err := fs.Parse(args); err != nil {

@@ -17,12 +17,17 @@ type RepairReport struct {
 // Any reports whether anything was fixed.
 func (r RepairReport) Any() bool { return r != RepairReport{} }
 
-// Repair runs scope_repair.lua over one scope.
-func (s *Store) Repair(ctx context.Context, scope string, now, noteDeadline time.Time) (RepairReport, error) {
+// Repair runs scope_repair.lua over one scope: expired leftovers always go; with
+// recount, every slot count is recomputed from the sessions and claims too.
+func (s *Store) Repair(ctx context.Context, scope string, now, noteDeadline time.Time, recount bool) (RepairReport, error) {
 	k := s.keys.Scope(scope)
+	flag := "0"
+	if recount {
+		flag = "1"
+	}
 	out, err := s.run(ctx, ScopeRepair, scope,
 		[]string{k.Epoch, k.Pods, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Sessions, k.SessExp, k.Waiters},
-		ms(now), ms(noteDeadline))
+		ms(now), ms(noteDeadline), flag)
 	if err != nil {
 		return RepairReport{}, err
 	}

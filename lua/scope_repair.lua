@@ -15,6 +15,7 @@
 -- KEYS[10] {s}:sexp       ZSET   session id -> expiry (ms)
 -- KEYS[11] {s}:waiters    ZSET   waiter id -> deadline (ms)
 -- ARGV[1] now (ms)  ARGV[2] note deadline (ms)
+-- ARGV[3] "1" to recount (reads every session of the scope), "0" to expire only
 -- Returns {fixed slot counts, dropped sessions, dropped claims, expired waiters,
 --          expired deploys} | {"EPOCH_LOST"}
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -25,6 +26,9 @@ local deploys = redis.call('ZCOUNT', KEYS[5], '-inf', now)
 expire_claims(KEYS[7], KEYS[8], KEYS[2], KEYS[3], KEYS[4], now)
 expire_deploys(KEYS[5], KEYS[6], KEYS[7], KEYS[8], now, ARGV[2])
 local waiters = redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', now)
+if ARGV[3] ~= '1' then
+  return {'0', '0', '0', tostring(waiters), tostring(deploys)}
+end
 
 local count = {}
 for _, pod in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do

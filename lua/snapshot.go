@@ -19,6 +19,8 @@ type PodState struct {
 	Idle  bool
 	// IdleSince is set for idle pods.
 	IdleSince time.Time
+	// RegisteredAt is when the pod was registered (or adopted).
+	RegisteredAt time.Time
 }
 
 // Snapshot is a consistent read of a scope's pool state (one MULTI), for status
@@ -64,17 +66,7 @@ func (s *Store) Snapshot(ctx context.Context, scope string) (Snapshot, error) {
 		Waiters:   zmap(waiters.Val()),
 	}
 	snap.Fence, _ = strconv.ParseInt(fence.Val(), 10, 64)
-	idleSince := zmap(idle.Val())
-	for _, z := range pods.Val() {
-		id := z.Member.(string)
-		p, err := decodePod(id, info.Val()[id])
-		if err != nil {
-			p = warmpool.Pod{ID: id, ScopeID: scope}
-		}
-		n, _ := strconv.Atoi(slots.Val()[id])
-		since, isIdle := idleSince[id]
-		snap.Pods = append(snap.Pods, PodState{Pod: p, Slots: n, Idle: isIdle, IdleSince: since})
-	}
+	snap.Pods = podStates(scope, pods.Val(), info.Val(), slots.Val(), zmap(idle.Val()))
 	return snap, nil
 }
 
@@ -84,6 +76,40 @@ func zmap(zs []redis.Z) map[string]time.Time {
 		m[z.Member.(string)] = time.UnixMilli(int64(z.Score))
 	}
 	return m
+}
+
+// PoolSnapshot reads a scope's pods and deploy leases in one MULTI, without the
+// sessions, claims and waiters: what the sweepers need on every tick, at a cost that
+// does not grow with the number of sessions.
+func (s *Store) PoolSnapshot(ctx context.Context, scope string) (Snapshot, error) {
+	k := s.keys.Scope(scope)
+	pipe := s.rdb.TxPipeline()
+	pods := pipe.ZRangeWithScores(ctx, k.Pods, 0, -1)
+	info := pipe.HGetAll(ctx, k.PodInfo)
+	slots := pipe.HGetAll(ctx, k.Slots)
+	idle := pipe.ZRangeWithScores(ctx, k.Idle, 0, -1)
+	deploys := pipe.ZRangeWithScores(ctx, k.Deploying, 0, -1)
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return Snapshot{}, s.redisErr(ctx, err)
+	}
+	snap := Snapshot{Deploys: zmap(deploys.Val())}
+	snap.Pods = podStates(scope, pods.Val(), info.Val(), slots.Val(), zmap(idle.Val()))
+	return snap, nil
+}
+
+func podStates(scope string, pods []redis.Z, info, slots map[string]string, idleSince map[string]time.Time) []PodState {
+	out := make([]PodState, 0, len(pods))
+	for _, z := range pods {
+		id := z.Member.(string)
+		p, err := decodePod(id, info[id])
+		if err != nil {
+			p = warmpool.Pod{ID: id, ScopeID: scope}
+		}
+		n, _ := strconv.Atoi(slots[id])
+		since, isIdle := idleSince[id]
+		out = append(out, PodState{Pod: p, Slots: n, Idle: isIdle, IdleSince: since, RegisteredAt: time.UnixMilli(int64(z.Score))})
+	}
+	return out
 }
 
 // ScopeCounts are the sizes of a scope's pool, for listings.

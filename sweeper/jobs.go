@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/warmpool/warmpool"
@@ -24,6 +25,7 @@ const (
 	DefaultGhostGrace          = 30 * time.Second
 	DefaultOrphanGrace         = 60 * time.Second
 	DefaultExpiryBatch         = 1000
+	DefaultRepairEvery         = 10
 	probeConcurrency           = 8
 	noteTTL                    = 30 * time.Second
 )
@@ -44,6 +46,10 @@ type Config struct {
 	OrphanGrace time.Duration
 	// ExpiryBatch bounds the sessions evicted per scope and script call.
 	ExpiryBatch int
+	// RepairEvery: reconcile recomputes the slot counts (reading every session) on
+	// its first run and then every RepairEvery-th run; 1 = every run. Expired
+	// leftovers go on every run.
+	RepairEvery int
 	Clock       warmpool.Clock
 	Logger      *slog.Logger
 	// Observe, when set, is told what the jobs did (event "sweep", outcome e.g.
@@ -61,6 +67,8 @@ type Sweeper struct {
 	cfg     Config
 	clock   warmpool.Clock
 	log     *slog.Logger
+	// reconciles counts Repair calls, to run the recount every RepairEvery-th.
+	reconciles atomic.Uint64
 }
 
 // New returns the jobs over the given parts of a replica.
@@ -84,6 +92,9 @@ func New(store *lua.Store, rmgr *rm.Manager, smgr *sm.Manager, driver warmpool.P
 	}
 	if cfg.ExpiryBatch <= 0 {
 		cfg.ExpiryBatch = DefaultExpiryBatch
+	}
+	if cfg.RepairEvery <= 0 {
+		cfg.RepairEvery = DefaultRepairEvery
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = warmpool.SystemClock{}
@@ -158,7 +169,7 @@ func (s *Sweeper) Reclaim(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		snap, err := s.store.Snapshot(ctx, scope)
+		snap, err := s.store.PoolSnapshot(ctx, scope)
 		if err != nil {
 			return err
 		}
@@ -232,18 +243,14 @@ func (s *Sweeper) Watch(ctx context.Context) error {
 	sem := make(chan struct{}, probeConcurrency)
 	var wg sync.WaitGroup
 	err = s.forScopes(ctx, func(scope string) error {
-		snap, err := s.store.Snapshot(ctx, scope)
-		if err != nil {
-			return err
-		}
-		registered, err := s.registeredAt(ctx, scope)
+		snap, err := s.store.PoolSnapshot(ctx, scope)
 		if err != nil {
 			return err
 		}
 		for _, p := range snap.Pods {
 			d, ok := byID[p.Pod.ID]
 			switch {
-			case !ok && now.Sub(registered[p.Pod.ID]) >= s.cfg.GhostGrace:
+			case !ok && now.Sub(p.RegisteredAt) >= s.cfg.GhostGrace:
 				s.bury(ctx, scope, p.Pod, "gone from the driver", "dead")
 			case !ok:
 			case d.Dead != "":
@@ -298,19 +305,6 @@ func (s *Sweeper) listPods(ctx context.Context) ([]warmpool.Pod, error) {
 	return s.driver.List(ctx)
 }
 
-// registeredAt reads when each pod of the scope was registered.
-func (s *Sweeper) registeredAt(ctx context.Context, scope string) (map[string]time.Time, error) {
-	zs, err := s.store.Client().ZRangeWithScores(ctx, s.store.Keys().Scope(scope).Pods, 0, -1).Result()
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]time.Time, len(zs))
-	for _, z := range zs {
-		out[z.Member.(string)] = time.UnixMilli(int64(z.Score))
-	}
-	return out, nil
-}
-
 // ExpireSessions evicts sessions past session_ttl_s in every scope and wakes waiters.
 func (s *Sweeper) ExpireSessions(ctx context.Context) error {
 	return s.forScopes(ctx, func(scope string) error {
@@ -362,7 +356,7 @@ func (s *Sweeper) Reconcile(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		snap, err := s.store.Snapshot(ctx, scope)
+		snap, err := s.store.PoolSnapshot(ctx, scope)
 		if err != nil {
 			return err
 		}
@@ -383,26 +377,16 @@ func (s *Sweeper) Reconcile(ctx context.Context) error {
 				return err
 			}
 		}
-		registered, err := s.registeredAt(ctx, scope)
-		if err != nil {
-			return err
-		}
 		for _, p := range snap.Pods {
-			if !inDriver[p.Pod.ID] && now.Sub(registered[p.Pod.ID]) >= s.cfg.GhostGrace {
+			if !inDriver[p.Pod.ID] && now.Sub(p.RegisteredAt) >= s.cfg.GhostGrace {
 				s.bury(ctx, scope, p.Pod, "gone from the driver", "purged_ghost")
 			}
 		}
-		rep, err := s.store.Repair(ctx, scope, now, now.Add(noteTTL))
-		if err != nil {
-			return err
-		}
-		if rep.Any() {
-			s.log.Info("reconcile repaired derived state", "scope", scope, "slot_counts", rep.SlotCounts,
-				"sessions_dropped", rep.Sessions, "claims_dropped", rep.Claims, "waiters_expired", rep.Waiters, "deploys_expired", rep.Deploys)
-			s.cfg.Observe("sweep", "repaired")
-		}
 		return nil
 	})
+	if rerr := s.Repair(ctx); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
 	// A scope published while the keyspace was being rebuilt gets its epoch now.
 	if _, berr := s.store.Bootstrap(ctx, strconv.FormatInt(now.UnixNano(), 36)); berr != nil {
 		err = errors.Join(err, berr)
@@ -419,6 +403,27 @@ func (s *Sweeper) Reconcile(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// Repair drops every scope's expired leases, room entries, claims and waiters, and
+// recomputes its slot counts from the sessions and claims (scope_repair.lua). The
+// recount reads every session, so it runs on the first and then every RepairEvery-th
+// call.
+func (s *Sweeper) Repair(ctx context.Context) error {
+	recount := (s.reconciles.Add(1)-1)%uint64(s.cfg.RepairEvery) == 0
+	now := s.clock.Now()
+	return s.forScopes(ctx, func(scope string) error {
+		rep, err := s.store.Repair(ctx, scope, now, now.Add(noteTTL), recount)
+		if err != nil {
+			return err
+		}
+		if rep.Any() {
+			s.log.Info("reconcile repaired derived state", "scope", scope, "slot_counts", rep.SlotCounts,
+				"sessions_dropped", rep.Sessions, "claims_dropped", rep.Claims, "waiters_expired", rep.Waiters, "deploys_expired", rep.Deploys)
+			s.cfg.Observe("sweep", "repaired")
+		}
+		return nil
+	})
 }
 
 // inFlight reports whether a deploy lease with this fence is live: its pod is about

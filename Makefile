@@ -36,10 +36,11 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-## e2e: three replicas behind haproxy on one redis-server, then on a 3-master Redis Cluster
+## e2e: three replicas behind haproxy on one redis-server, then on a 3-master Redis
+## Cluster, together with the whole Redis-facing suite
 e2e: build
 	$(GO) test -tags e2e_multi -count=1 -run TestMultiReplica ./e2e/
-	scripts/with-redis-cluster.sh $(GO) test -tags e2e_multi -count=1 -run TestMultiReplica ./e2e/
+	scripts/with-redis-cluster.sh $(GO) test -tags e2e_multi -count=1 $(REDIS_PKGS) ./server/ ./e2e/
 
 clean:
 	rm -rf bin

@@ -82,6 +82,13 @@ type ScopeKeys struct {
 	Health    string // HASH   pod id -> consecutive failed probes
 }
 
+// Gone is the tombstone of a purged pod (STRING, reason, with a TTL of GoneTTL):
+// reconcile does not adopt a pod while its tombstone lives, so a pod purged by one job
+// and not yet deleted (or still in a lagging driver list) does not come back.
+func (s ScopeKeys) Gone(pod string) string {
+	return s.base + "gone:" + pod
+}
+
 // Idem is the idempotency cache key of one request of a kind ("acquire", "route").
 func (s ScopeKeys) Idem(kind, requestID string) string {
 	return s.base + "idem:" + kind + ":" + requestID

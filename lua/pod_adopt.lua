@@ -8,8 +8,10 @@
 -- KEYS[5] {s}:slots      HASH   pod id -> sessions + claims
 -- KEYS[6] {s}:idle       ZSET   pod id -> idle since (ms)
 -- KEYS[7] {s}:deploying  ZSET   deploy member -> lease deadline (ms)
+-- KEYS[8] {s}:gone:<pod> STRING the pod's tombstone, set when it was purged
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] deploy_ver  ARGV[4] pod JSON
--- Returns {"adopted"} | {"known"} | {"full"} (no room under max_pods) | {"NO_SCOPE"}
+-- Returns {"adopted"} | {"known"} | {"full"} (no room under max_pods)
+--       | {"gone"} (purged lately: it is being deleted, not adopted) | {"NO_SCOPE"}
 local max_pods = redis.call('HGET', KEYS[1], 'max_pods')
 if not max_pods then
   return {'NO_SCOPE'}
@@ -17,6 +19,9 @@ end
 local pod = ARGV[2]
 if redis.call('ZSCORE', KEYS[2], pod) then
   return {'known'}
+end
+if redis.call('EXISTS', KEYS[8]) == 1 then
+  return {'gone'}
 end
 if redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[7]) >= tonumber(max_pods) then
   return {'full'}

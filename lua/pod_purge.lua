@@ -12,7 +12,10 @@
 -- KEYS[8]  {s}:sessions  HASH   session id -> pod id
 -- KEYS[9]  {s}:sexp      ZSET   session id -> expiry (ms)
 -- KEYS[10] {s}:health    HASH   pod id -> consecutive failed probes
+-- KEYS[11] {s}:gone:<pod> STRING the pod's tombstone (reason), so reconcile does not
+--          adopt it again while it is being deleted or a lagging list still shows it
 -- ARGV[1] pod id  ARGV[2] reason  ARGV[3] expected idle since (ms), or "" for any state
+-- ARGV[4] tombstone TTL (ms)
 -- Returns {"purged", n sessions released, session ids...} | {"busy"} | {"EPOCH_LOST"}
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'EPOCH_LOST'}
@@ -46,4 +49,5 @@ redis.call('HDEL', KEYS[4], pod)
 redis.call('HDEL', KEYS[5], pod)
 redis.call('ZREM', KEYS[6], pod)
 redis.call('HDEL', KEYS[10], pod)
+redis.call('SET', KEYS[11], ARGV[2], 'PX', ARGV[4])
 return out

@@ -43,7 +43,13 @@ const (
 	AdoptAdopted = "adopted"
 	AdoptKnown   = "known"
 	AdoptFull    = "full"
+	// AdoptGone: the pod was purged within GoneTTL; it is not taken back.
+	AdoptGone = "gone"
 )
+
+// GoneTTL is how long a purged pod's tombstone keeps reconcile from adopting it: longer
+// than the purging job takes to delete it and than a driver's list lags behind.
+const GoneTTL = 2 * time.Minute
 
 // Adopt takes a pod the driver has into the scope's idle pool.
 func (s *Store) Adopt(ctx context.Context, pod warmpool.Pod, now time.Time) (string, error) {
@@ -53,7 +59,7 @@ func (s *Store) Adopt(ctx context.Context, pod warmpool.Pod, now time.Time) (str
 		return "", err
 	}
 	out, err := s.run(ctx, PodAdopt, pod.ScopeID,
-		[]string{k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying},
+		[]string{k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying, k.Gone(pod.ID)},
 		ms(now), pod.ID, pod.DeployVer, string(info))
 	if err != nil {
 		return "", err

@@ -442,8 +442,8 @@ func (s *Store) Purge(ctx context.Context, scope, pod, reason string, idleSince 
 		cond = ms(*idleSince)
 	}
 	out, err := s.run(ctx, PodPurge, scope,
-		[]string{k.Epoch, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.ClaimPod, k.Sessions, k.SessExp, k.Health},
-		pod, reason, cond)
+		[]string{k.Epoch, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.ClaimPod, k.Sessions, k.SessExp, k.Health, k.Gone(pod)},
+		pod, reason, cond, GoneTTL.Milliseconds())
 	if err != nil {
 		return nil, err
 	}

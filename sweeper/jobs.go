@@ -458,6 +458,9 @@ func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Po
 			s.log.Warn("reconcile: adopt failed", "pod", p.ID, "err", err)
 		case st == lua.AdoptFull:
 			s.deleteOrphan(ctx, p, "no room under max_pods")
+		case st == lua.AdoptGone:
+			// Purged lately by a job that deletes it (or failed to): it stays gone.
+			s.deleteOrphan(ctx, p, "purged")
 		case st == lua.AdoptAdopted:
 			s.log.Info("reconcile adopted a pod", "scope", p.ScopeID, "pod", p.ID)
 			s.cfg.Observe("sweep", "adopted")

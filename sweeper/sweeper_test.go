@@ -958,3 +958,23 @@ func TestExpireSessions(t *testing.T) {
 		}
 	}
 }
+
+// A pod purged by a job that has not deleted it yet (reclaim purges, then deletes) is
+// still listed Ready by the driver; reconcile running in between must not adopt it
+// back as a new idle pod, but delete it.
+func TestReconcileDoesNotAdoptAPurgedPod(t *testing.T) {
+	h := newHarness(t)
+	h.put("a", 4, 2)
+	pod := h.addPod("a", "p1", 1)
+	if _, err := h.store.Purge(t.Context(), "a", pod.ID, "reclaimed", nil); err != nil {
+		t.Fatal(err)
+	}
+	h.reconcile()
+	if _, ok := podState(h.snap("a"), pod.ID); ok {
+		t.Fatal("reconcile adopted a pod that was just purged")
+	}
+	if !h.deleted(pod.ID) {
+		t.Fatal("the purged pod was not deleted from the driver")
+	}
+	h.reconcileIsNoop("a")
+}

@@ -59,7 +59,7 @@ flags:
 	fs.DurationVar(&c.WarmupTimeout, "warmup-timeout", loadtest.DefaultWarmupTimeout, "bound of the wait for warm pods")
 	fs.DurationVar(&c.ProgressEvery, "progress", loadtest.DefaultProgress, "interval of the progress line on stderr (negative = none)")
 	if err := fs.Parse(args); err != nil {
-		return errUsage
+		return parseErr(err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("loadtest: unexpected argument %q", fs.Arg(0))

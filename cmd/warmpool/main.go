@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,6 +29,15 @@ func main() {
 
 // errUsage: the usage text was printed already.
 var errUsage = errors.New("usage")
+
+// parseErr turns a flag parse error into the command's result: -h is a success, the
+// flag package has printed what was wrong otherwise.
+func parseErr(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return errUsage
+}
 
 const usage = `warmpool — warm pools of agent pods, and sessions routed to them.
 

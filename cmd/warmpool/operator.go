@@ -24,7 +24,7 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 	var pos []string
 	for len(args) > 0 {
 		if err := fs.Parse(args); err != nil {
-			return errUsage
+			return parseErr(err)
 		}
 		args = fs.Args()
 		if len(args) > 0 {

@@ -50,7 +50,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: embedded Redis, local driver and a ready 'demo' scope")
 	level := fs.String("log-level", envOr(getenv, "WARMPOOL_LOG_LEVEL", "info"), "debug, info, warn or error [WARMPOOL_LOG_LEVEL]")
 	if err := fs.Parse(args); err != nil {
-		return errUsage
+		return parseErr(err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))

@@ -29,7 +29,7 @@ unit:
 
 ## bench: benchmarks against a real redis-server
 bench:
-	scripts/with-redis.sh $(GO) test -run '^$$' -bench . -benchmem -count=1 ./rm/ ./sm/
+	scripts/with-redis.sh $(GO) test -run '^$$' -bench . -benchmem -count=1 ./rm/ ./sm/ ./server/
 
 ## lint: formatting and vet
 lint:

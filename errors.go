@@ -82,10 +82,6 @@ func ErrorCode(err error) Code {
 
 // Infrastructure sentinels.
 var (
-	// ErrNotObtained: a lock is held by someone else.
-	ErrNotObtained = errors.New("warmpool: lock not obtained")
-	// ErrLockNotHeld: a lock expired or belongs to another holder.
-	ErrLockNotHeld = errors.New("warmpool: lock not held")
 	// ErrEpochLost: Redis lost its data (the epoch key is missing); requests fail
 	// closed until reconcile rebuilds the pool.
 	ErrEpochLost = &Error{Code: CodeStoreUnavailable, Message: "redis lost its data; rebuilding the pool", RetryAfter: 1}

@@ -345,10 +345,9 @@ func (l *Local) awaitReady(ctx context.Context, p *localProc, pod warmpool.Pod, 
 	defer deadline.Stop()
 	tick := time.NewTicker(localReadyPoll)
 	defer tick.Stop()
-	last := errors.New("no health check answered yet")
 	for {
-		reqTimeout := min(l.cfg.ProbeTimeout, time.Second)
-		if last = l.health(ctx, pod, reqTimeout); last == nil {
+		last := l.health(ctx, pod, min(l.cfg.ProbeTimeout, time.Second))
+		if last == nil {
 			return nil
 		}
 		select {

@@ -1,11 +1,15 @@
 -- pod_release.lua: idle_consider. A registered pod with no session and no claim joins
 -- the idle set and its pod_ttl clock starts (an already idle pod keeps its clock).
--- KEYS[1] {s}:epoch  STRING scope epoch
--- KEYS[2] {s}:pods   ZSET   pod id -> registered at (ms)
--- KEYS[3] {s}:slots  HASH   pod id -> sessions + claims
--- KEYS[4] {s}:idle   ZSET   pod id -> idle since (ms)
+-- KEYS[1] {s}:epoch   STRING scope epoch
+-- KEYS[2] {s}:pods    ZSET   pod id -> registered at (ms)
+-- KEYS[3] {s}:slots   HASH   pod id -> sessions + claims
+-- KEYS[4] {s}:idle    ZSET   pod id -> idle since (ms)
+-- KEYS[5] {s}:config  HASH   published scope config
 -- ARGV[1] now (ms)  ARGV[2] pod id
--- Returns {"idle"} | {"busy", slots} | {"unknown"} | {"EPOCH_LOST"}
+-- Returns {"idle"} | {"busy", slots} | {"unknown"} | {"NO_SCOPE"} | {"EPOCH_LOST"}
+if redis.call('EXISTS', KEYS[5]) == 0 then
+  return {'NO_SCOPE'}
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'EPOCH_LOST'}
 end

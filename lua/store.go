@@ -404,29 +404,11 @@ const (
 // IdleConsider runs pod_release.lua and returns its state.
 func (s *Store) IdleConsider(ctx context.Context, scope, pod string, now time.Time) (string, error) {
 	k := s.keys.Scope(scope)
-	out, err := s.run(ctx, PodRelease, scope, []string{k.Epoch, k.Pods, k.Slots, k.Idle}, ms(now), pod)
-	if errors.Is(err, warmpool.ErrEpochLost) {
-		// pod_release.lua does not read the config, and a scope that was never published
-		// has no epoch key either: tell an unknown scope from lost data.
-		err = s.epochLostOrNoScope(ctx, scope)
-	}
+	out, err := s.run(ctx, PodRelease, scope, []string{k.Epoch, k.Pods, k.Slots, k.Idle, k.Config}, ms(now), pod)
 	if err != nil {
 		return "", err
 	}
 	return out[0], nil
-}
-
-// epochLostOrNoScope is the error of a script that found no scope epoch: lost data
-// when the scope's config is published, else whatever noScope says.
-func (s *Store) epochLostOrNoScope(ctx context.Context, scope string) error {
-	n, err := s.rdb.Exists(ctx, s.keys.Scope(scope).Config).Result()
-	if err != nil {
-		return s.redisErr(ctx, err)
-	}
-	if n == 1 {
-		return warmpool.ErrEpochLost
-	}
-	return s.noScope(ctx, scope)
 }
 
 // ErrPodBusy: a conditional purge found the pod no longer idle since the given time.

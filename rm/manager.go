@@ -114,11 +114,9 @@ func (m *Manager) Acquire(ctx context.Context, scope, requestID string) (warmpoo
 	if requestID == "" {
 		return m.acquire(ctx, scope)
 	}
-	rec, err := m.store.Scope(ctx, scope)
-	if err != nil {
-		return warmpool.Lease{}, err
-	}
-	wait := time.Duration(rec.Config.Deploy.ReadyTimeoutS)*time.Second + m.cfg.FollowerMargin
+	// A repeat waits for the first call's answer at most as long as any deploy may
+	// take; the pending mark expires with IdemTTL anyway.
+	wait := time.Duration(warmpool.MaxReadyTimeoutS)*time.Second + m.cfg.FollowerMargin
 	key := m.store.Keys().Scope(scope).Idem("acquire", requestID)
 	raw, _, err := m.store.Idempotent(ctx, key, m.cfg.IdemTTL, wait, m.cfg.PollInterval, func() ([]byte, error) {
 		l, err := m.acquire(ctx, scope)
@@ -392,12 +390,6 @@ func (m *Manager) ReleaseClaim(ctx context.Context, scope, claim string, idle bo
 // claims. It returns the sessions it released. The pod itself is not deleted.
 func (m *Manager) Purge(ctx context.Context, scope, pod, reason string) ([]string, error) {
 	return m.store.Purge(ctx, scope, pod, reason, nil)
-}
-
-// UpdatePoolConfig publishes a scope's config to Redis, where every replica and every
-// script reads it at once.
-func (m *Manager) UpdatePoolConfig(ctx context.Context, rec lua.ScopeRecord) error {
-	return m.store.PublishScope(ctx, rec)
 }
 
 // newID returns a random 128-bit id in hex.

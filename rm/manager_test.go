@@ -457,31 +457,10 @@ func TestStressInvariants(t *testing.T) {
 	ms := []*rm.Manager{h.manager(rm.Config{}), h.manager(rm.Config{}), h.manager(rm.Config{})}
 	ctx := context.Background()
 
-	stop := make(chan struct{})
-	var watchErrs []string
-	var watched atomic.Int64
-	var watcher sync.WaitGroup
-	watcher.Add(1)
-	go func() {
-		defer watcher.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			for _, s := range scopes {
-				snap, err := h.store.Snapshot(ctx, s)
-				if err != nil {
-					watchErrs = append(watchErrs, err.Error())
-					return
-				}
-				cfg := h.cfgs[s]
-				watchErrs = append(watchErrs, invariant.Violations(snap, cfg, []string{cfg.Deploy.DeployVer()}, false)...)
-				watched.Add(1)
-			}
-		}
-	}()
+	watch := invariant.Watch(h.store, func(scope string, snap lua.Snapshot) []string {
+		cfg := h.cfgs[scope]
+		return invariant.Violations(snap, cfg, []string{cfg.Deploy.DeployVer()}, false)
+	}, scopes...)
 
 	var wg sync.WaitGroup
 	var okN, failN atomic.Int64
@@ -517,18 +496,17 @@ func TestStressInvariants(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	close(stop)
-	watcher.Wait()
-	for _, e := range watchErrs {
+	violations, watched := watch.Stop()
+	for _, e := range violations {
 		t.Error(e)
 	}
-	if okN.Load() == 0 || watched.Load() < 10 {
-		t.Fatalf("stress did too little: %d ok, %d failed, %d snapshots", okN.Load(), failN.Load(), watched.Load())
+	if okN.Load() == 0 || watched < 10 {
+		t.Fatalf("stress did too little: %d ok, %d failed, %d snapshots", okN.Load(), failN.Load(), watched)
 	}
 	for _, s := range scopes {
 		h.settled(s)
 	}
-	t.Logf("%d acquires ok, %d failed, %d deploys, %d snapshots checked", okN.Load(), failN.Load(), h.fake.DeployCount(), watched.Load())
+	t.Logf("%d acquires ok, %d failed, %d deploys, %d snapshots checked", okN.Load(), failN.Load(), h.fake.DeployCount(), watched)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

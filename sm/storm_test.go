@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/invariant"
+	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sm"
 )
 
@@ -34,39 +36,9 @@ func TestStormKeepsInvariants(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	stop := make(chan struct{})
-	var (
-		watchMu   sync.Mutex
-		watchErrs []string
-		watched   atomic.Int64
-		watcher   sync.WaitGroup
-	)
-	watcher.Add(1)
-	go func() {
-		defer watcher.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			for _, scope := range scopes {
-				s, err := h.store.Snapshot(ctx, scope)
-				if err != nil {
-					watchMu.Lock()
-					watchErrs = append(watchErrs, err.Error())
-					watchMu.Unlock()
-					return
-				}
-				if v := h.violations(s, scope, false); len(v) > 0 {
-					watchMu.Lock()
-					watchErrs = append(watchErrs, v...)
-					watchMu.Unlock()
-				}
-				watched.Add(1)
-			}
-		}
-	}()
+	watch := invariant.Watch(h.store, func(scope string, s lua.Snapshot) []string {
+		return h.violations(s, scope, false)
+	}, scopes...)
 
 	var (
 		wg                       sync.WaitGroup
@@ -123,13 +95,12 @@ func TestStormKeepsInvariants(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	close(stop)
-	watcher.Wait()
-	for _, e := range watchErrs {
+	violations, watched := watch.Stop()
+	for _, e := range violations {
 		t.Error(e)
 	}
-	if routes.Load() < 20 || refused.Load() == 0 || watched.Load() < 20 {
-		t.Errorf("the storm did too little: %d routes bound, %d refused, %d snapshots", routes.Load(), refused.Load(), watched.Load())
+	if routes.Load() < 20 || refused.Load() == 0 || watched < 20 {
+		t.Errorf("the storm did too little: %d routes bound, %d refused, %d snapshots", routes.Load(), refused.Load(), watched)
 	}
 
 	// Settle: end every session; nothing may be left in flight and every pod is idle.
@@ -149,5 +120,5 @@ func TestStormKeepsInvariants(t *testing.T) {
 	byCode := map[warmpool.Code]int64{}
 	codes.Range(func(k, v any) bool { byCode[k.(warmpool.Code)] = v.(*atomic.Int64).Load(); return true })
 	t.Logf("%d routes bound (%d with a shared request id), %d refused %v, %d touches, %d ends, %d deploys, %d snapshots checked",
-		routes.Load(), replays.Load(), refused.Load(), byCode, touches.Load(), ends.Load(), h.fake.DeployCount(), watched.Load())
+		routes.Load(), replays.Load(), refused.Load(), byCode, touches.Load(), ends.Load(), h.fake.DeployCount(), watched)
 }

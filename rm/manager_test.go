@@ -47,15 +47,7 @@ func newHarness(t testing.TB) *harness {
 // scope publishes a scope with max_concurrency mc and pod_concurrency pc.
 func (h *harness) scope(id string, mc, pc int, mutate ...func(*warmpool.ScopeConfig)) warmpool.ScopeConfig {
 	h.t.Helper()
-	cfg := warmpool.DefaultScopeConfig()
-	cfg.Pool.MaxConcurrency, cfg.Pool.PodConcurrency = mc, pc
-	cfg.Deploy.ReadyTimeoutS = 10
-	for _, f := range mutate {
-		f(&cfg)
-	}
-	if err := cfg.Normalize(); err != nil {
-		h.t.Fatal(err)
-	}
+	cfg := testredis.ScopeConfig(h.t, mc, pc, mutate...)
 	if err := h.store.PublishScope(context.Background(), lua.ScopeRecord{ScopeID: id, Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
 		h.t.Fatal(err)
 	}

@@ -56,15 +56,7 @@ func newHarness(t *testing.T) *harness {
 // pod_concurrency pc; mutate adjusts the rest.
 func (h *harness) scope(id string, mc, pc int, mutate ...func(*warmpool.ScopeConfig)) warmpool.ScopeConfig {
 	h.t.Helper()
-	cfg := warmpool.DefaultScopeConfig()
-	cfg.Pool.MaxConcurrency, cfg.Pool.PodConcurrency = mc, pc
-	cfg.Deploy.ReadyTimeoutS = 10
-	for _, f := range mutate {
-		f(&cfg)
-	}
-	if err := cfg.Normalize(); err != nil {
-		h.t.Fatal(err)
-	}
+	cfg := testredis.ScopeConfig(h.t, mc, pc, mutate...)
 	h.mu.Lock()
 	h.version[id]++
 	ver := h.version[id]

@@ -98,12 +98,7 @@ func newHarness(t *testing.T, opts ...func(*options)) *harness {
 // pod_concurrency pc; mutate adjusts the rest.
 func (h *harness) put(scope string, mc, pc int, mutate ...func(*warmpool.ScopeConfig)) warmpool.StoredConfig {
 	h.t.Helper()
-	cfg := warmpool.DefaultScopeConfig()
-	cfg.Pool.MaxConcurrency, cfg.Pool.PodConcurrency = mc, pc
-	cfg.Deploy.ReadyTimeoutS = 10
-	for _, f := range mutate {
-		f(&cfg)
-	}
+	cfg := testredis.ScopeConfig(h.t, mc, pc, mutate...)
 	stored, err := h.scopes.Put(context.Background(), scope, cfg)
 	if err != nil {
 		h.t.Fatalf("put %s: %v", scope, err)

@@ -87,42 +87,64 @@ const (
 	maxStringLen      = 1024
 )
 
-// DefaultScopeConfig returns a config with every field at its default. Decoding a
-// partial document on top of it leaves missing fields at their defaults.
+// scopeDefaults is the table of scope defaults, built once from the constants above.
+// DefaultScopeConfig hands out copies of it and Normalize fills from it; nothing else
+// reads it.
+var scopeDefaults = ScopeConfig{
+	Deploy: DeploySpec{
+		Image:         DefaultImage,
+		ContainerName: DefaultContainerName,
+		Resources:     Resources{CPU: DefaultCPU, Memory: DefaultMemory},
+		Port:          DefaultPort,
+		SSEPath:       DefaultSSEPath,
+		HealthPath:    DefaultHealthPath,
+		ReadyTimeoutS: DefaultReadyTimeoutS,
+	},
+	Pool: PoolConfig{
+		MaxConcurrency:     DefaultMaxConcurrency,
+		PodConcurrency:     DefaultPodConcurrency,
+		MinIdlePods:        DefaultMinIdlePods,
+		PodTTLS:            DefaultPodTTLS,
+		SessionTTLS:        DefaultSessionTTLS,
+		QueueSize:          DefaultQueueSize,
+		WaitTimeoutS:       DefaultWaitTimeoutS,
+		MaxParallelDeploys: DefaultMaxParallelDeploys,
+	},
+}
+
+// DefaultScopeConfig returns a normalized config with every field at its default.
+// Decoding a document on top of it leaves the fields the document omits at their
+// defaults.
 func DefaultScopeConfig() ScopeConfig {
-	return ScopeConfig{
-		Deploy: DeploySpec{
-			Image:         DefaultImage,
-			ContainerName: DefaultContainerName,
-			Command:       []string{},
-			Args:          []string{},
-			Env:           map[string]string{},
-			Resources:     Resources{CPU: DefaultCPU, Memory: DefaultMemory},
-			Port:          DefaultPort,
-			SSEPath:       DefaultSSEPath,
-			HealthPath:    DefaultHealthPath,
-			ReadyTimeoutS: DefaultReadyTimeoutS,
-		},
-		Pool: PoolConfig{
-			MaxConcurrency:     DefaultMaxConcurrency,
-			PodConcurrency:     DefaultPodConcurrency,
-			MinIdlePods:        DefaultMinIdlePods,
-			PodTTLS:            DefaultPodTTLS,
-			SessionTTLS:        DefaultSessionTTLS,
-			QueueSize:          DefaultQueueSize,
-			WaitTimeoutS:       DefaultWaitTimeoutS,
-			MaxParallelDeploys: DefaultMaxParallelDeploys,
-		},
-	}
+	c := scopeDefaults
+	c.Deploy.fillCollections()
+	return c
 }
 
 // DecodeScopeConfig reads a scope config document strictly (unknown fields are
-// rejected and named), fills defaults and validates it. Every error is a VALIDATION
-// *Error that names the offending field.
+// rejected and named) and normalizes it: this is how a config enters the system from
+// outside (the HTTP API, the CLI). A field the document omits takes its default as
+// it decodes; one that is blank or null is filled by Normalize. Every error is a
+// VALIDATION *Error that names the offending field.
 func DecodeScopeConfig(r io.Reader) (ScopeConfig, error) {
 	cfg := DefaultScopeConfig()
 	if err := DecodeStrict(r, &cfg); err != nil {
 		return ScopeConfig{}, err
+	}
+	if err := cfg.Normalize(); err != nil {
+		return ScopeConfig{}, err
+	}
+	return cfg, nil
+}
+
+// LoadScopeConfig reads a config document as a config store kept it and normalizes
+// it. Unlike DecodeScopeConfig it ignores fields it does not know (a row written by a
+// newer version stays readable after a rollback), and a field added after the row was
+// written takes its default instead of a silent zero.
+func LoadScopeConfig(doc []byte) (ScopeConfig, error) {
+	cfg := DefaultScopeConfig()
+	if err := json.Unmarshal(doc, &cfg); err != nil {
+		return ScopeConfig{}, JSONError(err)
 	}
 	if err := cfg.Normalize(); err != nil {
 		return ScopeConfig{}, err
@@ -190,18 +212,36 @@ var (
 	httpPathRe = regexp.MustCompile(`^/[A-Za-z0-9._~!$&'()*+,;=:@/%-]{0,255}$`)
 )
 
-// Normalize fills empty strings and nil lists with their defaults and validates every
-// field. A missing or empty field always gets the one default, so every path (placement,
-// deploy, reconcile, status) sees the same stored value.
+// Normalize fills every unset field with its one default and validates the result.
+// Unset means a blank string or a nil list or map; numbers have no unset value (zero
+// is a value, checked by Validate), so a document that omits one gets its default from
+// DecodeScopeConfig. Normalize runs once, where a config enters the system
+// (DecodeScopeConfig, LoadScopeConfig, scopes.Service.Put); every later step receives
+// a normalized config and fills nothing. Normalize is idempotent.
 func (c *ScopeConfig) Normalize() error {
-	d := &c.Deploy
-	def := DefaultScopeConfig()
-	fillString(&d.Image, def.Deploy.Image)
-	fillString(&d.ContainerName, def.Deploy.ContainerName)
-	fillString(&d.Resources.CPU, def.Deploy.Resources.CPU)
-	fillString(&d.Resources.Memory, def.Deploy.Resources.Memory)
-	fillString(&d.SSEPath, def.Deploy.SSEPath)
-	fillString(&d.HealthPath, def.Deploy.HealthPath)
+	d, def := &c.Deploy, &scopeDefaults.Deploy
+	for _, f := range []struct {
+		v   *string
+		def string
+	}{
+		{&d.Image, def.Image},
+		{&d.ContainerName, def.ContainerName},
+		{&d.Resources.CPU, def.Resources.CPU},
+		{&d.Resources.Memory, def.Resources.Memory},
+		{&d.SSEPath, def.SSEPath},
+		{&d.HealthPath, def.HealthPath},
+	} {
+		if strings.TrimSpace(*f.v) == "" {
+			*f.v = f.def
+		}
+	}
+	d.fillCollections()
+	return c.Validate()
+}
+
+// fillCollections makes nil lists and maps empty: stored as [] and {}, never null, so
+// a spec has one canonical form and one deploy_ver.
+func (d *DeploySpec) fillCollections() {
 	if d.Command == nil {
 		d.Command = []string{}
 	}
@@ -210,13 +250,6 @@ func (c *ScopeConfig) Normalize() error {
 	}
 	if d.Env == nil {
 		d.Env = map[string]string{}
-	}
-	return c.Validate()
-}
-
-func fillString(s *string, def string) {
-	if strings.TrimSpace(*s) == "" {
-		*s = def
 	}
 }
 
@@ -310,18 +343,10 @@ func (p PoolConfig) ParallelDeploys() int {
 }
 
 // DeployVer fingerprints the deploy fields: the first 16 hex digits of the sha256 of
-// their canonical JSON (struct field order, sorted map keys, defaults filled).
+// their canonical JSON (struct field order, sorted map keys). d must be normalized
+// (ScopeConfig.Normalize): DeployVer fills nothing, so a nil list would hash apart
+// from the empty list a normalized spec holds.
 func (d DeploySpec) DeployVer() string {
-	// nil and empty lists mean the same template
-	if d.Command == nil {
-		d.Command = []string{}
-	}
-	if d.Args == nil {
-		d.Args = []string{}
-	}
-	if d.Env == nil {
-		d.Env = map[string]string{}
-	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

@@ -323,10 +323,17 @@ func TestDeployVer(t *testing.T) {
 
 	t.Run("pinned", func(t *testing.T) {
 		// A change to the canonical form changes every scope's deploy_ver, so an
-		// upgrade would retire every warm pod at once. Change this only on purpose.
-		const want = "adc87e944048e279"
-		if base != want {
-			t.Errorf("deploy_ver of the defaults = %s, want %s", base, want)
+		// upgrade would retire every warm pod at once. Change these only on purpose.
+		for doc, want := range map[string]string{
+			`{}`: "adc87e944048e279",
+			`{"deploy":{"image":"registry.example/agent:1.4","namespace":"agents","container_name":"main",
+				"command":["/bin/agent","--serve"],"args":["--port","9000"],"env":{"B":"2","A":"<&>"},
+				"resources":{"cpu":"250m","memory":"1Gi"},"port":9000,"sse_path":"/events",
+				"health_path":"/healthz","ready_timeout_s":60}}`: "83146c1607ba9143",
+		} {
+			if got := mustDecode(t, doc).Deploy.DeployVer(); got != want {
+				t.Errorf("deploy_ver of %s = %s, want %s", doc, got, want)
+			}
 		}
 	})
 
@@ -388,16 +395,63 @@ func TestDeployVer(t *testing.T) {
 	})
 }
 
-// DeployVer's doc says "defaults filled", but it hashes what it is given: the same
-// spec with a nil list instead of an empty one gets another deploy_ver. Any path that
-// builds a DeploySpec without Normalize (a Go literal, a plain json.Unmarshal of a row
-// written without Normalize) would see every pod as stale.
-func TestDeployVerOfUnnormalisedSpec(t *testing.T) {
-	norm := DefaultScopeConfig().Deploy
+// DeployVer fills nothing: it hashes the spec it is given. Normalize gives a spec its
+// one canonical form, so a spec built with nil lists (a Go literal) hashes like the
+// stored default once normalized, and only then.
+func TestDeployVerOfNormalizedSpec(t *testing.T) {
+	norm := DefaultScopeConfig()
 	raw := norm
-	raw.Command, raw.Args, raw.Env = nil, nil, nil
-	if raw.DeployVer() != norm.DeployVer() {
-		t.Fatalf("DeployVer(nil lists) = %s, DeployVer(empty lists) = %s: it should canonicalise nil to empty (or Validate should reject nil)", raw.DeployVer(), norm.DeployVer())
+	raw.Deploy.Command, raw.Deploy.Args, raw.Deploy.Env = nil, nil, nil
+	if raw.Deploy.DeployVer() == norm.Deploy.DeployVer() {
+		t.Fatal("DeployVer canonicalises nil lists itself: it should hash what it is given and leave defaults to Normalize")
+	}
+	if err := raw.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if raw.Deploy.DeployVer() != norm.Deploy.DeployVer() {
+		t.Fatalf("DeployVer after Normalize = %s, want %s as for the default spec", raw.Deploy.DeployVer(), norm.Deploy.DeployVer())
+	}
+}
+
+// A stored document is read tolerantly: fields it lacks (written before they existed)
+// take their defaults, fields this version does not know are ignored, and the result
+// is normalized and valid.
+func TestLoadScopeConfig(t *testing.T) {
+	t.Run("older document", func(t *testing.T) {
+		got, err := LoadScopeConfig([]byte(`{"deploy":{"image":"agent:1","command":null},"pool":{"pod_concurrency":1}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := mustDecode(t, `{"deploy":{"image":"agent:1"},"pool":{"pod_concurrency":1}}`)
+		if !configsEqual(got, want) {
+			t.Errorf("LoadScopeConfig = %+v\nwant %+v", got, want)
+		}
+	})
+	t.Run("newer document", func(t *testing.T) {
+		got, err := LoadScopeConfig([]byte(`{"deploy":{"image":"agent:1","gpu":"1"},"pool":{"hold_ttl_s":60}}`))
+		if err != nil {
+			t.Fatalf("a field of a newer version: %v", err)
+		}
+		if got.Deploy.Image != "agent:1" {
+			t.Errorf("image = %q, want agent:1", got.Deploy.Image)
+		}
+	})
+	t.Run("invalid", func(t *testing.T) {
+		_, err := LoadScopeConfig([]byte(`{"deploy":{"port":0}}`))
+		wantValidation(t, err, "deploy.port")
+		_, err = LoadScopeConfig([]byte(`{"deploy":{"port":"80"}}`))
+		wantValidation(t, err, "deploy.port")
+	})
+}
+
+// DefaultScopeConfig hands out copies: a caller that edits its lists or env does not
+// change the defaults of the next one.
+func TestDefaultScopeConfigIsACopy(t *testing.T) {
+	a := DefaultScopeConfig()
+	a.Deploy.Env["K"] = "V"
+	a.Deploy.Args = append(a.Deploy.Args, "x")
+	if b := DefaultScopeConfig(); len(b.Deploy.Env) != 0 || len(b.Deploy.Args) != 0 {
+		t.Fatalf("DefaultScopeConfig shares its collections: %+v", b.Deploy)
 	}
 }
 

@@ -15,9 +15,10 @@ type StoredConfig struct {
 }
 
 // ConfigStore keeps scope configs durably. Every Put is a new version; older versions
-// stay as history.
+// stay as history. Configs go in normalized (ScopeConfig.Normalize) and come out
+// normalized (LoadScopeConfig): a store fills no default of its own.
 type ConfigStore interface {
-	// Put stores cfg (already normalised) as the scope's next version.
+	// Put stores cfg, which must be normalized, as the scope's next version.
 	// Errors: STORE_UNAVAILABLE.
 	Put(ctx context.Context, scopeID string, cfg ScopeConfig) (StoredConfig, error)
 	// Get returns the latest version. Errors: SCOPE_NOT_FOUND, STORE_UNAVAILABLE.

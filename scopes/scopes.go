@@ -4,6 +4,7 @@
 package scopes
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -37,8 +38,8 @@ func New(store warmpool.ConfigStore, redis *lua.Store, log *slog.Logger) *Servic
 	return &Service{store: store, redis: redis, log: log.With("component", "scopes")}
 }
 
-// Put validates cfg, stores it as the scope's next version and publishes it.
-// Errors: VALIDATION, STORE_UNAVAILABLE.
+// Put normalizes cfg (filling its defaults), stores it as the scope's next version
+// and publishes it. Errors: VALIDATION, STORE_UNAVAILABLE.
 func (s *Service) Put(ctx context.Context, scope string, cfg warmpool.ScopeConfig) (warmpool.StoredConfig, error) {
 	if err := warmpool.CheckScopeID(scope); err != nil {
 		return warmpool.StoredConfig{}, err
@@ -46,6 +47,11 @@ func (s *Service) Put(ctx context.Context, scope string, cfg warmpool.ScopeConfi
 	if err := cfg.Normalize(); err != nil {
 		return warmpool.StoredConfig{}, err
 	}
+	return s.put(ctx, scope, cfg)
+}
+
+// put stores and publishes a normalized config of a valid scope id.
+func (s *Service) put(ctx context.Context, scope string, cfg warmpool.ScopeConfig) (warmpool.StoredConfig, error) {
 	stored, err := s.store.Put(ctx, scope, cfg)
 	if err != nil {
 		return warmpool.StoredConfig{}, err
@@ -120,15 +126,20 @@ type putResponse struct {
 	DeployVer string `json:"deploy_ver"`
 }
 
+// handlePut decodes the document (which normalizes it) and stores it.
 func (s *Service) handlePut(w http.ResponseWriter, r *http.Request) {
 	scope, err := httpx.Scope(r)
-	cfg := warmpool.DefaultScopeConfig()
+	var body []byte
 	if err == nil {
-		err = httpx.Decode(w, r, &cfg, false)
+		body, err = httpx.Body(w, r)
+	}
+	var cfg warmpool.ScopeConfig
+	if err == nil {
+		cfg, err = warmpool.DecodeScopeConfig(bytes.NewReader(body))
 	}
 	var stored warmpool.StoredConfig
 	if err == nil {
-		stored, err = s.Put(r.Context(), scope, cfg)
+		stored, err = s.put(r.Context(), scope, cfg)
 	}
 	if err != nil {
 		httpx.WriteError(w, r, s.log, err)

@@ -160,34 +160,42 @@ func TestDefaultsStoredAsGiven(t *testing.T) {
 	}
 }
 
-func TestPutNormalisesAndRejectsBadFields(t *testing.T) {
+func TestPutRejectsBadScopeID(t *testing.T) {
+	_, err := mustOpen(t, ":memory:").Put(context.Background(), "Bad_Scope", mustConfig(t, `{}`))
+	wantCode(t, err, warmpool.CodeValidation)
+}
+
+// Rows are read back normalized: a row written before a field existed gets that
+// field's default, not a zero, and a row that is not a valid config is INTERNAL (a bug
+// or a hand edit), not an outage.
+func TestLoadNormalizesOldRows(t *testing.T) {
 	ctx := context.Background()
 	s := mustOpen(t, ":memory:")
-	_, err := s.Put(ctx, "Bad_Scope", mustConfig(t, `{}`))
-	wantCode(t, err, warmpool.CodeValidation)
-	bad := mustConfig(t, `{}`)
-	bad.Deploy.Port = 0
-	_, err = s.Put(ctx, "scope", bad)
-	wantCode(t, err, warmpool.CodeValidation)
+	insert := func(t *testing.T, scope, doc string) {
+		t.Helper()
+		if _, err := s.db.ExecContext(ctx, `INSERT INTO scope_versions (scope_id, version, deploy_ver, config_json, created_at)
+			VALUES (?, 1, 'dv', ?, 0)`, scope, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert(t, "old", `{"deploy":{"image":"agent:1","command":null},"pool":{"pod_concurrency":1}}`)
+	got, err := s.Get(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mustConfig(t, `{"deploy":{"image":"agent:1"},"pool":{"pod_concurrency":1}}`)
+	if !reflect.DeepEqual(got.Config, want) {
+		t.Fatalf("old row read as %+v\nwant %+v", got.Config, want)
+	}
+	if got.DeployVer != "dv" {
+		t.Errorf("deploy_ver %q, want the stored dv", got.DeployVer)
+	}
+
+	insert(t, "bad", `{"deploy":{"port":0}}`)
+	_, err = s.Get(ctx, "bad")
+	wantCode(t, err, warmpool.CodeInternal)
 	if !strings.Contains(err.Error(), "deploy.port") {
 		t.Errorf("error %q does not name deploy.port", err)
-	}
-	// A caller that skipped Normalize still gets the defaults stored, not zeros.
-	skipped := mustConfig(t, `{}`)
-	skipped.Deploy.Resources.Memory, skipped.Deploy.Command, skipped.Deploy.Env = "", nil, nil
-	got, err := s.Put(ctx, "scope", skipped)
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := s.Get(ctx, "scope")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if back.Config.Deploy.Resources.Memory != warmpool.DefaultMemory || back.Config.Deploy.Command == nil || back.Config.Deploy.Env == nil {
-		t.Fatalf("stored config is not normalised: %+v", back.Config.Deploy)
-	}
-	if got.DeployVer != mustConfig(t, `{}`).Deploy.DeployVer() {
-		t.Fatalf("deploy_ver %s differs from the normalised default's", got.DeployVer)
 	}
 }
 

@@ -3,6 +3,7 @@
 package httpx
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -11,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -61,21 +61,31 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	WriteJSON(w, e.Code.Status(), envelope{Error: envelopeBody{Code: string(e.Code), Message: e.Message, RetryAfter: e.RetryAfter}})
 }
 
-// Decode reads a JSON object body into v strictly: unknown fields are named, bodies over
-// MaxBody are PAYLOAD_TOO_LARGE. An empty body leaves v as it is when allowEmpty.
-func Decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
+// Body reads the request body, at most MaxBody bytes: a larger one is
+// PAYLOAD_TOO_LARGE.
+func Body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return warmpool.Errorf(warmpool.CodePayloadTooLarge, "body: larger than %d bytes", MaxBody)
+			return nil, warmpool.Errorf(warmpool.CodePayloadTooLarge, "body: larger than %d bytes", MaxBody)
 		}
-		return warmpool.Errorf(warmpool.CodeValidation, "body: %v", err)
+		return nil, warmpool.Errorf(warmpool.CodeValidation, "body: %v", err)
 	}
-	if allowEmpty && len(strings.TrimSpace(string(body))) == 0 {
+	return body, nil
+}
+
+// Decode reads a JSON object body into v strictly: unknown fields are named, bodies over
+// MaxBody are PAYLOAD_TOO_LARGE. An empty body leaves v as it is when allowEmpty.
+func Decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
+	body, err := Body(w, r)
+	if err != nil {
+		return err
+	}
+	if allowEmpty && len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
-	return warmpool.DecodeStrict(strings.NewReader(string(body)), v)
+	return warmpool.DecodeStrict(bytes.NewReader(body), v)
 }
 
 // Param returns a URL parameter checked by valid; a bad one is a VALIDATION error that

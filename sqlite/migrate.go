@@ -4,10 +4,9 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
-	"strings"
 	"time"
+
+	"github.com/warmpool/warmpool/internal/sqlmigrate"
 )
 
 // The schema, one file a step. Files run in name order (hence the 4-digit prefix),
@@ -16,32 +15,11 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-type migration struct {
-	version string // file name without .sql, e.g. "0001_scope_versions"
-	sql     string
-}
-
-func migrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFS, "migrations/*.sql") // sorted by name
-	if err != nil {
-		return nil, err
-	}
-	out := make([]migration, 0, len(names))
-	for _, name := range names {
-		b, err := migrationFS.ReadFile(name)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, migration{version: strings.TrimSuffix(path.Base(name), ".sql"), sql: string(b)})
-	}
-	return out, nil
-}
-
 // migrate applies every pending migration in one write transaction. BEGIN IMMEDIATE
 // makes replicas that start together take turns: the later one finds the steps
 // recorded and applies nothing.
 func (s *Store) migrate(ctx context.Context) error {
-	steps, err := migrations()
+	steps, err := sqlmigrate.Load(migrationFS, "migrations")
 	if err != nil {
 		return fmt.Errorf("sqlite: read migrations: %w", err)
 	}
@@ -83,14 +61,14 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	now := time.Now().UnixMilli()
 	for _, m := range steps {
-		if applied[m.version] {
+		if applied[m.Version] {
 			continue
 		}
-		op := "migrate " + m.version
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+		op := "migrate " + m.Version
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 			return failure(ctx, op, err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, m.version, now); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, m.Version, now); err != nil {
 			return failure(ctx, op, err)
 		}
 	}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/sqlmigrate"
+	"github.com/warmpool/warmpool/internal/storetest"
 )
 
 func mustOpen(tb testing.TB, dsn string) *Store {
@@ -34,123 +36,32 @@ func fileDSN(tb testing.TB) string {
 	return filepath.Join(tb.TempDir(), "warmpool.db")
 }
 
-// mustConfig decodes doc the way the HTTP layer does: defaults filled, validated.
-func mustConfig(tb testing.TB, doc string) warmpool.ScopeConfig {
-	tb.Helper()
-	cfg, err := warmpool.DecodeScopeConfig(strings.NewReader(doc))
-	if err != nil {
-		tb.Fatalf("DecodeScopeConfig(%s): %v", doc, err)
-	}
-	return cfg
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(tb testing.TB) storetest.Opener {
+		dsn := fileDSN(tb)
+		return func(tb testing.TB) warmpool.ConfigStore { return mustOpen(tb, dsn) }
+	})
 }
 
-func mustPut(tb testing.TB, s *Store, scope string, cfg warmpool.ScopeConfig) warmpool.StoredConfig {
-	tb.Helper()
-	sc, err := s.Put(context.Background(), scope, cfg)
-	if err != nil {
-		tb.Fatalf("Put(%q): %v", scope, err)
-	}
-	return sc
-}
-
-func wantCode(tb testing.TB, err error, code warmpool.Code) {
-	tb.Helper()
-	if got := warmpool.ErrorCode(err); got != code {
-		tb.Fatalf("error %v: code %s, want %s", err, got, code)
-	}
-}
-
-func TestRoundTrip(t *testing.T) {
-	for _, tc := range []struct{ name, dsn string }{
-		{"memory", ":memory:"},
-		{"file", fileDSN(t)},
-		{"file URI", "file:" + fileDSN(t) + "?cache=private"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			s := mustOpen(t, tc.dsn)
-
-			v1cfg := mustConfig(t, `{"deploy":{"image":"agent:1"},"pool":{"pod_concurrency":4}}`)
-			v2cfg := mustConfig(t, `{"deploy":{"image":"agent:2","env":{"K":"V"}},"pool":{"queue_size":0}}`)
-			other := mustConfig(t, `{}`)
-
-			put1 := mustPut(t, s, "b-scope", v1cfg)
-			put2 := mustPut(t, s, "b-scope", v2cfg)
-			putOther := mustPut(t, s, "a-scope", other)
-			for _, c := range []struct {
-				got  warmpool.StoredConfig
-				cfg  warmpool.ScopeConfig
-				ver  int64
-				name string
-			}{{put1, v1cfg, 1, "b-scope"}, {put2, v2cfg, 2, "b-scope"}, {putOther, other, 1, "a-scope"}} {
-				if c.got.ScopeID != c.name || c.got.Version != c.ver || c.got.DeployVer != c.cfg.Deploy.DeployVer() || c.got.UpdatedAt.IsZero() {
-					t.Errorf("Put returned %+v, want %s version %d deploy_ver %s", c.got, c.name, c.ver, c.cfg.Deploy.DeployVer())
-				}
-			}
-
-			got, err := s.Get(ctx, "b-scope")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, put2) {
-				t.Errorf("Get = %+v\nwant  %+v (what Put returned)", got, put2)
-			}
-			if got.Config.Pool.QueueSize != 0 {
-				t.Errorf("explicit queue_size 0 came back as %d", got.Config.Pool.QueueSize)
-			}
-
-			list, err := s.List(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := []warmpool.StoredConfig{putOther, put2}; !reflect.DeepEqual(list, want) {
-				t.Errorf("List = %+v\nwant   %+v", list, want)
-			}
-
-			hist, err := s.History(ctx, "b-scope")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := []warmpool.StoredConfig{put1, put2}; !reflect.DeepEqual(hist, want) {
-				t.Errorf("History = %+v\nwant      %+v", hist, want)
-			}
-		})
-	}
-}
-
-func TestVersionsIncrementPerScope(t *testing.T) {
-	s := mustOpen(t, ":memory:")
-	cfg := mustConfig(t, `{}`)
-	for i := int64(1); i <= 5; i++ {
-		if got := mustPut(t, s, "one", cfg).Version; got != i {
-			t.Fatalf("put %d of scope one: version %d", i, got)
-		}
-	}
-	// Another scope counts from 1: versions are per scope, not global.
-	if got := mustPut(t, s, "two", cfg).Version; got != 1 {
-		t.Fatalf("first put of scope two: version %d, want 1", got)
-	}
-}
-
-// SPEC §4: a missing memory request gets the one default and that value is what is
-// stored, never a zero that one reader fills and another does not.
-func TestDefaultsStoredAsGiven(t *testing.T) {
-	ctx := context.Background()
-	s := mustOpen(t, ":memory:")
-	cfg := mustConfig(t, `{"deploy":{"image":"agent:1"}}`)
-	mustPut(t, s, "scope", cfg)
-
-	got, err := s.Get(ctx, "scope")
+// The DSN forms Open takes name one database: a Put through a file: URI is what the
+// plain path reads back.
+func TestDSNForms(t *testing.T) {
+	path := fileDSN(t)
+	put := storetest.Put(t, mustOpen(t, "file:"+path+"?cache=private"), "scope", storetest.Config(t, `{}`))
+	got, err := mustOpen(t, path).Get(context.Background(), "scope")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Config.Deploy.Resources.Memory != warmpool.DefaultMemory {
-		t.Errorf("memory = %q, want %q", got.Config.Deploy.Resources.Memory, warmpool.DefaultMemory)
+	if !reflect.DeepEqual(got, put) {
+		t.Errorf("Get through the path = %+v, want %+v", got, put)
 	}
-	if !reflect.DeepEqual(got.Config, cfg) {
-		t.Errorf("Get config = %+v, want %+v", got.Config, cfg)
-	}
-	// The row itself holds the value, so any other reader of the table sees it too.
+}
+
+// The row itself holds the defaults, so any other reader of the table sees them too.
+func TestStoredRowHoldsDefaults(t *testing.T) {
+	ctx := context.Background()
+	s := mustOpen(t, ":memory:")
+	storetest.Put(t, s, "scope", storetest.Config(t, `{"deploy":{"image":"agent:1"}}`))
 	var memory string
 	if err := s.db.QueryRowContext(ctx, `SELECT config_json ->> '$.deploy.resources.memory' FROM scope_versions`).Scan(&memory); err != nil {
 		t.Fatal(err)
@@ -158,11 +69,6 @@ func TestDefaultsStoredAsGiven(t *testing.T) {
 	if memory != warmpool.DefaultMemory {
 		t.Errorf("stored memory = %q, want %q", memory, warmpool.DefaultMemory)
 	}
-}
-
-func TestPutRejectsBadScopeID(t *testing.T) {
-	_, err := mustOpen(t, ":memory:").Put(context.Background(), "Bad_Scope", mustConfig(t, `{}`))
-	wantCode(t, err, warmpool.CodeValidation)
 }
 
 // Rows are read back normalized: a row written before a field existed gets that
@@ -183,7 +89,7 @@ func TestLoadNormalizesOldRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := mustConfig(t, `{"deploy":{"image":"agent:1"},"pool":{"pod_concurrency":1}}`)
+	want := storetest.Config(t, `{"deploy":{"image":"agent:1"},"pool":{"pod_concurrency":1}}`)
 	if !reflect.DeepEqual(got.Config, want) {
 		t.Fatalf("old row read as %+v\nwant %+v", got.Config, want)
 	}
@@ -193,109 +99,9 @@ func TestLoadNormalizesOldRows(t *testing.T) {
 
 	insert(t, "bad", `{"deploy":{"port":0}}`)
 	_, err = s.Get(ctx, "bad")
-	wantCode(t, err, warmpool.CodeInternal)
+	storetest.WantCode(t, err, warmpool.CodeInternal)
 	if !strings.Contains(err.Error(), "deploy.port") {
 		t.Errorf("error %q does not name deploy.port", err)
-	}
-}
-
-// What Get returns can be stored again unchanged: the JSON round trip keeps a
-// normalised config normalised (empty lists stay empty, not nil).
-func TestPutWhatGetReturned(t *testing.T) {
-	ctx := context.Background()
-	s := mustOpen(t, ":memory:")
-	mustPut(t, s, "scope", mustConfig(t, `{"deploy":{"env":{"A":"1"}}}`))
-	first, err := s.Get(ctx, "scope")
-	if err != nil {
-		t.Fatal(err)
-	}
-	second := mustPut(t, s, "scope", first.Config)
-	if second.Version != 2 || second.DeployVer != first.DeployVer || !reflect.DeepEqual(second.Config, first.Config) {
-		t.Errorf("re-put %+v, want version 2 with the config and deploy_ver of %+v", second, first)
-	}
-}
-
-func TestUnknownScope(t *testing.T) {
-	ctx := context.Background()
-	s := mustOpen(t, ":memory:")
-	_, err := s.Get(ctx, "nope")
-	wantCode(t, err, warmpool.CodeScopeNotFound)
-	_, err = s.History(ctx, "nope")
-	wantCode(t, err, warmpool.CodeScopeNotFound)
-
-	list, err := s.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if list == nil || len(list) != 0 {
-		t.Errorf("List of an empty store = %#v, want an empty non-nil slice", list)
-	}
-
-	mustPut(t, s, "other", mustConfig(t, `{}`))
-	_, err = s.Get(ctx, "nope")
-	wantCode(t, err, warmpool.CodeScopeNotFound)
-}
-
-// Two replicas on one machine: two Stores (two connection pools, so SQLite file locks
-// decide, as between processes) writing one scope from many goroutines. Every Put
-// must succeed and the versions must be exactly 1..N, each holding the config of the
-// Put that was told that version.
-func TestConcurrentWritersTwoStores(t *testing.T) {
-	dsn := fileDSN(t)
-	stores := []*Store{mustOpen(t, dsn), mustOpen(t, dsn)}
-	const goroutines, perGoroutine = 8, 15
-	const n = goroutines * perGoroutine
-
-	var (
-		mu      sync.Mutex
-		wrote   = map[int64]warmpool.ScopeConfig{}
-		wg      sync.WaitGroup
-		errs    = make(chan error, n)
-		ctx     = context.Background()
-		baseCfg = mustConfig(t, `{"pool":{"max_concurrency":100000,"pod_concurrency":1}}`)
-	)
-	for g := range goroutines {
-		wg.Go(func() {
-			s := stores[g%len(stores)]
-			for i := range perGoroutine {
-				cfg := baseCfg
-				cfg.Pool.QueueSize = g*perGoroutine + i // tells the writes apart
-				sc, err := s.Put(ctx, "shared", cfg)
-				if err != nil {
-					errs <- err
-					continue
-				}
-				mu.Lock()
-				if _, dup := wrote[sc.Version]; dup {
-					errs <- fmt.Errorf("version %d handed out twice", sc.Version)
-				}
-				wrote[sc.Version] = cfg
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	if t.Failed() {
-		return
-	}
-	hist, err := stores[0].History(ctx, "shared")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(hist) != n {
-		t.Fatalf("history has %d versions, want %d", len(hist), n)
-	}
-	for i, sc := range hist {
-		if sc.Version != int64(i+1) {
-			t.Fatalf("history[%d] is version %d: gap or duplicate", i, sc.Version)
-		}
-		if !reflect.DeepEqual(sc.Config, wrote[sc.Version]) {
-			t.Errorf("version %d holds queue_size %d, but its Put wrote %d", sc.Version, sc.Config.Pool.QueueSize, wrote[sc.Version].Pool.QueueSize)
-		}
 	}
 }
 
@@ -317,7 +123,7 @@ func TestWriterProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := mustOpen(t, dsn) // concurrent first Opens also race on the migrations
-	cfg := mustConfig(t, `{}`)
+	cfg := storetest.Config(t, `{}`)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -384,7 +190,7 @@ func TestConcurrentWriterProcesses(t *testing.T) {
 func TestMigrationsIdempotent(t *testing.T) {
 	ctx := context.Background()
 	dsn := fileDSN(t)
-	steps, err := migrations()
+	steps, err := sqlmigrate.Load(migrationFS, "migrations")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +213,7 @@ func TestMigrationsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	put := mustPut(t, s, "scope", mustConfig(t, `{}`))
+	put := storetest.Put(t, s, "scope", storetest.Config(t, `{}`))
 	s.Close()
 
 	s = mustOpen(t, dsn)
@@ -430,78 +236,16 @@ func TestMigrationsIdempotent(t *testing.T) {
 	}
 }
 
-// Migrations run in name order, so a name that does not sort where it belongs would
-// silently reorder the schema.
-func TestMigrationNames(t *testing.T) {
-	steps, err := migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(steps) == 0 {
-		t.Fatal("no migrations embedded")
-	}
-	nameRe := regexp.MustCompile(`^(\d{4})_[a-z0-9_]+$`)
-	for i, m := range steps {
-		sub := nameRe.FindStringSubmatch(m.version)
-		if sub == nil {
-			t.Fatalf("migration %q: name must be NNNN_words.sql", m.version)
-		}
-		if n, _ := strconv.Atoi(sub[1]); n != i+1 {
-			t.Errorf("migration %q is number %d, want %04d: numbers run 1, 2, 3 with no gap", m.version, n, i+1)
-		}
-	}
-}
-
-func TestClosedStore(t *testing.T) {
-	ctx := context.Background()
-	s, err := Open(ctx, fileDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustPut(t, s, "scope", mustConfig(t, `{}`))
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	_, err = s.Put(ctx, "scope", mustConfig(t, `{}`))
-	wantCode(t, err, warmpool.CodeStoreUnavailable)
-	_, err = s.Get(ctx, "scope")
-	wantCode(t, err, warmpool.CodeStoreUnavailable)
-	if !strings.Contains(err.Error(), "closed") {
-		t.Errorf("error %q hides its cause", err)
-	}
-	_, err = s.List(ctx)
-	wantCode(t, err, warmpool.CodeStoreUnavailable)
-	_, err = s.History(ctx, "scope")
-	wantCode(t, err, warmpool.CodeStoreUnavailable)
-}
-
 func TestUnopenableFile(t *testing.T) {
 	dsn := filepath.Join(t.TempDir(), "missing-dir", "warmpool.db")
 	_, err := Open(context.Background(), dsn)
-	wantCode(t, err, warmpool.CodeStoreUnavailable)
+	storetest.WantCode(t, err, warmpool.CodeStoreUnavailable)
 }
 
-func TestContextCancelledPassesThrough(t *testing.T) {
-	s := mustOpen(t, ":memory:")
+// The contract suite checks the calls; Open too gives up when its caller does.
+func TestOpenHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	calls := map[string]func() error{
-		"put":     func() error { _, err := s.Put(ctx, "scope", mustConfig(t, `{}`)); return err },
-		"get":     func() error { _, err := s.Get(ctx, "scope"); return err },
-		"list":    func() error { _, err := s.List(ctx); return err },
-		"history": func() error { _, err := s.History(ctx, "scope"); return err },
-	}
-	for name, call := range calls {
-		t.Run(name, func(t *testing.T) {
-			err := call()
-			if !errors.Is(err, context.Canceled) {
-				t.Errorf("error %v is not context.Canceled", err)
-			}
-			if code := warmpool.ErrorCode(err); code == warmpool.CodeStoreUnavailable {
-				t.Errorf("a cancelled caller reported as %s", code)
-			}
-		})
-	}
 	if _, err := Open(ctx, ":memory:"); !errors.Is(err, context.Canceled) {
 		t.Errorf("Open with a cancelled ctx: %v, want context.Canceled", err)
 	}
@@ -520,7 +264,7 @@ func TestPutWaitingForLockHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = waiter.Put(ctx, "scope", mustConfig(t, `{}`))
+	_, err = waiter.Put(ctx, "scope", storetest.Config(t, `{}`))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Put while another store holds the lock: %v, want context.DeadlineExceeded", err)
 	}
@@ -574,7 +318,7 @@ func TestMemoryIsOneDatabase(t *testing.T) {
 	for _, dsn := range []string{":memory:", "file::memory:", "file:wp?mode=memory&cache=shared"} {
 		t.Run(dsn, func(t *testing.T) {
 			s := mustOpen(t, dsn)
-			cfg := mustConfig(t, `{}`)
+			cfg := storetest.Config(t, `{}`)
 			var wg sync.WaitGroup
 			for range 8 {
 				wg.Go(func() {

@@ -1,0 +1,375 @@
+// Package storetest is the contract of a warmpool.ConfigStore as one test suite, which
+// the tests of every store run: storetest.Run(t, newDB). What the HTTP API and the
+// replicas rely on is checked here once, so the stores cannot drift apart.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warmpool/warmpool"
+)
+
+// Opener opens one more instance of a store on one database, with connections of its
+// own, as another replica would; the instance is closed when the test ends.
+type Opener func(tb testing.TB) warmpool.ConfigStore
+
+// NewDB makes a new, empty database and returns its Opener.
+type NewDB func(tb testing.TB) Opener
+
+// Run runs the contract suite, each check as a subtest on a database of its own.
+func Run(t *testing.T, newDB NewDB) {
+	for _, c := range []struct {
+		name string
+		test func(*testing.T, Opener)
+	}{
+		{"RoundTrip", testRoundTrip},
+		{"VersionsPerScope", testVersionsPerScope},
+		{"ListInScopeIDOrder", testListOrder},
+		{"DefaultsStoredAsGiven", testDefaultsStoredAsGiven},
+		{"PutRejectsBadScopeID", testPutRejectsBadScopeID},
+		{"PutWhatGetReturned", testPutWhatGetReturned},
+		{"UnknownScope", testUnknownScope},
+		{"OtherInstanceSeesWrites", testOtherInstanceSees},
+		{"ConcurrentWritersTwoInstances", testConcurrentWriters},
+		{"ClosedStore", testClosedStore},
+		{"CancelledContextPassesThrough", testCancelledContext},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.test(t, newDB(t))
+		})
+	}
+}
+
+// Config decodes doc the way the HTTP layer does: defaults filled, validated.
+func Config(tb testing.TB, doc string) warmpool.ScopeConfig {
+	tb.Helper()
+	cfg, err := warmpool.DecodeScopeConfig(strings.NewReader(doc))
+	if err != nil {
+		tb.Fatalf("DecodeScopeConfig(%s): %v", doc, err)
+	}
+	return cfg
+}
+
+// Put stores cfg and fails the test on an error.
+func Put(tb testing.TB, s warmpool.ConfigStore, scope string, cfg warmpool.ScopeConfig) warmpool.StoredConfig {
+	tb.Helper()
+	sc, err := s.Put(context.Background(), scope, cfg)
+	if err != nil {
+		tb.Fatalf("Put(%q): %v", scope, err)
+	}
+	return sc
+}
+
+// WantCode fails the test unless err carries code.
+func WantCode(tb testing.TB, err error, code warmpool.Code) {
+	tb.Helper()
+	if got := warmpool.ErrorCode(err); got != code {
+		tb.Fatalf("error %v: code %s, want %s", err, got, code)
+	}
+}
+
+func testRoundTrip(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := open(t)
+	before := time.Now().Add(-time.Second)
+
+	v1cfg := Config(t, `{"deploy":{"image":"agent:1"},"pool":{"pod_concurrency":4}}`)
+	v2cfg := Config(t, `{"deploy":{"image":"agent:2","env":{"K":"V"}},"pool":{"queue_size":0}}`)
+	other := Config(t, `{}`)
+
+	put1 := Put(t, s, "b-scope", v1cfg)
+	put2 := Put(t, s, "b-scope", v2cfg)
+	putOther := Put(t, s, "a-scope", other)
+	after := time.Now().Add(time.Second)
+	for _, c := range []struct {
+		got  warmpool.StoredConfig
+		cfg  warmpool.ScopeConfig
+		ver  int64
+		name string
+	}{{put1, v1cfg, 1, "b-scope"}, {put2, v2cfg, 2, "b-scope"}, {putOther, other, 1, "a-scope"}} {
+		if c.got.ScopeID != c.name || c.got.Version != c.ver || c.got.DeployVer != c.cfg.Deploy.DeployVer() {
+			t.Errorf("Put returned %+v, want %s version %d deploy_ver %s", c.got, c.name, c.ver, c.cfg.Deploy.DeployVer())
+		}
+		if c.got.UpdatedAt.Before(before) || c.got.UpdatedAt.After(after) || c.got.UpdatedAt.Location() != time.UTC {
+			t.Errorf("Put of %s version %d: updated_at %v, want the time of the Put in UTC", c.name, c.ver, c.got.UpdatedAt)
+		}
+	}
+
+	got, err := s.Get(ctx, "b-scope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, put2) {
+		t.Errorf("Get = %+v\nwant  %+v (what Put returned)", got, put2)
+	}
+	if got.Config.Pool.QueueSize != 0 {
+		t.Errorf("explicit queue_size 0 came back as %d", got.Config.Pool.QueueSize)
+	}
+
+	list, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []warmpool.StoredConfig{putOther, put2}; !reflect.DeepEqual(list, want) {
+		t.Errorf("List = %+v\nwant   %+v", list, want)
+	}
+
+	hist, err := s.History(ctx, "b-scope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []warmpool.StoredConfig{put1, put2}; !reflect.DeepEqual(hist, want) {
+		t.Errorf("History = %+v\nwant      %+v", hist, want)
+	}
+}
+
+func testVersionsPerScope(t *testing.T, open Opener) {
+	s := open(t)
+	cfg := Config(t, `{}`)
+	for i := int64(1); i <= 5; i++ {
+		if got := Put(t, s, "one", cfg).Version; got != i {
+			t.Fatalf("put %d of scope one: version %d", i, got)
+		}
+	}
+	// Another scope counts from 1: versions are per scope, not global.
+	if got := Put(t, s, "two", cfg).Version; got != 1 {
+		t.Fatalf("first put of scope two: version %d, want 1", got)
+	}
+}
+
+// List is ordered by the bytes of the scope id, whatever collation the database would
+// use for text by default (which may ignore punctuation).
+func testListOrder(t *testing.T, open Opener) {
+	s := open(t)
+	ids := []string{"ab", "a.b", "b", "a0", "a-b", "a1.x"}
+	for _, id := range ids {
+		Put(t, s, id, Config(t, `{}`))
+	}
+	list, err := s.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, sc := range list {
+		got = append(got, sc.ScopeID)
+	}
+	want := slices.Clone(ids)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("List order %q, want %q", got, want)
+	}
+}
+
+// SPEC §4: a missing memory request gets the one default and that value is what is
+// stored, never a zero that one reader fills and another does not.
+func testDefaultsStoredAsGiven(t *testing.T, open Opener) {
+	s := open(t)
+	cfg := Config(t, `{"deploy":{"image":"agent:1"}}`)
+	Put(t, s, "scope", cfg)
+	got, err := s.Get(context.Background(), "scope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Config.Deploy.Resources.Memory != warmpool.DefaultMemory {
+		t.Errorf("memory = %q, want %q", got.Config.Deploy.Resources.Memory, warmpool.DefaultMemory)
+	}
+	if !reflect.DeepEqual(got.Config, cfg) {
+		t.Errorf("Get config = %+v, want %+v", got.Config, cfg)
+	}
+}
+
+func testPutRejectsBadScopeID(t *testing.T, open Opener) {
+	s := open(t)
+	_, err := s.Put(context.Background(), "Bad_Scope", Config(t, `{}`))
+	WantCode(t, err, warmpool.CodeValidation)
+	if got := Put(t, s, "scope", Config(t, `{}`)).Version; got != 1 {
+		t.Errorf("first valid Put got version %d: a refused Put used up a version", got)
+	}
+}
+
+// What Get returns can be stored again unchanged: the JSON round trip keeps a
+// normalised config normalised (empty lists stay empty, not nil).
+func testPutWhatGetReturned(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := open(t)
+	Put(t, s, "scope", Config(t, `{"deploy":{"env":{"A":"1"}}}`))
+	first, err := s.Get(ctx, "scope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := Put(t, s, "scope", first.Config)
+	if second.Version != 2 || second.DeployVer != first.DeployVer || !reflect.DeepEqual(second.Config, first.Config) {
+		t.Errorf("re-put %+v, want version 2 with the config and deploy_ver of %+v", second, first)
+	}
+}
+
+func testUnknownScope(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := open(t)
+	_, err := s.Get(ctx, "nope")
+	WantCode(t, err, warmpool.CodeScopeNotFound)
+	_, err = s.History(ctx, "nope")
+	WantCode(t, err, warmpool.CodeScopeNotFound)
+
+	list, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list == nil || len(list) != 0 {
+		t.Errorf("List of an empty store = %#v, want an empty non-nil slice", list)
+	}
+
+	Put(t, s, "other", Config(t, `{}`))
+	_, err = s.Get(ctx, "nope")
+	WantCode(t, err, warmpool.CodeScopeNotFound)
+}
+
+// A config PUT on one replica is what every other replica reads next: no cache
+// between a store and its database.
+func testOtherInstanceSees(t *testing.T, open Opener) {
+	ctx := context.Background()
+	a, b := open(t), open(t)
+	for i := range 3 {
+		cfg := Config(t, fmt.Sprintf(`{"deploy":{"image":"agent:%d"}}`, i))
+		put := Put(t, a, "scope", cfg)
+		got, err := b.Get(ctx, "scope")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, put) {
+			t.Fatalf("other instance's Get = %+v, want %+v", got, put)
+		}
+		list, err := b.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 1 || !reflect.DeepEqual(list[0], put) {
+			t.Fatalf("other instance's List = %+v, want [%+v]", list, put)
+		}
+	}
+}
+
+// Two replicas: two instances (two connection pools, so the database decides, as
+// between processes) writing one scope from many goroutines at once. Every Put must
+// succeed and the versions must be exactly 1..N, each holding the config of the Put
+// that was told that version: no update lost, none numbered twice.
+func testConcurrentWriters(t *testing.T, open Opener) {
+	stores := []warmpool.ConfigStore{open(t), open(t)}
+	const goroutines, perGoroutine = 8, 15
+	const n = goroutines * perGoroutine
+
+	var (
+		mu      sync.Mutex
+		wrote   = map[int64]warmpool.ScopeConfig{}
+		wg      sync.WaitGroup
+		errs    = make(chan error, n)
+		ctx     = context.Background()
+		baseCfg = Config(t, `{"pool":{"max_concurrency":100000,"pod_concurrency":1}}`)
+		start   = make(chan struct{})
+	)
+	for g := range goroutines {
+		wg.Go(func() {
+			s := stores[g%len(stores)]
+			<-start
+			for i := range perGoroutine {
+				cfg := baseCfg
+				cfg.Pool.QueueSize = g*perGoroutine + i // tells the writes apart
+				sc, err := s.Put(ctx, "shared", cfg)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				mu.Lock()
+				if _, dup := wrote[sc.Version]; dup {
+					errs <- fmt.Errorf("version %d handed out twice", sc.Version)
+				}
+				wrote[sc.Version] = cfg
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	hist, err := stores[1].History(ctx, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != n {
+		t.Fatalf("history has %d versions, want %d", len(hist), n)
+	}
+	for i, sc := range hist {
+		if sc.Version != int64(i+1) {
+			t.Fatalf("history[%d] is version %d: gap or duplicate", i, sc.Version)
+		}
+		if !reflect.DeepEqual(sc.Config, wrote[sc.Version]) {
+			t.Errorf("version %d holds queue_size %d, but its Put wrote %d", sc.Version, sc.Config.Pool.QueueSize, wrote[sc.Version].Pool.QueueSize)
+		}
+	}
+	latest, err := stores[0].Get(ctx, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if latest.Version != n {
+		t.Errorf("Get after the writers: version %d, want %d", latest.Version, n)
+	}
+}
+
+func testClosedStore(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := open(t)
+	Put(t, s, "scope", Config(t, `{}`))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Put(ctx, "scope", Config(t, `{}`))
+	WantCode(t, err, warmpool.CodeStoreUnavailable)
+	_, err = s.Get(ctx, "scope")
+	WantCode(t, err, warmpool.CodeStoreUnavailable)
+	if !strings.Contains(err.Error(), "closed") {
+		t.Errorf("error %q hides its cause", err)
+	}
+	_, err = s.List(ctx)
+	WantCode(t, err, warmpool.CodeStoreUnavailable)
+	_, err = s.History(ctx, "scope")
+	WantCode(t, err, warmpool.CodeStoreUnavailable)
+}
+
+// A caller that gave up is not an outage: its cancellation comes back as ctx.Err(),
+// not as STORE_UNAVAILABLE.
+func testCancelledContext(t *testing.T, open Opener) {
+	s := open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	calls := map[string]func() error{
+		"put":     func() error { _, err := s.Put(ctx, "scope", Config(t, `{}`)); return err },
+		"get":     func() error { _, err := s.Get(ctx, "scope"); return err },
+		"list":    func() error { _, err := s.List(ctx); return err },
+		"history": func() error { _, err := s.History(ctx, "scope"); return err },
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			err := call()
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("error %v is not context.Canceled", err)
+			}
+			if code := warmpool.ErrorCode(err); code == warmpool.CodeStoreUnavailable {
+				t.Errorf("a cancelled caller reported as %s", code)
+			}
+		})
+	}
+}

@@ -16,12 +16,13 @@ build:
 run: build
 	$(BIN) serve --dev
 
-## test: every test on a real redis-server started (and stopped) for the run, after the
-## Redis-facing packages on miniredis (the same suite, both servers)
+## test: every test on a real redis-server and a real PostgreSQL server started (and
+## stopped) for the run, after the Redis-facing packages on miniredis (the same suite,
+## both servers)
 REDIS_PKGS := ./lua/ ./rm/ ./sm/ ./sweeper/
 test: build
 	$(GO) test -race -count=1 -short $(REDIS_PKGS)
-	scripts/with-redis.sh $(GO) test -race -count=1 $(PKGS)
+	scripts/with-postgres.sh scripts/with-redis.sh $(GO) test -race -count=1 $(PKGS)
 
 ## unit: the fast tests only, on miniredis
 unit:
@@ -37,10 +38,11 @@ lint:
 	$(GO) vet $(PKGS)
 
 ## e2e: three replicas behind haproxy on one redis-server, then on a 3-master Redis
-## Cluster, together with the whole Redis-facing suite
+## Cluster, together with the whole Redis-facing suite; the replicas share one
+## PostgreSQL config store
 e2e: build
-	$(GO) test -tags e2e_multi -count=1 -run TestMultiReplica ./e2e/
-	scripts/with-redis-cluster.sh $(GO) test -tags e2e_multi -count=1 $(REDIS_PKGS) ./server/ ./e2e/
+	scripts/with-postgres.sh $(GO) test -tags e2e_multi -count=1 -run TestMultiReplica ./e2e/
+	scripts/with-postgres.sh scripts/with-redis-cluster.sh $(GO) test -tags e2e_multi -count=1 $(REDIS_PKGS) ./server/ ./e2e/
 
 clean:
 	rm -rf bin

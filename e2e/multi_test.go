@@ -18,11 +18,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/warmpool/warmpool/internal/testpg"
 )
 
 // The multi-replica e2e: a real redis-server, three `warmpool serve` processes with the
 // local driver (one state directory, one config store) and haproxy in front as the
-// Service load balancer, all on loopback. With REDIS_CLUSTER_ADDRS set, the replicas
+// Service load balancer, all on loopback. The config store is a fresh schema on the
+// PostgreSQL server of WARMPOOL_TEST_POSTGRES (make e2e starts one), else a SQLite file
+// the replicas share. With REDIS_CLUSTER_ADDRS set, the replicas
 // use that Redis Cluster instead, and the Redis restart scenario is skipped (a cluster
 // loses its slot map with its data).
 
@@ -31,6 +35,7 @@ type cluster struct {
 	bin, dir string
 	redis    *redisProc
 	redisURL string
+	store    string // --store of every replica
 	replicas []*replica
 	lb       string
 }
@@ -79,6 +84,13 @@ func newCluster(t *testing.T) *cluster {
 		t.Fatal("haproxy is missing (Debian: apt-get install haproxy)")
 	}
 	c := &cluster{t: t, bin: warmpoolBin(t), dir: t.TempDir()}
+	if os.Getenv(testpg.EnvDSN) != "" {
+		c.store = testpg.DSN(t)
+		t.Logf("config store: PostgreSQL (%s)", testpg.EnvDSN)
+	} else {
+		c.store = filepath.Join(c.dir, "config.db")
+		t.Logf("config store: a shared SQLite file (%s is not set)", testpg.EnvDSN)
+	}
 	if addrs := os.Getenv("REDIS_CLUSTER_ADDRS"); addrs != "" {
 		c.redisURL = addrs
 	} else {
@@ -100,7 +112,7 @@ func newCluster(t *testing.T) *cluster {
 func (c *cluster) start(t *testing.T, r *replica) {
 	t.Helper()
 	r.proc = startServe(c.t, c.bin, "serve", "--listen", r.addr, "--redis", c.redisURL,
-		"--store", filepath.Join(c.dir, "config.db"), "--driver", "local",
+		"--store", c.store, "--driver", "local",
 		"--local-state-dir", filepath.Join(c.dir, "pods"), "--instance-id", r.name,
 		"--prefix", "e2e:", "--sweep-interval", "500ms", "--deploy-lease", "3s")
 	r.proc.waitReady(t, "http://"+r.addr, 30*time.Second)

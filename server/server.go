@@ -31,7 +31,6 @@ import (
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/scopes"
 	"github.com/warmpool/warmpool/sm"
-	"github.com/warmpool/warmpool/sqlite"
 	"github.com/warmpool/warmpool/sweeper"
 )
 
@@ -48,7 +47,7 @@ const (
 type Config struct {
 	Listen     string
 	RedisURL   string // redis:// URL, a comma-separated host:port list (Cluster), or "" (embedded)
-	StorePath  string
+	StorePath  string // config store: FILE or sqlite://FILE, or a postgres:// URL
 	DriverName string // local, kubernetes, fake
 	Kubeconfig string
 	Namespace  string
@@ -181,9 +180,9 @@ func (s *Server) build(ctx context.Context) error {
 	if cfg.Store != nil {
 		s.configs = cfg.Store
 	} else {
-		st, err := sqlite.Open(ctx, cfg.StorePath)
+		st, err := openConfigStore(ctx, cfg.StorePath)
 		if err != nil {
-			return fmt.Errorf("config store %q: %w", cfg.StorePath, err)
+			return err
 		}
 		s.configs = st
 		s.closers = append(s.closers, st.Close)

@@ -28,7 +28,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	var cfg server.Config
 	fs.StringVar(&cfg.Listen, "listen", envOr(getenv, "WARMPOOL_LISTEN", server.DefaultListen), "HTTP listen address [WARMPOOL_LISTEN]")
 	fs.StringVar(&cfg.RedisURL, "redis", getenv("WARMPOOL_REDIS"), "redis:// URL, or host:port,host:port,… for a Cluster; empty = embedded in-process Redis (dev only) [WARMPOOL_REDIS]")
-	fs.StringVar(&cfg.StorePath, "store", envOr(getenv, "WARMPOOL_STORE", server.DefaultStore), "SQLite config store path or DSN [WARMPOOL_STORE]")
+	fs.StringVar(&cfg.StorePath, "store", envOr(getenv, "WARMPOOL_STORE", server.DefaultStore), "config store: FILE or sqlite://FILE (SQLite), or postgres://user:pass@host:port/db?sslmode=… (PostgreSQL, shared by replicas) [WARMPOOL_STORE]")
 	fs.StringVar(&cfg.DriverName, "driver", envOr(getenv, "WARMPOOL_DRIVER", ""), "pod driver: local, kubernetes or fake (default local) [WARMPOOL_DRIVER]")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig path; empty = in-cluster config [KUBECONFIG]")
 	fs.StringVar(&cfg.Namespace, "namespace", getenv("WARMPOOL_NAMESPACE"), "namespace of pods whose scope names none [WARMPOOL_NAMESPACE]")

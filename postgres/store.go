@@ -1,0 +1,279 @@
+// Package postgres is the config store that replicas share: scope configs in
+// PostgreSQL (github.com/jackc/pgx/v5 through database/sql). Every Put is a new row, so
+// the history of a scope is kept.
+//
+// A Put is one transaction that first bumps the scope's row in scope_heads (INSERT …
+// ON CONFLICT DO UPDATE, which locks the row until commit) and then inserts the new
+// version. Writers of one scope, in this process or in another replica, take turns on
+// that row, so each gets the previous version + 1 and none is lost; writers of
+// different scopes do not wait for one another.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/warmpool/warmpool"
+)
+
+// Connection defaults; a DSN that sets connect_timeout keeps its own.
+const (
+	// ConnectTimeout bounds each connection attempt, so a server that does not answer
+	// makes calls fail with STORE_UNAVAILABLE instead of hanging.
+	ConnectTimeout = 5 * time.Second
+	// MaxOpenConns is the connection pool's size: config writes are rare and reads
+	// short, and three replicas stay far below PostgreSQL's default max_connections.
+	MaxOpenConns = 8
+	// ConnMaxIdleTime closes connections left unused this long.
+	ConnMaxIdleTime = 5 * time.Minute
+)
+
+// Store is a warmpool.ConfigStore on PostgreSQL. It is safe for concurrent use.
+type Store struct {
+	db *sql.DB
+}
+
+var _ warmpool.ConfigStore = (*Store)(nil)
+
+// Open connects to the database named by dsn (postgres://user:pass@host:port/db?…,
+// or the key=value form) and applies any pending migration. Tables are created in
+// the first schema of the search_path (a search_path parameter of the DSN chooses
+// it). Errors: VALIDATION for a DSN that does not parse, STORE_UNAVAILABLE, or
+// ctx.Err().
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		// pgx leaves the password out of its parse errors.
+		return nil, warmpool.Errorf(warmpool.CodeValidation, "postgres: %v", err)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = ConnectTimeout
+	}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(MaxOpenConns)
+	db.SetMaxIdleConns(MaxOpenConns)
+	db.SetConnMaxIdleTime(ConnMaxIdleTime)
+	s := &Store{db: db}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, failure(ctx, "open", err)
+	}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the connection pool. Calls on a closed store fail with
+// STORE_UNAVAILABLE.
+func (s *Store) Close() error {
+	return s.db.Close()
+}
+
+// Put stores cfg as the scope's next version, normalised first (Normalize is
+// idempotent), so what is stored always carries the one default of every field and
+// never a silent zero. Errors: VALIDATION, STORE_UNAVAILABLE, INTERNAL (the tables
+// were edited by hand into a state Put cannot extend), or ctx.Err().
+func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfig) (warmpool.StoredConfig, error) {
+	if err := warmpool.CheckScopeID(scopeID); err != nil {
+		return warmpool.StoredConfig{}, err
+	}
+	if err := cfg.Normalize(); err != nil {
+		return warmpool.StoredConfig{}, err
+	}
+	doc, err := json.Marshal(cfg)
+	if err != nil {
+		return warmpool.StoredConfig{}, warmpool.Errorf(warmpool.CodeInternal, "config store: encode %q: %v", scopeID, err)
+	}
+	stored := warmpool.StoredConfig{
+		ScopeID:   scopeID,
+		DeployVer: cfg.Deploy.DeployVer(),
+		Config:    cfg,
+		UpdatedAt: time.UnixMilli(time.Now().UnixMilli()).UTC(), // what Get will read back
+	}
+	op := fmt.Sprintf("put %q", scopeID)
+
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
+	defer tx.Rollback() // no-op after Commit
+	// The row lock taken here is held until Commit: a concurrent Put of the scope
+	// waits on it and then bumps the version this one committed.
+	err = tx.QueryRowContext(ctx, `
+		INSERT INTO scope_heads AS h (scope_id, version) VALUES ($1, 1)
+		ON CONFLICT (scope_id) DO UPDATE SET version = h.version + 1
+		RETURNING h.version`, scopeID).Scan(&stored.Version)
+	if err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
+	_, err = tx.ExecContext(ctx, `
+		INSERT INTO scope_versions (scope_id, version, deploy_ver, config_json, created_at)
+		VALUES ($1, $2, $3, $4, $5)`,
+		scopeID, stored.Version, stored.DeployVer, string(doc), stored.UpdatedAt)
+	if err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
+	return stored, nil
+}
+
+// latestSQL selects the latest version of scopes: the row scope_heads points at.
+const latestSQL = `SELECT v.scope_id, v.version, v.deploy_ver, v.config_json, v.created_at
+	FROM scope_heads AS h
+	JOIN scope_versions AS v ON v.scope_id = h.scope_id AND v.version = h.version`
+
+// Get returns the latest version of the scope. Errors: SCOPE_NOT_FOUND,
+// STORE_UNAVAILABLE, or ctx.Err().
+func (s *Store) Get(ctx context.Context, scopeID string) (warmpool.StoredConfig, error) {
+	row := s.db.QueryRowContext(ctx, latestSQL+` WHERE h.scope_id = $1`, scopeID)
+	sc, err := scanConfig(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return warmpool.StoredConfig{}, notFound(scopeID)
+	}
+	if err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, fmt.Sprintf("get %q", scopeID), err)
+	}
+	return sc, nil
+}
+
+// List returns the latest version of every scope, ordered by scope id (bytewise); an
+// empty store gives an empty, non-nil slice. Errors: STORE_UNAVAILABLE, or ctx.Err().
+func (s *Store) List(ctx context.Context) ([]warmpool.StoredConfig, error) {
+	return s.query(ctx, "list", latestSQL+` ORDER BY h.scope_id`)
+}
+
+// History returns every version of the scope, oldest first. Errors: SCOPE_NOT_FOUND,
+// STORE_UNAVAILABLE, or ctx.Err().
+func (s *Store) History(ctx context.Context, scopeID string) ([]warmpool.StoredConfig, error) {
+	out, err := s.query(ctx, fmt.Sprintf("history %q", scopeID), `
+		SELECT scope_id, version, deploy_ver, config_json, created_at
+		FROM scope_versions WHERE scope_id = $1 ORDER BY version`, scopeID)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, notFound(scopeID)
+	}
+	return out, nil
+}
+
+func (s *Store) query(ctx context.Context, op, query string, args ...any) ([]warmpool.StoredConfig, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, failure(ctx, op, err)
+	}
+	defer rows.Close()
+	out := []warmpool.StoredConfig{}
+	for rows.Next() {
+		sc, err := scanConfig(rows)
+		if err != nil {
+			return nil, failure(ctx, op, err)
+		}
+		out = append(out, sc)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, failure(ctx, op, err)
+	}
+	return out, nil
+}
+
+func scanConfig(row interface{ Scan(...any) error }) (warmpool.StoredConfig, error) {
+	var (
+		sc  warmpool.StoredConfig
+		doc []byte
+	)
+	if err := row.Scan(&sc.ScopeID, &sc.Version, &sc.DeployVer, &doc, &sc.UpdatedAt); err != nil {
+		return warmpool.StoredConfig{}, err
+	}
+	// Plain Unmarshal, not DecodeScopeConfig: return what was stored, with no defaults
+	// filled on the way out.
+	if err := json.Unmarshal(doc, &sc.Config); err != nil {
+		return warmpool.StoredConfig{}, &corruptError{scopeID: sc.ScopeID, version: sc.Version, err: err}
+	}
+	sc.UpdatedAt = sc.UpdatedAt.UTC()
+	return sc, nil
+}
+
+func notFound(scopeID string) error {
+	return warmpool.Errorf(warmpool.CodeScopeNotFound, "scope %q has no config", scopeID)
+}
+
+// corruptError is a stored row the store cannot read back: a bug or a hand edit, not
+// an outage, so it is INTERNAL.
+type corruptError struct {
+	scopeID string
+	version int64
+	err     error
+}
+
+func (e *corruptError) Error() string {
+	return fmt.Sprintf("scope %q version %d: stored config is not readable: %v", e.scopeID, e.version, e.err)
+}
+
+// unavailableError is a STORE_UNAVAILABLE *warmpool.Error that also unwraps to the
+// database error behind it, for errors.Is and logs.
+type unavailableError struct {
+	domain *warmpool.Error
+	cause  error
+}
+
+func (e *unavailableError) Error() string   { return e.domain.Error() }
+func (e *unavailableError) Unwrap() []error { return []error{e.domain, e.cause} }
+
+// failure classifies a database error of op: the caller's cancellation passes through
+// as ctx.Err(); an error the server reports about the statement itself (a constraint,
+// a missing table: a bug or a hand edit, which a retry would not mend) or an
+// unreadable row is INTERNAL; anything else — no connection, the server shutting down
+// or out of resources, a transaction it rolled back — is STORE_UNAVAILABLE.
+func failure(ctx context.Context, op string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("config store: %s: %w", op, ctxErr)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("config store: %s: %w", op, err)
+	}
+	var corrupt *corruptError
+	if errors.As(err, &corrupt) {
+		return fmt.Errorf("config store: %s: %w", op, warmpool.Errorf(warmpool.CodeInternal, "%v", corrupt))
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && !transient(pgErr.Code) {
+		return fmt.Errorf("config store: %s: %w", op, warmpool.Errorf(warmpool.CodeInternal, "%v", pgErr))
+	}
+	return &unavailableError{
+		domain: &warmpool.Error{
+			Code:       warmpool.CodeStoreUnavailable,
+			Message:    fmt.Sprintf("config store: %s: %v", op, err),
+			RetryAfter: 1,
+		},
+		cause: err,
+	}
+}
+
+// transient reports whether an SQLSTATE says the server could not do the work now
+// rather than that the work is wrong: connection exceptions (08), transaction
+// rollbacks such as deadlocks (40), insufficient resources such as too many
+// connections (53), operator intervention such as a shutdown (57) and system errors
+// (58).
+func transient(code string) bool {
+	if len(code) != 5 {
+		return true
+	}
+	switch code[:2] {
+	case "08", "40", "53", "57", "58":
+		return true
+	}
+	return false
+}

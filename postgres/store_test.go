@@ -1,0 +1,242 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/sqlmigrate"
+	"github.com/warmpool/warmpool/internal/storetest"
+	"github.com/warmpool/warmpool/internal/testpg"
+)
+
+func mustOpen(tb testing.TB, dsn string) *Store {
+	tb.Helper()
+	s, err := Open(context.Background(), dsn)
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(tb testing.TB) storetest.Opener {
+		dsn := testpg.DSN(tb)
+		return func(tb testing.TB) warmpool.ConfigStore { return mustOpen(tb, dsn) }
+	})
+}
+
+// Replicas starting together on a fresh database migrate it once; a later start
+// applies nothing and keeps the data.
+func TestMigrationsIdempotent(t *testing.T) {
+	ctx := context.Background()
+	dsn := testpg.DSN(t)
+	steps, err := sqlmigrate.Load(migrationFS, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			s, err := Open(ctx, dsn)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			s.Close()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	s := mustOpen(t, dsn)
+	put := storetest.Put(t, s, "scope", storetest.Config(t, `{}`))
+	s.Close()
+
+	s = mustOpen(t, dsn)
+	var count int
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations`).Scan(&count); err != nil {
+		t.Fatal(err)
+	}
+	if count != len(steps) {
+		t.Errorf("schema_migrations has %d rows, want %d (one per migration)", count, len(steps))
+	}
+	if err := s.migrate(ctx); err != nil {
+		t.Fatalf("migrating again: %v", err)
+	}
+	got, err := s.Get(ctx, "scope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, put) {
+		t.Errorf("after reopen Get = %+v, want %+v", got, put)
+	}
+}
+
+// The row itself holds the defaults, so any other reader of the table sees them too.
+func TestStoredRowHoldsDefaults(t *testing.T) {
+	s := mustOpen(t, testpg.DSN(t))
+	storetest.Put(t, s, "scope", storetest.Config(t, `{"deploy":{"image":"agent:1"}}`))
+	var memory string
+	err := s.db.QueryRowContext(context.Background(),
+		`SELECT config_json #>> '{deploy,resources,memory}' FROM scope_versions`).Scan(&memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if memory != warmpool.DefaultMemory {
+		t.Errorf("stored memory = %q, want %q", memory, warmpool.DefaultMemory)
+	}
+}
+
+// A writer waiting for the scope's row lock, which another replica holds, gives up
+// when its caller does; writers of other scopes do not wait at all.
+func TestPutWaitingForLockHonoursContext(t *testing.T) {
+	ctx := context.Background()
+	dsn := testpg.DSN(t)
+	holder, waiter := mustOpen(t, dsn), mustOpen(t, dsn)
+	cfg := storetest.Config(t, `{}`)
+	storetest.Put(t, holder, "scope", cfg)
+	tx, err := holder.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM scope_heads WHERE scope_id = 'scope' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = waiter.Put(short, "scope", cfg)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Put while another store holds the row: %v, want context.DeadlineExceeded", err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("Put waited %v, past its 200ms deadline", waited)
+	}
+	if got := storetest.Put(t, waiter, "other", cfg).Version; got != 1 {
+		t.Errorf("Put of another scope beside the lock: version %d, want 1", got)
+	}
+
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if got := storetest.Put(t, waiter, "scope", cfg).Version; got != 2 {
+		t.Errorf("Put after the lock was released: version %d, want 2 (the cancelled Put must not use one up)", got)
+	}
+}
+
+// The server dropping every connection (a restart, a failover) is an outage of one
+// call at most per pooled connection, answered STORE_UNAVAILABLE (which callers
+// retry); the pool then reconnects by itself.
+func TestReconnectsAfterConnectionsDropped(t *testing.T) {
+	ctx := context.Background()
+	dsn := testpg.DSN(t)
+	admin := mustOpen(t, dsn)
+	// Only this store's connections, told apart by their application_name: other
+	// tests share the server.
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	app := "reconnect_" + q.Get("search_path")
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	s := mustOpen(t, u.String())
+	put := storetest.Put(t, s, "scope", storetest.Config(t, `{}`))
+	var dropped int
+	if err := admin.db.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = $1`, app).Scan(&dropped); err != nil {
+		t.Fatal(err)
+	}
+	if dropped == 0 {
+		t.Fatal("no connection of the store was found to drop")
+	}
+	var got warmpool.StoredConfig
+	for range MaxOpenConns + 1 {
+		if got, err = s.Get(ctx, "scope"); err == nil {
+			break
+		}
+		storetest.WantCode(t, err, warmpool.CodeStoreUnavailable)
+	}
+	if err != nil {
+		t.Fatalf("Get still fails after the server dropped the connections: %v", err)
+	}
+	if !reflect.DeepEqual(got, put) {
+		t.Errorf("Get = %+v, want %+v", got, put)
+	}
+	if got := storetest.Put(t, s, "scope", storetest.Config(t, `{}`)).Version; got != 2 {
+		t.Errorf("Put after reconnecting: version %d, want 2", got)
+	}
+}
+
+// A table edited by hand into a state Put cannot extend is a bug to look at, not an
+// outage to retry: INTERNAL, with the server's words.
+func TestHandEditedTablesAreInternal(t *testing.T) {
+	dsn := testpg.DSN(t)
+	s := mustOpen(t, dsn)
+	storetest.Put(t, s, "scope", storetest.Config(t, `{}`))
+	testpg.Exec(t, dsn, `INSERT INTO scope_versions (scope_id, version, deploy_ver, config_json, created_at)
+		VALUES ('scope', 2, 'x', '{}', now())`)
+	_, err := s.Put(context.Background(), "scope", storetest.Config(t, `{}`))
+	storetest.WantCode(t, err, warmpool.CodeInternal)
+	if !strings.Contains(err.Error(), "duplicate key") {
+		t.Errorf("error %q hides the server's reason", err)
+	}
+}
+
+// No server at the address: Open fails at once with STORE_UNAVAILABLE.
+func TestUnreachableServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	start := time.Now()
+	_, err = Open(context.Background(), "postgres://wp:secret@"+addr+"/wp?sslmode=disable")
+	storetest.WantCode(t, err, warmpool.CodeStoreUnavailable)
+	if strings.Contains(err.Error(), "secret") {
+		t.Errorf("error %q shows the password", err)
+	}
+	if took := time.Since(start); took > ConnectTimeout {
+		t.Errorf("Open took %v", took)
+	}
+}
+
+func TestBadDSN(t *testing.T) {
+	for _, dsn := range []string{"postgres://wp:secret@host:notaport/db", "postgres://wp:secret@host/db?sslmode=sometimes"} {
+		_, err := Open(context.Background(), dsn)
+		storetest.WantCode(t, err, warmpool.CodeValidation)
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("error %q shows the password", err)
+		}
+	}
+}
+
+func TestTransient(t *testing.T) {
+	for code, want := range map[string]bool{
+		"08006": true,  // connection failure
+		"40P01": true,  // deadlock detected
+		"53300": true,  // too many connections
+		"57P01": true,  // admin shutdown
+		"23505": false, // unique violation
+		"42P01": false, // undefined table
+		"22P02": false, // invalid text representation
+	} {
+		if got := transient(code); got != want {
+			t.Errorf("transient(%s) = %v, want %v", code, got, want)
+		}
+	}
+}

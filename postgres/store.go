@@ -79,15 +79,12 @@ func (s *Store) Close() error {
 	return s.db.Close()
 }
 
-// Put stores cfg as the scope's next version, normalised first (Normalize is
-// idempotent), so what is stored always carries the one default of every field and
-// never a silent zero. Errors: VALIDATION, STORE_UNAVAILABLE, INTERNAL (the tables
-// were edited by hand into a state Put cannot extend), or ctx.Err().
+// Put stores cfg, which must be normalized (warmpool.ScopeConfig.Normalize), as the
+// scope's next version; the store fills no default and keeps cfg as given.
+// Errors: VALIDATION (a bad scope id), STORE_UNAVAILABLE, INTERNAL (the tables were
+// edited by hand into a state Put cannot extend), or ctx.Err().
 func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfig) (warmpool.StoredConfig, error) {
 	if err := warmpool.CheckScopeID(scopeID); err != nil {
-		return warmpool.StoredConfig{}, err
-	}
-	if err := cfg.Normalize(); err != nil {
 		return warmpool.StoredConfig{}, err
 	}
 	doc, err := json.Marshal(cfg)
@@ -197,11 +194,13 @@ func scanConfig(row interface{ Scan(...any) error }) (warmpool.StoredConfig, err
 	if err := row.Scan(&sc.ScopeID, &sc.Version, &sc.DeployVer, &doc, &sc.UpdatedAt); err != nil {
 		return warmpool.StoredConfig{}, err
 	}
-	// Plain Unmarshal, not DecodeScopeConfig: return what was stored, with no defaults
-	// filled on the way out.
-	if err := json.Unmarshal(doc, &sc.Config); err != nil {
+	// Rows are normalized when written; LoadScopeConfig also gives a row written
+	// before a field existed that field's default, not a zero.
+	cfg, err := warmpool.LoadScopeConfig(doc)
+	if err != nil {
 		return warmpool.StoredConfig{}, &corruptError{scopeID: sc.ScopeID, version: sc.Version, err: err}
 	}
+	sc.Config = cfg
 	sc.UpdatedAt = sc.UpdatedAt.UTC()
 	return sc, nil
 }

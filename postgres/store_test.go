@@ -97,6 +97,39 @@ func TestStoredRowHoldsDefaults(t *testing.T) {
 	}
 }
 
+// Rows are read back normalized: a row written before a field existed gets that
+// field's default, not a zero, and a row that is not a valid config is INTERNAL (a bug
+// or a hand edit), not an outage.
+func TestLoadNormalizesOldRows(t *testing.T) {
+	ctx := context.Background()
+	dsn := testpg.DSN(t)
+	s := mustOpen(t, dsn)
+	insert := func(scope, doc string) {
+		testpg.Exec(t, dsn, `INSERT INTO scope_heads (scope_id, version) VALUES ('`+scope+`', 1)`)
+		testpg.Exec(t, dsn, `INSERT INTO scope_versions (scope_id, version, deploy_ver, config_json, created_at)
+			VALUES ('`+scope+`', 1, 'dv', '`+doc+`', now())`)
+	}
+	insert("old", `{"deploy":{"image":"agent:1","command":null},"pool":{"pod_concurrency":1}}`)
+	got, err := s.Get(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := storetest.Config(t, `{"deploy":{"image":"agent:1"},"pool":{"pod_concurrency":1}}`)
+	if !reflect.DeepEqual(got.Config, want) {
+		t.Fatalf("old row read as %+v\nwant %+v", got.Config, want)
+	}
+	if got.DeployVer != "dv" {
+		t.Errorf("deploy_ver %q, want the stored dv", got.DeployVer)
+	}
+
+	insert("bad", `{"deploy":{"port":0}}`)
+	_, err = s.Get(ctx, "bad")
+	storetest.WantCode(t, err, warmpool.CodeInternal)
+	if !strings.Contains(err.Error(), "deploy.port") {
+		t.Errorf("error %q does not name deploy.port", err)
+	}
+}
+
 // A writer waiting for the scope's row lock, which another replica holds, gives up
 // when its caller does; writers of other scopes do not wait at all.
 func TestPutWaitingForLockHonoursContext(t *testing.T) {

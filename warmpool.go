@@ -4,10 +4,12 @@
 package warmpool
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,20 +46,30 @@ type DeployRequest struct {
 }
 
 // PodDriver creates, lists, probes and deletes pods. Implementations: k8s.Kubernetes,
-// k8s.Local, k8s.Fake.
+// localpod.Driver (local processes) and fakepod.Driver (in memory, for tests); the suite
+// in k8s/drivertest checks each of them against this contract.
 type PodDriver interface {
 	// Deploy creates the pod and waits until it is ready, at most
-	// Spec.ReadyTimeoutS. A pod that cannot come up yields a DEPLOY_FAILED *Error whose
-	// message says why; a cancelled ctx yields ctx.Err(). Whatever Deploy created is
-	// deleted again when it fails.
+	// Spec.ReadyTimeoutS. req.Spec is normalized (ScopeConfig.Normalize): drivers use
+	// it as it is and fill no defaults. A pod that cannot come up yields a DEPLOY_FAILED
+	// *Error whose message says why; a cancelled ctx yields ctx.Err(). Whatever Deploy
+	// created is deleted again when it fails.
 	Deploy(ctx context.Context, req DeployRequest) (Pod, error)
 	// Delete removes the pod. Deleting a pod that is already gone is not an error.
 	Delete(ctx context.Context, pod Pod) error
-	// List returns every pod the driver manages (those carrying warmpool's labels), with
-	// Ready and Dead filled.
+	// List returns every pod the driver manages (those carrying warmpool's labels),
+	// oldest first (SortPods), with Ready and Dead filled.
 	List(ctx context.Context) ([]Pod, error)
 	// Probe checks the pod's health endpoint once; nil means healthy.
 	Probe(ctx context.Context, pod Pod) error
+}
+
+// SortPods puts pods in the order PodDriver.List returns them: oldest first, by
+// CreatedAt, then by ID.
+func SortPods(pods []Pod) {
+	slices.SortFunc(pods, func(a, b Pod) int {
+		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
 }
 
 // Labels and annotations every driver puts on the pods it creates.

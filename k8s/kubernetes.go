@@ -146,6 +146,8 @@ type PhaseEvent struct {
 
 // Kubernetes is the production pod driver: it creates agent pods through the API server
 // with client-go, waits for them with a watch and lists them from shared informers.
+// Deploy receives a normalized spec (warmpool.ScopeConfig.Normalize) and fills no
+// defaults; only the namespace falls back to Config.Namespace, the driver's own.
 type Kubernetes struct {
 	client kubernetes.Interface
 	cfg    Config
@@ -199,7 +201,8 @@ func (k *Kubernetes) namespace(ns string) string {
 // Deploy creates the scope's pod and waits, with a watch, until it is Running and Ready,
 // at most Spec.ReadyTimeoutS. Errors: DEPLOY_FAILED naming the reason (image pull,
 // crash loop, terminated container, unschedulable, deleted, failed, timeout, API
-// refusal); VALIDATION for a template the pod cannot be built from; ctx.Err() when ctx
+// refusal); VALIDATION for a template the pod cannot be built from (a spec that was not
+// normalized, such as a ready timeout under a second); ctx.Err() when ctx
 // ends first. Whatever Deploy created is deleted again when it fails.
 func (k *Kubernetes) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpool.Pod, error) {
 	start := time.Now()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -301,8 +300,9 @@ func (k *Kubernetes) waitSynced(ctx context.Context, c *nsCache) error {
 
 // List returns every managed pod (label app.kubernetes.io/managed-by=warmpool) of every
 // namespace in use — the default one, those Deploy used and those passed to
-// WatchNamespace — from the informers' caches, with Ready and Dead filled. Only the
-// first List of a namespace waits for its cache; after that List costs no API call.
+// WatchNamespace — from the informers' caches, oldest first, with Ready and Dead
+// filled. Only the first List of a namespace waits for its cache; after that List costs
+// no API call.
 // Errors: a cache that does not sync within CacheSyncTimeout (an incomplete list must
 // never pass for the truth), ErrClosed, ctx.Err().
 func (k *Kubernetes) List(ctx context.Context) ([]warmpool.Pod, error) {
@@ -315,7 +315,6 @@ func (k *Kubernetes) List(ctx context.Context) ([]warmpool.Pod, error) {
 		caches = append(caches, c)
 	}
 	k.mu.Unlock()
-	sort.Slice(caches, func(i, j int) bool { return caches[i].ns < caches[j].ns })
 	k.waitNodes(ctx)
 	now := k.cfg.Clock.Now()
 	var out []warmpool.Pod
@@ -330,12 +329,12 @@ func (k *Kubernetes) List(ctx context.Context) ([]warmpool.Pod, error) {
 		if err != nil {
 			return nil, fmt.Errorf("list pods of namespace %s: %w", c.ns, err)
 		}
-		sort.Slice(objs, func(i, j int) bool { return objs[i].Name < objs[j].Name })
 		for _, p := range objs {
 			if p.Labels[warmpool.LabelManagedBy] == warmpool.ManagedByValue { // a watch may not filter
 				out = append(out, k.view(p, now))
 			}
 		}
 	}
+	warmpool.SortPods(out)
 	return out, nil
 }

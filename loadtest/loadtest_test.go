@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sqlite"
@@ -24,7 +24,7 @@ import (
 // pods) on a short interval, served over loopback by httptest.
 type testServer struct {
 	url  string
-	fake *k8s.Fake
+	fake *fakepod.Driver
 }
 
 func newTestServer(t *testing.T, deployDelay time.Duration) *testServer {
@@ -36,7 +36,7 @@ func newTestServer(t *testing.T, deployDelay time.Duration) *testServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	fake := k8s.NewFake()
+	fake := fakepod.New()
 	fake.DeployDelay = deployDelay
 	t.Cleanup(func() { _ = fake.Close() })
 	srv, err := server.New(ctx, server.Config{

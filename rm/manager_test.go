@@ -16,7 +16,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/invariant"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
 )
@@ -29,14 +29,14 @@ type harness struct {
 	t     testing.TB
 	r     *testredis.Redis
 	store *lua.Store
-	fake  *k8s.Fake
+	fake  *fakepod.Driver
 	cfgs  map[string]warmpool.ScopeConfig
 }
 
 func newHarness(t testing.TB) *harness {
 	t.Helper()
 	r := testredis.New(t)
-	h := &harness{t: t, r: r, store: lua.NewStore(r.Client, r.Prefix), fake: k8s.NewFake(), cfgs: map[string]warmpool.ScopeConfig{}}
+	h := &harness{t: t, r: r, store: lua.NewStore(r.Client, r.Prefix), fake: fakepod.New(), cfgs: map[string]warmpool.ScopeConfig{}}
 	t.Cleanup(func() { h.fake.Close() })
 	if _, err := h.store.Bootstrap(context.Background(), "e1"); err != nil {
 		t.Fatal(err)

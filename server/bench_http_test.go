@@ -10,7 +10,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sqlite"
 )
@@ -25,7 +25,7 @@ func BenchmarkHTTPRouteWarm(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fake := k8s.NewFake()
+	fake := fakepod.New()
 	srv, err := server.New(ctx, server.Config{Redis: r.Client, Prefix: r.Prefix, Driver: fake, Store: store})
 	if err != nil {
 		b.Fatal(err)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sqlite"
@@ -31,7 +31,7 @@ type env struct {
 	srv    *server.Server
 	ts     *httptest.Server
 	r      *testredis.Redis
-	fake   *k8s.Fake
+	fake   *fakepod.Driver
 	clock  *testredis.Clock
 	token  string
 	client *http.Client
@@ -59,7 +59,7 @@ func mustEnv(tb testing.TB, opts ...envOption) *env {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = st.Close() })
-	fake := k8s.NewFake()
+	fake := fakepod.New()
 	tb.Cleanup(func() { _ = fake.Close() })
 	clock := testredis.NewClock()
 	cfg := server.Config{

@@ -21,7 +21,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/invariant"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sm"
@@ -34,7 +34,7 @@ type replicas struct {
 	t       *testing.T
 	a, b    *env
 	r       *testredis.Redis
-	fake    *k8s.Fake
+	fake    *fakepod.Driver
 	clock   *testredis.Clock
 	store   *lua.Store // the test's own view of the shared Redis
 	configs *gatedStore
@@ -93,7 +93,7 @@ func newReplicas(t *testing.T, opts ...envOption) *replicas {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	fake := k8s.NewFake()
+	fake := fakepod.New()
 	t.Cleanup(func() { _ = fake.Close() })
 	rs := &replicas{t: t, r: r, fake: fake, clock: testredis.NewClock(), store: lua.NewStore(r.Client, r.Prefix),
 		configs: &gatedStore{ConfigStore: st}}

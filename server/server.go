@@ -27,6 +27,8 @@ import (
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/k8s/fakepod"
+	"github.com/warmpool/warmpool/k8s/localpod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/scopes"
@@ -64,7 +66,8 @@ type Config struct {
 	// LockLease is the lease of the jobs' locks (sweeper.DefaultLockLease when zero).
 	LockLease time.Duration
 
-	// LocalBinary is the program the local driver runs pods with ("warmpool").
+	// LocalBinary is the program the local driver runs pods with; empty means this
+	// executable ("warmpool").
 	LocalBinary string
 	// LocalStateDir is where local pods are registered; replicas on one machine
 	// share it.
@@ -262,17 +265,9 @@ func NewRedis(spec string) (redis.UniversalClient, error) {
 func (s *Server) newDriver() (warmpool.PodDriver, error) {
 	switch s.cfg.DriverName {
 	case "local":
-		bin := s.cfg.LocalBinary
-		if bin == "" {
-			exe, err := os.Executable()
-			if err != nil {
-				return nil, fmt.Errorf("local driver: %w", err)
-			}
-			bin = exe
-		}
-		return k8s.NewLocal(k8s.LocalConfig{Binary: bin, StateDir: s.cfg.LocalStateDir, Logger: s.log})
+		return localpod.New(localpod.Config{Binary: s.cfg.LocalBinary, StateDir: s.cfg.LocalStateDir, Logger: s.log})
 	case "fake":
-		f := k8s.NewFake()
+		f := fakepod.New()
 		f.DeployDelay = s.cfg.FakeDeployDelay
 		return f, nil
 	case "kubernetes":

@@ -7,7 +7,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/sm"
@@ -31,7 +31,7 @@ func BenchmarkRouteWarm(b *testing.B) {
 	if _, err := store.Bootstrap(ctx, "e"); err != nil {
 		b.Fatal(err)
 	}
-	fake := k8s.NewFake()
+	fake := fakepod.New()
 	defer fake.Close()
 	pool := rm.New(store, fake, rm.Config{})
 	defer pool.Close()

@@ -13,7 +13,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/invariant"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/sm"
@@ -30,7 +30,7 @@ type harness struct {
 	t     *testing.T
 	r     *testredis.Redis
 	store *lua.Store
-	fake  *k8s.Fake
+	fake  *fakepod.Driver
 
 	mu       sync.Mutex
 	cfgs     map[string]warmpool.ScopeConfig
@@ -42,7 +42,7 @@ func newHarness(t *testing.T) *harness {
 	t.Helper()
 	r := testredis.New(t)
 	h := &harness{
-		t: t, r: r, store: lua.NewStore(r.Client, r.Prefix), fake: k8s.NewFake(),
+		t: t, r: r, store: lua.NewStore(r.Client, r.Prefix), fake: fakepod.New(),
 		cfgs: map[string]warmpool.ScopeConfig{}, versions: map[string][]string{}, version: map[string]int64{},
 	}
 	t.Cleanup(func() { h.fake.Close() })

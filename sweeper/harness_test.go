@@ -13,7 +13,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/invariant"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/scopes"
@@ -33,7 +33,7 @@ type harness struct {
 	t       *testing.T
 	r       *testredis.Redis
 	store   *lua.Store
-	fake    *k8s.Fake
+	fake    *fakepod.Driver
 	clock   *testredis.Clock
 	configs *sqlite.Store
 	scopes  *scopes.Service
@@ -62,7 +62,7 @@ func newHarness(t *testing.T, opts ...func(*options)) *harness {
 	ctx := context.Background()
 	r := testredis.New(t)
 	h := &harness{
-		t: t, r: r, store: lua.NewStore(r.Client, r.Prefix), fake: k8s.NewFake(), clock: testredis.NewClock(),
+		t: t, r: r, store: lua.NewStore(r.Client, r.Prefix), fake: fakepod.New(), clock: testredis.NewClock(),
 		observed: map[string]int{}, versions: map[string][]string{},
 	}
 	configs, err := sqlite.Open(ctx, ":memory:")

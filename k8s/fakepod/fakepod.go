@@ -1,8 +1,12 @@
-package k8s
+// Package fakepod is an in-memory pod driver for the tests of the packages above the
+// drivers (rm, sm, sweeper, server): pods are records, and knobs shape deploy timing and
+// failures without sleeps. It imports only the root package.
+package fakepod
 
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,7 +15,7 @@ import (
 	"github.com/warmpool/warmpool"
 )
 
-// DeployRecord is one Deploy call seen by Fake.
+// DeployRecord is one Deploy call seen by a Driver.
 type DeployRecord struct {
 	Req warmpool.DeployRequest
 	// Pod is the pod the call returned; zero when Err is set or while in flight.
@@ -22,13 +26,14 @@ type DeployRecord struct {
 	Err error
 }
 
-// Fake is an in-memory PodDriver for tests of the packages above the drivers. Deploy
-// behaves like the kubernetes driver in the ways callers can observe: the pod exists
+// Driver is an in-memory warmpool.PodDriver. Deploy receives a normalized spec
+// (warmpool.ScopeConfig.Normalize) and fills no defaults. It behaves like the kubernetes
+// driver in the ways callers can observe: the pod exists
 // (not Ready) from the start of the deploy, a second create of the same (scope, fence)
 // fails with "already exists", and a failed or cancelled deploy removes its pod. Knobs
 // shape timing and failures without sleeps. The zero value is ready to use; all methods
 // are safe for concurrent use.
-type Fake struct {
+type Driver struct {
 	// DeployDelay is how long each Deploy takes (after any Hold is released); ctx
 	// cancellation cuts it short. Set it before the first Deploy; SetDeployDelay changes
 	// it while deploys may run.
@@ -48,11 +53,11 @@ type Fake struct {
 	closed  bool
 }
 
-var _ warmpool.PodDriver = (*Fake)(nil)
+var _ warmpool.PodDriver = (*Driver)(nil)
 
-// NewFake returns an empty Fake.
-func NewFake() *Fake {
-	f := &Fake{}
+// New returns an empty Driver.
+func New() *Driver {
+	f := &Driver{}
 	f.mu.Lock()
 	f.initLocked()
 	f.mu.Unlock()
@@ -60,7 +65,7 @@ func NewFake() *Fake {
 }
 
 // initLocked makes the zero value usable; f.mu is held.
-func (f *Fake) initLocked() {
+func (f *Driver) initLocked() {
 	if f.pods == nil {
 		f.pods = map[string]*warmpool.Pod{}
 		f.probes = map[string]error{}
@@ -70,13 +75,13 @@ func (f *Fake) initLocked() {
 }
 
 // notifyLocked wakes everyone waiting on Changed; f.mu is held.
-func (f *Fake) notifyLocked() {
+func (f *Driver) notifyLocked() {
 	close(f.changed)
 	f.changed = make(chan struct{})
 }
 
 // SetDeployDelay changes DeployDelay for deploys that start afterwards.
-func (f *Fake) SetDeployDelay(d time.Duration) {
+func (f *Driver) SetDeployDelay(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.DeployDelay = d
@@ -84,7 +89,7 @@ func (f *Fake) SetDeployDelay(d time.Duration) {
 
 // FailNext makes the next n deploys fail with DEPLOY_FAILED and msg, after their delay.
 // It replaces any earlier FailNext that has not run out.
-func (f *Fake) FailNext(n int, msg string) {
+func (f *Driver) FailNext(n int, msg string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.failN, f.failMsg = n, msg
@@ -94,7 +99,7 @@ func (f *Fake) FailNext(n int, msg string) {
 // release is called, so a test can line up concurrent deploys and look at them in
 // flight. Holds nest: deploys run again once every release has been called. Calling
 // release more than once is harmless.
-func (f *Fake) Hold() (release func()) {
+func (f *Driver) Hold() (release func()) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.initLocked()
@@ -118,7 +123,7 @@ func (f *Fake) Hold() (release func()) {
 }
 
 // SetProbe makes Probe of podID return err; nil makes the pod healthy again.
-func (f *Fake) SetProbe(podID string, err error) {
+func (f *Driver) SetProbe(podID string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.initLocked()
@@ -133,7 +138,7 @@ func (f *Fake) SetProbe(podID string, err error) {
 // Kill marks the pod dead with reason (as if its process crashed or its node was lost):
 // List reports it Dead and not Ready, Probe fails, and it stays listed until deleted.
 // Killing an unknown pod does nothing.
-func (f *Fake) Kill(podID, reason string) {
+func (f *Driver) Kill(podID, reason string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.initLocked()
@@ -151,7 +156,7 @@ func (f *Fake) Kill(podID, reason string) {
 // AddExternal adds a pod that nobody deployed through this driver, as reconcile finds
 // pods another replica (or an earlier life of the service) created. Empty URLs and
 // CreatedAt are filled; the pod is Ready unless Dead is set.
-func (f *Fake) AddExternal(pod warmpool.Pod) {
+func (f *Driver) AddExternal(pod warmpool.Pod) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.initLocked()
@@ -170,21 +175,19 @@ func (f *Fake) AddExternal(pod warmpool.Pod) {
 }
 
 // Pods returns every pod the driver has, like List without a context.
-func (f *Fake) Pods() []warmpool.Pod {
+func (f *Driver) Pods() []warmpool.Pod {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]warmpool.Pod, 0, len(f.pods))
 	for _, p := range f.pods {
 		out = append(out, *p)
 	}
-	slices.SortFunc(out, func(a, b warmpool.Pod) int {
-		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.ID, b.ID))
-	})
+	warmpool.SortPods(out)
 	return out
 }
 
 // Deploys returns a copy of every deploy record, in the order the calls started.
-func (f *Fake) Deploys() []DeployRecord {
+func (f *Driver) Deploys() []DeployRecord {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]DeployRecord, len(f.records))
@@ -195,14 +198,14 @@ func (f *Fake) Deploys() []DeployRecord {
 }
 
 // DeployCount is the number of Deploy calls so far, failed and in-flight ones included.
-func (f *Fake) DeployCount() int {
+func (f *Driver) DeployCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.records)
 }
 
 // InFlight is the number of Deploy calls that have started and not yet returned.
-func (f *Fake) InFlight() int {
+func (f *Driver) InFlight() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0
@@ -216,7 +219,7 @@ func (f *Fake) InFlight() int {
 
 // MaxOverlap is the largest number of deploys whose [Start, End) windows overlap; an
 // in-flight deploy's window is open-ended.
-func (f *Fake) MaxOverlap() int {
+func (f *Driver) MaxOverlap() int {
 	type event struct {
 		at    time.Time
 		delta int
@@ -245,7 +248,7 @@ func (f *Fake) MaxOverlap() int {
 }
 
 // Deleted returns the ids passed to Delete, in order, including ids that were missing.
-func (f *Fake) Deleted() []string {
+func (f *Driver) Deleted() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.deleted)
@@ -254,7 +257,7 @@ func (f *Fake) Deleted() []string {
 // Changed returns a channel that is closed at the driver's next change (a deploy starting
 // or ending, a pod added, killed or deleted, a hold released). Tests await a condition
 // with it instead of sleeping: take the channel, check the condition, then wait on it.
-func (f *Fake) Changed() <-chan struct{} {
+func (f *Driver) Changed() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.initLocked()
@@ -262,7 +265,7 @@ func (f *Fake) Changed() <-chan struct{} {
 }
 
 // WaitInFlight blocks until at least n deploys are in flight, or ctx ends.
-func (f *Fake) WaitInFlight(ctx context.Context, n int) error {
+func (f *Driver) WaitInFlight(ctx context.Context, n int) error {
 	for {
 		ch := f.Changed()
 		if f.InFlight() >= n {
@@ -277,7 +280,7 @@ func (f *Fake) WaitInFlight(ctx context.Context, n int) error {
 }
 
 // Close makes in-flight and later deploys fail with DEPLOY_FAILED; the pods stay.
-func (f *Fake) Close() error {
+func (f *Driver) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.initLocked()
@@ -290,12 +293,17 @@ func (f *Fake) Close() error {
 }
 
 // Deploy creates the pod named warmpool.PodName(scope, fence), waits for any Hold and
-// then DeployDelay, and returns it Ready. Errors: DEPLOY_FAILED when the name exists,
-// when FailNext says so, when the pod was deleted or killed while starting or when the
-// driver is closed; ctx.Err() when ctx ends first. A failed deploy removes its pod.
-func (f *Fake) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpool.Pod, error) {
+// then DeployDelay, at most Spec.ReadyTimeoutS, and returns it Ready. Errors: VALIDATION
+// for a ready timeout under a second (a spec that was not normalized); DEPLOY_FAILED
+// when the name exists, when FailNext says so, when the pod was deleted or killed while
+// starting, when it is not ready in time or when the driver is closed; ctx.Err() when
+// ctx ends first. A failed deploy removes its pod.
+func (f *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpool.Pod, error) {
 	if err := ctx.Err(); err != nil {
 		return warmpool.Pod{}, err
+	}
+	if req.Spec.ReadyTimeoutS < 1 {
+		return warmpool.Pod{}, warmpool.Errorf(warmpool.CodeValidation, "deploy.ready_timeout_s: must be positive, got %d", req.Spec.ReadyTimeoutS)
 	}
 	name := warmpool.PodName(req.ScopeID, req.Fence)
 
@@ -307,7 +315,7 @@ func (f *Fake) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpool
 	var early error
 	switch _, exists := f.pods[name]; {
 	case f.closed:
-		early = warmpool.Errorf(warmpool.CodeDeployFailed, "fake driver closed")
+		early = errClosed
 	case exists:
 		early = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s already exists", name)
 	}
@@ -326,15 +334,19 @@ func (f *Fake) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpool
 		DeployVer: req.DeployVer,
 		Fence:     req.Fence,
 		Namespace: req.Spec.Namespace,
-		SSEURL:    fakeURL(name, cmp.Or(req.Spec.SSEPath, warmpool.DefaultSSEPath)),
-		HealthURL: fakeURL(name, cmp.Or(req.Spec.HealthPath, warmpool.DefaultHealthPath)),
+		SSEURL:    fakeURL(name, req.Spec.SSEPath),
+		HealthURL: fakeURL(name, req.Spec.HealthPath),
 		CreatedAt: warmpool.UnixMs(rec.Start),
 	}
 	f.pods[name] = pod
 	delay, done := f.DeployDelay, f.done
 	f.mu.Unlock()
 
-	err := f.waitReady(ctx, delay, done)
+	timeout := time.Duration(req.Spec.ReadyTimeoutS) * time.Second
+	err := f.waitReady(ctx, delay, timeout, done)
+	if errors.Is(err, errNotReady) {
+		err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s not ready within %s", name, timeout)
+	}
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -362,10 +374,30 @@ func (f *Fake) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpool
 	return *pod, nil
 }
 
-// waitReady waits out any Hold, then delay. A hold taken again before a blocked deploy
-// wakes keeps it blocked: deploys run only while nothing holds them.
-func (f *Fake) waitReady(ctx context.Context, delay time.Duration, done <-chan struct{}) error {
-	closed := warmpool.Errorf(warmpool.CodeDeployFailed, "fake driver closed")
+var (
+	errClosed   = warmpool.Errorf(warmpool.CodeDeployFailed, "fake driver closed")
+	errNotReady = errors.New("not ready in time")
+)
+
+// waitReady waits out any Hold, then delay, and answers errNotReady once timeout has
+// passed. A hold taken again before a blocked deploy wakes keeps it blocked: deploys
+// run only while nothing holds them.
+func (f *Driver) waitReady(ctx context.Context, delay, timeout time.Duration, done <-chan struct{}) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	wait := func(ch <-chan struct{}, timer <-chan time.Time) error {
+		select {
+		case <-ch:
+		case <-timer:
+		case <-deadline.C:
+			return errNotReady
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-done:
+			return errClosed
+		}
+		return nil
+	}
 	for {
 		f.mu.Lock()
 		hold := f.holdCh
@@ -373,12 +405,8 @@ func (f *Fake) waitReady(ctx context.Context, delay time.Duration, done <-chan s
 		if hold == nil {
 			break
 		}
-		select {
-		case <-hold:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-done:
-			return closed
+		if err := wait(hold, nil); err != nil {
+			return err
 		}
 	}
 	if delay <= 0 {
@@ -386,18 +414,11 @@ func (f *Fake) waitReady(ctx context.Context, delay time.Duration, done <-chan s
 	}
 	t := time.NewTimer(delay)
 	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-done:
-		return closed
-	}
+	return wait(nil, t.C)
 }
 
 // Delete removes the pod; a missing pod is not an error.
-func (f *Fake) Delete(ctx context.Context, pod warmpool.Pod) error {
+func (f *Driver) Delete(ctx context.Context, pod warmpool.Pod) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -412,7 +433,7 @@ func (f *Fake) Delete(ctx context.Context, pod warmpool.Pod) error {
 }
 
 // List returns every pod, oldest first, with Ready and Dead filled.
-func (f *Fake) List(ctx context.Context) ([]warmpool.Pod, error) {
+func (f *Driver) List(ctx context.Context) ([]warmpool.Pod, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -421,7 +442,7 @@ func (f *Fake) List(ctx context.Context) ([]warmpool.Pod, error) {
 
 // Probe fails for a missing pod (wrapping warmpool.ErrPodNotFound), a dead or not yet
 // ready one, and one given an error with SetProbe.
-func (f *Fake) Probe(ctx context.Context, pod warmpool.Pod) error {
+func (f *Driver) Probe(ctx context.Context, pod warmpool.Pod) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

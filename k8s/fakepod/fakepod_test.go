@@ -1,9 +1,9 @@
-package k8s_test
+package fakepod_test
 
 import (
 	"context"
 	"errors"
-	"strings"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -11,51 +11,49 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/k8s/drivertest"
+	"github.com/warmpool/warmpool/k8s/fakepod"
 )
 
-// noLeak fails the test if it leaves goroutines behind. Register it first so its
-// cleanup runs last, after the driver's Close.
-func noLeak(t *testing.T) {
-	t.Helper()
-	opts := []goleak.Option{goleak.IgnoreCurrent()}
-	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestConformance runs the PodDriver contract: Kill marks a pod dead, FailNext fails
+// deploys, Hold stalls them.
+func TestConformance(t *testing.T) {
+	const reason = "image pull failed (injected)"
+	drivertest.Run(t, func(t *testing.T, mode drivertest.Mode) *drivertest.Harness {
+		f := mustFake(t)
+		h := &drivertest.Harness{Driver: f, Kill: func(_ *testing.T, p warmpool.Pod) { f.Kill(p.ID, "OOMKilled") }}
+		switch mode {
+		case drivertest.Failing:
+			f.FailNext(math.MaxInt, reason)
+			h.FailReason = reason
+		case drivertest.Stalled:
+			t.Cleanup(f.Hold())
+		}
+		return h
+	})
 }
 
-func mustFake(t *testing.T) *k8s.Fake {
+func mustFake(t *testing.T) *fakepod.Driver {
 	t.Helper()
-	noLeak(t)
-	f := k8s.NewFake()
+	f := fakepod.New()
 	t.Cleanup(func() { _ = f.Close() })
 	return f
 }
 
 func fakeReq(scope string, fence int64) warmpool.DeployRequest {
-	return warmpool.DeployRequest{
-		ScopeID:   scope,
-		DeployVer: "v1",
-		Fence:     fence,
-		Spec:      warmpool.DefaultScopeConfig().Deploy,
+	cfg := warmpool.DefaultScopeConfig()
+	if err := cfg.Normalize(); err != nil {
+		panic(err)
 	}
+	return warmpool.DeployRequest{ScopeID: scope, DeployVer: "v1", Fence: fence, Spec: cfg.Deploy}
 }
 
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-func wantCode(t *testing.T, err error, code warmpool.Code, contains string) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("err = nil, want %s", code)
-	}
-	if got := warmpool.ErrorCode(err); got != code {
-		t.Fatalf("code = %s (%v), want %s", got, err, code)
-	}
-	if !strings.Contains(err.Error(), contains) {
-		t.Fatalf("err = %q, want it to mention %q", err, contains)
-	}
 }
 
 // deployAsync runs Deploy in the background; the channel yields its error.
@@ -68,7 +66,9 @@ func deployAsync(ctx context.Context, d warmpool.PodDriver, req warmpool.DeployR
 	return ch
 }
 
-func TestFakeDeployListDelete(t *testing.T) {
+// TestFakeRecords: the records of deploys and deletes, and the duplicate create of one
+// fence that fencing relies on.
+func TestFakeRecords(t *testing.T) {
 	f := mustFake(t)
 	ctx := testCtx(t)
 
@@ -77,24 +77,11 @@ func TestFakeDeployListDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := warmpool.PodName("demo", 7)
-	if pod.ID != name || pod.ScopeID != "demo" || pod.DeployVer != "v1" || pod.Fence != 7 || !pod.Ready {
-		t.Fatalf("pod = %+v", pod)
-	}
 	if pod.SSEURL != "http://fake.invalid/"+name+"/sse" || pod.HealthURL != "http://fake.invalid/"+name+"/health" {
 		t.Fatalf("urls = %q %q", pod.SSEURL, pod.HealthURL)
 	}
-	if err := f.Probe(ctx, pod); err != nil {
-		t.Fatalf("Probe = %v", err)
-	}
-
-	// The same (scope, fence) again is the duplicate create that fencing relies on.
 	_, err = f.Deploy(ctx, fakeReq("demo", 7))
-	wantCode(t, err, warmpool.CodeDeployFailed, "already exists")
-
-	pods, err := f.List(ctx)
-	if err != nil || len(pods) != 1 || pods[0].ID != name || !pods[0].Ready || pods[0].Dead != "" {
-		t.Fatalf("List = %+v, %v", pods, err)
-	}
+	drivertest.WantError(t, err, warmpool.CodeDeployFailed, "already exists")
 	if n := f.DeployCount(); n != 2 {
 		t.Fatalf("DeployCount = %d, want 2", n)
 	}
@@ -103,14 +90,10 @@ func TestFakeDeployListDelete(t *testing.T) {
 		t.Fatalf("records = %+v", recs)
 	}
 
-	if err := f.Delete(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Delete(ctx, pod); err != nil {
-		t.Fatalf("second Delete = %v, want nil", err)
-	}
-	if pods := f.Pods(); len(pods) != 0 {
-		t.Fatalf("Pods after Delete = %+v", pods)
+	for range 2 {
+		if err := f.Delete(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := f.Probe(ctx, pod); !errors.Is(err, warmpool.ErrPodNotFound) {
 		t.Fatalf("Probe of deleted pod = %v, want ErrPodNotFound", err)
@@ -125,8 +108,7 @@ func TestFakeDeployListDelete(t *testing.T) {
 }
 
 func TestFakeZeroValue(t *testing.T) {
-	noLeak(t)
-	var f k8s.Fake
+	var f fakepod.Driver
 	if _, err := f.Deploy(testCtx(t), fakeReq("zero", 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +200,7 @@ func TestFakeFailNext(t *testing.T) {
 	f.FailNext(2, "image pull backoff")
 	for i := int64(1); i <= 2; i++ {
 		_, err := f.Deploy(ctx, fakeReq("fail", i))
-		wantCode(t, err, warmpool.CodeDeployFailed, "image pull backoff")
+		drivertest.WantError(t, err, warmpool.CodeDeployFailed, "image pull backoff")
 	}
 	if pods := f.Pods(); len(pods) != 0 {
 		t.Fatalf("failed deploys left pods: %+v", pods)
@@ -244,7 +226,8 @@ func TestFakeDelayAndCancel(t *testing.T) {
 		t.Fatalf("deploy took %v, want at least the 30ms delay", r.End.Sub(r.Start))
 	}
 
-	// A cancelled ctx cuts the delay short, returns ctx.Err() and removes the pod.
+	// A cancelled ctx cuts the delay short (a held deploy is the conformance suite's
+	// case), returns ctx.Err() and removes the pod.
 	f.SetDeployDelay(time.Hour)
 	dctx, cancel := context.WithCancel(ctx)
 	done := deployAsync(dctx, f, fakeReq("slow", 2))
@@ -258,25 +241,9 @@ func TestFakeDelayAndCancel(t *testing.T) {
 	if pods := f.Pods(); len(pods) != 1 {
 		t.Fatalf("cancelled deploy left its pod: %+v", pods)
 	}
-
-	// Cancelling while held works the same way.
-	release := f.Hold()
-	defer release()
-	dctx, cancel = context.WithCancel(ctx)
-	done = deployAsync(dctx, f, fakeReq("slow", 3))
-	if err := f.WaitInFlight(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("held Deploy after cancel = %v, want context.Canceled", err)
-	}
-	if _, err := f.Deploy(dctx, fakeReq("slow", 4)); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Deploy with a cancelled ctx = %v", err)
-	}
 }
 
-func TestFakeKillProbeExternal(t *testing.T) {
+func TestFakeProbeAndExternal(t *testing.T) {
 	f := mustFake(t)
 	ctx := testCtx(t)
 	pod, err := f.Deploy(ctx, fakeReq("k", 1))
@@ -295,12 +262,8 @@ func TestFakeKillProbeExternal(t *testing.T) {
 
 	f.Kill(pod.ID, "OOMKilled")
 	f.Kill("no-such-pod", "x") // no effect
-	pods, _ := f.List(ctx)
-	if len(pods) != 1 || pods[0].Dead != "OOMKilled" || pods[0].Ready {
-		t.Fatalf("List after Kill = %+v", pods)
-	}
-	if err := f.Probe(ctx, pod); err == nil {
-		t.Fatal("Probe of a dead pod = nil")
+	if pods := f.Pods(); len(pods) != 1 || pods[0].Dead != "OOMKilled" {
+		t.Fatalf("pods after Kill = %+v", pods)
 	}
 
 	f.AddExternal(warmpool.Pod{ID: "orphan-1", ScopeID: "k", DeployVer: "old", Fence: 9})
@@ -331,8 +294,8 @@ func TestFakeDeleteOrKillWhileDeploying(t *testing.T) {
 	}
 	f.Kill(warmpool.PodName("race", 2), "Error")
 	release()
-	wantCode(t, <-deleted, warmpool.CodeDeployFailed, "deleted")
-	wantCode(t, <-killed, warmpool.CodeDeployFailed, "died")
+	drivertest.WantError(t, <-deleted, warmpool.CodeDeployFailed, "deleted")
+	drivertest.WantError(t, <-killed, warmpool.CodeDeployFailed, "died")
 	if pods := f.Pods(); len(pods) != 0 {
 		t.Fatalf("pods left: %+v", pods)
 	}
@@ -350,9 +313,9 @@ func TestFakeClose(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	wantCode(t, <-done, warmpool.CodeDeployFailed, "closed")
+	drivertest.WantError(t, <-done, warmpool.CodeDeployFailed, "closed")
 	_, err := f.Deploy(ctx, fakeReq("c", 2))
-	wantCode(t, err, warmpool.CodeDeployFailed, "closed")
+	drivertest.WantError(t, err, warmpool.CodeDeployFailed, "closed")
 	if err := f.Close(); err != nil {
 		t.Fatalf("second Close = %v", err)
 	}

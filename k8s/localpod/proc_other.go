@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package k8s
+package localpod
 
 import (
 	"fmt"
@@ -35,7 +35,7 @@ func procAlive(pid int, name string) (alive bool, why string) {
 	if strings.HasPrefix(fields[0], "Z") {
 		return false, "process exited"
 	}
-	if !slices.Contains(fields[1:], localAgentWord) || !slices.Contains(fields[1:], name) {
+	if !slices.Contains(fields[1:], agentWord) || !slices.Contains(fields[1:], name) {
 		return false, fmt.Sprintf("process gone (pid %d now runs something else)", pid)
 	}
 	return true, ""

@@ -1,8 +1,10 @@
-package k8s
+// Package localpod is the pod driver that runs each pod as a local process of the demo
+// agent (SPEC §2, §9): what `warmpool serve --dev` and `make run` use, so the whole
+// service runs without a cluster. It imports only the root package.
+package localpod
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,24 +28,24 @@ import (
 	"github.com/warmpool/warmpool"
 )
 
-// Defaults of LocalConfig.
+// Defaults of Config.
 const (
-	DefaultLocalProbeTimeout = 2 * time.Second
-	DefaultLocalStopGrace    = 2 * time.Second
-	// localReadyPoll is how often Deploy asks a starting pod's health endpoint.
-	localReadyPoll = 50 * time.Millisecond
-	// localStderrTail bounds the agent stderr kept for error messages.
-	localStderrTail  = 8 << 10
-	localStderrLines = 5
-	localStateExt    = ".json"
-	// localAgentWord is the sub-command every local pod runs; /proc/<pid>/cmdline must
+	DefaultProbeTimeout = 2 * time.Second
+	DefaultStopGrace    = 2 * time.Second
+	// readyPoll is how often Deploy asks a starting pod's health endpoint.
+	readyPoll = 50 * time.Millisecond
+	// stderrTail bounds the agent stderr kept for error messages.
+	stderrTail  = 8 << 10
+	stderrLines = 5
+	stateExt    = ".json"
+	// agentWord is the sub-command every local pod runs; /proc/<pid>/cmdline must
 	// still contain it (and the pod name) before we trust or signal a recorded PID.
-	localAgentWord = "demo-agent"
-	podNameEnv     = "WARMPOOL_POD_NAME"
+	agentWord  = "demo-agent"
+	podNameEnv = "WARMPOOL_POD_NAME"
 )
 
-// LocalConfig configures the local driver.
-type LocalConfig struct {
+// Config configures the local driver.
+type Config struct {
 	// Binary is the program that runs the demo agent; default: this executable.
 	Binary string
 	// BinaryArgs come before the "demo-agent" word (e.g. flags of a wrapper).
@@ -57,22 +59,22 @@ type LocalConfig struct {
 	StateDir string
 	// Logger receives pod starts, readiness, failures and deletes; default slog.Default().
 	Logger *slog.Logger
-	// ProbeTimeout bounds one health request of Probe; default DefaultLocalProbeTimeout.
+	// ProbeTimeout bounds one health request of Probe; default DefaultProbeTimeout.
 	ProbeTimeout time.Duration
 	// StopGrace is how long a pod gets between SIGTERM and SIGKILL; default
-	// DefaultLocalStopGrace.
+	// DefaultStopGrace.
 	StopGrace time.Duration
 }
 
-// Local runs each pod as a local process of the demo agent on a free loopback port
-// (SPEC §2, §9), so the whole service runs without a cluster. The image of the deploy
-// spec is ignored, and so is its command: the binary is always Binary. Pods are process
-// groups that die with the server (Pdeathsig on Linux); the registry of pods lives in
-// StateDir.
-type Local struct {
-	cfg     LocalConfig
+// Driver runs each pod as a local process of the demo agent on a free loopback port.
+// Deploy receives a normalized spec (warmpool.ScopeConfig.Normalize) and fills no
+// defaults. The image of the deploy spec is ignored, and so is its command: the binary
+// is always Binary. Pods are process groups that die with the server (Pdeathsig on
+// Linux); the registry of pods lives in StateDir.
+type Driver struct {
+	cfg     Config
 	log     *slog.Logger
-	tempDir bool // StateDir was made by NewLocal and is removed by Close
+	tempDir bool // StateDir was made by New and is removed by Close
 	tr      *http.Transport
 	client  *http.Client
 
@@ -81,16 +83,16 @@ type Local struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
-	procs   map[string]*localProc // pods this process started, by name
+	procs   map[string]*podProc // pods this process started, by name
 	closed  bool
 	deploys sync.WaitGroup // Deploy calls in flight
 	reapers sync.WaitGroup // one per started process
 }
 
-var _ warmpool.PodDriver = (*Local)(nil)
+var _ warmpool.PodDriver = (*Driver)(nil)
 
-// localProc is one pod process started by this Local.
-type localProc struct {
+// podProc is one pod process started by this Driver.
+type podProc struct {
 	name   string
 	pid    int
 	stderr *tailBuffer
@@ -98,7 +100,7 @@ type localProc struct {
 	err    error         // how it exited; set before exited closes
 }
 
-func (p *localProc) hasExited() bool {
+func (p *podProc) hasExited() bool {
 	select {
 	case <-p.exited:
 		return true
@@ -107,15 +109,15 @@ func (p *localProc) hasExited() bool {
 	}
 }
 
-func (p *localProc) exitReason() string {
+func (p *podProc) exitReason() string {
 	if p.err == nil {
 		return "process exited: exit status 0"
 	}
 	return "process exited: " + p.err.Error()
 }
 
-// localRecord is the state file of one pod.
-type localRecord struct {
+// record is the state file of one pod.
+type record struct {
 	Pod warmpool.Pod `json:"pod"`
 	PID int          `json:"pid"`
 	// OwnerPID is the server process that started the pod, for operators.
@@ -127,8 +129,8 @@ type localRecord struct {
 	Args    []string          `json:"args"`
 }
 
-// NewLocal fills cfg's defaults and returns the driver. Close it to stop its pods.
-func NewLocal(cfg LocalConfig) (*Local, error) {
+// New fills cfg's defaults and returns the driver. Close it to stop its pods.
+func New(cfg Config) (*Driver, error) {
 	if cfg.Binary == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -150,45 +152,49 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.ProbeTimeout <= 0 {
-		cfg.ProbeTimeout = DefaultLocalProbeTimeout
+		cfg.ProbeTimeout = DefaultProbeTimeout
 	}
 	if cfg.StopGrace <= 0 {
-		cfg.StopGrace = DefaultLocalStopGrace
+		cfg.StopGrace = DefaultStopGrace
 	}
 	// No keep-alives: probes are rare, pods come and go, and an idle connection would
 	// hold goroutines (and a dead pod's socket) past Close. No proxy: pods are loopback.
 	tr := &http.Transport{Proxy: nil, DisableKeepAlives: true}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Local{
+	return &Driver{
 		cfg:     cfg,
-		log:     cfg.Logger.With("component", "k8s.local"),
+		log:     cfg.Logger.With("component", "localpod"),
 		tempDir: tempDir,
 		tr:      tr,
 		client:  &http.Client{Transport: tr},
 		ctx:     ctx,
 		cancel:  cancel,
-		procs:   map[string]*localProc{},
+		procs:   map[string]*podProc{},
 	}, nil
 }
 
 // StateDir is the directory of the pod registry.
-func (l *Local) StateDir() string { return l.cfg.StateDir }
+func (l *Driver) StateDir() string { return l.cfg.StateDir }
 
-func (l *Local) statePath(name string) string {
-	return filepath.Join(l.cfg.StateDir, name+localStateExt)
+func (l *Driver) statePath(name string) string {
+	return filepath.Join(l.cfg.StateDir, name+stateExt)
 }
 
 // Deploy starts the pod's process and waits until its health endpoint answers 200, at
-// most Spec.ReadyTimeoutS. Errors: DEPLOY_FAILED when the pod name already exists in
-// StateDir, the process cannot start, exits before it is ready (the message carries the
+// most Spec.ReadyTimeoutS. Errors: VALIDATION for a bad scope id or a ready timeout
+// under a second (a spec that was not normalized); DEPLOY_FAILED when the pod name
+// already exists in StateDir, the process cannot start, exits before it is ready (the message carries the
 // last lines of its stderr) or is not ready in time, or the driver is closed; ctx.Err()
 // when ctx ends first. Whatever was started is stopped and unregistered on failure.
-func (l *Local) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpool.Pod, error) {
+func (l *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpool.Pod, error) {
 	if err := ctx.Err(); err != nil {
 		return warmpool.Pod{}, err
 	}
 	if err := warmpool.CheckScopeID(req.ScopeID); err != nil {
 		return warmpool.Pod{}, err
+	}
+	if req.Spec.ReadyTimeoutS < 1 {
+		return warmpool.Pod{}, warmpool.Errorf(warmpool.CodeValidation, "deploy.ready_timeout_s: must be positive, got %d", req.Spec.ReadyTimeoutS)
 	}
 	l.mu.Lock()
 	if l.closed {
@@ -210,9 +216,7 @@ func (l *Local) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpoo
 		return warmpool.Pod{}, warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s already exists", name)
 	}
 	spec := req.Spec
-	ssePath := cmp.Or(spec.SSEPath, warmpool.DefaultSSEPath)
-	healthPath := cmp.Or(spec.HealthPath, warmpool.DefaultHealthPath)
-	readyTimeout := time.Duration(cmp.Or(spec.ReadyTimeoutS, warmpool.DefaultReadyTimeoutS)) * time.Second
+	readyTimeout := time.Duration(spec.ReadyTimeoutS) * time.Second
 
 	port, err := freePort()
 	if err != nil {
@@ -220,8 +224,8 @@ func (l *Local) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpoo
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	args := slices.Concat(l.cfg.BinaryArgs, []string{
-		localAgentWord, "--listen", addr, "--pod-name", name,
-		"--sse-path", ssePath, "--health-path", healthPath,
+		agentWord, "--listen", addr, "--pod-name", name,
+		"--sse-path", spec.SSEPath, "--health-path", spec.HealthPath,
 	}, spec.Args)
 
 	now := time.Now()
@@ -231,8 +235,8 @@ func (l *Local) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpoo
 		DeployVer: req.DeployVer,
 		Fence:     req.Fence,
 		Namespace: spec.Namespace,
-		SSEURL:    "http://" + addr + ssePath,
-		HealthURL: "http://" + addr + healthPath,
+		SSEURL:    "http://" + addr + spec.SSEPath,
+		HealthURL: "http://" + addr + spec.HealthPath,
 		CreatedAt: warmpool.UnixMs(now),
 	}
 
@@ -243,7 +247,7 @@ func (l *Local) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpoo
 	log := l.log.With("pod", name, "pid", p.pid, "addr", addr)
 	log.Info("pod process started")
 
-	rec := &localRecord{
+	rec := &record{
 		Pod:      pod,
 		PID:      p.pid,
 		OwnerPID: os.Getpid(),
@@ -304,14 +308,14 @@ func (l *Local) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpoo
 // start launches the agent process in its own process group and reaps it when it ends.
 // The caller registers it in l.procs once it owns the pod's name; until then the
 // process is the deploy's alone to stop (Close waits for every Deploy first).
-func (l *Local) start(name string, args []string, specEnv map[string]string) (*localProc, error) {
+func (l *Driver) start(name string, args []string, specEnv map[string]string) (*podProc, error) {
 	cmd := exec.Command(l.cfg.Binary, args...)
 	env := slices.Concat(os.Environ(), l.cfg.Env)
 	for _, k := range slices.Sorted(maps.Keys(specEnv)) {
 		env = append(env, k+"="+specEnv[k])
 	}
 	cmd.Env = append(env, podNameEnv+"="+name)
-	p := &localProc{name: name, stderr: &tailBuffer{max: localStderrTail}, exited: make(chan struct{})}
+	p := &podProc{name: name, stderr: &tailBuffer{max: stderrTail}, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	// A grandchild that keeps stderr open must not keep Wait (and Close) waiting.
 	cmd.WaitDelay = time.Second
@@ -331,7 +335,7 @@ func (l *Local) start(name string, args []string, specEnv map[string]string) (*l
 }
 
 // forget drops p from the processes of this driver, once it is stopped.
-func (l *Local) forget(p *localProc) {
+func (l *Driver) forget(p *podProc) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.procs[p.name] == p {
@@ -340,10 +344,10 @@ func (l *Local) forget(p *localProc) {
 }
 
 // awaitReady polls the health endpoint until it answers 200 for this pod.
-func (l *Local) awaitReady(ctx context.Context, p *localProc, pod warmpool.Pod, timeout time.Duration) error {
+func (l *Driver) awaitReady(ctx context.Context, p *podProc, pod warmpool.Pod, timeout time.Duration) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(localReadyPoll)
+	tick := time.NewTicker(readyPoll)
 	defer tick.Stop()
 	for {
 		last := l.health(ctx, pod, min(l.cfg.ProbeTimeout, time.Second))
@@ -353,10 +357,10 @@ func (l *Local) awaitReady(ctx context.Context, p *localProc, pod warmpool.Pod, 
 		select {
 		case <-p.exited:
 			return warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s exited before it became ready (%s)%s",
-				pod.ID, p.exitReason(), p.stderr.lastLines(localStderrLines))
+				pod.ID, p.exitReason(), p.stderr.lastLines(stderrLines))
 		case <-deadline.C:
 			return warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s not ready within %s: %v%s",
-				pod.ID, timeout, last, p.stderr.lastLines(localStderrLines))
+				pod.ID, timeout, last, p.stderr.lastLines(stderrLines))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
@@ -366,7 +370,7 @@ func (l *Local) awaitReady(ctx context.Context, p *localProc, pod warmpool.Pod, 
 
 // health asks the pod's health endpoint once. The demo agent names its pod in the
 // answer; a different name means the port now belongs to another pod.
-func (l *Local) health(ctx context.Context, pod warmpool.Pod, timeout time.Duration) error {
+func (l *Driver) health(ctx context.Context, pod warmpool.Pod, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, pod.HealthURL, nil)
@@ -392,7 +396,7 @@ func (l *Local) health(ctx context.Context, pod warmpool.Pod, timeout time.Durat
 }
 
 // Probe asks the pod's health endpoint once, within ProbeTimeout; nil means healthy.
-func (l *Local) Probe(ctx context.Context, pod warmpool.Pod) error {
+func (l *Driver) Probe(ctx context.Context, pod warmpool.Pod) error {
 	if err := l.health(ctx, pod, l.cfg.ProbeTimeout); err != nil {
 		return fmt.Errorf("probe %s: %w", pod.ID, err)
 	}
@@ -403,7 +407,7 @@ func (l *Local) Probe(ctx context.Context, pod warmpool.Pod) error {
 // for it and removes its state file. A pod another server process started is signalled
 // by PID, but only while /proc still shows that PID running the pod's demo agent. A
 // missing pod is not an error.
-func (l *Local) Delete(ctx context.Context, pod warmpool.Pod) error {
+func (l *Driver) Delete(ctx context.Context, pod warmpool.Pod) error {
 	name := pod.ID
 	if !warmpool.ValidPodID(name) {
 		return nil // no file of ours can have such a name (and it must not reach a path)
@@ -434,7 +438,7 @@ func (l *Local) Delete(ctx context.Context, pod warmpool.Pod) error {
 
 // stop ends one of our own processes and waits until it is reaped. A ctx that ends
 // during the grace period only makes the SIGKILL come sooner.
-func (l *Local) stop(ctx context.Context, p *localProc) {
+func (l *Driver) stop(ctx context.Context, p *podProc) {
 	if !p.hasExited() {
 		_ = killGroup(p.pid, syscall.SIGTERM)
 		grace := time.NewTimer(l.cfg.StopGrace)
@@ -452,7 +456,7 @@ func (l *Local) stop(ctx context.Context, p *localProc) {
 
 // stopForeign ends a pod process another server started; its owner reaps it, so we
 // watch /proc until the process is gone (a zombie counts as gone).
-func (l *Local) stopForeign(ctx context.Context, pid int, name string) error {
+func (l *Driver) stopForeign(ctx context.Context, pid int, name string) error {
 	if alive, _ := procAlive(pid, name); !alive {
 		return nil
 	}
@@ -492,7 +496,7 @@ func waitGone(ctx context.Context, pid int, name string) bool {
 
 // List reads every state file and reports each pod with Ready and Dead filled: a pod
 // whose process is gone, or whose PID now runs something else, is Dead.
-func (l *Local) List(ctx context.Context) ([]warmpool.Pod, error) {
+func (l *Driver) List(ctx context.Context) ([]warmpool.Pod, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -508,7 +512,7 @@ func (l *Local) List(ctx context.Context) ([]warmpool.Pod, error) {
 	var pods []warmpool.Pod
 	for _, e := range entries {
 		fname := e.Name()
-		name, ok := strings.CutSuffix(fname, localStateExt)
+		name, ok := strings.CutSuffix(fname, stateExt)
 		if !ok || strings.HasPrefix(fname, ".") || e.IsDir() {
 			continue // temporary files start with a dot
 		}
@@ -543,16 +547,14 @@ func (l *Local) List(ctx context.Context) ([]warmpool.Pod, error) {
 		}
 	}
 	l.mu.Unlock()
-	slices.SortFunc(pods, func(a, b warmpool.Pod) int {
-		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.ID, b.ID))
-	})
+	warmpool.SortPods(pods)
 	return pods, nil
 }
 
 // Close stops every pod this driver started (deploys in flight fail), waits for all of
 // them and removes their state files. Pods of other server processes are left alone.
 // It is safe to call more than once.
-func (l *Local) Close() error {
+func (l *Driver) Close() error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -587,12 +589,12 @@ func (l *Local) Close() error {
 }
 
 // readRecord reads the state file of pod name.
-func (l *Local) readRecord(name string) (*localRecord, error) {
+func (l *Driver) readRecord(name string) (*record, error) {
 	b, err := os.ReadFile(l.statePath(name))
 	if err != nil {
 		return nil, err
 	}
-	var rec localRecord
+	var rec record
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.statePath(name), err)
 	}
@@ -603,7 +605,7 @@ func (l *Local) readRecord(name string) (*localRecord, error) {
 // never sees half a record. With exclusive set it fails with fs.ErrExist when the pod's
 // file already exists: a hard link, unlike a rename, never replaces its target, which
 // makes it the cross-process "create if absent" that the name check needs.
-func (l *Local) writeRecord(rec *localRecord, exclusive bool) error {
+func (l *Driver) writeRecord(rec *record, exclusive bool) error {
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
 		return err
@@ -629,7 +631,7 @@ func (l *Local) writeRecord(rec *localRecord, exclusive bool) error {
 
 // removeRecord removes the state file of pod name if it still describes pid, so a
 // late cleanup never removes a newer pod's file.
-func (l *Local) removeRecord(name string, pid int) {
+func (l *Driver) removeRecord(name string, pid int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	rec, err := l.readRecord(name)

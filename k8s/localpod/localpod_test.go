@@ -1,13 +1,11 @@
-package k8s_test
+package localpod_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,20 +17,23 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/demoagent"
-	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/k8s/drivertest"
+	"github.com/warmpool/warmpool/k8s/localpod"
 )
 
-// agentEnv turns the test binary into the demo agent, so Local's tests need no
-// prebuilt warmpool binary: Local runs os.Args[0] with this variable set.
+// agentEnv turns the test binary into the demo agent, so the driver's tests need no
+// prebuilt warmpool binary: the driver runs os.Args[0] with this variable set.
 const agentEnv = "WARMPOOL_TEST_DEMO_AGENT"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(agentEnv) == "1" {
 		os.Exit(runAgent())
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // runAgent is the child side: everything after the "demo-agent" word goes to Main, and
@@ -51,19 +52,18 @@ func runAgent() int {
 	return 0
 }
 
-// mustLocal returns a Local on dir that runs this test binary as the agent, closed at
-// cleanup; goroutine leaks are checked after the Close.
-func mustLocal(t *testing.T, dir string) *k8s.Local {
+// mustLocal returns a driver on dir that runs this test binary as the agent, closed at
+// cleanup.
+func mustLocal(t *testing.T, dir string) *localpod.Driver {
 	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("the local driver's tests use /proc")
 	}
-	noLeak(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := k8s.NewLocal(k8s.LocalConfig{
+	l, err := localpod.New(localpod.Config{
 		Binary: exe,
 		// A race-instrumented binary sleeps 1s at exit by default; agents need not.
 		Env:       []string{agentEnv + "=1", "GORACE=atexit_sleep_ms=0"},
@@ -89,13 +89,51 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// TestConformance runs the PodDriver contract: a pod dies by SIGKILL, arguments the
+// agent refuses fail its deploys, a start delay stalls them.
+func TestConformance(t *testing.T) {
+	drivertest.Run(t, func(t *testing.T, mode drivertest.Mode) *drivertest.Harness {
+		l := mustLocal(t, t.TempDir())
+		h := &drivertest.Harness{
+			Driver:     l,
+			ServesHTTP: true,
+			Settle:     30 * time.Second,
+			Kill: func(t *testing.T, pod warmpool.Pod) {
+				if err := syscall.Kill(mustState(t, l, pod.ID).PID, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Labels: func(t *testing.T, pod warmpool.Pod) map[string]string { return mustState(t, l, pod.ID).Labels },
+			Leftovers: func(t *testing.T, podID string) []string {
+				var left []string
+				for _, pid := range agentPIDs(t, podID) {
+					left = append(left, fmt.Sprintf("agent process %d", pid))
+				}
+				return left
+			},
+		}
+		switch mode {
+		case drivertest.Failing:
+			h.Spec = func(s *warmpool.DeploySpec) { s.Args = []string{"--no-such-flag"} }
+			h.FailReason = "no-such-flag"
+		case drivertest.Stalled:
+			h.Spec = func(s *warmpool.DeploySpec) { s.Args = []string{"--start-delay", "1h"} }
+		}
+		return h
+	})
+}
+
 // localReq asks for a pod of scope; the generous ready timeout absorbs a loaded
 // machine starting a race-instrumented test binary.
-func localReq(scope string, fence int64, readyTimeoutS int, args ...string) warmpool.DeployRequest {
-	spec := warmpool.DefaultScopeConfig().Deploy
-	spec.ReadyTimeoutS = readyTimeoutS
-	spec.Args = append([]string{"--heartbeat", "50ms"}, args...)
-	return warmpool.DeployRequest{ScopeID: scope, DeployVer: "dv1", Fence: fence, Spec: spec}
+func localReq(t *testing.T, scope string, fence int64, readyTimeoutS int, args ...string) warmpool.DeployRequest {
+	t.Helper()
+	cfg := warmpool.DefaultScopeConfig()
+	cfg.Deploy.ReadyTimeoutS = readyTimeoutS
+	cfg.Deploy.Args = args
+	if err := cfg.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	return warmpool.DeployRequest{ScopeID: scope, DeployVer: "dv1", Fence: fence, Spec: cfg.Deploy}
 }
 
 // stateFile is the part of a pod's state file the tests look at.
@@ -106,7 +144,7 @@ type stateFile struct {
 	Labels map[string]string `json:"labels"`
 }
 
-func mustState(t *testing.T, l *k8s.Local, podID string) stateFile {
+func mustState(t *testing.T, l *localpod.Driver, podID string) stateFile {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(l.StateDir(), podID+".json"))
 	if err != nil {
@@ -170,6 +208,12 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func mustList(t *testing.T, d warmpool.PodDriver) []warmpool.Pod {
 	t.Helper()
 	pods, err := d.List(context.Background())
@@ -187,139 +231,11 @@ func ids(pods []warmpool.Pod) []string {
 	return out
 }
 
-// readHello opens the pod's SSE stream and returns the data of its first event.
-func readHello(t *testing.T, url string) map[string]any {
-	t.Helper()
-	tr := &http.Transport{DisableKeepAlives: true}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
-		t.Fatalf("GET %s = %d %q", url, resp.StatusCode, ct)
-	}
-	br := bufio.NewReader(resp.Body)
-	var event string
-	var data map[string]any
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("read SSE: %v", err)
-		}
-		line = strings.TrimSpace(line)
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &data); err != nil {
-				t.Fatal(err)
-			}
-		case line == "" && event != "":
-			if event != "hello" {
-				t.Fatalf("first event %q, want hello", event)
-			}
-			return data
-		}
-	}
-}
-
-func TestLocalLifecycle(t *testing.T) {
-	l := mustLocal(t, t.TempDir())
-	ctx := testCtx(t)
-
-	pod, err := l.Deploy(ctx, localReq("demo", 1, 60))
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := warmpool.PodName("demo", 1)
-	if pod.ID != name || !pod.Ready || pod.ScopeID != "demo" || pod.DeployVer != "dv1" || pod.Fence != 1 {
-		t.Fatalf("pod = %+v", pod)
-	}
-	if !strings.HasPrefix(pod.SSEURL, "http://127.0.0.1:") || !strings.HasSuffix(pod.SSEURL, "/sse") {
-		t.Fatalf("SSEURL = %q", pod.SSEURL)
-	}
-	if hello := readHello(t, pod.SSEURL); hello["pod"] != name {
-		t.Fatalf("hello = %v, want it to name %s", hello, name)
-	}
-	if err := l.Probe(ctx, pod); err != nil {
-		t.Fatalf("Probe = %v", err)
-	}
-
-	st := mustState(t, l, name)
-	wantLabels := map[string]string{
-		warmpool.LabelManagedBy: warmpool.ManagedByValue,
-		warmpool.LabelScope:     "demo",
-		warmpool.LabelDeployVer: "dv1",
-		warmpool.LabelFence:     "1",
-	}
-	for k, v := range wantLabels {
-		if st.Labels[k] != v {
-			t.Errorf("label %s = %q, want %q", k, st.Labels[k], v)
-		}
-	}
-	if !st.Ready || st.PID <= 1 || gone(st.PID) {
-		t.Fatalf("state = %+v, want ready with a live pid", st)
-	}
-	pods := mustList(t, l)
-	if len(pods) != 1 || pods[0].ID != name || !pods[0].Ready || pods[0].Dead != "" || pods[0].SSEURL != pod.SSEURL {
-		t.Fatalf("List = %+v", pods)
-	}
-
-	if err := l.Delete(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	if !gone(st.PID) {
-		t.Fatalf("pid %d still exists after Delete", st.PID)
-	}
-	if pods := mustList(t, l); len(pods) != 0 {
-		t.Fatalf("List after Delete = %+v", pods)
-	}
-	if err := l.Delete(ctx, pod); err != nil {
-		t.Fatalf("Delete of a missing pod = %v, want nil", err)
-	}
-	if err := l.Probe(ctx, pod); err == nil {
-		t.Fatal("Probe of a deleted pod = nil")
-	}
-}
-
-func TestLocalDiesAfterReady(t *testing.T) {
-	l := mustLocal(t, t.TempDir())
-	ctx := testCtx(t)
-	// Long enough to become ready first even on a loaded machine.
-	pod, err := l.Deploy(ctx, localReq("crashy", 1, 60, "--die-after", "2s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dead warmpool.Pod
-	eventually(t, "List to report the pod dead", func() bool {
-		pods := mustList(t, l)
-		if len(pods) == 1 && pods[0].Dead != "" {
-			dead = pods[0]
-			return true
-		}
-		return false
-	})
-	if dead.ID != pod.ID || dead.Ready || !strings.Contains(dead.Dead, "exit status 1") {
-		t.Fatalf("dead pod = %+v, want not ready with the exit status", dead)
-	}
-	if err := l.Probe(ctx, pod); err == nil {
-		t.Fatal("Probe of a dead pod = nil")
-	}
-	if err := l.Delete(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	if pods := mustList(t, l); len(pods) != 0 {
-		t.Fatalf("List after Delete = %+v", pods)
-	}
-}
-
 func TestLocalExitBeforeReady(t *testing.T) {
 	l := mustLocal(t, t.TempDir())
 	// The start delay keeps it unready, so the death always comes first.
-	_, err := l.Deploy(testCtx(t), localReq("crashy", 2, 60, "--start-delay", "1h", "--die-after", "50ms"))
-	wantCode(t, err, warmpool.CodeDeployFailed, "exited before it became ready")
+	_, err := l.Deploy(testCtx(t), localReq(t, "crashy", 2, 60, "--start-delay", "1h", "--die-after", "50ms"))
+	drivertest.WantError(t, err, warmpool.CodeDeployFailed, "exited before it became ready")
 	// The agent's own last words are part of the message.
 	if !strings.Contains(err.Error(), "dying after") {
 		t.Fatalf("err = %q, want the agent's stderr in it", err)
@@ -329,72 +245,28 @@ func TestLocalExitBeforeReady(t *testing.T) {
 	}
 }
 
-func TestLocalBadAgentArgs(t *testing.T) {
-	l := mustLocal(t, t.TempDir())
-	_, err := l.Deploy(testCtx(t), localReq("bad", 1, 60, "--no-such-flag"))
-	wantCode(t, err, warmpool.CodeDeployFailed, "no-such-flag")
-}
-
-func TestLocalStartDelayBeyondReadyTimeout(t *testing.T) {
-	l := mustLocal(t, t.TempDir())
-	name := warmpool.PodName("slow", 1)
-	_, err := l.Deploy(testCtx(t), localReq("slow", 1, 1, "--start-delay", "1h"))
-	wantCode(t, err, warmpool.CodeDeployFailed, "not ready within 1s")
-	if !strings.Contains(err.Error(), "503") {
-		t.Fatalf("err = %q, want the last health answer (503) in it", err)
-	}
-	if pids := agentPIDs(t, name); len(pids) != 0 {
-		t.Fatalf("agent processes left after the failed deploy: %v", pids)
-	}
-	if pods := mustList(t, l); len(pods) != 0 {
-		t.Fatalf("List = %+v, want nothing left", pods)
-	}
-}
-
-func TestLocalDeployCancelled(t *testing.T) {
-	l := mustLocal(t, t.TempDir())
-	name := warmpool.PodName("cancel", 1)
-	ctx, cancel := context.WithCancel(testCtx(t))
-	done := deployAsync(ctx, l, localReq("cancel", 1, 600, "--start-delay", "1h"))
-	// The pod is registered (not ready) while its deploy runs.
-	eventually(t, "the starting pod to be listed", func() bool {
-		pods := mustList(t, l)
-		return len(pods) == 1 && !pods[0].Ready && pods[0].Dead == ""
-	})
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Deploy = %v, want context.Canceled", err)
-	}
-	if pids := agentPIDs(t, name); len(pids) != 0 {
-		t.Fatalf("agent processes left: %v", pids)
-	}
-	if pods := mustList(t, l); len(pods) != 0 {
-		t.Fatalf("List = %+v", pods)
-	}
-}
-
 func TestLocalSharedStateDir(t *testing.T) {
 	dir := t.TempDir()
 	a, b := mustLocal(t, dir), mustLocal(t, dir)
 	ctx := testCtx(t)
 
-	podA, err := a.Deploy(ctx, localReq("shared", 1, 60))
+	podA, err := a.Deploy(ctx, localReq(t, "shared", 1, 60))
 	if err != nil {
 		t.Fatal(err)
 	}
-	podB, err := b.Deploy(ctx, localReq("shared", 2, 60))
+	podB, err := b.Deploy(ctx, localReq(t, "shared", 2, 60))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []*k8s.Local{a, b} {
+	for _, d := range []*localpod.Driver{a, b} {
 		pods := mustList(t, d)
 		if !slices.Equal(ids(pods), []string{podA.ID, podB.ID}) || !pods[0].Ready || !pods[1].Ready {
 			t.Fatalf("List = %+v, want both pods ready", pods)
 		}
 	}
 	// The name is taken across processes: the fence makes a repeated create fail.
-	_, err = b.Deploy(ctx, localReq("shared", 1, 60))
-	wantCode(t, err, warmpool.CodeDeployFailed, "already exists")
+	_, err = b.Deploy(ctx, localReq(t, "shared", 1, 60))
+	drivertest.WantError(t, err, warmpool.CodeDeployFailed, "already exists")
 
 	// b deletes a's pod by PID; a sees it gone.
 	pidA := mustState(t, a, podA.ID).PID
@@ -425,20 +297,25 @@ func TestLocalCloseStopsEverything(t *testing.T) {
 	ctx := testCtx(t)
 	var pids []int
 	for fence := int64(1); fence <= 2; fence++ {
-		pod, err := l.Deploy(ctx, localReq("close", fence, 60))
+		pod, err := l.Deploy(ctx, localReq(t, "close", fence, 60))
 		if err != nil {
 			t.Fatal(err)
 		}
 		pids = append(pids, mustState(t, l, pod.ID).PID)
 	}
 	// And one still starting when Close comes.
-	starting := deployAsync(ctx, l, localReq("close", 3, 600, "--start-delay", "1h"))
+	startReq := localReq(t, "close", 3, 600, "--start-delay", "1h")
+	starting := make(chan error, 1)
+	go func() {
+		_, err := l.Deploy(ctx, startReq)
+		starting <- err
+	}()
 	eventually(t, "the third pod to be registered", func() bool { return len(mustList(t, l)) == 3 })
 
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	wantCode(t, <-starting, warmpool.CodeDeployFailed, "closed")
+	drivertest.WantError(t, <-starting, warmpool.CodeDeployFailed, "closed")
 	for _, pid := range pids {
 		if !gone(pid) {
 			t.Errorf("pid %d survived Close", pid)
@@ -450,8 +327,8 @@ func TestLocalCloseStopsEverything(t *testing.T) {
 	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
 		t.Errorf("state files left after Close: %v", files)
 	}
-	_, err := l.Deploy(ctx, localReq("close", 4, 60))
-	wantCode(t, err, warmpool.CodeDeployFailed, "closed")
+	_, err := l.Deploy(ctx, localReq(t, "close", 4, 60))
+	drivertest.WantError(t, err, warmpool.CodeDeployFailed, "closed")
 	if err := l.Close(); err != nil {
 		t.Fatalf("second Close = %v", err)
 	}
@@ -461,8 +338,7 @@ func TestLocalTempStateDir(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the local driver's tests use /proc")
 	}
-	noLeak(t)
-	l, err := k8s.NewLocal(k8s.LocalConfig{})
+	l, err := localpod.New(localpod.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package k8s
+package localpod
 
 import (
 	"errors"
@@ -36,7 +36,7 @@ func procAlive(pid int, name string) (alive bool, why string) {
 		return false, "process exited"
 	}
 	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-	if !slices.Contains(args, localAgentWord) || !slices.Contains(args, name) {
+	if !slices.Contains(args, agentWord) || !slices.Contains(args, name) {
 		return false, fmt.Sprintf("process gone (pid %d now runs something else)", pid)
 	}
 	return true, ""

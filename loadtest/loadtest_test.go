@@ -17,6 +17,7 @@ import (
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sqlite"
+	"github.com/warmpool/warmpool/sweeper"
 )
 
 // testServer is one complete replica in process: the test Redis, a fake driver with
@@ -41,7 +42,7 @@ func newTestServer(t *testing.T, deployDelay time.Duration) *testServer {
 	t.Cleanup(func() { _ = fake.Close() })
 	srv, err := server.New(ctx, server.Config{
 		Redis: r.Client, Prefix: r.Prefix, Driver: fake, Store: st,
-		InstanceID: "loadtest-replica", SweepInterval: 50 * time.Millisecond,
+		InstanceID: "loadtest-replica", Sweep: sweeper.Config{Interval: 50 * time.Millisecond},
 		SM: sm.Config{Recheck: 50 * time.Millisecond},
 	})
 	if err != nil {

@@ -38,16 +38,16 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultListen        = "127.0.0.1:8080"
-	DefaultStore         = "warmpool.db"
-	DefaultSweepInterval = 2 * time.Second
-	DemoScope            = "demo"
-	shutdownGrace        = 20 * time.Second
+	// DefaultListen is the HTTP address `warmpool serve` listens on.
+	DefaultListen = "127.0.0.1:8080"
+	DefaultStore  = "warmpool.db"
+	DefaultDriver = "local"
+	DemoScope     = "demo"
+	shutdownGrace = 20 * time.Second
 )
 
-// Config is everything a replica is built from; zero fields take defaults.
+// Config is everything a replica is built from; zero fields take defaults (fill).
 type Config struct {
-	Listen     string
 	RedisURL   string // redis:// URL, a comma-separated host:port list (Cluster), or "" (embedded)
 	StorePath  string // config store: FILE or sqlite://FILE, or a postgres:// URL
 	DriverName string // local, kubernetes, fake
@@ -57,12 +57,13 @@ type Config struct {
 	KubeBurst  int
 	InstanceID string
 	AuthToken  string
-	Prefix     string
-	Dev        bool
+	// Prefix of every Redis key; the keyspace fills its default (lua.DefaultPrefix).
+	Prefix string
+	Dev    bool
 
-	// Sweep tunes the background jobs; SweepInterval is their common interval.
-	SweepInterval time.Duration
-	Sweep         sweeper.Config
+	// Sweep tunes the background jobs; Sweep.Interval is their common interval
+	// (sweeper.DefaultInterval when zero).
+	Sweep sweeper.Config
 	// LockLease is the lease of the jobs' locks (sweeper.DefaultLockLease when zero).
 	LockLease time.Duration
 
@@ -109,40 +110,44 @@ type Server struct {
 	once    sync.Once
 }
 
+// fill gives every zero field its default: the one place a replica's defaults are
+// decided. Parts with defaults of their own (the sweeper, the managers, the keyspace,
+// the drivers) get zero fields passed through and fill them themselves.
+func (c *Config) fill() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.StorePath == "" {
+		c.StorePath = DefaultStore
+	}
+	if c.DriverName == "" {
+		c.DriverName = DefaultDriver
+	}
+	if c.InstanceID == "" {
+		host, _ := os.Hostname()
+		c.InstanceID = host + "-" + randHex(3)
+	}
+	if c.Clock == nil {
+		c.Clock = warmpool.SystemClock{}
+	}
+}
+
+// check reports a combination of fields that cannot work.
+func (c *Config) check() error {
+	if c.FakeDeployDelay != 0 && (c.DriverName != "fake" || c.Driver != nil) {
+		return fmt.Errorf("a fake deploy delay needs the fake driver (--driver fake), not %q", c.DriverName)
+	}
+	if c.FakeDeployDelay < 0 {
+		return fmt.Errorf("fake deploy delay %v: must not be negative", c.FakeDeployDelay)
+	}
+	return nil
+}
+
 // New builds a replica and bootstraps Redis from the config store when it is empty.
 func New(ctx context.Context, cfg Config) (*Server, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Dev {
-		if cfg.DriverName == "" {
-			cfg.DriverName = "local"
-		}
-	}
-	if cfg.Listen == "" {
-		cfg.Listen = DefaultListen
-	}
-	if cfg.StorePath == "" {
-		cfg.StorePath = DefaultStore
-	}
-	if cfg.DriverName == "" {
-		cfg.DriverName = "local"
-	}
-	if cfg.SweepInterval <= 0 {
-		cfg.SweepInterval = DefaultSweepInterval
-	}
-	if cfg.FakeDeployDelay != 0 && (cfg.DriverName != "fake" || cfg.Driver != nil) {
-		return nil, fmt.Errorf("a fake deploy delay needs the fake driver (--driver fake), not %q", cfg.DriverName)
-	}
-	if cfg.FakeDeployDelay < 0 {
-		return nil, fmt.Errorf("fake deploy delay %v: must not be negative", cfg.FakeDeployDelay)
-	}
-	if cfg.InstanceID == "" {
-		host, _ := os.Hostname()
-		cfg.InstanceID = host + "-" + randHex(3)
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = warmpool.SystemClock{}
+	cfg.fill()
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("instance", cfg.InstanceID)}
 	if err := s.build(ctx); err != nil {
@@ -216,9 +221,6 @@ func (s *Server) build(ctx context.Context) error {
 	s.SM = sm.New(s.store, s.RM, smc)
 	s.Scopes = scopes.New(s.configs, s.store, s.log)
 	swc := cfg.Sweep
-	if swc.Interval <= 0 {
-		swc.Interval = cfg.SweepInterval
-	}
 	swc.Clock, swc.Logger, swc.Observe = cfg.Clock, s.log, s.metrics.Observe
 	s.Sweeper = sweeper.New(s.store, s.RM, s.SM, s.driver, s.configs, swc)
 	s.Runner = sweeper.NewRunner(s.store, s.Sweeper.Jobs(), cfg.LockLease, s.log)

@@ -11,7 +11,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/server"
+	"github.com/warmpool/warmpool/sweeper"
 )
 
 // envOr returns the env var's value, or def when it is unset.
@@ -26,25 +30,25 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg server.Config
-	fs.StringVar(&cfg.Listen, "listen", envOr(getenv, "WARMPOOL_LISTEN", server.DefaultListen), "HTTP listen address [WARMPOOL_LISTEN]")
+	listen := fs.String("listen", envOr(getenv, "WARMPOOL_LISTEN", server.DefaultListen), "HTTP listen address [WARMPOOL_LISTEN]")
 	fs.StringVar(&cfg.RedisURL, "redis", getenv("WARMPOOL_REDIS"), "redis:// URL, or host:port,host:port,… for a Cluster; empty = embedded in-process Redis (dev only) [WARMPOOL_REDIS]")
 	fs.StringVar(&cfg.StorePath, "store", envOr(getenv, "WARMPOOL_STORE", server.DefaultStore), "config store: FILE or sqlite://FILE (SQLite), or postgres://user:pass@host:port/db?sslmode=… (PostgreSQL, shared by replicas) [WARMPOOL_STORE]")
-	fs.StringVar(&cfg.DriverName, "driver", envOr(getenv, "WARMPOOL_DRIVER", ""), "pod driver: local, kubernetes or fake (default local) [WARMPOOL_DRIVER]")
+	fs.StringVar(&cfg.DriverName, "driver", envOr(getenv, "WARMPOOL_DRIVER", server.DefaultDriver), "pod driver: local, kubernetes or fake [WARMPOOL_DRIVER]")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig path; empty = in-cluster config [KUBECONFIG]")
 	fs.StringVar(&cfg.Namespace, "namespace", getenv("WARMPOOL_NAMESPACE"), "namespace of pods whose scope names none [WARMPOOL_NAMESPACE]")
-	qps := fs.Float64("kube-qps", 0, "Kubernetes client QPS (0 = client default)")
-	fs.IntVar(&cfg.KubeBurst, "kube-burst", 0, "Kubernetes client burst (0 = client default)")
+	qps := fs.Float64("kube-qps", k8s.DefaultQPS, "Kubernetes client QPS")
+	fs.IntVar(&cfg.KubeBurst, "kube-burst", k8s.DefaultBurst, "Kubernetes client burst")
 	fs.StringVar(&cfg.InstanceID, "instance-id", getenv("WARMPOOL_INSTANCE_ID"), "replica name (default hostname + random suffix) [WARMPOOL_INSTANCE_ID]")
 	fs.StringVar(&cfg.AuthToken, "auth-token", getenv("WARMPOOL_AUTH_TOKEN"), "bearer token required on /v1 (empty = no auth) [WARMPOOL_AUTH_TOKEN]")
-	fs.StringVar(&cfg.Prefix, "prefix", envOr(getenv, "WARMPOOL_PREFIX", "wp:"), "Redis key prefix [WARMPOOL_PREFIX]")
-	fs.DurationVar(&cfg.SweepInterval, "sweep-interval", durationEnv(getenv, "WARMPOOL_SWEEP_INTERVAL", server.DefaultSweepInterval), "interval of the background jobs [WARMPOOL_SWEEP_INTERVAL]")
+	fs.StringVar(&cfg.Prefix, "prefix", envOr(getenv, "WARMPOOL_PREFIX", lua.DefaultPrefix), "Redis key prefix [WARMPOOL_PREFIX]")
+	fs.DurationVar(&cfg.Sweep.Interval, "sweep-interval", durationEnv(getenv, "WARMPOOL_SWEEP_INTERVAL", sweeper.DefaultInterval), "interval of the background jobs [WARMPOOL_SWEEP_INTERVAL]")
 	fs.DurationVar(&cfg.Sweep.Autoscale, "autoscale-interval", 0, "interval of the autoscale job (default --sweep-interval)")
 	fs.DurationVar(&cfg.Sweep.Reclaim, "reclaim-interval", 0, "interval of the reclaim job (default --sweep-interval)")
 	fs.DurationVar(&cfg.Sweep.Watch, "watch-interval", 0, "interval of the watch job: dead pods and health probes (default --sweep-interval)")
 	fs.DurationVar(&cfg.Sweep.Reconcile, "reconcile-interval", 0, "interval of the reconcile job (default --sweep-interval)")
 	fs.DurationVar(&cfg.Sweep.Sessions, "session-sweep-interval", 0, "interval of the session expiry job (default --sweep-interval)")
-	fs.DurationVar(&cfg.RM.Lease, "deploy-lease", 0, "deploy lease: how long a crashed leader blocks its deploy slot (default 30s)")
-	fs.IntVar(&cfg.Sweep.HealthFailThreshold, "health-fail-threshold", 0, "failed health probes in a row before a pod is replaced (default 3)")
+	fs.DurationVar(&cfg.RM.Lease, "deploy-lease", rm.DefaultLease, "deploy lease: how long a crashed leader blocks its deploy slot")
+	fs.IntVar(&cfg.Sweep.HealthFailThreshold, "health-fail-threshold", sweeper.DefaultHealthFailThreshold, "failed health probes in a row before a pod is replaced")
 	fs.StringVar(&cfg.LocalStateDir, "local-state-dir", getenv("WARMPOOL_LOCAL_STATE_DIR"), "local driver: directory where pods are registered; replicas on one machine share it [WARMPOOL_LOCAL_STATE_DIR]")
 	fs.DurationVar(&cfg.FakeDeployDelay, "fake-deploy-delay", 0, "testing: with --driver fake, how long each deploy takes (for load tests of cold bursts)")
 	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: embedded Redis, local driver and a ready 'demo' scope")
@@ -64,15 +68,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	cfg.Logger = log
 	if cfg.Dev {
 		cfg.RedisURL = ""
-		if cfg.DriverName == "" {
-			cfg.DriverName = "local"
-		}
 	}
 	if cfg.AuthToken == "" {
 		log.Warn("no --auth-token: the API is open to anyone who can reach it")
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
 	}

@@ -13,17 +13,17 @@ func TestSlot(t *testing.T) {
 		t.Fatalf("crc16 = %#x, want 0x31c3", got)
 	}
 	cases := map[string]int{
-		"foo":            12182,
-		"{user1000}.a":   Slot("user1000"),
-		"wp:{demo}:pods": Slot("demo"),
-		"a{}b":           Slot("a{}b"), // an empty tag hashes the whole key
+		"foo":           12182,
+		"{user1000}.a":  Slot("user1000"),
+		"p:{demo}:pods": Slot("demo"),
+		"a{}b":          Slot("a{}b"), // an empty tag hashes the whole key
 	}
 	for k, want := range cases {
 		if got := Slot(k); got != want {
 			t.Errorf("Slot(%q) = %d, want %d", k, got, want)
 		}
 	}
-	if Slot("wp:{a}:x") == Slot("wp:{b}:x") {
+	if Slot("p:{a}:x") == Slot("p:{b}:x") {
 		t.Fatal("different tags should (for these two) land in different slots")
 	}
 }
@@ -43,11 +43,11 @@ func TestSlotHookCatchesCrossSlotScripts(t *testing.T) {
 	rec := &recorder{TB: t}
 	c.AddHook(SlotHook{TB: rec})
 	ctx := t.Context()
-	c.Eval(ctx, "return 1", []string{"wp:{a}:x", "wp:{a}:y"})
+	c.Eval(ctx, "return 1", []string{"p:{a}:x", "p:{a}:y"})
 	if len(rec.errs) != 0 {
 		t.Fatalf("same-slot keys reported: %v", rec.errs)
 	}
-	c.Eval(ctx, "return 1", []string{"wp:{a}:x", "wp:{b}:y"})
+	c.Eval(ctx, "return 1", []string{"p:{a}:x", "p:{b}:y"})
 	if len(rec.errs) != 1 {
 		t.Fatalf("cross-slot keys not reported (errors %v)", rec.errs)
 	}

@@ -10,12 +10,14 @@ import (
 	"github.com/warmpool/warmpool/internal/httpx"
 )
 
-// Register adds the pod routes of SPEC §3 to r, which is mounted at
-// /v1/scopes/{scope}.
-func (m *Manager) Register(r chi.Router) {
-	r.Post("/pods/acquire", m.handleAcquire)
-	r.Post("/pods/{pod}/release", m.handleRelease)
-	r.Get("/pool", m.handlePool)
+// Routes adds the pod routes of SPEC §3 and the scope listing to r, which is mounted
+// at /v1.
+func (m *Manager) Routes(r chi.Router) {
+	h := httpx.Adapter(m.log)
+	r.Method(http.MethodGet, "/scopes", h(m.handleScopes))
+	r.Method(http.MethodPost, "/scopes/{scope}/pods/acquire", h(m.handleAcquire))
+	r.Method(http.MethodPost, "/scopes/{scope}/pods/{pod}/release", h(m.handleRelease))
+	r.Method(http.MethodGet, "/scopes/{scope}/pool", h(m.handlePool))
 }
 
 type acquireRequest struct {
@@ -32,47 +34,45 @@ type acquireResponse struct {
 // handleAcquire hands a pod to an API caller. The caller holds the pod, not a slot on
 // it: the claim is dropped at once and the pod stays out of the idle pool until the
 // caller releases it (idle_consider).
-func (m *Manager) handleAcquire(w http.ResponseWriter, r *http.Request) {
+func (m *Manager) handleAcquire(w http.ResponseWriter, r *http.Request) error {
 	scope, err := httpx.Scope(r)
-	var req acquireRequest
-	if err == nil {
-		err = httpx.Decode(w, r, &req, true)
+	if err != nil {
+		return err
 	}
-	if err == nil && req.RequestID == "" {
+	var req acquireRequest
+	if err := httpx.Decode(w, r, &req, true); err != nil {
+		return err
+	}
+	if req.RequestID == "" {
 		req.RequestID = r.Header.Get("Idempotency-Key")
 	}
-	if err == nil {
-		err = warmpool.CheckRequestID(req.RequestID)
+	if err := warmpool.CheckRequestID(req.RequestID); err != nil {
+		return err
 	}
-	var l warmpool.Lease
-	if err == nil {
-		l, err = m.Acquire(r.Context(), scope, req.RequestID)
-	}
-	if err == nil {
-		err = m.ReleaseClaim(r.Context(), scope, l.Claim, false)
-	}
+	l, err := m.Acquire(r.Context(), scope, req.RequestID)
 	if err != nil {
-		httpx.WriteError(w, r, m.log, err)
-		return
+		return err
 	}
-	httpx.WriteJSON(w, http.StatusOK, acquireResponse{PodID: l.Pod.ID, SSEURL: l.Pod.SSEURL, DeployVer: l.Pod.DeployVer, Source: l.Source})
+	if err := m.ReleaseClaim(r.Context(), scope, l.Claim, false); err != nil {
+		return err
+	}
+	return httpx.OK(w, acquireResponse{PodID: l.Pod.ID, SSEURL: l.Pod.SSEURL, DeployVer: l.Pod.DeployVer, Source: l.Source})
 }
 
-func (m *Manager) handleRelease(w http.ResponseWriter, r *http.Request) {
+func (m *Manager) handleRelease(w http.ResponseWriter, r *http.Request) error {
 	scope, err := httpx.Scope(r)
-	var pod string
-	if err == nil {
-		pod, err = httpx.Param(r, "pod", warmpool.ValidPodID, "a DNS-1123 name")
-	}
-	var idle bool
-	if err == nil {
-		idle, err = m.IdleConsider(r.Context(), scope, pod)
-	}
 	if err != nil {
-		httpx.WriteError(w, r, m.log, err)
-		return
+		return err
 	}
-	httpx.WriteJSON(w, http.StatusOK, map[string]bool{"idle": idle})
+	pod, err := httpx.Param(r, "pod", warmpool.ValidPodID, "a DNS-1123 name")
+	if err != nil {
+		return err
+	}
+	idle, err := m.IdleConsider(r.Context(), scope, pod)
+	if err != nil {
+		return err
+	}
+	return httpx.OK(w, map[string]bool{"idle": idle})
 }
 
 type poolPod struct {
@@ -95,21 +95,18 @@ type poolResponse struct {
 	Waiters      int       `json:"waiters"`
 }
 
-func (m *Manager) handlePool(w http.ResponseWriter, r *http.Request) {
+func (m *Manager) handlePool(w http.ResponseWriter, r *http.Request) error {
 	scope, err := httpx.Scope(r)
 	if err != nil {
-		httpx.WriteError(w, r, m.log, err)
-		return
+		return err
 	}
 	rec, err := m.store.Scope(r.Context(), scope)
 	if err != nil {
-		httpx.WriteError(w, r, m.log, err)
-		return
+		return err
 	}
 	snap, err := m.store.Snapshot(r.Context(), scope)
 	if err != nil {
-		httpx.WriteError(w, r, m.log, err)
-		return
+		return err
 	}
 	sessions := map[string]int{}
 	for _, pod := range snap.Sessions {
@@ -127,7 +124,7 @@ func (m *Manager) handlePool(w http.ResponseWriter, r *http.Request) {
 		}
 		resp.Pods = append(resp.Pods, pp)
 	}
-	httpx.WriteJSON(w, http.StatusOK, resp)
+	return httpx.OK(w, resp)
 }
 
 type scopeListing struct {
@@ -142,17 +139,16 @@ type scopeListing struct {
 	Waiters   int64  `json:"waiters"`
 }
 
-// HandleScopes answers GET /v1/scopes: every scope with its pod and session counts.
-func (m *Manager) HandleScopes(w http.ResponseWriter, r *http.Request) {
+// handleScopes answers GET /v1/scopes: every scope with its pod and session counts.
+func (m *Manager) handleScopes(w http.ResponseWriter, r *http.Request) error {
 	counts, err := m.store.Counts(r.Context())
 	if err != nil {
-		httpx.WriteError(w, r, m.log, err)
-		return
+		return err
 	}
 	out := make([]scopeListing, 0, len(counts))
 	for _, c := range counts {
 		out = append(out, scopeListing{ScopeID: c.ScopeID, DeployVer: c.DeployVer, Version: c.Version, Pods: c.Pods,
 			IdlePods: c.Idle, BusyPods: c.Pods - c.Idle, Sessions: c.Sessions, Deploying: c.Deploying, Waiters: c.Waiters})
 	}
-	httpx.WriteJSON(w, http.StatusOK, map[string]any{"scopes": out})
+	return httpx.OK(w, map[string]any{"scopes": out})
 }

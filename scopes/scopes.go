@@ -113,11 +113,12 @@ func newToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Register adds the config routes of a scope to r, which is mounted at
-// /v1/scopes/{scope}.
-func (s *Service) Register(r chi.Router) {
-	r.Put("/config", s.handlePut)
-	r.Get("/config", s.handleGet)
+// Routes adds the config routes of SPEC §3 to r, which is mounted at /v1.
+func (s *Service) Routes(r chi.Router) {
+	h := httpx.Adapter(s.log)
+	r.Method(http.MethodPut, "/scopes/{scope}/config", h(s.handlePut))
+	r.Method(http.MethodGet, "/scopes/{scope}/config", h(s.handleGet))
+	r.Method(http.MethodPost, "/config/sync", h(s.handleSync))
 }
 
 type putResponse struct {
@@ -127,46 +128,43 @@ type putResponse struct {
 }
 
 // handlePut decodes the document (which normalizes it) and stores it.
-func (s *Service) handlePut(w http.ResponseWriter, r *http.Request) {
+func (s *Service) handlePut(w http.ResponseWriter, r *http.Request) error {
 	scope, err := httpx.Scope(r)
-	var body []byte
-	if err == nil {
-		body, err = httpx.Body(w, r)
-	}
-	var cfg warmpool.ScopeConfig
-	if err == nil {
-		cfg, err = warmpool.DecodeScopeConfig(bytes.NewReader(body))
-	}
-	var stored warmpool.StoredConfig
-	if err == nil {
-		stored, err = s.put(r.Context(), scope, cfg)
-	}
 	if err != nil {
-		httpx.WriteError(w, r, s.log, err)
-		return
+		return err
 	}
-	httpx.WriteJSON(w, http.StatusOK, putResponse{ScopeID: scope, Version: stored.Version, DeployVer: stored.DeployVer})
+	body, err := httpx.Body(w, r)
+	if err != nil {
+		return err
+	}
+	cfg, err := warmpool.DecodeScopeConfig(bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	stored, err := s.put(r.Context(), scope, cfg)
+	if err != nil {
+		return err
+	}
+	return httpx.OK(w, putResponse{ScopeID: scope, Version: stored.Version, DeployVer: stored.DeployVer})
 }
 
-func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
+func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) error {
 	scope, err := httpx.Scope(r)
-	var stored warmpool.StoredConfig
-	if err == nil {
-		stored, err = s.Get(r.Context(), scope)
-	}
 	if err != nil {
-		httpx.WriteError(w, r, s.log, err)
-		return
+		return err
 	}
-	httpx.WriteJSON(w, http.StatusOK, stored)
+	stored, err := s.store.Get(r.Context(), scope)
+	if err != nil {
+		return err
+	}
+	return httpx.OK(w, stored)
 }
 
-// HandleSync answers POST /v1/config/sync.
-func (s *Service) HandleSync(w http.ResponseWriter, r *http.Request) {
+// handleSync answers POST /v1/config/sync.
+func (s *Service) handleSync(w http.ResponseWriter, r *http.Request) error {
 	n, err := s.Sync(r.Context())
 	if err != nil {
-		httpx.WriteError(w, r, s.log, err)
-		return
+		return err
 	}
-	httpx.WriteJSON(w, http.StatusOK, map[string]int{"scopes": n})
+	return httpx.OK(w, map[string]int{"scopes": n})
 }

@@ -328,42 +328,49 @@ func (s *Server) ensureDemoScope(ctx context.Context) error {
 	return err
 }
 
+// routes is the replica's router: the middleware, then each resource's Routes and
+// nothing beside them.
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log))
 	r.NotFound(httpx.NotFound)
 	r.MethodNotAllowed(httpx.MethodNotAllowed)
-	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "instance_id": s.cfg.InstanceID})
-	})
-	r.Get("/readyz", s.handleReady)
-	r.Method(http.MethodGet, "/metrics", s.metrics.Handler())
+	s.opsRoutes(r)
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(httpx.Auth(s.cfg.AuthToken, s.log))
-		r.Get("/scopes", s.RM.HandleScopes)
-		r.Post("/config/sync", s.Scopes.HandleSync)
-		r.Route("/scopes/{scope}", func(r chi.Router) {
-			s.SM.Register(r)
-			s.RM.Register(r)
-			s.Scopes.Register(r)
-		})
+		s.SM.Routes(r)
+		s.RM.Routes(r)
+		s.Scopes.Routes(r)
 	})
 	return r
 }
 
-func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+// opsRoutes adds the operations routes of SPEC §3, open without auth: liveness,
+// readiness and metrics.
+func (s *Server) opsRoutes(r chi.Router) {
+	h := httpx.Adapter(s.log)
+	r.Method(http.MethodGet, "/healthz", h(s.handleHealth))
+	r.Method(http.MethodGet, "/readyz", h(s.handleReady))
+	r.Method(http.MethodGet, "/metrics", s.metrics.Handler())
+}
+
+// handleHealth answers liveness without a Redis call.
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) error {
+	return httpx.OK(w, map[string]string{"status": "ok", "instance_id": s.cfg.InstanceID})
+}
+
+// handleReady answers 200 when Redis answers and holds a live keyspace.
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
-		httpx.WriteError(w, r, s.log, &warmpool.Error{Code: warmpool.CodeStoreUnavailable, Message: "redis: " + err.Error(), RetryAfter: 1})
-		return
+		return &warmpool.Error{Code: warmpool.CodeStoreUnavailable, Message: "redis: " + err.Error(), RetryAfter: 1}
 	}
 	live, err := s.store.EpochLive(ctx)
 	if err != nil || !live {
-		httpx.WriteError(w, r, s.log, warmpool.ErrEpochLost)
-		return
+		return warmpool.ErrEpochLost
 	}
-	httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready", "instance_id": s.cfg.InstanceID})
+	return httpx.OK(w, map[string]string{"status": "ready", "instance_id": s.cfg.InstanceID})
 }
 
 // Handler is the HTTP API of the replica.

@@ -1,6 +1,7 @@
 package sm
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -10,13 +11,13 @@ import (
 	"github.com/warmpool/warmpool/internal/httpx"
 )
 
-// Register adds the session routes of SPEC §3 to r, which is mounted at
-// /v1/scopes/{scope}.
-func (m *Manager) Register(r chi.Router) {
-	r.Post("/sessions", m.handleRoute)
-	r.Get("/sessions/{session}", m.handleGet)
-	r.Delete("/sessions/{session}", m.handleEnd)
-	r.Post("/sessions/{session}/touch", m.handleTouch)
+// Routes adds the session routes of SPEC §3 to r, which is mounted at /v1.
+func (m *Manager) Routes(r chi.Router) {
+	h := httpx.Adapter(m.log)
+	r.Method(http.MethodPost, "/scopes/{scope}/sessions", h(m.handleRoute))
+	r.Method(http.MethodGet, "/scopes/{scope}/sessions/{session}", h(onSession(m.Get, func(b Binding) any { return b })))
+	r.Method(http.MethodDelete, "/scopes/{scope}/sessions/{session}", h(onSession(m.End, answer("released"))))
+	r.Method(http.MethodPost, "/scopes/{scope}/sessions/{session}/touch", h(onSession(m.Touch, answer("touched"))))
 }
 
 type routeRequest struct {
@@ -24,77 +25,58 @@ type routeRequest struct {
 	RequestID string `json:"request_id"`
 }
 
-func (m *Manager) handleRoute(w http.ResponseWriter, r *http.Request) {
+// handleRoute routes a session and records the outcome and duration of the call.
+func (m *Manager) handleRoute(w http.ResponseWriter, r *http.Request) (err error) {
 	start := time.Now()
-	b, err := m.serveRoute(w, r)
-	outcome := "ok"
-	if err != nil {
-		outcome = string(warmpool.ErrorCode(err))
-		httpx.WriteError(w, r, m.log, err)
-	} else {
-		httpx.WriteJSON(w, http.StatusOK, b)
-	}
-	m.cfg.ObserveRoute(outcome, time.Since(start))
-}
-
-func (m *Manager) serveRoute(w http.ResponseWriter, r *http.Request) (Binding, error) {
+	defer func() {
+		outcome := "ok"
+		if err != nil {
+			outcome = string(warmpool.ErrorCode(err))
+		}
+		m.cfg.ObserveRoute(outcome, time.Since(start))
+	}()
 	scope, err := httpx.Scope(r)
 	if err != nil {
-		return Binding{}, err
+		return err
 	}
 	var req routeRequest
 	if err := httpx.Decode(w, r, &req, false); err != nil {
-		return Binding{}, err
+		return err
 	}
 	if req.SessionID == "" {
-		return Binding{}, warmpool.Errorf(warmpool.CodeValidation, "session_id: required")
+		return warmpool.Errorf(warmpool.CodeValidation, "session_id: required")
 	}
 	if req.RequestID == "" {
 		req.RequestID = r.Header.Get("Idempotency-Key")
 	}
-	return m.Route(r.Context(), scope, req.SessionID, req.RequestID)
+	b, err := m.Route(r.Context(), scope, req.SessionID, req.RequestID)
+	if err != nil {
+		return err
+	}
+	return httpx.OK(w, b)
 }
 
-func (m *Manager) handleGet(w http.ResponseWriter, r *http.Request) {
-	scope, session, err := ids(r)
-	if err == nil {
-		var b Binding
-		if b, err = m.Get(r.Context(), scope, session); err == nil {
-			httpx.WriteJSON(w, http.StatusOK, b)
-			return
+// onSession serves a call on one session named by the URL ({scope}, {session}): the
+// ids are validated, then call runs and its result is answered as reply(result).
+func onSession[T any](call func(ctx context.Context, scope, session string) (T, error), reply func(T) any) httpx.Handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		scope, err := httpx.Scope(r)
+		if err != nil {
+			return err
 		}
-	}
-	httpx.WriteError(w, r, m.log, err)
-}
-
-func (m *Manager) handleEnd(w http.ResponseWriter, r *http.Request) {
-	scope, session, err := ids(r)
-	if err == nil {
-		var released bool
-		if released, err = m.End(r.Context(), scope, session); err == nil {
-			httpx.WriteJSON(w, http.StatusOK, map[string]bool{"released": released})
-			return
+		session, err := httpx.Session(r)
+		if err != nil {
+			return err
 		}
-	}
-	httpx.WriteError(w, r, m.log, err)
-}
-
-func (m *Manager) handleTouch(w http.ResponseWriter, r *http.Request) {
-	scope, session, err := ids(r)
-	if err == nil {
-		var touched bool
-		if touched, err = m.Touch(r.Context(), scope, session); err == nil {
-			httpx.WriteJSON(w, http.StatusOK, map[string]bool{"touched": touched})
-			return
+		v, err := call(r.Context(), scope, session)
+		if err != nil {
+			return err
 		}
+		return httpx.OK(w, reply(v))
 	}
-	httpx.WriteError(w, r, m.log, err)
 }
 
-func ids(r *http.Request) (scope, session string, err error) {
-	if scope, err = httpx.Scope(r); err != nil {
-		return "", "", err
-	}
-	session, err = httpx.Session(r)
-	return scope, session, err
+// answer replies with the one-key object {key: v}, as end and touch do.
+func answer(key string) func(bool) any {
+	return func(v bool) any { return map[string]bool{key: v} }
 }

@@ -1,5 +1,11 @@
-// Package httpx holds what every HTTP handler of warmpool shares: the error envelope,
-// strict JSON decoding with a size limit, bearer auth, request ids and access logs.
+// Package httpx holds what every HTTP handler of warmpool shares: the handler shape
+// and its error envelope, strict JSON decoding with a size limit, bearer auth, request
+// ids and access logs.
+//
+// Every handler is a Handler: it answers with OK (or WriteJSON) and returns nil, or
+// returns an error and writes nothing. Each resource (rm, sm, scopes, the server's
+// operations) adds its Handlers to the router in a Routes(chi.Router) method, wrapped
+// by one Adapter that writes a returned error as the envelope.
 package httpx
 
 import (
@@ -8,6 +14,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -41,8 +48,32 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// WriteError turns any error into the envelope and its status. Only INTERNAL is logged
-// as an error; a caller that went away gets nothing.
+// Handler is the one shape of warmpool's HTTP handlers (go-chi's custom-handler
+// example): it writes its answer and returns nil, or returns an error and writes
+// nothing, leaving the error to its Adapter.
+type Handler func(w http.ResponseWriter, r *http.Request) error
+
+// Adapter returns the adapter that serves Handlers: a returned error is written as the
+// envelope (WriteError), and an INTERNAL one is logged to log.
+func Adapter(log *slog.Logger) func(Handler) http.Handler {
+	return func(h Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := h(w, r); err != nil {
+				WriteError(w, r, log, err)
+			}
+		})
+	}
+}
+
+// OK writes v as JSON with status 200; a Handler ends with `return httpx.OK(w, v)`.
+func OK(w http.ResponseWriter, v any) error {
+	WriteJSON(w, http.StatusOK, v)
+	return nil
+}
+
+// WriteError turns any error into the envelope and its status, with a Retry-After
+// header when the error sets retry_after. Only INTERNAL is logged, as an error; a
+// caller that went away gets nothing.
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var e *warmpool.Error
 	switch {
@@ -53,6 +84,8 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		e = &warmpool.Error{Code: warmpool.CodeStoreUnavailable, Message: "timed out: " + err.Error(), RetryAfter: 1}
 	default:
 		e = &warmpool.Error{Code: warmpool.CodeInternal, Message: "internal error"}
+	}
+	if e.Code == warmpool.CodeInternal {
 		log.Error("internal error", "err", err, "method", r.Method, "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()))
 	}
 	if e.RetryAfter > 0 {
@@ -127,7 +160,7 @@ func Auth(token string, log *slog.Logger) func(http.Handler) http.Handler {
 }
 
 // Recover turns a panic in a handler into an INTERNAL envelope instead of a dropped
-// connection; the panic is logged with its request id.
+// connection; WriteError logs the panic with its request id.
 func Recover(log *slog.Logger) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -136,8 +169,7 @@ func Recover(log *slog.Logger) func(http.Handler) http.Handler {
 					if p == http.ErrAbortHandler {
 						panic(p)
 					}
-					log.Error("panic", "panic", p, "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()))
-					WriteError(w, r, log, warmpool.Errorf(warmpool.CodeInternal, "internal error"))
+					WriteError(w, r, log, fmt.Errorf("panic: %v", p))
 				}
 			}()
 			next.ServeHTTP(w, r)

@@ -87,4 +87,9 @@ var (
 	ErrEpochLost = &Error{Code: CodeStoreUnavailable, Message: "redis lost its data; rebuilding the pool", RetryAfter: 1}
 	// ErrPodNotFound: a driver does not know the pod.
 	ErrPodNotFound = errors.New("warmpool: pod not found")
+	// ErrNotObtained: a lease lock is held by someone else.
+	ErrNotObtained = errors.New("warmpool: lock not obtained")
+	// ErrLockNotHeld: a lease is no longer the caller's (it expired, or another holder
+	// has it now); the work done under it must commit nothing more.
+	ErrLockNotHeld = errors.New("warmpool: lock not held")
 )

@@ -6,6 +6,7 @@ package warmpool
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -119,6 +120,14 @@ type SystemClock struct{}
 
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
+
+// NewID returns a random 128-bit id in hex (32 characters), the one source of claim,
+// waiter and lock tokens; a shorter random suffix is a prefix of one.
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
 
 // UnixMs is t in milliseconds since the epoch, the unit of every time in Redis.
 func UnixMs(t time.Time) int64 { return t.UnixMilli() }

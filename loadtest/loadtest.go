@@ -20,8 +20,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -217,12 +215,6 @@ func machine() Machine {
 // waitTimeoutS is wait_timeout_s for a wait timeout (whole seconds, rounded up).
 func waitTimeoutS(d time.Duration) int {
 	return int((d + time.Second - 1) / time.Second)
-}
-
-func randSuffix() string {
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // oneLine is a scenario's summary line for the progress stream.

@@ -116,7 +116,7 @@ type QueuedResult struct {
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 func (e *engine) scopeName(scenario string) string {
-	return e.cfg.ScopePrefix + scenario + "-" + randSuffix()
+	return e.cfg.ScopePrefix + scenario + "-" + warmpool.NewID()[:6]
 }
 
 func sessionsPath(scope string) string { return "/v1/scopes/" + scope + "/sessions" }

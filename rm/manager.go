@@ -5,8 +5,6 @@ package rm
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -137,7 +135,7 @@ func (m *Manager) Acquire(ctx context.Context, scope, requestID string) (warmpoo
 
 func (m *Manager) acquire(ctx context.Context, scope string) (warmpool.Lease, error) {
 	now := m.clock.Now()
-	claim := newID()
+	claim := warmpool.NewID()
 	res, err := m.store.Acquire(ctx, scope, lua.AcquireArgs{
 		Now:           now,
 		Claim:         claim,
@@ -390,11 +388,4 @@ func (m *Manager) ReleaseClaim(ctx context.Context, scope, claim string, idle bo
 // claims. It returns the sessions it released. The pod itself is not deleted.
 func (m *Manager) Purge(ctx context.Context, scope, pod, reason string) ([]string, error) {
 	return m.store.Purge(ctx, scope, pod, reason, nil)
-}
-
-// newID returns a random 128-bit id in hex.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

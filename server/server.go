@@ -5,8 +5,6 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -125,7 +123,7 @@ func (c *Config) fill() {
 	}
 	if c.InstanceID == "" {
 		host, _ := os.Hostname()
-		c.InstanceID = host + "-" + randHex(3)
+		c.InstanceID = host + "-" + warmpool.NewID()[:6]
 	}
 	if c.Clock == nil {
 		c.Clock = warmpool.SystemClock{}
@@ -426,10 +424,4 @@ func (s *Server) Close() error {
 		}
 	})
 	return err
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

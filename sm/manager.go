@@ -6,8 +6,6 @@ package sm
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -208,7 +206,7 @@ func (m *Manager) releaseClaim(ctx context.Context, scope, claim string) {
 // wake-up and every Recheck, until wait_timeout_s. The waiter leaves the queue however
 // the wait ends.
 func (m *Manager) queue(ctx context.Context, scope, session, requestID string, full error) (b Binding, err error) {
-	waiter := newID()
+	waiter := warmpool.NewID()
 	// Subscribe before joining, so that no wake-up between the two is missed.
 	woken, unsubscribe := m.wake.subscribe(ctx, scope)
 	defer unsubscribe()
@@ -328,11 +326,4 @@ func (m *Manager) Wake(ctx context.Context, scope string) {
 	if err := m.wake.publish(ctx, scope); err != nil {
 		m.log.Warn("wake-up not published; waiters re-check on their own", "scope", scope, "err", err)
 	}
-}
-
-// newID returns a random 128-bit id in hex.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -7,8 +7,6 @@ package testredis
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
@@ -18,6 +16,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/warmpool/warmpool"
 )
 
 // Redis is a client with its own key prefix.
@@ -37,7 +37,7 @@ func Cluster() bool { return os.Getenv("REDIS_CLUSTER_ADDRS") != "" }
 // New returns a Redis for one test; it is cleaned up with the test.
 func New(tb testing.TB) *Redis {
 	tb.Helper()
-	r := &Redis{Prefix: "t" + randHex(6) + ":"}
+	r := &Redis{Prefix: "t" + warmpool.NewID()[:12] + ":"}
 	if !Real() {
 		r.Mini = miniredis.RunT(tb)
 	}
@@ -114,12 +114,6 @@ func NeedReal(tb testing.TB) {
 	if !Real() {
 		tb.Skip("needs a real redis-server: set REDIS_ADDR (make test does)")
 	}
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // SlotHook fails the test when one EVAL/EVALSHA names keys of more than one cluster

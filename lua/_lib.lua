@@ -1,5 +1,7 @@
 -- _lib.lua: helpers prepended to every script; not a script of its own.
 -- Key roles used below (each passed in KEYS by the calling script):
+--   epoch     STRING scope epoch (missing = Redis lost its data)
+--   config    HASH  published scope config
 --   pods      ZSET  pod id -> registered at (ms)
 --   slots     HASH  pod id -> sessions + live claims on the pod
 --   idle      ZSET  pod id -> idle since (ms); a pod is idle only with 0 slots
@@ -7,6 +9,20 @@
 --   claimpod  HASH  claim id -> pod id, or "!reason" when the deploy it waited for failed
 --   deploying ZSET  deploy member ("<fence>" or "<fence>w") -> lease deadline (ms)
 --   followers ZSET  "<deploy member>|<claim id>" -> deadline (ms)
+
+-- scope_config reads fields of the scope's published config (config HASH), checking
+-- first that the scope is known and that Redis still has its data (epoch STRING).
+-- Returns the fields, or nil and the answer to give: {"NO_SCOPE"} | {"EPOCH_LOST"}.
+local function scope_config(epoch, config, ...)
+  local cfg = redis.call('HMGET', config, ...)
+  if not cfg[1] then
+    return nil, {'NO_SCOPE'}
+  end
+  if redis.call('EXISTS', epoch) == 0 then
+    return nil, {'EPOCH_LOST'}
+  end
+  return cfg
+end
 
 -- free_slot gives back one slot of a registered pod; the pod goes idle when it was the
 -- last one and idle_on_zero is true. Returns the slots left, or -1 for an unknown pod.
@@ -75,6 +91,13 @@ local function expire_deploys(deploying, followers, claims, claimpod, now, note_
     fail_followers(followers, claims, claimpod, d, 'the deploy lease expired: its leader is gone', note_deadline)
   end
   redis.call('ZREMRANGEBYSCORE', followers, '-inf', now)
+end
+
+-- expire_pool drops the expired claims, then the expired deploy leases (failing their
+-- followers) and room entries: the leftovers of crashed callers and leaders.
+local function expire_pool(pods, slots, idle, deploying, followers, claims, claimpod, now, note_deadline)
+  expire_claims(claims, claimpod, pods, slots, idle, now)
+  expire_deploys(deploying, followers, claims, claimpod, now, note_deadline)
 end
 
 -- evict_session unbinds one session and frees its slot (the pod goes idle when it was

@@ -1,14 +1,9 @@
--- lock_obtain.lua: take a lease lock, or renew it when the caller already holds it.
+-- lock_obtain.lua: take a lease lock when nobody holds it (SET NX PX); every obtain
+-- brings a new token, so a holder never takes its own lock twice.
 -- KEYS[1] lock key  STRING holder token, PX lease
 -- ARGV[1] token  ARGV[2] lease (ms)
--- Returns 1 when held by the caller now, else 0.
-local holder = redis.call('GET', KEYS[1])
-if not holder then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- Returns 1 when taken, 0 when another holder has it.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return 1
 end
 return 0

@@ -1,5 +1,10 @@
 // Package lua holds the Redis Lua scripts that make every pool and session mutation
-// atomic, the key schema (keys.go) and typed wrappers that run the scripts (store.go).
+// atomic, the key schema (keys.go) and the Store that runs them. Its files go by what
+// they store: store.go runs a script and maps its failures, reply.go reads a script's
+// answer with every field type-checked, scopes.go, pods.go, deploys.go and sessions.go
+// wrap the scripts of each kind of state (each wrapper named after its script),
+// locks.go is the lease type, wake.go the pub/sub that wakes waiters and snapshot.go
+// the read-only views.
 package lua
 
 import (
@@ -16,42 +21,49 @@ var files embed.FS
 // another, and sharing the text keeps one definition of each rule.
 var lib = mustRead("_lib.lua")
 
+// script is one embedded script with the name of its file, for error messages.
+type script struct {
+	name string
+	*redis.Script
+}
+
 // The scripts, one per file; see each file's header for its KEYS, ARGV and result.
 var (
-	PodAcquire     = load("pod_acquire.lua")
-	PodRegister    = load("pod_register.lua")
-	PodRelease     = load("pod_release.lua")
-	PodPurge       = load("pod_purge.lua")
-	PodPlaceholder = load("pod_placeholder.lua")
-	DeployExtend   = load("deploy_extend.lua")
-	DeployAbort    = load("deploy_abort.lua")
-	FollowerWait   = load("follower_wait.lua")
-	FollowerLeave  = load("follower_leave.lua")
-	ClaimRelease   = load("claim_release.lua")
-	LockObtain     = load("lock_obtain.lua")
-	LockExtend     = load("lock_extend.lua")
-	LockRelease    = load("lock_release.lua")
-	SessionRoute   = load("session_route.lua")
-	SessionTouch   = load("session_touch.lua")
-	SessionEnd     = load("session_end.lua")
-	SessionEvict   = load("session_evict.lua")
-	SessionGet     = load("session_get.lua")
-	WaiterGate     = load("waiter_gate.lua")
-	WaiterLeave    = load("waiter_leave.lua")
-	ScopePublish   = load("scope_publish.lua")
-	ScopeRepair    = load("scope_repair.lua")
-	PodAdopt       = load("pod_adopt.lua")
-	PodHealth      = load("pod_health.lua")
-	FenceRaise     = load("fence_raise.lua")
+	podAcquire     = load("pod_acquire.lua")
+	podRegister    = load("pod_register.lua")
+	podRelease     = load("pod_release.lua")
+	podPurge       = load("pod_purge.lua")
+	podPlaceholder = load("pod_placeholder.lua")
+	podAdopt       = load("pod_adopt.lua")
+	podHealth      = load("pod_health.lua")
+	fenceRaise     = load("fence_raise.lua")
+	deployExtend   = load("deploy_extend.lua")
+	deployAbort    = load("deploy_abort.lua")
+	followerWait   = load("follower_wait.lua")
+	followerLeave  = load("follower_leave.lua")
+	claimRelease   = load("claim_release.lua")
+	lockObtain     = load("lock_obtain.lua")
+	lockExtend     = load("lock_extend.lua")
+	lockRelease    = load("lock_release.lua")
+	sessionRoute   = load("session_route.lua")
+	sessionTouch   = load("session_touch.lua")
+	sessionEnd     = load("session_end.lua")
+	sessionEvict   = load("session_evict.lua")
+	sessionGet     = load("session_get.lua")
+	waiterGate     = load("waiter_gate.lua")
+	waiterLeave    = load("waiter_leave.lua")
+	scopePublish   = load("scope_publish.lua")
+	scopeRepair    = load("scope_repair.lua")
 )
 
 // Scripts maps each script file name to its script, so tests can check that every
-// file is loaded and that each one compiles on a real server.
+// file is loaded, that each one compiles on a real server, and recognise a script's
+// calls by its hash.
 var Scripts = map[string]*redis.Script{}
 
-func load(name string) *redis.Script {
-	s := redis.NewScript(lib + "\n" + mustRead(name))
-	Scripts[name] = s
+func load(name string) *script {
+	s := &script{name: name, Script: redis.NewScript(lib + "\n" + mustRead(name))}
+	Scripts[name] = s.Script
 	return s
 }
 

@@ -94,14 +94,14 @@ func (e *env) publish(mutate func(*warmpool.ScopeConfig)) {
 	if err := cfg.Normalize(); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.store.PublishScope(context.Background(), lua.ScopeRecord{ScopeID: e.scope, Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
+	if err := e.store.ScopePublish(context.Background(), lua.ScopeRecord{ScopeID: e.scope, Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
 func (e *env) acquire(claim string) lua.AcquireResult {
 	e.t.Helper()
-	res, err := e.store.Acquire(context.Background(), e.scope, lua.AcquireArgs{
+	res, err := e.store.PodAcquire(context.Background(), e.scope, lua.AcquireArgs{
 		Now: e.now, Claim: claim, ClaimDeadline: e.now.Add(30 * time.Second),
 		LeaseDeadline: e.now.Add(30 * time.Second), RoomMargin: 10 * time.Second,
 	})
@@ -113,7 +113,7 @@ func (e *env) acquire(claim string) lua.AcquireResult {
 
 func (e *env) register(res lua.AcquireResult, leaderClaim string) (warmpool.Pod, int, error) {
 	pod := warmpool.Pod{ID: warmpool.PodName(e.scope, res.Fence), ScopeID: e.scope, DeployVer: res.Spec.DeployVer(), Fence: res.Fence, SSEURL: "http://x/sse"}
-	n, err := e.store.Register(context.Background(), e.scope, res.Deploy, pod, leaderClaim, e.now, e.now.Add(30*time.Second))
+	n, err := e.store.PodRegister(context.Background(), e.scope, res.Deploy, pod, leaderClaim, e.now, e.now.Add(30*time.Second))
 	return pod, n, err
 }
 
@@ -165,7 +165,7 @@ func TestRegisterHandsSlotsToFollowersAndLeader(t *testing.T) {
 	if len(s.Deploys) != 0 || len(s.Followers) != 0 {
 		t.Fatalf("deploys %v followers %v left behind", s.Deploys, s.Followers)
 	}
-	st, err := e.store.WaitFollower(context.Background(), e.scope, lead.Deploy, lead.Deploy+"|follower", "follower", e.now)
+	st, err := e.store.FollowerWait(context.Background(), e.scope, lead.Deploy, lead.Deploy+"|follower", "follower", e.now)
 	if err != nil || st.State != lua.FollowerReady || st.Pod.ID != pod.ID || st.Pod.SSEURL != "http://x/sse" {
 		t.Fatalf("follower state = %+v, %v", st, err)
 	}
@@ -181,7 +181,7 @@ func TestRegisterIsFencedAfterTheLeaseExpired(t *testing.T) {
 	if s := e.snap(); len(s.Pods) != 0 {
 		t.Fatalf("a fenced register committed pods: %+v", s.Pods)
 	}
-	ok, err := e.store.ExtendDeploy(context.Background(), e.scope, lead.Deploy, e.now, e.now.Add(time.Minute))
+	ok, err := e.store.DeployExtend(context.Background(), e.scope, lead.Deploy, e.now, e.now.Add(time.Minute))
 	if err != nil || ok {
 		t.Fatalf("extend of an expired lease = %v, %v; want false", ok, err)
 	}
@@ -198,7 +198,7 @@ func TestExpiredLeaseFailsItsFollowersAndFreesTheScope(t *testing.T) {
 	if r := e.acquire("c4"); r.Kind != lua.AcquireDeploy || r.Fence != 2 {
 		t.Fatalf("acquire after the lease expired = %+v, want a new deploy", r)
 	}
-	st, err := e.store.WaitFollower(context.Background(), e.scope, lead.Deploy, f.Room, "f1", e.now)
+	st, err := e.store.FollowerWait(context.Background(), e.scope, lead.Deploy, f.Room, "f1", e.now)
 	if err != nil || st.State != lua.FollowerFailed {
 		t.Fatalf("follower of the dead leader = %+v, %v; want failed", st, err)
 	}
@@ -248,45 +248,18 @@ func TestPurgeOnlyIfStillIdleSince(t *testing.T) {
 	pod, _, _ := e.register(lead, "")
 	since := e.snap().Pods[0].IdleSince
 	later := since.Add(time.Millisecond)
-	if _, err := e.store.Purge(context.Background(), e.scope, pod.ID, "reclaim", &later); !errors.Is(err, lua.ErrPodBusy) {
+	if _, err := e.store.PodPurge(context.Background(), e.scope, pod.ID, "reclaim", &later); !errors.Is(err, lua.ErrPodBusy) {
 		t.Fatalf("purge with a stale idle time: err = %v, want ErrPodBusy", err)
 	}
-	if _, err := e.store.Purge(context.Background(), e.scope, pod.ID, "reclaim", &since); err != nil {
+	if _, err := e.store.PodPurge(context.Background(), e.scope, pod.ID, "reclaim", &since); err != nil {
 		t.Fatal(err)
 	}
 	s := e.snap()
 	if len(s.Pods) != 0 {
 		t.Fatalf("pods after purge = %+v", s.Pods)
 	}
-	if _, err := e.store.Purge(context.Background(), e.scope, pod.ID, "again", nil); err != nil {
+	if _, err := e.store.PodPurge(context.Background(), e.scope, pod.ID, "again", nil); err != nil {
 		t.Fatalf("purge is not idempotent: %v", err)
-	}
-}
-
-func TestLocksAreTokenChecked(t *testing.T) {
-	e := newEnv(t, nil)
-	ctx := context.Background()
-	key := e.store.Keys().Lock("job")
-	if ok, _ := e.store.ObtainLock(ctx, key, "a", time.Minute); !ok {
-		t.Fatal("a could not obtain a free lock")
-	}
-	if ok, _ := e.store.ObtainLock(ctx, key, "b", time.Minute); ok {
-		t.Fatal("b obtained a lock held by a")
-	}
-	if ok, _ := e.store.ExtendLock(ctx, key, "b", time.Minute); ok {
-		t.Fatal("b extended a's lock")
-	}
-	if ok, _ := e.store.ReleaseLock(ctx, key, "b"); ok {
-		t.Fatal("b released a's lock")
-	}
-	if ok, _ := e.store.ExtendLock(ctx, key, "a", time.Minute); !ok {
-		t.Fatal("a could not extend its lock")
-	}
-	if ok, _ := e.store.ReleaseLock(ctx, key, "a"); !ok {
-		t.Fatal("a could not release its lock")
-	}
-	if ok, _ := e.store.ObtainLock(ctx, key, "b", time.Minute); !ok {
-		t.Fatal("b could not obtain the released lock")
 	}
 }
 
@@ -296,7 +269,7 @@ func TestEpochLostFailsClosed(t *testing.T) {
 	if err := e.r.Client.Del(ctx, e.store.Keys().Scope(e.scope).Epoch).Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.store.Acquire(ctx, e.scope, lua.AcquireArgs{Now: e.now, Claim: "c"})
+	_, err := e.store.PodAcquire(ctx, e.scope, lua.AcquireArgs{Now: e.now, Claim: "c"})
 	if warmpool.ErrorCode(err) != warmpool.CodeStoreUnavailable {
 		t.Fatalf("acquire without the epoch: err = %v, want STORE_UNAVAILABLE", err)
 	}
@@ -304,12 +277,12 @@ func TestEpochLostFailsClosed(t *testing.T) {
 	for _, k := range []string{e.store.Keys().Scope(e.scope).Config, e.store.Keys().Epoch()} {
 		e.r.Client.Del(ctx, k)
 	}
-	if _, err := e.store.Acquire(ctx, e.scope, lua.AcquireArgs{Now: e.now, Claim: "c"}); warmpool.ErrorCode(err) != warmpool.CodeStoreUnavailable {
+	if _, err := e.store.PodAcquire(ctx, e.scope, lua.AcquireArgs{Now: e.now, Claim: "c"}); warmpool.ErrorCode(err) != warmpool.CodeStoreUnavailable {
 		t.Fatalf("acquire after data loss: err = %v, want STORE_UNAVAILABLE", err)
 	}
 	// An unknown scope on a live keyspace is a 404.
 	e.store.Bootstrap(ctx, "epoch-2")
-	if _, err := e.store.Acquire(ctx, "nope", lua.AcquireArgs{Now: e.now, Claim: "c"}); warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+	if _, err := e.store.PodAcquire(ctx, "nope", lua.AcquireArgs{Now: e.now, Claim: "c"}); warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
 		t.Fatalf("acquire of an unknown scope: err = %v, want SCOPE_NOT_FOUND", err)
 	}
 }

@@ -20,17 +20,12 @@
 --       | {"max_reached", pods, deploys} | {"NO_SCOPE"} | {"EPOCH_LOST"}
 local now = tonumber(ARGV[1])
 local claim = ARGV[2]
-local cfg = redis.call('HMGET', KEYS[2], 'deploy_ver', 'max_pods', 'parallel', 'pod_concurrency', 'deploy', 'ready_ms')
-if not cfg[1] then
-  return {'NO_SCOPE'}
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {'EPOCH_LOST'}
+local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver', 'max_pods', 'parallel', 'pod_concurrency', 'deploy', 'ready_ms')
+if not cfg then
+  return refused
 end
 local ver, max_pods, parallel, pc = cfg[1], tonumber(cfg[2]), tonumber(cfg[3]), tonumber(cfg[4])
-
-expire_claims(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], now)
-expire_deploys(KEYS[8], KEYS[9], KEYS[10], KEYS[11], now, ARGV[3])
+expire_pool(KEYS[3], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], now, ARGV[3])
 
 -- 1. Warm: the most recently idled pod of the current version (older ones age out).
 for _, pod in ipairs(redis.call('ZREVRANGE', KEYS[7], 0, -1)) do

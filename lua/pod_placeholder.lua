@@ -16,16 +16,12 @@
 -- Returns {"deploy", deploy member, fence, deploy spec JSON} | {"enough"}
 --       | {"max_reached"} | {"busy"} (parallel bound) | {"NO_SCOPE"} | {"EPOCH_LOST"}
 local now = tonumber(ARGV[1])
-local cfg = redis.call('HMGET', KEYS[2], 'deploy_ver', 'max_pods', 'parallel', 'min_idle', 'deploy')
-if not cfg[1] then
-  return {'NO_SCOPE'}
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {'EPOCH_LOST'}
+local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver', 'max_pods', 'parallel', 'min_idle', 'deploy')
+if not cfg then
+  return refused
 end
 local ver, max_pods, parallel, min_idle = cfg[1], tonumber(cfg[2]), tonumber(cfg[3]), tonumber(cfg[4])
-expire_claims(KEYS[9], KEYS[10], KEYS[3], KEYS[5], KEYS[6], now)
-expire_deploys(KEYS[7], KEYS[8], KEYS[9], KEYS[10], now, ARGV[3])
+expire_pool(KEYS[3], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], now, ARGV[3])
 
 local warm = 0
 for _, pod in ipairs(redis.call('ZRANGE', KEYS[6], 0, -1)) do

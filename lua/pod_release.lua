@@ -7,11 +7,9 @@
 -- KEYS[5] {s}:config  HASH   published scope config
 -- ARGV[1] now (ms)  ARGV[2] pod id
 -- Returns {"idle"} | {"busy", slots} | {"unknown"} | {"NO_SCOPE"} | {"EPOCH_LOST"}
-if redis.call('EXISTS', KEYS[5]) == 0 then
-  return {'NO_SCOPE'}
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {'EPOCH_LOST'}
+local _, refused = scope_config(KEYS[1], KEYS[5], 'version')
+if refused then
+  return refused
 end
 local pod = ARGV[2]
 if not redis.call('ZSCORE', KEYS[2], pod) then

@@ -23,8 +23,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 local now = tonumber(ARGV[1])
 local deploys = redis.call('ZCOUNT', KEYS[5], '-inf', now)
-expire_claims(KEYS[7], KEYS[8], KEYS[2], KEYS[3], KEYS[4], now)
-expire_deploys(KEYS[5], KEYS[6], KEYS[7], KEYS[8], now, ARGV[2])
+expire_pool(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], now, ARGV[2])
 local waiters = redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', now)
 if ARGV[3] ~= '1' then
   return {'0', '0', '0', tostring(waiters), tostring(deploys)}
@@ -34,29 +33,27 @@ local count = {}
 for _, pod in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   count[pod] = 0
 end
-local dropped_sessions, dropped_claims = 0, 0
-local s = redis.call('HGETALL', KEYS[9])
-for i = 1, #s, 2 do
-  if count[s[i + 1]] then
-    count[s[i + 1]] = count[s[i + 1]] + 1
-  else
-    redis.call('HDEL', KEYS[9], s[i])
-    redis.call('ZREM', KEYS[10], s[i])
-    dropped_sessions = dropped_sessions + 1
-  end
-end
-local c = redis.call('HGETALL', KEYS[8])
-for i = 1, #c, 2 do
-  if holds_pod(c[i + 1]) then
-    if count[c[i + 1]] then
-      count[c[i + 1]] = count[c[i + 1]] + 1
-    else
-      redis.call('HDEL', KEYS[8], c[i])
-      redis.call('ZREM', KEYS[7], c[i])
-      dropped_claims = dropped_claims + 1
+-- tally counts the entries of an "id -> pod" HASH that name a registered pod and drops
+-- those that name an unknown one (from the HASH and from the id's ZSET).
+local function tally(hash, zset, names_pod)
+  local dropped = 0
+  local h = redis.call('HGETALL', hash)
+  for i = 1, #h, 2 do
+    local id, pod = h[i], h[i + 1]
+    if not names_pod or names_pod(pod) then
+      if count[pod] then
+        count[pod] = count[pod] + 1
+      else
+        redis.call('HDEL', hash, id)
+        redis.call('ZREM', zset, id)
+        dropped = dropped + 1
+      end
     end
   end
+  return dropped
 end
+local dropped_sessions = tally(KEYS[9], KEYS[10])
+local dropped_claims = tally(KEYS[8], KEYS[7], holds_pod)
 local fixed = 0
 for _, pod in ipairs(redis.call('HKEYS', KEYS[3])) do
   if not count[pod] then

@@ -10,11 +10,9 @@
 -- KEYS[8] {s}:waiters   ZSET   waiter id -> deadline (ms)
 -- ARGV[1] now (ms)  ARGV[2] session id
 -- Returns {"released", pod, waiters} | {"unknown"} | {"NO_SCOPE"} | {"EPOCH_LOST"}
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  return {'NO_SCOPE'}
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {'EPOCH_LOST'}
+local _, refused = scope_config(KEYS[1], KEYS[2], 'version')
+if refused then
+  return refused
 end
 if not redis.call('HGET', KEYS[6], ARGV[2]) then
   return {'unknown'}

@@ -23,12 +23,9 @@
 local now = tonumber(ARGV[1])
 local sid = ARGV[2]
 local claim = ARGV[3]
-local cfg = redis.call('HMGET', KEYS[2], 'deploy_ver', 'pod_concurrency', 'session_ttl_ms')
-if not cfg[1] then
-  return {'NO_SCOPE'}
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {'EPOCH_LOST'}
+local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver', 'pod_concurrency', 'session_ttl_ms')
+if not cfg then
+  return refused
 end
 local idem = ARGV[4] == '1'
 if idem then

@@ -11,13 +11,11 @@
 -- ARGV[1] now (ms)  ARGV[2] session id
 -- Returns {"touched"} | {"expired", waiters} | {"unknown"} | {"NO_SCOPE"} | {"EPOCH_LOST"}
 local now = tonumber(ARGV[1])
-local ttl = redis.call('HGET', KEYS[2], 'session_ttl_ms')
-if not ttl then
-  return {'NO_SCOPE'}
+local cfg, refused = scope_config(KEYS[1], KEYS[2], 'session_ttl_ms')
+if not cfg then
+  return refused
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {'EPOCH_LOST'}
-end
+local ttl = cfg[1]
 local e = redis.call('ZSCORE', KEYS[7], ARGV[2])
 if not e then
   return {'unknown'}

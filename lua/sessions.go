@@ -2,7 +2,6 @@ package lua
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/warmpool/warmpool"
@@ -41,27 +40,26 @@ type RouteResult struct {
 	Waiters int
 }
 
-// Route runs session_route.lua.
-func (s *Store) Route(ctx context.Context, scope string, a RouteArgs) (RouteResult, error) {
+// SessionRoute runs session_route.lua: the session's bound pod, else the claimed pod,
+// else the first pod of the current version with a free slot, else RouteNone.
+func (s *Store) SessionRoute(ctx context.Context, scope string, a RouteArgs) (RouteResult, error) {
 	k := s.keys.Scope(scope)
-	idem, has := k.Idem("route", a.RequestID), "0"
-	if a.RequestID != "" {
-		has = "1"
-	}
-	out, err := s.run(ctx, SessionRoute, scope,
-		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Claims, k.ClaimPod, k.Waiters, idem},
-		ms(a.Now), a.Session, a.Claim, has, a.IdemTTL.Milliseconds())
+	r, err := s.call(ctx, sessionRoute, scope,
+		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Claims, k.ClaimPod, k.Waiters, k.Idem("route", a.RequestID)},
+		ms(a.Now), a.Session, a.Claim, flag(a.RequestID != ""), a.IdemTTL.Milliseconds())
 	if err != nil {
 		return RouteResult{}, err
 	}
-	res := RouteResult{Kind: out[0]}
-	if res.Kind == RouteNone {
-		res.Waiters, _ = strconv.Atoi(out[1])
-		return res, nil
+	res := RouteResult{Kind: r.str(0)}
+	switch res.Kind {
+	case RouteNone:
+		res.Waiters = r.count(1)
+	case RouteBound, RouteNew, RouteReplay:
+		res.New, res.Pod, res.Session = r.flag(1), r.pod(2, 3), r.str(4)
+	default:
+		r.unexpected()
 	}
-	res.New, res.Session = out[1] == "1", out[4]
-	res.Pod, err = decodePod(out[2], out[3])
-	return res, err
+	return res, r.err()
 }
 
 // Touch outcomes.
@@ -71,45 +69,57 @@ const (
 	TouchUnknown = "unknown"
 )
 
-// Touch runs session_touch.lua; waiters is the queue length when the touch evicted.
-func (s *Store) Touch(ctx context.Context, scope, session string, now time.Time) (state string, waiters int, err error) {
+// SessionTouch runs session_touch.lua; waiters is the queue length when the touch
+// evicted.
+func (s *Store) SessionTouch(ctx context.Context, scope, session string, now time.Time) (state string, waiters int, err error) {
 	k := s.keys.Scope(scope)
-	out, err := s.run(ctx, SessionTouch, scope,
+	r, err := s.call(ctx, sessionTouch, scope,
 		[]string{k.Epoch, k.Config, k.Pods, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Waiters}, ms(now), session)
 	if err != nil {
 		return "", 0, err
 	}
-	if out[0] == TouchExpired {
-		waiters, _ = strconv.Atoi(out[1])
+	state = r.str(0)
+	switch state {
+	case TouchExpired:
+		waiters = r.count(1)
+	case TouchTouched, TouchUnknown:
+	default:
+		r.unexpected()
 	}
-	return out[0], waiters, nil
+	return state, waiters, r.err()
 }
 
-// End runs session_end.lua: it reports whether the session was bound, and the queue
-// length of the scope.
-func (s *Store) End(ctx context.Context, scope, session string, now time.Time) (released bool, waiters int, err error) {
+// SessionEnd runs session_end.lua: it reports whether the session was bound, and the
+// queue length of the scope.
+func (s *Store) SessionEnd(ctx context.Context, scope, session string, now time.Time) (released bool, waiters int, err error) {
 	k := s.keys.Scope(scope)
-	out, err := s.run(ctx, SessionEnd, scope,
+	r, err := s.call(ctx, sessionEnd, scope,
 		[]string{k.Epoch, k.Config, k.Pods, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Waiters}, ms(now), session)
-	if err != nil || out[0] != "released" {
+	if err != nil {
 		return false, 0, err
 	}
-	waiters, _ = strconv.Atoi(out[2])
-	return true, waiters, nil
+	switch r.str(0) {
+	case "released":
+		r.str(1) // the pod it was on
+		released, waiters = true, r.count(2)
+	case "unknown":
+	default:
+		r.unexpected()
+	}
+	return released, waiters, r.err()
 }
 
-// EvictExpired runs session_evict.lua: it evicts up to limit expired sessions and
+// SessionEvict runs session_evict.lua: it evicts up to limit expired sessions and
 // returns how many, with the queue length of the scope.
-func (s *Store) EvictExpired(ctx context.Context, scope string, now time.Time, limit int) (evicted, waiters int, err error) {
+func (s *Store) SessionEvict(ctx context.Context, scope string, now time.Time, limit int) (evicted, waiters int, err error) {
 	k := s.keys.Scope(scope)
-	out, err := s.run(ctx, SessionEvict, scope,
+	r, err := s.call(ctx, sessionEvict, scope,
 		[]string{k.Epoch, k.Pods, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Waiters}, ms(now), limit)
 	if err != nil {
 		return 0, 0, err
 	}
-	evicted, _ = strconv.Atoi(out[0])
-	waiters, _ = strconv.Atoi(out[1])
-	return evicted, waiters, nil
+	evicted, waiters = r.count(0), r.count(1)
+	return evicted, waiters, r.err()
 }
 
 // SessionBinding is a live session's binding.
@@ -121,22 +131,24 @@ type SessionBinding struct {
 // ErrNoSession: the session is not bound (or its TTL has passed).
 var ErrNoSession = warmpool.Errorf(warmpool.CodeSessionNotFound, "session not found")
 
-// Session reads a live session's binding. Errors: ErrNoSession, SCOPE_NOT_FOUND.
-func (s *Store) Session(ctx context.Context, scope, session string, now time.Time) (SessionBinding, error) {
+// SessionGet runs session_get.lua: a live session's binding. Errors: ErrNoSession,
+// SCOPE_NOT_FOUND.
+func (s *Store) SessionGet(ctx context.Context, scope, session string, now time.Time) (SessionBinding, error) {
 	k := s.keys.Scope(scope)
-	out, err := s.run(ctx, SessionGet, scope, []string{k.Config, k.Sessions, k.SessExp, k.PodInfo}, ms(now), session)
+	r, err := s.call(ctx, sessionGet, scope, []string{k.Config, k.Sessions, k.SessExp, k.PodInfo}, ms(now), session)
 	if err != nil {
 		return SessionBinding{}, err
 	}
-	if out[0] != "found" {
+	var b SessionBinding
+	switch r.str(0) {
+	case "found":
+		b = SessionBinding{Pod: r.pod(1, 2), ExpiresAt: r.time(3)}
+	case "unknown":
 		return SessionBinding{}, ErrNoSession
+	default:
+		r.unexpected()
 	}
-	pod, err := decodePod(out[1], out[2])
-	if err != nil {
-		return SessionBinding{}, err
-	}
-	e, _ := strconv.ParseFloat(out[3], 64)
-	return SessionBinding{Pod: pod, ExpiresAt: time.UnixMilli(int64(e))}, nil
+	return b, r.err()
 }
 
 // Waiter gate outcomes.
@@ -146,24 +158,31 @@ const (
 	GateNoWait = "no_wait"
 )
 
-// JoinQueue runs waiter_gate.lua; for GateOK it returns the waiter's deadline.
-func (s *Store) JoinQueue(ctx context.Context, scope, waiter string, now time.Time) (string, time.Time, error) {
+// WaiterGate runs waiter_gate.lua; for GateOK it returns the waiter's deadline.
+func (s *Store) WaiterGate(ctx context.Context, scope, waiter string, now time.Time) (string, time.Time, error) {
 	k := s.keys.Scope(scope)
-	out, err := s.run(ctx, WaiterGate, scope, []string{k.Epoch, k.Config, k.Waiters}, ms(now), waiter)
+	r, err := s.call(ctx, waiterGate, scope, []string{k.Epoch, k.Config, k.Waiters}, ms(now), waiter)
 	if err != nil {
 		return "", time.Time{}, err
 	}
 	var deadline time.Time
-	if out[0] == GateOK {
-		d, _ := strconv.ParseInt(out[1], 10, 64)
-		deadline = time.UnixMilli(d)
+	state := r.str(0)
+	switch state {
+	case GateOK:
+		deadline = r.time(1)
+	case GateFull, GateNoWait:
+	default:
+		r.unexpected()
 	}
-	return out[0], deadline, nil
+	return state, deadline, r.err()
 }
 
-// LeaveQueue takes a waiter out of the queue.
-func (s *Store) LeaveQueue(ctx context.Context, scope, waiter string) error {
-	k := s.keys.Scope(scope)
-	_, err := s.run(ctx, WaiterLeave, scope, []string{k.Waiters}, waiter)
-	return err
+// WaiterLeave runs waiter_leave.lua: it takes a waiter out of the queue.
+func (s *Store) WaiterLeave(ctx context.Context, scope, waiter string) error {
+	r, err := s.call(ctx, waiterLeave, scope, []string{s.keys.Scope(scope).Waiters}, waiter)
+	if err != nil {
+		return err
+	}
+	r.flag(0)
+	return r.err()
 }

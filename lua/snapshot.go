@@ -2,8 +2,11 @@ package lua
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,12 +19,18 @@ type PodState struct {
 	Pod warmpool.Pod
 	// Slots counts sessions plus live claims on the pod.
 	Slots int
-	Idle  bool
+	// Claims counts the claims that hold a slot on the pod.
+	Claims int
+	Idle   bool
 	// IdleSince is set for idle pods.
 	IdleSince time.Time
 	// RegisteredAt is when the pod was registered (or adopted).
 	RegisteredAt time.Time
 }
+
+// Sessions is the number of sessions on the pod: its slots less its claims, read from
+// RM's keys alone.
+func (p PodState) Sessions() int { return max(0, p.Slots-p.Claims) }
 
 // Snapshot is a consistent read of a scope's pool state (one MULTI), for status
 // endpoints, sweepers and invariant checks.
@@ -29,16 +38,31 @@ type Snapshot struct {
 	Pods      []PodState // in registration order
 	Deploys   map[string]time.Time
 	Followers map[string]time.Time
-	Claims    map[string]time.Time
 	ClaimPod  map[string]string
-	Sessions  map[string]string // session id -> pod id
-	SessExp   map[string]time.Time
-	Waiters   map[string]time.Time
-	Fence     int64
+	// Queued is the length of the waiter queue.
+	Queued int
+	// Set by Snapshot only (PoolSnapshot leaves them nil or zero):
+	Claims   map[string]time.Time
+	Sessions map[string]string // session id -> pod id
+	SessExp  map[string]time.Time
+	Waiters  map[string]time.Time
+	Fence    int64
 }
 
-// Snapshot reads the whole pool state of a scope at once.
+// Snapshot reads the whole state of a scope at once, every session included: for
+// invariant checks.
 func (s *Store) Snapshot(ctx context.Context, scope string) (Snapshot, error) {
+	return s.snapshot(ctx, scope, true)
+}
+
+// PoolSnapshot reads a scope's pods, deploy leases, follower rooms and claims (RM's
+// keys) and the waiter count in one MULTI, without the sessions: what the pool view
+// and the sweepers need, at a cost that does not grow with the number of sessions.
+func (s *Store) PoolSnapshot(ctx context.Context, scope string) (Snapshot, error) {
+	return s.snapshot(ctx, scope, false)
+}
+
+func (s *Store) snapshot(ctx context.Context, scope string, full bool) (Snapshot, error) {
 	k := s.keys.Scope(scope)
 	pipe := s.rdb.TxPipeline()
 	pods := pipe.ZRangeWithScores(ctx, k.Pods, 0, -1)
@@ -47,67 +71,65 @@ func (s *Store) Snapshot(ctx context.Context, scope string) (Snapshot, error) {
 	idle := pipe.ZRangeWithScores(ctx, k.Idle, 0, -1)
 	deploys := pipe.ZRangeWithScores(ctx, k.Deploying, 0, -1)
 	followers := pipe.ZRangeWithScores(ctx, k.Followers, 0, -1)
-	claims := pipe.ZRangeWithScores(ctx, k.Claims, 0, -1)
 	claimpod := pipe.HGetAll(ctx, k.ClaimPod)
-	sessions := pipe.HGetAll(ctx, k.Sessions)
-	sexp := pipe.ZRangeWithScores(ctx, k.SessExp, 0, -1)
-	waiters := pipe.ZRangeWithScores(ctx, k.Waiters, 0, -1)
-	fence := pipe.Get(ctx, k.Fence)
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+	queued := pipe.ZCard(ctx, k.Waiters)
+	var claims, sexp, waiters *redis.ZSliceCmd
+	var sessions *redis.MapStringStringCmd
+	var fence *redis.StringCmd
+	if full {
+		claims = pipe.ZRangeWithScores(ctx, k.Claims, 0, -1)
+		sessions = pipe.HGetAll(ctx, k.Sessions)
+		sexp = pipe.ZRangeWithScores(ctx, k.SessExp, 0, -1)
+		waiters = pipe.ZRangeWithScores(ctx, k.Waiters, 0, -1)
+		fence = pipe.Get(ctx, k.Fence)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Snapshot{}, s.redisErr(ctx, err)
 	}
 	snap := Snapshot{
 		Deploys:   zmap(deploys.Val()),
 		Followers: zmap(followers.Val()),
-		Claims:    zmap(claims.Val()),
 		ClaimPod:  claimpod.Val(),
-		Sessions:  sessions.Val(),
-		SessExp:   zmap(sexp.Val()),
-		Waiters:   zmap(waiters.Val()),
+		Queued:    int(queued.Val()),
 	}
-	snap.Fence, _ = strconv.ParseInt(fence.Val(), 10, 64)
-	snap.Pods = podStates(scope, pods.Val(), info.Val(), slots.Val(), zmap(idle.Val()))
+	snap.Pods = podStates(scope, pods.Val(), info.Val(), slots.Val(), zmap(idle.Val()), snap.ClaimPod)
+	if full {
+		snap.Claims = zmap(claims.Val())
+		snap.Sessions = sessions.Val()
+		snap.SessExp = zmap(sexp.Val())
+		snap.Waiters = zmap(waiters.Val())
+		snap.Fence, _ = strconv.ParseInt(fence.Val(), 10, 64) // no counter yet: 0
+	}
 	return snap, nil
 }
 
 func zmap(zs []redis.Z) map[string]time.Time {
 	m := make(map[string]time.Time, len(zs))
 	for _, z := range zs {
-		m[z.Member.(string)] = time.UnixMilli(int64(z.Score))
+		m[fmt.Sprint(z.Member)] = time.UnixMilli(int64(z.Score))
 	}
 	return m
 }
 
-// PoolSnapshot reads a scope's pods and deploy leases in one MULTI, without the
-// sessions, claims and waiters: what the sweepers need on every tick, at a cost that
-// does not grow with the number of sessions.
-func (s *Store) PoolSnapshot(ctx context.Context, scope string) (Snapshot, error) {
-	k := s.keys.Scope(scope)
-	pipe := s.rdb.TxPipeline()
-	pods := pipe.ZRangeWithScores(ctx, k.Pods, 0, -1)
-	info := pipe.HGetAll(ctx, k.PodInfo)
-	slots := pipe.HGetAll(ctx, k.Slots)
-	idle := pipe.ZRangeWithScores(ctx, k.Idle, 0, -1)
-	deploys := pipe.ZRangeWithScores(ctx, k.Deploying, 0, -1)
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return Snapshot{}, s.redisErr(ctx, err)
+// podStates builds the pods in registration order; a pod whose record is unreadable
+// still shows, by its id.
+func podStates(scope string, pods []redis.Z, info, slots map[string]string, idleSince map[string]time.Time, claimPod map[string]string) []PodState {
+	claims := map[string]int{}
+	for _, pod := range claimPod {
+		if pod != "" && !strings.HasPrefix(pod, "!") { // "!reason" is a failed follower's note
+			claims[pod]++
+		}
 	}
-	snap := Snapshot{Deploys: zmap(deploys.Val())}
-	snap.Pods = podStates(scope, pods.Val(), info.Val(), slots.Val(), zmap(idle.Val()))
-	return snap, nil
-}
-
-func podStates(scope string, pods []redis.Z, info, slots map[string]string, idleSince map[string]time.Time) []PodState {
 	out := make([]PodState, 0, len(pods))
 	for _, z := range pods {
-		id := z.Member.(string)
+		id := fmt.Sprint(z.Member)
 		p, err := decodePod(id, info[id])
 		if err != nil {
 			p = warmpool.Pod{ID: id, ScopeID: scope}
 		}
-		n, _ := strconv.Atoi(slots[id])
+		n, _ := strconv.Atoi(slots[id]) // no count yet: 0
 		since, isIdle := idleSince[id]
-		out = append(out, PodState{Pod: p, Slots: n, Idle: isIdle, IdleSince: since, RegisteredAt: time.UnixMilli(int64(z.Score))})
+		out = append(out, PodState{Pod: p, Slots: n, Claims: claims[id], Idle: isIdle, IdleSince: since, RegisteredAt: time.UnixMilli(int64(z.Score))})
 	}
 	return out
 }
@@ -148,7 +170,7 @@ func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
 			waiters:  pipe.ZCard(ctx, k.Waiters),
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, s.redisErr(ctx, err)
 	}
 	out := make([]ScopeCounts, 0, len(ids))

@@ -6,12 +6,9 @@
 -- ARGV[1] now (ms)  ARGV[2] waiter id
 -- Returns {"ok", deadline} | {"full", queue_size} | {"no_wait"} (queue_size or
 --         wait_timeout_s is 0) | {"NO_SCOPE"} | {"EPOCH_LOST"}
-local cfg = redis.call('HMGET', KEYS[2], 'queue_size', 'wait_ms')
-if not cfg[1] then
-  return {'NO_SCOPE'}
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {'EPOCH_LOST'}
+local cfg, refused = scope_config(KEYS[1], KEYS[2], 'queue_size', 'wait_ms')
+if not cfg then
+  return refused
 end
 local size, wait = tonumber(cfg[1]), tonumber(cfg[2])
 if size == 0 or wait == 0 then

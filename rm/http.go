@@ -104,20 +104,16 @@ func (m *Manager) handlePool(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	snap, err := m.store.Snapshot(r.Context(), scope)
+	snap, err := m.store.PoolSnapshot(r.Context(), scope)
 	if err != nil {
 		return err
 	}
-	sessions := map[string]int{}
-	for _, pod := range snap.Sessions {
-		sessions[pod]++
-	}
 	resp := poolResponse{
 		ScopeID: scope, DeployVer: rec.DeployVer, MaxPods: rec.Config.Pool.MaxPods(), Pods: []poolPod{},
-		Placeholders: len(snap.Deploys), Followers: len(snap.Followers), Waiters: len(snap.Waiters),
+		Placeholders: len(snap.Deploys), Followers: len(snap.Followers), Waiters: snap.Queued,
 	}
 	for _, p := range snap.Pods {
-		pp := poolPod{PodID: p.Pod.ID, State: "busy", Sessions: sessions[p.Pod.ID], Slots: p.Slots, DeployVer: p.Pod.DeployVer, SSEURL: p.Pod.SSEURL}
+		pp := poolPod{PodID: p.Pod.ID, State: "busy", Sessions: p.Sessions(), Slots: p.Slots, DeployVer: p.Pod.DeployVer, SSEURL: p.Pod.SSEURL}
 		if p.Idle {
 			since := p.IdleSince.UTC()
 			pp.State, pp.IdleSince = "idle", &since

@@ -136,7 +136,7 @@ func (m *Manager) Acquire(ctx context.Context, scope, requestID string) (warmpoo
 func (m *Manager) acquire(ctx context.Context, scope string) (warmpool.Lease, error) {
 	now := m.clock.Now()
 	claim := warmpool.NewID()
-	res, err := m.store.Acquire(ctx, scope, lua.AcquireArgs{
+	res, err := m.store.PodAcquire(ctx, scope, lua.AcquireArgs{
 		Now:           now,
 		Claim:         claim,
 		ClaimDeadline: now.Add(m.cfg.ClaimTTL),
@@ -202,17 +202,19 @@ func (m *Manager) deploy(scope, member string, fence int64, spec warmpool.Deploy
 	defer cancel()
 	log := m.log.With("scope", scope, "deploy", member)
 
-	keeper := m.keepLease(ctx, cancel, scope, member)
+	// The driver works under the lease: losing it cancels the deploy.
+	leased, stop := m.store.DeployKeepAlive(ctx, scope, member, m.cfg.Lease, m.clock)
 	start := time.Now()
-	pod, err := m.driver.Deploy(ctx, warmpool.DeployRequest{ScopeID: scope, DeployVer: spec.DeployVer(), Fence: fence, Spec: spec})
-	if keeper() {
+	pod, err := m.driver.Deploy(leased, warmpool.DeployRequest{ScopeID: scope, DeployVer: spec.DeployVer(), Fence: fence, Spec: spec})
+	if lerr := stop(); lerr != nil {
 		// Whatever the driver said is a consequence: the deploy was cancelled because
 		// its lease may be someone else's now.
+		log.Warn("deploy lease lost; the deploy was cancelled", "err", lerr)
 		err = errLeaseLost
 	}
 	if err == nil {
 		now := m.clock.Now()
-		_, err = m.store.Register(ctx, scope, member, pod, leaderClaim, now, now.Add(m.cfg.ClaimTTL))
+		_, err = m.store.PodRegister(ctx, scope, member, pod, leaderClaim, now, now.Add(m.cfg.ClaimTTL))
 		if errors.Is(err, lua.ErrFenced) {
 			err = errLeaseLost
 		}
@@ -226,7 +228,7 @@ func (m *Manager) deploy(scope, member string, fence int64, spec warmpool.Deploy
 			}
 		}
 		reason := deployReason(ctx, err)
-		if _, aerr := m.store.AbortDeploy(cleanup, scope, member, reason, m.clock.Now().Add(m.cfg.ClaimTTL)); aerr != nil {
+		if _, aerr := m.store.DeployAbort(cleanup, scope, member, reason, m.clock.Now().Add(m.cfg.ClaimTTL)); aerr != nil {
 			log.Warn("abort of a failed deploy failed; its lease expires by itself", "err", aerr)
 		}
 		m.cfg.Observe("deploy", "failed")
@@ -252,49 +254,6 @@ func deployReason(ctx context.Context, err error) string {
 	return err.Error()
 }
 
-// keepLease extends the deploy lease every Lease/3 until the returned stop function is
-// called. When an extension is refused, or Redis stays silent for a whole lease, it
-// cancels the deploy: the lease may be someone else's by now. stop reports whether the
-// lease was lost.
-func (m *Manager) keepLease(ctx context.Context, cancel context.CancelFunc, scope, member string) (stop func() bool) {
-	quit := make(chan struct{})
-	var lost bool
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(m.cfg.Lease / 3)
-		defer t.Stop()
-		lastOK := time.Now()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			now := m.clock.Now()
-			ok, err := m.store.ExtendDeploy(ctx, scope, member, now, now.Add(m.cfg.Lease))
-			switch {
-			case err == nil && ok:
-				lastOK = time.Now()
-				continue
-			case err == nil && !ok, time.Since(lastOK) >= m.cfg.Lease:
-				m.log.Warn("deploy lease lost; cancelling the deploy", "scope", scope, "deploy", member, "err", err)
-				lost = true
-				cancel()
-				return
-			}
-		}
-	}()
-	return func() bool {
-		close(quit)
-		wg.Wait()
-		return lost
-	}
-}
-
 // follow waits, as a follower, for the pod of a deploy in flight. The slot on it is the
 // follower's (claimed by the register script). Whatever ends the wait other than the
 // pod, the follower leaves the room and gives back any claim it got.
@@ -309,14 +268,14 @@ func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResul
 		m.cfg.Observe("acquire", "failed")
 		cleanup, done := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer done()
-		if lerr := m.store.LeaveFollower(cleanup, scope, res.Room, claim, m.clock.Now()); lerr != nil {
+		if lerr := m.store.FollowerLeave(cleanup, scope, res.Room, claim, m.clock.Now()); lerr != nil {
 			m.log.Warn("follower could not leave its room; its entry expires by its deadline", "scope", scope, "err", lerr)
 		}
 	}()
 	t := time.NewTicker(m.cfg.PollInterval)
 	defer t.Stop()
 	for {
-		st, err := m.store.WaitFollower(wctx, scope, res.Deploy, res.Room, claim, m.clock.Now())
+		st, err := m.store.FollowerWait(wctx, scope, res.Deploy, res.Room, claim, m.clock.Now())
 		switch {
 		case err != nil && wctx.Err() == nil:
 			return warmpool.Lease{}, fmt.Errorf("follow deploy of %q: %w", scope, err)
@@ -346,7 +305,7 @@ func (m *Manager) Fill(ctx context.Context, scope string) (int, error) {
 	started := 0
 	for {
 		now := m.clock.Now()
-		res, err := m.store.Placeholder(ctx, scope, now, now.Add(m.cfg.Lease), now.Add(m.cfg.ClaimTTL))
+		res, err := m.store.PodPlaceholder(ctx, scope, now, now.Add(m.cfg.Lease), now.Add(m.cfg.ClaimTTL))
 		if err != nil {
 			return started, fmt.Errorf("fill %q: %w", scope, err)
 		}
@@ -367,7 +326,7 @@ func (m *Manager) Fill(ctx context.Context, scope string) (int, error) {
 // It reports whether the pod is idle now. Errors: STORE_UNAVAILABLE; an unknown pod is
 // reported as not idle.
 func (m *Manager) IdleConsider(ctx context.Context, scope, pod string) (bool, error) {
-	st, err := m.store.IdleConsider(ctx, scope, pod, m.clock.Now())
+	st, err := m.store.PodRelease(ctx, scope, pod, m.clock.Now())
 	if err != nil {
 		return false, fmt.Errorf("idle_consider %q/%q: %w", scope, pod, err)
 	}
@@ -380,12 +339,12 @@ func (m *Manager) ReleaseClaim(ctx context.Context, scope, claim string, idle bo
 	if claim == "" {
 		return nil
 	}
-	_, _, err := m.store.ReleaseClaim(ctx, scope, claim, m.clock.Now(), idle)
+	_, _, err := m.store.ClaimRelease(ctx, scope, claim, m.clock.Now(), idle)
 	return err
 }
 
 // Purge forgets a pod (dead or reclaimed): every key of it, its sessions and its
 // claims. It returns the sessions it released. The pod itself is not deleted.
 func (m *Manager) Purge(ctx context.Context, scope, pod, reason string) ([]string, error) {
-	return m.store.Purge(ctx, scope, pod, reason, nil)
+	return m.store.PodPurge(ctx, scope, pod, reason, nil)
 }

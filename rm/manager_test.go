@@ -48,7 +48,7 @@ func newHarness(t testing.TB) *harness {
 func (h *harness) scope(id string, mc, pc int, mutate ...func(*warmpool.ScopeConfig)) warmpool.ScopeConfig {
 	h.t.Helper()
 	cfg := testredis.ScopeConfig(h.t, mc, pc, mutate...)
-	if err := h.store.PublishScope(context.Background(), lua.ScopeRecord{ScopeID: id, Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
+	if err := h.store.ScopePublish(context.Background(), lua.ScopeRecord{ScopeID: id, Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
 		h.t.Fatal(err)
 	}
 	if _, err := h.store.Bootstrap(context.Background(), "e1"); err != nil {
@@ -287,7 +287,7 @@ func TestCrashLeftoversExpire(t *testing.T) {
 	now := clock.Now()
 	// A replica takes the only deploy lease and a place in its room, then dies.
 	for _, c := range []string{"dead-leader", "dead-follower"} {
-		if _, err := h.store.Acquire(ctx, "s", lua.AcquireArgs{Now: now, Claim: c, ClaimDeadline: now.Add(time.Minute), LeaseDeadline: now.Add(3 * time.Second), RoomMargin: time.Second}); err != nil {
+		if _, err := h.store.PodAcquire(ctx, "s", lua.AcquireArgs{Now: now, Claim: c, ClaimDeadline: now.Add(time.Minute), LeaseDeadline: now.Add(3 * time.Second), RoomMargin: time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -322,7 +322,7 @@ func TestFollowerOfADeadLeaderFailsFast(t *testing.T) {
 	clock := testredis.NewClock()
 	m := h.manager(rm.Config{Clock: clock, Lease: 3 * time.Second})
 	now := clock.Now()
-	if _, err := h.store.Acquire(context.Background(), "s", lua.AcquireArgs{Now: now, Claim: "dead", ClaimDeadline: now.Add(time.Minute), LeaseDeadline: now.Add(3 * time.Second), RoomMargin: time.Second}); err != nil {
+	if _, err := h.store.PodAcquire(context.Background(), "s", lua.AcquireArgs{Now: now, Claim: "dead", ClaimDeadline: now.Add(time.Minute), LeaseDeadline: now.Add(3 * time.Second), RoomMargin: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	errc := make(chan error, 1)
@@ -337,11 +337,13 @@ func TestFollowerOfADeadLeaderFailsFast(t *testing.T) {
 	}
 }
 
-// A leader whose lease is lost mid-deploy (another replica gave it up) commits nothing
-// and deletes the pod it made.
+// A leader whose lease is lost mid-deploy (another replica gave it up) cancels the
+// deploy at once, commits nothing and deletes the pod it made.
 func TestLostLeaseCancelsTheDeploy(t *testing.T) {
 	h := newHarness(t)
-	h.scope("s", 2, 2)
+	// A ready timeout far beyond the test's patience: only the lost lease can end the
+	// deploy in time.
+	h.scope("s", 2, 2, func(c *warmpool.ScopeConfig) { c.Deploy.ReadyTimeoutS = 300 })
 	clock := testredis.NewClock()
 	m := h.manager(rm.Config{Clock: clock, Lease: 300 * time.Millisecond})
 	hold := h.fake.Hold()
@@ -352,8 +354,13 @@ func TestLostLeaseCancelsTheDeploy(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Second) // the next extension finds the lease expired
-	if err := <-errc; warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !contains(err.Error(), "lease") {
-		t.Fatalf("deploy with a lost lease: %v, want DEPLOY_FAILED naming the lease", err)
+	select {
+	case err := <-errc:
+		if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !contains(err.Error(), "lease") {
+			t.Fatalf("deploy with a lost lease: %v, want DEPLOY_FAILED naming the lease", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deploy ran on after its lease was lost")
 	}
 	if pods := h.fake.Pods(); len(pods) != 0 {
 		t.Fatalf("driver still has %v", pods)

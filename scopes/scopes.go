@@ -6,8 +6,7 @@ package scopes
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -22,6 +21,10 @@ import (
 
 // syncLease bounds how long a crashed sync blocks the next one.
 const syncLease = 30 * time.Second
+
+// releaseTimeout bounds the release of the sync lock, which runs even when the
+// caller has gone.
+const releaseTimeout = 5 * time.Second
 
 // Service stores and publishes scope configs.
 type Service struct {
@@ -72,28 +75,40 @@ func (s *Service) Get(ctx context.Context, scope string) (warmpool.StoredConfig,
 }
 
 func (s *Service) publish(ctx context.Context, c warmpool.StoredConfig) error {
-	return s.redis.PublishScope(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer})
+	return s.redis.ScopePublish(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer})
 }
 
-// Sync publishes every stored scope to Redis, one sync at a time across replicas.
+// Sync publishes every stored scope to Redis, one sync at a time across replicas: it
+// runs under a lease lock kept alive while it works, and stops when the lock is lost.
 // It returns how many scopes it published. Errors: CONFIG_SYNC_BUSY,
 // STORE_UNAVAILABLE.
 func (s *Service) Sync(ctx context.Context) (int, error) {
-	key, token := s.redis.Keys().Lock("config_sync"), newToken()
-	ok, err := s.redis.ObtainLock(ctx, key, token, syncLease)
+	lock, err := s.redis.Obtain(ctx, s.redis.Keys().Lock("config_sync"), syncLease)
+	if errors.Is(err, warmpool.ErrNotObtained) {
+		return 0, warmpool.Errorf(warmpool.CodeConfigSyncBusy, "a config sync is running").Retry(1)
+	}
 	if err != nil {
 		return 0, err
 	}
-	if !ok {
-		return 0, warmpool.Errorf(warmpool.CodeConfigSyncBusy, "a config sync is running").Retry(1)
+	locked, stop := lock.KeepAlive(ctx)
+	n, err := s.publishAll(locked)
+	if lerr := stop(); lerr != nil {
+		return 0, fmt.Errorf("%w: %w", warmpool.Errorf(warmpool.CodeStoreUnavailable, "config sync stopped: its lock was lost").Retry(1), lerr)
 	}
-	defer func() {
-		release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := s.redis.ReleaseLock(release, key, token); err != nil {
-			s.log.Warn("sync lock not released; it expires by itself", "err", err)
-		}
-	}()
+	release, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if rerr := lock.Release(release); rerr != nil {
+		s.log.Warn("sync lock not released; it expires by itself", "err", rerr)
+	}
+	if err != nil {
+		return 0, err
+	}
+	s.log.Info("config synced", "scopes", n)
+	return n, nil
+}
+
+// publishAll publishes every stored scope and returns how many.
+func (s *Service) publishAll(ctx context.Context) (int, error) {
 	all, err := s.store.List(ctx)
 	if err != nil {
 		return 0, err
@@ -103,14 +118,7 @@ func (s *Service) Sync(ctx context.Context) (int, error) {
 			return 0, fmt.Errorf("sync %q: %w", c.ScopeID, err)
 		}
 	}
-	s.log.Info("config synced", "scopes", len(all))
 	return len(all), nil
-}
-
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // Routes adds the config routes of SPEC §3 to r, which is mounted at /v1.

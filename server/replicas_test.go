@@ -757,14 +757,19 @@ func TestReplicaSweeperMutualExclusion(t *testing.T) {
 	logs := []*runLog{logRuns(rs.a.srv), logRuns(rs.b.srv)}
 
 	jobs := rs.a.srv.Sweeper.Jobs()
+	held := map[string]*lua.Lock{}
+	tokens := map[string]string{}
 	for _, j := range jobs {
 		key := rs.store.Keys().Lock("sweep:" + j.Name)
 		if want := rs.r.Prefix + "lock:sweep:" + j.Name; key != want {
 			t.Fatalf("lock key %q, want %q", key, want)
 		}
-		if ok, err := rs.store.ObtainLock(ctx, key, "another-holder", time.Minute); err != nil || !ok {
-			t.Fatalf("taking %s: %v %v", key, ok, err)
+		l, err := rs.store.Obtain(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatalf("taking %s: %v", key, err)
 		}
+		held[j.Name] = l
+		tokens[key], _ = rs.r.Client.Get(ctx, key).Result()
 	}
 	for _, e := range []*env{rs.a, rs.b} {
 		for _, j := range jobs {
@@ -775,7 +780,7 @@ func TestReplicaSweeperMutualExclusion(t *testing.T) {
 	}
 	for _, j := range jobs {
 		key := rs.store.Keys().Lock("sweep:" + j.Name)
-		if tok, err := rs.r.Client.Get(ctx, key).Result(); err != nil || tok != "another-holder" {
+		if tok, err := rs.r.Client.Get(ctx, key).Result(); err != nil || tok != tokens[key] {
 			t.Fatalf("%s holds %q (%v) after skipped runs", key, tok, err)
 		}
 	}
@@ -789,8 +794,8 @@ func TestReplicaSweeperMutualExclusion(t *testing.T) {
 	}
 
 	for _, j := range jobs {
-		if ok, err := rs.store.ReleaseLock(ctx, rs.store.Keys().Lock("sweep:"+j.Name), "another-holder"); err != nil || !ok {
-			t.Fatalf("releasing %s: %v %v", j.Name, ok, err)
+		if err := held[j.Name].Release(ctx); err != nil {
+			t.Fatalf("releasing %s: %v", j.Name, err)
 		}
 	}
 	if !rs.a.srv.Runner.RunOnce(ctx, jobNamed(t, rs.a.srv, "reclaim")) {

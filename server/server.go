@@ -361,8 +361,8 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) error {
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
-	if err := s.rdb.Ping(ctx).Err(); err != nil {
-		return &warmpool.Error{Code: warmpool.CodeStoreUnavailable, Message: "redis: " + err.Error(), RetryAfter: 1}
+	if err := s.store.Ping(ctx); err != nil {
+		return err
 	}
 	live, err := s.store.EpochLive(ctx)
 	if err != nil || !live {

@@ -25,7 +25,7 @@ func BenchmarkRouteWarm(b *testing.B) {
 	if err := cfg.Normalize(); err != nil {
 		b.Fatal(err)
 	}
-	if err := store.PublishScope(ctx, lua.ScopeRecord{ScopeID: "bench", Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
+	if err := store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: "bench", Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := store.Bootstrap(ctx, "e"); err != nil {

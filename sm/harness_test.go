@@ -65,7 +65,7 @@ func (h *harness) scope(id string, mc, pc int, mutate ...func(*warmpool.ScopeCon
 		h.versions[id] = append(h.versions[id], dv)
 	}
 	h.mu.Unlock()
-	if err := h.store.PublishScope(context.Background(), lua.ScopeRecord{ScopeID: id, Config: cfg, Version: ver, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
+	if err := h.store.ScopePublish(context.Background(), lua.ScopeRecord{ScopeID: id, Config: cfg, Version: ver, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
 		h.t.Fatal(err)
 	}
 	return cfg

@@ -50,7 +50,7 @@ type Manager struct {
 	cfg   Config
 	clock warmpool.Clock
 	log   *slog.Logger
-	wake  *wakeHub
+	wake  *lua.Wake
 }
 
 // New returns a Manager over store, taking pods from pool.
@@ -79,12 +79,12 @@ func New(store *lua.Store, pool warmpool.Pool, cfg Config) *Manager {
 	return &Manager{
 		store: store, pool: pool, cfg: cfg, clock: cfg.Clock,
 		log:  cfg.Logger.With("component", "sm"),
-		wake: newWakeHub(store.Client(), store.Keys().WakeChannel),
+		wake: store.NewWake(),
 	}
 }
 
 // Close ends the wake-up subscriptions.
-func (m *Manager) Close() { m.wake.close() }
+func (m *Manager) Close() { m.wake.Close() }
 
 // Binding is where a session goes.
 type Binding struct {
@@ -115,7 +115,7 @@ func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (
 		return m.routeOrQueue(ctx, scope, session, "")
 	}
 	// A warm fit or a replay of the cached answer costs one script call.
-	res, err := m.store.Route(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
+	res, err := m.store.SessionRoute(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
 	if err != nil {
 		return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
 	}
@@ -158,7 +158,7 @@ func (m *Manager) routeOrQueue(ctx context.Context, scope, session, requestID st
 // route is one pass: first fit, else a pod from the pool bound with its claim.
 func (m *Manager) route(ctx context.Context, scope, session, requestID string) (Binding, error) {
 	for range m.cfg.Attempts {
-		res, err := m.store.Route(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
+		res, err := m.store.SessionRoute(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
 		if err != nil {
 			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
 		}
@@ -169,7 +169,7 @@ func (m *Manager) route(ctx context.Context, scope, session, requestID string) (
 		if errors.Is(err, warmpool.ErrPoolFull) {
 			// A pod may have registered (another replica deployed it) or a slot freed
 			// since the first fit above: fit once more before calling the scope full.
-			res, rerr := m.store.Route(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
+			res, rerr := m.store.SessionRoute(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
 			switch {
 			case rerr != nil:
 				return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, rerr)
@@ -180,7 +180,7 @@ func (m *Manager) route(ctx context.Context, scope, session, requestID string) (
 		if err != nil {
 			return Binding{}, err
 		}
-		res, err = m.store.Route(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, Claim: lease.Claim, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
+		res, err = m.store.SessionRoute(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, Claim: lease.Claim, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
 		if err != nil {
 			m.releaseClaim(ctx, scope, lease.Claim)
 			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
@@ -208,9 +208,9 @@ func (m *Manager) releaseClaim(ctx context.Context, scope, claim string) {
 func (m *Manager) queue(ctx context.Context, scope, session, requestID string, full error) (b Binding, err error) {
 	waiter := warmpool.NewID()
 	// Subscribe before joining, so that no wake-up between the two is missed.
-	woken, unsubscribe := m.wake.subscribe(ctx, scope)
+	woken, unsubscribe := m.wake.Subscribe(ctx, scope)
 	defer unsubscribe()
-	state, deadline, err := m.store.JoinQueue(ctx, scope, waiter, m.clock.Now())
+	state, deadline, err := m.store.WaiterGate(ctx, scope, waiter, m.clock.Now())
 	switch {
 	case err != nil:
 		return Binding{}, err
@@ -224,7 +224,7 @@ func (m *Manager) queue(ctx context.Context, scope, session, requestID string, f
 	defer func() {
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		if lerr := m.store.LeaveQueue(cleanup, scope, waiter); lerr != nil {
+		if lerr := m.store.WaiterLeave(cleanup, scope, waiter); lerr != nil {
 			m.log.Warn("waiter not removed; it expires by its deadline", "scope", scope, "err", lerr)
 		}
 	}()
@@ -258,7 +258,7 @@ func (m *Manager) Touch(ctx context.Context, scope, session string) (bool, error
 	if err := errors.Join(warmpool.CheckScopeID(scope), warmpool.CheckSessionID(session)); err != nil {
 		return false, err
 	}
-	state, waiters, err := m.store.Touch(ctx, scope, session, m.clock.Now())
+	state, waiters, err := m.store.SessionTouch(ctx, scope, session, m.clock.Now())
 	if err != nil {
 		return false, fmt.Errorf("touch %s/%s: %w", scope, session, err)
 	}
@@ -275,7 +275,7 @@ func (m *Manager) End(ctx context.Context, scope, session string) (bool, error) 
 	if err := errors.Join(warmpool.CheckScopeID(scope), warmpool.CheckSessionID(session)); err != nil {
 		return false, err
 	}
-	released, waiters, err := m.store.End(ctx, scope, session, m.clock.Now())
+	released, waiters, err := m.store.SessionEnd(ctx, scope, session, m.clock.Now())
 	if err != nil {
 		return false, fmt.Errorf("end %s/%s: %w", scope, session, err)
 	}
@@ -291,7 +291,7 @@ func (m *Manager) Get(ctx context.Context, scope, session string) (Binding, erro
 	if err := errors.Join(warmpool.CheckScopeID(scope), warmpool.CheckSessionID(session)); err != nil {
 		return Binding{}, err
 	}
-	sb, err := m.store.Session(ctx, scope, session, m.clock.Now())
+	sb, err := m.store.SessionGet(ctx, scope, session, m.clock.Now())
 	if err != nil {
 		return Binding{}, err
 	}
@@ -301,7 +301,7 @@ func (m *Manager) Get(ctx context.Context, scope, session string) (Binding, erro
 // ExpireSessions evicts the scope's sessions whose TTL has passed (up to limit per
 // call), frees their slots and wakes waiters. It returns how many it evicted.
 func (m *Manager) ExpireSessions(ctx context.Context, scope string, limit int) (int, error) {
-	n, waiters, err := m.store.EvictExpired(ctx, scope, m.clock.Now(), limit)
+	n, waiters, err := m.store.SessionEvict(ctx, scope, m.clock.Now(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("expire sessions of %q: %w", scope, err)
 	}
@@ -323,7 +323,7 @@ func (m *Manager) wakeWaiters(ctx context.Context, scope string, waiters int) {
 // Wake tells the scope's waiters on every replica that capacity may have freed (a pod
 // was purged, a session expired).
 func (m *Manager) Wake(ctx context.Context, scope string) {
-	if err := m.wake.publish(ctx, scope); err != nil {
+	if err := m.wake.Publish(ctx, scope); err != nil {
 		m.log.Warn("wake-up not published; waiters re-check on their own", "scope", scope, "err", err)
 	}
 }

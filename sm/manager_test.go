@@ -234,7 +234,7 @@ func TestLostWakeUpOnlyDelays(t *testing.T) {
 	queued := routeAsync(a, "s", "second", "")
 	waitFor(t, "the route queued", func() bool { return len(h.snap("s").Waiters) == 1 })
 	ended := time.Now()
-	released, _, err := h.store.End(context.Background(), "s", "first", time.Now())
+	released, _, err := h.store.SessionEnd(context.Background(), "s", "first", time.Now())
 	if !released || err != nil {
 		t.Fatalf("store end = %v, %v", released, err)
 	}

@@ -189,7 +189,7 @@ func (h *harness) addPod(scope, id string, fence int64) warmpool.Pod {
 	pod := h.externalPod(scope, id, fence)
 	h.fake.AddExternal(pod)
 	pod = h.driverPod(id)
-	st, err := h.store.Adopt(context.Background(), pod, h.clock.Now())
+	st, err := h.store.PodAdopt(context.Background(), pod, h.clock.Now())
 	if err != nil || st != lua.AdoptAdopted {
 		h.t.Fatalf("adopt %s: %q %v", id, st, err)
 	}

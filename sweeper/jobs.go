@@ -199,7 +199,7 @@ func (s *Sweeper) Reclaim(ctx context.Context) error {
 // then deletes it.
 func (s *Sweeper) retire(ctx context.Context, scope string, p lua.PodState, reason string) {
 	since := p.IdleSince
-	if _, err := s.store.Purge(ctx, scope, p.Pod.ID, reason, &since); err != nil {
+	if _, err := s.store.PodPurge(ctx, scope, p.Pod.ID, reason, &since); err != nil {
 		if !errors.Is(err, lua.ErrPodBusy) {
 			s.log.Warn("reclaim: purge failed", "scope", scope, "pod", p.Pod.ID, "err", err)
 		}
@@ -215,7 +215,7 @@ func (s *Sweeper) retire(ctx context.Context, scope string, p lua.PodState, reas
 // bury forgets a dead pod (its sessions are released; the gateway learns on its next
 // touch), deletes it, and wakes the scope's waiters: capacity under max_pods freed.
 func (s *Sweeper) bury(ctx context.Context, scope string, pod warmpool.Pod, reason, outcome string) {
-	sessions, err := s.store.Purge(ctx, scope, pod.ID, reason, nil)
+	sessions, err := s.store.PodPurge(ctx, scope, pod.ID, reason, nil)
 	if err != nil {
 		s.log.Warn("purge failed", "scope", scope, "pod", pod.ID, "err", err)
 		return
@@ -276,7 +276,7 @@ func (s *Sweeper) probe(ctx context.Context, scope string, pod warmpool.Pod) {
 	if ctx.Err() != nil {
 		return
 	}
-	n, err := s.store.RecordProbe(ctx, scope, pod.ID, perr == nil)
+	n, err := s.store.PodHealth(ctx, scope, pod.ID, perr == nil)
 	if err != nil || n < s.cfg.HealthFailThreshold {
 		return
 	}
@@ -373,7 +373,7 @@ func (s *Sweeper) Reconcile(ctx context.Context) error {
 			s.orphan(ctx, rec, p, now)
 		}
 		if maxFence > 0 {
-			if err := s.store.RaiseFence(ctx, scope, maxFence); err != nil {
+			if err := s.store.FenceRaise(ctx, scope, maxFence); err != nil {
 				return err
 			}
 		}
@@ -413,7 +413,7 @@ func (s *Sweeper) Repair(ctx context.Context) error {
 	recount := (s.reconciles.Add(1)-1)%uint64(s.cfg.RepairEvery) == 0
 	now := s.clock.Now()
 	return s.forScopes(ctx, func(scope string) error {
-		rep, err := s.store.Repair(ctx, scope, now, now.Add(noteTTL), recount)
+		rep, err := s.store.ScopeRepair(ctx, scope, now, now.Add(noteTTL), recount)
 		if err != nil {
 			return err
 		}
@@ -452,7 +452,7 @@ func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Po
 	case p.SSEURL == "":
 		s.deleteOrphan(ctx, p, "no SSE address to adopt it with")
 	default:
-		st, err := s.store.Adopt(ctx, p, now)
+		st, err := s.store.PodAdopt(ctx, p, now)
 		switch {
 		case err != nil:
 			s.log.Warn("reconcile: adopt failed", "pod", p.ID, "err", err)
@@ -497,7 +497,7 @@ func (s *Sweeper) republishMissing(ctx context.Context) error {
 }
 
 func (s *Sweeper) publish(ctx context.Context, c warmpool.StoredConfig) error {
-	return s.store.PublishScope(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer})
+	return s.store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer})
 }
 
 // Rebuild restores a Redis that lost its data (or was never written) from the ground
@@ -533,7 +533,7 @@ func (s *Sweeper) Rebuild(ctx context.Context) error {
 		if !p.Ready || p.Dead != "" || p.DeployVer != ver || p.SSEURL == "" {
 			continue
 		}
-		st, err := s.store.Adopt(ctx, p, now)
+		st, err := s.store.PodAdopt(ctx, p, now)
 		if err != nil {
 			return err
 		}
@@ -542,7 +542,7 @@ func (s *Sweeper) Rebuild(ctx context.Context) error {
 		}
 	}
 	for scope, f := range fences {
-		if err := s.store.RaiseFence(ctx, scope, f); err != nil {
+		if err := s.store.FenceRaise(ctx, scope, f); err != nil {
 			return err
 		}
 	}

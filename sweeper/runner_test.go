@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sweeper"
 )
@@ -22,10 +24,9 @@ type intervals struct {
 	overlap atomic.Bool
 }
 
-// job is a job that does a few Redis round trips of read-modify-write work (which
-// loses updates when two runs interleave) and records its interval.
-func (iv *intervals) job(store *lua.Store, name string) sweeper.Job {
-	counter := store.Keys().Prefix() + "test:" + name
+// job is a job that does a few Redis round trips of read-modify-write work on a
+// counter key (which loses updates when two runs interleave) and records its interval.
+func (iv *intervals) job(client redis.UniversalClient, counter, name string) sweeper.Job {
 	return sweeper.Job{Name: name, Interval: time.Hour, Run: func(ctx context.Context) error {
 		if iv.active.Add(1) > 1 {
 			iv.overlap.Store(true)
@@ -39,11 +40,11 @@ func (iv *intervals) job(store *lua.Store, name string) sweeper.Job {
 			iv.mu.Unlock()
 		}()
 		for range 3 {
-			v, err := store.Client().Get(ctx, counter).Int()
+			v, err := client.Get(ctx, counter).Int()
 			if err != nil && v != 0 {
 				return err
 			}
-			if err := store.Client().Set(ctx, counter, v+1, 0).Err(); err != nil {
+			if err := client.Set(ctx, counter, v+1, 0).Err(); err != nil {
 				return err
 			}
 		}
@@ -76,12 +77,12 @@ func TestRunnersNeverOverlap(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
 	var iv intervals
-	stores := []*lua.Store{h.store, lua.NewStore(h.client(), h.r.Prefix)}
+	counter := h.r.Prefix + "test:overlap"
 	var wg sync.WaitGroup
 	var ran atomic.Int64
-	for _, st := range stores {
-		runner := sweeper.NewRunner(st, nil, time.Second, nil)
-		job := iv.job(st, "overlap")
+	for _, client := range []redis.UniversalClient{h.r.Client, h.client()} {
+		runner := sweeper.NewRunner(lua.NewStore(client, h.r.Prefix), nil, time.Second, nil)
+		job := iv.job(client, counter, "overlap")
 		for range 2 {
 			wg.Add(1)
 			go func() {
@@ -99,7 +100,7 @@ func TestRunnersNeverOverlap(t *testing.T) {
 	if n == 0 || int64(n) != ran.Load() {
 		t.Fatalf("%d runs recorded, %d reported", n, ran.Load())
 	}
-	got, err := h.r.Client.Get(ctx, h.r.Prefix+"test:overlap").Int()
+	got, err := h.r.Client.Get(ctx, counter).Int()
 	if err != nil || got != 3*n {
 		t.Fatalf("counter %d after %d runs of 3 increments: updates lost (%v)", got, n, err)
 	}

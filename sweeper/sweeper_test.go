@@ -208,7 +208,7 @@ func TestReclaimSparesAPodThatJustGotASession(t *testing.T) {
 	var fired atomic.Bool
 	var bound sm.Binding
 	var routeErr error
-	h.r.Client.AddHook(beforeScript{sha: lua.PodPurge.Hash(), fn: func(args []any) {
+	h.r.Client.AddHook(beforeScript{sha: lua.Scripts["pod_purge.lua"].Hash(), fn: func(args []any) {
 		if !slices.Contains(args, any("p1")) || fired.Swap(true) {
 			return
 		}
@@ -231,14 +231,14 @@ func TestReclaimSparesAPodThatJustGotASession(t *testing.T) {
 	// Idle again, but since a later time: a purge that saw the earlier idle time is
 	// refused, and so is one for a pod that is busy.
 	stale := h.clock.Now().Add(-time.Minute)
-	if _, err := h.store.Purge(ctx, "a", "p1", "test", &stale); !errors.Is(err, lua.ErrPodBusy) {
+	if _, err := h.store.PodPurge(ctx, "a", "p1", "test", &stale); !errors.Is(err, lua.ErrPodBusy) {
 		t.Fatalf("purge of a busy pod: %v, want ErrPodBusy", err)
 	}
 	h.clock.Advance(time.Second)
 	if ok, err := h.sm.End(ctx, "a", "late"); !ok || err != nil {
 		t.Fatalf("end: %v %v", ok, err)
 	}
-	if _, err := h.store.Purge(ctx, "a", "p1", "test", &stale); !errors.Is(err, lua.ErrPodBusy) {
+	if _, err := h.store.PodPurge(ctx, "a", "p1", "test", &stale); !errors.Is(err, lua.ErrPodBusy) {
 		t.Fatalf("purge with a stale idle time: %v, want ErrPodBusy", err)
 	}
 	if p, ok := podState(h.check("a", true), "p1"); !ok || !p.Idle {
@@ -267,7 +267,7 @@ func TestReclaimRacesRoutes(t *testing.T) {
 	// little to widen the window the routes race in (fault injection, not
 	// synchronisation: the test holds with any timing).
 	var gate atomic.Pointer[func()]
-	h.r.Client.AddHook(beforeScript{sha: lua.PodPurge.Hash(), fn: func([]any) {
+	h.r.Client.AddHook(beforeScript{sha: lua.Scripts["pod_purge.lua"].Hash(), fn: func([]any) {
 		if open := gate.Load(); open != nil {
 			(*open)()
 		}
@@ -506,7 +506,7 @@ func TestWatchPurgesMissingPodAfterGhostGrace(t *testing.T) {
 	ctx := t.Context()
 	ghost := h.externalPod("a", "ghost", 7)
 	ghost.SSEURL = "http://fake.invalid/ghost/sse"
-	if st, err := h.store.Adopt(ctx, ghost, h.clock.Now()); err != nil || st != lua.AdoptAdopted {
+	if st, err := h.store.PodAdopt(ctx, ghost, h.clock.Now()); err != nil || st != lua.AdoptAdopted {
 		t.Fatal(st, err)
 	}
 	h.route("a", "s1") // on the ghost
@@ -544,7 +544,7 @@ func TestReconcileOrphansInTheDriver(t *testing.T) {
 
 	// A deploy lease in flight (its leader is about to register its pod).
 	now := h.clock.Now()
-	lease, err := h.store.Acquire(ctx, "a", lua.AcquireArgs{Now: now, Claim: "c1", ClaimDeadline: now.Add(30 * time.Second),
+	lease, err := h.store.PodAcquire(ctx, "a", lua.AcquireArgs{Now: now, Claim: "c1", ClaimDeadline: now.Add(30 * time.Second),
 		LeaseDeadline: now.Add(30 * time.Second), RoomMargin: time.Second})
 	if err != nil || lease.Kind != lua.AcquireDeploy {
 		t.Fatal(lease, err)
@@ -628,7 +628,7 @@ func TestReconcilePurgesGhosts(t *testing.T) {
 	ctx := t.Context()
 	ghost := h.externalPod("a", "ghost", 7)
 	ghost.SSEURL = "http://fake.invalid/ghost/sse"
-	if st, err := h.store.Adopt(ctx, ghost, h.clock.Now()); err != nil || st != lua.AdoptAdopted {
+	if st, err := h.store.PodAdopt(ctx, ghost, h.clock.Now()); err != nil || st != lua.AdoptAdopted {
 		t.Fatal(st, err)
 	}
 	h.route("a", "s1")
@@ -665,12 +665,12 @@ func TestReconcileRemovesStaleLeftovers(t *testing.T) {
 	for _, step := range []struct{ claim, want string }{
 		{"c-warm", lua.AcquireWarm}, {"c-lead", lua.AcquireDeploy}, {"c-follow", lua.AcquireFollower},
 	} {
-		res, err := h.store.Acquire(ctx, "a", args(step.claim))
+		res, err := h.store.PodAcquire(ctx, "a", args(step.claim))
 		if err != nil || res.Kind != step.want {
 			t.Fatalf("acquire %s: %+v %v, want %s", step.claim, res, err, step.want)
 		}
 	}
-	if state, _, err := h.store.JoinQueue(ctx, "a", "w1", now); err != nil || state != lua.GateOK {
+	if state, _, err := h.store.WaiterGate(ctx, "a", "w1", now); err != nil || state != lua.GateOK {
 		t.Fatal(state, err)
 	}
 	s := h.snap("a")
@@ -966,7 +966,7 @@ func TestReconcileDoesNotAdoptAPurgedPod(t *testing.T) {
 	h := newHarness(t)
 	h.put("a", 4, 2)
 	pod := h.addPod("a", "p1", 1)
-	if _, err := h.store.Purge(t.Context(), "a", pod.ID, "reclaimed", nil); err != nil {
+	if _, err := h.store.PodPurge(t.Context(), "a", pod.ID, "reclaimed", nil); err != nil {
 		t.Fatal(err)
 	}
 	h.reconcile()

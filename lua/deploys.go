@@ -1,0 +1,102 @@
+package lua
+
+import (
+	"context"
+	"time"
+
+	"github.com/warmpool/warmpool"
+)
+
+// DeployExtend runs deploy_extend.lua: it extends a deploy lease to deadline; false
+// means the lease is lost.
+func (s *Store) DeployExtend(ctx context.Context, scope, deploy string, now, deadline time.Time) (bool, error) {
+	r, err := s.call(ctx, deployExtend, scope, []string{s.keys.Scope(scope).Deploying}, deploy, ms(now), ms(deadline))
+	if err != nil {
+		return false, err
+	}
+	ok := r.flag(0)
+	return ok, r.err()
+}
+
+// DeployKeepAlive keeps a deploy lease (a placeholder in the scope's deploying set,
+// taken by pod_acquire.lua or pod_placeholder.lua) alive while its deploy runs, as
+// Lock.KeepAlive does for a lock: it extends the lease to ttl past clock's now every
+// ttl/3, and the context it returns is cancelled (cause ErrLockNotHeld) when the
+// lease is lost. stop ends the extensions and returns the loss, if any.
+func (s *Store) DeployKeepAlive(ctx context.Context, scope, deploy string, ttl time.Duration, clock warmpool.Clock) (context.Context, func() error) {
+	return keepAlive(ctx, ttl, func(ctx context.Context) (bool, error) {
+		now := clock.Now()
+		return s.DeployExtend(ctx, scope, deploy, now, now.Add(ttl))
+	})
+}
+
+// DeployAbort runs deploy_abort.lua: it gives up a deploy lease and fails its
+// followers with reason. It returns how many followers were failed.
+func (s *Store) DeployAbort(ctx context.Context, scope, deploy, reason string, noteDeadline time.Time) (int, error) {
+	k := s.keys.Scope(scope)
+	r, err := s.call(ctx, deployAbort, scope, []string{k.Deploying, k.Followers, k.Claims, k.ClaimPod}, deploy, reason, ms(noteDeadline))
+	if err != nil {
+		return 0, err
+	}
+	n := r.count(0)
+	return n, r.err()
+}
+
+// Follower states.
+const (
+	FollowerReady   = "ready"
+	FollowerFailed  = "failed"
+	FollowerWaiting = "wait"
+)
+
+// FollowerState is follower_wait.lua's answer.
+type FollowerState struct {
+	State  string
+	Pod    warmpool.Pod
+	Reason string
+}
+
+// FollowerWait runs follower_wait.lua: it reports where a follower stands.
+func (s *Store) FollowerWait(ctx context.Context, scope, deploy, room, claim string, now time.Time) (FollowerState, error) {
+	k := s.keys.Scope(scope)
+	r, err := s.call(ctx, followerWait, scope, []string{k.Deploying, k.Followers, k.ClaimPod, k.PodInfo}, deploy, room, claim, ms(now))
+	if err != nil {
+		return FollowerState{}, err
+	}
+	st := FollowerState{State: r.str(0)}
+	switch st.State {
+	case FollowerReady:
+		st.Pod = r.pod(1, 2)
+	case FollowerFailed:
+		st.Reason = r.str(1)
+	case FollowerWaiting:
+	default:
+		r.unexpected()
+	}
+	return st, r.err()
+}
+
+// FollowerLeave runs follower_leave.lua: it takes a follower out of its room and gives
+// back a claim it already got.
+func (s *Store) FollowerLeave(ctx context.Context, scope, room, claim string, now time.Time) error {
+	k := s.keys.Scope(scope)
+	r, err := s.call(ctx, followerLeave, scope, []string{k.Followers, k.Claims, k.ClaimPod, k.Pods, k.Slots, k.Idle}, room, claim, ms(now))
+	if err != nil {
+		return err
+	}
+	r.flag(0)
+	return r.err()
+}
+
+// ClaimRelease runs claim_release.lua: it gives back a claim. With idle set, a pod left
+// with no slot goes idle; without, it stays handed out until PodRelease. It returns the
+// pod and its slots left (-1 when the claim held no pod).
+func (s *Store) ClaimRelease(ctx context.Context, scope, claim string, now time.Time, idle bool) (string, int, error) {
+	k := s.keys.Scope(scope)
+	r, err := s.call(ctx, claimRelease, scope, []string{k.Claims, k.ClaimPod, k.Pods, k.Slots, k.Idle}, claim, ms(now), flag(idle))
+	if err != nil {
+		return "", 0, err
+	}
+	pod, n := r.str(0), r.int(1)
+	return pod, int(n), r.err()
+}

@@ -1,0 +1,277 @@
+package lua
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/warmpool/warmpool"
+)
+
+// Acquire outcomes.
+const (
+	AcquireWarm       = "warm"
+	AcquireFollower   = "follower"
+	AcquireDeploy     = "deploy"
+	AcquireMaxReached = "max_reached"
+)
+
+// AcquireArgs are the times and ids of one acquire.
+type AcquireArgs struct {
+	Now           time.Time
+	Claim         string
+	ClaimDeadline time.Time
+	LeaseDeadline time.Time
+	// RoomMargin is how much longer than the scope's ready timeout a follower waits.
+	RoomMargin time.Duration
+}
+
+// AcquireResult is pod_acquire.lua's answer.
+type AcquireResult struct {
+	Kind string
+	// Pod is set for AcquireWarm.
+	Pod warmpool.Pod
+	// Deploy is the deploy member (lease) led or followed.
+	Deploy string
+	// Room is the follower's room member and RoomDeadline the end of its wait
+	// (AcquireFollower).
+	Room         string
+	RoomDeadline time.Time
+	// Fence and Spec are set for AcquireDeploy.
+	Fence int64
+	Spec  warmpool.DeploySpec
+	// Pods and Deploys are the counts seen at AcquireMaxReached.
+	Pods, Deploys int
+}
+
+// PodAcquire runs pod_acquire.lua: a warm pod, a place in the room of a deploy in
+// flight, a new deploy lease, or max_reached.
+func (s *Store) PodAcquire(ctx context.Context, scope string, a AcquireArgs) (AcquireResult, error) {
+	k := s.keys.Scope(scope)
+	r, err := s.call(ctx, podAcquire, scope,
+		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Fence},
+		ms(a.Now), a.Claim, ms(a.ClaimDeadline), ms(a.LeaseDeadline), a.RoomMargin.Milliseconds())
+	if err != nil {
+		return AcquireResult{}, err
+	}
+	return decodeAcquire(r)
+}
+
+func decodeAcquire(r *reply) (AcquireResult, error) {
+	res := AcquireResult{Kind: r.str(0)}
+	switch res.Kind {
+	case AcquireWarm:
+		res.Pod = r.pod(1, 2)
+	case AcquireFollower:
+		res.Deploy, res.Room, res.RoomDeadline = r.str(1), r.str(2), r.time(3)
+	case AcquireDeploy:
+		res.Deploy, res.Fence = r.str(1), r.int(2)
+		r.json(3, &res.Spec)
+	case AcquireMaxReached:
+		res.Pods, res.Deploys = r.count(1), r.count(2)
+	default:
+		r.unexpected()
+	}
+	return res, r.err()
+}
+
+// decodePod reads a pod's JSON record.
+func decodePod(id, raw string) (warmpool.Pod, error) {
+	var p warmpool.Pod
+	if raw == "" {
+		return p, fmt.Errorf("pod %q has no info", id)
+	}
+	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+		return p, fmt.Errorf("pod %q info: %w", id, err)
+	}
+	p.ID = id
+	return p, nil
+}
+
+// ErrFenced: a deploy lease expired before its pod could be registered; the pod must be
+// deleted, not committed.
+var ErrFenced = errors.New("deploy lease lost before register")
+
+// PodRegister runs pod_register.lua: it commits pod under the deploy lease and hands it
+// to the followers of that deploy and to leaderClaim (when not empty). It returns the
+// slots now claimed on the pod. Errors: ErrFenced, EPOCH_LOST.
+func (s *Store) PodRegister(ctx context.Context, scope, deploy string, pod warmpool.Pod, leaderClaim string, now, claimDeadline time.Time) (int, error) {
+	k := s.keys.Scope(scope)
+	info, err := json.Marshal(pod)
+	if err != nil {
+		return 0, err
+	}
+	r, err := s.call(ctx, podRegister, scope,
+		[]string{k.Epoch, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod},
+		ms(now), deploy, pod.ID, pod.DeployVer, string(info), leaderClaim, ms(claimDeadline))
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	switch r.str(0) {
+	case "FENCED":
+		return 0, ErrFenced
+	case "ok":
+		n = r.count(1)
+	default:
+		r.unexpected()
+	}
+	return n, r.err()
+}
+
+// Release states.
+const (
+	ReleaseIdle    = "idle"
+	ReleaseBusy    = "busy"
+	ReleaseUnknown = "unknown"
+)
+
+// PodRelease runs pod_release.lua (idle_consider) and returns the pod's state.
+func (s *Store) PodRelease(ctx context.Context, scope, pod string, now time.Time) (string, error) {
+	k := s.keys.Scope(scope)
+	r, err := s.call(ctx, podRelease, scope, []string{k.Epoch, k.Pods, k.Slots, k.Idle, k.Config}, ms(now), pod)
+	if err != nil {
+		return "", err
+	}
+	st := r.str(0)
+	switch st {
+	case ReleaseIdle, ReleaseUnknown:
+	case ReleaseBusy:
+		r.count(1)
+	default:
+		r.unexpected()
+	}
+	return st, r.err()
+}
+
+// ErrPodBusy: a conditional purge found the pod no longer idle since the given time.
+var ErrPodBusy = errors.New("pod is no longer idle")
+
+// PodPurge runs pod_purge.lua: it forgets a pod and releases its sessions, returning
+// their ids. With idleSince set, the pod is purged only if it is still idle since
+// exactly then (ErrPodBusy otherwise).
+func (s *Store) PodPurge(ctx context.Context, scope, pod, reason string, idleSince *time.Time) ([]string, error) {
+	k := s.keys.Scope(scope)
+	cond := ""
+	if idleSince != nil {
+		cond = ms(*idleSince)
+	}
+	r, err := s.call(ctx, podPurge, scope,
+		[]string{k.Epoch, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.ClaimPod, k.Sessions, k.SessExp, k.Health, k.Gone(pod)},
+		pod, reason, cond, GoneTTL.Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	var sessions []string
+	switch r.str(0) {
+	case "busy":
+		return nil, ErrPodBusy
+	case "purged":
+		if n := r.count(1); r.err() == nil {
+			if sessions = r.strs(2); len(sessions) != n {
+				r.fail("%d session ids, want %d", len(sessions), n)
+			}
+		}
+	default:
+		r.unexpected()
+	}
+	return sessions, r.err()
+}
+
+// Placeholder outcomes.
+const (
+	PlaceholderDeploy     = "deploy"
+	PlaceholderEnough     = "enough"
+	PlaceholderMaxReached = "max_reached"
+	PlaceholderBusy       = "busy"
+)
+
+// PlaceholderResult is pod_placeholder.lua's answer.
+type PlaceholderResult struct {
+	Kind   string
+	Deploy string
+	Fence  int64
+	Spec   warmpool.DeploySpec
+}
+
+// PodPlaceholder runs pod_placeholder.lua: it reserves a warm-pool deploy lease when
+// the scope lacks idle pods.
+func (s *Store) PodPlaceholder(ctx context.Context, scope string, now, leaseDeadline, noteDeadline time.Time) (PlaceholderResult, error) {
+	k := s.keys.Scope(scope)
+	r, err := s.call(ctx, podPlaceholder, scope,
+		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Fence},
+		ms(now), ms(leaseDeadline), ms(noteDeadline))
+	if err != nil {
+		return PlaceholderResult{}, err
+	}
+	res := PlaceholderResult{Kind: r.str(0)}
+	switch res.Kind {
+	case PlaceholderDeploy:
+		res.Deploy, res.Fence = r.str(1), r.int(2)
+		r.json(3, &res.Spec)
+	case PlaceholderEnough, PlaceholderMaxReached, PlaceholderBusy:
+	default:
+		r.unexpected()
+	}
+	return res, r.err()
+}
+
+// Adopt outcomes.
+const (
+	AdoptAdopted = "adopted"
+	AdoptKnown   = "known"
+	AdoptFull    = "full"
+	// AdoptGone: the pod was purged within GoneTTL; it is not taken back.
+	AdoptGone = "gone"
+)
+
+// GoneTTL is how long a purged pod's tombstone keeps reconcile from adopting it: longer
+// than the purging job takes to delete it and than a driver's list lags behind.
+const GoneTTL = 2 * time.Minute
+
+// PodAdopt runs pod_adopt.lua: it takes a pod the driver has into the scope's idle
+// pool.
+func (s *Store) PodAdopt(ctx context.Context, pod warmpool.Pod, now time.Time) (string, error) {
+	k := s.keys.Scope(pod.ScopeID)
+	info, err := json.Marshal(pod)
+	if err != nil {
+		return "", err
+	}
+	r, err := s.call(ctx, podAdopt, pod.ScopeID,
+		[]string{k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying, k.Gone(pod.ID)},
+		ms(now), pod.ID, pod.DeployVer, string(info))
+	if err != nil {
+		return "", err
+	}
+	st := r.str(0)
+	switch st {
+	case AdoptAdopted, AdoptKnown, AdoptFull, AdoptGone:
+	default:
+		r.unexpected()
+	}
+	return st, r.err()
+}
+
+// PodHealth runs pod_health.lua: it counts a pod's consecutive failed probes and
+// returns the count.
+func (s *Store) PodHealth(ctx context.Context, scope, pod string, ok bool) (int, error) {
+	k := s.keys.Scope(scope)
+	r, err := s.call(ctx, podHealth, scope, []string{k.Pods, k.Health}, pod, flag(ok))
+	if err != nil {
+		return 0, err
+	}
+	n := r.count(0)
+	return n, r.err()
+}
+
+// FenceRaise runs fence_raise.lua: it makes the scope's fencing counter at least atLeast.
+func (s *Store) FenceRaise(ctx context.Context, scope string, atLeast int64) error {
+	r, err := s.call(ctx, fenceRaise, scope, []string{s.keys.Scope(scope).Fence}, atLeast)
+	if err != nil {
+		return err
+	}
+	r.int(0)
+	return r.err()
+}

@@ -1,0 +1,162 @@
+package lua
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/warmpool/warmpool"
+)
+
+// reply is a script's answer, read field by field. Every read checks that the field
+// is there and has the type asked for; the first field that is missing or of another
+// type makes the whole reply malformed, and err reports it as INTERNAL. A malformed
+// answer therefore never reads as a zero value, and no read panics: callers read what
+// they need and check err once.
+type reply struct {
+	script string
+	fields []any
+	bad    error
+}
+
+// newReply wraps the answer of script: an array is its fields, any other value
+// (an integer reply) is its one field.
+func newReply(script string, v any) *reply {
+	fields, ok := v.([]any)
+	if !ok {
+		fields = []any{v}
+	}
+	return &reply{script: script, fields: fields}
+}
+
+// err is the first malformation found, nil when every read succeeded.
+func (r *reply) err() error { return r.bad }
+
+// fail records a malformation (only the first one counts).
+func (r *reply) fail(format string, args ...any) {
+	if r.bad == nil {
+		r.bad = &warmpool.Error{Code: warmpool.CodeInternal,
+			Message: fmt.Sprintf("%s: malformed reply %v: %s", r.script, r.fields, fmt.Sprintf(format, args...))}
+	}
+}
+
+// unexpected marks an answer no case of the caller knows.
+func (r *reply) unexpected() { r.fail("unexpected answer") }
+
+func (r *reply) field(i int) (any, bool) {
+	if i >= len(r.fields) {
+		r.fail("%d fields, want at least %d", len(r.fields), i+1)
+		return nil, false
+	}
+	return r.fields[i], true
+}
+
+// str reads a string field.
+func (r *reply) str(i int) string {
+	v, ok := r.field(i)
+	if !ok {
+		return ""
+	}
+	s, ok := v.(string)
+	if !ok {
+		r.fail("field %d is %T, want a string", i+1, v)
+	}
+	return s
+}
+
+// int reads an integer field: an integer reply, or a string of decimal digits.
+func (r *reply) int(i int) int64 {
+	v, ok := r.field(i)
+	if !ok {
+		return 0
+	}
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			r.fail("field %d is %q, want an integer", i+1, x)
+		}
+		return n
+	}
+	r.fail("field %d is %T, want an integer", i+1, v)
+	return 0
+}
+
+// count reads a non-negative integer field.
+func (r *reply) count(i int) int {
+	n := r.int(i)
+	if n < 0 {
+		r.fail("field %d is %d, want a count", i+1, n)
+		return 0
+	}
+	return int(n)
+}
+
+// time reads a time in milliseconds since the epoch: an integer, or a string of a
+// number as Redis formats a sorted-set score.
+func (r *reply) time(i int) time.Time {
+	v, ok := r.field(i)
+	if !ok {
+		return time.Time{}
+	}
+	switch x := v.(type) {
+	case int64:
+		return time.UnixMilli(x)
+	case string:
+		f, err := strconv.ParseFloat(x, 64)
+		if err != nil {
+			r.fail("field %d is %q, want milliseconds", i+1, x)
+		}
+		return time.UnixMilli(int64(f))
+	}
+	r.fail("field %d is %T, want milliseconds", i+1, v)
+	return time.Time{}
+}
+
+// flag reads a boolean field written as 1 or 0 (integer or string).
+func (r *reply) flag(i int) bool {
+	v, ok := r.field(i)
+	if !ok {
+		return false
+	}
+	switch v {
+	case int64(1), "1":
+		return true
+	case int64(0), "0":
+		return false
+	}
+	r.fail("field %d is %v, want 1 or 0", i+1, v)
+	return false
+}
+
+// strs reads every field from i on as strings.
+func (r *reply) strs(from int) []string {
+	if from > len(r.fields) {
+		r.fail("%d fields, want at least %d", len(r.fields), from)
+		return nil
+	}
+	out := make([]string, 0, len(r.fields)-from)
+	for i := from; i < len(r.fields); i++ {
+		out = append(out, r.str(i))
+	}
+	return out
+}
+
+// json decodes a JSON string field into v.
+func (r *reply) json(i int, v any) {
+	if err := json.Unmarshal([]byte(r.str(i)), v); err != nil {
+		r.fail("field %d: %v", i+1, err)
+	}
+}
+
+// pod reads a pod id and its JSON record.
+func (r *reply) pod(id, info int) warmpool.Pod {
+	p, err := decodePod(r.str(id), r.str(info))
+	if err != nil {
+		r.fail("%v", err)
+	}
+	return p
+}

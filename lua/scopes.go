@@ -1,0 +1,158 @@
+package lua
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warmpool/warmpool"
+)
+
+// ScopeRecord is a scope's config as published in Redis.
+type ScopeRecord struct {
+	ScopeID   string
+	Config    warmpool.ScopeConfig
+	Version   int64
+	DeployVer string
+}
+
+// ScopePublish runs scope_publish.lua: it writes the scope's config to Redis so every
+// replica routes with it at once, and adds the scope to the global index. An older
+// version never overwrites a newer one. A new scope gets its epoch key when the
+// keyspace itself is live, so a scope never becomes routable in the middle of a
+// rebuild.
+func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
+	k := s.keys.Scope(rec.ScopeID)
+	deploy, err := json.Marshal(rec.Config.Deploy)
+	if err != nil {
+		return err
+	}
+	full, err := json.Marshal(rec.Config)
+	if err != nil {
+		return err
+	}
+	p := rec.Config.Pool
+	epoch, err := s.rdb.Get(ctx, s.keys.Epoch()).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return s.redisErr(ctx, err)
+	}
+	args := []any{rec.Version, epoch,
+		"deploy_ver", rec.DeployVer,
+		"version", rec.Version,
+		"max_pods", p.MaxPods(),
+		"parallel", p.ParallelDeploys(),
+		"pod_concurrency", p.PodConcurrency,
+		"min_idle", p.MinIdlePods,
+		"pod_ttl_ms", int64(p.PodTTLS) * 1000,
+		"session_ttl_ms", int64(p.SessionTTLS) * 1000,
+		"queue_size", p.QueueSize,
+		"wait_ms", int64(p.WaitTimeoutS) * 1000,
+		"ready_ms", int64(rec.Config.Deploy.ReadyTimeoutS) * 1000,
+		"deploy", string(deploy),
+		"config", string(full),
+	}
+	r, err := s.call(ctx, scopePublish, rec.ScopeID, []string{k.Config, k.Epoch}, args...)
+	if err != nil {
+		return err
+	}
+	r.flag(0) // false: a newer version was there, which is as good
+	if err := r.err(); err != nil {
+		return err
+	}
+	if err := s.rdb.SAdd(ctx, s.keys.Scopes(), rec.ScopeID).Err(); err != nil {
+		return s.redisErr(ctx, err)
+	}
+	return nil
+}
+
+// Scope reads the published config of a scope. Errors: SCOPE_NOT_FOUND,
+// STORE_UNAVAILABLE (also when Redis lost its data).
+func (s *Store) Scope(ctx context.Context, scope string) (ScopeRecord, error) {
+	v, err := s.rdb.HMGet(ctx, s.keys.Scope(scope).Config, "config", "version", "deploy_ver").Result()
+	if err != nil {
+		return ScopeRecord{}, s.redisErr(ctx, err)
+	}
+	raw, _ := v[0].(string)
+	if raw == "" {
+		return ScopeRecord{}, s.noScope(ctx, scope)
+	}
+	rec := ScopeRecord{ScopeID: scope}
+	if err := json.Unmarshal([]byte(raw), &rec.Config); err != nil {
+		return ScopeRecord{}, fmt.Errorf("scope %q: published config: %w", scope, err)
+	}
+	ver, _ := v[1].(string)
+	if rec.Version, err = strconv.ParseInt(ver, 10, 64); err != nil {
+		return ScopeRecord{}, fmt.Errorf("scope %q: published version: %w", scope, err)
+	}
+	rec.DeployVer, _ = v[2].(string)
+	return rec, nil
+}
+
+// ScopeIDs lists the published scopes.
+func (s *Store) ScopeIDs(ctx context.Context) ([]string, error) {
+	ids, err := s.rdb.SMembers(ctx, s.keys.Scopes()).Result()
+	if err != nil {
+		return nil, s.redisErr(ctx, err)
+	}
+	return ids, nil
+}
+
+// Bootstrap writes the global epoch when it is missing and gives every published scope
+// its epoch key. Call it on an empty Redis, or after a rebuild restored the pool.
+// It returns whether the keyspace was already live.
+func (s *Store) Bootstrap(ctx context.Context, epoch string) (bool, error) {
+	fresh, err := s.rdb.SetNX(ctx, s.keys.Epoch(), epoch, 0).Result()
+	if err != nil {
+		return false, s.redisErr(ctx, err)
+	}
+	cur, err := s.rdb.Get(ctx, s.keys.Epoch()).Result()
+	if err != nil {
+		return false, s.redisErr(ctx, err)
+	}
+	ids, err := s.ScopeIDs(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, id := range ids {
+		if err := s.rdb.SetNX(ctx, s.keys.Scope(id).Epoch, cur, 0).Err(); err != nil {
+			return false, s.redisErr(ctx, err)
+		}
+	}
+	return !fresh, nil
+}
+
+// EpochLive reports whether the global epoch key exists.
+func (s *Store) EpochLive(ctx context.Context) (bool, error) {
+	n, err := s.rdb.Exists(ctx, s.keys.Epoch()).Result()
+	if err != nil {
+		return false, s.redisErr(ctx, err)
+	}
+	return n == 1, nil
+}
+
+// RepairReport is what scope_repair.lua fixed.
+type RepairReport struct {
+	SlotCounts, Sessions, Claims, Waiters, Deploys int
+}
+
+// Any reports whether anything was fixed.
+func (r RepairReport) Any() bool { return r != RepairReport{} }
+
+// ScopeRepair runs scope_repair.lua over one scope: expired leftovers always go; with
+// recount, every slot count is recomputed from the sessions and claims too.
+func (s *Store) ScopeRepair(ctx context.Context, scope string, now, noteDeadline time.Time, recount bool) (RepairReport, error) {
+	k := s.keys.Scope(scope)
+	r, err := s.call(ctx, scopeRepair, scope,
+		[]string{k.Epoch, k.Pods, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Sessions, k.SessExp, k.Waiters},
+		ms(now), ms(noteDeadline), flag(recount))
+	if err != nil {
+		return RepairReport{}, err
+	}
+	rep := RepairReport{SlotCounts: r.count(0), Sessions: r.count(1), Claims: r.count(2), Waiters: r.count(3), Deploys: r.count(4)}
+	return rep, r.err()
+}

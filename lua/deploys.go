@@ -63,15 +63,12 @@ func (s *Store) FollowerWait(ctx context.Context, scope, deploy, room, claim str
 	if err != nil {
 		return FollowerState{}, err
 	}
-	st := FollowerState{State: r.str(0)}
+	st := FollowerState{State: r.oneOf(0, FollowerReady, FollowerFailed, FollowerWaiting)}
 	switch st.State {
 	case FollowerReady:
 		st.Pod = r.pod(1, 2)
 	case FollowerFailed:
 		st.Reason = r.str(1)
-	case FollowerWaiting:
-	default:
-		r.unexpected()
 	}
 	return st, r.err()
 }

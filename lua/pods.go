@@ -60,7 +60,7 @@ func (s *Store) PodAcquire(ctx context.Context, scope string, a AcquireArgs) (Ac
 }
 
 func decodeAcquire(r *reply) (AcquireResult, error) {
-	res := AcquireResult{Kind: r.str(0)}
+	res := AcquireResult{Kind: r.oneOf(0, AcquireWarm, AcquireFollower, AcquireDeploy, AcquireMaxReached)}
 	switch res.Kind {
 	case AcquireWarm:
 		res.Pod = r.pod(1, 2)
@@ -71,8 +71,6 @@ func decodeAcquire(r *reply) (AcquireResult, error) {
 		r.json(3, &res.Spec)
 	case AcquireMaxReached:
 		res.Pods, res.Deploys = r.count(1), r.count(2)
-	default:
-		r.unexpected()
 	}
 	return res, r.err()
 }
@@ -109,15 +107,10 @@ func (s *Store) PodRegister(ctx context.Context, scope, deploy string, pod warmp
 	if err != nil {
 		return 0, err
 	}
-	var n int
-	switch r.str(0) {
-	case "FENCED":
+	if r.oneOf(0, "ok", "FENCED") == "FENCED" {
 		return 0, ErrFenced
-	case "ok":
-		n = r.count(1)
-	default:
-		r.unexpected()
 	}
+	n := r.count(1)
 	return n, r.err()
 }
 
@@ -135,13 +128,9 @@ func (s *Store) PodRelease(ctx context.Context, scope, pod string, now time.Time
 	if err != nil {
 		return "", err
 	}
-	st := r.str(0)
-	switch st {
-	case ReleaseIdle, ReleaseUnknown:
-	case ReleaseBusy:
+	st := r.oneOf(0, ReleaseIdle, ReleaseBusy, ReleaseUnknown)
+	if st == ReleaseBusy {
 		r.count(1)
-	default:
-		r.unexpected()
 	}
 	return st, r.err()
 }
@@ -164,18 +153,12 @@ func (s *Store) PodPurge(ctx context.Context, scope, pod, reason string, idleSin
 	if err != nil {
 		return nil, err
 	}
-	var sessions []string
-	switch r.str(0) {
-	case "busy":
+	if r.oneOf(0, "purged", "busy") == "busy" {
 		return nil, ErrPodBusy
-	case "purged":
-		if n := r.count(1); r.err() == nil {
-			if sessions = r.strs(2); len(sessions) != n {
-				r.fail("%d session ids, want %d", len(sessions), n)
-			}
-		}
-	default:
-		r.unexpected()
+	}
+	n, sessions := r.count(1), r.strs(2)
+	if r.err() == nil && len(sessions) != n {
+		r.fail("%d session ids, want %d", len(sessions), n)
 	}
 	return sessions, r.err()
 }
@@ -206,14 +189,10 @@ func (s *Store) PodPlaceholder(ctx context.Context, scope string, now, leaseDead
 	if err != nil {
 		return PlaceholderResult{}, err
 	}
-	res := PlaceholderResult{Kind: r.str(0)}
-	switch res.Kind {
-	case PlaceholderDeploy:
+	res := PlaceholderResult{Kind: r.oneOf(0, PlaceholderDeploy, PlaceholderEnough, PlaceholderMaxReached, PlaceholderBusy)}
+	if res.Kind == PlaceholderDeploy {
 		res.Deploy, res.Fence = r.str(1), r.int(2)
 		r.json(3, &res.Spec)
-	case PlaceholderEnough, PlaceholderMaxReached, PlaceholderBusy:
-	default:
-		r.unexpected()
 	}
 	return res, r.err()
 }
@@ -245,12 +224,7 @@ func (s *Store) PodAdopt(ctx context.Context, pod warmpool.Pod, now time.Time) (
 	if err != nil {
 		return "", err
 	}
-	st := r.str(0)
-	switch st {
-	case AdoptAdopted, AdoptKnown, AdoptFull, AdoptGone:
-	default:
-		r.unexpected()
-	}
+	st := r.oneOf(0, AdoptAdopted, AdoptKnown, AdoptFull, AdoptGone)
 	return st, r.err()
 }
 

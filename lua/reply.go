@@ -3,6 +3,7 @@ package lua
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -41,9 +42,6 @@ func (r *reply) fail(format string, args ...any) {
 	}
 }
 
-// unexpected marks an answer no case of the caller knows.
-func (r *reply) unexpected() { r.fail("unexpected answer") }
-
 func (r *reply) field(i int) (any, bool) {
 	if i >= len(r.fields) {
 		r.fail("%d fields, want at least %d", len(r.fields), i+1)
@@ -61,6 +59,15 @@ func (r *reply) str(i int) string {
 	s, ok := v.(string)
 	if !ok {
 		r.fail("field %d is %T, want a string", i+1, v)
+	}
+	return s
+}
+
+// oneOf reads a string field that must be one of known: the kind of an answer.
+func (r *reply) oneOf(i int, known ...string) string {
+	s := r.str(i)
+	if r.bad == nil && !slices.Contains(known, s) {
+		r.fail("field %d is %q, want one of %q", i+1, s, known)
 	}
 	return s
 }

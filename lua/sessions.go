@@ -50,14 +50,11 @@ func (s *Store) SessionRoute(ctx context.Context, scope string, a RouteArgs) (Ro
 	if err != nil {
 		return RouteResult{}, err
 	}
-	res := RouteResult{Kind: r.str(0)}
-	switch res.Kind {
-	case RouteNone:
+	res := RouteResult{Kind: r.oneOf(0, RouteBound, RouteNew, RouteReplay, RouteNone)}
+	if res.Kind == RouteNone {
 		res.Waiters = r.count(1)
-	case RouteBound, RouteNew, RouteReplay:
+	} else {
 		res.New, res.Pod, res.Session = r.flag(1), r.pod(2, 3), r.str(4)
-	default:
-		r.unexpected()
 	}
 	return res, r.err()
 }
@@ -78,13 +75,9 @@ func (s *Store) SessionTouch(ctx context.Context, scope, session string, now tim
 	if err != nil {
 		return "", 0, err
 	}
-	state = r.str(0)
-	switch state {
-	case TouchExpired:
+	state = r.oneOf(0, TouchTouched, TouchExpired, TouchUnknown)
+	if state == TouchExpired {
 		waiters = r.count(1)
-	case TouchTouched, TouchUnknown:
-	default:
-		r.unexpected()
 	}
 	return state, waiters, r.err()
 }
@@ -98,13 +91,9 @@ func (s *Store) SessionEnd(ctx context.Context, scope, session string, now time.
 	if err != nil {
 		return false, 0, err
 	}
-	switch r.str(0) {
-	case "released":
+	if released = r.oneOf(0, "released", "unknown") == "released"; released {
 		r.str(1) // the pod it was on
-		released, waiters = true, r.count(2)
-	case "unknown":
-	default:
-		r.unexpected()
+		waiters = r.count(2)
 	}
 	return released, waiters, r.err()
 }
@@ -139,15 +128,10 @@ func (s *Store) SessionGet(ctx context.Context, scope, session string, now time.
 	if err != nil {
 		return SessionBinding{}, err
 	}
-	var b SessionBinding
-	switch r.str(0) {
-	case "found":
-		b = SessionBinding{Pod: r.pod(1, 2), ExpiresAt: r.time(3)}
-	case "unknown":
+	if r.oneOf(0, "found", "unknown") == "unknown" {
 		return SessionBinding{}, ErrNoSession
-	default:
-		r.unexpected()
 	}
+	b := SessionBinding{Pod: r.pod(1, 2), ExpiresAt: r.time(3)}
 	return b, r.err()
 }
 
@@ -166,13 +150,9 @@ func (s *Store) WaiterGate(ctx context.Context, scope, waiter string, now time.T
 		return "", time.Time{}, err
 	}
 	var deadline time.Time
-	state := r.str(0)
-	switch state {
-	case GateOK:
+	state := r.oneOf(0, GateOK, GateFull, GateNoWait)
+	if state == GateOK {
 		deadline = r.time(1)
-	case GateFull, GateNoWait:
-	default:
-		r.unexpected()
 	}
 	return state, deadline, r.err()
 }

@@ -242,6 +242,53 @@ func TestClaimExpiryFreesTheSlotAndIdlesThePod(t *testing.T) {
 	}
 }
 
+// The pool view counts a pod's sessions from RM's keys alone (slots less claims) and
+// agrees with the sessions themselves.
+func TestPoolSnapshotCountsSessionsWithoutReadingThem(t *testing.T) {
+	e := newEnv(t, nil) // max_pods 2, pc 2
+	ctx := context.Background()
+	lead := e.acquire("leader")
+	e.acquire("follower")
+	pod, _, err := e.register(lead, "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.store.SessionRoute(ctx, e.scope, lua.RouteArgs{Now: e.now, Session: "s1", Claim: "leader"})
+	if err != nil || res.Kind != lua.RouteNew || res.Pod.ID != pod.ID {
+		t.Fatalf("route with the leader's claim = %+v, %v", res, err)
+	}
+	if _, _, err := e.store.WaiterGate(ctx, e.scope, "w1", e.now); err != nil {
+		t.Fatal(err)
+	}
+	full, view := e.snap(), e.poolSnap()
+	if view.Sessions != nil || len(view.Pods) != 1 {
+		t.Fatalf("pool view = %+v, want one pod and no session read", view)
+	}
+	p := view.Pods[0]
+	if p.Slots != 2 || p.Claims != 1 || p.Sessions() != 1 {
+		t.Fatalf("pod %+v: want 2 slots, 1 claim, 1 session", p)
+	}
+	on := 0
+	for _, id := range full.Sessions {
+		if id == pod.ID {
+			on++
+		}
+	}
+	if p.Sessions() != on || view.Queued != 1 || len(view.Followers) != len(full.Followers) {
+		t.Fatalf("pool view says %d sessions, %d queued, %d followers; the keys hold %d, %d, %d",
+			p.Sessions(), view.Queued, len(view.Followers), on, len(full.Waiters), len(full.Followers))
+	}
+}
+
+func (e *env) poolSnap() lua.Snapshot {
+	e.t.Helper()
+	s, err := e.store.PoolSnapshot(context.Background(), e.scope)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
 func TestPurgeOnlyIfStillIdleSince(t *testing.T) {
 	e := newEnv(t, nil)
 	lead := e.acquire("c1")

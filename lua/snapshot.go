@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -114,11 +113,9 @@ func zmap(zs []redis.Z) map[string]time.Time {
 // podStates builds the pods in registration order; a pod whose record is unreadable
 // still shows, by its id.
 func podStates(scope string, pods []redis.Z, info, slots map[string]string, idleSince map[string]time.Time, claimPod map[string]string) []PodState {
-	claims := map[string]int{}
+	claims := map[string]int{} // a failed follower's "!reason" note names no pod
 	for _, pod := range claimPod {
-		if pod != "" && !strings.HasPrefix(pod, "!") { // "!reason" is a failed follower's note
-			claims[pod]++
-		}
+		claims[pod]++
 	}
 	out := make([]PodState, 0, len(pods))
 	for _, z := range pods {

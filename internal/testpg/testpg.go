@@ -6,14 +6,14 @@ package testpg
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/url"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/warmpool/warmpool"
 )
 
 // EnvDSN names the environment variable that holds the test server's DSN.
@@ -39,9 +39,7 @@ func DSN(tb testing.TB) string {
 	if err != nil {
 		tb.Fatalf("%s: %v", EnvDSN, err)
 	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "t_" + hex.EncodeToString(b)
+	schema := "t_" + warmpool.NewID()[:12]
 	Exec(tb, server, `CREATE SCHEMA `+schema)
 	tb.Cleanup(func() { Exec(tb, server, `DROP SCHEMA `+schema+` CASCADE`) })
 	q := u.Query()

@@ -119,7 +119,18 @@ func (e *env) register(res lua.AcquireResult, leaderClaim string) (warmpool.Pod,
 
 func (e *env) snap() lua.Snapshot {
 	e.t.Helper()
-	s, err := e.store.Snapshot(context.Background(), e.scope)
+	return e.read(e.store.Snapshot)
+}
+
+func (e *env) poolSnap() lua.Snapshot {
+	e.t.Helper()
+	return e.read(e.store.PoolSnapshot)
+}
+
+// read takes a snapshot of the scope with one of the store's readers.
+func (e *env) read(reader func(context.Context, string) (lua.Snapshot, error)) lua.Snapshot {
+	e.t.Helper()
+	s, err := reader(context.Background(), e.scope)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -278,15 +289,6 @@ func TestPoolSnapshotCountsSessionsWithoutReadingThem(t *testing.T) {
 		t.Fatalf("pool view says %d sessions, %d queued, %d followers; the keys hold %d, %d, %d",
 			p.Sessions(), view.Queued, len(view.Followers), on, len(full.Waiters), len(full.Followers))
 	}
-}
-
-func (e *env) poolSnap() lua.Snapshot {
-	e.t.Helper()
-	s, err := e.store.PoolSnapshot(context.Background(), e.scope)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return s
 }
 
 func TestPurgeOnlyIfStillIdleSince(t *testing.T) {

@@ -27,14 +27,7 @@ import (
 // local pod, its SSE stream, the pod going idle and being reused, the operator
 // sub-commands, and a clean exit on SIGTERM that takes the pods with it.
 func TestDevServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary; skipped with -short")
-	}
-	bin := warmpoolBin(t)
-	addr := freeAddr(t)
-	base := "http://" + addr
-	p := startServe(t, bin, "serve", "--dev", "--listen", addr, "--store", filepath.Join(t.TempDir(), "w.db"))
-	p.waitReady(t, base, 60*time.Second)
+	p, base, bin := runServe(t, "--dev", "--store", filepath.Join(t.TempDir(), "w.db"))
 
 	// The start-up lines: where it listens, and the one curl line that routes a session.
 	p.waitLine(t, 10*time.Second, "listening on "+base)
@@ -373,6 +366,24 @@ type proc struct {
 	more  chan struct{} // closed and replaced on every stdout line
 }
 
+// runServe runs `warmpool serve --listen ADDR args...` from the binary under test and
+// waits until it is ready. It returns the process, its base URL and the binary; under
+// -short it skips the test.
+func runServe(t *testing.T, args ...string) (p *proc, base, bin string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	bin = warmpoolBin(t)
+	addr := freeAddr(t)
+	base = "http://" + addr
+	p = startServe(t, bin, append([]string{"serve", "--listen", addr}, args...)...)
+	p.waitReady(t, base, 60*time.Second)
+	return p, base, bin
+}
+
+// startServe starts the binary with args; the process is killed with the test, and
+// its stderr is logged when the test failed.
 func startServe(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)

@@ -15,17 +15,10 @@ import (
 // old idle pods and warms two new ones; a pod whose process is killed is buried and
 // replaced.
 func TestSweepersKeepThePoolWarm(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary; skipped with -short")
-	}
-	bin := warmpoolBin(t)
-	addr := freeAddr(t)
-	base := "http://" + addr
 	dir := t.TempDir()
 	state := filepath.Join(dir, "pods")
-	p := startServe(t, bin, "serve", "--listen", addr, "--store", filepath.Join(dir, "w.db"),
+	_, base, _ := runServe(t, "--store", filepath.Join(dir, "w.db"),
 		"--driver", "local", "--local-state-dir", state, "--sweep-interval", "1s")
-	p.waitReady(t, base, 60*time.Second)
 
 	idle := func(ver string) map[string]bool {
 		var pool struct {

@@ -5,18 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testserver"
 	"github.com/warmpool/warmpool/k8s/fakepod"
-	"github.com/warmpool/warmpool/server"
-	"github.com/warmpool/warmpool/sm"
-	"github.com/warmpool/warmpool/sqlite"
 	"github.com/warmpool/warmpool/sweeper"
 )
 
@@ -30,36 +26,20 @@ type testServer struct {
 
 func newTestServer(t *testing.T, deployDelay time.Duration) *testServer {
 	t.Helper()
-	ctx := context.Background()
-	r := testredis.New(t)
-	st, err := sqlite.Open(ctx, ":memory:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	fake := fakepod.New()
-	fake.DeployDelay = deployDelay
-	t.Cleanup(func() { _ = fake.Close() })
-	srv, err := server.New(ctx, server.Config{
-		Redis: r.Client, Prefix: r.Prefix, Driver: fake, Store: st,
-		InstanceID: "loadtest-replica", Sweep: sweeper.Config{Interval: 50 * time.Millisecond},
-		SM: sm.Config{Recheck: 50 * time.Millisecond},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, stop := context.WithCancel(ctx)
+	b := testserver.NewBacking(t)
+	b.Fake.DeployDelay = deployDelay
+	cfg := b.Config("loadtest-replica")
+	cfg.Sweep = sweeper.Config{Interval: 50 * time.Millisecond}
+	srv, ts := testserver.Serve(t, cfg)
+	jobs, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); srv.Runner.Run(jobs) }()
-	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
-		ts.Close()
 		stop()
 		wg.Wait()
-		_ = srv.Close()
 	})
-	return &testServer{url: ts.URL, fake: fake}
+	return &testServer{url: ts.URL, fake: b.Fake}
 }
 
 // run runs cfg against the server and checks what holds for every scenario.

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,10 +14,9 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testserver"
 	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/server"
-	"github.com/warmpool/warmpool/sm"
-	"github.com/warmpool/warmpool/sqlite"
 )
 
 // testInstance is the instance id every test server is given.
@@ -52,36 +50,15 @@ func withRedisURL(url, prefix string) envOption {
 // mustEnv builds and serves a replica; everything is closed with the test.
 func mustEnv(tb testing.TB, opts ...envOption) *env {
 	tb.Helper()
-	ctx := context.Background()
-	r := testredis.New(tb)
-	st, err := sqlite.Open(ctx, ":memory:")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = st.Close() })
-	fake := fakepod.New()
-	tb.Cleanup(func() { _ = fake.Close() })
+	b := testserver.NewBacking(tb)
 	clock := testredis.NewClock()
-	cfg := server.Config{
-		Redis:      r.Client,
-		Prefix:     r.Prefix,
-		Driver:     fake,
-		Store:      st,
-		Clock:      clock,
-		InstanceID: testInstance,
-		SM:         sm.Config{Recheck: 50 * time.Millisecond},
-	}
+	cfg := b.Config(testInstance)
+	cfg.Clock = clock
 	for _, o := range opts {
 		o(&cfg)
 	}
-	srv, err := server.New(ctx, cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = srv.Close() })
-	ts := httptest.NewServer(srv.Handler())
-	tb.Cleanup(ts.Close)
-	return &env{t: tb, srv: srv, ts: ts, r: r, fake: fake, clock: clock, token: cfg.AuthToken,
+	srv, ts := testserver.Serve(tb, cfg)
+	return &env{t: tb, srv: srv, ts: ts, r: b.Redis, fake: b.Fake, clock: clock, token: cfg.AuthToken,
 		client: &http.Client{Timeout: 30 * time.Second}}
 }
 

@@ -11,7 +11,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"slices"
 	"sync"
@@ -21,11 +20,10 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/invariant"
 	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testserver"
 	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
-	"github.com/warmpool/warmpool/sm"
-	"github.com/warmpool/warmpool/sqlite"
 	"github.com/warmpool/warmpool/sweeper"
 )
 
@@ -86,39 +84,20 @@ func (g *gatedStore) List(ctx context.Context) ([]warmpool.StoredConfig, error) 
 // closed with the test.
 func newReplicas(t *testing.T, opts ...envOption) *replicas {
 	t.Helper()
-	ctx := context.Background()
-	r := testredis.New(t)
-	st, err := sqlite.Open(ctx, ":memory:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	fake := fakepod.New()
-	t.Cleanup(func() { _ = fake.Close() })
-	rs := &replicas{t: t, r: r, fake: fake, clock: testredis.NewClock(), store: lua.NewStore(r.Client, r.Prefix),
-		configs: &gatedStore{ConfigStore: st}}
+	b := testserver.NewBacking(t)
+	r := b.Redis
+	rs := &replicas{t: t, r: r, fake: b.Fake, clock: testredis.NewClock(), store: lua.NewStore(r.Client, r.Prefix),
+		configs: &gatedStore{ConfigStore: b.Store}}
 	mk := func(id string) *env {
-		cfg := server.Config{
-			Redis:      r.NewClient(t), // each replica has its own connections
-			Prefix:     r.Prefix,
-			Driver:     fake,
-			Store:      rs.configs,
-			Clock:      rs.clock,
-			InstanceID: id,
-			SM:         sm.Config{Recheck: 50 * time.Millisecond},
-			Sweep:      sweeper.Config{Interval: 20 * time.Millisecond},
-		}
+		cfg := b.Config(id)
+		cfg.Redis = r.NewClient(t) // each replica has its own connections
+		cfg.Store, cfg.Clock = rs.configs, rs.clock
+		cfg.Sweep = sweeper.Config{Interval: 20 * time.Millisecond}
 		for _, o := range opts {
 			o(&cfg)
 		}
-		srv, err := server.New(ctx, cfg)
-		if err != nil {
-			t.Fatalf("%s: %v", id, err)
-		}
-		t.Cleanup(func() { _ = srv.Close() })
-		ts := httptest.NewServer(srv.Handler())
-		t.Cleanup(ts.Close)
-		return &env{t: t, srv: srv, ts: ts, r: r, fake: fake, clock: rs.clock, client: &http.Client{Timeout: 30 * time.Second}}
+		srv, ts := testserver.Serve(t, cfg)
+		return &env{t: t, srv: srv, ts: ts, r: r, fake: b.Fake, clock: rs.clock, client: &http.Client{Timeout: 30 * time.Second}}
 	}
 	rs.a, rs.b = mk("replica-a"), mk("replica-b")
 	return rs

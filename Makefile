@@ -5,7 +5,7 @@ PKGS    := ./...
 # Tests that start the built binary find it here.
 export WARMPOOL_BIN := $(CURDIR)/$(BIN)
 
-.PHONY: all build run test unit bench lint e2e clean
+.PHONY: all build run test unit bench lint e2e image image-test clean
 
 all: lint test
 
@@ -43,6 +43,23 @@ lint:
 e2e: build
 	scripts/with-postgres.sh $(GO) test -tags e2e_multi -count=1 -run TestMultiReplica ./e2e/
 	scripts/with-postgres.sh scripts/with-redis-cluster.sh $(GO) test -tags e2e_multi -count=1 $(REDIS_PKGS) ./server/ ./e2e/
+
+## image: the runtime image of the Dockerfile, built here without any registry: a
+## static binary from the local Go toolchain, then podman (vfs storage) builds
+## deploy/image/Containerfile FROM scratch around it
+IMAGE     ?= localhost/warmpool:dev
+IMAGE_CTX := bin/image
+image:
+	@command -v podman >/dev/null || { echo "make image: podman is missing (Debian: apt-get install podman)"; exit 1; }
+	mkdir -p $(IMAGE_CTX)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(IMAGE_CTX)/warmpool ./cmd/warmpool
+	cp /etc/ssl/certs/ca-certificates.crt $(IMAGE_CTX)/
+	podman --storage-driver vfs build -f deploy/image/Containerfile -t $(IMAGE) $(IMAGE_CTX)
+
+## image-test: build the image, check its user, entrypoint, size and files, and run the
+## binary taken out of it to a passing /healthz
+image-test: image
+	scripts/image-test.sh $(IMAGE)
 
 clean:
 	rm -rf bin

@@ -4,17 +4,22 @@ import (
 	"context"
 	"testing"
 
+	"github.com/warmpool/warmpool/internal/replicatest"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/rm"
 )
+
+// benchReplica is one replica on a scope "s" (max_concurrency 8, pod_concurrency 2).
+func benchReplica(b *testing.B) (*replicatest.Harness, *replicatest.Replica) {
+	h := replicatest.New(b)
+	h.Scope("s", 8, 2)
+	return h, h.Replica(replicatest.Config{})
+}
 
 // BenchmarkAcquireWarm measures handing out a warm pod (and reports the Redis round
 // trips each acquire costs; the target is one). Each iteration gives the pod back.
 func BenchmarkAcquireWarm(b *testing.B) {
-	h := newHarness(b)
-	h.scope("s", 8, 2)
-	m := rm.New(h.store, h.fake, rm.Config{})
-	defer m.Close()
+	_, r := benchReplica(b)
+	m := r.RM
 	ctx := context.Background()
 	first, err := m.Acquire(ctx, "s", "")
 	if err != nil {
@@ -24,7 +29,7 @@ func BenchmarkAcquireWarm(b *testing.B) {
 		b.Fatal(err)
 	}
 	counter := &testredis.Counter{}
-	h.r.Client.AddHook(counter)
+	r.Client.AddHook(counter)
 	var trips int64
 	b.ResetTimer()
 	for b.Loop() {
@@ -44,10 +49,8 @@ func BenchmarkAcquireWarm(b *testing.B) {
 // BenchmarkAcquireCold measures a cold acquire with a zero-delay fake driver: lease,
 // deploy, register; each iteration purges the pod again so the next one is cold too.
 func BenchmarkAcquireCold(b *testing.B) {
-	h := newHarness(b)
-	h.scope("s", 8, 2)
-	m := rm.New(h.store, h.fake, rm.Config{})
-	defer m.Close()
+	h, r := benchReplica(b)
+	m := r.RM
 	ctx := context.Background()
 	for b.Loop() {
 		l, err := m.Acquire(ctx, "s", "")
@@ -57,7 +60,7 @@ func BenchmarkAcquireCold(b *testing.B) {
 		if _, err := m.Purge(ctx, "s", l.Pod.ID, "bench"); err != nil {
 			b.Fatal(err)
 		}
-		if err := h.fake.Delete(ctx, l.Pod); err != nil {
+		if err := h.Fake.Delete(ctx, l.Pod); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -14,74 +14,16 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/invariant"
-	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s/fakepod"
+	"github.com/warmpool/warmpool/internal/replicatest"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// harness is one Redis, one fake driver and the scopes published on them; managers
-// made from it act as replicas.
-type harness struct {
-	t     testing.TB
-	r     *testredis.Redis
-	store *lua.Store
-	fake  *fakepod.Driver
-	cfgs  map[string]warmpool.ScopeConfig
-}
-
-func newHarness(t testing.TB) *harness {
-	t.Helper()
-	r := testredis.New(t)
-	h := &harness{t: t, r: r, store: lua.NewStore(r.Client, r.Prefix), fake: fakepod.New(), cfgs: map[string]warmpool.ScopeConfig{}}
-	t.Cleanup(func() { h.fake.Close() })
-	if _, err := h.store.Bootstrap(context.Background(), "e1"); err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
-
-// scope publishes a scope with max_concurrency mc and pod_concurrency pc.
-func (h *harness) scope(id string, mc, pc int, mutate ...func(*warmpool.ScopeConfig)) warmpool.ScopeConfig {
-	h.t.Helper()
-	cfg := testredis.ScopeConfig(h.t, mc, pc, mutate...)
-	if err := h.store.ScopePublish(context.Background(), lua.ScopeRecord{ScopeID: id, Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
-		h.t.Fatal(err)
-	}
-	if _, err := h.store.Bootstrap(context.Background(), "e1"); err != nil {
-		h.t.Fatal(err)
-	}
-	h.cfgs[id] = cfg
-	return cfg
-}
-
-func (h *harness) manager(cfg rm.Config) *rm.Manager {
-	m := rm.New(h.store, h.fake, cfg)
-	h.t.Cleanup(m.Close)
-	return m
-}
-
-func (h *harness) snap(scope string) lua.Snapshot {
-	h.t.Helper()
-	s, err := h.store.Snapshot(context.Background(), scope)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return s
-}
-
-// settled checks every invariant of a scope with no work in flight.
-func (h *harness) settled(scope string) lua.Snapshot {
-	h.t.Helper()
-	s := h.snap(scope)
-	cfg := h.cfgs[scope]
-	for _, v := range invariant.Violations(s, cfg, []string{cfg.Deploy.DeployVer()}, true) {
-		h.t.Error(v)
-	}
-	return s
+// manager starts a replica on the harness and returns its resource manager.
+func manager(h *replicatest.Harness, cfg rm.Config) *rm.Manager {
+	return h.Replica(replicatest.Config{RM: cfg}).RM
 }
 
 type outcome struct {
@@ -143,18 +85,16 @@ func TestColdBurstDeploysCeilNOverPC(t *testing.T) {
 		{2, 8, 2, 1}, {8, 8, 2, 4}, {7, 8, 2, 4}, {9, 9, 3, 3}, {5, 5, 1, 5},
 	} {
 		t.Run(fmt.Sprintf("n%d_pc%d", tc.n, tc.pc), func(t *testing.T) {
-			h := newHarness(t)
-			h.scope("s", tc.mc, tc.pc)
-			a, b := h.manager(rm.Config{}), h.manager(rm.Config{})
-			hold := h.fake.Hold()
+			h := replicatest.New(t)
+			h.Scope("s", tc.mc, tc.pc)
+			a, b := manager(h, rm.Config{}), manager(h, rm.Config{})
+			hold := h.Fake.Hold()
 			ch := burst(context.Background(), "s", tc.n, a, b)
 			// Every request has its place (leader or follower) and every deploy is in
 			// flight before any finishes: the burst never waits on a pod to decide
 			// how many to deploy.
-			if err := h.fake.WaitInFlight(t.Context(), tc.deploys); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "every follower in a room", func() bool { return len(h.snap("s").Followers) == tc.n-tc.deploys })
+			h.WaitInFlight(tc.deploys)
+			replicatest.WaitFor(t, "every follower in a room", func() bool { return len(h.Snap("s").Followers) == tc.n-tc.deploys })
 			hold()
 			outs := collect(ch, tc.n)
 			sources, codes, pods := count(outs)
@@ -166,7 +106,7 @@ func TestColdBurstDeploysCeilNOverPC(t *testing.T) {
 				}
 				t.Fatalf("errors: %v", codes)
 			}
-			if got := h.fake.DeployCount(); got != tc.deploys {
+			if got := h.Fake.DeployCount(); got != tc.deploys {
 				t.Fatalf("deploys = %d, want %d", got, tc.deploys)
 			}
 			if sources[warmpool.SourceDeployed] != tc.deploys || sources[warmpool.SourceFollower] != tc.n-tc.deploys {
@@ -177,14 +117,14 @@ func TestColdBurstDeploysCeilNOverPC(t *testing.T) {
 					t.Fatalf("pod %s handed to %d callers > pc %d", pod, n, tc.pc)
 				}
 			}
-			s := h.snap("s")
+			s := h.Snap("s")
 			for _, p := range s.Pods {
 				if p.Slots != pods[p.Pod.ID] {
 					t.Fatalf("pod %s has %d slots, %d callers hold it", p.Pod.ID, p.Slots, pods[p.Pod.ID])
 				}
 			}
 			release(t, a, "s", outs)
-			h.settled("s")
+			h.Settled("s")
 		})
 	}
 }
@@ -192,10 +132,10 @@ func TestColdBurstDeploysCeilNOverPC(t *testing.T) {
 // Reference case 13 with max_parallel_deploys 1: one deploy, pc-1 followers, the rest
 // fail fast with NO_POD_AVAILABLE.
 func TestOneDeployAtATimeOverflowFailsFast(t *testing.T) {
-	h := newHarness(t)
-	h.scope("s", 8, 2, func(c *warmpool.ScopeConfig) { c.Pool.MaxParallelDeploys = 1 })
-	a, b := h.manager(rm.Config{}), h.manager(rm.Config{})
-	hold := h.fake.Hold()
+	h := replicatest.New(t)
+	h.Scope("s", 8, 2, func(c *warmpool.ScopeConfig) { c.Pool.MaxParallelDeploys = 1 })
+	a, b := manager(h, rm.Config{}), manager(h, rm.Config{})
+	hold := h.Fake.Hold()
 	ch := burst(context.Background(), "s", 4, a, b)
 	// The two requests that found no room fail while the deploy is still held.
 	early := collect(ch, 2)
@@ -208,8 +148,8 @@ func TestOneDeployAtATimeOverflowFailsFast(t *testing.T) {
 	if codes[warmpool.CodeNoPodAvailable] != 2 || sources[warmpool.SourceDeployed] != 1 || sources[warmpool.SourceFollower] != 1 {
 		t.Fatalf("sources %v codes %v, want 1 deployed + 1 follower + 2 NO_POD_AVAILABLE", sources, codes)
 	}
-	if len(pods) != 1 || h.fake.DeployCount() != 1 {
-		t.Fatalf("pods %v deploys %d, want one", pods, h.fake.DeployCount())
+	if len(pods) != 1 || h.Fake.DeployCount() != 1 {
+		t.Fatalf("pods %v deploys %d, want one", pods, h.Fake.DeployCount())
 	}
 	for _, o := range outs {
 		var e *warmpool.Error
@@ -218,15 +158,15 @@ func TestOneDeployAtATimeOverflowFailsFast(t *testing.T) {
 		}
 	}
 	release(t, a, "s", outs)
-	h.settled("s")
+	h.Settled("s")
 }
 
 // Reference case 5: a request that finds a warm pod takes it without deploying, even
 // while another deploy of the scope is in flight.
 func TestWarmPodIsTakenWithoutDeploying(t *testing.T) {
-	h := newHarness(t)
-	h.scope("s", 8, 2)
-	a, b := h.manager(rm.Config{}), h.manager(rm.Config{})
+	h := replicatest.New(t)
+	h.Scope("s", 8, 2)
+	a, b := manager(h, rm.Config{}), manager(h, rm.Config{})
 	ctx := context.Background()
 	first, err := a.Acquire(ctx, "s", "")
 	if err != nil || first.Source != warmpool.SourceDeployed {
@@ -239,26 +179,24 @@ func TestWarmPodIsTakenWithoutDeploying(t *testing.T) {
 	if err != nil || second.Source != warmpool.SourceWarm || second.Pod.ID != first.Pod.ID {
 		t.Fatalf("second acquire = %+v, %v; want the warm pod %s", second, err, first.Pod.ID)
 	}
-	if h.fake.DeployCount() != 1 {
-		t.Fatalf("deploys = %d, want 1", h.fake.DeployCount())
+	if h.Fake.DeployCount() != 1 {
+		t.Fatalf("deploys = %d, want 1", h.Fake.DeployCount())
 	}
 	b.ReleaseClaim(ctx, "s", second.Claim, true)
-	h.settled("s")
+	h.Settled("s")
 }
 
 // Reference case 14 and SPEC §7: a failing leader does not hand its work to its
 // followers; they fail fast and every lease and room entry is cleared.
 func TestFailingLeaderFailsItsFollowers(t *testing.T) {
-	h := newHarness(t)
-	h.scope("s", 2, 2) // max_pods 1: the follower cannot lead a deploy of its own
-	a, b := h.manager(rm.Config{}), h.manager(rm.Config{})
-	h.fake.FailNext(1, "image pull failed: no such image")
-	hold := h.fake.Hold()
+	h := replicatest.New(t)
+	h.Scope("s", 2, 2) // max_pods 1: the follower cannot lead a deploy of its own
+	a, b := manager(h, rm.Config{}), manager(h, rm.Config{})
+	h.Fake.FailNext(1, "image pull failed: no such image")
+	hold := h.Fake.Hold()
 	ch := burst(context.Background(), "s", 2, a, b)
-	if err := h.fake.WaitInFlight(t.Context(), 1); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the follower in the room", func() bool { return len(h.snap("s").Followers) == 1 })
+	h.WaitInFlight(1)
+	replicatest.WaitFor(t, "the follower in the room", func() bool { return len(h.Snap("s").Followers) == 1 })
 	hold()
 	outs := collect(ch, 2)
 	_, codes, _ := count(outs)
@@ -270,46 +208,45 @@ func TestFailingLeaderFailsItsFollowers(t *testing.T) {
 			t.Fatalf("error %q does not say why", o.err)
 		}
 	}
-	if h.fake.DeployCount() != 1 {
-		t.Fatalf("deploys = %d: a follower took the failed work over", h.fake.DeployCount())
+	if h.Fake.DeployCount() != 1 {
+		t.Fatalf("deploys = %d: a follower took the failed work over", h.Fake.DeployCount())
 	}
-	h.settled("s")
+	h.Settled("s")
 }
 
 // A crashed leader (it took a lease and vanished) and a crashed follower leave entries
 // that expire by their deadlines and do not block new deploys.
 func TestCrashLeftoversExpire(t *testing.T) {
-	h := newHarness(t)
-	h.scope("s", 2, 2) // max_pods 1
-	clock := testredis.NewClock()
-	m := h.manager(rm.Config{Clock: clock, Lease: 3 * time.Second})
+	h := replicatest.New(t)
+	h.Scope("s", 2, 2) // max_pods 1
+	m := manager(h, rm.Config{Clock: h.Clock, Lease: 3 * time.Second})
 	ctx := context.Background()
-	now := clock.Now()
+	now := h.Clock.Now()
 	// A replica takes the only deploy lease and a place in its room, then dies.
 	for _, c := range []string{"dead-leader", "dead-follower"} {
-		if _, err := h.store.PodAcquire(ctx, "s", lua.AcquireArgs{Now: now, Claim: c, ClaimDeadline: now.Add(time.Minute), LeaseDeadline: now.Add(3 * time.Second), RoomMargin: time.Second}); err != nil {
+		if _, err := h.Store.PodAcquire(ctx, "s", lua.AcquireArgs{Now: now, Claim: c, ClaimDeadline: now.Add(time.Minute), LeaseDeadline: now.Add(3 * time.Second), RoomMargin: time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if _, err := m.Acquire(ctx, "s", ""); warmpool.ErrorCode(err) != warmpool.CodeNoPodAvailable {
 		t.Fatalf("acquire while the dead lease lives: %v, want NO_POD_AVAILABLE", err)
 	}
-	clock.Advance(3 * time.Second)
+	h.Clock.Advance(3 * time.Second)
 	l, err := m.Acquire(ctx, "s", "")
 	if err != nil || l.Source != warmpool.SourceDeployed {
 		t.Fatalf("acquire after the dead lease expired = %+v, %v; want a new deploy", l, err)
 	}
-	s := h.snap("s")
+	s := h.Snap("s")
 	if len(s.Deploys) != 0 || len(s.Followers) != 0 {
 		t.Fatalf("leftovers: deploys %v followers %v", s.Deploys, s.Followers)
 	}
 	m.ReleaseClaim(ctx, "s", l.Claim, true)
 	// The dead follower's note expires with its deadline too.
-	clock.Advance(time.Minute)
+	h.Clock.Advance(time.Minute)
 	if _, err := m.Acquire(ctx, "s", ""); err != nil {
 		t.Fatal(err)
 	}
-	if s := h.snap("s"); len(s.ClaimPod) != 1 {
+	if s := h.Snap("s"); len(s.ClaimPod) != 1 {
 		t.Fatalf("claim notes left: %v", s.ClaimPod)
 	}
 }
@@ -317,22 +254,21 @@ func TestCrashLeftoversExpire(t *testing.T) {
 // A follower whose leader died (its lease expired) fails fast instead of waiting out the
 // ready timeout.
 func TestFollowerOfADeadLeaderFailsFast(t *testing.T) {
-	h := newHarness(t)
-	h.scope("s", 2, 2)
-	clock := testredis.NewClock()
-	m := h.manager(rm.Config{Clock: clock, Lease: 3 * time.Second})
-	now := clock.Now()
-	if _, err := h.store.PodAcquire(context.Background(), "s", lua.AcquireArgs{Now: now, Claim: "dead", ClaimDeadline: now.Add(time.Minute), LeaseDeadline: now.Add(3 * time.Second), RoomMargin: time.Second}); err != nil {
+	h := replicatest.New(t)
+	h.Scope("s", 2, 2)
+	m := manager(h, rm.Config{Clock: h.Clock, Lease: 3 * time.Second})
+	now := h.Clock.Now()
+	if _, err := h.Store.PodAcquire(context.Background(), "s", lua.AcquireArgs{Now: now, Claim: "dead", ClaimDeadline: now.Add(time.Minute), LeaseDeadline: now.Add(3 * time.Second), RoomMargin: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	errc := make(chan error, 1)
 	go func() { _, err := m.Acquire(context.Background(), "s", ""); errc <- err }()
-	waitFor(t, "the follower in the room", func() bool { return len(h.snap("s").Followers) == 1 })
-	clock.Advance(3 * time.Second)
+	replicatest.WaitFor(t, "the follower in the room", func() bool { return len(h.Snap("s").Followers) == 1 })
+	h.Clock.Advance(3 * time.Second)
 	if err := <-errc; warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !contains(err.Error(), "leader is gone") {
 		t.Fatalf("follower of a dead leader: %v, want DEPLOY_FAILED naming the leader", err)
 	}
-	if s := h.snap("s"); len(s.Followers) != 0 {
+	if s := h.Snap("s"); len(s.Followers) != 0 {
 		t.Fatalf("room entries left: %v", s.Followers)
 	}
 }
@@ -340,20 +276,17 @@ func TestFollowerOfADeadLeaderFailsFast(t *testing.T) {
 // A leader whose lease is lost mid-deploy (another replica gave it up) cancels the
 // deploy at once, commits nothing and deletes the pod it made.
 func TestLostLeaseCancelsTheDeploy(t *testing.T) {
-	h := newHarness(t)
+	h := replicatest.New(t)
 	// A ready timeout far beyond the test's patience: only the lost lease can end the
 	// deploy in time.
-	h.scope("s", 2, 2, func(c *warmpool.ScopeConfig) { c.Deploy.ReadyTimeoutS = 300 })
-	clock := testredis.NewClock()
-	m := h.manager(rm.Config{Clock: clock, Lease: 300 * time.Millisecond})
-	hold := h.fake.Hold()
+	h.Scope("s", 2, 2, func(c *warmpool.ScopeConfig) { c.Deploy.ReadyTimeoutS = 300 })
+	m := manager(h, rm.Config{Clock: h.Clock, Lease: 300 * time.Millisecond})
+	hold := h.Fake.Hold()
 	defer hold()
 	errc := make(chan error, 1)
 	go func() { _, err := m.Acquire(context.Background(), "s", ""); errc <- err }()
-	if err := h.fake.WaitInFlight(t.Context(), 1); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(time.Second) // the next extension finds the lease expired
+	h.WaitInFlight(1)
+	h.Clock.Advance(time.Second) // the next extension finds the lease expired
 	select {
 	case err := <-errc:
 		if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !contains(err.Error(), "lease") {
@@ -362,35 +295,35 @@ func TestLostLeaseCancelsTheDeploy(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the deploy ran on after its lease was lost")
 	}
-	if pods := h.fake.Pods(); len(pods) != 0 {
+	if pods := h.Fake.Pods(); len(pods) != 0 {
 		t.Fatalf("driver still has %v", pods)
 	}
-	h.settled("s")
+	h.Settled("s")
 }
 
 func TestNewVersionIsNeverGivenAnOldIdlePod(t *testing.T) {
-	h := newHarness(t)
-	h.scope("s", 8, 2)
-	m := h.manager(rm.Config{})
+	h := replicatest.New(t)
+	h.Scope("s", 8, 2)
+	m := manager(h, rm.Config{})
 	ctx := context.Background()
 	old, err := m.Acquire(ctx, "s", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.ReleaseClaim(ctx, "s", old.Claim, true)
-	cfg := h.scope("s", 8, 2, func(c *warmpool.ScopeConfig) { c.Deploy.Image = "agent:2" })
+	cfg := h.Scope("s", 8, 2, func(c *warmpool.ScopeConfig) { c.Deploy.Image = "agent:2" })
 	l, err := m.Acquire(ctx, "s", "")
-	if err != nil || l.Source != warmpool.SourceDeployed || l.Pod.DeployVer != cfg.Deploy.DeployVer() {
-		t.Fatalf("acquire after a deploy change = %+v, %v; want a new pod of %s", l, err, cfg.Deploy.DeployVer())
+	if err != nil || l.Source != warmpool.SourceDeployed || l.Pod.DeployVer != cfg.DeployVer {
+		t.Fatalf("acquire after a deploy change = %+v, %v; want a new pod of %s", l, err, cfg.DeployVer)
 	}
 	m.ReleaseClaim(ctx, "s", l.Claim, true)
 }
 
 func TestAcquireIsIdempotentAcrossReplicas(t *testing.T) {
-	h := newHarness(t)
-	h.scope("s", 8, 2)
-	a, b := h.manager(rm.Config{}), h.manager(rm.Config{})
-	hold := h.fake.Hold()
+	h := replicatest.New(t)
+	h.Scope("s", 8, 2)
+	a, b := manager(h, rm.Config{}), manager(h, rm.Config{})
+	hold := h.Fake.Hold()
 	ctx := context.Background()
 	type res struct {
 		l   warmpool.Lease
@@ -400,9 +333,7 @@ func TestAcquireIsIdempotentAcrossReplicas(t *testing.T) {
 	for _, m := range []*rm.Manager{a, b} {
 		go func() { l, err := m.Acquire(ctx, "s", "req-1"); ch <- res{l, err} }()
 	}
-	if err := h.fake.WaitInFlight(t.Context(), 1); err != nil {
-		t.Fatal(err)
-	}
+	h.WaitInFlight(1)
 	hold()
 	r1, r2 := <-ch, <-ch
 	if r1.err != nil || r2.err != nil || r1.l != r2.l {
@@ -412,26 +343,24 @@ func TestAcquireIsIdempotentAcrossReplicas(t *testing.T) {
 	if err != nil || r3 != r1.l {
 		t.Fatalf("late replay = %+v, %v", r3, err)
 	}
-	if h.fake.DeployCount() != 1 {
-		t.Fatalf("deploys = %d, want 1 for one request id", h.fake.DeployCount())
+	if h.Fake.DeployCount() != 1 {
+		t.Fatalf("deploys = %d, want 1 for one request id", h.Fake.DeployCount())
 	}
 }
 
 // SPEC §6.8: one scope's deploy never blocks another's.
 func TestScopesDeployIndependently(t *testing.T) {
-	h := newHarness(t)
-	h.scope("a", 1, 1, func(c *warmpool.ScopeConfig) { c.Pool.MaxParallelDeploys = 1 })
-	h.scope("b", 1, 1, func(c *warmpool.ScopeConfig) { c.Pool.MaxParallelDeploys = 1 })
-	m := h.manager(rm.Config{})
-	hold := h.fake.Hold()
+	h := replicatest.New(t)
+	h.Scope("a", 1, 1, func(c *warmpool.ScopeConfig) { c.Pool.MaxParallelDeploys = 1 })
+	h.Scope("b", 1, 1, func(c *warmpool.ScopeConfig) { c.Pool.MaxParallelDeploys = 1 })
+	m := manager(h, rm.Config{})
+	hold := h.Fake.Hold()
 	ch := make(chan error, 2)
 	for _, s := range []string{"a", "b"} {
 		go func() { _, err := m.Acquire(context.Background(), s, ""); ch <- err }()
 	}
 	// Both deploys are in flight at once although each scope allows one at a time.
-	if err := h.fake.WaitInFlight(t.Context(), 2); err != nil {
-		t.Fatal(err)
-	}
+	h.WaitInFlight(2)
 	hold()
 	for range 2 {
 		if err := <-ch; err != nil {
@@ -447,19 +376,16 @@ func TestStressInvariants(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stress test")
 	}
-	h := newHarness(t)
+	h := replicatest.New(t)
 	scopes := []string{"s0", "s1", "s2"}
 	for i, s := range scopes {
-		h.scope(s, 6, 1+i)
+		h.Scope(s, 6, 1+i)
 	}
-	h.fake.SetDeployDelay(5 * time.Millisecond)
-	ms := []*rm.Manager{h.manager(rm.Config{}), h.manager(rm.Config{}), h.manager(rm.Config{})}
+	h.Fake.SetDeployDelay(5 * time.Millisecond)
+	ms := []*rm.Manager{manager(h, rm.Config{}), manager(h, rm.Config{}), manager(h, rm.Config{})}
 	ctx := context.Background()
 
-	watch := invariant.Watch(h.store, func(scope string, snap lua.Snapshot) []string {
-		cfg := h.cfgs[scope]
-		return invariant.Violations(snap, cfg, []string{cfg.Deploy.DeployVer()}, false)
-	}, scopes...)
+	watch := h.Watch(scopes...)
 
 	var wg sync.WaitGroup
 	var okN, failN atomic.Int64
@@ -472,7 +398,7 @@ func TestStressInvariants(t *testing.T) {
 				scope := scopes[rng.IntN(len(scopes))]
 				m := ms[rng.IntN(len(ms))]
 				if w == 0 && i%10 == 0 {
-					h.fake.FailNext(1, "chaos")
+					h.Fake.FailNext(1, "chaos")
 				}
 				l, err := m.Acquire(ctx, scope, "")
 				if err != nil {
@@ -503,20 +429,9 @@ func TestStressInvariants(t *testing.T) {
 		t.Fatalf("stress did too little: %d ok, %d failed, %d snapshots", okN.Load(), failN.Load(), watched)
 	}
 	for _, s := range scopes {
-		h.settled(s)
+		h.Settled(s)
 	}
-	t.Logf("%d acquires ok, %d failed, %d deploys, %d snapshots checked", okN.Load(), failN.Load(), h.fake.DeployCount(), watched)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	t.Logf("%d acquires ok, %d failed, %d deploys, %d snapshots checked", okN.Load(), failN.Load(), h.Fake.DeployCount(), watched)
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

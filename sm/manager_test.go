@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/replicatest"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sm"
 )
@@ -39,9 +39,9 @@ func fill(t *testing.T, scope, prefix string, n int, ms ...*sm.Manager) []sm.Bin
 
 // wantTwoByTwo asserts the scope has exactly two pods with two sessions each, slots
 // matching, and that every binding names the pod its session is on.
-func wantTwoByTwo(t *testing.T, h *harness, scope string, bs []sm.Binding) {
+func wantTwoByTwo(t *testing.T, h *replicatest.Harness, scope string, bs []sm.Binding) {
 	t.Helper()
-	s := h.settled(scope)
+	s := h.Settled(scope)
 	if len(s.Pods) != 2 || len(s.Sessions) != 4 {
 		t.Fatalf("%d pods, %d sessions (%v); want 2 pods x 2 sessions", len(s.Pods), len(s.Sessions), s.Sessions)
 	}
@@ -63,20 +63,18 @@ func wantTwoByTwo(t *testing.T, h *harness, scope string, bs []sm.Binding) {
 // second wave fills them by first fit without deploying. A fifth session never fits.
 // Guards the capacity gate of session_route.lua's first fit (`< pc`).
 func TestConcurrentRoutesFillTwoPodsOfTwo(t *testing.T) {
-	h := newHarness(t)
-	h.scope("s", 4, 2, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize = 0 })
-	a, b := h.replica(replicaOpts{}), h.replica(replicaOpts{})
+	h := replicatest.New(t)
+	h.Scope("s", 4, 2, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize = 0 })
+	a, b := replica(h, replicatest.Config{}), replica(h, replicatest.Config{})
 
 	// Cold: every route finds no pod and acquires; both deploys run side by side.
-	hold := h.fake.Hold()
+	hold := h.Fake.Hold()
 	chs := make([]<-chan routed, 4)
 	for i := range 4 {
 		chs[i] = routeAsync([]*sm.Manager{a, b}[i%2], "s", fmt.Sprintf("cold%d", i), "")
 	}
-	if err := h.fake.WaitInFlight(t.Context(), 2); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "two followers in the rooms", func() bool { return len(h.snap("s").Followers) == 2 })
+	h.WaitInFlight(2)
+	replicatest.WaitFor(t, "two followers in the rooms", func() bool { return len(h.Snap("s").Followers) == 2 })
 	hold()
 	var cold []sm.Binding
 	for _, ch := range chs {
@@ -87,7 +85,7 @@ func TestConcurrentRoutesFillTwoPodsOfTwo(t *testing.T) {
 		cold = append(cold, r.b)
 	}
 	wantTwoByTwo(t, h, "s", cold)
-	if n := h.fake.DeployCount(); n != 2 {
+	if n := h.Fake.DeployCount(); n != 2 {
 		t.Fatalf("deploys = %d, want 2", n)
 	}
 	_, err := a.Route(context.Background(), "s", "fifth", "")
@@ -99,26 +97,26 @@ func TestConcurrentRoutesFillTwoPodsOfTwo(t *testing.T) {
 			t.Fatalf("end %s = %v, %v", c.SessionID, ok, err)
 		}
 	}
-	if s := h.settled("s"); len(s.Pods) != 2 || !s.Pods[0].Idle || !s.Pods[1].Idle {
+	if s := h.Settled("s"); len(s.Pods) != 2 || !s.Pods[0].Idle || !s.Pods[1].Idle {
 		t.Fatalf("after ending every session: %+v, want two idle pods", s.Pods)
 	}
 	warm := fill(t, "s", "warm", 4, a, b)
 	wantTwoByTwo(t, h, "s", warm)
-	if n := h.fake.DeployCount(); n != 2 {
+	if n := h.Fake.DeployCount(); n != 2 {
 		t.Fatalf("deploys = %d after the warm wave, want still 2", n)
 	}
 	_, err = b.Route(context.Background(), "s", "fifth", "")
 	wantCode(t, "fifth route on a full scope", err, warmpool.CodeNoPodAvailable)
-	if s := h.snap("s"); len(s.Sessions) != 4 {
+	if s := h.Snap("s"); len(s.Sessions) != 4 {
 		t.Fatalf("sessions after the refused fifth: %v", s.Sessions)
 	}
 }
 
 // fullScope publishes a scope of max_pods 2 with pod_concurrency 1 and fills it with
 // sessions "busy0" and "busy1".
-func fullScope(t *testing.T, h *harness, m *sm.Manager, queue, waitS int) {
+func fullScope(t *testing.T, h *replicatest.Harness, m *sm.Manager, queue, waitS int) {
 	t.Helper()
-	h.scope("s", 2, 1, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize, c.Pool.WaitTimeoutS = queue, waitS })
+	h.Scope("s", 2, 1, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize, c.Pool.WaitTimeoutS = queue, waitS })
 	fill(t, "s", "busy", 2, m)
 }
 
@@ -126,12 +124,12 @@ func fullScope(t *testing.T, h *harness, m *sm.Manager, queue, waitS int) {
 // taken, the next route fails at once with QUEUE_FULL (503, retry_after) instead of
 // waiting; the queued one is served when a session ends and leaves no entry.
 func TestQueueFullFailsFast(t *testing.T) {
-	h := newHarness(t)
-	a, b := h.replica(replicaOpts{}), h.replica(replicaOpts{})
+	h := replicatest.New(t)
+	a, b := replica(h, replicatest.Config{}), replica(h, replicatest.Config{})
 	fullScope(t, h, a, 1, 2)
 
 	queued := routeAsync(a, "s", "queued", "")
-	waitFor(t, "the route in the queue", func() bool { return len(h.snap("s").Waiters) == 1 })
+	replicatest.WaitFor(t, "the route in the queue", func() bool { return len(h.Snap("s").Waiters) == 1 })
 
 	start := time.Now()
 	_, err := b.Route(context.Background(), "s", "overflow", "")
@@ -143,7 +141,7 @@ func TestQueueFullFailsFast(t *testing.T) {
 	if took > 500*time.Millisecond {
 		t.Fatalf("QUEUE_FULL took %s; it must not wait (wait_timeout_s is 2)", took)
 	}
-	if s := h.snap("s"); len(s.Waiters) != 1 {
+	if s := h.Snap("s"); len(s.Waiters) != 1 {
 		t.Fatalf("waiters after the refusal = %v, want only the queued one", s.Waiters)
 	}
 
@@ -154,14 +152,14 @@ func TestQueueFullFailsFast(t *testing.T) {
 	if r.err != nil || !r.b.New {
 		t.Fatalf("queued route = %+v, %v; want it served", r.b, r.err)
 	}
-	h.settled("s")
+	h.Settled("s")
 }
 
 // Issue 3: a queued route that gets no capacity gives up after wait_timeout_s with
 // WAIT_TIMEOUT (504, retry_after) and leaves no waiter entry behind.
 func TestQueuedRouteTimesOut(t *testing.T) {
-	h := newHarness(t)
-	a := h.replica(replicaOpts{sm: sm.Config{Recheck: 50 * time.Millisecond}})
+	h := replicatest.New(t)
+	a := replica(h, replicatest.Config{SM: sm.Config{Recheck: 50 * time.Millisecond}})
 	fullScope(t, h, a, 2, 1)
 
 	start := time.Now()
@@ -178,7 +176,7 @@ func TestQueuedRouteTimesOut(t *testing.T) {
 	if took < 900*time.Millisecond || took > 2500*time.Millisecond {
 		t.Fatalf("WAIT_TIMEOUT after %s, want about 1s", took)
 	}
-	s := h.settled("s")
+	s := h.Settled("s")
 	if len(s.Waiters) != 0 || len(s.Sessions) != 2 {
 		t.Fatalf("after the timeout: waiters %v sessions %v", s.Waiters, s.Sessions)
 	}
@@ -188,14 +186,14 @@ func TestQueuedRouteTimesOut(t *testing.T) {
 // on replica B: B's end publishes on the scope's channel and A's subscription wakes
 // the waiter. A's periodic re-check is a minute, so only the message can do it.
 func TestWakeAcrossReplicas(t *testing.T) {
-	h := newHarness(t)
-	a := h.replica(replicaOpts{sm: sm.Config{Recheck: time.Minute}})
-	b := h.replica(replicaOpts{})
-	h.scope("s", 1, 1, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize, c.Pool.WaitTimeoutS = 1, 10 })
+	h := replicatest.New(t)
+	a := replica(h, replicatest.Config{SM: sm.Config{Recheck: time.Minute}})
+	b := replica(h, replicatest.Config{})
+	h.Scope("s", 1, 1, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize, c.Pool.WaitTimeoutS = 1, 10 })
 	first := mustRoute(t, b, "s", "first")
 
 	queued := routeAsync(a, "s", "second", "")
-	waitFor(t, "the route queued on A", func() bool { return len(h.snap("s").Waiters) == 1 })
+	replicatest.WaitFor(t, "the route queued on A", func() bool { return len(h.Snap("s").Waiters) == 1 })
 	ended := time.Now()
 	if ok, err := b.End(context.Background(), "s", "first"); !ok || err != nil {
 		t.Fatalf("end on B = %v, %v", ok, err)
@@ -209,7 +207,7 @@ func TestWakeAcrossReplicas(t *testing.T) {
 		t.Fatalf("served %s after the end on another replica, want within 1s", woke)
 	}
 	t.Logf("served %s after the end on replica B", woke.Round(time.Millisecond))
-	if s := h.settled("s"); len(s.Waiters) != 0 {
+	if s := h.Settled("s"); len(s.Waiters) != 0 {
 		t.Fatalf("waiters left: %v", s.Waiters)
 	}
 }
@@ -218,23 +216,23 @@ func TestWakeAcrossReplicas(t *testing.T) {
 // freed behind the managers' backs (the end script run directly, no message is
 // published), and the waiter still gets it by its periodic re-check.
 func TestLostWakeUpOnlyDelays(t *testing.T) {
-	h := newHarness(t)
-	a := h.replica(replicaOpts{sm: sm.Config{Recheck: 100 * time.Millisecond}})
-	h.scope("s", 1, 1, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize, c.Pool.WaitTimeoutS = 1, 10 })
+	h := replicatest.New(t)
+	a := replica(h, replicatest.Config{SM: sm.Config{Recheck: 100 * time.Millisecond}})
+	h.Scope("s", 1, 1, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize, c.Pool.WaitTimeoutS = 1, 10 })
 	first := mustRoute(t, a, "s", "first")
 
 	// Nobody hears about capacity freed by a replica that died before it published.
 	var published []string
-	pubsub := h.client().Subscribe(context.Background(), h.store.Keys().WakeChannel("s"))
+	pubsub := h.Redis.NewClient(t).Subscribe(context.Background(), h.Store.Keys().WakeChannel("s"))
 	defer pubsub.Close()
 	if _, err := pubsub.Receive(context.Background()); err != nil { // subscription confirmed
 		t.Fatal(err)
 	}
 
 	queued := routeAsync(a, "s", "second", "")
-	waitFor(t, "the route queued", func() bool { return len(h.snap("s").Waiters) == 1 })
+	replicatest.WaitFor(t, "the route queued", func() bool { return len(h.Snap("s").Waiters) == 1 })
 	ended := time.Now()
-	released, _, err := h.store.SessionEnd(context.Background(), "s", "first", time.Now())
+	released, _, err := h.Store.SessionEnd(context.Background(), "s", "first", time.Now())
 	if !released || err != nil {
 		t.Fatalf("store end = %v, %v", released, err)
 	}
@@ -253,18 +251,17 @@ func TestLostWakeUpOnlyDelays(t *testing.T) {
 	if len(published) != 0 {
 		t.Fatalf("a wake-up was published after all: %v", published)
 	}
-	h.settled("s")
+	h.Settled("s")
 }
 
 // Issue 3 / SPEC §3 touch: a live session's TTL is refreshed; an expired one is
 // evicted by the touch (touched:false, slot freed, the pod idle when it was the last);
 // an unknown one reports false.
 func TestTouch(t *testing.T) {
-	h := newHarness(t)
-	clock := testredis.NewClock()
-	m := h.replica(replicaOpts{clock: clock})
-	cfg := h.scope("s", 4, 2, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS = 5 })
-	ttl := time.Duration(cfg.Pool.SessionTTLS) * time.Second
+	h := replicatest.New(t)
+	m := replica(h, replicatest.Config{Clock: h.Clock})
+	cfg := h.Scope("s", 4, 2, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS = 5 })
+	ttl := time.Duration(cfg.Config.Pool.SessionTTLS) * time.Second
 	ctx := context.Background()
 	one := mustRoute(t, m, "s", "one")
 	two := mustRoute(t, m, "s", "two")
@@ -272,20 +269,20 @@ func TestTouch(t *testing.T) {
 		t.Fatalf("two sessions on %s and %s, want one pod", one.PodID, two.PodID)
 	}
 
-	clock.Advance(3 * time.Second)
+	h.Clock.Advance(3 * time.Second)
 	if ok, err := m.Touch(ctx, "s", "one"); !ok || err != nil {
 		t.Fatalf("touch of a live session = %v, %v", ok, err)
 	}
-	if got, want := h.snap("s").SessExp["one"], clock.Now().Add(ttl); !got.Equal(want) {
+	if got, want := h.Snap("s").SessExp["one"], h.Clock.Now().Add(ttl); !got.Equal(want) {
 		t.Fatalf("expiry after touch = %s, want now + session_ttl = %s", got, want)
 	}
 
 	// "two" expires (5s after its route); "one" was refreshed and lives.
-	clock.Advance(3 * time.Second)
+	h.Clock.Advance(3 * time.Second)
 	if ok, err := m.Touch(ctx, "s", "two"); ok || err != nil {
 		t.Fatalf("touch of an expired session = %v, %v; want false", ok, err)
 	}
-	s := h.settled("s")
+	s := h.Settled("s")
 	if _, ok := s.Sessions["two"]; ok || len(s.Pods) != 1 || s.Pods[0].Slots != 1 || s.Pods[0].Idle {
 		t.Fatalf("after evicting one of two: sessions %v pods %+v; want 1 busy slot", s.Sessions, s.Pods)
 	}
@@ -293,11 +290,11 @@ func TestTouch(t *testing.T) {
 		t.Fatalf("get of the evicted session: %v", err)
 	}
 
-	clock.Advance(ttl)
+	h.Clock.Advance(ttl)
 	if ok, err := m.Touch(ctx, "s", "one"); ok || err != nil {
 		t.Fatalf("touch of the last, expired session = %v, %v; want false", ok, err)
 	}
-	s = h.settled("s")
+	s = h.Settled("s")
 	if len(s.Sessions) != 0 || s.Pods[0].Slots != 0 || !s.Pods[0].Idle {
 		t.Fatalf("after evicting the last session: sessions %v pod %+v; want an idle pod", s.Sessions, s.Pods[0])
 	}
@@ -311,17 +308,16 @@ func TestTouch(t *testing.T) {
 // An expired session found by touch frees its slot and wakes a queued route at once
 // (its re-check is a minute away, so only the wake-up serves it).
 func TestTouchOfExpiredSessionWakesAWaiter(t *testing.T) {
-	h := newHarness(t)
-	clock := testredis.NewClock()
-	m := h.replica(replicaOpts{clock: clock, sm: sm.Config{Recheck: time.Minute}})
-	h.scope("s", 1, 1, func(c *warmpool.ScopeConfig) {
+	h := replicatest.New(t)
+	m := replica(h, replicatest.Config{Clock: h.Clock, SM: sm.Config{Recheck: time.Minute}})
+	h.Scope("s", 1, 1, func(c *warmpool.ScopeConfig) {
 		c.Pool.SessionTTLS, c.Pool.QueueSize, c.Pool.WaitTimeoutS = 5, 1, 30
 	})
 	old := mustRoute(t, m, "s", "old")
 	queued := routeAsync(m, "s", "next", "")
-	waitFor(t, "the route queued", func() bool { return len(h.snap("s").Waiters) == 1 })
+	replicatest.WaitFor(t, "the route queued", func() bool { return len(h.Snap("s").Waiters) == 1 })
 
-	clock.Advance(6 * time.Second)
+	h.Clock.Advance(6 * time.Second)
 	touched := time.Now()
 	if ok, err := m.Touch(context.Background(), "s", "old"); ok || err != nil {
 		t.Fatalf("touch of the expired session = %v, %v; want false", ok, err)
@@ -333,15 +329,15 @@ func TestTouchOfExpiredSessionWakesAWaiter(t *testing.T) {
 	if took := time.Since(touched); took > time.Second {
 		t.Fatalf("waiter served %s after the eviction, want within 1s", took)
 	}
-	h.settled("s")
+	h.Settled("s")
 }
 
 // SPEC §3 end: released true for a bound session and false otherwise; the slot is
 // freed; the last session's pod goes idle.
 func TestEnd(t *testing.T) {
-	h := newHarness(t)
-	a, b := h.replica(replicaOpts{}), h.replica(replicaOpts{})
-	h.scope("s", 4, 2)
+	h := replicatest.New(t)
+	a, b := replica(h, replicatest.Config{}), replica(h, replicatest.Config{})
+	h.Scope("s", 4, 2)
 	ctx := context.Background()
 	one := mustRoute(t, a, "s", "one")
 	mustRoute(t, a, "s", "two")
@@ -349,7 +345,7 @@ func TestEnd(t *testing.T) {
 	if ok, err := b.End(ctx, "s", "one"); !ok || err != nil {
 		t.Fatalf("end of a bound session = %v, %v", ok, err)
 	}
-	s := h.settled("s")
+	s := h.Settled("s")
 	if len(s.Pods) != 1 || s.Pods[0].Slots != 1 || s.Pods[0].Idle {
 		t.Fatalf("after ending one of two: %+v, want 1 busy slot", s.Pods)
 	}
@@ -362,13 +358,13 @@ func TestEnd(t *testing.T) {
 	if ok, err := a.End(ctx, "s", "two"); !ok || err != nil {
 		t.Fatalf("end of the last session = %v, %v", ok, err)
 	}
-	s = h.settled("s")
+	s = h.Settled("s")
 	if len(s.Sessions) != 0 || s.Pods[0].Slots != 0 || !s.Pods[0].Idle || s.Pods[0].Pod.ID != one.PodID {
 		t.Fatalf("after ending the last session: %+v, want pod %s idle with 0 slots", s.Pods, one.PodID)
 	}
 	// The freed capacity is usable again without a deploy.
-	if again := mustRoute(t, b, "s", "three"); again.PodID != one.PodID || h.fake.DeployCount() != 1 {
-		t.Fatalf("route after end = %+v with %d deploys, want the idle pod", again, h.fake.DeployCount())
+	if again := mustRoute(t, b, "s", "three"); again.PodID != one.PodID || h.Fake.DeployCount() != 1 {
+		t.Fatalf("route after end = %+v with %d deploys, want the idle pod", again, h.Fake.DeployCount())
 	}
 }
 
@@ -381,10 +377,10 @@ func TestAffinityUnderConcurrentRoutes(t *testing.T) {
 		warm bool
 	}{{"warm", true}, {"cold", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t)
-			a, b := h.replica(replicaOpts{}), h.replica(replicaOpts{})
+			h := replicatest.New(t)
+			a, b := replica(h, replicatest.Config{}), replica(h, replicatest.Config{})
 			// Room for every concurrent request to lead or follow a deploy of its own.
-			h.scope("s", 40, 2)
+			h.Scope("s", 40, 2)
 			ctx := context.Background()
 			if tc.warm {
 				mustRoute(t, a, "s", "warmup")
@@ -395,7 +391,7 @@ func TestAffinityUnderConcurrentRoutes(t *testing.T) {
 			const n = 20
 			release := func() {}
 			if !tc.warm {
-				release = h.fake.Hold()
+				release = h.Fake.Hold()
 			}
 			chs := make([]<-chan routed, n)
 			for i := range n {
@@ -404,10 +400,8 @@ func TestAffinityUnderConcurrentRoutes(t *testing.T) {
 			if !tc.warm {
 				// Every route is past its first fit with a slot coming: ten deploys,
 				// each with a follower. They bind (or find the binding) only now.
-				if err := h.fake.WaitInFlight(t.Context(), n/2); err != nil {
-					t.Fatal(err)
-				}
-				waitFor(t, "ten followers", func() bool { return len(h.snap("s").Followers) == n/2 })
+				h.WaitInFlight(n / 2)
+				replicatest.WaitFor(t, "ten followers", func() bool { return len(h.Snap("s").Followers) == n/2 })
 				release()
 			}
 			pods, news := map[string]int{}, 0
@@ -424,7 +418,7 @@ func TestAffinityUnderConcurrentRoutes(t *testing.T) {
 			if len(pods) != 1 || news != 1 {
 				t.Fatalf("routes of one session went to %v with %d new:true; want one pod, one new", pods, news)
 			}
-			s := h.settled("s")
+			s := h.Settled("s")
 			slots := 0
 			for _, p := range s.Pods {
 				slots += p.Slots
@@ -437,7 +431,7 @@ func TestAffinityUnderConcurrentRoutes(t *testing.T) {
 					t.Fatalf("binding %v, routes answered %s", s.Sessions, pod)
 				}
 			}
-			t.Logf("%d deploys for 20 concurrent routes of one session", h.fake.DeployCount())
+			t.Logf("%d deploys for 20 concurrent routes of one session", h.Fake.DeployCount())
 		})
 	}
 }
@@ -446,9 +440,9 @@ func TestAffinityUnderConcurrentRoutes(t *testing.T) {
 // times, and creates one session; a different session sent with a used request id
 // gets the first answer and binds nothing.
 func TestIdempotentReplay(t *testing.T) {
-	h := newHarness(t)
-	a, b := h.replica(replicaOpts{}), h.replica(replicaOpts{})
-	h.scope("s", 8, 2)
+	h := replicatest.New(t)
+	a, b := replica(h, replicatest.Config{}), replica(h, replicatest.Config{})
+	h.Scope("s", 8, 2)
 	ctx := context.Background()
 
 	first, err := a.Route(ctx, "s", "one", "req-1")
@@ -465,7 +459,7 @@ func TestIdempotentReplay(t *testing.T) {
 	if err != nil || other != first {
 		t.Fatalf("another session with a used request id = %+v, %v; want the first answer %+v", other, err, first)
 	}
-	s := h.settled("s")
+	s := h.Settled("s")
 	if len(s.Sessions) != 1 || s.Sessions["one"] != first.PodID {
 		t.Fatalf("sessions %v, want only one on %s", s.Sessions, first.PodID)
 	}
@@ -482,19 +476,17 @@ func TestIdempotentReplay(t *testing.T) {
 // second call waits for the first one's answer instead of taking a pod of its own
 // (with pod_concurrency 1 it would have led a second deploy).
 func TestIdempotentReplayAcrossReplicasWhileDeploying(t *testing.T) {
-	h := newHarness(t)
-	a, b := h.replica(replicaOpts{}), h.replica(replicaOpts{})
-	h.scope("s", 8, 1)
-	hold := h.fake.Hold()
+	h := replicatest.New(t)
+	a, b := replica(h, replicatest.Config{}), replica(h, replicatest.Config{})
+	h.Scope("s", 8, 1)
+	hold := h.Fake.Hold()
 	ra := routeAsync(a, "s", "one", "req-1")
-	if err := h.fake.WaitInFlight(t.Context(), 1); err != nil {
-		t.Fatal(err)
-	}
+	h.WaitInFlight(1)
 	rb := routeAsync(b, "s", "one", "req-1")
 	// While the first call's deploy is held, the retry must not start a deploy of
 	// its own. A negative can only be watched for a while: 300ms is ages for a
 	// script call and a deploy start on loopback.
-	if err := h.fake.WaitInFlight(ctxTimeout(t, 300*time.Millisecond), 2); err == nil {
+	if err := h.Fake.WaitInFlight(ctxTimeout(t, 300*time.Millisecond), 2); err == nil {
 		t.Fatal("the retry started a second deploy while the first call was deploying")
 	}
 	hold()
@@ -502,10 +494,10 @@ func TestIdempotentReplayAcrossReplicasWhileDeploying(t *testing.T) {
 	if x.err != nil || y.err != nil || x.b != y.b || !x.b.New {
 		t.Fatalf("answers differ: %+v %v / %+v %v; want one answer with new:true", x.b, x.err, y.b, y.err)
 	}
-	if n := h.fake.DeployCount(); n != 1 {
+	if n := h.Fake.DeployCount(); n != 1 {
 		t.Fatalf("deploys = %d for one request id, want 1", n)
 	}
-	s := h.settled("s")
+	s := h.Settled("s")
 	if len(s.Sessions) != 1 || len(s.Pods) != 1 || s.Pods[0].Slots != 1 {
 		t.Fatalf("sessions %v pods %+v; want one session in one slot", s.Sessions, s.Pods)
 	}
@@ -516,16 +508,16 @@ func TestIdempotentReplayAcrossReplicasWhileDeploying(t *testing.T) {
 // slot; sessions bound before keep their old pod. Guards the deploy_ver check of
 // session_route.lua's first fit.
 func TestNewSessionsOnlyOnTheCurrentDeployVer(t *testing.T) {
-	h := newHarness(t)
-	a, b := h.replica(replicaOpts{}), h.replica(replicaOpts{})
-	v1 := h.scope("s", 8, 2).Deploy.DeployVer()
+	h := replicatest.New(t)
+	a, b := replica(h, replicatest.Config{}), replica(h, replicatest.Config{})
+	v1 := h.Scope("s", 8, 2).DeployVer
 	ctx := context.Background()
 	old := mustRoute(t, a, "s", "old")
 	if old.DeployVer != v1 {
 		t.Fatalf("first session on %s, want %s", old.DeployVer, v1)
 	}
 
-	v2 := h.scope("s", 8, 2, func(c *warmpool.ScopeConfig) { c.Deploy.Image = "registry.example/agent:2" }).Deploy.DeployVer()
+	v2 := h.Scope("s", 8, 2, func(c *warmpool.ScopeConfig) { c.Deploy.Image = "registry.example/agent:2" }).DeployVer
 	if v2 == v1 {
 		t.Fatal("the image change did not change deploy_ver")
 	}
@@ -540,7 +532,7 @@ func TestNewSessionsOnlyOnTheCurrentDeployVer(t *testing.T) {
 			t.Fatalf("new session %s landed on %s (%s), want a pod of %s", sess, nb.PodID, nb.DeployVer, v2)
 		}
 	}
-	s := h.settled("s")
+	s := h.Settled("s")
 	vers := map[string]string{}
 	for _, p := range s.Pods {
 		vers[p.Pod.ID] = p.Pod.DeployVer
@@ -557,23 +549,22 @@ func TestNewSessionsOnlyOnTheCurrentDeployVer(t *testing.T) {
 	if nb := mustRoute(t, b, "s", "new4"); nb.DeployVer != v2 || nb.PodID == old.PodID {
 		t.Fatalf("route after the old pod went idle = %+v, want a pod of %s", nb, v2)
 	}
-	if n := h.fake.DeployCount(); n != 3 {
+	if n := h.Fake.DeployCount(); n != 3 {
 		t.Fatalf("deploys = %d, want 3 (one old, two new)", n)
 	}
-	h.settled("s")
+	h.Settled("s")
 }
 
 // The session expiry sweep evicts only sessions whose TTL has passed, frees their
 // slots (the pod goes idle with its last) and honours the limit.
 func TestExpireSessions(t *testing.T) {
-	h := newHarness(t)
-	clock := testredis.NewClock()
-	m := h.replica(replicaOpts{clock: clock})
-	h.scope("s", 8, 2, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS = 10 })
+	h := replicatest.New(t)
+	m := replica(h, replicatest.Config{Clock: h.Clock})
+	h.Scope("s", 8, 2, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS = 10 })
 	ctx := context.Background()
 	p1 := mustRoute(t, m, "s", "a1").PodID
 	mustRoute(t, m, "s", "a2")
-	clock.Advance(5 * time.Second)
+	h.Clock.Advance(5 * time.Second)
 	mustRoute(t, m, "s", "b1") // on a second pod: the first is full
 	p3 := mustRoute(t, m, "s", "c1").PodID
 	if p3 == p1 {
@@ -583,14 +574,14 @@ func TestExpireSessions(t *testing.T) {
 	if n, err := m.ExpireSessions(ctx, "s", 100); n != 0 || err != nil {
 		t.Fatalf("expire before any TTL passed = %d, %v", n, err)
 	}
-	clock.Advance(6 * time.Second) // a1, a2 are 11s old; b1, c1 5s
+	h.Clock.Advance(6 * time.Second) // a1, a2 are 11s old; b1, c1 5s
 	if n, err := m.ExpireSessions(ctx, "s", 1); n != 1 || err != nil {
 		t.Fatalf("expire with limit 1 = %d, %v", n, err)
 	}
 	if n, err := m.ExpireSessions(ctx, "s", 100); n != 1 || err != nil {
 		t.Fatalf("expire of the rest = %d, %v; want the other expired one", n, err)
 	}
-	s := h.settled("s")
+	s := h.Settled("s")
 	if len(s.Sessions) != 2 || s.Sessions["b1"] == "" || s.Sessions["c1"] == "" {
 		t.Fatalf("sessions left %v, want b1 and c1", s.Sessions)
 	}
@@ -609,9 +600,9 @@ func TestExpireSessions(t *testing.T) {
 
 // SPEC §3 error codes of the session calls: unknown scope, bad ids, Redis down.
 func TestErrors(t *testing.T) {
-	h := newHarness(t)
-	m := h.replica(replicaOpts{})
-	h.scope("s", 4, 2)
+	h := replicatest.New(t)
+	m := replica(h, replicatest.Config{})
+	h.Scope("s", 4, 2)
 	ctx := context.Background()
 	calls := map[string]func(scope, session string) error{
 		"route": func(sc, se string) error { _, err := m.Route(ctx, sc, se, ""); return err },
@@ -632,7 +623,7 @@ func TestErrors(t *testing.T) {
 	}
 	_, err := m.Route(ctx, "s", "s1", "bad request id")
 	wantCode(t, "bad request id", err, warmpool.CodeValidation)
-	if s := h.snap("s"); len(s.Sessions) != 0 || len(s.Pods) != 0 {
+	if s := h.Snap("s"); len(s.Sessions) != 0 || len(s.Pods) != 0 {
 		t.Fatalf("a refused call changed state: %+v", s)
 	}
 }
@@ -640,8 +631,8 @@ func TestErrors(t *testing.T) {
 // SPEC §7: with Redis unreachable every session call answers STORE_UNAVAILABLE
 // quickly, and nothing hangs.
 func TestRedisDownIsStoreUnavailable(t *testing.T) {
-	h := newHarness(t)
-	h.scope("s", 4, 2)
+	h := replicatest.New(t)
+	h.Scope("s", 4, 2)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -650,7 +641,7 @@ func TestRedisDownIsStoreUnavailable(t *testing.T) {
 	ln.Close()
 	c := redis.NewClient(&redis.Options{Addr: dead, DialTimeout: 500 * time.Millisecond, MaxRetries: 1})
 	defer c.Close()
-	store := lua.NewStore(c, h.r.Prefix)
+	store := lua.NewStore(c, h.Redis.Prefix)
 	m := sm.New(store, poolFunc(func() error { t.Error("acquire called with Redis down"); return nil }), sm.Config{})
 	defer m.Close()
 	ctx := context.Background()
@@ -673,10 +664,10 @@ func TestRedisDownIsStoreUnavailable(t *testing.T) {
 
 	// A Redis that goes away under a live manager (miniredis only: the real server is
 	// shared by the other tests).
-	if h.r.Mini != nil {
-		live := h.replica(replicaOpts{})
+	if h.Redis.Mini != nil {
+		live := replica(h, replicatest.Config{})
 		mustRoute(t, live, "s", "s1")
-		h.r.Mini.Close()
+		h.Redis.Mini.Close()
 		start := time.Now()
 		_, err := live.Route(ctx, "s", "s2", "")
 		wantCode(t, "route after Redis went away", err, warmpool.CodeStoreUnavailable)
@@ -720,12 +711,12 @@ func (g *gatedPool) open() { g.once.Do(func() { close(g.gate) }) }
 // A pod that registers between a route's first fit and its acquire (another replica
 // deployed it) has a free slot; the route takes it instead of reporting the scope full.
 func TestRouteSeesAPodRegisteredWhileItAcquired(t *testing.T) {
-	h := newHarness(t)
-	h.scope("s", 2, 2, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize = 0 }) // max_pods 1, no queue
+	h := replicatest.New(t)
+	h.Scope("s", 2, 2, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize = 0 }) // max_pods 1, no queue
 	g := &gatedPool{entered: make(chan struct{}, 1), gate: make(chan struct{})}
 	t.Cleanup(g.open)
-	a := h.replica(replicaOpts{wrap: func(p warmpool.Pool) warmpool.Pool { g.Pool = p; return g }})
-	b := h.replica(replicaOpts{})
+	a := replica(h, replicatest.Config{Pool: func(p warmpool.Pool) warmpool.Pool { g.Pool = p; return g }})
+	b := replica(h, replicatest.Config{})
 
 	slow := routeAsync(a, "s", "slow", "")
 	<-g.entered // A's first fit found nothing; its acquire waits
@@ -735,7 +726,7 @@ func TestRouteSeesAPodRegisteredWhileItAcquired(t *testing.T) {
 	if r.err != nil || r.b.PodID != fast.PodID {
 		t.Fatalf("route = %+v, %v; want the free slot on %s", r.b, r.err, fast.PodID)
 	}
-	h.settled("s")
+	h.Settled("s")
 }
 
 // ctxTimeout is a context that ends after d (or with the test).

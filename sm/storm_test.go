@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/invariant"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/internal/replicatest"
 	"github.com/warmpool/warmpool/sm"
 )
 
@@ -24,21 +23,19 @@ func TestStormKeepsInvariants(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stress test")
 	}
-	h := newHarness(t)
+	h := replicatest.New(t)
 	scopes := []string{"a", "b"}
-	h.scope("a", 4, 2, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize, c.Pool.WaitTimeoutS = 2, 1 })
-	h.scope("b", 3, 1, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize, c.Pool.WaitTimeoutS = 1, 1 })
-	h.fake.SetDeployDelay(2 * time.Millisecond)
+	h.Scope("a", 4, 2, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize, c.Pool.WaitTimeoutS = 2, 1 })
+	h.Scope("b", 3, 1, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize, c.Pool.WaitTimeoutS = 1, 1 })
+	h.Fake.SetDeployDelay(2 * time.Millisecond)
 	ms := []*sm.Manager{
-		h.replica(replicaOpts{sm: sm.Config{Recheck: 20 * time.Millisecond}}),
-		h.replica(replicaOpts{sm: sm.Config{Recheck: 50 * time.Millisecond}}),
-		h.replica(replicaOpts{}),
+		replica(h, replicatest.Config{SM: sm.Config{Recheck: 20 * time.Millisecond}}),
+		replica(h, replicatest.Config{SM: sm.Config{Recheck: 50 * time.Millisecond}}),
+		replica(h, replicatest.Config{}),
 	}
 	ctx := context.Background()
 
-	watch := invariant.Watch(h.store, func(scope string, s lua.Snapshot) []string {
-		return h.violations(s, scope, false)
-	}, scopes...)
+	watch := h.Watch(scopes...)
 
 	var (
 		wg                       sync.WaitGroup
@@ -105,12 +102,12 @@ func TestStormKeepsInvariants(t *testing.T) {
 
 	// Settle: end every session; nothing may be left in flight and every pod is idle.
 	for _, scope := range scopes {
-		for sess := range h.snap(scope).Sessions {
+		for sess := range h.Snap(scope).Sessions {
 			if _, err := ms[0].End(ctx, scope, sess); err != nil {
 				t.Fatal(err)
 			}
 		}
-		s := h.settled(scope)
+		s := h.Settled(scope)
 		for _, p := range s.Pods {
 			if !p.Idle || p.Slots != 0 {
 				t.Errorf("scope %s pod %s after settling: %d slots, idle %v", scope, p.Pod.ID, p.Slots, p.Idle)
@@ -120,5 +117,5 @@ func TestStormKeepsInvariants(t *testing.T) {
 	byCode := map[warmpool.Code]int64{}
 	codes.Range(func(k, v any) bool { byCode[k.(warmpool.Code)] = v.(*atomic.Int64).Load(); return true })
 	t.Logf("%d routes bound (%d with a shared request id), %d refused %v, %d touches, %d ends, %d deploys, %d snapshots checked",
-		routes.Load(), replays.Load(), refused.Load(), byCode, touches.Load(), ends.Load(), h.fake.DeployCount(), watched)
+		routes.Load(), replays.Load(), refused.Load(), byCode, touches.Load(), ends.Load(), h.Fake.DeployCount(), watched)
 }

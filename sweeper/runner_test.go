@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/warmpool/warmpool/internal/replicatest"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sweeper"
 )
@@ -77,11 +78,11 @@ func TestRunnersNeverOverlap(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
 	var iv intervals
-	counter := h.r.Prefix + "test:overlap"
+	counter := h.Redis.Prefix + "test:overlap"
 	var wg sync.WaitGroup
 	var ran atomic.Int64
-	for _, client := range []redis.UniversalClient{h.r.Client, h.client()} {
-		runner := sweeper.NewRunner(lua.NewStore(client, h.r.Prefix), nil, time.Second, nil)
+	for _, client := range []redis.UniversalClient{h.Redis.Client, h.Redis.NewClient(t)} {
+		runner := sweeper.NewRunner(lua.NewStore(client, h.Redis.Prefix), nil, time.Second, nil)
 		job := iv.job(client, counter, "overlap")
 		for range 2 {
 			wg.Add(1)
@@ -100,11 +101,11 @@ func TestRunnersNeverOverlap(t *testing.T) {
 	if n == 0 || int64(n) != ran.Load() {
 		t.Fatalf("%d runs recorded, %d reported", n, ran.Load())
 	}
-	got, err := h.r.Client.Get(ctx, counter).Int()
+	got, err := h.Redis.Client.Get(ctx, counter).Int()
 	if err != nil || got != 3*n {
 		t.Fatalf("counter %d after %d runs of 3 increments: updates lost (%v)", got, n, err)
 	}
-	if k, _ := h.r.Client.Exists(ctx, h.store.Keys().Lock("sweep:overlap")).Result(); k != 0 {
+	if k, _ := h.Redis.Client.Exists(ctx, h.Store.Keys().Lock("sweep:overlap")).Result(); k != 0 {
 		t.Fatal("lock left held")
 	}
 	t.Logf("%d of 400 attempts ran", n)
@@ -117,10 +118,10 @@ func TestRunnerTakesOverFromADeadHolder(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
 	const lease = 300 * time.Millisecond
-	key := h.store.Keys().Lock("sweep:work")
+	key := h.Store.Keys().Lock("sweep:work")
 
-	deadClient := h.client()
-	dead := sweeper.NewRunner(lua.NewStore(deadClient, h.r.Prefix), nil, lease, nil)
+	deadClient := h.Redis.NewClient(t)
+	dead := sweeper.NewRunner(lua.NewStore(deadClient, h.Redis.Prefix), nil, lease, nil)
 	outcomes := make(chan string, 4)
 	dead.OnRun = func(_, outcome string) { outcomes <- outcome }
 	started := make(chan struct{})
@@ -133,9 +134,9 @@ func TestRunnerTakesOverFromADeadHolder(t *testing.T) {
 	}}
 	done := make(chan bool, 1)
 	go func() { done <- dead.RunOnce(context.Background(), blocking) }()
-	recv(t, "the job to start", started)
+	replicatest.Recv(t, "the job to start", started)
 
-	alive := sweeper.NewRunner(h.store, nil, lease, nil)
+	alive := sweeper.NewRunner(h.Store, nil, lease, nil)
 	var aliveStart time.Time
 	work := sweeper.Job{Name: "work", Interval: time.Hour, Run: func(context.Context) error {
 		aliveStart = time.Now()
@@ -148,13 +149,13 @@ func TestRunnerTakesOverFromADeadHolder(t *testing.T) {
 	// The holder is cut off: its next extension fails and its job is cancelled; its
 	// lock stays until the lease runs out.
 	_ = deadClient.Close()
-	if !recv(t, "the holder's run to end", done) {
+	if !replicatest.Recv(t, "the holder's run to end", done) {
 		t.Fatal("the holder's run did not count as run")
 	}
-	if o := recv(t, "the holder's outcome", outcomes); o != "lost_lock" {
+	if o := replicatest.Recv(t, "the holder's outcome", outcomes); o != "lost_lock" {
 		t.Fatalf("holder's outcome %q, want lost_lock", o)
 	}
-	if h.r.Mini != nil {
+	if h.Redis.Mini != nil {
 		// miniredis's clock stands still until told: the lease is still held.
 		if alive.RunOnce(ctx, work) {
 			t.Fatal("job ran before the dead holder's lease ran out")
@@ -175,12 +176,12 @@ func TestRunnerWaitsOutAStaleLock(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
 	const lease = 300 * time.Millisecond
-	key := h.store.Keys().Lock("sweep:work")
+	key := h.Store.Keys().Lock("sweep:work")
 	set := time.Now()
-	if err := h.r.Client.Set(ctx, key, "dead-holder", lease).Err(); err != nil {
+	if err := h.Redis.Client.Set(ctx, key, "dead-holder", lease).Err(); err != nil {
 		t.Fatal(err)
 	}
-	runner := sweeper.NewRunner(h.store, nil, lease, nil)
+	runner := sweeper.NewRunner(h.Store, nil, lease, nil)
 	var skipped, runs atomic.Int32
 	runner.OnRun = func(_, outcome string) {
 		if outcome == "skipped" {
@@ -213,8 +214,8 @@ func TestRunnerWaitsOutAStaleLock(t *testing.T) {
 func TestRunnerCancelsTheJobWhenItsLockIsLost(t *testing.T) {
 	h := newHarness(t)
 	const lease = 300 * time.Millisecond
-	key := h.store.Keys().Lock("sweep:work")
-	runner := sweeper.NewRunner(h.store, nil, lease, nil)
+	key := h.Store.Keys().Lock("sweep:work")
+	runner := sweeper.NewRunner(h.Store, nil, lease, nil)
 	outcome := make(chan string, 1)
 	runner.OnRun = func(_, o string) { outcome <- o }
 	started := make(chan struct{})
@@ -224,8 +225,8 @@ func TestRunnerCancelsTheJobWhenItsLockIsLost(t *testing.T) {
 		return ctx.Err()
 	}}
 	go runner.RunOnce(context.Background(), job)
-	recv(t, "the job to start", started)
-	if err := h.r.Client.Set(t.Context(), key, "thief", 0).Err(); err != nil {
+	replicatest.Recv(t, "the job to start", started)
+	if err := h.Redis.Client.Set(t.Context(), key, "thief", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -236,7 +237,7 @@ func TestRunnerCancelsTheJobWhenItsLockIsLost(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("job not cancelled after its lock was lost")
 	}
-	if v, _ := h.r.Client.Get(t.Context(), key).Result(); v != "thief" {
+	if v, _ := h.Redis.Client.Get(t.Context(), key).Result(); v != "thief" {
 		t.Fatalf("lock now %q: the runner touched another holder's lock", v)
 	}
 }
@@ -253,11 +254,11 @@ func TestRunnerRunRunsEveryJob(t *testing.T) {
 			return nil
 		}})
 	}
-	runner := sweeper.NewRunner(h.store, jobs, time.Second, nil)
+	runner := sweeper.NewRunner(h.Store, jobs, time.Second, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); runner.Run(ctx) }()
-	waitFor(t, "every job to run twice", func() bool {
+	replicatest.WaitFor(t, "every job to run twice", func() bool {
 		for i := range counts {
 			if counts[i].Load() < 2 {
 				return false
@@ -266,9 +267,9 @@ func TestRunnerRunRunsEveryJob(t *testing.T) {
 		return true
 	})
 	cancel()
-	recv(t, "Run to return", done)
+	replicatest.Recv(t, "Run to return", done)
 	for _, j := range jobs {
-		if n, _ := h.r.Client.Exists(context.Background(), h.store.Keys().Lock("sweep:"+j.Name)).Result(); n != 0 {
+		if n, _ := h.Redis.Client.Exists(context.Background(), h.Store.Keys().Lock("sweep:"+j.Name)).Result(); n != 0 {
 			t.Fatalf("lock of %s held after Run stopped", j.Name)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/replicatest"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sweeper"
@@ -27,13 +28,13 @@ import (
 // exist, counting its deploys in flight, and then does nothing more.
 func TestAutoscaleFillsToMinIdle(t *testing.T) {
 	h := newHarness(t)
-	st := h.put("a", 6, 2, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods = 2 }) // max_pods 3
+	st := h.Scope("a", 6, 2, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods = 2 }) // max_pods 3
 
-	release := h.fake.Hold()
+	release := h.Fake.Hold()
 	if err := h.sw.Autoscale(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	h.waitInFlight(2)
+	h.WaitInFlight(2)
 	// The warm deploys in flight count toward min_idle: a second run starts none.
 	if err := h.sw.Autoscale(t.Context()); err != nil {
 		t.Fatal(err)
@@ -44,7 +45,7 @@ func TestAutoscaleFillsToMinIdle(t *testing.T) {
 	release()
 	h.waitDeploys()
 
-	s := h.check("a", true)
+	s := h.Check("a", true)
 	if len(s.Pods) != 2 || len(idleIDs(s)) != 2 {
 		t.Fatalf("after autoscale: %d pods, idle %v; want 2 idle", len(s.Pods), idleIDs(s))
 	}
@@ -53,33 +54,33 @@ func TestAutoscaleFillsToMinIdle(t *testing.T) {
 			t.Fatalf("warm pod %s of deploy_ver %s, want %s", p.Pod.ID, p.Pod.DeployVer, st.DeployVer)
 		}
 	}
-	if n := h.autoscale(); n != 0 || h.fake.DeployCount() != 2 {
-		t.Fatalf("autoscale with enough idle pods started %d (deploys %d)", n, h.fake.DeployCount())
+	if n := h.autoscale(); n != 0 || h.Fake.DeployCount() != 2 {
+		t.Fatalf("autoscale with enough idle pods started %d (deploys %d)", n, h.Fake.DeployCount())
 	}
 }
 
 // Autoscale stays within max_pods and never takes an idle pod: it only adds pods.
 func TestAutoscaleWithinMaxPodsNeverConsumesIdle(t *testing.T) {
 	h := newHarness(t)
-	h.put("a", 3, 1, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods = 2 }) // max_pods 3
+	h.Scope("a", 3, 1, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods = 2 }) // max_pods 3
 
 	busy := h.route("a", "s1") // one busy pod, deployed for the route
 	if n := h.autoscale(); n != 2 {
 		t.Fatalf("autoscale started %d, want 2", n)
 	}
-	s := h.check("a", true)
+	s := h.Check("a", true)
 	if len(s.Pods) != 3 || len(idleIDs(s)) != 2 || slices.Contains(idleIDs(s), busy.PodID) {
 		t.Fatalf("pods %v idle %v busy %s", podIDs(s), idleIDs(s), busy.PodID)
 	}
 
 	// A route takes one idle pod: 1 idle < min_idle, but the scope is at max_pods.
 	h.route("a", "s2")
-	before := h.check("a", true)
+	before := h.Check("a", true)
 	if n := h.autoscale(); n != 0 {
 		t.Fatalf("autoscale at max_pods started %d deploys", n)
 	}
-	after := h.check("a", true)
-	if !snapEqual(before, after) || h.fake.DeployCount() != 3 {
+	after := h.Check("a", true)
+	if !snapEqual(before, after) || h.Fake.DeployCount() != 3 {
 		t.Fatalf("autoscale at max_pods changed the pool:\nbefore %+v\nafter  %+v", before, after)
 	}
 
@@ -87,11 +88,11 @@ func TestAutoscaleWithinMaxPodsNeverConsumesIdle(t *testing.T) {
 	if ok, err := h.sm.End(t.Context(), "a", "s1"); !ok || err != nil {
 		t.Fatalf("end: %v %v", ok, err)
 	}
-	idle := idleIDs(h.snap("a"))
+	idle := idleIDs(h.Snap("a"))
 	if n := h.autoscale(); n != 0 {
 		t.Fatalf("autoscale started %d", n)
 	}
-	if got := idleIDs(h.check("a", true)); !slices.Equal(got, idle) {
+	if got := idleIDs(h.Check("a", true)); !slices.Equal(got, idle) {
 		t.Fatalf("idle pods %v became %v", idle, got)
 	}
 }
@@ -99,21 +100,21 @@ func TestAutoscaleWithinMaxPodsNeverConsumesIdle(t *testing.T) {
 // Autoscale never has more than max_parallel_deploys deploys of a scope in flight.
 func TestAutoscalePacedByParallelDeploys(t *testing.T) {
 	h := newHarness(t)
-	h.put("a", 8, 2, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods, c.Pool.MaxParallelDeploys = 4, 2 }) // max_pods 4
+	h.Scope("a", 8, 2, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods, c.Pool.MaxParallelDeploys = 4, 2 }) // max_pods 4
 
-	release := h.fake.Hold()
+	release := h.Fake.Hold()
 	for range 3 {
 		if err := h.sw.Autoscale(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	h.waitInFlight(2)
-	if n, d := h.fake.InFlight(), len(h.snap("a").Deploys); n != 2 || d != 2 {
+	h.WaitInFlight(2)
+	if n, d := h.Fake.InFlight(), len(h.Snap("a").Deploys); n != 2 || d != 2 {
 		t.Fatalf("in flight %d, leases %d; want 2 (max_parallel_deploys)", n, d)
 	}
 	release()
 	h.waitDeploys()
-	if got := len(idleIDs(h.snap("a"))); got != 2 {
+	if got := len(idleIDs(h.Snap("a"))); got != 2 {
 		t.Fatalf("idle %d, want 2", got)
 	}
 	if n := h.autoscale(); n != 2 {
@@ -122,11 +123,11 @@ func TestAutoscalePacedByParallelDeploys(t *testing.T) {
 	if n := h.autoscale(); n != 0 {
 		t.Fatalf("third round started %d, want 0", n)
 	}
-	if got := len(idleIDs(h.check("a", true))); got != 4 {
+	if got := len(idleIDs(h.Check("a", true))); got != 4 {
 		t.Fatalf("idle %d, want 4", got)
 	}
-	if h.fake.DeployCount() != 4 || h.fake.MaxOverlap() > 2 {
-		t.Fatalf("deploys %d, most at once %d; want 4, at most 2", h.fake.DeployCount(), h.fake.MaxOverlap())
+	if h.Fake.DeployCount() != 4 || h.Fake.MaxOverlap() > 2 {
+		t.Fatalf("deploys %d, most at once %d; want 4, at most 2", h.Fake.DeployCount(), h.Fake.MaxOverlap())
 	}
 }
 
@@ -138,14 +139,14 @@ func TestAutoscalePacedByParallelDeploys(t *testing.T) {
 func TestReclaim(t *testing.T) {
 	h := newHarness(t)
 	pool := func(c *warmpool.ScopeConfig) { c.Pool.PodTTLS, c.Pool.MinIdlePods, c.Pool.SessionTTLS = 60, 1, 86400 }
-	h.put("a", 6, 1, pool)
+	h.Scope("a", 6, 1, pool)
 	ctx := t.Context()
 
 	busy := h.route("a", "s0").PodID
 	h.addPod("a", "p1", 101) // idle since t0
-	h.clock.Advance(10 * time.Second)
+	h.Clock.Advance(10 * time.Second)
 	h.addPod("a", "p2", 102) // t0+10s
-	h.clock.Advance(10 * time.Second)
+	h.Clock.Advance(10 * time.Second)
 	h.addPod("a", "p3", 103) // t0+20s
 
 	reclaim := func(wantDeleted ...string) {
@@ -153,16 +154,16 @@ func TestReclaim(t *testing.T) {
 		if err := h.sw.Reclaim(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := h.fake.Deleted(); !slices.Equal(got, wantDeleted) {
+		if got := h.Fake.Deleted(); !slices.Equal(got, wantDeleted) {
 			t.Fatalf("deleted %v, want %v", got, wantDeleted)
 		}
-		s := h.check("a", true)
+		s := h.Check("a", true)
 		for _, id := range wantDeleted {
 			if _, ok := podState(s, id); ok || h.inDriver(id) {
 				t.Fatalf("reclaimed pod %s still registered or in the driver", id)
 			}
-			for k, v := range map[string]string{"podver": h.store.Keys().Scope("a").PodVer, "podinfo": h.store.Keys().Scope("a").PodInfo, "slots": h.store.Keys().Scope("a").Slots} {
-				if ok, _ := h.r.Client.HExists(ctx, v, id).Result(); ok {
+			for k, v := range map[string]string{"podver": h.Store.Keys().Scope("a").PodVer, "podinfo": h.Store.Keys().Scope("a").PodInfo, "slots": h.Store.Keys().Scope("a").Slots} {
+				if ok, _ := h.Redis.Client.HExists(ctx, v, id).Result(); ok {
 					t.Fatalf("reclaimed pod %s left in %s", id, k)
 				}
 			}
@@ -172,18 +173,18 @@ func TestReclaim(t *testing.T) {
 		}
 	}
 
-	h.clock.Advance(39 * time.Second) // p1 idle 59s
+	h.Clock.Advance(39 * time.Second) // p1 idle 59s
 	reclaim()
-	h.clock.Advance(time.Second) // p1 idle 60s
+	h.Clock.Advance(time.Second) // p1 idle 60s
 	reclaim("p1")
-	h.clock.Advance(20 * time.Second) // p2 idle 70s, p3 60s: p3 is the newest, kept
+	h.Clock.Advance(20 * time.Second) // p2 idle 70s, p3 60s: p3 is the newest, kept
 	reclaim("p1", "p2")
-	h.clock.Advance(time.Hour) // the last min_idle pod and the busy pod stay
+	h.Clock.Advance(time.Hour) // the last min_idle pod and the busy pod stay
 	reclaim("p1", "p2")
 
 	// A new deploy_ver: the old idle pod goes at once; the busy one keeps its session
 	// and goes on the first run after it is idle.
-	h.put("a", 6, 1, pool, func(c *warmpool.ScopeConfig) { c.Deploy.Image = "registry.example/agent:2" })
+	h.Scope("a", 6, 1, pool, func(c *warmpool.ScopeConfig) { c.Deploy.Image = "registry.example/agent:2" })
 	reclaim("p1", "p2", "p3")
 	if b, err := h.sm.Get(ctx, "a", "s0"); err != nil || b.PodID != busy {
 		t.Fatalf("busy old pod's session: %+v %v", b, err)
@@ -198,17 +199,17 @@ func TestReclaim(t *testing.T) {
 // the purge re-checks atomically that the pod is idle since the time reclaim saw.
 func TestReclaimSparesAPodThatJustGotASession(t *testing.T) {
 	h := newHarness(t)
-	h.put("a", 4, 2, func(c *warmpool.ScopeConfig) { c.Pool.PodTTLS = 60 })
+	h.Scope("a", 4, 2, func(c *warmpool.ScopeConfig) { c.Pool.PodTTLS = 60 })
 	ctx := t.Context()
 	h.addPod("a", "p1", 101)
-	h.clock.Advance(time.Minute)
+	h.Clock.Advance(time.Minute)
 
 	// Another replica routes a session onto p1 just before reclaim's purge of it.
 	other := h.replica()
 	var fired atomic.Bool
 	var bound sm.Binding
 	var routeErr error
-	h.r.Client.AddHook(beforeScript{sha: lua.Scripts["pod_purge.lua"].Hash(), fn: func(args []any) {
+	h.client.AddHook(beforeScript{sha: lua.Scripts["pod_purge.lua"].Hash(), fn: func(args []any) {
 		if !slices.Contains(args, any("p1")) || fired.Swap(true) {
 			return
 		}
@@ -224,33 +225,33 @@ func TestReclaimSparesAPodThatJustGotASession(t *testing.T) {
 		t.Fatalf("session lost: %+v %v", b, err)
 	}
 	if h.deleted("p1") || h.observedCount("reclaimed") != 0 {
-		t.Fatalf("p1 reclaimed under its session (deleted %v)", h.fake.Deleted())
+		t.Fatalf("p1 reclaimed under its session (deleted %v)", h.Fake.Deleted())
 	}
-	h.check("a", true)
+	h.Check("a", true)
 
 	// Idle again, but since a later time: a purge that saw the earlier idle time is
 	// refused, and so is one for a pod that is busy.
-	stale := h.clock.Now().Add(-time.Minute)
-	if _, err := h.store.PodPurge(ctx, "a", "p1", "test", &stale); !errors.Is(err, lua.ErrPodBusy) {
+	stale := h.Clock.Now().Add(-time.Minute)
+	if _, err := h.Store.PodPurge(ctx, "a", "p1", "test", &stale); !errors.Is(err, lua.ErrPodBusy) {
 		t.Fatalf("purge of a busy pod: %v, want ErrPodBusy", err)
 	}
-	h.clock.Advance(time.Second)
+	h.Clock.Advance(time.Second)
 	if ok, err := h.sm.End(ctx, "a", "late"); !ok || err != nil {
 		t.Fatalf("end: %v %v", ok, err)
 	}
-	if _, err := h.store.PodPurge(ctx, "a", "p1", "test", &stale); !errors.Is(err, lua.ErrPodBusy) {
+	if _, err := h.Store.PodPurge(ctx, "a", "p1", "test", &stale); !errors.Is(err, lua.ErrPodBusy) {
 		t.Fatalf("purge with a stale idle time: %v, want ErrPodBusy", err)
 	}
-	if p, ok := podState(h.check("a", true), "p1"); !ok || !p.Idle {
+	if p, ok := podState(h.Check("a", true), "p1"); !ok || !p.Idle {
 		t.Fatalf("p1 after refused purges: %+v %v", p, ok)
 	}
 	// Its new idle time counts: reclaimed only a pod_ttl after it.
 	if err := h.sw.Reclaim(ctx); err != nil || h.deleted("p1") {
 		t.Fatalf("reclaimed before pod_ttl: %v", err)
 	}
-	h.clock.Advance(time.Minute)
+	h.Clock.Advance(time.Minute)
 	if err := h.sw.Reclaim(ctx); err != nil || !h.deleted("p1") {
-		t.Fatalf("not reclaimed after pod_ttl: %v (deleted %v)", err, h.fake.Deleted())
+		t.Fatalf("not reclaimed after pod_ttl: %v (deleted %v)", err, h.Fake.Deleted())
 	}
 }
 
@@ -259,7 +260,7 @@ func TestReclaimSparesAPodThatJustGotASession(t *testing.T) {
 func TestReclaimRacesRoutes(t *testing.T) {
 	h := newHarness(t)
 	// One session a pod, so that the routes spread over every idle pod.
-	h.put("a", 24, 1, func(c *warmpool.ScopeConfig) { c.Pool.PodTTLS, c.Pool.QueueSize = 1, 16 })
+	h.Scope("a", 24, 1, func(c *warmpool.ScopeConfig) { c.Pool.PodTTLS, c.Pool.QueueSize = 1, 16 })
 	ctx := t.Context()
 	replicas := []*sm.Manager{h.sm, h.replica(), h.replica()}
 	// The routes of a round start at reclaim's first purge, when it has a snapshot
@@ -267,7 +268,7 @@ func TestReclaimRacesRoutes(t *testing.T) {
 	// little to widen the window the routes race in (fault injection, not
 	// synchronisation: the test holds with any timing).
 	var gate atomic.Pointer[func()]
-	h.r.Client.AddHook(beforeScript{sha: lua.Scripts["pod_purge.lua"].Hash(), fn: func([]any) {
+	h.client.AddHook(beforeScript{sha: lua.Scripts["pod_purge.lua"].Hash(), fn: func([]any) {
 		if open := gate.Load(); open != nil {
 			(*open)()
 		}
@@ -283,7 +284,7 @@ func TestReclaimRacesRoutes(t *testing.T) {
 		for i := range routes {
 			h.addPod("a", fmt.Sprintf("r%d-p%d", round, i), int64(100+round*routes+i))
 		}
-		h.clock.Advance(2 * time.Second) // every idle pod is past pod_ttl
+		h.Clock.Advance(2 * time.Second) // every idle pod is past pod_ttl
 		start, stop := make(chan struct{}), make(chan struct{})
 		open := sync.OnceFunc(func() { close(start) })
 		gate.Store(&open)
@@ -319,12 +320,12 @@ func TestReclaimRacesRoutes(t *testing.T) {
 		}
 		var got []routed
 		for range routes {
-			got = append(got, recv(t, "a route", out))
+			got = append(got, replicatest.Recv(t, "a route", out))
 		}
 		close(stop)
 		loop.Wait()
 
-		s := h.check("a", true)
+		s := h.Check("a", true)
 		for _, r := range got {
 			if r.err != nil {
 				t.Fatalf("round %d: route %s: %v", round, r.session, r.err)
@@ -345,9 +346,9 @@ func TestReclaimRacesRoutes(t *testing.T) {
 				t.Fatalf("end %s: %v %v", r.session, ok, err)
 			}
 		}
-		h.check("a", true)
+		h.Check("a", true)
 	}
-	t.Logf("%d reclaims, %d deploys", h.observedCount("reclaimed"), h.fake.DeployCount())
+	t.Logf("%d reclaims, %d deploys", h.observedCount("reclaimed"), h.Fake.DeployCount())
 	if h.observedCount("reclaimed") == 0 {
 		t.Fatal("reclaim never ran into an idle pod: the test raced nothing")
 	}
@@ -397,24 +398,24 @@ func (b beforeScript) matches(args []any) bool {
 // the gateway finds out on its next touch.
 func TestWatchBuriesDeadPods(t *testing.T) {
 	h := newHarness(t)
-	h.put("a", 4, 2)
+	h.Scope("a", 4, 2)
 	ctx := t.Context()
 	dead := h.route("a", "s1").PodID
 	h.addPod("a", "p2", 102)
 	if err := h.sw.Watch(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if len(h.observedAll()) != 0 || len(h.snap("a").Pods) != 2 {
+	if len(h.observedAll()) != 0 || len(h.Snap("a").Pods) != 2 {
 		t.Fatalf("watch of healthy pods did something: %v", h.observedAll())
 	}
 
-	h.fake.Kill(dead, "OOMKilled")
+	h.Fake.Kill(dead, "OOMKilled")
 	if err := h.sw.Watch(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s := h.check("a", true)
+	s := h.Check("a", true)
 	if _, ok := podState(s, dead); ok || !h.deleted(dead) || h.inDriver(dead) {
-		t.Fatalf("dead pod %s: registered %v, deleted %v", dead, ok, h.fake.Deleted())
+		t.Fatalf("dead pod %s: registered %v, deleted %v", dead, ok, h.Fake.Deleted())
 	}
 	if _, ok := podState(s, "p2"); !ok || h.deleted("p2") {
 		t.Fatal("a healthy pod was buried")
@@ -444,7 +445,7 @@ func TestWatchBuriesUnhealthyAfterThreshold(t *testing.T) {
 			if want == 0 {
 				want = sweeper.DefaultHealthFailThreshold
 			}
-			h.put("a", 4, 2)
+			h.Scope("a", 4, 2)
 			ctx := t.Context()
 			h.addPod("a", "p1", 101)
 			h.addPod("a", "p2", 102)
@@ -456,19 +457,19 @@ func TestWatchBuriesUnhealthyAfterThreshold(t *testing.T) {
 				}
 			}
 			alive := func(id string) bool {
-				_, ok := podState(h.snap("a"), id)
+				_, ok := podState(h.Snap("a"), id)
 				return ok && !h.deleted(id)
 			}
 			unhealthy := errors.New("health: 503")
 
 			// p2 fails want-1 times, passes once, fails want-1 times again: kept.
-			h.fake.SetProbe("p2", unhealthy)
+			h.Fake.SetProbe("p2", unhealthy)
 			for range want - 1 {
 				watch()
 			}
-			h.fake.SetProbe("p2", nil)
+			h.Fake.SetProbe("p2", nil)
 			watch()
-			h.fake.SetProbe("p2", unhealthy)
+			h.Fake.SetProbe("p2", unhealthy)
 			for range want - 1 {
 				watch()
 			}
@@ -477,7 +478,7 @@ func TestWatchBuriesUnhealthyAfterThreshold(t *testing.T) {
 			}
 
 			// p1 fails want times in a row: kept until the last of them.
-			h.fake.SetProbe("p1", unhealthy)
+			h.Fake.SetProbe("p1", unhealthy)
 			for i := range want {
 				if !alive("p1") {
 					t.Fatalf("p1 buried after %d failed probes, threshold %d", i, want)
@@ -493,7 +494,7 @@ func TestWatchBuriesUnhealthyAfterThreshold(t *testing.T) {
 			if n := h.observedCount("unhealthy"); n != 2 {
 				t.Fatalf("observed %d unhealthy burials, want 2", n)
 			}
-			h.check("a", true)
+			h.Check("a", true)
 		})
 	}
 }
@@ -502,28 +503,28 @@ func TestWatchBuriesUnhealthyAfterThreshold(t *testing.T) {
 // (the list may lag behind a pod that just registered).
 func TestWatchPurgesMissingPodAfterGhostGrace(t *testing.T) {
 	h := newHarness(t)
-	h.put("a", 4, 2)
+	h.Scope("a", 4, 2)
 	ctx := t.Context()
 	ghost := h.externalPod("a", "ghost", 7)
 	ghost.SSEURL = "http://fake.invalid/ghost/sse"
-	if st, err := h.store.PodAdopt(ctx, ghost, h.clock.Now()); err != nil || st != lua.AdoptAdopted {
+	if st, err := h.Store.PodAdopt(ctx, ghost, h.Clock.Now()); err != nil || st != lua.AdoptAdopted {
 		t.Fatal(st, err)
 	}
 	h.route("a", "s1") // on the ghost
 	for _, step := range []time.Duration{0, sweeper.DefaultGhostGrace - time.Millisecond} {
-		h.clock.Advance(step)
+		h.Clock.Advance(step)
 		if err := h.sw.Watch(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := podState(h.snap("a"), "ghost"); !ok {
+		if _, ok := podState(h.Snap("a"), "ghost"); !ok {
 			t.Fatalf("ghost purged %s after it registered, grace %s", step, sweeper.DefaultGhostGrace)
 		}
 	}
-	h.clock.Advance(time.Millisecond)
+	h.Clock.Advance(time.Millisecond)
 	if err := h.sw.Watch(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := podState(h.check("a", true), "ghost"); ok {
+	if _, ok := podState(h.Check("a", true), "ghost"); ok {
 		t.Fatal("ghost not purged after the grace")
 	}
 	if touched, _ := h.sm.Touch(ctx, "a", "s1"); touched {
@@ -539,48 +540,48 @@ func TestWatchPurgesMissingPodAfterGhostGrace(t *testing.T) {
 // is left to its leader.
 func TestReconcileOrphansInTheDriver(t *testing.T) {
 	h := newHarness(t)
-	st := h.put("a", 8, 2) // max_pods 4
+	st := h.Scope("a", 8, 2) // max_pods 4
 	ctx := t.Context()
 
 	// A deploy lease in flight (its leader is about to register its pod).
-	now := h.clock.Now()
-	lease, err := h.store.PodAcquire(ctx, "a", lua.AcquireArgs{Now: now, Claim: "c1", ClaimDeadline: now.Add(30 * time.Second),
+	now := h.Clock.Now()
+	lease, err := h.Store.PodAcquire(ctx, "a", lua.AcquireArgs{Now: now, Claim: "c1", ClaimDeadline: now.Add(30 * time.Second),
 		LeaseDeadline: now.Add(30 * time.Second), RoomMargin: time.Second})
 	if err != nil || lease.Kind != lua.AcquireDeploy {
 		t.Fatal(lease, err)
 	}
 	leased := h.externalPod("a", warmpool.PodName("a", lease.Fence), lease.Fence)
-	h.fake.AddExternal(leased)
+	h.Fake.AddExternal(leased)
 
-	h.fake.AddExternal(h.externalPod("a", "adopt-me", 50))
+	h.Fake.AddExternal(h.externalPod("a", "adopt-me", 50))
 	old := h.externalPod("a", "old", 51)
 	old.DeployVer = "0123456789abcdef"
-	h.fake.AddExternal(old)
+	h.Fake.AddExternal(old)
 	dead := h.externalPod("a", "dead", 52)
 	dead.Dead = "Evicted"
-	h.fake.AddExternal(dead)
+	h.Fake.AddExternal(dead)
 	noScope := h.externalPod("a", "no-scope", 53)
 	noScope.ScopeID = "gone"
-	h.fake.AddExternal(noScope)
+	h.Fake.AddExternal(noScope)
 
 	// A pod still starting: the driver has it, not ready, created now (wall clock).
-	release := h.fake.Hold()
+	release := h.Fake.Hold()
 	starting := make(chan error, 1)
 	go func() {
-		_, err := h.fake.Deploy(context.Background(), warmpool.DeployRequest{ScopeID: "a", DeployVer: st.DeployVer, Fence: 60, Spec: st.Config.Deploy})
+		_, err := h.Fake.Deploy(context.Background(), warmpool.DeployRequest{ScopeID: "a", DeployVer: st.DeployVer, Fence: 60, Spec: st.Config.Deploy})
 		starting <- err
 	}()
-	h.waitInFlight(1)
+	h.WaitInFlight(1)
 	startingID := warmpool.PodName("a", 60)
 
 	h.reconcile()
-	s := h.check("a", false)
+	s := h.Check("a", false)
 	if p, ok := podState(s, "adopt-me"); !ok || !p.Idle || p.Slots != 0 || p.Pod.DeployVer != st.DeployVer || p.Pod.SSEURL == "" {
 		t.Fatalf("ready current orphan not adopted as idle: %+v %v", p, ok)
 	}
 	for _, id := range []string{"old", "dead"} {
 		if !h.deleted(id) || h.inDriver(id) {
-			t.Fatalf("orphan %s not deleted (deleted %v)", id, h.fake.Deleted())
+			t.Fatalf("orphan %s not deleted (deleted %v)", id, h.Fake.Deleted())
 		}
 	}
 	for _, id := range []string{leased.ID, startingID, "no-scope"} {
@@ -595,26 +596,26 @@ func TestReconcileOrphansInTheDriver(t *testing.T) {
 		t.Fatalf("observed %d adopted, %d deleted; want 1, 2", a, d)
 	}
 	// The adopted pod is routable.
-	if b := h.route("a", "s1"); b.PodID != "adopt-me" || h.fake.DeployCount() != 1 {
-		t.Fatalf("route after adoption: %+v (deploys %d)", b, h.fake.DeployCount())
+	if b := h.route("a", "s1"); b.PodID != "adopt-me" || h.Fake.DeployCount() != 1 {
+		t.Fatalf("route after adoption: %+v (deploys %d)", b, h.Fake.DeployCount())
 	}
 
 	// Past OrphanGrace (the clock jumps past the driver's wall-clock creation time):
 	// the pod that never became ready and the scope-less one go. The deploy lease has
 	// expired by then (its leader is gone), so its ready pod is adopted.
-	h.clock.Advance(time.Since(h.clock.Now()) + sweeper.DefaultOrphanGrace + time.Second)
+	h.Clock.Advance(time.Since(h.Clock.Now()) + sweeper.DefaultOrphanGrace + time.Second)
 	h.reconcile()
 	for _, id := range []string{startingID, "no-scope"} {
 		if !h.deleted(id) || h.inDriver(id) {
-			t.Fatalf("orphan %s not deleted after the grace (deleted %v)", id, h.fake.Deleted())
+			t.Fatalf("orphan %s not deleted after the grace (deleted %v)", id, h.Fake.Deleted())
 		}
 	}
-	s = h.check("a", false)
+	s = h.Check("a", false)
 	if p, ok := podState(s, leased.ID); !ok || !p.Idle {
 		t.Fatalf("the pod of an expired lease was not adopted in the same reconcile: %+v %v", p, ok)
 	}
 	release()
-	if err := recv(t, "the held deploy", starting); warmpool.ErrorCode(err) != warmpool.CodeDeployFailed {
+	if err := replicatest.Recv(t, "the held deploy", starting); warmpool.ErrorCode(err) != warmpool.CodeDeployFailed {
 		t.Fatalf("deploy of the deleted pod: %v", err)
 	}
 	h.reconcileIsNoop("a")
@@ -624,22 +625,22 @@ func TestReconcileOrphansInTheDriver(t *testing.T) {
 // after GhostGrace, with its sessions.
 func TestReconcilePurgesGhosts(t *testing.T) {
 	h := newHarness(t)
-	h.put("a", 4, 2)
+	h.Scope("a", 4, 2)
 	ctx := t.Context()
 	ghost := h.externalPod("a", "ghost", 7)
 	ghost.SSEURL = "http://fake.invalid/ghost/sse"
-	if st, err := h.store.PodAdopt(ctx, ghost, h.clock.Now()); err != nil || st != lua.AdoptAdopted {
+	if st, err := h.Store.PodAdopt(ctx, ghost, h.Clock.Now()); err != nil || st != lua.AdoptAdopted {
 		t.Fatal(st, err)
 	}
 	h.route("a", "s1")
-	h.clock.Advance(sweeper.DefaultGhostGrace - time.Millisecond)
+	h.Clock.Advance(sweeper.DefaultGhostGrace - time.Millisecond)
 	h.reconcile()
-	if _, ok := podState(h.snap("a"), "ghost"); !ok || h.observedCount("purged_ghost") != 0 {
+	if _, ok := podState(h.Snap("a"), "ghost"); !ok || h.observedCount("purged_ghost") != 0 {
 		t.Fatal("ghost purged within the grace")
 	}
-	h.clock.Advance(time.Millisecond)
+	h.Clock.Advance(time.Millisecond)
 	h.reconcile()
-	s := h.check("a", true)
+	s := h.Check("a", true)
 	if _, ok := podState(s, "ghost"); ok || len(s.Sessions) != 0 || h.observedCount("purged_ghost") != 1 {
 		t.Fatalf("ghost not purged: %+v, observed %v", s, h.observedAll())
 	}
@@ -654,10 +655,10 @@ func TestReconcilePurgesGhosts(t *testing.T) {
 // pod is idle again.
 func TestReconcileRemovesStaleLeftovers(t *testing.T) {
 	h := newHarness(t)
-	h.put("a", 4, 2, func(c *warmpool.ScopeConfig) { c.Pool.WaitTimeoutS = 10 })
+	h.Scope("a", 4, 2, func(c *warmpool.ScopeConfig) { c.Pool.WaitTimeoutS = 10 })
 	ctx := t.Context()
 	h.addPod("a", "p1", 101)
-	now := h.clock.Now()
+	now := h.Clock.Now()
 	args := func(claim string) lua.AcquireArgs {
 		return lua.AcquireArgs{Now: now, Claim: claim, ClaimDeadline: now.Add(5 * time.Second),
 			LeaseDeadline: now.Add(5 * time.Second), RoomMargin: time.Second}
@@ -665,15 +666,15 @@ func TestReconcileRemovesStaleLeftovers(t *testing.T) {
 	for _, step := range []struct{ claim, want string }{
 		{"c-warm", lua.AcquireWarm}, {"c-lead", lua.AcquireDeploy}, {"c-follow", lua.AcquireFollower},
 	} {
-		res, err := h.store.PodAcquire(ctx, "a", args(step.claim))
+		res, err := h.Store.PodAcquire(ctx, "a", args(step.claim))
 		if err != nil || res.Kind != step.want {
 			t.Fatalf("acquire %s: %+v %v, want %s", step.claim, res, err, step.want)
 		}
 	}
-	if state, _, err := h.store.WaiterGate(ctx, "a", "w1", now); err != nil || state != lua.GateOK {
+	if state, _, err := h.Store.WaiterGate(ctx, "a", "w1", now); err != nil || state != lua.GateOK {
 		t.Fatal(state, err)
 	}
-	s := h.snap("a")
+	s := h.Snap("a")
 	if len(s.Deploys) != 1 || len(s.Followers) != 1 || len(s.Claims) != 1 || len(s.Waiters) != 1 || len(idleIDs(s)) != 0 {
 		t.Fatalf("leftovers not set up: %+v", s)
 	}
@@ -682,13 +683,13 @@ func TestReconcileRemovesStaleLeftovers(t *testing.T) {
 	// number).
 	h.reconcile()
 	s.Fence = 101
-	if !snapEqual(s, h.snap("a")) {
-		t.Fatalf("reconcile removed live work:\nbefore %+v\nafter  %+v", s, h.snap("a"))
+	if !snapEqual(s, h.Snap("a")) {
+		t.Fatalf("reconcile removed live work:\nbefore %+v\nafter  %+v", s, h.Snap("a"))
 	}
 	// After every deadline (the room's is the ready timeout plus the margin).
-	h.clock.Advance(12 * time.Second)
+	h.Clock.Advance(12 * time.Second)
 	h.reconcile()
-	s = h.check("a", true)
+	s = h.Check("a", true)
 	if len(s.Deploys)+len(s.Followers)+len(s.Waiters) != 0 {
 		t.Fatalf("leftovers survived a reconcile: %+v", s)
 	}
@@ -704,7 +705,7 @@ func TestReconcileRemovesStaleLeftovers(t *testing.T) {
 // Slot counts corrupted by hand are recomputed from the sessions and claims.
 func TestReconcileRecountsSlots(t *testing.T) {
 	h := newHarness(t)
-	h.put("a", 6, 2)
+	h.Scope("a", 6, 2)
 	ctx := t.Context()
 	for i, id := range []string{"p1", "p2", "p3"} {
 		h.addPod("a", id, int64(101+i))
@@ -714,26 +715,26 @@ func TestReconcileRecountsSlots(t *testing.T) {
 		h.route("a", s)
 	}
 	per := map[string]int{}
-	for _, pod := range h.snap("a").Sessions {
+	for _, pod := range h.Snap("a").Sessions {
 		per[pod]++
 	}
 	if per["p1"] != 2 || per["p2"] != 1 || per["p3"] != 0 {
 		t.Fatalf("sessions per pod: %v", per)
 	}
-	slots := h.store.Keys().Scope("a").Slots
+	slots := h.Store.Keys().Scope("a").Slots
 	for pod, n := range map[string]int{
 		"p1":    1, // too few: a third session would fit on a full pod
 		"p2":    2, // too many: capacity lost
 		"p3":    1, // an idle pod with a phantom slot
 		"stray": 1, // a pod that is not registered
 	} {
-		if err := h.r.Client.HSet(ctx, slots, pod, n).Err(); err != nil {
+		if err := h.Redis.Client.HSet(ctx, slots, pod, n).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	h.reconcile()
-	s := h.check("a", true)
+	s := h.Check("a", true)
 	for id, want := range map[string]int{"p1": 2, "p2": 1, "p3": 0} {
 		if p, _ := podState(s, id); p.Slots != want {
 			t.Fatalf("pod %s: %d slots after reconcile, want %d", id, p.Slots, want)
@@ -742,7 +743,7 @@ func TestReconcileRecountsSlots(t *testing.T) {
 	if p, _ := podState(s, "p3"); !p.Idle {
 		t.Fatal("the idle pod is no longer idle")
 	}
-	if ok, _ := h.r.Client.HExists(ctx, slots, "stray").Result(); ok {
+	if ok, _ := h.Redis.Client.HExists(ctx, slots, "stray").Result(); ok {
 		t.Fatal("stray slot count kept")
 	}
 	if h.observedCount("repaired") != 1 {
@@ -752,7 +753,7 @@ func TestReconcileRecountsSlots(t *testing.T) {
 	if b := h.route("a", "s4"); b.PodID != "p2" {
 		t.Fatalf("s4 routed to %s, want p2", b.PodID)
 	}
-	h.check("a", true)
+	h.Check("a", true)
 	h.reconcileIsNoop("a")
 }
 
@@ -760,16 +761,16 @@ func TestReconcileRecountsSlots(t *testing.T) {
 // the job.
 func TestReconcileAfterAStaleLock(t *testing.T) {
 	h := newHarness(t)
-	h.put("a", 4, 2)
+	h.Scope("a", 4, 2)
 	ctx := t.Context()
-	h.fake.AddExternal(h.externalPod("a", "orphan", 9))
+	h.Fake.AddExternal(h.externalPod("a", "orphan", 9))
 	const lease = 300 * time.Millisecond
-	key := h.store.Keys().Lock("sweep:reconcile")
+	key := h.Store.Keys().Lock("sweep:reconcile")
 	set := time.Now()
-	if err := h.r.Client.Set(ctx, key, "dead-holder", lease).Err(); err != nil {
+	if err := h.Redis.Client.Set(ctx, key, "dead-holder", lease).Err(); err != nil {
 		t.Fatal(err)
 	}
-	runner := sweeper.NewRunner(h.store, nil, lease, nil)
+	runner := sweeper.NewRunner(h.Store, nil, lease, nil)
 	if runner.RunOnce(ctx, h.sw.ReconcileJob()) {
 		// A real server's clock runs: under load the lease may have run out already,
 		// and only then may the job run.
@@ -777,7 +778,7 @@ func TestReconcileAfterAStaleLock(t *testing.T) {
 			t.Fatalf("reconcile ran %s into another holder's %s lease", since, lease)
 		}
 	} else {
-		if _, ok := podState(h.snap("a"), "orphan"); ok {
+		if _, ok := podState(h.Snap("a"), "orphan"); ok {
 			t.Fatal("orphan adopted by a job that did not hold its lock")
 		}
 		h.passLease(key, lease)
@@ -785,10 +786,10 @@ func TestReconcileAfterAStaleLock(t *testing.T) {
 			t.Fatal("reconcile did not run after the stale lock expired")
 		}
 	}
-	if _, ok := podState(h.check("a", true), "orphan"); !ok {
+	if _, ok := podState(h.Check("a", true), "orphan"); !ok {
 		t.Fatal("reconcile ran but did not adopt the orphan")
 	}
-	if n, _ := h.r.Client.Exists(ctx, key).Result(); n != 0 {
+	if n, _ := h.Redis.Client.Exists(ctx, key).Result(); n != 0 {
 		t.Fatal("the runner did not release its lock")
 	}
 }
@@ -796,8 +797,8 @@ func TestReconcileAfterAStaleLock(t *testing.T) {
 // Reconcile of a consistent state changes nothing and reports nothing.
 func TestReconcileIsNoopWhenConsistent(t *testing.T) {
 	h := newHarness(t)
-	h.put("a", 8, 2, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods = 1 })
-	h.put("b", 4, 1)
+	h.Scope("a", 8, 2, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods = 1 })
+	h.Scope("b", 4, 1)
 	for _, s := range []string{"s1", "s2", "s3"} {
 		h.route("a", s)
 	}
@@ -806,8 +807,8 @@ func TestReconcileIsNoopWhenConsistent(t *testing.T) {
 	if ok, err := h.sm.End(t.Context(), "a", "s3"); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	h.check("a", true)
-	h.check("b", true)
+	h.Check("a", true)
+	h.Check("b", true)
 	h.reconcileIsNoop("a", "b")
 	h.reconcileIsNoop("a", "b")
 }
@@ -820,18 +821,18 @@ func TestReconcileIsNoopWhenConsistent(t *testing.T) {
 func TestRedisDataLossRebuild(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
-	h.put("a", 4, 2)                                                                  // max_pods 2
-	stB := h.put("b", 8, 2, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods = 1 }) // max_pods 4
+	h.Scope("a", 4, 2)                                                                  // max_pods 2
+	stB := h.Scope("b", 8, 2, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods = 1 }) // max_pods 4
 	for _, s := range []string{"s1", "s2", "s3"} {
 		h.route("a", s)
 	}
 	h.route("b", "s1")
 	h.autoscale()
-	before := map[string][]string{"a": podIDs(h.check("a", true)), "b": podIDs(h.check("b", true))}
+	before := map[string][]string{"a": podIDs(h.Check("a", true)), "b": podIDs(h.Check("b", true))}
 	if len(before["a"]) != 2 || len(before["b"]) != 2 {
 		t.Fatalf("pods before the loss: %v", before)
 	}
-	deploys, deleted := h.fake.DeployCount(), len(h.fake.Deleted())
+	deploys, deleted := h.Fake.DeployCount(), len(h.Fake.Deleted())
 
 	h.flush()
 	if _, err := h.sm.Route(ctx, "a", "s9", ""); warmpool.ErrorCode(err) != warmpool.CodeStoreUnavailable {
@@ -844,10 +845,10 @@ func TestRedisDataLossRebuild(t *testing.T) {
 		t.Fatalf("acquire after the loss: %v, want STORE_UNAVAILABLE", err)
 	}
 	// Nothing scales down (or up) on missing data.
-	h.clock.Advance(time.Hour)
+	h.Clock.Advance(time.Hour)
 	for name, job := range map[string]func(context.Context) error{"autoscale": h.sw.Autoscale, "reclaim": h.sw.Reclaim, "watch": h.sw.Watch, "sessions": h.sw.ExpireSessions} {
 		_ = job(ctx) // failing is fine; acting is not
-		if h.fake.DeployCount() != deploys || len(h.fake.Deleted()) != deleted {
+		if h.Fake.DeployCount() != deploys || len(h.Fake.Deleted()) != deleted {
 			t.Fatalf("%s acted on a keyspace that lost its data", name)
 		}
 	}
@@ -857,12 +858,12 @@ func TestRedisDataLossRebuild(t *testing.T) {
 		t.Fatalf("observed %v", h.observedAll())
 	}
 	for scope, pods := range before {
-		s := h.check(scope, true)
+		s := h.Check(scope, true)
 		if got := podIDs(s); !slices.Equal(got, pods) {
 			t.Fatalf("%s: pods after the rebuild %v, want %v", scope, got, pods)
 		}
 		for _, p := range s.Pods {
-			if !p.Idle || p.Slots != 0 || p.Pod.ScopeID != scope || p.Pod.DeployVer != h.current(scope).DeployVer || p.Pod.SSEURL == "" {
+			if !p.Idle || p.Slots != 0 || p.Pod.ScopeID != scope || p.Pod.DeployVer != h.Current(scope).DeployVer || p.Pod.SSEURL == "" {
 				t.Fatalf("%s: restored pod %+v", scope, p)
 			}
 			if s.Fence < p.Pod.Fence {
@@ -873,8 +874,8 @@ func TestRedisDataLossRebuild(t *testing.T) {
 
 	// Routing works again, on restored pods, without a deploy.
 	b := h.route("a", "s9")
-	if !slices.Contains(before["a"], b.PodID) || h.fake.DeployCount() != deploys {
-		t.Fatalf("route after the rebuild: %+v (deploys %d, were %d)", b, h.fake.DeployCount(), deploys)
+	if !slices.Contains(before["a"], b.PodID) || h.Fake.DeployCount() != deploys {
+		t.Fatalf("route after the rebuild: %+v (deploys %d, were %d)", b, h.Fake.DeployCount(), deploys)
 	}
 	// Fill b's restored pods, then one more session needs a new deploy: it gets a new
 	// number, not a live pod's name.
@@ -884,11 +885,11 @@ func TestRedisDataLossRebuild(t *testing.T) {
 		}
 	}
 	nb := h.route("b", "x-new")
-	if slices.Contains(before["b"], nb.PodID) || nb.DeployVer != stB.DeployVer || h.fake.DeployCount() != deploys+1 {
-		t.Fatalf("new deploy after the rebuild: %+v (deploys %d)", nb, h.fake.DeployCount())
+	if slices.Contains(before["b"], nb.PodID) || nb.DeployVer != stB.DeployVer || h.Fake.DeployCount() != deploys+1 {
+		t.Fatalf("new deploy after the rebuild: %+v (deploys %d)", nb, h.Fake.DeployCount())
 	}
-	h.check("a", true)
-	h.check("b", true)
+	h.Check("a", true)
+	h.Check("b", true)
 	h.reconcileIsNoop("a", "b")
 }
 
@@ -903,10 +904,10 @@ func TestExpireSessions(t *testing.T) {
 		o.sm.Recheck = time.Hour
 		o.sweep.ExpiryBatch = 1
 	})
-	h.put("a", 3, 1, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS, c.Pool.WaitTimeoutS = 60, 30 }) // max_pods 3
+	h.Scope("a", 3, 1, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS, c.Pool.WaitTimeoutS = 60, 30 }) // max_pods 3
 	ctx := t.Context()
 	p1, p2 := h.route("a", "s1").PodID, h.route("a", "s2").PodID
-	h.clock.Advance(30 * time.Second)
+	h.Clock.Advance(30 * time.Second)
 	p3 := h.route("a", "s3").PodID
 
 	type routed struct {
@@ -918,15 +919,15 @@ func TestExpireSessions(t *testing.T) {
 		b, err := h.sm.Route(context.Background(), "a", "s4", "")
 		waiter <- routed{b, err}
 	}()
-	waitFor(t, "s4 to queue", func() bool { return len(h.snap("a").Waiters) == 1 })
+	replicatest.WaitFor(t, "s4 to queue", func() bool { return len(h.Snap("a").Waiters) == 1 })
 
 	if err := h.sw.ExpireSessions(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if len(h.snap("a").Sessions) != 3 || h.observedCount("sessions_expired") != 0 {
+	if len(h.Snap("a").Sessions) != 3 || h.observedCount("sessions_expired") != 0 {
 		t.Fatal("live sessions evicted")
 	}
-	h.clock.Advance(31 * time.Second) // s1 and s2 expired, s3 not
+	h.Clock.Advance(31 * time.Second) // s1 and s2 expired, s3 not
 	if err := h.sw.ExpireSessions(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -936,8 +937,8 @@ func TestExpireSessions(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter was not woken")
 	}
-	if r.err != nil || (r.b.PodID != p1 && r.b.PodID != p2) || h.fake.DeployCount() != 3 {
-		t.Fatalf("woken waiter: %+v %v (deploys %d)", r.b, r.err, h.fake.DeployCount())
+	if r.err != nil || (r.b.PodID != p1 && r.b.PodID != p2) || h.Fake.DeployCount() != 3 {
+		t.Fatalf("woken waiter: %+v %v (deploys %d)", r.b, r.err, h.Fake.DeployCount())
 	}
 	if h.observedCount("sessions_expired") == 0 {
 		t.Fatalf("expiry not reported: %v", h.observedAll())
@@ -947,7 +948,7 @@ func TestExpireSessions(t *testing.T) {
 			t.Fatalf("touch %s: %v %v, want %v", sess, touched, err, want)
 		}
 	}
-	s := h.check("a", true)
+	s := h.Check("a", true)
 	freed := p1
 	if r.b.PodID == p1 {
 		freed = p2
@@ -964,13 +965,13 @@ func TestExpireSessions(t *testing.T) {
 // back as a new idle pod, but delete it.
 func TestReconcileDoesNotAdoptAPurgedPod(t *testing.T) {
 	h := newHarness(t)
-	h.put("a", 4, 2)
+	h.Scope("a", 4, 2)
 	pod := h.addPod("a", "p1", 1)
-	if _, err := h.store.PodPurge(t.Context(), "a", pod.ID, "reclaimed", nil); err != nil {
+	if _, err := h.Store.PodPurge(t.Context(), "a", pod.ID, "reclaimed", nil); err != nil {
 		t.Fatal(err)
 	}
 	h.reconcile()
-	if _, ok := podState(h.snap("a"), pod.ID); ok {
+	if _, ok := podState(h.Snap("a"), pod.ID); ok {
 		t.Fatal("reconcile adopted a pod that was just purged")
 	}
 	if !h.deleted(pod.ID) {

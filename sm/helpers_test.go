@@ -1,0 +1,84 @@
+package sm_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/replicatest"
+	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/sm"
+)
+
+// go-redis ends its pub/sub goroutines on Close, so the whole package is checked for
+// leaked goroutines (the wake-up subscriptions of every replica included).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// replica starts a replica on the harness and returns its session manager.
+func replica(h *replicatest.Harness, cfg replicatest.Config) *sm.Manager {
+	return h.Replica(cfg).SM
+}
+
+// podSessions counts the sessions on each pod of a snapshot.
+func podSessions(s lua.Snapshot) map[string]int {
+	n := map[string]int{}
+	for _, pod := range s.Sessions {
+		n[pod]++
+	}
+	return n
+}
+
+type routed struct {
+	b    sm.Binding
+	err  error
+	took time.Duration
+}
+
+// routeAsync routes in the background; the outcome arrives on the channel.
+func routeAsync(m *sm.Manager, scope, session, requestID string) <-chan routed {
+	ch := make(chan routed, 1)
+	go func() {
+		start := time.Now()
+		b, err := m.Route(context.Background(), scope, session, requestID)
+		ch <- routed{b, err, time.Since(start)}
+	}()
+	return ch
+}
+
+// await takes the outcome of a background route, failing the test after limit.
+func await(t *testing.T, ch <-chan routed, limit time.Duration) routed {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(limit):
+		t.Fatalf("route did not return within %s", limit)
+		return routed{}
+	}
+}
+
+func mustRoute(t *testing.T, m *sm.Manager, scope, session string) sm.Binding {
+	t.Helper()
+	b, err := m.Route(context.Background(), scope, session, "")
+	if err != nil {
+		t.Fatalf("route %s/%s: %v", scope, session, err)
+	}
+	return b
+}
+
+// wantCode fails unless err carries code (and, for the 503 codes, a retry_after).
+func wantCode(t *testing.T, what string, err error, code warmpool.Code) {
+	t.Helper()
+	if got := warmpool.ErrorCode(err); got != code {
+		t.Fatalf("%s: error %v (code %s), want %s", what, err, got, code)
+	}
+	var e *warmpool.Error
+	errors.As(err, &e)
+	if code.Status() == 503 && e.RetryAfter < 1 {
+		t.Fatalf("%s: %s without retry_after: %v", what, code, err)
+	}
+}

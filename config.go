@@ -152,8 +152,9 @@ func LoadScopeConfig(doc []byte) (ScopeConfig, error) {
 	return cfg, nil
 }
 
-// DecodeStrict decodes one JSON object from r into v: unknown fields, a body that is
-// not an object and trailing data are VALIDATION errors naming what is wrong.
+// DecodeStrict decodes one JSON object from r into v: unknown fields, a key given
+// twice in one object, a body that is not an object and trailing data are VALIDATION
+// errors naming what is wrong.
 func DecodeStrict(r io.Reader, v any) error {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
@@ -167,12 +168,95 @@ func DecodeStrict(r io.Reader, v any) error {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
 		return Errorf(CodeValidation, "body: expected a JSON object")
 	}
+	if key := duplicateKey(raw); key != "" {
+		return Errorf(CodeValidation, "%s: duplicate key", key)
+	}
 	inner := json.NewDecoder(bytes.NewReader(raw))
 	inner.DisallowUnknownFields()
 	if err := inner.Decode(v); err != nil {
 		return JSONError(err)
 	}
 	return nil
+}
+
+// duplicateKey returns the path ("pool.queue_size", "deploy.env.A", "l[0].k") of the
+// first key that appears twice in one object of the well-formed JSON document doc, or
+// "" when every key is unique. encoding/json would keep the last value silently, and
+// the sender's intent is unknown.
+func duplicateKey(doc []byte) string {
+	type level struct {
+		path   string
+		seen   map[string]bool // nil for a list
+		key    string          // the key whose value comes next (objects)
+		index  int             // the index of the next element (lists)
+		getKey bool            // an object expects a key next
+	}
+	child := func(l *level) string {
+		if l.seen == nil {
+			return fmt.Sprintf("%s[%d]", l.path, l.index)
+		}
+		k := l.key
+		if k == "" {
+			k = `""`
+		}
+		if l.path == "" {
+			return k
+		}
+		return l.path + "." + k
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	var stack []*level
+	// done moves the innermost level past the value that just ended.
+	done := func() {
+		if n := len(stack); n > 0 {
+			if l := stack[n-1]; l.seen == nil {
+				l.index++
+			} else {
+				l.getKey = true
+			}
+		}
+	}
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "" // EOF, or malformed: the decoder proper reports that
+		}
+		var top *level
+		if n := len(stack); n > 0 {
+			top = stack[n-1]
+		}
+		if top != nil && top.seen != nil && top.getKey {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:len(stack)-1]
+				done()
+				continue
+			}
+			key, _ := tok.(string)
+			top.key, top.getKey = key, false
+			if top.seen[key] {
+				return child(top)
+			}
+			top.seen[key] = true
+			continue
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			path := ""
+			if top != nil {
+				path = child(top)
+			}
+			l := &level{path: path}
+			if tok == json.Delim('{') {
+				l.seen, l.getKey = map[string]bool{}, true
+			}
+			stack = append(stack, l)
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			done()
+		default:
+			done()
+		}
+	}
 }
 
 // JSONError turns an encoding/json error into a VALIDATION *Error that names the field.

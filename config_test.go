@@ -195,6 +195,38 @@ func TestDecodeRejectsBadJSON(t *testing.T) {
 	}
 }
 
+// A key given twice in one object is refused, naming the key by its path: encoding/json
+// would silently keep the last value, so the sender's intent is unknown.
+func TestDecodeRejectsDuplicateKeys(t *testing.T) {
+	for _, tc := range []struct{ name, doc, field string }{
+		{"top level", `{"pool":{},"pool":{"queue_size":0}}`, "pool"},
+		{"pool field", `{"pool":{"queue_size":1,"queue_size":2}}`, "pool.queue_size"},
+		{"nested deeper", `{"deploy":{"resources":{"cpu":"1","memory":"1Gi","cpu":"2"}}}`, "deploy.resources.cpu"},
+		{"map key", `{"deploy":{"env":{"A":"1","B":"2","A":"3"}}}`, "deploy.env.A"},
+		{"empty key", `{"deploy":{"env":{"":"1","":"2"}}}`, `deploy.env.""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeScopeConfig(strings.NewReader(tc.doc))
+			wantValidation(t, err, tc.field)
+			if want := tc.field + ": duplicate key"; err.(*Error).Message != want {
+				t.Fatalf("error %q, want the message %q", err, want)
+			}
+		})
+	}
+	// The same key in different objects, or in objects of a list, is no duplicate.
+	var v struct {
+		A struct{ K int }   `json:"a"`
+		B struct{ K int }   `json:"b"`
+		L []struct{ K int } `json:"l"`
+	}
+	if err := DecodeStrict(strings.NewReader(`{"a":{"K":1},"b":{"K":2},"l":[{"K":1},{"K":2}]}`), &v); err != nil {
+		t.Fatalf("same key in different objects: %v", err)
+	}
+	if err := DecodeStrict(strings.NewReader(`{"l":[{"K":1,"K":2}]}`), &v); err == nil || !strings.Contains(err.Error(), "l[0].K: duplicate key") {
+		t.Fatalf("duplicate key in a list element: %v, want VALIDATION naming l[0].K", err)
+	}
+}
+
 // JSONError names an unknown field by its bare key, so an empty key leaves the
 // message without a field: ": unknown field".
 func TestDecodeNamesEmptyUnknownField(t *testing.T) {

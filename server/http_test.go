@@ -108,6 +108,8 @@ func TestConfigValidation(t *testing.T) {
 		{"list for string", `{"deploy":{"image":["a"]}}`, "image"},
 		{"unknown top field", `{"deploy":{},"pools":{}}`, "pools"},
 		{"unknown nested field", `{"deploy":{"imagee":"x"}}`, "imagee"},
+		{"duplicate key", `{"pool":{"queue_size":1,"max_concurrency":4,"queue_size":9}}`, "pool.queue_size: duplicate key"},
+		{"duplicate section", `{"deploy":{},"pool":{},"deploy":{"image":"x"}}`, "deploy: duplicate key"},
 		{"malformed", `{"deploy":`, "body"},
 		{"bad token", `{"deploy":{]}`, "body"},
 		{"trailing data", `{} {}`, "trailing"},
@@ -233,6 +235,9 @@ func TestBadSessionIDs(t *testing.T) {
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":""}`), http.StatusBadRequest, warmpool.CodeValidation, "session_id")
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/sessions", `{}`), http.StatusBadRequest, warmpool.CodeValidation, "session_id")
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s1","request_id":"a b"}`), http.StatusBadRequest, warmpool.CodeValidation, "request_id")
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s1","session_id":"s2"}`), http.StatusBadRequest, warmpool.CodeValidation, "session_id: duplicate key")
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/sessions", `{"request_id":"r1","session_id":"s1","request_id":"r2"}`), http.StatusBadRequest, warmpool.CodeValidation, "request_id: duplicate key")
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/acquire", `{"request_id":"r1","request_id":"r1"}`), http.StatusBadRequest, warmpool.CodeValidation, "request_id: duplicate key")
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s1"}`, header{"Idempotency-Key", luaID}), http.StatusBadRequest, warmpool.CodeValidation, "request_id")
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/acquire", `{"request_id":"`+strings.Repeat("r", 129)+`"}`), http.StatusBadRequest, warmpool.CodeValidation, "request_id")
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/BAD_POD/release", nil), http.StatusBadRequest, warmpool.CodeValidation, "pod")

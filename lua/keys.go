@@ -89,6 +89,12 @@ func (s ScopeKeys) Gone(pod string) string {
 	return s.base + "gone:" + pod
 }
 
+// SessionLock is the lease lock under which one call at a time runs the slow path of
+// a session's route (STRING holder token, PX lease).
+func (s ScopeKeys) SessionLock(session string) string {
+	return s.base + "slock:" + session
+}
+
 // Idem is the idempotency cache key of one request of a kind ("acquire", "route").
 func (s ScopeKeys) Idem(kind, requestID string) string {
 	return s.base + "idem:" + kind + ":" + requestID

@@ -37,6 +37,15 @@ func (s *Store) Obtain(ctx context.Context, key string, ttl time.Duration) (*Loc
 	return l, nil
 }
 
+// Held reports whether anyone holds the lock key. Errors: STORE_UNAVAILABLE.
+func (s *Store) Held(ctx context.Context, key string) (bool, error) {
+	n, err := s.rdb.Exists(ctx, key).Result()
+	if err != nil {
+		return false, s.redisErr(ctx, err)
+	}
+	return n == 1, nil
+}
+
 // extend runs lock_extend.lua; false means the lock is no longer the holder's.
 func (l *Lock) extend(ctx context.Context) (bool, error) {
 	r, err := l.store.call(ctx, lockExtend, "", []string{l.key}, l.token, l.ttl.Milliseconds())

@@ -21,7 +21,13 @@ const (
 	DefaultRecheck  = 250 * time.Millisecond
 	DefaultIdemTTL  = 60 * time.Second
 	DefaultAttempts = 3
-	cleanupTimeout  = 5 * time.Second
+	// DefaultSessionLease is the lease of a session's route lock: a replica that dies
+	// while routing a session holds up that session's other routes this long at most.
+	DefaultSessionLease = 10 * time.Second
+	cleanupTimeout      = 5 * time.Second
+	// lockPoll is how often a route that waits for another call routing the same
+	// session looks whether that call is done.
+	lockPoll = 20 * time.Millisecond
 )
 
 // Config tunes a Manager; zero fields take the defaults above.
@@ -33,7 +39,10 @@ type Config struct {
 	// Attempts bounds how often a route retries when a pod it was handed went away
 	// (purged, or of an old deploy_ver after a config change) before it bound.
 	Attempts int
-	Clock    warmpool.Clock
+	// SessionLease is the lease of the lock under which one call at a time runs a
+	// session's slow path (acquire, deploy, queue); it is extended while the call runs.
+	SessionLease time.Duration
+	Clock        warmpool.Clock
 	Logger   *slog.Logger
 	// Observe, when set, is told of queue events (queued, queue_full, wait_timeout,
 	// woken).
@@ -63,6 +72,9 @@ func New(store *lua.Store, pool warmpool.Pool, cfg Config) *Manager {
 	}
 	if cfg.Attempts <= 0 {
 		cfg.Attempts = DefaultAttempts
+	}
+	if cfg.SessionLease <= 0 {
+		cfg.SessionLease = DefaultSessionLease
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = warmpool.SystemClock{}
@@ -104,17 +116,16 @@ func binding(scope, session string, pod warmpool.Pod, isNew bool) Binding {
 // Route returns the pod of a session: its bound pod (TTL refreshed), else the first pod
 // of the current deploy_ver with a free slot, else a pod from the pool (warm, followed
 // or deployed), else a place in the scope's waiter queue until capacity frees.
-// With a request id, a repeated call returns the first answer.
+// With a request id, a repeated call returns the first answer. Concurrent routes of one
+// session take one pod: one call at a time looks for it (see routeOnce).
 // Errors: VALIDATION, SCOPE_NOT_FOUND, NO_POD_AVAILABLE, QUEUE_FULL, WAIT_TIMEOUT,
 // DEPLOY_FAILED, STORE_UNAVAILABLE.
 func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (Binding, error) {
 	if err := errors.Join(warmpool.CheckScopeID(scope), warmpool.CheckSessionID(session), warmpool.CheckRequestID(requestID)); err != nil {
 		return Binding{}, err
 	}
-	if requestID == "" {
-		return m.routeOrQueue(ctx, scope, session, "")
-	}
-	// A warm fit or a replay of the cached answer costs one script call.
+	// A bound session, a warm fit or a replay of the cached answer costs one script
+	// call.
 	res, err := m.store.SessionRoute(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
 	if err != nil {
 		return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
@@ -122,12 +133,15 @@ func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (
 	if res.Kind != lua.RouteNone {
 		return binding(scope, res.Session, res.Pod, res.New), nil
 	}
+	if requestID == "" {
+		return m.routeOnce(ctx, scope, session, "")
+	}
 	// The slow path runs once per request id across replicas: a retry that arrives
 	// while the first call deploys or queues waits for its answer instead of taking
 	// a second pod.
 	key := m.store.Keys().Scope(scope).Idem("route-run", requestID)
 	raw, _, err := m.store.Idempotent(ctx, key, m.cfg.IdemTTL, maxRouteWait, m.cfg.Recheck, func() ([]byte, error) {
-		b, err := m.routeOrQueue(ctx, scope, session, requestID)
+		b, err := m.routeOnce(ctx, scope, session, requestID)
 		if err != nil {
 			return nil, err
 		}
@@ -146,6 +160,76 @@ func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (
 // maxRouteWait bounds how long a repeated request waits for the first one's answer:
 // the longest a route can take (queue wait plus a deploy), with room to spare.
 const maxRouteWait = time.Duration(warmpool.MaxWaitTimeoutS+warmpool.MaxReadyTimeoutS) * time.Second
+
+// routeOnce runs the slow path of a session's route (acquire, deploy, queue) one call
+// at a time per (scope, session) across replicas, under a lease lock kept alive while
+// it runs. A concurrent route of the same session waits until that call is done, then
+// runs the route script again, which finds the session bound: concurrent routes of one
+// session deploy one pod and answer it. No answer is kept beyond the call; when the
+// call that ran failed, the next waiter runs the slow path itself.
+func (m *Manager) routeOnce(ctx context.Context, scope, session, requestID string) (Binding, error) {
+	key := m.store.Keys().Scope(scope).SessionLock(session)
+	bound := time.NewTimer(maxRouteWait)
+	defer bound.Stop()
+	for {
+		lock, err := m.store.Obtain(ctx, key, m.cfg.SessionLease)
+		if err == nil {
+			return m.routeLocked(ctx, lock, scope, session, requestID)
+		}
+		if !errors.Is(err, warmpool.ErrNotObtained) {
+			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
+		}
+		if err := m.awaitUnlocked(ctx, key, bound.C); err != nil {
+			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
+		}
+		res, err := m.store.SessionRoute(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
+		if err != nil {
+			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
+		}
+		if res.Kind != lua.RouteNone {
+			return binding(scope, res.Session, res.Pod, res.New), nil
+		}
+	}
+}
+
+// routeLocked runs the slow path under the session's lock and gives the lock back. A
+// lock lost before the route bound anything fails the route: another call may be
+// routing the session now.
+func (m *Manager) routeLocked(ctx context.Context, lock *lua.Lock, scope, session, requestID string) (Binding, error) {
+	locked, stop := lock.KeepAlive(ctx)
+	b, err := m.routeOrQueue(locked, scope, session, requestID)
+	lost := stop()
+	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if lerr := lock.Release(cleanup); lerr != nil && lost == nil {
+		m.log.Warn("session lock not released; it expires by its lease", "scope", scope, "session", session, "err", lerr)
+	}
+	if err != nil && lost != nil && ctx.Err() == nil {
+		return Binding{}, fmt.Errorf("route %s/%s: %w: %w", scope, session,
+			warmpool.Errorf(warmpool.CodeStoreUnavailable, "the session's route lock was lost (Redis unreachable or too slow)").Retry(1), lost)
+	}
+	return b, err
+}
+
+// awaitUnlocked waits until nobody holds the lock key, polling every lockPoll. It
+// fails with NO_POD_AVAILABLE when bound fires first.
+func (m *Manager) awaitUnlocked(ctx context.Context, key string, bound <-chan time.Time) error {
+	t := time.NewTicker(lockPoll)
+	defer t.Stop()
+	for {
+		held, err := m.store.Held(ctx, key)
+		if err != nil || !held {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-bound:
+			return warmpool.Errorf(warmpool.CodeNoPodAvailable, "another call has been routing this session for %s", maxRouteWait).Retry(1)
+		case <-t.C:
+		}
+	}
+}
 
 func (m *Manager) routeOrQueue(ctx context.Context, scope, session, requestID string) (Binding, error) {
 	b, err := m.route(ctx, scope, session, requestID)

@@ -368,71 +368,53 @@ func TestEnd(t *testing.T) {
 	}
 }
 
-// Issue 3: twenty concurrent routes of one session across two replicas all get the
-// same pod, and the scope holds one binding and one slot for it. Guards the "bound"
-// check of session_route.lua.
+// Issue 3: twenty concurrent routes of one session on a warm scope, across two
+// replicas, all get the same pod, with one new:true, and the scope holds one binding
+// and one slot for it. Guards the "bound" check of session_route.lua. (Cold, the same
+// holds with one deploy: TestConcurrentColdRoutesOfOneSessionDeployOnce.)
 func TestAffinityUnderConcurrentRoutes(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		warm bool
-	}{{"warm", true}, {"cold", false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := replicatest.New(t)
-			a, b := replica(h, replicatest.Config{}), replica(h, replicatest.Config{})
-			// Room for every concurrent request to lead or follow a deploy of its own.
-			h.Scope("s", 40, 2)
-			ctx := context.Background()
-			if tc.warm {
-				mustRoute(t, a, "s", "warmup")
-				if ok, err := a.End(ctx, "s", "warmup"); !ok || err != nil {
-					t.Fatal(ok, err)
-				}
-			}
-			const n = 20
-			release := func() {}
-			if !tc.warm {
-				release = h.Fake.Hold()
-			}
-			chs := make([]<-chan routed, n)
-			for i := range n {
-				chs[i] = routeAsync([]*sm.Manager{a, b}[i%2], "s", "sticky", "")
-			}
-			if !tc.warm {
-				// Every route is past its first fit with a slot coming: ten deploys,
-				// each with a follower. They bind (or find the binding) only now.
-				h.WaitInFlight(n / 2)
-				replicatest.WaitFor(t, "ten followers", func() bool { return len(h.Snap("s").Followers) == n/2 })
-				release()
-			}
-			pods, news := map[string]int{}, 0
-			for _, ch := range chs {
-				r := await(t, ch, 10*time.Second)
-				if r.err != nil {
-					t.Fatalf("route: %v", r.err)
-				}
-				pods[r.b.PodID]++
-				if r.b.New {
-					news++
-				}
-			}
-			if len(pods) != 1 || news != 1 {
-				t.Fatalf("routes of one session went to %v with %d new:true; want one pod, one new", pods, news)
-			}
-			s := h.Settled("s")
-			slots := 0
-			for _, p := range s.Pods {
-				slots += p.Slots
-			}
-			if len(s.Sessions) != 1 || slots != 1 {
-				t.Fatalf("sessions %v, %d slots in use; want one binding, one slot", s.Sessions, slots)
-			}
-			for pod := range pods {
-				if s.Sessions["sticky"] != pod {
-					t.Fatalf("binding %v, routes answered %s", s.Sessions, pod)
-				}
-			}
-			t.Logf("%d deploys for 20 concurrent routes of one session", h.Fake.DeployCount())
-		})
+	h := replicatest.New(t)
+	a, b := replica(h, replicatest.Config{}), replica(h, replicatest.Config{})
+	h.Scope("s", 40, 2)
+	ctx := context.Background()
+	mustRoute(t, a, "s", "warmup")
+	if ok, err := a.End(ctx, "s", "warmup"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	const n = 20
+	chs := make([]<-chan routed, n)
+	for i := range n {
+		chs[i] = routeAsync([]*sm.Manager{a, b}[i%2], "s", "sticky", "")
+	}
+	pods, news := map[string]int{}, 0
+	for _, ch := range chs {
+		r := await(t, ch, 10*time.Second)
+		if r.err != nil {
+			t.Fatalf("route: %v", r.err)
+		}
+		pods[r.b.PodID]++
+		if r.b.New {
+			news++
+		}
+	}
+	if len(pods) != 1 || news != 1 {
+		t.Fatalf("routes of one session went to %v with %d new:true; want one pod, one new", pods, news)
+	}
+	s := h.Settled("s")
+	slots := 0
+	for _, p := range s.Pods {
+		slots += p.Slots
+	}
+	if len(s.Sessions) != 1 || slots != 1 {
+		t.Fatalf("sessions %v, %d slots in use; want one binding, one slot", s.Sessions, slots)
+	}
+	for pod := range pods {
+		if s.Sessions["sticky"] != pod {
+			t.Fatalf("binding %v, routes answered %s", s.Sessions, pod)
+		}
+	}
+	if d := h.Fake.DeployCount(); d != 1 {
+		t.Fatalf("%d deploys, want only the warm-up's", d)
 	}
 }
 

@@ -43,7 +43,7 @@ type Config struct {
 	// session's slow path (acquire, deploy, queue); it is extended while the call runs.
 	SessionLease time.Duration
 	Clock        warmpool.Clock
-	Logger   *slog.Logger
+	Logger       *slog.Logger
 	// Observe, when set, is told of queue events (queued, queue_full, wait_timeout,
 	// woken).
 	Observe func(event, outcome string)

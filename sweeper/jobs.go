@@ -14,8 +14,6 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/lua"
-	"github.com/warmpool/warmpool/rm"
-	"github.com/warmpool/warmpool/sm"
 )
 
 // Defaults of Config.
@@ -57,22 +55,43 @@ type Config struct {
 	Observe func(event, outcome string)
 }
 
+// Pools is what the jobs need of the resource manager (rm.Manager).
+type Pools interface {
+	// Fill starts warm-pool deploys of the scope while it has fewer idle pods of its
+	// current version than min_idle_pods, within max_pods and the parallel-deploy
+	// bound, and returns how many it started. Errors: SCOPE_NOT_FOUND,
+	// STORE_UNAVAILABLE.
+	Fill(ctx context.Context, scope string) (int, error)
+}
+
+// Sessions is what the jobs need of the session manager (sm.Manager).
+type Sessions interface {
+	// ExpireSessions evicts up to limit sessions of the scope whose TTL has passed,
+	// frees their slots, wakes waiters, and returns how many it evicted. Errors:
+	// SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
+	ExpireSessions(ctx context.Context, scope string, limit int) (int, error)
+	// Wake tells the scope's waiters on every replica that capacity may have freed;
+	// a failed publish only delays them until their next re-check.
+	Wake(ctx context.Context, scope string)
+}
+
 // Sweeper holds the jobs that keep every scope's pool healthy.
 type Sweeper struct {
-	store   *lua.Store
-	rm      *rm.Manager
-	sm      *sm.Manager
-	driver  warmpool.PodDriver
-	configs warmpool.ConfigStore
-	cfg     Config
-	clock   warmpool.Clock
-	log     *slog.Logger
+	store    *lua.Store
+	pools    Pools
+	sessions Sessions
+	driver   warmpool.PodDriver
+	configs  warmpool.ConfigStore
+	cfg      Config
+	clock    warmpool.Clock
+	log      *slog.Logger
 	// reconciles counts Repair calls, to run the recount every RepairEvery-th.
 	reconciles atomic.Uint64
 }
 
-// New returns the jobs over the given parts of a replica.
-func New(store *lua.Store, rmgr *rm.Manager, smgr *sm.Manager, driver warmpool.PodDriver, configs warmpool.ConfigStore, cfg Config) *Sweeper {
+// New returns the jobs over the given parts of a replica: its Redis, the resource and
+// session managers (as Pools and Sessions), the pod driver and the config store.
+func New(store *lua.Store, pools Pools, sessions Sessions, driver warmpool.PodDriver, configs warmpool.ConfigStore, cfg Config) *Sweeper {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
@@ -105,7 +124,7 @@ func New(store *lua.Store, rmgr *rm.Manager, smgr *sm.Manager, driver warmpool.P
 	if cfg.Observe == nil {
 		cfg.Observe = func(string, string) {}
 	}
-	return &Sweeper{store: store, rm: rmgr, sm: smgr, driver: driver, configs: configs, cfg: cfg, clock: cfg.Clock,
+	return &Sweeper{store: store, pools: pools, sessions: sessions, driver: driver, configs: configs, cfg: cfg, clock: cfg.Clock,
 		log: cfg.Logger.With("component", "sweeper")}
 }
 
@@ -148,7 +167,7 @@ func (s *Sweeper) forScopes(ctx context.Context, fn func(scope string) error) er
 // within max_pods and the parallel-deploy bound (the placeholder script decides).
 func (s *Sweeper) Autoscale(ctx context.Context) error {
 	return s.forScopes(ctx, func(scope string) error {
-		n, err := s.rm.Fill(ctx, scope)
+		n, err := s.pools.Fill(ctx, scope)
 		if n > 0 {
 			s.log.Info("autoscale: deploying warm pods", "scope", scope, "count", n)
 			for range n {
@@ -225,7 +244,7 @@ func (s *Sweeper) bury(ctx context.Context, scope string, pod warmpool.Pod, reas
 	}
 	s.log.Info("pod buried", "scope", scope, "pod", pod.ID, "reason", reason, "sessions_released", len(sessions))
 	s.cfg.Observe("sweep", outcome)
-	s.sm.Wake(ctx, scope)
+	s.sessions.Wake(ctx, scope)
 }
 
 // Watch buries registered pods the driver reports dead or gone, and pods whose health
@@ -310,7 +329,7 @@ func (s *Sweeper) ExpireSessions(ctx context.Context) error {
 	return s.forScopes(ctx, func(scope string) error {
 		total := 0
 		for {
-			n, err := s.sm.ExpireSessions(ctx, scope, s.cfg.ExpiryBatch)
+			n, err := s.sessions.ExpireSessions(ctx, scope, s.cfg.ExpiryBatch)
 			total += n
 			if err != nil || n < s.cfg.ExpiryBatch {
 				if total > 0 {
@@ -464,7 +483,7 @@ func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Po
 		case st == lua.AdoptAdopted:
 			s.log.Info("reconcile adopted a pod", "scope", p.ScopeID, "pod", p.ID)
 			s.cfg.Observe("sweep", "adopted")
-			s.sm.Wake(ctx, p.ScopeID)
+			s.sessions.Wake(ctx, p.ScopeID)
 		}
 	}
 }

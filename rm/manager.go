@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -63,32 +64,19 @@ type Manager struct {
 	wg     sync.WaitGroup
 }
 
+// fill gives every field left out its default.
+func (c *Config) fill() {
+	defaults.Positive(&c.Lease, DefaultLease)
+	defaults.Positive(&c.ClaimTTL, DefaultClaimTTL)
+	defaults.Positive(&c.FollowerMargin, DefaultFollowerMargin)
+	defaults.Positive(&c.PollInterval, DefaultPollInterval)
+	defaults.Positive(&c.IdemTTL, DefaultIdemTTL)
+	c.Clock, c.Logger, c.Observe = defaults.Clock(c.Clock), defaults.Logger(c.Logger), defaults.Observer(c.Observe)
+}
+
 // New returns a Manager over store and driver.
 func New(store *lua.Store, driver warmpool.PodDriver, cfg Config) *Manager {
-	if cfg.Lease <= 0 {
-		cfg.Lease = DefaultLease
-	}
-	if cfg.ClaimTTL <= 0 {
-		cfg.ClaimTTL = DefaultClaimTTL
-	}
-	if cfg.FollowerMargin <= 0 {
-		cfg.FollowerMargin = DefaultFollowerMargin
-	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = DefaultPollInterval
-	}
-	if cfg.IdemTTL <= 0 {
-		cfg.IdemTTL = DefaultIdemTTL
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = warmpool.SystemClock{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Observe == nil {
-		cfg.Observe = func(string, string) {}
-	}
+	cfg.fill()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{
 		store: store, driver: driver, cfg: cfg, clock: cfg.Clock,

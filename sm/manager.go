@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -62,32 +63,21 @@ type Manager struct {
 	wake  *lua.Wake
 }
 
+// fill gives every field left out its default.
+func (c *Config) fill() {
+	defaults.Positive(&c.Recheck, DefaultRecheck)
+	defaults.Positive(&c.IdemTTL, DefaultIdemTTL)
+	defaults.Positive(&c.Attempts, DefaultAttempts)
+	defaults.Positive(&c.SessionLease, DefaultSessionLease)
+	c.Clock, c.Logger, c.Observe = defaults.Clock(c.Clock), defaults.Logger(c.Logger), defaults.Observer(c.Observe)
+	if c.ObserveRoute == nil {
+		c.ObserveRoute = func(string, time.Duration) {}
+	}
+}
+
 // New returns a Manager over store, taking pods from pool.
 func New(store *lua.Store, pool warmpool.Pool, cfg Config) *Manager {
-	if cfg.Recheck <= 0 {
-		cfg.Recheck = DefaultRecheck
-	}
-	if cfg.IdemTTL <= 0 {
-		cfg.IdemTTL = DefaultIdemTTL
-	}
-	if cfg.Attempts <= 0 {
-		cfg.Attempts = DefaultAttempts
-	}
-	if cfg.SessionLease <= 0 {
-		cfg.SessionLease = DefaultSessionLease
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = warmpool.SystemClock{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Observe == nil {
-		cfg.Observe = func(string, string) {}
-	}
-	if cfg.ObserveRoute == nil {
-		cfg.ObserveRoute = func(string, time.Duration) {}
-	}
+	cfg.fill()
 	return &Manager{
 		store: store, pool: pool, cfg: cfg, clock: cfg.Clock,
 		log:  cfg.Logger.With("component", "sm"),
@@ -121,7 +111,7 @@ func binding(scope, session string, pod warmpool.Pod, isNew bool) Binding {
 // Errors: VALIDATION, SCOPE_NOT_FOUND, NO_POD_AVAILABLE, QUEUE_FULL, WAIT_TIMEOUT,
 // DEPLOY_FAILED, STORE_UNAVAILABLE.
 func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (Binding, error) {
-	if err := errors.Join(warmpool.CheckScopeID(scope), warmpool.CheckSessionID(session), warmpool.CheckRequestID(requestID)); err != nil {
+	if err := errors.Join(checkIDs(scope, session), warmpool.CheckRequestID(requestID)); err != nil {
 		return Binding{}, err
 	}
 	// A bound session, a warm fit or a replay of the cached answer costs one script
@@ -338,41 +328,52 @@ func (m *Manager) queue(ctx context.Context, scope, session, requestID string, f
 // Touch refreshes a session's TTL. It reports false when the session had expired (it
 // is evicted now, its capacity freed and a waiter woken) or never existed.
 // Errors: VALIDATION, SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
-func (m *Manager) Touch(ctx context.Context, scope, session string) (bool, error) {
-	if err := errors.Join(warmpool.CheckScopeID(scope), warmpool.CheckSessionID(session)); err != nil {
-		return false, err
-	}
-	state, waiters, err := m.store.SessionTouch(ctx, scope, session, m.clock.Now())
-	if err != nil {
-		return false, fmt.Errorf("touch %s/%s: %w", scope, session, err)
-	}
-	if state == lua.TouchExpired {
-		m.wakeWaiters(ctx, scope, waiters)
-	}
-	return state == lua.TouchTouched, nil
+func (m *Manager) Touch(ctx context.Context, scope, session string) (touched bool, err error) {
+	err = m.freeing(ctx, "touch", scope, session, func(now time.Time) (bool, int, error) {
+		state, waiters, err := m.store.SessionTouch(ctx, scope, session, now)
+		touched = state == lua.TouchTouched
+		return state == lua.TouchExpired, waiters, err
+	})
+	return touched, err
 }
 
 // End releases a session: its slot is freed, its pod goes idle when it was the last
 // session, and a waiter is woken. It reports whether the session was bound.
 // Errors: VALIDATION, SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
-func (m *Manager) End(ctx context.Context, scope, session string) (bool, error) {
-	if err := errors.Join(warmpool.CheckScopeID(scope), warmpool.CheckSessionID(session)); err != nil {
-		return false, err
+func (m *Manager) End(ctx context.Context, scope, session string) (released bool, err error) {
+	err = m.freeing(ctx, "end", scope, session, func(now time.Time) (bool, int, error) {
+		bound, waiters, err := m.store.SessionEnd(ctx, scope, session, now)
+		released = bound
+		return bound, waiters, err
+	})
+	return released, err
+}
+
+// freeing checks the ids, then runs op's script, which reports whether it freed the
+// session's slot and how many waiters the scope has; the waiters are woken when it did.
+func (m *Manager) freeing(ctx context.Context, op, scope, session string, run func(now time.Time) (freed bool, waiters int, err error)) error {
+	if err := checkIDs(scope, session); err != nil {
+		return err
 	}
-	released, waiters, err := m.store.SessionEnd(ctx, scope, session, m.clock.Now())
+	freed, waiters, err := run(m.clock.Now())
 	if err != nil {
-		return false, fmt.Errorf("end %s/%s: %w", scope, session, err)
+		return fmt.Errorf("%s %s/%s: %w", op, scope, session, err)
 	}
-	if released {
+	if freed {
 		m.wakeWaiters(ctx, scope, waiters)
 	}
-	return released, nil
+	return nil
+}
+
+// checkIDs validates a scope and a session id.
+func checkIDs(scope, session string) error {
+	return errors.Join(warmpool.CheckScopeID(scope), warmpool.CheckSessionID(session))
 }
 
 // Get returns a live session's binding. Errors: VALIDATION, SCOPE_NOT_FOUND,
 // SESSION_NOT_FOUND, STORE_UNAVAILABLE.
 func (m *Manager) Get(ctx context.Context, scope, session string) (Binding, error) {
-	if err := errors.Join(warmpool.CheckScopeID(scope), warmpool.CheckSessionID(session)); err != nil {
+	if err := checkIDs(scope, session); err != nil {
 		return Binding{}, err
 	}
 	sb, err := m.store.SessionGet(ctx, scope, session, m.clock.Now())

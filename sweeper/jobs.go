@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -89,41 +90,24 @@ type Sweeper struct {
 	reconciles atomic.Uint64
 }
 
+// fill gives every field left out its default; a job's interval defaults to Interval.
+func (c *Config) fill() {
+	c.Clock, c.Logger, c.Observe = defaults.Clock(c.Clock), defaults.Logger(c.Logger), defaults.Observer(c.Observe)
+	defaults.Positive(&c.HealthFailThreshold, DefaultHealthFailThreshold)
+	defaults.Positive(&c.GhostGrace, DefaultGhostGrace)
+	defaults.Positive(&c.OrphanGrace, DefaultOrphanGrace)
+	defaults.Positive(&c.ExpiryBatch, DefaultExpiryBatch)
+	defaults.Positive(&c.RepairEvery, DefaultRepairEvery)
+	defaults.Positive(&c.Interval, DefaultInterval)
+	for _, d := range []*time.Duration{&c.Autoscale, &c.Reclaim, &c.Watch, &c.Reconcile, &c.Sessions} {
+		defaults.Positive(d, c.Interval)
+	}
+}
+
 // New returns the jobs over the given parts of a replica: its Redis, the resource and
 // session managers (as Pools and Sessions), the pod driver and the config store.
 func New(store *lua.Store, pools Pools, sessions Sessions, driver warmpool.PodDriver, configs warmpool.ConfigStore, cfg Config) *Sweeper {
-	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultInterval
-	}
-	for _, d := range []*time.Duration{&cfg.Autoscale, &cfg.Reclaim, &cfg.Watch, &cfg.Reconcile, &cfg.Sessions} {
-		if *d <= 0 {
-			*d = cfg.Interval
-		}
-	}
-	if cfg.HealthFailThreshold <= 0 {
-		cfg.HealthFailThreshold = DefaultHealthFailThreshold
-	}
-	if cfg.GhostGrace <= 0 {
-		cfg.GhostGrace = DefaultGhostGrace
-	}
-	if cfg.OrphanGrace <= 0 {
-		cfg.OrphanGrace = DefaultOrphanGrace
-	}
-	if cfg.ExpiryBatch <= 0 {
-		cfg.ExpiryBatch = DefaultExpiryBatch
-	}
-	if cfg.RepairEvery <= 0 {
-		cfg.RepairEvery = DefaultRepairEvery
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = warmpool.SystemClock{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Observe == nil {
-		cfg.Observe = func(string, string) {}
-	}
+	cfg.fill()
 	return &Sweeper{store: store, pools: pools, sessions: sessions, driver: driver, configs: configs, cfg: cfg, clock: cfg.Clock,
 		log: cfg.Logger.With("component", "sweeper")}
 }
@@ -163,6 +147,16 @@ func (s *Sweeper) forScopes(ctx context.Context, fn func(scope string) error) er
 	return errors.Join(errs...)
 }
 
+// pool reads a scope's published record and a snapshot of its pool.
+func (s *Sweeper) pool(ctx context.Context, scope string) (lua.ScopeRecord, lua.Snapshot, error) {
+	rec, err := s.store.Scope(ctx, scope)
+	if err != nil {
+		return lua.ScopeRecord{}, lua.Snapshot{}, err
+	}
+	snap, err := s.store.PoolSnapshot(ctx, scope)
+	return rec, snap, err
+}
+
 // Autoscale keeps min_idle_pods warm idle pods of the current version in every scope,
 // within max_pods and the parallel-deploy bound (the placeholder script decides).
 func (s *Sweeper) Autoscale(ctx context.Context) error {
@@ -184,11 +178,7 @@ func (s *Sweeper) Autoscale(ctx context.Context) error {
 func (s *Sweeper) Reclaim(ctx context.Context) error {
 	now := s.clock.Now()
 	return s.forScopes(ctx, func(scope string) error {
-		rec, err := s.store.Scope(ctx, scope)
-		if err != nil {
-			return err
-		}
-		snap, err := s.store.PoolSnapshot(ctx, scope)
+		rec, snap, err := s.pool(ctx, scope)
 		if err != nil {
 			return err
 		}
@@ -371,11 +361,7 @@ func (s *Sweeper) Reconcile(ctx context.Context) error {
 	published := map[string]bool{}
 	err = s.forScopes(ctx, func(scope string) error {
 		published[scope] = true
-		rec, err := s.store.Scope(ctx, scope)
-		if err != nil {
-			return err
-		}
-		snap, err := s.store.PoolSnapshot(ctx, scope)
+		rec, snap, err := s.pool(ctx, scope)
 		if err != nil {
 			return err
 		}

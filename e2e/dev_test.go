@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/warmpool/warmpool/sm"
 )
 
 // TestDevServer runs `warmpool serve --dev` as a real process and drives it as a
@@ -42,7 +44,7 @@ func TestDevServer(t *testing.T) {
 	}
 
 	// Run exactly what the line says.
-	var first binding
+	var first sm.Binding
 	status := call(t, http.MethodPost, routeURL, routeBody, &first)
 	if status != http.StatusOK || first.ScopeID != "demo" || first.SessionID == "" || !first.New ||
 		first.PodID == "" || !strings.HasPrefix(first.SSEURL, "http://127.0.0.1:") || first.DeployVer == "" {
@@ -51,7 +53,7 @@ func TestDevServer(t *testing.T) {
 	session := first.SessionID
 	if _, err := exec.LookPath("curl"); err == nil {
 		out, err := exec.Command("sh", "-c", strings.TrimSpace(curlLine)).Output()
-		var again binding
+		var again sm.Binding
 		if err != nil || json.Unmarshal(out, &again) != nil || again.PodID != first.PodID || again.New {
 			t.Fatalf("the curl line itself: %v, %s; want %s again with new:false", err, out, first.PodID)
 		}
@@ -74,7 +76,7 @@ func TestDevServer(t *testing.T) {
 	}
 
 	// Another session reuses the warm pod: no second deploy.
-	var second binding
+	var second sm.Binding
 	if st := call(t, http.MethodPost, base+"/v1/scopes/demo/sessions", `{"session_id":"e2e-2"}`, &second); st != http.StatusOK || !second.New {
 		t.Fatalf("second route: %d %+v", st, second)
 	}
@@ -220,15 +222,6 @@ func testOperator(t *testing.T, bin, base, demoPod string) {
 	if _, stderr, code := operator(t, bin, "scopes", "--server", "http://"+freeAddr(t)); code == 0 || stderr == "" {
 		t.Fatalf("scopes against no server: exit %d, %q", code, stderr)
 	}
-}
-
-type binding struct {
-	ScopeID   string `json:"scope_id"`
-	SessionID string `json:"session_id"`
-	PodID     string `json:"pod_id"`
-	SSEURL    string `json:"pod_sse_url"`
-	DeployVer string `json:"deploy_ver"`
-	New       bool   `json:"new"`
 }
 
 type poolStatus struct {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/replicatest"
-	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sm"
 )
 
@@ -21,15 +20,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // replica starts a replica on the harness and returns its session manager.
 func replica(h *replicatest.Harness, cfg replicatest.Config) *sm.Manager {
 	return h.Replica(cfg).SM
-}
-
-// podSessions counts the sessions on each pod of a snapshot.
-func podSessions(s lua.Snapshot) map[string]int {
-	n := map[string]int{}
-	for _, pod := range s.Sessions {
-		n[pod]++
-	}
-	return n
 }
 
 type routed struct {
@@ -49,18 +39,6 @@ func routeAsync(m *sm.Manager, scope, session, requestID string) <-chan routed {
 	return ch
 }
 
-// await takes the outcome of a background route, failing the test after limit.
-func await(t *testing.T, ch <-chan routed, limit time.Duration) routed {
-	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(limit):
-		t.Fatalf("route did not return within %s", limit)
-		return routed{}
-	}
-}
-
 func mustRoute(t *testing.T, m *sm.Manager, scope, session string) sm.Binding {
 	t.Helper()
 	b, err := m.Route(context.Background(), scope, session, "")
@@ -70,7 +48,8 @@ func mustRoute(t *testing.T, m *sm.Manager, scope, session string) sm.Binding {
 	return b
 }
 
-// wantCode fails unless err carries code (and, for the 503 codes, a retry_after).
+// wantCode fails unless err carries code (and, for the 503 codes and WAIT_TIMEOUT, a
+// retry_after).
 func wantCode(t *testing.T, what string, err error, code warmpool.Code) {
 	t.Helper()
 	if got := warmpool.ErrorCode(err); got != code {
@@ -78,7 +57,7 @@ func wantCode(t *testing.T, what string, err error, code warmpool.Code) {
 	}
 	var e *warmpool.Error
 	errors.As(err, &e)
-	if code.Status() == 503 && e.RetryAfter < 1 {
+	if (code.Status() == 503 || code == warmpool.CodeWaitTimeout) && e.RetryAfter < 1 {
 		t.Fatalf("%s: %s without retry_after: %v", what, code, err)
 	}
 }

@@ -2,7 +2,6 @@ package sm_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -28,13 +27,22 @@ func fill(t *testing.T, scope, prefix string, n int, ms ...*sm.Manager) []sm.Bin
 	}
 	out := make([]sm.Binding, n)
 	for i, ch := range chs {
-		r := await(t, ch, 10*time.Second)
+		r := replicatest.Recv(t, "the route", ch)
 		if r.err != nil {
 			t.Fatalf("route %s%d: %v", prefix, i, r.err)
 		}
 		out[i] = r.b
 	}
 	return out
+}
+
+// podSessions counts the sessions on each pod of a snapshot.
+func podSessions(s lua.Snapshot) map[string]int {
+	n := map[string]int{}
+	for _, pod := range s.Sessions {
+		n[pod]++
+	}
+	return n
 }
 
 // wantTwoByTwo asserts the scope has exactly two pods with two sessions each, slots
@@ -78,7 +86,7 @@ func TestConcurrentRoutesFillTwoPodsOfTwo(t *testing.T) {
 	hold()
 	var cold []sm.Binding
 	for _, ch := range chs {
-		r := await(t, ch, 10*time.Second)
+		r := replicatest.Recv(t, "the route", ch)
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
@@ -131,15 +139,10 @@ func TestQueueFullFailsFast(t *testing.T) {
 	queued := routeAsync(a, "s", "queued", "")
 	replicatest.WaitFor(t, "the route in the queue", func() bool { return len(h.Snap("s").Waiters) == 1 })
 
-	start := time.Now()
-	_, err := b.Route(context.Background(), "s", "overflow", "")
-	took := time.Since(start)
-	wantCode(t, "route with the queue full", err, warmpool.CodeQueueFull)
-	if warmpool.CodeQueueFull.Status() != 503 {
-		t.Fatalf("QUEUE_FULL status %d", warmpool.CodeQueueFull.Status())
-	}
-	if took > 500*time.Millisecond {
-		t.Fatalf("QUEUE_FULL took %s; it must not wait (wait_timeout_s is 2)", took)
+	overflow := replicatest.Recv(t, "the overflow route", routeAsync(b, "s", "overflow", ""))
+	wantCode(t, "route with the queue full", overflow.err, warmpool.CodeQueueFull)
+	if overflow.took > 500*time.Millisecond {
+		t.Fatalf("QUEUE_FULL took %s; it must not wait (wait_timeout_s is 2)", overflow.took)
 	}
 	if s := h.Snap("s"); len(s.Waiters) != 1 {
 		t.Fatalf("waiters after the refusal = %v, want only the queued one", s.Waiters)
@@ -148,7 +151,7 @@ func TestQueueFullFailsFast(t *testing.T) {
 	if ok, err := b.End(context.Background(), "s", "busy0"); !ok || err != nil {
 		t.Fatalf("end = %v, %v", ok, err)
 	}
-	r := await(t, queued, 3*time.Second)
+	r := replicatest.Recv(t, "the queued route", queued)
 	if r.err != nil || !r.b.New {
 		t.Fatalf("queued route = %+v, %v; want it served", r.b, r.err)
 	}
@@ -162,19 +165,10 @@ func TestQueuedRouteTimesOut(t *testing.T) {
 	a := replica(h, replicatest.Config{SM: sm.Config{Recheck: 50 * time.Millisecond}})
 	fullScope(t, h, a, 2, 1)
 
-	start := time.Now()
-	_, err := a.Route(context.Background(), "s", "late", "")
-	took := time.Since(start)
-	wantCode(t, "queued route", err, warmpool.CodeWaitTimeout)
-	if warmpool.CodeWaitTimeout.Status() != 504 {
-		t.Fatalf("WAIT_TIMEOUT status %d", warmpool.CodeWaitTimeout.Status())
-	}
-	var e *warmpool.Error
-	if errors.As(err, &e); e.RetryAfter < 1 {
-		t.Fatalf("WAIT_TIMEOUT without retry_after: %v", err)
-	}
-	if took < 900*time.Millisecond || took > 2500*time.Millisecond {
-		t.Fatalf("WAIT_TIMEOUT after %s, want about 1s", took)
+	late := replicatest.Recv(t, "the late route", routeAsync(a, "s", "late", ""))
+	wantCode(t, "queued route", late.err, warmpool.CodeWaitTimeout)
+	if late.took < 900*time.Millisecond || late.took > 2500*time.Millisecond {
+		t.Fatalf("WAIT_TIMEOUT after %s, want about 1s", late.took)
 	}
 	s := h.Settled("s")
 	if len(s.Waiters) != 0 || len(s.Sessions) != 2 {
@@ -198,7 +192,7 @@ func TestWakeAcrossReplicas(t *testing.T) {
 	if ok, err := b.End(context.Background(), "s", "first"); !ok || err != nil {
 		t.Fatalf("end on B = %v, %v", ok, err)
 	}
-	r := await(t, queued, 5*time.Second)
+	r := replicatest.Recv(t, "the queued route", queued)
 	woke := time.Since(ended)
 	if r.err != nil || r.b.PodID != first.PodID || !r.b.New {
 		t.Fatalf("queued route = %+v, %v; want the freed pod %s", r.b, r.err, first.PodID)
@@ -236,7 +230,7 @@ func TestLostWakeUpOnlyDelays(t *testing.T) {
 	if !released || err != nil {
 		t.Fatalf("store end = %v, %v", released, err)
 	}
-	r := await(t, queued, 5*time.Second)
+	r := replicatest.Recv(t, "the queued route", queued)
 	if r.err != nil || r.b.PodID != first.PodID {
 		t.Fatalf("queued route = %+v, %v; want the freed pod", r.b, r.err)
 	}
@@ -322,7 +316,7 @@ func TestTouchOfExpiredSessionWakesAWaiter(t *testing.T) {
 	if ok, err := m.Touch(context.Background(), "s", "old"); ok || err != nil {
 		t.Fatalf("touch of the expired session = %v, %v; want false", ok, err)
 	}
-	r := await(t, queued, 5*time.Second)
+	r := replicatest.Recv(t, "the queued route", queued)
 	if r.err != nil || r.b.PodID != old.PodID || !r.b.New {
 		t.Fatalf("queued route = %+v, %v; want the freed pod %s", r.b, r.err, old.PodID)
 	}
@@ -388,7 +382,7 @@ func TestAffinityUnderConcurrentRoutes(t *testing.T) {
 	}
 	pods, news := map[string]int{}, 0
 	for _, ch := range chs {
-		r := await(t, ch, 10*time.Second)
+		r := replicatest.Recv(t, "the route", ch)
 		if r.err != nil {
 			t.Fatalf("route: %v", r.err)
 		}
@@ -472,7 +466,7 @@ func TestIdempotentReplayAcrossReplicasWhileDeploying(t *testing.T) {
 		t.Fatal("the retry started a second deploy while the first call was deploying")
 	}
 	hold()
-	x, y := await(t, ra, 10*time.Second), await(t, rb, 10*time.Second)
+	x, y := replicatest.Recv(t, "the route on A", ra), replicatest.Recv(t, "the route on B", rb)
 	if x.err != nil || y.err != nil || x.b != y.b || !x.b.New {
 		t.Fatalf("answers differ: %+v %v / %+v %v; want one answer with new:true", x.b, x.err, y.b, y.err)
 	}
@@ -704,7 +698,7 @@ func TestRouteSeesAPodRegisteredWhileItAcquired(t *testing.T) {
 	<-g.entered // A's first fit found nothing; its acquire waits
 	fast := mustRoute(t, b, "s", "fast")
 	g.open()
-	r := await(t, slow, 10*time.Second)
+	r := replicatest.Recv(t, "the slow route", slow)
 	if r.err != nil || r.b.PodID != fast.PodID {
 		t.Fatalf("route = %+v, %v; want the free slot on %s", r.b, r.err, fast.PodID)
 	}

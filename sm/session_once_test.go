@@ -42,7 +42,7 @@ func TestConcurrentColdRoutesOfOneSessionDeployOnce(t *testing.T) {
 			release()
 			pods, news, failed := map[string]int{}, 0, 0
 			for _, ch := range chs {
-				r := await(t, ch, 10*time.Second)
+				r := replicatest.Recv(t, "the route", ch)
 				if r.err != nil {
 					failed++
 					t.Logf("route: %v", r.err)

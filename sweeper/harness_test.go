@@ -101,6 +101,17 @@ func (h *harness) addPod(scope, id string, fence int64) warmpool.Pod {
 	return pod
 }
 
+// addGhost registers in Redis, idle since the clock's now, a ready pod of the scope's
+// current version that the driver does not have.
+func (h *harness) addGhost(scope, id string, fence int64) {
+	h.t.Helper()
+	pod := h.externalPod(scope, id, fence)
+	pod.SSEURL = "http://fake.invalid/" + id + "/sse"
+	if st, err := h.Store.PodAdopt(context.Background(), pod, h.Clock.Now()); err != nil || st != lua.AdoptAdopted {
+		h.t.Fatalf("adopt %s: %q %v", id, st, err)
+	}
+}
+
 // externalPod is a pod of the scope's current version created at the clock's now.
 func (h *harness) externalPod(scope, id string, fence int64) warmpool.Pod {
 	return warmpool.Pod{ID: id, ScopeID: scope, DeployVer: h.Current(scope).DeployVer, Fence: fence,
@@ -140,6 +151,17 @@ func (h *harness) autoscale() int {
 	}
 	h.waitDeploys()
 	return h.observedCount("autoscale_deploy") - before
+}
+
+// staleLock leaves the lock of a job held by a holder that died, for lease; it
+// returns the lock's key and when it was taken.
+func (h *harness) staleLock(job string, lease time.Duration) (key string, taken time.Time) {
+	h.t.Helper()
+	key, taken = h.Store.Keys().Lock("sweep:"+job), time.Now()
+	if err := h.Redis.Client.Set(context.Background(), key, "dead-holder", lease).Err(); err != nil {
+		h.t.Fatal(err)
+	}
+	return key, taken
 }
 
 // waitDeploys waits until no deploy is in flight in the driver.

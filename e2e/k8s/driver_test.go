@@ -43,6 +43,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/k8s/drivertest"
 )
 
 // holdAnnotation keeps kwok from making a pod Running (scripts/k8s-up.sh stage knob), so
@@ -296,49 +297,37 @@ func waitPod(ns string, within time.Duration, ok func(*corev1.Pod) bool) (*corev
 	return nil, fmt.Errorf("no matching pod in %s within %s", ns, within)
 }
 
-// failImagePull plays a kubelet that cannot pull the image of a held pod: it sets the
-// container's waiting reason to ErrImagePull through a status update.
-func failImagePull(ns, name, container, image string) error {
+// setPodStatus plays the kubelet of pod ns/name: it changes the pod's status with
+// mutate through a status update.
+func setPodStatus(ns, name string, mutate func(*corev1.PodStatus)) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := admin.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		cur.Status.Phase = corev1.PodPending
-		cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: container, Image: image,
-			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull",
-				Message: "failed to resolve reference " + strconv.Quote(image)}}}}
+		mutate(&cur.Status)
 		_, err = admin.CoreV1().Pods(ns).UpdateStatus(context.Background(), cur, metav1.UpdateOptions{})
 		return err
 	})
 }
 
-// readSSE opens the pod's SSE URL and returns its first event.
-func readSSE(t *testing.T, url string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("SSE %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "text/event-stream" {
-		t.Fatalf("SSE %s: %d %s", url, resp.StatusCode, ct)
-	}
-	var ev bytes.Buffer
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() && sc.Text() != "" {
-		ev.WriteString(sc.Text() + "\n")
-	}
-	return ev.String()
+// failImagePull plays a kubelet that cannot pull the image of a held pod: the
+// container waits with ErrImagePull.
+func failImagePull(ns, name, container, image string) error {
+	return setPodStatus(ns, name, func(st *corev1.PodStatus) {
+		st.Phase = corev1.PodPending
+		st.ContainerStatuses = []corev1.ContainerStatus{{Name: container, Image: image,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull",
+				Message: "failed to resolve reference " + strconv.Quote(image)}}}}
+	})
 }
 
 // ---------- the suite, run as admin and as the least-privilege ServiceAccount ----------
 
 func TestDriverAdmin(t *testing.T) {
-	driverSuite(t, admin)
+	t.Run("Conformance", func(t *testing.T) { conformance(t, admin, mustNamespace) })
+	driverSuiteIn(t, admin, mustNamespace(t))
+	t.Run("NodeDeleted", func(t *testing.T) { testNodeDeleted(t, admin, mustNamespace(t)) })
 }
 
 // TestDriverLeastPrivilege runs the same suite with a token of the ServiceAccount that
@@ -360,6 +349,7 @@ func TestDriverLeastPrivilege(t *testing.T) {
 	if _, err := sa.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("list pods of its namespace: %v", err)
 	}
+	t.Run("Conformance", func(t *testing.T) { conformance(t, sa, func(*testing.T) string { return ns }) })
 	driverSuiteIn(t, sa, ns)
 }
 
@@ -418,18 +408,59 @@ func applyRBAC(t *testing.T, ns string) {
 	}
 }
 
-func driverSuite(t *testing.T, cs kubernetes.Interface) {
-	driverSuiteIn(t, cs, mustNamespace(t))
-	t.Run("NodeDeleted", func(t *testing.T) { testNodeDeleted(t, cs, mustNamespace(t)) })
-}
-
+// driverSuiteIn runs the Kubernetes-specific driver tests with cs in ns, one after
+// another; each removes its pods when it ends.
 func driverSuiteIn(t *testing.T, cs kubernetes.Interface, ns string) {
-	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, cs, ns) })
+	t.Run("PodObject", func(t *testing.T) { testPodObject(t, cs, ns) })
 	t.Run("ImagePullFails", func(t *testing.T) { testImagePull(t, cs, ns) })
-	t.Run("Unschedulable", func(t *testing.T) { testUnschedulable(t, cs, ns) })
 	t.Run("DeletedBehindOurBack", func(t *testing.T) { testDeletedBehindBack(t, cs, ns) })
 	t.Run("SlowReady", func(t *testing.T) { testSlowReady(t, cs, ns) })
 	t.Run("NameClash", func(t *testing.T) { testNameClash(t, cs, ns) })
+}
+
+// conformance runs the PodDriver contract suite on the driver with cs, each check in
+// the namespace namespace gives it: the test plays a kubelet whose pod fails (Kill), a
+// node selector no node matches fails deploys, kwok's hold knob stalls them.
+func conformance(t *testing.T, cs kubernetes.Interface, namespace func(*testing.T) string) {
+	drivertest.Run(t, func(t *testing.T, mode drivertest.Mode) *drivertest.Harness {
+		ns := namespace(t)
+		d := mustDriver(t, cs, ns, func(c *k8s.Config) {
+			switch mode {
+			case drivertest.Failing:
+				c.NodeSelector = map[string]string{"warmpool.io/no-such-pool": "x"}
+			case drivertest.Stalled:
+				c.PodAnnotations = map[string]string{holdAnnotation: "stalled"}
+			}
+		})
+		return &drivertest.Harness{
+			Driver:     d,
+			FailReason: "unschedulable",
+			ServesHTTP: true,
+			Settle:     30 * time.Second,
+			Kill: func(t *testing.T, pod warmpool.Pod) {
+				err := setPodStatus(ns, pod.ID, func(st *corev1.PodStatus) {
+					st.Phase = corev1.PodFailed
+					st.ContainerStatuses = []corev1.ContainerStatus{{Name: warmpool.DefaultContainerName,
+						State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}
+				})
+				if err != nil {
+					t.Fatalf("fail pod %s: %v", pod.ID, err)
+				}
+			},
+			Serving: func(t *testing.T, pod warmpool.Pod) { awaitServed(t, mustGetPod(t, ns, pod.ID)) },
+			Labels:  func(t *testing.T, pod warmpool.Pod) map[string]string { return mustGetPod(t, ns, pod.ID).Labels },
+		}
+	})
+}
+
+// mustGetPod reads pod ns/name from the API server.
+func mustGetPod(t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	p, err := admin.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // testSlowReady: kwok delays Ready by 2s (stage knob); Deploy waits for it through its
@@ -502,9 +533,10 @@ func testNameClash(t *testing.T, cs kubernetes.Interface, ns string) {
 	}
 }
 
-// testLifecycle: deploy → the pod exists with labels/annotations/resources → ready → SSE
-// and probe reachable → List sees it from the cache → Delete removes it.
-func testLifecycle(t *testing.T, cs kubernetes.Interface, ns string) {
+// testPodObject: a deploy reports its phases, and the API server holds the pod as the
+// driver built it: annotations, resources, no service account token, a locked-down
+// container with a readiness probe. (The contract itself is the conformance suite's.)
+func testPodObject(t *testing.T, cs kubernetes.Interface, ns string) {
 	var mu sync.Mutex
 	phases := map[k8s.DeployPhase]time.Duration{}
 	d := mustDriver(t, cs, ns, func(c *k8s.Config) {
@@ -524,26 +556,11 @@ func testLifecycle(t *testing.T, cs kubernetes.Interface, ns string) {
 		t.Errorf("phases %v", phases)
 	}
 	mu.Unlock()
-	if pod.ID != warmpool.PodName(req.ScopeID, 42) || pod.Namespace != ns || !pod.Ready || pod.Fence != 42 || pod.ScopeID != req.ScopeID {
-		t.Errorf("pod %+v", pod)
-	}
-	if !strings.HasPrefix(pod.SSEURL, "http://127.1.") || !strings.HasSuffix(pod.SSEURL, ":8080/sse") {
-		t.Errorf("SSE url %s", pod.SSEURL)
+	if pod.Namespace != ns || !strings.HasPrefix(pod.SSEURL, "http://127.1.") || !strings.HasSuffix(pod.SSEURL, ":8080/sse") {
+		t.Errorf("pod %+v, want it in %s at a kwok pod IP, port 8080", pod, ns)
 	}
 
-	// What the API server holds.
-	kp, err := admin.CoreV1().Pods(ns).Get(ctx, pod.ID, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range map[string]string{
-		warmpool.LabelManagedBy: "warmpool", warmpool.LabelScope: "e2e_life.agent",
-		warmpool.LabelDeployVer: req.DeployVer, warmpool.LabelFence: "42",
-	} {
-		if kp.Labels[k] != v {
-			t.Errorf("label %s=%q, want %q", k, kp.Labels[k], v)
-		}
-	}
+	kp := mustGetPod(t, ns, pod.ID)
 	if kp.Annotations[k8s.AnnotationScopeID] != req.ScopeID || kp.Annotations[k8s.AnnotationPort] != "8080" || kp.Annotations[k8s.AnnotationSSEPath] != "/sse" {
 		t.Errorf("annotations %v", kp.Annotations)
 	}
@@ -561,52 +578,10 @@ func testLifecycle(t *testing.T, cs kubernetes.Interface, ns string) {
 		c.SecurityContext == nil || *c.SecurityContext.AllowPrivilegeEscalation || c.ReadinessProbe.HTTPGet.Path != "/health" {
 		t.Errorf("pod spec %+v", kp.Spec)
 	}
-
-	// Real HTTP on the pod's IP.
-	select {
-	case <-shim.servingCh(net.JoinHostPort(kp.Status.PodIP, "8080"), string(kp.UID)):
-	case <-time.After(10 * time.Second):
-		t.Fatal("kubelet shim never served the pod")
-	}
-	if err := d.Probe(ctx, pod); err != nil {
-		t.Errorf("probe: %v", err)
-	}
-	if ev := readSSE(t, pod.SSEURL); !strings.Contains(ev, "event: hello") || !strings.Contains(ev, pod.ID) {
-		t.Errorf("SSE event %q", ev)
-	}
-
-	// List from the informer cache, which may trail the deploy's own watch by a few
-	// milliseconds (more when the namespace's informer started with this deploy).
-	var listed *warmpool.Pod
-	eventually(t, 5*time.Second, "List shows the ready pod", func() (bool, string) {
-		pods, err := d.List(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		listed = nil
-		for i := range pods {
-			if pods[i].ID == pod.ID {
-				listed = &pods[i]
-			}
-		}
-		return listed != nil && listed.Ready, fmt.Sprintf("%+v", listed)
-	})
-	if listed.Dead != "" || listed.SSEURL != pod.SSEURL || listed.DeployVer != req.DeployVer {
-		t.Errorf("listed %+v", listed)
-	}
-
-	start = time.Now()
 	if err := d.Delete(ctx, pod); err != nil {
-		t.Fatal(err)
+		t.Error(err)
 	}
 	waitGone(t, ns, pod.ID, 20*time.Second)
-	t.Logf("delete → gone in %s", time.Since(start).Round(time.Millisecond))
-	if err := d.Delete(ctx, pod); err != nil {
-		t.Errorf("second delete: %v", err)
-	}
-	if err := d.Probe(ctx, pod); err == nil {
-		t.Error("probe of a deleted pod succeeded")
-	}
 }
 
 // testImagePull: kwok is told to hold the pod; the test plays a kubelet that cannot pull
@@ -640,23 +615,6 @@ func testImagePull(t *testing.T, cs kubernetes.Interface, ns string) {
 		t.Errorf("took %s", took)
 	}
 	waitGone(t, ns, name, 20*time.Second)
-}
-
-// testUnschedulable: a node selector no node matches fails after the unschedulable grace.
-func testUnschedulable(t *testing.T, cs kubernetes.Interface, ns string) {
-	d := mustDriver(t, cs, ns, func(c *k8s.Config) { c.NodeSelector = map[string]string{"warmpool.io/no-such-pool": "x"} })
-	req := deployReq("e2e-unsched", 1, 120)
-	start := time.Now()
-	_, err := d.Deploy(context.Background(), req)
-	took := time.Since(start)
-	t.Logf("unschedulable detected in %s: %v", took.Round(time.Millisecond), err)
-	if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !strings.Contains(err.Error(), "unschedulable") {
-		t.Fatalf("err %v", err)
-	}
-	if took > 15*time.Second {
-		t.Errorf("took %s", took)
-	}
-	waitGone(t, ns, warmpool.PodName(req.ScopeID, 1), 20*time.Second)
 }
 
 // podEvents collects the driver's OnPod stream.

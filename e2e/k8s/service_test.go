@@ -41,6 +41,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/k8s/drivertest"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sqlite"
@@ -469,15 +470,12 @@ func awaitServed(t *testing.T, p *corev1.Pod) {
 // checkSSE reads the first event of a routed session's SSE URL: the pod's own stream.
 func checkSSE(t *testing.T, ns string, b sm.Binding) {
 	t.Helper()
-	kp, err := admin.CoreV1().Pods(ns).Get(context.Background(), b.PodID, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kp := mustGetPod(t, ns, b.PodID)
 	awaitServed(t, kp)
 	if want := "http://" + net.JoinHostPort(kp.Status.PodIP, "8080") + "/sse"; b.SSEURL != want {
 		t.Errorf("pod_sse_url %s, want %s", b.SSEURL, want)
 	}
-	if ev := readSSE(t, b.SSEURL); !strings.Contains(ev, "event: hello") || !strings.Contains(ev, b.PodID) {
+	if ev := drivertest.FirstEvent(t, b.SSEURL); !strings.Contains(ev, "event: hello") || !strings.Contains(ev, b.PodID) {
 		t.Errorf("SSE event of %s: %q", b.PodID, ev)
 	}
 }
@@ -510,10 +508,7 @@ func testServiceFullPath(t *testing.T, cs kubernetes.Interface, ns string) {
 	}
 
 	// The pod in the API server.
-	kp, err := admin.CoreV1().Pods(ns).Get(context.Background(), b.PodID, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kp := mustGetPod(t, ns, b.PodID)
 	fence, err := strconv.ParseInt(kp.Labels[warmpool.LabelFence], 10, 64)
 	if err != nil || fence < 1 || b.PodID != warmpool.PodName(scope, fence) {
 		t.Errorf("pod %s with fence label %q", b.PodID, kp.Labels[warmpool.LabelFence])

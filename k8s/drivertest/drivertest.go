@@ -156,7 +156,7 @@ func checkLifecycle(t *testing.T, h *Harness) {
 		t.Error("Probe with a cancelled ctx: nil error")
 	}
 	if h.ServesHTTP {
-		if ev := firstEvent(t, pod.SSEURL); !strings.HasPrefix(ev, "event: hello\n") || !strings.Contains(ev, pod.ID) {
+		if ev := FirstEvent(t, pod.SSEURL); !strings.HasPrefix(ev, "event: hello\n") || !strings.Contains(ev, pod.ID) {
 			t.Errorf("first SSE event %q, want hello naming %s", ev, pod.ID)
 		}
 	}
@@ -424,8 +424,8 @@ func checkURL(t *testing.T, what, raw, path string) {
 	}
 }
 
-// firstEvent reads the first event of the SSE stream at url.
-func firstEvent(t *testing.T, url string) string {
+// FirstEvent reads the first event of the SSE stream at url, its lines as sent.
+func FirstEvent(t testing.TB, url string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -28,14 +28,14 @@ type DeployRecord struct {
 
 // Driver is an in-memory warmpool.PodDriver. Deploy receives a normalized spec
 // (warmpool.ScopeConfig.Normalize) and fills no defaults. It behaves like the kubernetes
-// driver in the ways callers can observe: the pod exists
-// (not Ready) from the start of the deploy, a second create of the same (scope, fence)
-// fails with "already exists", and a failed or cancelled deploy removes its pod. Knobs
-// shape timing and failures without sleeps. The zero value is ready to use; all methods
-// are safe for concurrent use.
+// driver in the ways callers can observe: the pod exists (not Ready) from the start of
+// the deploy, a second create of the same (scope, fence) fails with "already exists",
+// and a failed or cancelled deploy removes its pod. Knobs shape timing and failures
+// without sleeps. The zero value is ready to use; all methods are safe for concurrent
+// use.
 type Driver struct {
 	// DeployDelay is how long each Deploy takes (after any Hold is released); ctx
-	// cancellation cuts it short. Set it before the first Deploy; SetDeployDelay changes
+	// cancellation cuts it short, and a delay past the ready timeout fails the deploy. Set it before the first Deploy; SetDeployDelay changes
 	// it while deploys may run.
 	DeployDelay time.Duration
 
@@ -97,7 +97,7 @@ func (f *Driver) FailNext(n int, msg string) {
 
 // Hold makes deploys block (after they have created their not-yet-ready pod) until
 // release is called, so a test can line up concurrent deploys and look at them in
-// flight. Holds nest: deploys run again once every release has been called. Calling
+// flight; a deploy held past its ready timeout fails, as a stuck pod would. Holds nest: deploys run again once every release has been called. Calling
 // release more than once is harmless.
 func (f *Driver) Hold() (release func()) {
 	f.mu.Lock()

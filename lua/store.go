@@ -36,6 +36,16 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// CleanupTimeout bounds a cleanup path (giving back a claim, leaving a queue, releasing
+// a lock), which runs even when the caller has gone.
+const CleanupTimeout = 5 * time.Second
+
+// CleanupContext is the context of a cleanup path: ctx's values without its
+// cancellation, bounded by CleanupTimeout.
+func CleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+}
+
 // ms formats a time as Redis's unit, milliseconds since the epoch.
 func ms(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
 

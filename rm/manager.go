@@ -24,9 +24,6 @@ const (
 	DefaultFollowerMargin = 10 * time.Second
 	DefaultPollInterval   = 50 * time.Millisecond
 	DefaultIdemTTL        = 60 * time.Second
-	// cleanupTimeout bounds the Redis calls of error paths, which run even when the
-	// caller's context is gone.
-	cleanupTimeout = 5 * time.Second
 )
 
 // Config tunes a Manager; zero fields take the defaults above.
@@ -208,7 +205,7 @@ func (m *Manager) deploy(scope, member string, fence int64, spec warmpool.Deploy
 		}
 	}
 	if err != nil {
-		cleanup, done := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		cleanup, done := lua.CleanupContext(ctx)
 		defer done()
 		if pod.ID != "" {
 			if derr := m.driver.Delete(cleanup, pod); derr != nil {
@@ -254,7 +251,7 @@ func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResul
 			return
 		}
 		m.cfg.Observe("acquire", "failed")
-		cleanup, done := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		cleanup, done := lua.CleanupContext(ctx)
 		defer done()
 		if lerr := m.store.FollowerLeave(cleanup, scope, res.Room, claim, m.clock.Now()); lerr != nil {
 			m.log.Warn("follower could not leave its room; its entry expires by its deadline", "scope", scope, "err", lerr)

@@ -22,10 +22,6 @@ import (
 // syncLease bounds how long a crashed sync blocks the next one.
 const syncLease = 30 * time.Second
 
-// releaseTimeout bounds the release of the sync lock, which runs even when the
-// caller has gone.
-const releaseTimeout = 5 * time.Second
-
 // Service stores and publishes scope configs.
 type Service struct {
 	store warmpool.ConfigStore
@@ -95,7 +91,7 @@ func (s *Service) Sync(ctx context.Context) (int, error) {
 	if lerr := stop(); lerr != nil {
 		return 0, fmt.Errorf("%w: %w", warmpool.Errorf(warmpool.CodeStoreUnavailable, "config sync stopped: its lock was lost").Retry(1), lerr)
 	}
-	release, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	release, cancel := lua.CleanupContext(ctx)
 	defer cancel()
 	if rerr := lock.Release(release); rerr != nil {
 		s.log.Warn("sync lock not released; it expires by itself", "err", rerr)

@@ -25,7 +25,6 @@ const (
 	// DefaultSessionLease is the lease of a session's route lock: a replica that dies
 	// while routing a session holds up that session's other routes this long at most.
 	DefaultSessionLease = 10 * time.Second
-	cleanupTimeout      = 5 * time.Second
 	// lockPoll is how often a route that waits for another call routing the same
 	// session looks whether that call is done.
 	lockPoll = 20 * time.Millisecond
@@ -189,7 +188,7 @@ func (m *Manager) routeLocked(ctx context.Context, lock *lua.Lock, scope, sessio
 	locked, stop := lock.KeepAlive(ctx)
 	b, err := m.routeOrQueue(locked, scope, session, requestID)
 	lost := stop()
-	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cleanup, cancel := lua.CleanupContext(ctx)
 	defer cancel()
 	if lerr := lock.Release(cleanup); lerr != nil && lost == nil {
 		m.log.Warn("session lock not released; it expires by its lease", "scope", scope, "session", session, "err", lerr)
@@ -269,7 +268,7 @@ func (m *Manager) route(ctx context.Context, scope, session, requestID string) (
 }
 
 func (m *Manager) releaseClaim(ctx context.Context, scope, claim string) {
-	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cleanup, cancel := lua.CleanupContext(ctx)
 	defer cancel()
 	if err := m.pool.ReleaseClaim(cleanup, scope, claim, true); err != nil {
 		m.log.Warn("claim not given back; it expires by its deadline", "scope", scope, "err", err)
@@ -296,7 +295,7 @@ func (m *Manager) queue(ctx context.Context, scope, session, requestID string, f
 	}
 	m.cfg.Observe("queue", "queued")
 	defer func() {
-		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		cleanup, cancel := lua.CleanupContext(ctx)
 		defer cancel()
 		if lerr := m.store.WaiterLeave(cleanup, scope, waiter); lerr != nil {
 			m.log.Warn("waiter not removed; it expires by its deadline", "scope", scope, "err", lerr)

@@ -17,9 +17,6 @@ import (
 // DefaultLockLease is how long a crashed job holder blocks the job on other replicas.
 const DefaultLockLease = 15 * time.Second
 
-// releaseTimeout bounds the release of a lock, which runs even when ctx has ended.
-const releaseTimeout = 5 * time.Second
-
 // Job is one periodic job.
 type Job struct {
 	Name     string
@@ -92,7 +89,7 @@ func (r *Runner) RunOnce(ctx context.Context, j Job) bool {
 		r.log.Warn("job lock lost; the job was cancelled", "job", j.Name, "err", lerr)
 		outcome = "lost_lock"
 	} else {
-		release, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		release, cancel := lua.CleanupContext(ctx)
 		if rerr := lock.Release(release); rerr != nil {
 			r.log.Debug("job lock not released; it expires", "job", j.Name, "err", rerr)
 		}

@@ -379,8 +379,15 @@ func runServe(t *testing.T, args ...string) (p *proc, base, bin string) {
 // its stderr is logged when the test failed.
 func startServe(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
+	return startProc(t, bin, cleanEnv(), args...)
+}
+
+// startProc starts bin with args and exactly the environment env; the process is
+// killed when the test ends.
+func startProc(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = cleanEnv()
+	cmd.Env = env
 	p := &proc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{}), more: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()

@@ -9,10 +9,7 @@
 package k8s_e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,14 +31,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/manifests"
 	"github.com/warmpool/warmpool/k8s"
 	"github.com/warmpool/warmpool/k8s/drivertest"
 )
@@ -331,7 +327,7 @@ func TestDriverAdmin(t *testing.T) {
 }
 
 // TestDriverLeastPrivilege runs the same suite with a token of the ServiceAccount that
-// deploy/rbac.yaml binds to its pods-only Role.
+// deploy/base binds to its pods-only Role.
 func TestDriverLeastPrivilege(t *testing.T) {
 	ns := mustNamespace(t)
 	sa := saClient(t, ns)
@@ -353,32 +349,22 @@ func TestDriverLeastPrivilege(t *testing.T) {
 	driverSuiteIn(t, sa, ns)
 }
 
-// applyRBAC creates deploy/rbac.yaml's objects in ns.
+// applyRBAC creates the ServiceAccount, Role and RoleBinding that deploy/base
+// renders, in ns.
 func applyRBAC(t *testing.T, ns string) {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "deploy", "rbac.yaml"))
+	ctx := context.Background()
+	out, err := manifests.Render(ctx, filepath.Join(filepath.Dir(file), "..", "..", "deploy", "base"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
+	objs, err := manifests.Decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
 	kinds := map[string]bool{}
-	for {
-		doc, err := dec.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, obj := range objs {
 		switch o := obj.(type) {
 		case *corev1.ServiceAccount:
 			o.Namespace = ns
@@ -396,7 +382,7 @@ func applyRBAC(t *testing.T, ns string) {
 			}
 			_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, o, metav1.CreateOptions{})
 		default:
-			t.Fatalf("unexpected object %T in rbac.yaml", obj)
+			continue // the rest of the deployment
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -404,7 +390,7 @@ func applyRBAC(t *testing.T, ns string) {
 		kinds[fmt.Sprintf("%T", obj)] = true
 	}
 	if len(kinds) != 3 {
-		t.Fatalf("rbac.yaml holds %v", kinds)
+		t.Fatalf("deploy/base renders RBAC objects %v, want a ServiceAccount, a Role and a RoleBinding", kinds)
 	}
 }
 

@@ -65,7 +65,7 @@ func TestServiceAdmin(t *testing.T) {
 }
 
 // TestServiceLeastPrivilege runs the route-level suite with the replica's driver on a
-// token of the ServiceAccount deploy/rbac.yaml binds to its pods-only Role (the test
+// token of the ServiceAccount deploy/base binds to its pods-only Role (the test
 // itself plays kubelet and operator as admin). Node loss needs a node watch, which that
 // Role does not grant, so it runs as admin only.
 func TestServiceLeastPrivilege(t *testing.T) {
@@ -97,7 +97,7 @@ func serviceSuite(t *testing.T, cs kubernetes.Interface, namespace func(*testing
 	}
 }
 
-// saClient is a client with a token of deploy/rbac.yaml's ServiceAccount, applied in ns.
+// saClient is a client with a token of deploy/base's ServiceAccount, applied in ns.
 func saClient(t *testing.T, ns string) kubernetes.Interface {
 	t.Helper()
 	applyRBAC(t, ns)

@@ -53,6 +53,8 @@ type PoolConfig struct {
 	QueueSize          int `json:"queue_size"`
 	WaitTimeoutS       int `json:"wait_timeout_s"`
 	MaxParallelDeploys int `json:"max_parallel_deploys"`
+	// HoldTTLS is how long a pod handed out by acquire stays held without a touch.
+	HoldTTLS int `json:"hold_ttl_s"`
 }
 
 // The defaults of every scope field, defined here and nowhere else.
@@ -73,6 +75,7 @@ const (
 	DefaultQueueSize          = 4
 	DefaultWaitTimeoutS       = 10
 	DefaultMaxParallelDeploys = 0
+	DefaultHoldTTLS           = 300
 )
 
 // Limits on scope fields.
@@ -109,6 +112,7 @@ var scopeDefaults = ScopeConfig{
 		QueueSize:          DefaultQueueSize,
 		WaitTimeoutS:       DefaultWaitTimeoutS,
 		MaxParallelDeploys: DefaultMaxParallelDeploys,
+		HoldTTLS:           DefaultHoldTTLS,
 	},
 }
 
@@ -403,6 +407,8 @@ func (c ScopeConfig) Validate() error {
 		return bad("pool.queue_size", "must be between 0 and %d, got %d", MaxQueueSize, p.QueueSize)
 	case p.WaitTimeoutS < 0 || p.WaitTimeoutS > MaxWaitTimeoutS:
 		return bad("pool.wait_timeout_s", "must be between 0 and %d, got %d", MaxWaitTimeoutS, p.WaitTimeoutS)
+	case p.HoldTTLS < 1 || p.HoldTTLS > MaxTTLS:
+		return bad("pool.hold_ttl_s", "must be between 1 and %d, got %d", MaxTTLS, p.HoldTTLS)
 	case p.MaxParallelDeploys < 0 || p.MaxParallelDeploys > p.MaxPods():
 		return bad("pool.max_parallel_deploys", "must be between 0 (no limit below max_pods) and max_pods (%d), got %d", p.MaxPods(), p.MaxParallelDeploys)
 	}

@@ -125,6 +125,9 @@ func TestValidate(t *testing.T) {
 		{"pod ttl over max", func(c *ScopeConfig) { c.Pool.PodTTLS = MaxTTLS + 1 }, "pool.pod_ttl_s", false},
 		{"session ttl 0", func(c *ScopeConfig) { c.Pool.SessionTTLS = 0 }, "pool.session_ttl_s", false},
 		{"session ttl over max", func(c *ScopeConfig) { c.Pool.SessionTTLS = MaxTTLS + 1 }, "pool.session_ttl_s", false},
+		{"hold ttl 0", func(c *ScopeConfig) { c.Pool.HoldTTLS = 0 }, "pool.hold_ttl_s", false},
+		{"hold ttl over max", func(c *ScopeConfig) { c.Pool.HoldTTLS = MaxTTLS + 1 }, "pool.hold_ttl_s", false},
+		{"hold ttl 1", func(c *ScopeConfig) { c.Pool.HoldTTLS = 1 }, "", false},
 		{"queue size negative", func(c *ScopeConfig) { c.Pool.QueueSize = -1 }, "pool.queue_size", false},
 		{"queue size over max", func(c *ScopeConfig) { c.Pool.QueueSize = MaxQueueSize + 1 }, "pool.queue_size", false},
 		{"queue size 0", func(c *ScopeConfig) { c.Pool.QueueSize = 0 }, "", false},
@@ -420,7 +423,7 @@ func TestDeployVer(t *testing.T) {
 
 	t.Run("pool only is class B", func(t *testing.T) {
 		got := mustDecode(t, `{"pool":{"max_concurrency":20,"pod_concurrency":4,"min_idle_pods":2,"pod_ttl_s":60,
-			"session_ttl_s":60,"queue_size":0,"wait_timeout_s":0,"max_parallel_deploys":1}}`)
+			"session_ttl_s":60,"queue_size":0,"wait_timeout_s":0,"max_parallel_deploys":1,"hold_ttl_s":30}}`)
 		if v := got.Deploy.DeployVer(); v != base {
 			t.Errorf("pool change moved deploy_ver %s -> %s", base, v)
 		}
@@ -458,9 +461,12 @@ func TestLoadScopeConfig(t *testing.T) {
 		if !configsEqual(got, want) {
 			t.Errorf("LoadScopeConfig = %+v\nwant %+v", got, want)
 		}
+		if got.Pool.HoldTTLS != DefaultHoldTTLS {
+			t.Errorf("hold_ttl_s of a document written before it existed = %d, want %d", got.Pool.HoldTTLS, DefaultHoldTTLS)
+		}
 	})
 	t.Run("newer document", func(t *testing.T) {
-		got, err := LoadScopeConfig([]byte(`{"deploy":{"image":"agent:1","gpu":"1"},"pool":{"hold_ttl_s":60}}`))
+		got, err := LoadScopeConfig([]byte(`{"deploy":{"image":"agent:1","gpu":"1"},"pool":{"spare_ttl_s":60}}`))
 		if err != nil {
 			t.Fatalf("a field of a newer version: %v", err)
 		}

@@ -9,12 +9,13 @@ import (
 // Code is one of the error codes of the HTTP contract (SPEC §3).
 type Code string
 
-// The error codes, one per row of the SPEC §3 table.
+// The error codes, one per row of the SPEC §3 table and its §10 additions.
 const (
 	CodeValidation       Code = "VALIDATION"
 	CodeUnauthorized     Code = "UNAUTHORIZED"
 	CodeScopeNotFound    Code = "SCOPE_NOT_FOUND"
 	CodeSessionNotFound  Code = "SESSION_NOT_FOUND"
+	CodeHoldNotFound     Code = "HOLD_NOT_FOUND"
 	CodeConfigSyncBusy   Code = "CONFIG_SYNC_BUSY"
 	CodePayloadTooLarge  Code = "PAYLOAD_TOO_LARGE"
 	CodeNoPodAvailable   Code = "NO_POD_AVAILABLE"
@@ -32,7 +33,7 @@ func (c Code) Status() int {
 		return http.StatusBadRequest
 	case CodeUnauthorized:
 		return http.StatusUnauthorized
-	case CodeScopeNotFound, CodeSessionNotFound:
+	case CodeScopeNotFound, CodeSessionNotFound, CodeHoldNotFound:
 		return http.StatusNotFound
 	case CodeConfigSyncBusy:
 		return http.StatusConflict

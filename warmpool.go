@@ -138,10 +138,11 @@ type Pool interface {
 	// Acquire hands out a pod of the scope with a claimed slot on it. Errors:
 	// SCOPE_NOT_FOUND, NO_POD_AVAILABLE (wrapping ErrPoolFull when the scope is at
 	// max_pods with no deploy to join), DEPLOY_FAILED, STORE_UNAVAILABLE.
-	Acquire(ctx context.Context, scope, requestID string) (Lease, error)
-	// ReleaseClaim gives back a claim that will not be bound; with idle, a pod left
-	// without slots goes idle. Errors: STORE_UNAVAILABLE.
-	ReleaseClaim(ctx context.Context, scope, claim string, idle bool) error
+	Acquire(ctx context.Context, scope string) (Lease, error)
+	// ReleaseClaim gives back a claim that will not be bound: its slot goes to the
+	// oldest waiter, or is freed (a pod left without slots goes idle).
+	// Errors: STORE_UNAVAILABLE.
+	ReleaseClaim(ctx context.Context, scope, claim string) error
 }
 
 // ErrPoolFull marks a NO_POD_AVAILABLE that says the scope is at max_pods and every

@@ -9,6 +9,15 @@
 --   claimpod  HASH  claim id -> pod id, or "!reason" when the deploy it waited for failed
 --   deploying ZSET  deploy member ("<fence>" or "<fence>w") -> lease deadline (ms)
 --   followers ZSET  "<deploy member>|<claim id>" -> deadline (ms)
+--   waiters   ZSET  waiter id -> deadline (ms): every live waiter, served a slot or not
+--   queue     ZSET  waiter id -> arrival number: the waiters still without a slot
+--   wake      the scope's pub/sub channel (a channel, in KEYS for its cluster slot)
+--
+-- The fair queue. A slot freed while waiters are queued is handed to the oldest live
+-- one inside the script that frees it: the slot stays counted and becomes a claim named
+-- after the waiter (a grant) with a short deadline, the waiter leaves the queue, and a
+-- message naming it goes out on the scope's channel. A waiter that died never binds its
+-- grant; the claim expires and its slot is handed on like any other.
 
 -- scope_config reads fields of the scope's published config (config HASH), checking
 -- first that the scope is known and that Redis still has its data (epoch STRING).
@@ -24,11 +33,70 @@ local function scope_config(epoch, config, ...)
   return cfg
 end
 
--- free_slot gives back one slot of a registered pod; the pod goes idle when it was the
--- last one and idle_on_zero is true. Returns the slots left, or -1 for an unknown pod.
-local function free_slot(pods, slots, idle, pod, now, idle_on_zero)
+-- handoff describes where the slots a script frees go: ver is the scope's current
+-- deploy_ver (only its pods' slots are handed on), then the keys podver, claims, claimpod,
+-- waiters, queue and wake, the script's now, the deadline of a grant and the publish
+-- command (PUBLISH, or SPUBLISH on a cluster).
+local function handoff(ver, podver, claims, claimpod, waiters, queue, wake, now, grant_deadline, publish)
+  return {ver = ver, podver = podver, claims = claims, claimpod = claimpod, waiters = waiters, queue = queue,
+    wake = wake, now = now, grant_deadline = grant_deadline, publish = publish}
+end
+
+-- drop_waiters drops the waiters past their deadline (from the queue too).
+local function drop_waiters(q)
+  for _, w in ipairs(redis.call('ZRANGEBYSCORE', q.waiters, '-inf', q.now)) do
+    redis.call('ZREM', q.queue, w)
+    redis.call('ZREM', q.waiters, w)
+  end
+end
+
+-- next_waiter takes the oldest live waiter out of the queue, dropping the expired ones
+-- on the way. Returns its id, or nil when nobody waits.
+local function next_waiter(q)
+  while true do
+    local w = redis.call('ZRANGE', q.queue, 0, 0)[1]
+    if not w then
+      return nil
+    end
+    redis.call('ZREM', q.queue, w)
+    local deadline = redis.call('ZSCORE', q.waiters, w)
+    if deadline and tonumber(deadline) > q.now then
+      return w
+    end
+    redis.call('ZREM', q.waiters, w)
+  end
+end
+
+-- grant gives waiter w a slot of pod that the script already counts, and wakes only w.
+local function grant(q, w, pod)
+  redis.call('ZADD', q.claims, q.grant_deadline, w)
+  redis.call('HSET', q.claimpod, w, pod)
+  redis.call(q.publish, q.wake, w)
+end
+
+-- hand_off passes a slot being freed on pod to the oldest live waiter when the pod is of
+-- the current deploy_ver. Returns true when it did (the slot stays counted).
+local function hand_off(q, pod)
+  if not q or not q.ver or redis.call('HGET', q.podver, pod) ~= q.ver then
+    return false
+  end
+  local w = next_waiter(q)
+  if not w then
+    return false
+  end
+  grant(q, w, pod)
+  return true
+end
+
+-- free_slot gives back one slot of a registered pod: to the oldest waiter when q (a
+-- handoff) has one, else the pod goes idle when it was the last slot and idle_on_zero is
+-- true. Returns the slots left, or -1 for an unknown pod.
+local function free_slot(pods, slots, idle, pod, now, idle_on_zero, q)
   if not redis.call('ZSCORE', pods, pod) then
     return -1
+  end
+  if hand_off(q, pod) then
+    return tonumber(redis.call('HGET', slots, pod))
   end
   local n = redis.call('HINCRBY', slots, pod, -1)
   if n <= 0 then
@@ -46,24 +114,26 @@ local function holds_pod(v)
   return v and v ~= '' and string.sub(v, 1, 1) ~= '!'
 end
 
--- release_claim drops one claim and frees its slot. Returns the pod ('' if none) and
--- the slots left on it.
-local function release_claim(claims, claimpod, pods, slots, idle, claim, now, idle_on_zero)
+-- release_claim drops one claim and frees its slot (see free_slot). Returns the pod
+-- ('' if none) and the slots left on it.
+local function release_claim(claims, claimpod, pods, slots, idle, claim, now, idle_on_zero, q)
   local pod = redis.call('HGET', claimpod, claim)
   redis.call('ZREM', claims, claim)
   redis.call('HDEL', claimpod, claim)
   if holds_pod(pod) then
-    return pod, free_slot(pods, slots, idle, pod, now, idle_on_zero)
+    return pod, free_slot(pods, slots, idle, pod, now, idle_on_zero, q)
   end
   return '', -1
 end
 
--- expire_claims drops the claims whose holders never bound them by their deadline.
-local function expire_claims(claims, claimpod, pods, slots, idle, now)
+-- expire_claims drops the claims whose holders never bound them by their deadline
+-- (expired holds and grants too); their slots go to waiters or idle. Returns how many.
+local function expire_claims(claims, claimpod, pods, slots, idle, now, q)
   local gone = redis.call('ZRANGEBYSCORE', claims, '-inf', now)
   for _, c in ipairs(gone) do
-    release_claim(claims, claimpod, pods, slots, idle, c, now, true)
+    release_claim(claims, claimpod, pods, slots, idle, c, now, true, q)
   end
+  return #gone
 end
 
 -- fail_followers empties the room of one deploy and leaves each follower a note with
@@ -95,19 +165,19 @@ end
 
 -- expire_pool drops the expired claims, then the expired deploy leases (failing their
 -- followers) and room entries: the leftovers of crashed callers and leaders.
-local function expire_pool(pods, slots, idle, deploying, followers, claims, claimpod, now, note_deadline)
-  expire_claims(claims, claimpod, pods, slots, idle, now)
+local function expire_pool(pods, slots, idle, deploying, followers, claims, claimpod, now, note_deadline, q)
+  expire_claims(claims, claimpod, pods, slots, idle, now, q)
   expire_deploys(deploying, followers, claims, claimpod, now, note_deadline)
 end
 
--- evict_session unbinds one session and frees its slot (the pod goes idle when it was
--- the last one). Returns the pod it was on.
-local function evict_session(sessions, sexp, pods, slots, idle, sid, now)
+-- evict_session unbinds one session and frees its slot (see free_slot). Returns the pod
+-- it was on.
+local function evict_session(sessions, sexp, pods, slots, idle, sid, now, q)
   local pod = redis.call('HGET', sessions, sid)
   redis.call('HDEL', sessions, sid)
   redis.call('ZREM', sexp, sid)
   if pod then
-    free_slot(pods, slots, idle, pod, now, true)
+    free_slot(pods, slots, idle, pod, now, true, q)
   end
   return pod
 end

@@ -1,11 +1,18 @@
--- claim_release.lua: give back a claim that will not be bound to a session.
+-- claim_release.lua: give back a claim that will not be bound to a session. Its slot
+-- goes to the oldest waiter, or is freed (the pod idle if it was the last).
 -- KEYS[1] {s}:claims    ZSET claim id -> deadline (ms)
 -- KEYS[2] {s}:claimpod  HASH claim id -> pod id | "!reason"
 -- KEYS[3] {s}:pods      ZSET pod id -> registered at (ms)
 -- KEYS[4] {s}:slots     HASH pod id -> sessions + claims
 -- KEYS[5] {s}:idle      ZSET pod id -> idle since (ms)
--- ARGV[1] claim id  ARGV[2] now (ms)
--- ARGV[3] "1": a pod left with no slot goes idle; "0": it stays handed out (RM acquire)
+-- KEYS[6] {s}:config    HASH published scope config
+-- KEYS[7] {s}:podver    HASH pod id -> deploy_ver
+-- KEYS[8] {s}:waiters   ZSET waiter id -> deadline (ms)
+-- KEYS[9] {s}:queue     ZSET waiter id -> arrival number
+-- KEYS[10] {s}:wake     the scope's wake-up channel
+-- ARGV[1] claim id  ARGV[2] now (ms)  ARGV[3] grant deadline (ms)  ARGV[4] publish command
 -- Returns {pod or "", slots left or -1}
-local pod, n = release_claim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1')
+local now = tonumber(ARGV[2])
+local q = handoff(redis.call('HGET', KEYS[6], 'deploy_ver'), KEYS[7], KEYS[1], KEYS[2], KEYS[8], KEYS[9], KEYS[10], now, ARGV[3], ARGV[4])
+local pod, n = release_claim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], now, true, q)
 return {pod, tostring(n)}

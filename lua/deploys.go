@@ -77,7 +77,9 @@ func (s *Store) FollowerWait(ctx context.Context, scope, deploy, room, claim str
 // back a claim it already got.
 func (s *Store) FollowerLeave(ctx context.Context, scope, room, claim string, now time.Time) error {
 	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, followerLeave, scope, []string{k.Followers, k.Claims, k.ClaimPod, k.Pods, k.Slots, k.Idle}, room, claim, ms(now))
+	r, err := s.call(ctx, followerLeave, scope,
+		[]string{k.Followers, k.Claims, k.ClaimPod, k.Pods, k.Slots, k.Idle, k.Config, k.PodVer, k.Waiters, k.Queue, k.Wake},
+		append([]any{room, claim, ms(now)}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return err
 	}
@@ -85,12 +87,14 @@ func (s *Store) FollowerLeave(ctx context.Context, scope, room, claim string, no
 	return r.err()
 }
 
-// ClaimRelease runs claim_release.lua: it gives back a claim. With idle set, a pod left
-// with no slot goes idle; without, it stays handed out until PodRelease. It returns the
-// pod and its slots left (-1 when the claim held no pod).
-func (s *Store) ClaimRelease(ctx context.Context, scope, claim string, now time.Time, idle bool) (string, int, error) {
+// ClaimRelease runs claim_release.lua: it gives back a claim; its slot goes to the
+// oldest waiter, or is freed (a pod left with no slot goes idle). It returns the pod and
+// its slots left (-1 when the claim held no pod).
+func (s *Store) ClaimRelease(ctx context.Context, scope, claim string, now time.Time) (string, int, error) {
 	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, claimRelease, scope, []string{k.Claims, k.ClaimPod, k.Pods, k.Slots, k.Idle}, claim, ms(now), flag(idle))
+	r, err := s.call(ctx, claimRelease, scope,
+		[]string{k.Claims, k.ClaimPod, k.Pods, k.Slots, k.Idle, k.Config, k.PodVer, k.Waiters, k.Queue, k.Wake},
+		append([]any{claim, ms(now)}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return "", 0, err
 	}

@@ -32,7 +32,7 @@ func (k Keyspace) Epoch() string { return k.prefix + "epoch" }
 func (k Keyspace) Lock(name string) string { return k.prefix + "lock:" + name }
 
 // WakeChannel is the pub/sub channel that wakes the waiters of a scope.
-func (k Keyspace) WakeChannel(scope string) string { return k.prefix + "{" + scope + "}:wake" }
+func (k Keyspace) WakeChannel(scope string) string { return k.Scope(scope).Wake }
 
 // Scope returns the keys of one scope.
 func (k Keyspace) Scope(id string) ScopeKeys {
@@ -55,6 +55,9 @@ func (k Keyspace) Scope(id string) ScopeKeys {
 		Sessions:  p + "sessions",
 		SessExp:   p + "sexp",
 		Waiters:   p + "waiters",
+		Queue:     p + "queue",
+		QSeq:      p + "qseq",
+		Wake:      p + "wake",
 		Health:    p + "health",
 	}
 }
@@ -78,7 +81,10 @@ type ScopeKeys struct {
 	Fence     string // STRING fencing counter
 	Sessions  string // HASH   session id -> pod id
 	SessExp   string // ZSET   session id -> expiry (ms)
-	Waiters   string // ZSET   waiter id -> deadline (ms)
+	Waiters   string // ZSET   waiter id -> deadline (ms), every live waiter
+	Queue     string // ZSET   waiter id -> arrival number, the waiters without a slot yet
+	QSeq      string // STRING arrival counter of the queue
+	Wake      string // the pub/sub channel of the scope's wake-ups (not a key; its slot)
 	Health    string // HASH   pod id -> consecutive failed probes
 }
 

@@ -268,8 +268,9 @@ func TestPoolSnapshotCountsSessionsWithoutReadingThem(t *testing.T) {
 	if err != nil || res.Kind != lua.RouteNew || res.Pod.ID != pod.ID {
 		t.Fatalf("route with the leader's claim = %+v, %v", res, err)
 	}
-	if _, _, err := e.store.WaiterGate(ctx, e.scope, "w1", e.now); err != nil {
-		t.Fatal(err)
+	// The pod is full (a session and the follower's claim): a route queues.
+	if res, err := e.store.SessionRoute(ctx, e.scope, lua.RouteArgs{Now: e.now, Session: "s2", Waiter: "w1", Join: true}); err != nil || res.Kind != lua.RouteQueued {
+		t.Fatalf("route of a waiter = %+v, %v", res, err)
 	}
 	full, view := e.snap(), e.poolSnap()
 	if view.Sessions != nil || len(view.Pods) != 1 {

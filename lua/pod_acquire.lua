@@ -12,9 +12,14 @@
 -- KEYS[10] {s}:claims     ZSET   claim id -> deadline (ms)
 -- KEYS[11] {s}:claimpod   HASH   claim id -> pod id | "!reason"
 -- KEYS[12] {s}:fence      STRING fencing counter
+-- KEYS[13] {s}:waiters    ZSET   waiter id -> deadline (ms)
+-- KEYS[14] {s}:queue      ZSET   waiter id -> arrival number
+-- KEYS[15] {s}:wake       the scope's wake-up channel
 -- ARGV[1] now (ms)  ARGV[2] claim id  ARGV[3] claim deadline (ms)
 -- ARGV[4] lease deadline (ms)  ARGV[5] room margin (ms): a follower waits up to the
 -- scope's ready timeout plus this margin
+-- ARGV[6] grant deadline (ms)  ARGV[7] publish command (expired claims' slots go to
+-- waiters first)
 -- Returns {"warm", pod, pod JSON} | {"follower", deploy member, room member, room deadline}
 --       | {"deploy", deploy member, fence, deploy spec JSON}
 --       | {"max_reached", pods, deploys} | {"NO_SCOPE"} | {"EPOCH_LOST"}
@@ -25,7 +30,8 @@ if not cfg then
   return refused
 end
 local ver, max_pods, parallel, pc = cfg[1], tonumber(cfg[2]), tonumber(cfg[3]), tonumber(cfg[4])
-expire_pool(KEYS[3], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], now, ARGV[3])
+local q = handoff(ver, KEYS[4], KEYS[10], KEYS[11], KEYS[13], KEYS[14], KEYS[15], now, ARGV[6], ARGV[7])
+expire_pool(KEYS[3], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], now, ARGV[3], q)
 
 -- 1. Warm: the most recently idled pod of the current version (older ones age out).
 for _, pod in ipairs(redis.call('ZREVRANGE', KEYS[7], 0, -1)) do

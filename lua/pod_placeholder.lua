@@ -12,7 +12,12 @@
 -- KEYS[9]  {s}:claims     ZSET   claim id -> deadline (ms)
 -- KEYS[10] {s}:claimpod   HASH   claim id -> pod id | "!reason"
 -- KEYS[11] {s}:fence      STRING fencing counter
+-- KEYS[12] {s}:waiters    ZSET   waiter id -> deadline (ms)
+-- KEYS[13] {s}:queue      ZSET   waiter id -> arrival number
+-- KEYS[14] {s}:wake       the scope's wake-up channel
 -- ARGV[1] now (ms)  ARGV[2] lease deadline (ms)  ARGV[3] note deadline (ms)
+-- ARGV[4] grant deadline (ms)  ARGV[5] publish command (expired claims' slots go to
+-- waiters first)
 -- Returns {"deploy", deploy member, fence, deploy spec JSON} | {"enough"}
 --       | {"max_reached"} | {"busy"} (parallel bound) | {"NO_SCOPE"} | {"EPOCH_LOST"}
 local now = tonumber(ARGV[1])
@@ -21,7 +26,8 @@ if not cfg then
   return refused
 end
 local ver, max_pods, parallel, min_idle = cfg[1], tonumber(cfg[2]), tonumber(cfg[3]), tonumber(cfg[4])
-expire_pool(KEYS[3], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], now, ARGV[3])
+local q = handoff(ver, KEYS[4], KEYS[9], KEYS[10], KEYS[12], KEYS[13], KEYS[14], now, ARGV[4], ARGV[5])
+expire_pool(KEYS[3], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], now, ARGV[3], q)
 
 local warm = 0
 for _, pod in ipairs(redis.call('ZRANGE', KEYS[6], 0, -1)) do

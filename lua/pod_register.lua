@@ -1,6 +1,7 @@
 -- pod_register.lua: commit a deployed pod under its deploy lease. The pod goes to the
--- leader's claim and its followers' claims (their slots are theirs), or idle when nobody
--- waits for it.
+-- leader's claim and its followers' claims (their slots are theirs); when it is of the
+-- current deploy_ver, its other slots go to queued waiters, oldest first; a pod nobody
+-- takes goes idle.
 -- KEYS[1]  {s}:epoch      STRING scope epoch
 -- KEYS[2]  {s}:pods       ZSET   pod id -> registered at (ms)
 -- KEYS[3]  {s}:podver     HASH   pod id -> deploy_ver
@@ -11,8 +12,13 @@
 -- KEYS[8]  {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
 -- KEYS[9]  {s}:claims     ZSET   claim id -> deadline (ms)
 -- KEYS[10] {s}:claimpod   HASH   claim id -> pod id | "!reason"
+-- KEYS[11] {s}:config     HASH   published scope config
+-- KEYS[12] {s}:waiters    ZSET   waiter id -> deadline (ms)
+-- KEYS[13] {s}:queue      ZSET   waiter id -> arrival number
+-- KEYS[14] {s}:wake       the scope's wake-up channel
 -- ARGV[1] now (ms)  ARGV[2] deploy member  ARGV[3] pod id  ARGV[4] deploy_ver
 -- ARGV[5] pod JSON  ARGV[6] leader claim id ("" for none)  ARGV[7] claim deadline (ms)
+-- ARGV[8] grant deadline (ms)  ARGV[9] publish command
 -- Returns {"ok", slots} | {"FENCED"} (the lease is gone: commit nothing) | {"EPOCH_LOST"}
 local now = tonumber(ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -45,6 +51,18 @@ if ARGV[6] ~= '' then
   redis.call('ZADD', KEYS[9], ARGV[7], ARGV[6])
   redis.call('HSET', KEYS[10], ARGV[6], pod)
   n = n + 1
+end
+local cfg = redis.call('HMGET', KEYS[11], 'deploy_ver', 'pod_concurrency')
+if cfg[1] == ARGV[4] then
+  local q = handoff(cfg[1], KEYS[3], KEYS[9], KEYS[10], KEYS[12], KEYS[13], KEYS[14], now, ARGV[8], ARGV[9])
+  while n < tonumber(cfg[2]) do
+    local w = next_waiter(q)
+    if not w then
+      break
+    end
+    grant(q, w, pod)
+    n = n + 1
+  end
 end
 redis.call('HSET', KEYS[5], pod, n)
 if n == 0 then

@@ -51,8 +51,9 @@ type AcquireResult struct {
 func (s *Store) PodAcquire(ctx context.Context, scope string, a AcquireArgs) (AcquireResult, error) {
 	k := s.keys.Scope(scope)
 	r, err := s.call(ctx, podAcquire, scope,
-		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Fence},
-		ms(a.Now), a.Claim, ms(a.ClaimDeadline), ms(a.LeaseDeadline), a.RoomMargin.Milliseconds())
+		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Fence,
+			k.Waiters, k.Queue, k.Wake},
+		append([]any{ms(a.Now), a.Claim, ms(a.ClaimDeadline), ms(a.LeaseDeadline), a.RoomMargin.Milliseconds()}, s.handoffArgs(a.Now)...)...)
 	if err != nil {
 		return AcquireResult{}, err
 	}
@@ -93,8 +94,9 @@ func decodePod(id, raw string) (warmpool.Pod, error) {
 var ErrFenced = errors.New("deploy lease lost before register")
 
 // PodRegister runs pod_register.lua: it commits pod under the deploy lease and hands it
-// to the followers of that deploy and to leaderClaim (when not empty). It returns the
-// slots now claimed on the pod. Errors: ErrFenced, EPOCH_LOST.
+// to the followers of that deploy and to leaderClaim (when not empty), and its other
+// slots to queued waiters. It returns the slots now claimed on the pod.
+// Errors: ErrFenced, EPOCH_LOST.
 func (s *Store) PodRegister(ctx context.Context, scope, deploy string, pod warmpool.Pod, leaderClaim string, now, claimDeadline time.Time) (int, error) {
 	k := s.keys.Scope(scope)
 	info, err := json.Marshal(pod)
@@ -102,8 +104,9 @@ func (s *Store) PodRegister(ctx context.Context, scope, deploy string, pod warmp
 		return 0, err
 	}
 	r, err := s.call(ctx, podRegister, scope,
-		[]string{k.Epoch, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod},
-		ms(now), deploy, pod.ID, pod.DeployVer, string(info), leaderClaim, ms(claimDeadline))
+		[]string{k.Epoch, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod,
+			k.Config, k.Waiters, k.Queue, k.Wake},
+		append([]any{ms(now), deploy, pod.ID, pod.DeployVer, string(info), leaderClaim, ms(claimDeadline)}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return 0, err
 	}
@@ -112,27 +115,6 @@ func (s *Store) PodRegister(ctx context.Context, scope, deploy string, pod warmp
 	}
 	n := r.count(1)
 	return n, r.err()
-}
-
-// Release states.
-const (
-	ReleaseIdle    = "idle"
-	ReleaseBusy    = "busy"
-	ReleaseUnknown = "unknown"
-)
-
-// PodRelease runs pod_release.lua (idle_consider) and returns the pod's state.
-func (s *Store) PodRelease(ctx context.Context, scope, pod string, now time.Time) (string, error) {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, podRelease, scope, []string{k.Epoch, k.Pods, k.Slots, k.Idle, k.Config}, ms(now), pod)
-	if err != nil {
-		return "", err
-	}
-	st := r.oneOf(0, ReleaseIdle, ReleaseBusy, ReleaseUnknown)
-	if st == ReleaseBusy {
-		r.count(1)
-	}
-	return st, r.err()
 }
 
 // ErrPodBusy: a conditional purge found the pod no longer idle since the given time.
@@ -184,8 +166,9 @@ type PlaceholderResult struct {
 func (s *Store) PodPlaceholder(ctx context.Context, scope string, now, leaseDeadline, noteDeadline time.Time) (PlaceholderResult, error) {
 	k := s.keys.Scope(scope)
 	r, err := s.call(ctx, podPlaceholder, scope,
-		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Fence},
-		ms(now), ms(leaseDeadline), ms(noteDeadline))
+		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Fence,
+			k.Waiters, k.Queue, k.Wake},
+		append([]any{ms(now), ms(leaseDeadline), ms(noteDeadline)}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return PlaceholderResult{}, err
 	}

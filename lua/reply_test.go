@@ -64,7 +64,6 @@ func TestMalformedRepliesAreInternalErrors(t *testing.T) {
 			_, err := s.PodRegister(ctx, scope, "1", warmpool.Pod{ID: "p1"}, "", now, now)
 			return err
 		}, []any{"ok", "2"}, [][]any{{"ok", "2.5"}}},
-		{"pod_release", func(ctx context.Context) error { _, err := s.PodRelease(ctx, scope, "p1", now); return err }, []any{"busy", "1"}, nil},
 		{"pod_purge", func(ctx context.Context) error { _, err := s.PodPurge(ctx, scope, "p1", "r", &since); return err },
 			[]any{"purged", "1", "s1"}, [][]any{{"purged", "2", "s1"}}},
 		{"pod_placeholder", func(ctx context.Context) error {
@@ -84,18 +83,19 @@ func TestMalformedRepliesAreInternalErrors(t *testing.T) {
 			return err
 		}, []any{"failed", "why"}, nil},
 		{"follower_leave", func(ctx context.Context) error { return s.FollowerLeave(ctx, scope, "1|c", "c", now) }, []any{int64(1)}, nil},
-		{"claim_release", func(ctx context.Context) error { _, _, err := s.ClaimRelease(ctx, scope, "c", now, true); return err }, []any{"p1", "-1"}, nil},
+		{"claim_release", func(ctx context.Context) error { _, _, err := s.ClaimRelease(ctx, scope, "c", now); return err }, []any{"p1", "-1"}, nil},
+		{"hold_touch", func(ctx context.Context) error { _, err := s.HoldTouch(ctx, scope, "h", "p1", now); return err }, []any{"held", ms}, nil},
+		{"hold_release", func(ctx context.Context) error { _, err := s.HoldRelease(ctx, scope, "h", "p1", now); return err }, []any{"released", "1"}, [][]any{{"released", "yes"}}},
 		{"session_route", func(ctx context.Context) error {
 			_, err := s.SessionRoute(ctx, scope, lua.RouteArgs{Now: now, Session: "s1"})
 			return err
-		}, []any{"new", "1", "p1", pod, "s1"}, [][]any{{"new", "yes", "p1", pod, "s1"}, {"none"}}},
-		{"session_touch", func(ctx context.Context) error { _, _, err := s.SessionTouch(ctx, scope, "s1", now); return err }, []any{"expired", "1"}, nil},
-		{"session_end", func(ctx context.Context) error { _, _, err := s.SessionEnd(ctx, scope, "s1", now); return err }, []any{"released", "p1", "1"}, nil},
+		}, []any{"new", "1", "p1", pod, "s1"}, [][]any{{"new", "yes", "p1", pod, "s1"}, {"queued", "-1", ms}, {"queued", "0", "soon"}, {"full", "x"}}},
+		{"session_touch", func(ctx context.Context) error { _, err := s.SessionTouch(ctx, scope, "s1", now); return err }, []any{"expired"}, nil},
+		{"session_end", func(ctx context.Context) error { _, err := s.SessionEnd(ctx, scope, "s1", now); return err }, []any{"released", "p1"}, nil},
 		{"session_evict", func(ctx context.Context) error { _, _, err := s.SessionEvict(ctx, scope, now, 10); return err }, []any{"1", "0"}, nil},
 		{"session_get", func(ctx context.Context) error { _, err := s.SessionGet(ctx, scope, "s1", now); return err },
 			[]any{"found", "p1", pod, ms}, [][]any{{"found", "p1", pod, "soon"}}},
-		{"waiter_gate", func(ctx context.Context) error { _, _, err := s.WaiterGate(ctx, scope, "w", now); return err }, []any{"ok", ms}, nil},
-		{"waiter_leave", func(ctx context.Context) error { return s.WaiterLeave(ctx, scope, "w") }, []any{int64(1)}, nil},
+		{"waiter_leave", func(ctx context.Context) error { return s.WaiterLeave(ctx, scope, "w", now) }, []any{int64(1)}, nil},
 		{"scope_repair", func(ctx context.Context) error {
 			_, err := s.ScopeRepair(ctx, scope, now, now, true)
 			return err

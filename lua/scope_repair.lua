@@ -1,5 +1,6 @@
 -- scope_repair.lua: reconcile's pass over one scope's derived state. Expired deploy
--- leases, room entries, claims and waiters go; then every pod's slot count is recomputed
+-- leases, room entries, claims and waiters go (an expired claim's slot goes to the
+-- oldest waiter first), queue entries of no waiter go; then every pod's slot count is recomputed
 -- from the sessions and claims that point at it (never patched entry by entry), sessions
 -- and claims on unknown pods are dropped, and the idle set is made to agree: a pod with
 -- a slot is not idle, and idle pods keep their idle_since.
@@ -14,8 +15,13 @@
 -- KEYS[9]  {s}:sessions   HASH   session id -> pod id
 -- KEYS[10] {s}:sexp       ZSET   session id -> expiry (ms)
 -- KEYS[11] {s}:waiters    ZSET   waiter id -> deadline (ms)
+-- KEYS[12] {s}:config     HASH   published scope config
+-- KEYS[13] {s}:podver     HASH   pod id -> deploy_ver
+-- KEYS[14] {s}:queue      ZSET   waiter id -> arrival number
+-- KEYS[15] {s}:wake       the scope's wake-up channel
 -- ARGV[1] now (ms)  ARGV[2] note deadline (ms)
 -- ARGV[3] "1" to recount (reads every session of the scope), "0" to expire only
+-- ARGV[4] grant deadline (ms)  ARGV[5] publish command
 -- Returns {fixed slot counts, dropped sessions, dropped claims, expired waiters,
 --          expired deploys} | {"EPOCH_LOST"}
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -23,8 +29,16 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 local now = tonumber(ARGV[1])
 local deploys = redis.call('ZCOUNT', KEYS[5], '-inf', now)
-expire_pool(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], now, ARGV[2])
-local waiters = redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', now)
+local waiters = redis.call('ZCOUNT', KEYS[11], '-inf', now)
+local q = handoff(redis.call('HGET', KEYS[12], 'deploy_ver'), KEYS[13], KEYS[7], KEYS[8], KEYS[11], KEYS[14], KEYS[15], now, ARGV[4], ARGV[5])
+expire_pool(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], now, ARGV[2], q)
+drop_waiters(q)
+for _, w in ipairs(redis.call('ZRANGE', KEYS[14], 0, -1)) do
+  if not redis.call('ZSCORE', KEYS[11], w) then
+    redis.call('ZREM', KEYS[14], w)
+    waiters = waiters + 1
+  end
+end
 if ARGV[3] ~= '1' then
   return {'0', '0', '0', tostring(waiters), tostring(deploys)}
 end

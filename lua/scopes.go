@@ -52,6 +52,7 @@ func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 		"session_ttl_ms", int64(p.SessionTTLS) * 1000,
 		"queue_size", p.QueueSize,
 		"wait_ms", int64(p.WaitTimeoutS) * 1000,
+		"hold_ttl_ms", int64(p.HoldTTLS) * 1000,
 		"ready_ms", int64(rec.Config.Deploy.ReadyTimeoutS) * 1000,
 		"deploy", string(deploy),
 		"config", string(full),
@@ -148,8 +149,9 @@ func (r RepairReport) Any() bool { return r != RepairReport{} }
 func (s *Store) ScopeRepair(ctx context.Context, scope string, now, noteDeadline time.Time, recount bool) (RepairReport, error) {
 	k := s.keys.Scope(scope)
 	r, err := s.call(ctx, scopeRepair, scope,
-		[]string{k.Epoch, k.Pods, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Sessions, k.SessExp, k.Waiters},
-		ms(now), ms(noteDeadline), flag(recount))
+		[]string{k.Epoch, k.Pods, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Sessions, k.SessExp, k.Waiters,
+			k.Config, k.PodVer, k.Queue, k.Wake},
+		append([]any{ms(now), ms(noteDeadline), flag(recount)}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return RepairReport{}, err
 	}

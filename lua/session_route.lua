@@ -1,7 +1,12 @@
--- session_route.lua: where does a session go. A bound, live session keeps its pod (TTL
--- refreshed); else, with a claim, the session binds to the claimed pod when it is of
--- the current deploy_ver; else first fit over the current version's pods with a free
--- slot. Gate and bind are one step, so a pod never exceeds pod_concurrency.
+-- session_route.lua: where does a session go, fairly. A bound, live session keeps its
+-- pod (TTL refreshed). Else a claim binds the session to its pod when that is of the
+-- current deploy_ver: RM's claim (ARGV[3]) or the slot the queue handed to this waiter
+-- (the claim named after it). Else the free slots of the current version's pods go to
+-- the queue first, oldest waiter first (this caller when its turn comes), and only what
+-- is left fits a caller that is not queued. A caller that gets nothing while others
+-- wait, or that asks to (ARGV[7]), joins the queue behind them (bounded by queue_size).
+-- Gate and bind are one step, so a pod never exceeds pod_concurrency. A caller that is
+-- served leaves the queue; a slot handed to it and not used goes on to the next waiter.
 -- KEYS[1]  {s}:epoch     STRING scope epoch
 -- KEYS[2]  {s}:config    HASH   published scope config
 -- KEYS[3]  {s}:pods      ZSET   pod id -> registered at (ms)
@@ -15,33 +20,56 @@
 -- KEYS[11] {s}:claimpod  HASH   claim id -> pod id | "!reason"
 -- KEYS[12] {s}:waiters   ZSET   waiter id -> deadline (ms)
 -- KEYS[13] {s}:idem:route:<request id>  STRING cached answer (PX)
+-- KEYS[14] {s}:queue     ZSET   waiter id -> arrival number
+-- KEYS[15] {s}:qseq      STRING arrival counter
+-- KEYS[16] {s}:wake      the scope's wake-up channel
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] claim id ("" for none)
 -- ARGV[4] "1" when KEYS[13] names a request id  ARGV[5] answer cache TTL (ms)
+-- ARGV[6] waiter id of the caller ("": it does not queue)
+-- ARGV[7] "1": join the queue when nothing fits, even if nobody waits
+-- ARGV[8] grant deadline (ms)  ARGV[9] publish command
 -- Returns {"bound"|"new"|"replay", new flag "1"/"0", pod id, pod JSON, session id}
 -- (a replay answers for the session of the first call)
---       | {"none", waiters} | {"NO_SCOPE"} | {"EPOCH_LOST"}
+--       | {"none"} (nothing fits and the caller is not queued: nobody waits, or ARGV[6]
+--         is "") | {"queued", rank (0 = first in line), deadline (ms)}
+--       | {"full", queue_size} | {"no_wait"} (queue_size or wait_timeout_s is 0)
+--       | {"NO_SCOPE"} | {"EPOCH_LOST"}
 local now = tonumber(ARGV[1])
-local sid = ARGV[2]
-local claim = ARGV[3]
-local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver', 'pod_concurrency', 'session_ttl_ms')
+local sid, claim, waiter = ARGV[2], ARGV[3], ARGV[6]
+local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver', 'pod_concurrency', 'session_ttl_ms', 'queue_size', 'wait_ms')
 if not cfg then
   return refused
 end
+local ver, pc = cfg[1], tonumber(cfg[2])
+local q = handoff(ver, KEYS[4], KEYS[10], KEYS[11], KEYS[12], KEYS[14], KEYS[16], now, ARGV[8], ARGV[9])
+
+-- leave takes the caller out of the queue; a slot handed to it other than used goes on.
+local function leave(used)
+  if waiter == '' then
+    return
+  end
+  redis.call('ZREM', KEYS[12], waiter)
+  redis.call('ZREM', KEYS[14], waiter)
+  if used ~= waiter and redis.call('HEXISTS', KEYS[11], waiter) == 1 then
+    release_claim(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], waiter, now, true, q)
+  end
+end
+
 local idem = ARGV[4] == '1'
 if idem then
   local cached = redis.call('GET', KEYS[13])
   if cached then
     -- a replay binds nothing: a slot handed to this attempt goes back
     if claim ~= '' then
-      release_claim(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], claim, now, true)
+      release_claim(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], claim, now, true, q)
     end
+    leave(nil)
     local flag, first, pod, info = string.match(cached, '^(%d)\n([^\n]*)\n([^\n]*)\n(.*)$')
     return {'replay', flag, pod, info, first}
   end
 end
-local ver, pc = cfg[1], tonumber(cfg[2])
 local expiry = now + tonumber(cfg[3])
-expire_claims(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], now)
+expire_claims(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], now, q)
 
 local function answer(kind, flag, pod)
   local info = redis.call('HGET', KEYS[5], pod) or ''
@@ -51,7 +79,8 @@ local function answer(kind, flag, pod)
   return {kind, flag, pod, info, sid}
 end
 
-local function bind(pod)
+local function bind(pod, used)
+  leave(used)
   redis.call('HSET', KEYS[8], sid, pod)
   redis.call('ZADD', KEYS[9], expiry, sid)
   redis.call('ZREM', KEYS[7], pod)
@@ -64,28 +93,65 @@ if bound then
   if e and tonumber(e) > now then
     redis.call('ZADD', KEYS[9], expiry, sid)
     if claim ~= '' then
-      release_claim(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], claim, now, true)
+      release_claim(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], claim, now, true, q)
     end
+    leave(nil)
     return answer('bound', '0', bound)
   end
-  evict_session(KEYS[8], KEYS[9], KEYS[3], KEYS[6], KEYS[7], sid, now)
+  evict_session(KEYS[8], KEYS[9], KEYS[3], KEYS[6], KEYS[7], sid, now, q)
 end
 
-if claim ~= '' then
-  local pod = redis.call('HGET', KEYS[11], claim)
-  if holds_pod(pod) and redis.call('HGET', KEYS[4], pod) == ver then
-    -- the claimed slot becomes the session's: the slot count stays
-    redis.call('ZREM', KEYS[10], claim)
-    redis.call('HDEL', KEYS[11], claim)
-    return bind(pod)
+-- RM's claim first, then the slot the queue handed to this waiter: the claimed slot
+-- becomes the session's, so the slot count stays.
+for _, c in ipairs({claim, waiter}) do
+  if c ~= '' then
+    local pod = redis.call('HGET', KEYS[11], c)
+    if holds_pod(pod) and redis.call('HGET', KEYS[4], pod) == ver then
+      redis.call('ZREM', KEYS[10], c)
+      redis.call('HDEL', KEYS[11], c)
+      return bind(pod, c)
+    end
+    if pod then
+      release_claim(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], c, now, true, q)
+    end
   end
-  release_claim(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], claim, now, true)
 end
 
+-- Free slots go to the waiters in order of arrival; the caller takes one when its turn
+-- comes or when nobody (else) waits.
 for _, pod in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-  if redis.call('HGET', KEYS[4], pod) == ver and tonumber(redis.call('HGET', KEYS[6], pod) or '0') < pc then
-    redis.call('HINCRBY', KEYS[6], pod, 1)
-    return bind(pod)
+  if redis.call('HGET', KEYS[4], pod) == ver then
+    local n = tonumber(redis.call('HGET', KEYS[6], pod) or '0')
+    while n < pc do
+      local w = next_waiter(q)
+      redis.call('HINCRBY', KEYS[6], pod, 1)
+      n = n + 1
+      if not w or w == waiter then
+        return bind(pod, nil)
+      end
+      grant(q, w, pod)
+    end
   end
 end
-return {'none', tostring(redis.call('ZCARD', KEYS[12]))}
+
+if waiter == '' then
+  return {'none'}
+end
+if not redis.call('ZSCORE', KEYS[14], waiter) then
+  if redis.call('ZCARD', KEYS[14]) == 0 and ARGV[7] ~= '1' then
+    return {'none'}
+  end
+  local size, wait = tonumber(cfg[4]), tonumber(cfg[5])
+  if size == 0 or wait == 0 then
+    return {'no_wait'}
+  end
+  if not redis.call('ZSCORE', KEYS[12], waiter) then
+    drop_waiters(q)
+    if redis.call('ZCARD', KEYS[12]) >= size then
+      return {'full', tostring(size)}
+    end
+    redis.call('ZADD', KEYS[12], now + wait, waiter)
+  end
+  redis.call('ZADD', KEYS[14], redis.call('INCR', KEYS[15]), waiter)
+end
+return {'queued', tostring(redis.call('ZRANK', KEYS[14], waiter)), redis.call('ZSCORE', KEYS[12], waiter)}

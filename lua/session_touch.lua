@@ -1,28 +1,34 @@
--- session_touch.lua: refresh a live session's TTL; an expired one is evicted here
--- (its slot freed, the pod idle if it was the last).
--- KEYS[1] {s}:epoch     STRING scope epoch
--- KEYS[2] {s}:config    HASH   published scope config
--- KEYS[3] {s}:pods      ZSET   pod id -> registered at (ms)
--- KEYS[4] {s}:slots     HASH   pod id -> sessions + claims
--- KEYS[5] {s}:idle      ZSET   pod id -> idle since (ms)
--- KEYS[6] {s}:sessions  HASH   session id -> pod id
--- KEYS[7] {s}:sexp      ZSET   session id -> expiry (ms)
--- KEYS[8] {s}:waiters   ZSET   waiter id -> deadline (ms)
--- ARGV[1] now (ms)  ARGV[2] session id
--- Returns {"touched"} | {"expired", waiters} | {"unknown"} | {"NO_SCOPE"} | {"EPOCH_LOST"}
+-- session_touch.lua: refresh a live session's TTL; an expired one is evicted here (its
+-- slot goes to the oldest waiter, or is freed and the pod idle if it was the last).
+-- KEYS[1]  {s}:epoch     STRING scope epoch
+-- KEYS[2]  {s}:config    HASH   published scope config
+-- KEYS[3]  {s}:pods      ZSET   pod id -> registered at (ms)
+-- KEYS[4]  {s}:slots     HASH   pod id -> sessions + claims
+-- KEYS[5]  {s}:idle      ZSET   pod id -> idle since (ms)
+-- KEYS[6]  {s}:sessions  HASH   session id -> pod id
+-- KEYS[7]  {s}:sexp      ZSET   session id -> expiry (ms)
+-- KEYS[8]  {s}:waiters   ZSET   waiter id -> deadline (ms)
+-- KEYS[9]  {s}:podver    HASH   pod id -> deploy_ver
+-- KEYS[10] {s}:claims    ZSET   claim id -> deadline (ms)
+-- KEYS[11] {s}:claimpod  HASH   claim id -> pod id | "!reason"
+-- KEYS[12] {s}:queue     ZSET   waiter id -> arrival number
+-- KEYS[13] {s}:wake      the scope's wake-up channel
+-- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] grant deadline (ms)
+-- ARGV[4] publish command
+-- Returns {"touched"} | {"expired"} | {"unknown"} | {"NO_SCOPE"} | {"EPOCH_LOST"}
 local now = tonumber(ARGV[1])
-local cfg, refused = scope_config(KEYS[1], KEYS[2], 'session_ttl_ms')
+local cfg, refused = scope_config(KEYS[1], KEYS[2], 'session_ttl_ms', 'deploy_ver')
 if not cfg then
   return refused
 end
-local ttl = cfg[1]
 local e = redis.call('ZSCORE', KEYS[7], ARGV[2])
 if not e then
   return {'unknown'}
 end
 if tonumber(e) > now then
-  redis.call('ZADD', KEYS[7], now + tonumber(ttl), ARGV[2])
+  redis.call('ZADD', KEYS[7], now + tonumber(cfg[1]), ARGV[2])
   return {'touched'}
 end
-evict_session(KEYS[6], KEYS[7], KEYS[3], KEYS[4], KEYS[5], ARGV[2], now)
-return {'expired', tostring(redis.call('ZCARD', KEYS[8]))}
+local q = handoff(cfg[2], KEYS[9], KEYS[10], KEYS[11], KEYS[8], KEYS[12], KEYS[13], now, ARGV[3], ARGV[4])
+evict_session(KEYS[6], KEYS[7], KEYS[3], KEYS[4], KEYS[5], ARGV[2], now, q)
+return {'expired'}

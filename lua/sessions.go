@@ -12,7 +12,17 @@ const (
 	RouteBound  = "bound"
 	RouteNew    = "new"
 	RouteReplay = "replay"
-	RouteNone   = "none"
+	// RouteNone: nothing fits and the caller is not queued (nobody waits, or it gave
+	// no waiter id): it may ask the pool for a pod.
+	RouteNone = "none"
+	// RouteQueued: the caller waits in the scope's queue; at rank 0 it is first in line
+	// and may ask the pool for a pod too.
+	RouteQueued = "queued"
+	// RouteFull: the caller had to queue and the queue is full.
+	RouteFull = "full"
+	// RouteNoWait: the caller had to queue and the scope has no queue (queue_size or
+	// wait_timeout_s is 0).
+	RouteNoWait = "no_wait"
 )
 
 // RouteArgs are the inputs of one route attempt.
@@ -24,6 +34,12 @@ type RouteArgs struct {
 	// RequestID, when set, caches the answer for IdemTTL and replays it.
 	RequestID string
 	IdemTTL   time.Duration
+	// Waiter is the caller's place in the queue: it joins under this id when it must
+	// wait, and a slot the queue hands it is the claim of this id. Empty: the caller
+	// never queues (RouteNone instead).
+	Waiter string
+	// Join makes the caller queue when nothing fits even if nobody waits.
+	Join bool
 }
 
 // RouteResult is session_route.lua's answer.
@@ -36,27 +52,45 @@ type RouteResult struct {
 	// Session is the session the answer is for: a replay answers for the session of
 	// the first call with its request id.
 	Session string
-	// Waiters is the queue length seen when no pod fits (RouteNone).
-	Waiters int
+	// Rank is the caller's place in the queue (0 = first) and Deadline the end of its
+	// wait (RouteQueued).
+	Rank     int
+	Deadline time.Time
 }
 
-// SessionRoute runs session_route.lua: the session's bound pod, else the claimed pod,
-// else the first pod of the current version with a free slot, else RouteNone.
+// Served reports whether the answer is a binding.
+func (r RouteResult) Served() bool {
+	return r.Kind == RouteBound || r.Kind == RouteNew || r.Kind == RouteReplay
+}
+
+// SessionRoute runs session_route.lua: the session's bound pod, else the claimed pod
+// (RM's or the queue's), else a free slot of the current version when no waiter is
+// ahead of the caller (free slots go to the waiters first), else the caller queues.
 func (s *Store) SessionRoute(ctx context.Context, scope string, a RouteArgs) (RouteResult, error) {
 	k := s.keys.Scope(scope)
 	r, err := s.call(ctx, sessionRoute, scope,
-		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Claims, k.ClaimPod, k.Waiters, k.Idem("route", a.RequestID)},
-		ms(a.Now), a.Session, a.Claim, flag(a.RequestID != ""), a.IdemTTL.Milliseconds())
+		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Claims, k.ClaimPod,
+			k.Waiters, k.Idem("route", a.RequestID), k.Queue, k.QSeq, k.Wake},
+		append([]any{ms(a.Now), a.Session, a.Claim, flag(a.RequestID != ""), a.IdemTTL.Milliseconds(), a.Waiter, flag(a.Join)},
+			s.handoffArgs(a.Now)...)...)
 	if err != nil {
 		return RouteResult{}, err
 	}
-	res := RouteResult{Kind: r.oneOf(0, RouteBound, RouteNew, RouteReplay, RouteNone)}
-	if res.Kind == RouteNone {
-		res.Waiters = r.count(1)
-	} else {
+	res := RouteResult{Kind: r.oneOf(0, RouteBound, RouteNew, RouteReplay, RouteNone, RouteQueued, RouteFull, RouteNoWait)}
+	switch {
+	case res.Served():
 		res.New, res.Pod, res.Session = r.flag(1), r.pod(2, 3), r.str(4)
+	case res.Kind == RouteQueued:
+		res.Rank, res.Deadline = r.count(1), r.time(2)
+	case res.Kind == RouteFull:
+		r.count(1)
 	}
 	return res, r.err()
+}
+
+// sessionKeys are the keys of session_end.lua and session_touch.lua.
+func sessionKeys(k ScopeKeys) []string {
+	return []string{k.Epoch, k.Config, k.Pods, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Waiters, k.PodVer, k.Claims, k.ClaimPod, k.Queue, k.Wake}
 }
 
 // Touch outcomes.
@@ -66,49 +100,44 @@ const (
 	TouchUnknown = "unknown"
 )
 
-// SessionTouch runs session_touch.lua; waiters is the queue length when the touch
-// evicted.
-func (s *Store) SessionTouch(ctx context.Context, scope, session string, now time.Time) (state string, waiters int, err error) {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, sessionTouch, scope,
-		[]string{k.Epoch, k.Config, k.Pods, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Waiters}, ms(now), session)
+// SessionTouch runs session_touch.lua: it refreshes a live session's TTL, or evicts an
+// expired one (its slot to the oldest waiter first).
+func (s *Store) SessionTouch(ctx context.Context, scope, session string, now time.Time) (string, error) {
+	r, err := s.call(ctx, sessionTouch, scope, sessionKeys(s.keys.Scope(scope)), append([]any{ms(now), session}, s.handoffArgs(now)...)...)
 	if err != nil {
-		return "", 0, err
+		return "", err
 	}
-	state = r.oneOf(0, TouchTouched, TouchExpired, TouchUnknown)
-	if state == TouchExpired {
-		waiters = r.count(1)
-	}
-	return state, waiters, r.err()
+	state := r.oneOf(0, TouchTouched, TouchExpired, TouchUnknown)
+	return state, r.err()
 }
 
-// SessionEnd runs session_end.lua: it reports whether the session was bound, and the
-// queue length of the scope.
-func (s *Store) SessionEnd(ctx context.Context, scope, session string, now time.Time) (released bool, waiters int, err error) {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, sessionEnd, scope,
-		[]string{k.Epoch, k.Config, k.Pods, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Waiters}, ms(now), session)
+// SessionEnd runs session_end.lua: it unbinds the session (its slot to the oldest
+// waiter first) and reports whether the session was bound.
+func (s *Store) SessionEnd(ctx context.Context, scope, session string, now time.Time) (bool, error) {
+	r, err := s.call(ctx, sessionEnd, scope, sessionKeys(s.keys.Scope(scope)), append([]any{ms(now), session}, s.handoffArgs(now)...)...)
 	if err != nil {
-		return false, 0, err
+		return false, err
 	}
-	if released = r.oneOf(0, "released", "unknown") == "released"; released {
+	released := r.oneOf(0, "released", "unknown") == "released"
+	if released {
 		r.str(1) // the pod it was on
-		waiters = r.count(2)
 	}
-	return released, waiters, r.err()
+	return released, r.err()
 }
 
-// SessionEvict runs session_evict.lua: it evicts up to limit expired sessions and
-// returns how many, with the queue length of the scope.
-func (s *Store) SessionEvict(ctx context.Context, scope string, now time.Time, limit int) (evicted, waiters int, err error) {
+// SessionEvict runs session_evict.lua: it evicts up to limit expired sessions and drops
+// the claims past their deadline (expired holds among them), their slots to the oldest
+// waiters first. It returns how many sessions and claims went.
+func (s *Store) SessionEvict(ctx context.Context, scope string, now time.Time, limit int) (evicted, claims int, err error) {
 	k := s.keys.Scope(scope)
 	r, err := s.call(ctx, sessionEvict, scope,
-		[]string{k.Epoch, k.Pods, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Waiters}, ms(now), limit)
+		[]string{k.Epoch, k.Pods, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Waiters, k.Config, k.PodVer, k.Claims, k.ClaimPod, k.Queue, k.Wake},
+		append([]any{ms(now), limit}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return 0, 0, err
 	}
-	evicted, waiters = r.count(0), r.count(1)
-	return evicted, waiters, r.err()
+	evicted, claims = r.count(0), r.count(1)
+	return evicted, claims, r.err()
 }
 
 // SessionBinding is a live session's binding.
@@ -135,31 +164,13 @@ func (s *Store) SessionGet(ctx context.Context, scope, session string, now time.
 	return b, r.err()
 }
 
-// Waiter gate outcomes.
-const (
-	GateOK     = "ok"
-	GateFull   = "full"
-	GateNoWait = "no_wait"
-)
-
-// WaiterGate runs waiter_gate.lua; for GateOK it returns the waiter's deadline.
-func (s *Store) WaiterGate(ctx context.Context, scope, waiter string, now time.Time) (string, time.Time, error) {
+// WaiterLeave runs waiter_leave.lua: it takes a waiter out of the queue; a slot the
+// queue handed it goes on to the next waiter.
+func (s *Store) WaiterLeave(ctx context.Context, scope, waiter string, now time.Time) error {
 	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, waiterGate, scope, []string{k.Epoch, k.Config, k.Waiters}, ms(now), waiter)
-	if err != nil {
-		return "", time.Time{}, err
-	}
-	var deadline time.Time
-	state := r.oneOf(0, GateOK, GateFull, GateNoWait)
-	if state == GateOK {
-		deadline = r.time(1)
-	}
-	return state, deadline, r.err()
-}
-
-// WaiterLeave runs waiter_leave.lua: it takes a waiter out of the queue.
-func (s *Store) WaiterLeave(ctx context.Context, scope, waiter string) error {
-	r, err := s.call(ctx, waiterLeave, scope, []string{s.keys.Scope(scope).Waiters}, waiter)
+	r, err := s.call(ctx, waiterLeave, scope,
+		[]string{k.Config, k.Pods, k.PodVer, k.Slots, k.Idle, k.Claims, k.ClaimPod, k.Waiters, k.Queue, k.Wake},
+		append([]any{waiter, ms(now)}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return err
 	}

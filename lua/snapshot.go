@@ -38,14 +38,17 @@ type Snapshot struct {
 	Deploys   map[string]time.Time
 	Followers map[string]time.Time
 	ClaimPod  map[string]string
-	// Queued is the length of the waiter queue.
+	// Queued is the number of live waiters (those handed a slot and not bound yet
+	// included).
 	Queued int
 	// Set by Snapshot only (PoolSnapshot leaves them nil or zero):
 	Claims   map[string]time.Time
 	Sessions map[string]string // session id -> pod id
 	SessExp  map[string]time.Time
 	Waiters  map[string]time.Time
-	Fence    int64
+	// Queue holds the waiters still without a slot, by arrival number.
+	Queue map[string]int64
+	Fence int64
 }
 
 // Snapshot reads the whole state of a scope at once, every session included: for
@@ -72,7 +75,7 @@ func (s *Store) snapshot(ctx context.Context, scope string, full bool) (Snapshot
 	followers := pipe.ZRangeWithScores(ctx, k.Followers, 0, -1)
 	claimpod := pipe.HGetAll(ctx, k.ClaimPod)
 	queued := pipe.ZCard(ctx, k.Waiters)
-	var claims, sexp, waiters *redis.ZSliceCmd
+	var claims, sexp, waiters, queue *redis.ZSliceCmd
 	var sessions *redis.MapStringStringCmd
 	var fence *redis.StringCmd
 	if full {
@@ -80,6 +83,7 @@ func (s *Store) snapshot(ctx context.Context, scope string, full bool) (Snapshot
 		sessions = pipe.HGetAll(ctx, k.Sessions)
 		sexp = pipe.ZRangeWithScores(ctx, k.SessExp, 0, -1)
 		waiters = pipe.ZRangeWithScores(ctx, k.Waiters, 0, -1)
+		queue = pipe.ZRangeWithScores(ctx, k.Queue, 0, -1)
 		fence = pipe.Get(ctx, k.Fence)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -97,6 +101,10 @@ func (s *Store) snapshot(ctx context.Context, scope string, full bool) (Snapshot
 		snap.Sessions = sessions.Val()
 		snap.SessExp = zmap(sexp.Val())
 		snap.Waiters = zmap(waiters.Val())
+		snap.Queue = make(map[string]int64, len(queue.Val()))
+		for _, z := range queue.Val() {
+			snap.Queue[fmt.Sprint(z.Member)] = int64(z.Score)
+		}
 		snap.Fence, _ = strconv.ParseInt(fence.Val(), 10, 64) // no counter yet: 0
 	}
 	return snap, nil

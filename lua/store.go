@@ -49,6 +49,26 @@ func CleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // ms formats a time as Redis's unit, milliseconds since the epoch.
 func ms(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
 
+// GrantTTL is how long a slot handed to a waiter stays its own: a waiter that has not
+// bound it by then (it died, or missed its wake-up and its re-check) loses it to the next.
+const GrantTTL = 5 * time.Second
+
+// handoffArgs are the last ARGV of every script that frees slots: the deadline of a
+// grant made now and the command that publishes on the scope's wake-up channel.
+func (s *Store) handoffArgs(now time.Time) []any {
+	cmd := "PUBLISH"
+	if s.cluster() {
+		cmd = "SPUBLISH"
+	}
+	return []any{ms(now.Add(GrantTTL)), cmd}
+}
+
+// cluster reports whether Redis is a Cluster, where wake-ups use sharded pub/sub.
+func (s *Store) cluster() bool {
+	_, ok := s.rdb.(*redis.ClusterClient)
+	return ok
+}
+
 // flag is a boolean script argument.
 func flag(b bool) string {
 	if b {

@@ -21,11 +21,11 @@ func BenchmarkAcquireWarm(b *testing.B) {
 	_, r := benchReplica(b)
 	m := r.RM
 	ctx := context.Background()
-	first, err := m.Acquire(ctx, "s", "")
+	first, err := m.Acquire(ctx, "s")
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := m.ReleaseClaim(ctx, "s", first.Claim, true); err != nil {
+	if err := m.ReleaseClaim(ctx, "s", first.Claim); err != nil {
 		b.Fatal(err)
 	}
 	counter := &testredis.Counter{}
@@ -34,12 +34,12 @@ func BenchmarkAcquireWarm(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		before := counter.Count()
-		l, err := m.Acquire(ctx, "s", "")
+		l, err := m.Acquire(ctx, "s")
 		trips += counter.Count() - before
 		if err != nil || l.Source != "warm" {
 			b.Fatalf("acquire = %+v, %v", l, err)
 		}
-		if err := m.ReleaseClaim(ctx, "s", l.Claim, true); err != nil {
+		if err := m.ReleaseClaim(ctx, "s", l.Claim); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -53,7 +53,7 @@ func BenchmarkAcquireCold(b *testing.B) {
 	m := r.RM
 	ctx := context.Background()
 	for b.Loop() {
-		l, err := m.Acquire(ctx, "s", "")
+		l, err := m.Acquire(ctx, "s")
 		if err != nil || l.Source != "deployed" {
 			b.Fatalf("acquire = %+v, %v", l, err)
 		}

@@ -10,13 +10,14 @@ import (
 	"github.com/warmpool/warmpool/internal/httpx"
 )
 
-// Routes adds the pod routes of SPEC §3 and the scope listing to r, which is mounted
-// at /v1.
+// Routes adds the pod routes of SPEC §3 and §10 (holds) and the scope listing to r,
+// which is mounted at /v1.
 func (m *Manager) Routes(r chi.Router) {
 	h := httpx.Adapter(m.log)
 	r.Method(http.MethodGet, "/scopes", h(m.handleScopes))
 	r.Method(http.MethodPost, "/scopes/{scope}/pods/acquire", h(m.handleAcquire))
 	r.Method(http.MethodPost, "/scopes/{scope}/pods/{pod}/release", h(m.handleRelease))
+	r.Method(http.MethodPost, "/scopes/{scope}/pods/{pod}/touch", h(m.handleTouch))
 	r.Method(http.MethodGet, "/scopes/{scope}/pool", h(m.handlePool))
 }
 
@@ -29,11 +30,14 @@ type acquireResponse struct {
 	SSEURL    string `json:"pod_sse_url"`
 	DeployVer string `json:"deploy_ver"`
 	Source    string `json:"source"`
+	HoldID    string `json:"hold_id"`
+	HoldUntil string `json:"hold_until"`
 }
 
-// handleAcquire hands a pod to an API caller. The caller holds the pod, not a slot on
-// it: the claim is dropped at once and the pod stays out of the idle pool until the
-// caller releases it (idle_consider).
+// holdTime formats a hold's deadline as RFC 3339 in UTC, to the millisecond.
+func holdTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// handleAcquire hands a pod to an API caller as a hold on one of its slots.
 func (m *Manager) handleAcquire(w http.ResponseWriter, r *http.Request) error {
 	scope, err := httpx.Scope(r)
 	if err != nil {
@@ -49,30 +53,60 @@ func (m *Manager) handleAcquire(w http.ResponseWriter, r *http.Request) error {
 	if err := warmpool.CheckRequestID(req.RequestID); err != nil {
 		return err
 	}
-	l, err := m.Acquire(r.Context(), scope, req.RequestID)
+	h, err := m.Hold(r.Context(), scope, req.RequestID)
 	if err != nil {
 		return err
 	}
-	if err := m.ReleaseClaim(r.Context(), scope, l.Claim, false); err != nil {
-		return err
-	}
-	return httpx.OK(w, acquireResponse{PodID: l.Pod.ID, SSEURL: l.Pod.SSEURL, DeployVer: l.Pod.DeployVer, Source: l.Source})
+	return httpx.OK(w, acquireResponse{PodID: h.Pod.ID, SSEURL: h.Pod.SSEURL, DeployVer: h.Pod.DeployVer, Source: h.Source,
+		HoldID: h.ID, HoldUntil: holdTime(h.Until)})
 }
 
+type holdRequest struct {
+	HoldID string `json:"hold_id"`
+}
+
+// onHold reads the scope, the pod and the hold id of a release or a touch.
+func onHold(w http.ResponseWriter, r *http.Request) (scope, pod, hold string, err error) {
+	if scope, err = httpx.Scope(r); err != nil {
+		return "", "", "", err
+	}
+	if pod, err = httpx.Param(r, "pod", warmpool.ValidPodID, "a DNS-1123 name"); err != nil {
+		return "", "", "", err
+	}
+	var req holdRequest
+	if err := httpx.Decode(w, r, &req, false); err != nil {
+		return "", "", "", err
+	}
+	if !warmpool.ValidRequestID(req.HoldID) {
+		return "", "", "", warmpool.Errorf(warmpool.CodeValidation, "hold_id: required, 1-128 chars of [A-Za-z0-9._:/+=-]")
+	}
+	return scope, pod, req.HoldID, nil
+}
+
+// handleRelease releases a hold: 200 {"released": true, "idle"}, or HOLD_NOT_FOUND.
 func (m *Manager) handleRelease(w http.ResponseWriter, r *http.Request) error {
-	scope, err := httpx.Scope(r)
+	scope, pod, hold, err := onHold(w, r)
 	if err != nil {
 		return err
 	}
-	pod, err := httpx.Param(r, "pod", warmpool.ValidPodID, "a DNS-1123 name")
+	idle, err := m.ReleaseHold(r.Context(), scope, pod, hold)
 	if err != nil {
 		return err
 	}
-	idle, err := m.IdleConsider(r.Context(), scope, pod)
+	return httpx.OK(w, map[string]bool{"released": true, "idle": idle})
+}
+
+// handleTouch extends a hold: 200 {"hold_until"}, or HOLD_NOT_FOUND.
+func (m *Manager) handleTouch(w http.ResponseWriter, r *http.Request) error {
+	scope, pod, hold, err := onHold(w, r)
 	if err != nil {
 		return err
 	}
-	return httpx.OK(w, map[string]bool{"idle": idle})
+	until, err := m.TouchHold(r.Context(), scope, pod, hold)
+	if err != nil {
+		return err
+	}
+	return httpx.OK(w, map[string]string{"hold_until": holdTime(until)})
 }
 
 type poolPod struct {

@@ -1,6 +1,7 @@
 // Package rm is the resource manager: it hands out pods of a scope (a warm one, a place
-// on a deploy in flight, or a new deploy under a lease), takes them back into the warm
-// pool, and forgets dead ones. Every state change is one Lua script (package lua).
+// on a deploy in flight, or a new deploy under a lease), to the session manager as
+// claims and to API callers as holds, takes them back, and forgets dead ones. Every
+// state change is one Lua script (package lua).
 package rm
 
 import (
@@ -37,7 +38,7 @@ type Config struct {
 	FollowerMargin time.Duration
 	// PollInterval is how often a follower checks on its deploy.
 	PollInterval time.Duration
-	// IdemTTL is how long an acquire answer is kept for replays of its request id.
+	// IdemTTL is how long a hold is kept for replays of its request id.
 	IdemTTL time.Duration
 	Clock   warmpool.Clock
 	Logger  *slog.Logger
@@ -90,35 +91,10 @@ func (m *Manager) Close() {
 // Acquire hands out a pod of the scope: a warm pod of the current deploy_ver, else the
 // pod of a deploy in flight (as a follower), else a pod it deploys itself (as the
 // leader). The lease carries a claim: a slot reserved on the pod until the caller binds
-// it or ClaimTTL passes. With a request id, a repeated call returns the first answer.
+// it or ClaimTTL passes.
 // Errors: SCOPE_NOT_FOUND, NO_POD_AVAILABLE (max_pods reached, room full, follower
 // timeout), DEPLOY_FAILED, STORE_UNAVAILABLE.
-func (m *Manager) Acquire(ctx context.Context, scope, requestID string) (warmpool.Lease, error) {
-	if requestID == "" {
-		return m.acquire(ctx, scope)
-	}
-	// A repeat waits for the first call's answer at most as long as any deploy may
-	// take; the pending mark expires with IdemTTL anyway.
-	wait := time.Duration(warmpool.MaxReadyTimeoutS)*time.Second + m.cfg.FollowerMargin
-	key := m.store.Keys().Scope(scope).Idem("acquire", requestID)
-	raw, _, err := m.store.Idempotent(ctx, key, m.cfg.IdemTTL, wait, m.cfg.PollInterval, func() ([]byte, error) {
-		l, err := m.acquire(ctx, scope)
-		if err != nil {
-			return nil, err
-		}
-		return json.Marshal(l)
-	})
-	if err != nil {
-		return warmpool.Lease{}, err
-	}
-	var l warmpool.Lease
-	if err := json.Unmarshal(raw, &l); err != nil {
-		return warmpool.Lease{}, fmt.Errorf("acquire %q: cached answer: %w", scope, err)
-	}
-	return l, nil
-}
-
-func (m *Manager) acquire(ctx context.Context, scope string) (warmpool.Lease, error) {
+func (m *Manager) Acquire(ctx context.Context, scope string) (warmpool.Lease, error) {
 	now := m.clock.Now()
 	claim := warmpool.NewID()
 	res, err := m.store.PodAcquire(ctx, scope, lua.AcquireArgs{
@@ -307,25 +283,87 @@ func (m *Manager) Fill(ctx context.Context, scope string) (int, error) {
 	}
 }
 
-// IdleConsider puts the pod into the idle pool when it has no session and no claim.
-// It reports whether the pod is idle now. Errors: STORE_UNAVAILABLE; an unknown pod is
-// reported as not idle.
-func (m *Manager) IdleConsider(ctx context.Context, scope, pod string) (bool, error) {
-	st, err := m.store.PodRelease(ctx, scope, pod, m.clock.Now())
-	if err != nil {
-		return false, fmt.Errorf("idle_consider %q/%q: %w", scope, pod, err)
-	}
-	return st == lua.ReleaseIdle, nil
-}
-
-// ReleaseClaim gives back a claim the caller will not bind. With idle, a pod left with
-// no slot goes idle at once; without, it stays handed out until IdleConsider.
-func (m *Manager) ReleaseClaim(ctx context.Context, scope, claim string, idle bool) error {
+// ReleaseClaim gives back a claim the caller will not bind: its slot goes to the
+// oldest waiter of the scope, or is freed (a pod left with no slot goes idle).
+func (m *Manager) ReleaseClaim(ctx context.Context, scope, claim string) error {
 	if claim == "" {
 		return nil
 	}
-	_, _, err := m.store.ClaimRelease(ctx, scope, claim, m.clock.Now(), idle)
+	_, _, err := m.store.ClaimRelease(ctx, scope, claim, m.clock.Now())
 	return err
+}
+
+// Hold is a pod handed out to an API caller: one slot of the pod is the caller's until
+// it releases the hold or Until passes (pool.hold_ttl_s after the acquire or the last
+// touch); then the slot goes to a waiter, or the pod back to the warm pool.
+type Hold struct {
+	Pod    warmpool.Pod `json:"pod"`
+	Source string       `json:"source"`
+	ID     string       `json:"hold_id"`
+	Until  time.Time    `json:"hold_until"`
+}
+
+// Hold acquires a pod as Acquire does and keeps the claimed slot as a hold. With a
+// request id, a repeated call returns the first answer: the same hold.
+// Errors: as Acquire's.
+func (m *Manager) Hold(ctx context.Context, scope, requestID string) (Hold, error) {
+	if requestID == "" {
+		return m.hold(ctx, scope)
+	}
+	// A repeat waits for the first call's answer at most as long as any deploy may
+	// take; the pending mark expires with IdemTTL anyway.
+	wait := time.Duration(warmpool.MaxReadyTimeoutS)*time.Second + m.cfg.FollowerMargin
+	key := m.store.Keys().Scope(scope).Idem("acquire", requestID)
+	raw, _, err := m.store.Idempotent(ctx, key, m.cfg.IdemTTL, wait, m.cfg.PollInterval, func() ([]byte, error) {
+		h, err := m.hold(ctx, scope)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(h)
+	})
+	if err != nil {
+		return Hold{}, err
+	}
+	var h Hold
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return Hold{}, fmt.Errorf("acquire %q: cached answer: %w", scope, err)
+	}
+	return h, nil
+}
+
+func (m *Manager) hold(ctx context.Context, scope string) (Hold, error) {
+	l, err := m.Acquire(ctx, scope)
+	if err != nil {
+		return Hold{}, err
+	}
+	until, err := m.store.HoldTouch(ctx, scope, l.Claim, l.Pod.ID, m.clock.Now())
+	if err != nil {
+		cleanup, cancel := lua.CleanupContext(ctx)
+		defer cancel()
+		if rerr := m.ReleaseClaim(cleanup, scope, l.Claim); rerr != nil {
+			m.log.Warn("claim not given back; it expires by its deadline", "scope", scope, "err", rerr)
+		}
+		if errors.Is(err, lua.ErrNoHold) {
+			// The pod went away between the two steps.
+			err = warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: the pod handed out went away; retry", scope).Retry(1)
+		}
+		return Hold{}, fmt.Errorf("acquire %q: %w", scope, err)
+	}
+	return Hold{Pod: l.Pod, Source: l.Source, ID: l.Claim, Until: until.UTC()}, nil
+}
+
+// TouchHold extends a live hold on pod to pool.hold_ttl_s from now and returns its new
+// deadline. Errors: HOLD_NOT_FOUND (unknown, released, expired, or of another pod),
+// SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
+func (m *Manager) TouchHold(ctx context.Context, scope, pod, hold string) (time.Time, error) {
+	return m.store.HoldTouch(ctx, scope, hold, pod, m.clock.Now())
+}
+
+// ReleaseHold releases a live hold on pod: its slot goes to the oldest waiter of the
+// scope, or is freed (the pod goes idle when it was its last slot). It reports whether
+// the pod is idle now. Errors: HOLD_NOT_FOUND, SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
+func (m *Manager) ReleaseHold(ctx context.Context, scope, pod, hold string) (bool, error) {
+	return m.store.HoldRelease(ctx, scope, hold, pod, m.clock.Now())
 }
 
 // Purge forgets a pod (dead or reclaimed): every key of it, its sessions and its

@@ -37,7 +37,7 @@ func burst(ctx context.Context, scope string, n int, ms ...*rm.Manager) <-chan o
 	out := make(chan outcome, n)
 	for i := range n {
 		go func() {
-			l, err := ms[i%len(ms)].Acquire(ctx, scope, "")
+			l, err := ms[i%len(ms)].Acquire(ctx, scope)
 			out <- outcome{l, err}
 		}()
 	}
@@ -71,7 +71,7 @@ func release(t *testing.T, m *rm.Manager, scope string, outs []outcome) {
 	t.Helper()
 	for _, o := range outs {
 		if o.err == nil {
-			if err := m.ReleaseClaim(context.Background(), scope, o.lease.Claim, true); err != nil {
+			if err := m.ReleaseClaim(context.Background(), scope, o.lease.Claim); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -168,21 +168,21 @@ func TestWarmPodIsTakenWithoutDeploying(t *testing.T) {
 	h.Scope("s", 8, 2)
 	a, b := manager(h, rm.Config{}), manager(h, rm.Config{})
 	ctx := context.Background()
-	first, err := a.Acquire(ctx, "s", "")
+	first, err := a.Acquire(ctx, "s")
 	if err != nil || first.Source != warmpool.SourceDeployed {
 		t.Fatalf("first acquire = %+v, %v", first, err)
 	}
-	if err := a.ReleaseClaim(ctx, "s", first.Claim, true); err != nil {
+	if err := a.ReleaseClaim(ctx, "s", first.Claim); err != nil {
 		t.Fatal(err)
 	}
-	second, err := b.Acquire(ctx, "s", "")
+	second, err := b.Acquire(ctx, "s")
 	if err != nil || second.Source != warmpool.SourceWarm || second.Pod.ID != first.Pod.ID {
 		t.Fatalf("second acquire = %+v, %v; want the warm pod %s", second, err, first.Pod.ID)
 	}
 	if h.Fake.DeployCount() != 1 {
 		t.Fatalf("deploys = %d, want 1", h.Fake.DeployCount())
 	}
-	b.ReleaseClaim(ctx, "s", second.Claim, true)
+	b.ReleaseClaim(ctx, "s", second.Claim)
 	h.Settled("s")
 }
 
@@ -228,11 +228,11 @@ func TestCrashLeftoversExpire(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := m.Acquire(ctx, "s", ""); warmpool.ErrorCode(err) != warmpool.CodeNoPodAvailable {
+	if _, err := m.Acquire(ctx, "s"); warmpool.ErrorCode(err) != warmpool.CodeNoPodAvailable {
 		t.Fatalf("acquire while the dead lease lives: %v, want NO_POD_AVAILABLE", err)
 	}
 	h.Clock.Advance(3 * time.Second)
-	l, err := m.Acquire(ctx, "s", "")
+	l, err := m.Acquire(ctx, "s")
 	if err != nil || l.Source != warmpool.SourceDeployed {
 		t.Fatalf("acquire after the dead lease expired = %+v, %v; want a new deploy", l, err)
 	}
@@ -240,10 +240,10 @@ func TestCrashLeftoversExpire(t *testing.T) {
 	if len(s.Deploys) != 0 || len(s.Followers) != 0 {
 		t.Fatalf("leftovers: deploys %v followers %v", s.Deploys, s.Followers)
 	}
-	m.ReleaseClaim(ctx, "s", l.Claim, true)
+	m.ReleaseClaim(ctx, "s", l.Claim)
 	// The dead follower's note expires with its deadline too.
 	h.Clock.Advance(time.Minute)
-	if _, err := m.Acquire(ctx, "s", ""); err != nil {
+	if _, err := m.Acquire(ctx, "s"); err != nil {
 		t.Fatal(err)
 	}
 	if s := h.Snap("s"); len(s.ClaimPod) != 1 {
@@ -262,7 +262,7 @@ func TestFollowerOfADeadLeaderFailsFast(t *testing.T) {
 		t.Fatal(err)
 	}
 	errc := make(chan error, 1)
-	go func() { _, err := m.Acquire(context.Background(), "s", ""); errc <- err }()
+	go func() { _, err := m.Acquire(context.Background(), "s"); errc <- err }()
 	replicatest.WaitFor(t, "the follower in the room", func() bool { return len(h.Snap("s").Followers) == 1 })
 	h.Clock.Advance(3 * time.Second)
 	if err := <-errc; warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !contains(err.Error(), "leader is gone") {
@@ -284,7 +284,7 @@ func TestLostLeaseCancelsTheDeploy(t *testing.T) {
 	hold := h.Fake.Hold()
 	defer hold()
 	errc := make(chan error, 1)
-	go func() { _, err := m.Acquire(context.Background(), "s", ""); errc <- err }()
+	go func() { _, err := m.Acquire(context.Background(), "s"); errc <- err }()
 	h.WaitInFlight(1)
 	h.Clock.Advance(time.Second) // the next extension finds the lease expired
 	select {
@@ -306,32 +306,33 @@ func TestNewVersionIsNeverGivenAnOldIdlePod(t *testing.T) {
 	h.Scope("s", 8, 2)
 	m := manager(h, rm.Config{})
 	ctx := context.Background()
-	old, err := m.Acquire(ctx, "s", "")
+	old, err := m.Acquire(ctx, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.ReleaseClaim(ctx, "s", old.Claim, true)
+	m.ReleaseClaim(ctx, "s", old.Claim)
 	cfg := h.Scope("s", 8, 2, func(c *warmpool.ScopeConfig) { c.Deploy.Image = "agent:2" })
-	l, err := m.Acquire(ctx, "s", "")
+	l, err := m.Acquire(ctx, "s")
 	if err != nil || l.Source != warmpool.SourceDeployed || l.Pod.DeployVer != cfg.DeployVer {
 		t.Fatalf("acquire after a deploy change = %+v, %v; want a new pod of %s", l, err, cfg.DeployVer)
 	}
-	m.ReleaseClaim(ctx, "s", l.Claim, true)
+	m.ReleaseClaim(ctx, "s", l.Claim)
 }
 
-func TestAcquireIsIdempotentAcrossReplicas(t *testing.T) {
+// A hold's request id makes one hold however often and wherever it is repeated.
+func TestHoldIsIdempotentAcrossReplicas(t *testing.T) {
 	h := replicatest.New(t)
 	h.Scope("s", 8, 2)
 	a, b := manager(h, rm.Config{}), manager(h, rm.Config{})
 	hold := h.Fake.Hold()
 	ctx := context.Background()
 	type res struct {
-		l   warmpool.Lease
+		l   rm.Hold
 		err error
 	}
 	ch := make(chan res, 2)
 	for _, m := range []*rm.Manager{a, b} {
-		go func() { l, err := m.Acquire(ctx, "s", "req-1"); ch <- res{l, err} }()
+		go func() { l, err := m.Hold(ctx, "s", "req-1"); ch <- res{l, err} }()
 	}
 	h.WaitInFlight(1)
 	hold()
@@ -339,7 +340,7 @@ func TestAcquireIsIdempotentAcrossReplicas(t *testing.T) {
 	if r1.err != nil || r2.err != nil || r1.l != r2.l {
 		t.Fatalf("replays differ: %+v / %+v", r1, r2)
 	}
-	r3, err := b.Acquire(ctx, "s", "req-1")
+	r3, err := b.Hold(ctx, "s", "req-1")
 	if err != nil || r3 != r1.l {
 		t.Fatalf("late replay = %+v, %v", r3, err)
 	}
@@ -357,7 +358,7 @@ func TestScopesDeployIndependently(t *testing.T) {
 	hold := h.Fake.Hold()
 	ch := make(chan error, 2)
 	for _, s := range []string{"a", "b"} {
-		go func() { _, err := m.Acquire(context.Background(), s, ""); ch <- err }()
+		go func() { _, err := m.Acquire(context.Background(), s); ch <- err }()
 	}
 	// Both deploys are in flight at once although each scope allows one at a time.
 	h.WaitInFlight(2)
@@ -400,7 +401,7 @@ func TestStressInvariants(t *testing.T) {
 				if w == 0 && i%10 == 0 {
 					h.Fake.FailNext(1, "chaos")
 				}
-				l, err := m.Acquire(ctx, scope, "")
+				l, err := m.Acquire(ctx, scope)
 				if err != nil {
 					failN.Add(1)
 					continue
@@ -411,9 +412,9 @@ func TestStressInvariants(t *testing.T) {
 					if _, err := m.Purge(ctx, scope, l.Pod.ID, "test"); err != nil {
 						t.Error(err)
 					}
-					m.ReleaseClaim(ctx, scope, l.Claim, true)
+					m.ReleaseClaim(ctx, scope, l.Claim)
 				default:
-					if err := m.ReleaseClaim(ctx, scope, l.Claim, true); err != nil {
+					if err := m.ReleaseClaim(ctx, scope, l.Claim); err != nil {
 						t.Error(err)
 					}
 				}

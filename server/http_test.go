@@ -151,7 +151,8 @@ var scopeRoutes = []struct {
 	{http.MethodDelete, "/v1/scopes/%[1]s/sessions/%[2]s", ""},
 	{http.MethodPost, "/v1/scopes/%[1]s/sessions/%[2]s/touch", ""},
 	{http.MethodPost, "/v1/scopes/%[1]s/pods/acquire", `{}`},
-	{http.MethodPost, "/v1/scopes/%[1]s/pods/%[2]s/release", ""},
+	{http.MethodPost, "/v1/scopes/%[1]s/pods/%[2]s/release", `{"hold_id":"h1"}`},
+	{http.MethodPost, "/v1/scopes/%[1]s/pods/%[2]s/touch", `{"hold_id":"h1"}`},
 	{http.MethodGet, "/v1/scopes/%[1]s/pool", ""},
 }
 
@@ -240,7 +241,12 @@ func TestBadSessionIDs(t *testing.T) {
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/acquire", `{"request_id":"r1","request_id":"r1"}`), http.StatusBadRequest, warmpool.CodeValidation, "request_id: duplicate key")
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s1"}`, header{"Idempotency-Key", luaID}), http.StatusBadRequest, warmpool.CodeValidation, "request_id")
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/acquire", `{"request_id":"`+strings.Repeat("r", 129)+`"}`), http.StatusBadRequest, warmpool.CodeValidation, "request_id")
-	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/BAD_POD/release", nil), http.StatusBadRequest, warmpool.CodeValidation, "pod")
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/BAD_POD/release", `{"hold_id":"h1"}`), http.StatusBadRequest, warmpool.CodeValidation, "pod")
+	for _, body := range []string{`{}`, `{"hold_id":""}`, `{"hold_id":"a b"}`, `{"hold_id":7}`} {
+		for _, verb := range []string{"release", "touch"} {
+			e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/p1/"+verb, body), http.StatusBadRequest, warmpool.CodeValidation, "hold_id")
+		}
+	}
 	if got := e.pool("ok")["pods"].([]any); len(got) != 0 {
 		t.Fatalf("bad requests deployed pods: %v", got)
 	}
@@ -268,7 +274,8 @@ func TestAuth(t *testing.T) {
 		{http.MethodDelete, "/v1/scopes/ok/sessions/s1", ""},
 		{http.MethodPost, "/v1/scopes/ok/sessions/s1/touch", ""},
 		{http.MethodPost, "/v1/scopes/ok/pods/acquire", `{}`},
-		{http.MethodPost, "/v1/scopes/ok/pods/p1/release", ""},
+		{http.MethodPost, "/v1/scopes/ok/pods/p1/release", `{"hold_id":"h1"}`},
+		{http.MethodPost, "/v1/scopes/ok/pods/p1/touch", `{"hold_id":"h1"}`},
 		{http.MethodGet, "/v1/scopes/ok/pool", ""},
 		{http.MethodGet, "/v1/scopes/ok/config", ""},
 		{http.MethodPut, "/v1/scopes/ok/config", `{}`},
@@ -524,7 +531,8 @@ func storeDown(pod string) []call {
 		{http.MethodDelete, "/v1/scopes/ok/sessions/s1", ""},
 		{http.MethodPost, "/v1/scopes/ok/pods/acquire", `{}`},
 		{http.MethodPost, "/v1/scopes/ok/pods/acquire", `{"request_id":"r4"}`},
-		{http.MethodPost, "/v1/scopes/ok/pods/" + pod + "/release", ""},
+		{http.MethodPost, "/v1/scopes/ok/pods/" + pod + "/release", `{"hold_id":"h1"}`},
+		{http.MethodPost, "/v1/scopes/ok/pods/" + pod + "/touch", `{"hold_id":"h1"}`},
 	}
 }
 
@@ -754,53 +762,93 @@ func TestRouteIdempotency(t *testing.T) {
 	t.Logf("%d deploys for 2 sessions plus 6 concurrent attempts of a third", e.fake.DeployCount())
 }
 
+// SPEC §10 holds: an acquire hands out a hold (hold_id, hold_until = now + hold_ttl_s)
+// that takes one slot of its pod; a replay of its request id answers the same hold;
+// touch extends it; release frees the slot (the pod goes idle with its last); a hold
+// that is unknown, released, expired or of another pod is 404 HOLD_NOT_FOUND; an
+// expired hold's slot comes back by the expiry sweep.
 func TestAcquireRelease(t *testing.T) {
 	t.Parallel()
 	e := mustEnv(t)
-	e.putScope("a", scopeCfg(4, 2, 0, 1))
+	e.putScope("a", `{"deploy":{"ready_timeout_s":10},"pool":{"max_concurrency":2,"pod_concurrency":2,"queue_size":0,"hold_ttl_s":60}}`)
+	at := func(d time.Duration) string {
+		return e.clock.Now().Add(d).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	}
+	release := func(pod string, hold any) resp {
+		return e.do(http.MethodPost, "/v1/scopes/a/pods/"+pod+"/release", map[string]any{"hold_id": hold})
+	}
+	touch := func(pod string, hold any) resp {
+		return e.do(http.MethodPost, "/v1/scopes/a/pods/"+pod+"/touch", map[string]any{"hold_id": hold})
+	}
 
 	acq := e.ok(http.MethodPost, "/v1/scopes/a/pods/acquire", `{"request_id":"acq-1"}`)
-	keys(t, acq, "pod_id", "pod_sse_url", "deploy_ver", "source")
-	if acq["source"] != warmpool.SourceDeployed {
-		t.Fatalf("first acquire: %v", acq)
+	keys(t, acq, "pod_id", "pod_sse_url", "deploy_ver", "source", "hold_id", "hold_until")
+	if acq["source"] != warmpool.SourceDeployed || acq["hold_until"] != at(time.Minute) || acq["hold_id"] == "" {
+		t.Fatalf("first acquire: %v, want a deployed pod held until %s", acq, at(time.Minute))
 	}
-	pod := acq["pod_id"].(string)
+	pod, hold := acq["pod_id"].(string), acq["hold_id"]
 	if replay := e.ok(http.MethodPost, "/v1/scopes/a/pods/acquire", `{"request_id":"acq-1"}`); fmt.Sprint(replay) != fmt.Sprint(acq) {
-		t.Fatalf("acquire replay: %v, want %v", replay, acq)
+		t.Fatalf("acquire replay: %v, want the same hold %v", replay, acq)
 	}
 	if n := e.fake.DeployCount(); n != 1 {
 		t.Fatalf("%d deploys, want 1", n)
 	}
-	// The caller holds the pod: it is busy, not idle.
+	// The hold takes a slot of the pod (pod_concurrency 2, max_pods 1): one session
+	// fits beside it, a second does not.
 	pp := e.pool("a")["pods"].([]any)[0].(map[string]any)
-	if pp["pod_id"] != pod || pp["state"] != "busy" || pp["idle_since"] != nil {
-		t.Fatalf("acquired pod: %v", pp)
+	if pp["pod_id"] != pod || pp["state"] != "busy" || num(t, pp, "slots") != 1 || num(t, pp, "sessions") != 0 {
+		t.Fatalf("held pod: %v, want busy with the hold's slot", pp)
 	}
+	if b := e.route("a", "s1"); b["pod_id"] != pod {
+		t.Fatalf("s1 on %v, want the held pod's free slot", b["pod_id"])
+	}
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/a/sessions", `{"session_id":"s2"}`), http.StatusServiceUnavailable, warmpool.CodeNoPodAvailable)
 
-	rel := e.ok(http.MethodPost, "/v1/scopes/a/pods/"+pod+"/release", nil)
-	keys(t, rel, "idle")
-	if rel["idle"] != true {
+	e.clock.Advance(30 * time.Second)
+	if got := e.ok(http.MethodPost, "/v1/scopes/a/pods/"+pod+"/touch", map[string]any{"hold_id": hold}); got["hold_until"] != at(time.Minute) {
+		t.Fatalf("touch: %v, want hold_until %s", got, at(time.Minute))
+	}
+	for _, r := range []resp{release("other-pod", hold), release(pod, "no-such-hold"), touch("other-pod", hold), touch(pod, "no-such-hold")} {
+		e.wantErr(r, http.StatusNotFound, warmpool.CodeHoldNotFound)
+	}
+	rel := release(pod, hold)
+	if rel.status != http.StatusOK {
 		t.Fatalf("release: %v", rel)
 	}
-	pp = e.pool("a")["pods"].([]any)[0].(map[string]any)
-	if pp["state"] != "idle" || pp["idle_since"] == nil {
-		t.Fatalf("released pod: %v", pp)
+	if got := rel.obj(t); len(got) != 2 || got["released"] != true || got["idle"] != false {
+		t.Fatalf("release beside a session: %v, want released and not idle", got)
+	}
+	e.wantErr(release(pod, hold), http.StatusNotFound, warmpool.CodeHoldNotFound)
+	e.wantErr(touch(pod, hold), http.StatusNotFound, warmpool.CodeHoldNotFound)
+	e.ok(http.MethodDelete, "/v1/scopes/a/sessions/s1", nil)
+	if pp := e.pool("a")["pods"].([]any)[0].(map[string]any); pp["state"] != "idle" || num(t, pp, "slots") != 0 {
+		t.Fatalf("pod after its hold and session ended: %v", pp)
 	}
 
-	// Warm now; an empty body is fine too.
+	// Warm now; an empty body is fine too. Released as the pod's last slot, it is idle.
 	warm := e.ok(http.MethodPost, "/v1/scopes/a/pods/acquire", nil)
-	if warm["source"] != warmpool.SourceWarm || warm["pod_id"] != pod {
+	if warm["source"] != warmpool.SourceWarm || warm["pod_id"] != pod || warm["hold_id"] == hold {
 		t.Fatalf("second acquire: %v", warm)
 	}
-	// A pod with a session does not go idle; an unknown pod neither.
-	e.ok(http.MethodPost, "/v1/scopes/a/pods/"+pod+"/release", nil)
-	e.route("a", "s1")
-	if rel := e.ok(http.MethodPost, "/v1/scopes/a/pods/"+pod+"/release", nil); rel["idle"] != false {
-		t.Fatalf("release of a pod with a session: %v", rel)
+	if got := e.ok(http.MethodPost, "/v1/scopes/a/pods/"+pod+"/release", map[string]any{"hold_id": warm["hold_id"]}); got["idle"] != true {
+		t.Fatalf("release of the last slot: %v", got)
 	}
-	if rel := e.ok(http.MethodPost, "/v1/scopes/a/pods/no-such-pod/release", nil); rel["idle"] != false {
-		t.Fatalf("release of an unknown pod: %v", rel)
+
+	// A hold nobody releases expires: touch and release find it gone, and the expiry
+	// sweep gives its slot back even though nothing else runs.
+	lost := e.ok(http.MethodPost, "/v1/scopes/a/pods/acquire", nil)
+	e.clock.Advance(61 * time.Second)
+	e.wantErr(touch(pod, lost["hold_id"]), http.StatusNotFound, warmpool.CodeHoldNotFound)
+	for _, j := range e.srv.Sweeper.Jobs() {
+		if j.Name == "sessions" && !e.srv.Runner.RunOnce(context.Background(), j) {
+			t.Fatal("the sessions job did not run")
+		}
 	}
+	if pp := e.pool("a")["pods"].([]any)[0].(map[string]any); pp["state"] != "idle" || num(t, pp, "slots") != 0 {
+		t.Fatalf("pod after its hold expired: %v, want idle", pp)
+	}
+	e.wantErr(release(pod, lost["hold_id"]), http.StatusNotFound, warmpool.CodeHoldNotFound)
+
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/a/pods/acquire", `{"request":"x"}`), http.StatusBadRequest, warmpool.CodeValidation, "request")
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/a/pods/acquire", `[`), http.StatusBadRequest, warmpool.CodeValidation, "body")
 }
@@ -852,7 +900,7 @@ func TestPoolShape(t *testing.T) {
 	}
 
 	// A busy pod and an idle one.
-	e.ok(http.MethodPost, "/v1/scopes/p/pods/acquire", nil)
+	held := e.ok(http.MethodPost, "/v1/scopes/p/pods/acquire", nil)
 	p = e.pool("p")
 	if num(t, p, "placeholders") != 0 || num(t, p, "followers") != 0 || num(t, p, "waiters") != 0 {
 		t.Fatalf("counts after the deploys: %v", p)
@@ -862,7 +910,10 @@ func TestPoolShape(t *testing.T) {
 		t.Fatalf("pods: %v", pods)
 	}
 	second := pods[1].(map[string]any)["pod_id"].(string)
-	e.ok(http.MethodPost, "/v1/scopes/p/pods/"+second+"/release", nil)
+	if second != held["pod_id"] {
+		t.Fatalf("second pod %s, want the held %v", second, held["pod_id"])
+	}
+	e.ok(http.MethodPost, "/v1/scopes/p/pods/"+second+"/release", map[string]any{"hold_id": held["hold_id"]})
 	states := map[string]map[string]any{}
 	for _, x := range e.pool("p")["pods"].([]any) {
 		pp := x.(map[string]any)

@@ -476,7 +476,7 @@ func TestReplicaLoserReusesWarmPod(t *testing.T) {
 	if acq["source"] != warmpool.SourceWarm || acq["pod_id"] != deploys[0].Pod.ID || rs.fake.DeployCount() != 1 {
 		t.Fatalf("acquire on A: %v after %d deploys", acq, rs.fake.DeployCount())
 	}
-	if rel := rs.b.ok(http.MethodPost, "/v1/scopes/warm/pods/"+deploys[0].Pod.ID+"/release", nil); rel["idle"] != true {
+	if rel := rs.b.ok(http.MethodPost, "/v1/scopes/warm/pods/"+deploys[0].Pod.ID+"/release", map[string]any{"hold_id": acq["hold_id"]}); rel["idle"] != true {
 		t.Fatalf("release on B: %v", rel)
 	}
 	rs.settle("warm")

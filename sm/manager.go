@@ -104,7 +104,9 @@ func binding(scope, session string, pod warmpool.Pod, isNew bool) Binding {
 
 // Route returns the pod of a session: its bound pod (TTL refreshed), else the first pod
 // of the current deploy_ver with a free slot, else a pod from the pool (warm, followed
-// or deployed), else a place in the scope's waiter queue until capacity frees.
+// or deployed), else a place in the scope's waiter queue until capacity frees. The
+// queue is fair: while routes wait, a new one queues behind them, and freed capacity
+// goes to the oldest waiter first, on any replica.
 // With a request id, a repeated call returns the first answer. Concurrent routes of one
 // session take one pod: one call at a time looks for it (see routeOnce).
 // Errors: VALIDATION, SCOPE_NOT_FOUND, NO_POD_AVAILABLE, QUEUE_FULL, WAIT_TIMEOUT,
@@ -114,12 +116,12 @@ func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (
 		return Binding{}, err
 	}
 	// A bound session, a warm fit or a replay of the cached answer costs one script
-	// call.
+	// call; this probe never queues (it has no waiter id).
 	res, err := m.store.SessionRoute(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
 	if err != nil {
 		return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
 	}
-	if res.Kind != lua.RouteNone {
+	if res.Served() {
 		return binding(scope, res.Session, res.Pod, res.New), nil
 	}
 	if requestID == "" {
@@ -175,7 +177,7 @@ func (m *Manager) routeOnce(ctx context.Context, scope, session, requestID strin
 		if err != nil {
 			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
 		}
-		if res.Kind != lua.RouteNone {
+		if res.Served() {
 			return binding(scope, res.Session, res.Pod, res.New), nil
 		}
 	}
@@ -220,93 +222,123 @@ func (m *Manager) awaitUnlocked(ctx context.Context, key string, bound <-chan ti
 	}
 }
 
+// routeOrQueue routes the session under a waiter id of its own: one pass, then, when
+// the pass queued it, the wait in the queue.
 func (m *Manager) routeOrQueue(ctx context.Context, scope, session, requestID string) (Binding, error) {
-	b, err := m.route(ctx, scope, session, requestID)
-	if !errors.Is(err, warmpool.ErrPoolFull) {
-		return b, err
+	a := lua.RouteArgs{Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL, Waiter: warmpool.NewID()}
+	res, full, err := m.pass(ctx, scope, a)
+	if err != nil {
+		return Binding{}, err
 	}
-	return m.queue(ctx, scope, session, requestID, err)
+	if res.Served() {
+		return binding(scope, res.Session, res.Pod, res.New), nil
+	}
+	return m.queue(ctx, scope, a, res, full)
 }
 
-// route is one pass: first fit, else a pod from the pool bound with its claim.
-func (m *Manager) route(ctx context.Context, scope, session, requestID string) (Binding, error) {
+// pass is one attempt at a binding: session_route.lua, then, when nothing fits and no
+// waiter is ahead of the caller, a pod from the pool bound with its claim. When the pool
+// is full too, the route script runs once more with Join, which fits after all (a pod
+// registered or a slot freed meanwhile) or queues the caller. It returns a binding or
+// the script's queue answer, with the pool's error that made it queue, if any.
+func (m *Manager) pass(ctx context.Context, scope string, a lua.RouteArgs) (res lua.RouteResult, full error, err error) {
+	route := func(claim string) (lua.RouteResult, error) {
+		a.Now, a.Claim = m.clock.Now(), claim
+		res, err := m.store.SessionRoute(ctx, scope, a)
+		if err != nil {
+			return res, fmt.Errorf("route %s/%s: %w", scope, a.Session, err)
+		}
+		return res, nil
+	}
 	for range m.cfg.Attempts {
-		res, err := m.store.SessionRoute(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
-		if err != nil {
-			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
+		res, err := route("")
+		switch {
+		case err != nil:
+			return res, nil, err
+		case res.Kind != lua.RouteNone && (res.Kind != lua.RouteQueued || res.Rank > 0):
+			// Served, or queued behind others (or refused a place): the pool is not
+			// this caller's to ask.
+			return res, nil, nil
 		}
-		if res.Kind != lua.RouteNone {
-			return binding(scope, res.Session, res.Pod, res.New), nil
-		}
-		lease, err := m.pool.Acquire(ctx, scope, "")
+		lease, err := m.pool.Acquire(ctx, scope)
 		if errors.Is(err, warmpool.ErrPoolFull) {
-			// A pod may have registered (another replica deployed it) or a slot freed
-			// since the first fit above: fit once more before calling the scope full.
-			res, rerr := m.store.SessionRoute(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
-			switch {
-			case rerr != nil:
-				return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, rerr)
-			case res.Kind != lua.RouteNone:
-				return binding(scope, res.Session, res.Pod, res.New), nil
-			}
+			a.Join = true
+			res, rerr := route("")
+			return res, err, rerr
 		}
 		if err != nil {
-			return Binding{}, err
+			return res, nil, err
 		}
-		res, err = m.store.SessionRoute(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, Claim: lease.Claim, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
+		res, err = route(lease.Claim)
 		if err != nil {
 			m.releaseClaim(ctx, scope, lease.Claim)
-			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
+			return res, nil, err
 		}
-		if res.Kind != lua.RouteNone {
-			return binding(scope, res.Session, res.Pod, res.New), nil
+		if res.Served() {
+			return res, nil, nil
 		}
 		// The pod went away or is of an old version now; the script gave the claim back.
-		m.log.Info("handed pod unusable, routing again", "scope", scope, "session", session, "pod", lease.Pod.ID)
+		m.log.Info("handed pod unusable, routing again", "scope", scope, "session", a.Session, "pod", lease.Pod.ID)
 	}
-	return Binding{}, warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: pods kept going away while routing; retry", scope).Retry(1)
+	return lua.RouteResult{}, nil, warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: pods kept going away while routing; retry", scope).Retry(1)
 }
 
 func (m *Manager) releaseClaim(ctx context.Context, scope, claim string) {
 	cleanup, cancel := lua.CleanupContext(ctx)
 	defer cancel()
-	if err := m.pool.ReleaseClaim(cleanup, scope, claim, true); err != nil {
+	if err := m.pool.ReleaseClaim(cleanup, scope, claim); err != nil {
 		m.log.Warn("claim not given back; it expires by its deadline", "scope", scope, "err", err)
 	}
 }
 
-// queue waits in the scope's waiter queue for capacity, re-trying the route on every
-// wake-up and every Recheck, until wait_timeout_s. The waiter leaves the queue however
-// the wait ends.
-func (m *Manager) queue(ctx context.Context, scope, session, requestID string, full error) (b Binding, err error) {
-	waiter := warmpool.NewID()
-	// Subscribe before joining, so that no wake-up between the two is missed.
-	woken, unsubscribe := m.wake.Subscribe(ctx, scope)
-	defer unsubscribe()
-	state, deadline, err := m.store.WaiterGate(ctx, scope, waiter, m.clock.Now())
-	switch {
-	case err != nil:
-		return Binding{}, err
-	case state == lua.GateNoWait:
-		return Binding{}, full
-	case state == lua.GateFull:
+// queue waits in the scope's queue, where res (the pass that queued the caller, or
+// refused it a place) left it. Capacity freed anywhere is handed to the oldest waiter
+// by the script that frees it, which wakes that waiter alone: its next pass binds the
+// slot. The first in line also tries the pool on each wake-up. Every Recheck a pass
+// runs anyway, so a lost wake-up only delays. The waiter leaves the queue however the
+// wait ends; a slot handed to it too late goes on to the next.
+func (m *Manager) queue(ctx context.Context, scope string, a lua.RouteArgs, res lua.RouteResult, full error) (b Binding, err error) {
+	switch res.Kind {
+	case lua.RouteFull:
 		m.cfg.Observe("queue", "queue_full")
 		return Binding{}, warmpool.Errorf(warmpool.CodeQueueFull, "scope %q: every pod is busy and the waiter queue is full", scope).Retry(1)
+	case lua.RouteNoWait:
+		if full == nil {
+			full = warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: every pod is busy and the scope has no waiter queue", scope).Retry(1)
+		}
+		return Binding{}, full
 	}
 	m.cfg.Observe("queue", "queued")
 	defer func() {
+		if err == nil {
+			return // the binding took the caller out of the queue
+		}
 		cleanup, cancel := lua.CleanupContext(ctx)
 		defer cancel()
-		if lerr := m.store.WaiterLeave(cleanup, scope, waiter); lerr != nil {
+		if lerr := m.store.WaiterLeave(cleanup, scope, a.Waiter, m.clock.Now()); lerr != nil {
 			m.log.Warn("waiter not removed; it expires by its deadline", "scope", scope, "err", lerr)
 		}
 	}()
-	wait := deadline.Sub(m.clock.Now())
+	// Subscribed only now: the pass right below finds a slot handed over before.
+	woken, unsubscribe := m.wake.Subscribe(ctx, scope, a.Waiter)
+	defer unsubscribe()
+	wait := res.Deadline.Sub(m.clock.Now())
 	timeout := time.NewTimer(wait)
 	defer timeout.Stop()
 	tick := time.NewTicker(m.cfg.Recheck)
 	defer tick.Stop()
+	a.Join = true
 	for {
+		res, _, err := m.pass(ctx, scope, a)
+		switch {
+		case err != nil:
+			return Binding{}, err
+		case res.Served():
+			return binding(scope, res.Session, res.Pod, res.New), nil
+		case res.Kind != lua.RouteQueued:
+			// A slot handed over was lost (it expired unbound) and the queue has no room now.
+			return m.queue(ctx, scope, a, res, nil)
+		}
 		select {
 		case <-ctx.Done():
 			return Binding{}, ctx.Err()
@@ -317,51 +349,36 @@ func (m *Manager) queue(ctx context.Context, scope, session, requestID string, f
 			m.cfg.Observe("queue", "woken")
 		case <-tick.C:
 		}
-		b, err := m.route(ctx, scope, session, requestID)
-		if !errors.Is(err, warmpool.ErrPoolFull) {
-			return b, err
-		}
 	}
 }
 
 // Touch refreshes a session's TTL. It reports false when the session had expired (it
-// is evicted now, its capacity freed and a waiter woken) or never existed.
+// is evicted now, its slot handed to the oldest waiter or freed) or never existed.
 // Errors: VALIDATION, SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
-func (m *Manager) Touch(ctx context.Context, scope, session string) (touched bool, err error) {
-	err = m.freeing(ctx, "touch", scope, session, func(now time.Time) (bool, int, error) {
-		state, waiters, err := m.store.SessionTouch(ctx, scope, session, now)
-		touched = state == lua.TouchTouched
-		return state == lua.TouchExpired, waiters, err
-	})
-	return touched, err
-}
-
-// End releases a session: its slot is freed, its pod goes idle when it was the last
-// session, and a waiter is woken. It reports whether the session was bound.
-// Errors: VALIDATION, SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
-func (m *Manager) End(ctx context.Context, scope, session string) (released bool, err error) {
-	err = m.freeing(ctx, "end", scope, session, func(now time.Time) (bool, int, error) {
-		bound, waiters, err := m.store.SessionEnd(ctx, scope, session, now)
-		released = bound
-		return bound, waiters, err
-	})
-	return released, err
-}
-
-// freeing checks the ids, then runs op's script, which reports whether it freed the
-// session's slot and how many waiters the scope has; the waiters are woken when it did.
-func (m *Manager) freeing(ctx context.Context, op, scope, session string, run func(now time.Time) (freed bool, waiters int, err error)) error {
+func (m *Manager) Touch(ctx context.Context, scope, session string) (bool, error) {
 	if err := checkIDs(scope, session); err != nil {
-		return err
+		return false, err
 	}
-	freed, waiters, err := run(m.clock.Now())
+	state, err := m.store.SessionTouch(ctx, scope, session, m.clock.Now())
 	if err != nil {
-		return fmt.Errorf("%s %s/%s: %w", op, scope, session, err)
+		return false, fmt.Errorf("touch %s/%s: %w", scope, session, err)
 	}
-	if freed {
-		m.wakeWaiters(ctx, scope, waiters)
+	return state == lua.TouchTouched, nil
+}
+
+// End releases a session: its slot goes to the oldest waiter of the scope (on any
+// replica), or is freed and its pod goes idle when it was the last session. It reports
+// whether the session was bound.
+// Errors: VALIDATION, SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
+func (m *Manager) End(ctx context.Context, scope, session string) (bool, error) {
+	if err := checkIDs(scope, session); err != nil {
+		return false, err
 	}
-	return nil
+	released, err := m.store.SessionEnd(ctx, scope, session, m.clock.Now())
+	if err != nil {
+		return false, fmt.Errorf("end %s/%s: %w", scope, session, err)
+	}
+	return released, nil
 }
 
 // checkIDs validates a scope and a session id.
@@ -383,29 +400,20 @@ func (m *Manager) Get(ctx context.Context, scope, session string) (Binding, erro
 }
 
 // ExpireSessions evicts the scope's sessions whose TTL has passed (up to limit per
-// call), frees their slots and wakes waiters. It returns how many it evicted.
+// call) and drops its claims past their deadline (holds not released in time among
+// them); each freed slot goes to the oldest waiter, or is freed. It returns how many
+// sessions it evicted.
 func (m *Manager) ExpireSessions(ctx context.Context, scope string, limit int) (int, error) {
-	n, waiters, err := m.store.SessionEvict(ctx, scope, m.clock.Now(), limit)
+	n, _, err := m.store.SessionEvict(ctx, scope, m.clock.Now(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("expire sessions of %q: %w", scope, err)
-	}
-	if n > 0 {
-		m.wakeWaiters(ctx, scope, waiters)
 	}
 	return n, nil
 }
 
-// wakeWaiters tells the scope's waiters on every replica that capacity freed; a failed
-// publish only delays them until their next re-check.
-func (m *Manager) wakeWaiters(ctx context.Context, scope string, waiters int) {
-	if waiters == 0 {
-		return
-	}
-	m.Wake(ctx, scope)
-}
-
-// Wake tells the scope's waiters on every replica that capacity may have freed (a pod
-// was purged, a session expired).
+// Wake tells every waiter of the scope on every replica that capacity may have come
+// back that no script handed on (a pod was purged below max_pods, or adopted): each
+// re-runs its pass, where free slots go to the oldest waiters first.
 func (m *Manager) Wake(ctx context.Context, scope string) {
 	if err := m.wake.Publish(ctx, scope); err != nil {
 		m.log.Warn("wake-up not published; waiters re-check on their own", "scope", scope, "err", err)

@@ -256,7 +256,7 @@ func snapEqual(a, b lua.Snapshot) bool {
 	same := func(x, y map[string]time.Time) bool { return maps.EqualFunc(x, y, time.Time.Equal) }
 	return same(a.Deploys, b.Deploys) && same(a.Followers, b.Followers) && same(a.Claims, b.Claims) &&
 		maps.Equal(a.ClaimPod, b.ClaimPod) && maps.Equal(a.Sessions, b.Sessions) && same(a.SessExp, b.SessExp) &&
-		same(a.Waiters, b.Waiters) && a.Fence == b.Fence
+		same(a.Waiters, b.Waiters) && maps.Equal(a.Queue, b.Queue) && a.Fence == b.Fence
 }
 
 // flush deletes every key of the harness (its prefix), as a Redis restart without

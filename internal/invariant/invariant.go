@@ -14,8 +14,12 @@ import (
 // Violations returns every invariant the snapshot breaks, empty when it holds them all.
 // versions lists the deploy_vers new sessions may have landed on (the scope's current
 // one, plus older ones when the test changed the config). With settled set, the
-// snapshot must also be free of work in flight: no deploy lease, room entry, claim or
-// waiter is left (invariant 5).
+// snapshot must also be free of work in flight: no deploy lease, room entry, claim
+// (hold or grant included), waiter or queue entry is left (invariant 5).
+//
+// The fair queue: every queued waiter is a live waiter, and a waiter handed a slot (a
+// grant: the claim named after it) has left the queue. A grant is a claim, so its slot
+// counts on its pod like any other (invariants 1 and 3).
 func Violations(s lua.Snapshot, cfg warmpool.ScopeConfig, versions []string, settled bool) []string {
 	var out []string
 	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
@@ -79,6 +83,14 @@ func Violations(s lua.Snapshot, cfg warmpool.ScopeConfig, versions []string, set
 			}
 		}
 	}
+	for w := range s.Queue {
+		if _, ok := s.Waiters[w]; !ok {
+			bad("inv5: queue entry %s is no waiter", w)
+		}
+		if pod := s.ClaimPod[w]; pod != "" && !strings.HasPrefix(pod, "!") {
+			bad("inv5: waiter %s was handed a slot on %s but is still queued", w, pod)
+		}
+	}
 	if settled {
 		if len(s.Deploys) > 0 {
 			bad("inv5: deploy leases left: %v", keys(s.Deploys))
@@ -91,6 +103,9 @@ func Violations(s lua.Snapshot, cfg warmpool.ScopeConfig, versions []string, set
 		}
 		if len(s.Waiters) > 0 {
 			bad("inv5: waiters left: %v", keys(s.Waiters))
+		}
+		if len(s.Queue) > 0 {
+			bad("inv5: queue entries left: %v", keys(s.Queue))
 		}
 	}
 	return out

@@ -1,0 +1,21 @@
+-- hold_touch.lua: extend a live hold on its pod to now + hold_ttl_s; acquire uses it to
+-- turn the claim it handed out into a hold.
+-- KEYS[1] {s}:epoch     STRING scope epoch
+-- KEYS[2] {s}:config    HASH   published scope config
+-- KEYS[3] {s}:claims    ZSET   claim id -> deadline (ms)
+-- KEYS[4] {s}:claimpod  HASH   claim id -> pod id | "!reason"
+-- ARGV[1] now (ms)  ARGV[2] hold id  ARGV[3] pod id
+-- Returns {"held", hold until (ms)} | {"unknown"} (no such live hold on that pod)
+--       | {"NO_SCOPE"} | {"EPOCH_LOST"}
+local now = tonumber(ARGV[1])
+local cfg, refused = scope_config(KEYS[1], KEYS[2], 'hold_ttl_ms')
+if not cfg then
+  return refused
+end
+local deadline = redis.call('ZSCORE', KEYS[3], ARGV[2])
+if redis.call('HGET', KEYS[4], ARGV[2]) ~= ARGV[3] or not deadline or tonumber(deadline) <= now then
+  return {'unknown'}
+end
+local until_ms = now + tonumber(cfg[1])
+redis.call('ZADD', KEYS[3], 'XX', until_ms, ARGV[2])
+return {'held', tostring(until_ms)}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/warmpool/warmpool/internal/sqlmigrate"
+	"github.com/warmpool/warmpool/internal/sqlstore"
 )
 
 // The schema, one file a step, run in number order, each at most once per schema, as
@@ -40,21 +41,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	)`); err != nil {
 		return failure(ctx, "migrate", err)
 	}
-	applied := map[string]bool{}
-	rows, err := tx.QueryContext(ctx, `SELECT version FROM schema_migrations`)
-	if err != nil {
-		return failure(ctx, "migrate", err)
-	}
-	for rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return failure(ctx, "migrate", err)
-		}
-		applied[v] = true
-	}
-	err = rows.Err()
-	rows.Close()
+	applied, err := sqlstore.Applied(ctx, tx)
 	if err != nil {
 		return failure(ctx, "migrate", err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/sqlstore"
 )
 
 // Connection defaults; a DSN that sets connect_timeout keeps its own.
@@ -137,7 +138,7 @@ func (s *Store) Get(ctx context.Context, scopeID string) (warmpool.StoredConfig,
 	row := s.db.QueryRowContext(ctx, latestSQL+` WHERE h.scope_id = $1`, scopeID)
 	sc, err := scanConfig(row)
 	if errors.Is(err, sql.ErrNoRows) {
-		return warmpool.StoredConfig{}, notFound(scopeID)
+		return warmpool.StoredConfig{}, sqlstore.NotFound(scopeID)
 	}
 	if err != nil {
 		return warmpool.StoredConfig{}, failure(ctx, fmt.Sprintf("get %q", scopeID), err)
@@ -161,7 +162,7 @@ func (s *Store) History(ctx context.Context, scopeID string) ([]warmpool.StoredC
 		return nil, err
 	}
 	if len(out) == 0 {
-		return nil, notFound(scopeID)
+		return nil, sqlstore.NotFound(scopeID)
 	}
 	return out, nil
 }
@@ -198,67 +199,24 @@ func scanConfig(row interface{ Scan(...any) error }) (warmpool.StoredConfig, err
 	// before a field existed that field's default, not a zero.
 	cfg, err := warmpool.LoadScopeConfig(doc)
 	if err != nil {
-		return warmpool.StoredConfig{}, &corruptError{scopeID: sc.ScopeID, version: sc.Version, err: err}
+		return warmpool.StoredConfig{}, &sqlstore.CorruptError{ScopeID: sc.ScopeID, Version: sc.Version, Err: err}
 	}
 	sc.Config = cfg
 	sc.UpdatedAt = sc.UpdatedAt.UTC()
 	return sc, nil
 }
 
-func notFound(scopeID string) error {
-	return warmpool.Errorf(warmpool.CodeScopeNotFound, "scope %q has no config", scopeID)
-}
-
-// corruptError is a stored row the store cannot read back: a bug or a hand edit, not
-// an outage, so it is INTERNAL.
-type corruptError struct {
-	scopeID string
-	version int64
-	err     error
-}
-
-func (e *corruptError) Error() string {
-	return fmt.Sprintf("scope %q version %d: stored config is not readable: %v", e.scopeID, e.version, e.err)
-}
-
-// unavailableError is a STORE_UNAVAILABLE *warmpool.Error that also unwraps to the
-// database error behind it, for errors.Is and logs.
-type unavailableError struct {
-	domain *warmpool.Error
-	cause  error
-}
-
-func (e *unavailableError) Error() string   { return e.domain.Error() }
-func (e *unavailableError) Unwrap() []error { return []error{e.domain, e.cause} }
-
-// failure classifies a database error of op: the caller's cancellation passes through
-// as ctx.Err(); an error the server reports about the statement itself (a constraint,
-// a missing table: a bug or a hand edit, which a retry would not mend) or an
-// unreadable row is INTERNAL; anything else — no connection, the server shutting down
-// or out of resources, a transaction it rolled back — is STORE_UNAVAILABLE.
+// failure classifies a database error of op (sqlstore.Failure): a PostgreSQL error
+// about the statement itself (a constraint, a missing table) is INTERNAL; connection,
+// rollback, resource and shutdown errors are STORE_UNAVAILABLE.
 func failure(ctx context.Context, op string, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return fmt.Errorf("config store: %s: %w", op, ctxErr)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("config store: %s: %w", op, err)
-	}
-	var corrupt *corruptError
-	if errors.As(err, &corrupt) {
-		return fmt.Errorf("config store: %s: %w", op, warmpool.Errorf(warmpool.CodeInternal, "%v", corrupt))
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && !transient(pgErr.Code) {
-		return fmt.Errorf("config store: %s: %w", op, warmpool.Errorf(warmpool.CodeInternal, "%v", pgErr))
-	}
-	return &unavailableError{
-		domain: &warmpool.Error{
-			Code:       warmpool.CodeStoreUnavailable,
-			Message:    fmt.Sprintf("config store: %s: %v", op, err),
-			RetryAfter: 1,
-		},
-		cause: err,
-	}
+	return sqlstore.Failure(ctx, op, err, func(err error) error {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && !transient(pgErr.Code) {
+			return pgErr
+		}
+		return nil
+	})
 }
 
 // transient reports whether an SQLSTATE says the server could not do the work now

@@ -21,6 +21,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/sqlstore"
 )
 
 // BusyTimeout is how long a connection waits for a lock another connection (or
@@ -197,7 +198,7 @@ func (s *Store) Get(ctx context.Context, scopeID string) (warmpool.StoredConfig,
 		WHERE scope_id = ? ORDER BY version DESC LIMIT 1`, scopeID)
 	sc, err := scanConfig(row)
 	if errors.Is(err, sql.ErrNoRows) {
-		return warmpool.StoredConfig{}, notFound(scopeID)
+		return warmpool.StoredConfig{}, sqlstore.NotFound(scopeID)
 	}
 	if err != nil {
 		return warmpool.StoredConfig{}, failure(ctx, op, err)
@@ -228,7 +229,7 @@ func (s *Store) History(ctx context.Context, scopeID string) ([]warmpool.StoredC
 		return nil, err
 	}
 	if len(out) == 0 {
-		return nil, notFound(scopeID)
+		return nil, sqlstore.NotFound(scopeID)
 	}
 	return out, nil
 }
@@ -266,59 +267,15 @@ func scanConfig(row interface{ Scan(...any) error }) (warmpool.StoredConfig, err
 	// before a field existed that field's default, not a zero.
 	cfg, err := warmpool.LoadScopeConfig([]byte(doc))
 	if err != nil {
-		return warmpool.StoredConfig{}, &corruptError{scopeID: sc.ScopeID, version: sc.Version, err: err}
+		return warmpool.StoredConfig{}, &sqlstore.CorruptError{ScopeID: sc.ScopeID, Version: sc.Version, Err: err}
 	}
 	sc.Config = cfg
 	sc.UpdatedAt = time.UnixMilli(created).UTC()
 	return sc, nil
 }
 
-func notFound(scopeID string) error {
-	return warmpool.Errorf(warmpool.CodeScopeNotFound, "scope %q has no config", scopeID)
-}
-
-// corruptError is a stored row the store cannot read back: a bug or a hand edit, not
-// an outage, so it is INTERNAL.
-type corruptError struct {
-	scopeID string
-	version int64
-	err     error
-}
-
-func (e *corruptError) Error() string {
-	return fmt.Sprintf("scope %q version %d: stored config is not readable: %v", e.scopeID, e.version, e.err)
-}
-
-// unavailableError is a STORE_UNAVAILABLE *warmpool.Error that also unwraps to the
-// database error behind it, for errors.Is and logs.
-type unavailableError struct {
-	domain *warmpool.Error
-	cause  error
-}
-
-func (e *unavailableError) Error() string   { return e.domain.Error() }
-func (e *unavailableError) Unwrap() []error { return []error{e.domain, e.cause} }
-
-// failure classifies a database error of op: the caller's cancellation passes through
-// as ctx.Err(), anything else is STORE_UNAVAILABLE (INTERNAL for an unreadable row).
+// failure classifies a database error of op (sqlstore.Failure): anything but the
+// caller's cancellation or an unreadable row is STORE_UNAVAILABLE.
 func failure(ctx context.Context, op string, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return fmt.Errorf("config store: %s: %w", op, ctxErr)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("config store: %s: %w", op, err)
-	}
-	var corrupt *corruptError
-	if errors.As(err, &corrupt) {
-		return fmt.Errorf("config store: %s: %w", op,
-			warmpool.Errorf(warmpool.CodeInternal, "%v", corrupt))
-	}
-	return &unavailableError{
-		domain: &warmpool.Error{
-			Code:       warmpool.CodeStoreUnavailable,
-			Message:    fmt.Sprintf("config store: %s: %v", op, err),
-			RetryAfter: 1,
-		},
-		cause: err,
-	}
+	return sqlstore.Failure(ctx, op, err, nil)
 }

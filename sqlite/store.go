@@ -235,26 +235,14 @@ func (s *Store) History(ctx context.Context, scopeID string) ([]warmpool.StoredC
 }
 
 func (s *Store) query(ctx context.Context, op, query string, args ...any) ([]warmpool.StoredConfig, error) {
-	rows, err := s.db.QueryContext(ctx, query, args...)
+	out, err := sqlstore.Query(ctx, s.db, scanConfig, query, args...)
 	if err != nil {
-		return nil, failure(ctx, op, err)
-	}
-	defer rows.Close()
-	out := []warmpool.StoredConfig{}
-	for rows.Next() {
-		sc, err := scanConfig(rows)
-		if err != nil {
-			return nil, failure(ctx, op, err)
-		}
-		out = append(out, sc)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, failure(ctx, op, err)
 	}
 	return out, nil
 }
 
-func scanConfig(row interface{ Scan(...any) error }) (warmpool.StoredConfig, error) {
+func scanConfig(row sqlstore.Scanner) (warmpool.StoredConfig, error) {
 	var (
 		sc      warmpool.StoredConfig
 		doc     string

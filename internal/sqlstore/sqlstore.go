@@ -86,3 +86,25 @@ func Applied(ctx context.Context, tx *sql.Tx) (map[string]bool, error) {
 	}
 	return applied, rows.Err()
 }
+
+// Scanner is a row to read: *sql.Row or *sql.Rows.
+type Scanner interface{ Scan(...any) error }
+
+// Query runs query on db and reads every row with scan; errors come back as the
+// database gave them, for the store's Failure.
+func Query(ctx context.Context, db *sql.DB, scan func(Scanner) (warmpool.StoredConfig, error), query string, args ...any) ([]warmpool.StoredConfig, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []warmpool.StoredConfig{}
+	for rows.Next() {
+		sc, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sc)
+	}
+	return out, rows.Err()
+}

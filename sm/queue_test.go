@@ -9,6 +9,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/replicatest"
+	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sm"
 )
 
@@ -179,4 +180,39 @@ func TestExpiredHoldGoesToAWaiter(t *testing.T) {
 		t.Fatalf("touch of the expired hold: %v, want HOLD_NOT_FOUND", err)
 	}
 	h.Settled("h")
+}
+
+// Issue 12.2: a slot handed to a waiter that died (its replica crashed with it queued)
+// is not lost: the grant expires after lua.GrantTTL and goes to the next waiter, which
+// finds it on its periodic re-check. Guards the grant's deadline (grant in _lib.lua).
+func TestDeadWaitersSlotIsHandedOn(t *testing.T) {
+	h := replicatest.New(t)
+	a := replica(h, replicatest.Config{Clock: h.Clock, SM: sm.Config{Recheck: 20 * time.Millisecond}})
+	queueScope(h, "d", 1, 1, 2, 60)
+	ctx := context.Background()
+	first := mustRoute(t, a, "d", "first")
+	// The dead waiter queued first, through the store, and nobody runs its passes.
+	if res, err := h.Store.SessionRoute(ctx, "d", lua.RouteArgs{Now: h.Clock.Now(), Session: "ghost", Waiter: "dead", Join: true}); err != nil || res.Kind != lua.RouteQueued {
+		t.Fatalf("dead waiter's route = %+v, %v", res, err)
+	}
+	live := routeAsync(a, "d", "live", "")
+	replicatest.WaitFor(t, "the live route queued", func() bool { return len(h.Snap("d").Queue) == 2 })
+
+	if _, err := a.End(ctx, "d", "first"); err != nil {
+		t.Fatal(err)
+	}
+	if s := h.Snap("d"); s.ClaimPod["dead"] != first.PodID || len(s.Queue) != 1 {
+		t.Fatalf("after the end: claims %v queue %v; want the slot handed to the oldest (dead) waiter", s.ClaimPod, s.Queue)
+	}
+	h.Clock.Advance(lua.GrantTTL + time.Second)
+	r := replicatest.Recv(t, "the live waiter", live)
+	if r.err != nil || r.b.PodID != first.PodID {
+		t.Fatalf("live waiter = %+v, %v; want the slot the dead one never took", r.b, r.err)
+	}
+	// The dead waiter's own entry goes with its deadline.
+	h.Clock.Advance(time.Minute)
+	if _, err := h.Store.ScopeRepair(ctx, "d", h.Clock.Now(), h.Clock.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	h.Settled("d")
 }

@@ -3,6 +3,8 @@
 -- KEYS[1] {s}:deploying  ZSET deploy member -> lease deadline (ms)
 -- ARGV[1] deploy member  ARGV[2] now (ms)  ARGV[3] new deadline (ms)
 -- Returns 1 when extended, 0 when the lease is lost.
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 local lease = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not lease or tonumber(lease) <= tonumber(ARGV[2]) then
   return 0

@@ -7,6 +7,8 @@
 -- ARGV[1] now (ms)  ARGV[2] hold id  ARGV[3] pod id
 -- Returns {"held", hold until (ms)} | {"unknown"} (no such live hold on that pod)
 --       | {"NO_SCOPE"} | {"EPOCH_LOST"}
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 local now = tonumber(ARGV[1])
 local cfg, refused = scope_config(KEYS[1], KEYS[2], 'hold_ttl_ms')
 if not cfg then

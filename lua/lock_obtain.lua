@@ -3,6 +3,8 @@
 -- KEYS[1] lock key  STRING holder token, PX lease
 -- ARGV[1] token  ARGV[2] lease (ms)
 -- Returns 1 when taken, 0 when another holder has it.
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return 1
 end

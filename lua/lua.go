@@ -21,39 +21,54 @@ var files embed.FS
 // another, and sharing the text keeps one definition of each rule.
 var lib = mustRead("_lib.lua")
 
+// guard is prepended to the guarded scripts, after lib: it refuses a call that Redis
+// runs after its caller's deadline, which Store.call appends to ARGV.
+var guard = mustRead("_guard.lua")
+
 // script is one embedded script with the name of its file, for error messages.
 type script struct {
 	name string
+	// guarded scripts change state on a caller's behalf and take its deadline.
+	guarded bool
 	*redis.Script
 }
 
 // The scripts, one per file; see each file's header for its KEYS, ARGV and result.
+// Guarded scripts refuse a call run after its caller's deadline (_guard.lua); the
+// others only give back or read what a caller holds (a claim, a room entry, a lock)
+// or raise a counter, which is as right late as on time.
 var (
-	podAcquire     = load("pod_acquire.lua")
-	podRegister    = load("pod_register.lua")
-	podPurge       = load("pod_purge.lua")
-	podPlaceholder = load("pod_placeholder.lua")
-	podAdopt       = load("pod_adopt.lua")
-	podHealth      = load("pod_health.lua")
-	fenceRaise     = load("fence_raise.lua")
-	deployExtend   = load("deploy_extend.lua")
-	deployAbort    = load("deploy_abort.lua")
-	followerWait   = load("follower_wait.lua")
-	followerLeave  = load("follower_leave.lua")
-	claimRelease   = load("claim_release.lua")
-	holdTouch      = load("hold_touch.lua")
-	holdRelease    = load("hold_release.lua")
-	lockObtain     = load("lock_obtain.lua")
-	lockExtend     = load("lock_extend.lua")
-	lockRelease    = load("lock_release.lua")
-	sessionRoute   = load("session_route.lua")
-	sessionTouch   = load("session_touch.lua")
-	sessionEnd     = load("session_end.lua")
-	sessionEvict   = load("session_evict.lua")
-	sessionGet     = load("session_get.lua")
-	waiterLeave    = load("waiter_leave.lua")
-	scopePublish   = load("scope_publish.lua")
-	scopeRepair    = load("scope_repair.lua")
+	podAcquire     = load("pod_acquire.lua", guarded)
+	podRegister    = load("pod_register.lua", guarded)
+	podPurge       = load("pod_purge.lua", guarded)
+	podPlaceholder = load("pod_placeholder.lua", guarded)
+	podAdopt       = load("pod_adopt.lua", guarded)
+	podHealth      = load("pod_health.lua", guarded)
+	fenceRaise     = load("fence_raise.lua", unguarded)
+	deployExtend   = load("deploy_extend.lua", guarded)
+	deployAbort    = load("deploy_abort.lua", unguarded)
+	followerWait   = load("follower_wait.lua", unguarded)
+	followerLeave  = load("follower_leave.lua", unguarded)
+	claimRelease   = load("claim_release.lua", unguarded)
+	holdTouch      = load("hold_touch.lua", guarded)
+	holdRelease    = load("hold_release.lua", unguarded)
+	lockObtain     = load("lock_obtain.lua", guarded)
+	lockExtend     = load("lock_extend.lua", guarded)
+	lockRelease    = load("lock_release.lua", unguarded)
+	sessionRoute   = load("session_route.lua", guarded)
+	sessionTouch   = load("session_touch.lua", guarded)
+	sessionEnd     = load("session_end.lua", guarded)
+	sessionEvict   = load("session_evict.lua", guarded)
+	sessionGet     = load("session_get.lua", unguarded)
+	waiterLeave    = load("waiter_leave.lua", unguarded)
+	scopePublish   = load("scope_publish.lua", guarded)
+	scopeRepair    = load("scope_repair.lua", guarded)
+)
+
+// Whether load prepends the deadline guard.
+const (
+	guarded   = true
+	unguarded = false
 )
 
 // Scripts maps each script file name to its script, so tests can check that every
@@ -61,8 +76,17 @@ var (
 // calls by its hash.
 var Scripts = map[string]*redis.Script{}
 
-func load(name string) *script {
-	s := &script{name: name, Script: redis.NewScript(lib + "\n" + mustRead(name))}
+// Guarded lists the scripts that take their caller's deadline as an extra last ARGV
+// and refuse with {"DEADLINE"} when run after it.
+var Guarded = map[string]bool{}
+
+func load(name string, guarded bool) *script {
+	src := lib + "\n"
+	if guarded {
+		src += guard + "\n"
+		Guarded[name] = true
+	}
+	s := &script{name: name, guarded: guarded, Script: redis.NewScript(src + mustRead(name))}
 	Scripts[name] = s.Script
 	return s
 }

@@ -23,6 +23,8 @@
 -- Returns {"warm", pod, pod JSON} | {"follower", deploy member, room member, room deadline}
 --       | {"deploy", deploy member, fence, deploy spec JSON}
 --       | {"max_reached", pods, deploys} | {"NO_SCOPE"} | {"EPOCH_LOST"}
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 local now = tonumber(ARGV[1])
 local claim = ARGV[2]
 local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver', 'max_pods', 'parallel', 'pod_concurrency', 'deploy', 'ready_ms')

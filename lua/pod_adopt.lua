@@ -12,6 +12,8 @@
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] deploy_ver  ARGV[4] pod JSON
 -- Returns {"adopted"} | {"known"} | {"full"} (no room under max_pods)
 --       | {"gone"} (purged lately: it is being deleted, not adopted) | {"NO_SCOPE"}
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 local max_pods = redis.call('HGET', KEYS[1], 'max_pods')
 if not max_pods then
   return {'NO_SCOPE'}

@@ -4,6 +4,8 @@
 -- KEYS[2] {s}:health  HASH pod id -> consecutive failed probes
 -- ARGV[1] pod id  ARGV[2] "1" when the probe passed, "0" when it failed
 -- Returns the consecutive failures now (0 for a passing probe or an unknown pod).
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 if ARGV[2] == '1' or not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   redis.call('HDEL', KEYS[2], ARGV[1])
   return 0

@@ -20,6 +20,8 @@
 -- waiters first)
 -- Returns {"deploy", deploy member, fence, deploy spec JSON} | {"enough"}
 --       | {"max_reached"} | {"busy"} (parallel bound) | {"NO_SCOPE"} | {"EPOCH_LOST"}
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 local now = tonumber(ARGV[1])
 local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver', 'max_pods', 'parallel', 'min_idle', 'deploy')
 if not cfg then

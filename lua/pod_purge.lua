@@ -17,6 +17,8 @@
 -- ARGV[1] pod id  ARGV[2] reason  ARGV[3] expected idle since (ms), or "" for any state
 -- ARGV[4] tombstone TTL (ms)
 -- Returns {"purged", n sessions released, session ids...} | {"busy"} | {"EPOCH_LOST"}
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'EPOCH_LOST'}
 end

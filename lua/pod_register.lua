@@ -20,6 +20,8 @@
 -- ARGV[5] pod JSON  ARGV[6] leader claim id ("" for none)  ARGV[7] claim deadline (ms)
 -- ARGV[8] grant deadline (ms)  ARGV[9] publish command
 -- Returns {"ok", slots} | {"FENCED"} (the lease is gone: commit nothing) | {"EPOCH_LOST"}
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 local now = tonumber(ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'EPOCH_LOST'}

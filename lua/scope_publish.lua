@@ -6,6 +6,8 @@
 -- ARGV[1] version  ARGV[2] global epoch ("" while the keyspace is being rebuilt)
 -- ARGV[3..] field, value, ... of the config hash
 -- Returns 1 when published, 0 when a newer version was there.
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 local cur = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if cur > tonumber(ARGV[1]) then
   return 0

@@ -24,6 +24,8 @@
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command
 -- Returns {fixed slot counts, dropped sessions, dropped claims, expired waiters,
 --          expired deploys} | {"EPOCH_LOST"}
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'EPOCH_LOST'}
 end

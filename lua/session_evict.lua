@@ -18,6 +18,8 @@
 -- ARGV[1] now (ms)  ARGV[2] most sessions to evict  ARGV[3] grant deadline (ms)
 -- ARGV[4] publish command
 -- Returns {sessions evicted, claims expired} | {"EPOCH_LOST"}
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'EPOCH_LOST'}
 end

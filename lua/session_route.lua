@@ -34,6 +34,8 @@
 --         is "") | {"queued", rank (0 = first in line), deadline (ms)}
 --       | {"full", queue_size} | {"no_wait"} (queue_size or wait_timeout_s is 0)
 --       | {"NO_SCOPE"} | {"EPOCH_LOST"}
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 local now = tonumber(ARGV[1])
 local sid, claim, waiter = ARGV[2], ARGV[3], ARGV[6]
 local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver', 'pod_concurrency', 'session_ttl_ms', 'queue_size', 'wait_ms')

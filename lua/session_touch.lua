@@ -16,6 +16,8 @@
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] grant deadline (ms)
 -- ARGV[4] publish command
 -- Returns {"touched"} | {"expired"} | {"unknown"} | {"NO_SCOPE"} | {"EPOCH_LOST"}
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 local now = tonumber(ARGV[1])
 local cfg, refused = scope_config(KEYS[1], KEYS[2], 'session_ttl_ms', 'deploy_ver')
 if not cfg then

@@ -18,11 +18,45 @@ import (
 type Store struct {
 	rdb  redis.UniversalClient
 	keys Keyspace
+	// wait is how long rdb waits for an answer before it gives up on a call (its read
+	// timeout), 0 when it waits as long as the context lets it.
+	wait time.Duration
 }
 
 // NewStore returns a Store over rdb with the given key prefix.
 func NewStore(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, keys: NewKeyspace(prefix)}
+	return &Store{rdb: rdb, keys: NewKeyspace(prefix), wait: readTimeout(rdb)}
+}
+
+// readTimeout is the read timeout of a go-redis client (its options say -1 or 0 when it
+// has none), or 0 when the client is of another kind.
+func readTimeout(rdb redis.UniversalClient) time.Duration {
+	var d time.Duration
+	switch c := rdb.(type) {
+	case *redis.Client:
+		d = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		d = c.Options().ReadTimeout
+	}
+	return max(d, 0)
+}
+
+// deadline is when the caller of a script stops waiting for its answer: ctx's
+// deadline, or the client's read timeout from now, whichever comes first; "0" for
+// none. It is wall-clock time, compared with Redis's own clock by _guard.lua, so it
+// never comes from an injected Clock.
+func (s *Store) deadline(ctx context.Context) string {
+	var d time.Time
+	if s.wait > 0 {
+		d = time.Now().Add(s.wait)
+	}
+	if cd, ok := ctx.Deadline(); ok && (d.IsZero() || cd.Before(d)) {
+		d = cd
+	}
+	if d.IsZero() {
+		return "0"
+	}
+	return ms(d)
 }
 
 // Keys is the store's keyspace.
@@ -77,10 +111,14 @@ func flag(b bool) string {
 	return "0"
 }
 
-// call runs a script and returns its answer for reading (see reply). It maps transport
-// failures to STORE_UNAVAILABLE and the scripts' EPOCH_LOST and NO_SCOPE answers to
-// domain errors.
+// call runs a script and returns its answer for reading (see reply). A guarded script
+// gets the caller's deadline as its last ARGV. call maps transport failures, and a
+// guarded script's refusal to run past the deadline, to STORE_UNAVAILABLE, and the
+// scripts' EPOCH_LOST and NO_SCOPE answers to domain errors.
 func (s *Store) call(ctx context.Context, sc *script, scope string, keys []string, args ...any) (*reply, error) {
+	if sc.guarded {
+		args = append(args[:len(args):len(args)], s.deadline(ctx))
+	}
 	v, err := sc.Run(ctx, s.rdb, keys, args...).Result()
 	if err != nil {
 		return nil, s.redisErr(ctx, err)
@@ -92,6 +130,9 @@ func (s *Store) call(ctx context.Context, sc *script, scope string, keys []strin
 			return nil, warmpool.ErrEpochLost
 		case "NO_SCOPE":
 			return nil, s.noScope(ctx, scope)
+		case "DEADLINE":
+			return nil, &warmpool.Error{Code: warmpool.CodeStoreUnavailable, RetryAfter: 1,
+				Message: sc.name + ": Redis ran the call after its caller's deadline, so it did nothing"}
 		}
 	}
 	return r, nil

@@ -124,19 +124,28 @@ func (m *Manager) Acquire(ctx context.Context, scope string) (warmpool.Lease, er
 }
 
 // lead runs the deploy the caller leads. The deploy is detached from the caller's
-// context: its followers wait on it, and a pod whose caller left joins the warm pool
-// when its claim expires.
+// context: its followers wait on it. When the caller leaves first, the slot claimed
+// for it on the new pod goes back as soon as the pod is registered (the pod idles
+// when nobody else holds it), not when the claim expires.
 func (m *Manager) lead(ctx context.Context, scope string, res lua.AcquireResult, claim string) (warmpool.Lease, error) {
 	type result struct {
 		pod warmpool.Pod
 		err error
 	}
-	done := make(chan result, 1)
+	// done is unbuffered: the result is either handed to the caller or, once left
+	// is closed, nobody's, and the claim goes back.
+	done, left := make(chan result), make(chan struct{})
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		pod, err := m.deploy(scope, res.Deploy, res.Fence, res.Spec, claim)
-		done <- result{pod, err}
+		select {
+		case done <- result{pod, err}:
+		case <-left:
+			if err == nil {
+				m.releaseAbandoned(scope, claim)
+			}
+		}
 	}()
 	select {
 	case r := <-done:
@@ -147,7 +156,18 @@ func (m *Manager) lead(ctx context.Context, scope string, res lua.AcquireResult,
 		m.cfg.Observe("acquire", warmpool.SourceDeployed)
 		return warmpool.Lease{Pod: r.pod, Source: warmpool.SourceDeployed, Claim: claim}, nil
 	case <-ctx.Done():
+		close(left)
 		return warmpool.Lease{}, ctx.Err()
+	}
+}
+
+// releaseAbandoned gives back the claim of a caller that left; a claim not given back
+// expires by its deadline.
+func (m *Manager) releaseAbandoned(scope, claim string) {
+	ctx, cancel := lua.CleanupContext(m.ctx)
+	defer cancel()
+	if _, _, err := m.store.ClaimRelease(ctx, scope, claim, m.clock.Now()); err != nil {
+		m.log.Warn("claim of a caller that left not given back; it expires by its deadline", "scope", scope, "err", err)
 	}
 }
 

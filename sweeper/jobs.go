@@ -331,11 +331,13 @@ func (s *Sweeper) ExpireSessions(ctx context.Context) error {
 	})
 }
 
-// Reconcile makes Redis agree with the driver, the ground truth for pods: a Redis that
-// lost its data is rebuilt; labelled pods Redis does not know are adopted (ready, of
-// the current version, within max_pods) or deleted; pods Redis knows but the driver
-// lacks are purged; expired leases, room entries, claims and waiters go; and every
-// derived count is recomputed from the sessions and claims.
+// Reconcile makes Redis agree with the config store and the driver, the ground truths
+// for configs and pods: a Redis that lost its data is rebuilt; a scope whose stored
+// config is newer than the published one (or missing) is published again; labelled
+// pods Redis does not know are adopted (ready, of the current version, within
+// max_pods) or deleted; pods Redis knows but the driver lacks are purged; expired
+// leases, room entries, claims and waiters go; and every derived count is recomputed
+// from the sessions and claims.
 func (s *Sweeper) Reconcile(ctx context.Context) error {
 	live, err := s.store.EpochLive(ctx)
 	if err != nil {
@@ -344,7 +346,7 @@ func (s *Sweeper) Reconcile(ctx context.Context) error {
 	if !live {
 		return s.Rebuild(ctx)
 	}
-	if err := s.republishMissing(ctx); err != nil {
+	if err := s.republishStale(ctx); err != nil {
 		return err
 	}
 	listed, err := s.listPods(ctx)
@@ -483,20 +485,29 @@ func (s *Sweeper) deleteOrphan(ctx context.Context, p warmpool.Pod, reason strin
 	s.cfg.Observe("sweep", "deleted_orphan")
 }
 
-// republishMissing repairs the global scope index from the config store: a stored
-// scope that Redis does not have is published again.
-func (s *Sweeper) republishMissing(ctx context.Context) error {
+// republishStale makes Redis serve the latest stored config of every scope: a stored
+// scope that Redis does not have, or has at an older version, is published again. A
+// config PUT whose publish failed (answered STORE_UNAVAILABLE after it was stored) is
+// served from the next reconcile on, not only after a manual sync.
+func (s *Sweeper) republishStale(ctx context.Context) error {
 	all, err := s.configs.List(ctx)
 	if err != nil {
 		return err
 	}
 	for _, c := range all {
-		if _, err := s.store.Scope(ctx, c.ScopeID); warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
-			if err := s.publish(ctx, c); err != nil {
-				return err
-			}
-			s.cfg.Observe("sweep", "republished")
+		rec, err := s.store.Scope(ctx, c.ScopeID)
+		switch {
+		case warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound:
+		case err != nil:
+			return err
+		case rec.Version >= c.Version:
+			continue
 		}
+		if err := s.publish(ctx, c); err != nil {
+			return err
+		}
+		s.log.Info("reconcile published a scope's stored config", "scope", c.ScopeID, "version", c.Version)
+		s.cfg.Observe("sweep", "republished")
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ type Code string
 const (
 	CodeValidation       Code = "VALIDATION"
 	CodeUnauthorized     Code = "UNAUTHORIZED"
+	CodeForbidden        Code = "FORBIDDEN"
 	CodeScopeNotFound    Code = "SCOPE_NOT_FOUND"
 	CodeSessionNotFound  Code = "SESSION_NOT_FOUND"
 	CodeHoldNotFound     Code = "HOLD_NOT_FOUND"
@@ -33,6 +34,8 @@ func (c Code) Status() int {
 		return http.StatusBadRequest
 	case CodeUnauthorized:
 		return http.StatusUnauthorized
+	case CodeForbidden:
+		return http.StatusForbidden
 	case CodeScopeNotFound, CodeSessionNotFound, CodeHoldNotFound:
 		return http.StatusNotFound
 	case CodeConfigSyncBusy:

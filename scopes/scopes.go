@@ -117,12 +117,14 @@ func (s *Service) publishAll(ctx context.Context) (int, error) {
 	return len(all), nil
 }
 
-// Routes adds the config routes of SPEC §3 to r, which is mounted at /v1.
+// Routes adds the config routes of SPEC §3 to r, which is mounted at /v1 behind
+// httpx.Auth: writing a config and a sync are admin calls.
 func (s *Service) Routes(r chi.Router) {
 	h := httpx.Adapter(s.log)
-	r.Method(http.MethodPut, "/scopes/{scope}/config", h(s.handlePut))
+	admin := r.With(httpx.RequireAdmin(s.log))
+	admin.Method(http.MethodPut, "/scopes/{scope}/config", h(s.handlePut))
 	r.Method(http.MethodGet, "/scopes/{scope}/config", h(s.handleGet))
-	r.Method(http.MethodPost, "/config/sync", h(s.handleSync))
+	admin.Method(http.MethodPost, "/config/sync", h(s.handleSync))
 }
 
 type putResponse struct {

@@ -176,7 +176,7 @@ var retryCodes = map[string]bool{
 
 // specStatus is SPEC §3's status of each error code.
 var specStatus = map[string]int{
-	"VALIDATION": 400, "UNAUTHORIZED": 401, "SCOPE_NOT_FOUND": 404, "SESSION_NOT_FOUND": 404, "HOLD_NOT_FOUND": 404,
+	"VALIDATION": 400, "UNAUTHORIZED": 401, "FORBIDDEN": 403, "SCOPE_NOT_FOUND": 404, "SESSION_NOT_FOUND": 404, "HOLD_NOT_FOUND": 404,
 	"CONFIG_SYNC_BUSY": 409, "PAYLOAD_TOO_LARGE": 413, "NO_POD_AVAILABLE": 503, "QUEUE_FULL": 503,
 	"WAIT_TIMEOUT": 504, "DEPLOY_FAILED": 502, "STORE_UNAVAILABLE": 503, "INTERNAL": 500,
 	// Not in SPEC's table: unknown paths and methods (chi's NotFound / MethodNotAllowed).

@@ -287,7 +287,6 @@ func TestAuth(t *testing.T) {
 		{"Authorization", "Bearer wrong"},
 		{"Authorization", "Bearer s3cret-token2"},
 		{"Authorization", "Bearer s3cret-toke"},
-		{"Authorization", "bearer s3cret-token"},
 		{"Authorization", "s3cret-token"},
 		{"Authorization", "Basic czNjcmV0LXRva2Vu"},
 	}
@@ -295,7 +294,14 @@ func TestAuth(t *testing.T) {
 		for _, h := range wrong {
 			r := e.do(c.method, c.path, c.body, h)
 			e.wantErr(r, http.StatusUnauthorized, warmpool.CodeUnauthorized)
+			if got := r.header.Get("WWW-Authenticate"); got != "Bearer" {
+				t.Fatalf("%v: WWW-Authenticate %q, want Bearer", r, got)
+			}
 		}
+	}
+	// The scheme is matched case-insensitively.
+	for _, scheme := range []string{"bearer", "BEARER", "Bearer"} {
+		e.ok(http.MethodGet, "/v1/scopes/ok/sessions/s1", nil, header{"Authorization", scheme + " s3cret-token"})
 	}
 	// Nothing changed: s1 is still bound, s2 never was.
 	e.ok(http.MethodGet, "/v1/scopes/ok/sessions/s1", nil)

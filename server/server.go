@@ -4,6 +4,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,8 +13,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -41,8 +42,36 @@ const (
 	DefaultStore  = "warmpool.db"
 	DefaultDriver = "local"
 	DemoScope     = "demo"
-	shutdownGrace = 20 * time.Second
+	// DefaultDrainDelay is how long `warmpool serve` keeps serving after SIGTERM with
+	// /readyz answering 503, so that load balancers take the replica out first.
+	DefaultDrainDelay = 5 * time.Second
+	// DefaultShutdownGrace bounds how long calls in flight may finish once the
+	// listener is closed.
+	DefaultShutdownGrace = 30 * time.Second
+
+	// DefaultReadHeaderTimeout bounds the request line and headers.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultReadTimeout bounds headers and body: a body of up to 1 MiB has had
+	// time to arrive; a client trickling it is cut off with 400.
+	DefaultReadTimeout = 30 * time.Second
+	// DefaultWriteTimeout fits the longest legitimate call: a route that waits in the
+	// queue for the longest wait_timeout_s, then for a deploy of the longest
+	// ready_timeout_s, plus a margin to write the answer.
+	DefaultWriteTimeout = (warmpool.MaxWaitTimeoutS+warmpool.MaxReadyTimeoutS)*time.Second + 30*time.Second
+	// DefaultIdleTimeout is how long a kept-alive connection waits for its next
+	// request; longer than the usual load balancer idle timeout (60 s), so that the
+	// balancer, not the replica, closes idle connections.
+	DefaultIdleTimeout = 120 * time.Second
 )
+
+// HTTPTimeouts bound each connection of the HTTP server (net/http's timeouts of the
+// same names); zero fields take the defaults.
+type HTTPTimeouts struct {
+	ReadHeader time.Duration
+	Read       time.Duration
+	Write      time.Duration
+	Idle       time.Duration
+}
 
 // Config is everything a replica is built from; zero fields take defaults (fill).
 type Config struct {
@@ -54,7 +83,25 @@ type Config struct {
 	KubeQPS    float32
 	KubeBurst  int
 	InstanceID string
-	AuthToken  string
+	// RedisCA is a PEM file of the authorities that sign the Redis server's TLS
+	// certificate; empty = the system's roots.
+	RedisCA string
+
+	// AuthToken is the gateway token every /v1 call needs (empty = no auth);
+	// AuthTokenFile reads it from a file, re-read when it changes. AdminToken (or
+	// AdminTokenFile) is the token of the admin calls (config writes, sync); it is
+	// accepted on every call. See SPEC §10, "Two tokens".
+	AuthToken, AuthTokenFile   string
+	AdminToken, AdminTokenFile string
+
+	// DrainDelay is how long Run keeps serving after its context ends, with /readyz
+	// answering 503 (zero: no delay; `warmpool serve` defaults to DefaultDrainDelay).
+	DrainDelay time.Duration
+	// ShutdownGrace bounds how long calls in flight may finish after the drain
+	// (DefaultShutdownGrace when zero).
+	ShutdownGrace time.Duration
+	// HTTP bounds the connections of Run's HTTP server.
+	HTTP HTTPTimeouts
 	// Prefix of every Redis key; the keyspace fills its default (lua.DefaultPrefix).
 	Prefix string
 	Dev    bool
@@ -102,7 +149,10 @@ type Server struct {
 	Sweeper *sweeper.Sweeper
 	Runner  *sweeper.Runner
 	metrics *metrics.Metrics
+	auth    func(http.Handler) http.Handler
 	handler http.Handler
+	// draining is set when Run's context ends: /readyz answers 503 from then on.
+	draining atomic.Bool
 
 	closers []func() error
 	once    sync.Once
@@ -128,6 +178,13 @@ func (c *Config) fill() {
 	if c.Clock == nil {
 		c.Clock = warmpool.SystemClock{}
 	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
+	}
+	c.HTTP.ReadHeader = cmp.Or(c.HTTP.ReadHeader, DefaultReadHeaderTimeout)
+	c.HTTP.Read = cmp.Or(c.HTTP.Read, DefaultReadTimeout)
+	c.HTTP.Write = cmp.Or(c.HTTP.Write, DefaultWriteTimeout)
+	c.HTTP.Idle = cmp.Or(c.HTTP.Idle, DefaultIdleTimeout)
 }
 
 // check reports a combination of fields that cannot work.
@@ -137,6 +194,15 @@ func (c *Config) check() error {
 	}
 	if c.FakeDeployDelay < 0 {
 		return fmt.Errorf("fake deploy delay %v: must not be negative", c.FakeDeployDelay)
+	}
+	if c.AuthToken != "" && c.AuthTokenFile != "" {
+		return errors.New("give the gateway token once: --auth-token or --auth-token-file")
+	}
+	if c.AdminToken != "" && c.AdminTokenFile != "" {
+		return errors.New("give the admin token once: --admin-token or --admin-token-file")
+	}
+	if c.DrainDelay < 0 || c.ShutdownGrace < 0 {
+		return fmt.Errorf("drain delay %v, shutdown grace %v: must not be negative", c.DrainDelay, c.ShutdownGrace)
 	}
 	return nil
 }
@@ -157,6 +223,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 func (s *Server) build(ctx context.Context) error {
 	cfg := s.cfg
+	gateway, err := s.token(cfg.AuthToken, cfg.AuthTokenFile)
+	if err != nil {
+		return fmt.Errorf("gateway token: %w", err)
+	}
+	admin, err := s.token(cfg.AdminToken, cfg.AdminTokenFile)
+	if err != nil {
+		return fmt.Errorf("admin token: %w", err)
+	}
+	s.auth = httpx.Auth(gateway, admin, s.log)
 	// Redis.
 	switch {
 	case cfg.Redis != nil:
@@ -171,7 +246,7 @@ func (s *Server) build(ctx context.Context) error {
 		s.rdb = redis.NewClient(&redis.Options{Addr: mini.Addr()})
 		s.log.Warn("embedded in-process Redis: for development only, state is lost on exit")
 	default:
-		rdb, err := NewRedis(cfg.RedisURL)
+		rdb, err := NewRedis(cfg.RedisURL, cfg.RedisCA)
 		if err != nil {
 			return err
 		}
@@ -236,30 +311,12 @@ func (s *Server) build(ctx context.Context) error {
 	return nil
 }
 
-// NewRedis connects to a redis:// URL, or to a Redis Cluster given as a
-// comma-separated host:port list, with short timeouts so that requests fail fast
-// (STORE_UNAVAILABLE) while Redis is away.
-func NewRedis(spec string) (redis.UniversalClient, error) {
-	const dial, rw = 2 * time.Second, time.Second
-	if strings.Contains(spec, "://") {
-		opt, err := redis.ParseURL(spec)
-		if err != nil {
-			return nil, fmt.Errorf("--redis %q: %w", spec, err)
-		}
-		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = dial, rw, rw, dial
-		opt.MaxRetries, opt.DialerRetries = 1, 1
-		return redis.NewClient(opt), nil
+// token is the token given by value or by file, or nil for none.
+func (s *Server) token(value, file string) (*httpx.Token, error) {
+	if file != "" {
+		return httpx.FileToken(file, s.log)
 	}
-	addrs := strings.Split(spec, ",")
-	for _, a := range addrs {
-		if _, _, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil {
-			return nil, fmt.Errorf("--redis %q: want a redis:// URL or host:port,host:port,… for a cluster", spec)
-		}
-	}
-	if len(addrs) == 1 {
-		return redis.NewClient(&redis.Options{Addr: addrs[0], DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, PoolTimeout: dial, MaxRetries: 1, DialerRetries: 1}), nil
-	}
-	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw, PoolTimeout: dial, MaxRetries: 1, DialerRetries: 1}), nil
+	return httpx.FixedToken(value), nil
 }
 
 func (s *Server) newDriver() (warmpool.PodDriver, error) {
@@ -330,12 +387,12 @@ func (s *Server) ensureDemoScope(ctx context.Context) error {
 // nothing beside them.
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log))
+	r.Use(middleware.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log), s.closeWhileDraining)
 	r.NotFound(httpx.NotFound)
 	r.MethodNotAllowed(httpx.MethodNotAllowed)
 	s.opsRoutes(r)
 	r.Route("/v1", func(r chi.Router) {
-		r.Use(httpx.Auth(s.cfg.AuthToken, s.log))
+		r.Use(s.auth)
 		s.SM.Routes(r)
 		s.RM.Routes(r)
 		s.Scopes.Routes(r)
@@ -357,8 +414,24 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) error {
 	return httpx.OK(w, map[string]string{"status": "ok", "instance_id": s.cfg.InstanceID})
 }
 
-// handleReady answers 200 when Redis answers and holds a live keyspace.
+// closeWhileDraining asks clients to close their connection after each answer once
+// the replica drains, so that their next call opens one to another replica.
+func (s *Server) closeWhileDraining(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// handleReady answers 200 when Redis answers and holds a live keyspace, and 503 from
+// the moment the replica drains.
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
+	if s.draining.Load() {
+		httpx.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining", "instance_id": s.cfg.InstanceID})
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	if err := s.store.Ping(ctx); err != nil {
@@ -380,11 +453,16 @@ func (s *Server) InstanceID() string { return s.cfg.InstanceID }
 // Store is the replica's Redis store.
 func (s *Server) Store() *lua.Store { return s.store }
 
-// Run serves HTTP on ln and runs the background jobs until ctx ends, then drains: it
-// stops taking requests, lets those in flight finish (bounded), stops the jobs
-// (releasing their locks), and closes everything it built.
+// Run serves HTTP on ln and runs the background jobs until ctx ends, then shuts down
+// in stages, each logged: it drains (/readyz answers 503 while calls are still served
+// for DrainDelay, so that load balancers take the replica out first), closes the
+// listener and lets the calls in flight finish within ShutdownGrace (cutting those
+// still running then), stops the jobs (releasing their locks), and closes everything
+// it built.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	t := s.cfg.HTTP
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read,
+		WriteTimeout: t.Write, IdleTimeout: t.Idle, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	jobs, stopJobs := context.WithCancel(context.Background())
@@ -394,19 +472,41 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	var err error
 	select {
 	case <-ctx.Done():
+		err = s.drain(errc)
 	case err = <-errc:
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	shutdown, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
-	if serr := srv.Shutdown(shutdown); serr != nil && err == nil {
-		err = serr
+	serr := srv.Shutdown(shutdown)
+	if errors.Is(serr, context.DeadlineExceeded) {
+		s.log.Warn("shutdown grace is over: cutting the calls still in flight", "shutdown_grace", s.cfg.ShutdownGrace)
+		serr = srv.Close()
 	}
+	err = cmp.Or(err, serr)
 	stopJobs()
 	wg.Wait()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
-	return errors.Join(err, s.Close())
+	err = errors.Join(err, s.Close())
+	s.log.Info("stopped")
+	return err
+}
+
+// drain marks the replica as draining and keeps serving for DrainDelay, unless the
+// server fails first (its error is returned).
+func (s *Server) drain(errc <-chan error) error {
+	s.draining.Store(true)
+	s.log.Info("draining: /readyz answers 503, calls are still served", "drain_delay", s.cfg.DrainDelay)
+	timer := time.NewTimer(s.cfg.DrainDelay)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case err := <-errc:
+		return err
+	}
+	s.log.Info("shutting down: listener closed, calls in flight may finish", "shutdown_grace", s.cfg.ShutdownGrace)
+	return nil
 }
 
 // Close stops the managers and releases what New built, in reverse order.

@@ -11,12 +11,12 @@ package httpx
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -72,7 +72,7 @@ func OK(w http.ResponseWriter, v any) error {
 }
 
 // WriteError turns any error into the envelope and its status, with a Retry-After
-// header when the error sets retry_after. Only INTERNAL is logged, as an error; a
+// header when the error sets retry_after and WWW-Authenticate on a 401. Only INTERNAL is logged, as an error; a
 // caller that went away gets nothing.
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var e *warmpool.Error
@@ -91,6 +91,9 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
+	if e.Code == warmpool.CodeUnauthorized {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+	}
 	WriteJSON(w, e.Code.Status(), envelope{Error: envelopeBody{Code: string(e.Code), Message: e.Message, RetryAfter: e.RetryAfter}})
 }
 
@@ -102,6 +105,10 @@ func Body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, warmpool.Errorf(warmpool.CodePayloadTooLarge, "body: larger than %d bytes", MaxBody)
+		}
+		var timeout net.Error
+		if errors.As(err, &timeout) && timeout.Timeout() {
+			return nil, warmpool.Errorf(warmpool.CodeValidation, "body: not complete within the read timeout")
 		}
 		return nil, warmpool.Errorf(warmpool.CodeValidation, "body: %v", err)
 	}
@@ -139,24 +146,6 @@ func Scope(r *http.Request) (string, error) {
 // Session returns the {session} URL parameter, validated.
 func Session(r *http.Request) (string, error) {
 	return Param(r, "session", warmpool.ValidSessionID, "^[A-Za-z0-9._:-]{1,128}$")
-}
-
-// Auth requires "Authorization: Bearer <token>" when token is not empty.
-func Auth(token string, log *slog.Logger) func(http.Handler) http.Handler {
-	want := []byte("Bearer " + token)
-	return func(next http.Handler) http.Handler {
-		if token == "" {
-			return next
-		}
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			got := []byte(r.Header.Get("Authorization"))
-			if subtle.ConstantTimeCompare(got, want) != 1 {
-				WriteError(w, r, log, warmpool.Errorf(warmpool.CodeUnauthorized, "missing or wrong bearer token"))
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
 }
 
 // Recover turns a panic in a handler into an INTERNAL envelope instead of a dropped

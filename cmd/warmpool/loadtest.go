@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -36,7 +37,7 @@ flags:
 	}
 	var c loadtest.Config
 	fs.StringVar(&c.Server, "server", envOr(getenv, "WARMPOOL_SERVER", loadtest.DefaultServer), "server URL; loopback hosts only [WARMPOOL_SERVER]")
-	fs.StringVar(&c.Token, "token", getenv("WARMPOOL_AUTH_TOKEN"), "bearer token [WARMPOOL_AUTH_TOKEN]")
+	fs.StringVar(&c.Token, "token", cmp.Or(getenv("WARMPOOL_ADMIN_TOKEN"), getenv("WARMPOOL_AUTH_TOKEN")), "bearer token; the scenarios store their scopes, which needs the admin token when the server has one [WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN]")
 	scenario := fs.String("scenario", "all", "warm, cold, queued, all, or a comma-separated list")
 	fs.StringVar(&c.ScopePrefix, "scope-prefix", loadtest.DefaultScopePrefix, "prefix of the scopes the run creates")
 	out := fs.String("out", "loadtest-out", "directory for results.json and report.html (empty = write none)")

@@ -17,18 +17,48 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal the default action is back: a second one stops the
+		// process at once instead of waiting for the drain.
+		<-ctx.Done()
+		stop()
+	}()
 	err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		if !errors.Is(err, errUsage) {
-			fmt.Fprintln(os.Stderr, "warmpool:", err)
-		}
-		os.Exit(1)
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// exitCode reports err on w (unless the usage text was printed already) and returns
+// the exit status: 0 without an error, 2 for a usage mistake, 1 otherwise.
+func exitCode(err error, w io.Writer) int {
+	if err == nil {
+		return 0
 	}
+	if err != errUsage {
+		fmt.Fprintln(w, "warmpool:", err)
+	}
+	var ue usageError
+	if errors.Is(err, errUsage) || errors.As(err, &ue) {
+		return 2
+	}
+	return 1
 }
 
 // errUsage: the usage text was printed already.
 var errUsage = errors.New("usage")
+
+// usageError is a mistake in how the command was called, said in one line.
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
+
+// envOr returns the env var's value, or def when it is unset.
+func envOr(getenv func(string) string, name, def string) string {
+	if v := getenv(name); v != "" {
+		return v
+	}
+	return def
+}
 
 // parseErr turns a flag parse error into the command's result: -h is a success, the
 // flag package has printed what was wrong otherwise.
@@ -52,7 +82,8 @@ usage:
   warmpool loadtest [flags]          load-test a replica on this machine (see 'warmpool loadtest -h')
 
 Operator commands and loadtest take --server URL (WARMPOOL_SERVER, default http://127.0.0.1:8080)
-and --token TOKEN (WARMPOOL_AUTH_TOKEN).
+and --token TOKEN (WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN; scope put and sync need
+the admin token when the server has one).
 `
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

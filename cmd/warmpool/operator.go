@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -18,7 +19,7 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	srv := fs.String("server", envOr(getenv, "WARMPOOL_SERVER", "http://127.0.0.1:8080"), "server URL [WARMPOOL_SERVER]")
-	token := fs.String("token", getenv("WARMPOOL_AUTH_TOKEN"), "bearer token [WARMPOOL_AUTH_TOKEN]")
+	token := fs.String("token", cmp.Or(getenv("WARMPOOL_ADMIN_TOKEN"), getenv("WARMPOOL_AUTH_TOKEN")), "bearer token; scope put and sync need the admin token [WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN]")
 	file := fs.String("f", "", "scope put: the config file (JSON; - for stdin)")
 	// Flags may follow the positional arguments ("scope put NAME -f FILE").
 	var pos []string

@@ -8,7 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/warmpool/warmpool/k8s"
@@ -18,30 +18,36 @@ import (
 	"github.com/warmpool/warmpool/sweeper"
 )
 
-// envOr returns the env var's value, or def when it is unset.
-func envOr(getenv func(string) string, name, def string) string {
-	if v := getenv(name); v != "" {
-		return v
-	}
-	return def
+// serveOptions are the serve flags that are not fields of server.Config.
+type serveOptions struct {
+	listen    string
+	logLevel  string
+	logFormat string
+	kubeQPS   float64
 }
 
-func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// serveFlags declares the serve flags, writing into cfg and o. Every flag also reads
+// its environment variable (applyEnv), which the usage line names.
+func serveFlags(cfg *server.Config, o *serveOptions, getenv func(string) string) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cfg server.Config
-	listen := fs.String("listen", envOr(getenv, "WARMPOOL_LISTEN", server.DefaultListen), "HTTP listen address [WARMPOOL_LISTEN]")
-	fs.StringVar(&cfg.RedisURL, "redis", getenv("WARMPOOL_REDIS"), "redis:// URL, or host:port,host:port,… for a Cluster; empty = embedded in-process Redis (dev only) [WARMPOOL_REDIS]")
-	fs.StringVar(&cfg.StorePath, "store", envOr(getenv, "WARMPOOL_STORE", server.DefaultStore), "config store: FILE or sqlite://FILE (SQLite), or postgres://user:pass@host:port/db?sslmode=… (PostgreSQL, shared by replicas) [WARMPOOL_STORE]")
-	fs.StringVar(&cfg.DriverName, "driver", envOr(getenv, "WARMPOOL_DRIVER", server.DefaultDriver), "pod driver: local, kubernetes or fake [WARMPOOL_DRIVER]")
-	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig path; empty = in-cluster config [KUBECONFIG]")
-	fs.StringVar(&cfg.Namespace, "namespace", getenv("WARMPOOL_NAMESPACE"), "namespace of pods whose scope names none [WARMPOOL_NAMESPACE]")
-	qps := fs.Float64("kube-qps", k8s.DefaultQPS, "Kubernetes client QPS")
+	fs.StringVar(&o.listen, "listen", server.DefaultListen, "HTTP listen address")
+	fs.StringVar(&cfg.RedisURL, "redis", "", "Redis (required unless --dev): "+server.RedisHelp)
+	fs.StringVar(&cfg.RedisCA, "redis-ca", "", "PEM file of the CAs that sign the Redis TLS certificate (default: the system's roots)")
+	fs.StringVar(&cfg.StorePath, "store", server.DefaultStore, "config store: FILE or sqlite://FILE (SQLite), or postgres://user:pass@host:port/db?sslmode=… (PostgreSQL, shared by replicas)")
+	fs.StringVar(&cfg.DriverName, "driver", server.DefaultDriver, "pod driver: local, kubernetes or fake")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig path (default $KUBECONFIG); empty = in-cluster config")
+	fs.StringVar(&cfg.Namespace, "namespace", "", "namespace of pods whose scope names none")
+	fs.Float64Var(&o.kubeQPS, "kube-qps", k8s.DefaultQPS, "Kubernetes client QPS")
 	fs.IntVar(&cfg.KubeBurst, "kube-burst", k8s.DefaultBurst, "Kubernetes client burst")
-	fs.StringVar(&cfg.InstanceID, "instance-id", getenv("WARMPOOL_INSTANCE_ID"), "replica name (default hostname + random suffix) [WARMPOOL_INSTANCE_ID]")
-	fs.StringVar(&cfg.AuthToken, "auth-token", getenv("WARMPOOL_AUTH_TOKEN"), "bearer token required on /v1 (empty = no auth) [WARMPOOL_AUTH_TOKEN]")
-	fs.StringVar(&cfg.Prefix, "prefix", envOr(getenv, "WARMPOOL_PREFIX", lua.DefaultPrefix), "Redis key prefix [WARMPOOL_PREFIX]")
-	fs.DurationVar(&cfg.Sweep.Interval, "sweep-interval", durationEnv(getenv, "WARMPOOL_SWEEP_INTERVAL", sweeper.DefaultInterval), "interval of the background jobs [WARMPOOL_SWEEP_INTERVAL]")
+	fs.StringVar(&cfg.InstanceID, "instance-id", "", "replica name (default hostname + random suffix)")
+	fs.StringVar(&cfg.AuthToken, "auth-token", "", "gateway bearer token, required on every /v1 call (empty = no auth)")
+	fs.StringVar(&cfg.AuthTokenFile, "auth-token-file", "", "file holding the gateway token, re-read when it changes (instead of --auth-token)")
+	fs.StringVar(&cfg.AdminToken, "admin-token", "", "admin bearer token: config writes and sync need it; accepted on every call (empty = the gateway token does everything)")
+	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the admin token, re-read when it changes (instead of --admin-token)")
+	fs.StringVar(&cfg.Prefix, "prefix", lua.DefaultPrefix, "Redis key prefix")
+	fs.DurationVar(&cfg.DrainDelay, "drain-delay", server.DefaultDrainDelay, "after SIGTERM: how long calls are still served while /readyz answers 503")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "after the drain: how long calls in flight may finish before they are cut")
+	fs.DurationVar(&cfg.Sweep.Interval, "sweep-interval", sweeper.DefaultInterval, "interval of the background jobs")
 	fs.DurationVar(&cfg.Sweep.Autoscale, "autoscale-interval", 0, "interval of the autoscale job (default --sweep-interval)")
 	fs.DurationVar(&cfg.Sweep.Reclaim, "reclaim-interval", 0, "interval of the reclaim job (default --sweep-interval)")
 	fs.DurationVar(&cfg.Sweep.Watch, "watch-interval", 0, "interval of the watch job: dead pods and health probes (default --sweep-interval)")
@@ -49,31 +55,83 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs.DurationVar(&cfg.Sweep.Sessions, "session-sweep-interval", 0, "interval of the session expiry job (default --sweep-interval)")
 	fs.DurationVar(&cfg.RM.Lease, "deploy-lease", rm.DefaultLease, "deploy lease: how long a crashed leader blocks its deploy slot")
 	fs.IntVar(&cfg.Sweep.HealthFailThreshold, "health-fail-threshold", sweeper.DefaultHealthFailThreshold, "failed health probes in a row before a pod is replaced")
-	fs.StringVar(&cfg.LocalStateDir, "local-state-dir", getenv("WARMPOOL_LOCAL_STATE_DIR"), "local driver: directory where pods are registered; replicas on one machine share it [WARMPOOL_LOCAL_STATE_DIR]")
+	fs.StringVar(&cfg.LocalStateDir, "local-state-dir", "", "local driver: directory where pods are registered; replicas on one machine share it")
 	fs.DurationVar(&cfg.FakeDeployDelay, "fake-deploy-delay", 0, "testing: with --driver fake, how long each deploy takes (for load tests of cold bursts)")
-	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: embedded Redis, local driver and a ready 'demo' scope")
-	level := fs.String("log-level", envOr(getenv, "WARMPOOL_LOG_LEVEL", "info"), "debug, info, warn or error [WARMPOOL_LOG_LEVEL]")
+	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: embedded in-process Redis, local driver and a ready 'demo' scope")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "", "json or text (default json; text with --dev)")
+	fs.VisitAll(func(f *flag.Flag) { f.Usage += " [" + envName(f.Name) + "]" })
+	return fs
+}
+
+// envName is the environment variable of a serve flag: WARMPOOL_ and the flag's name
+// in upper case with '-' as '_'.
+func envName(flagName string) string {
+	return "WARMPOOL_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// applyEnv sets every flag of fs whose environment variable is set; a value that does
+// not parse is an error naming the variable. Flags on the command line, parsed after,
+// win over the environment.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envName(f.Name)
+		if v := getenv(name); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: invalid value for --%s: %s", name, v, f.Name, want(f)))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// want says what a flag's value must look like.
+func want(f *flag.Flag) string {
+	switch f.Value.(flag.Getter).Get().(type) {
+	case time.Duration:
+		return "want a duration such as 500ms, 5s or 1m30s"
+	case bool:
+		return "want true or false"
+	case int:
+		return "want an integer"
+	case float64:
+		return "want a number"
+	}
+	return "not accepted"
+}
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var cfg server.Config
+	var o serveOptions
+	fs := serveFlags(&cfg, &o, getenv)
+	fs.SetOutput(stderr)
+	if err := applyEnv(fs, getenv); err != nil {
+		return usageError("serve: " + err.Error())
+	}
 	if err := fs.Parse(args); err != nil {
 		return parseErr(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+		return usageError(fmt.Sprintf("serve: unexpected argument %q", fs.Arg(0)))
 	}
-	cfg.KubeQPS = float32(*qps)
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(*level)); err != nil {
-		return fmt.Errorf("--log-level %q: %w", *level, err)
+	if cfg.RedisURL == "" && !cfg.Dev {
+		return usageError("serve: pass --redis URL (or WARMPOOL_REDIS), or --dev for an in-process Redis")
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	cfg.KubeQPS = float32(o.kubeQPS)
+	log, err := newLogger(stderr, o.logLevel, o.logFormat, cfg.Dev)
+	if err != nil {
+		return err
+	}
 	cfg.Logger = log
 	if cfg.Dev {
 		cfg.RedisURL = ""
 	}
-	if cfg.AuthToken == "" {
-		log.Warn("no --auth-token: the API is open to anyone who can reach it")
+	if cfg.AuthToken == "" && cfg.AuthTokenFile == "" {
+		log.Warn("no --auth-token: the gateway calls of the API are open to anyone who can reach it")
 	}
 
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return err
 	}
@@ -91,23 +149,24 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 		fmt.Fprintf(stdout, "route a session:\n  curl -s -X POST%s %s/v1/scopes/%s/sessions -d '{\"session_id\":\"s1\"}'\n", auth, addr, server.DemoScope)
 	}
-	err = srv.Run(ctx, ln)
-	if errors.Is(err, context.Canceled) {
-		err = nil
-	}
-	return err
+	return srv.Run(ctx, ln)
 }
 
-func durationEnv(getenv func(string) string, name string, def time.Duration) time.Duration {
-	v := getenv(name)
-	if v == "" {
-		return def
+// newLogger is the service's logger: JSON lines, or text (the default with --dev).
+func newLogger(w io.Writer, level, format string, dev bool) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError(fmt.Sprintf("--log-level %q: want debug, info, warn or error", level))
 	}
-	if d, err := time.ParseDuration(v); err == nil {
-		return d
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "" && dev {
+		format = "text"
 	}
-	if n, err := strconv.Atoi(v); err == nil {
-		return time.Duration(n) * time.Second
+	switch format {
+	case "", "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
-	return def
+	return nil, usageError(fmt.Sprintf("--log-format %q: want json or text", format))
 }

@@ -67,11 +67,12 @@ func TestScriptsLoadOnRealRedis(t *testing.T) {
 
 // env is a store with one published, bootstrapped scope.
 type env struct {
-	t     *testing.T
-	r     *testredis.Redis
-	store *lua.Store
-	scope string
-	now   time.Time
+	t       *testing.T
+	r       *testredis.Redis
+	store   *lua.Store
+	scope   string
+	now     time.Time
+	version int64 // of the last config published
 }
 
 func newEnv(t *testing.T, mutate func(*warmpool.ScopeConfig)) *env {
@@ -85,6 +86,7 @@ func newEnv(t *testing.T, mutate func(*warmpool.ScopeConfig)) *env {
 	return e
 }
 
+// publish publishes the scope's next version: the test config, changed by mutate.
 func (e *env) publish(mutate func(*warmpool.ScopeConfig)) {
 	cfg := warmpool.DefaultScopeConfig()
 	cfg.Pool.MaxConcurrency, cfg.Pool.PodConcurrency = 4, 2
@@ -94,7 +96,8 @@ func (e *env) publish(mutate func(*warmpool.ScopeConfig)) {
 	if err := cfg.Normalize(); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.store.ScopePublish(context.Background(), lua.ScopeRecord{ScopeID: e.scope, Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
+	e.version++
+	if err := e.store.ScopePublish(context.Background(), lua.ScopeRecord{ScopeID: e.scope, Config: cfg, Version: e.version, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
 		e.t.Fatal(err)
 	}
 }

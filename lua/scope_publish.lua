@@ -1,23 +1,43 @@
 -- scope_publish.lua: publish a scope's config, unless a newer version is already
--- published (two replicas storing v1 and v2 may publish in either order). A new scope
--- gets its epoch key when the keyspace is live, so it is routable at once.
+-- published (two replicas storing v1 and v2 may publish in either order). The same
+-- version already published with other content is refused: two replicas stored
+-- different configs under one version, so they do not share one config store, and
+-- letting either win would split them silently. A field the published hash lacks (a
+-- field a newer release added) is not compared. A new scope gets its epoch key when
+-- the keyspace is live, so it is routable at once.
 -- KEYS[1] {s}:config  HASH   published scope config
 -- KEYS[2] {s}:epoch   STRING scope epoch
 -- ARGV[1] version  ARGV[2] global epoch ("" while the keyspace is being rebuilt)
--- ARGV[3..] field, value, ... of the config hash
--- Returns 1 when published, 0 when a newer version was there.
+-- ARGV[3] n: the first n field pairs below say what the config is (compared at an
+--         equal version); the rest are derived from them
+-- ARGV[4..] field, value, ... of the config hash
+-- Returns {"published"} | {"newer"} (a newer version is there) |
+--         {"conflict", field, published value} (same version, other content)
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
-local cur = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
-if cur > tonumber(ARGV[1]) then
-  return 0
+local cur = redis.call('HGET', KEYS[1], 'version')
+local version = tonumber(ARGV[1])
+if cur then
+  cur = tonumber(cur)
+  if cur > version then
+    return {'newer'}
+  end
+  if cur == version then
+    local last = 3 + 2 * tonumber(ARGV[3])
+    for i = 4, last, 2 do
+      local have = redis.call('HGET', KEYS[1], ARGV[i])
+      if have and have ~= ARGV[i + 1] then
+        return {'conflict', ARGV[i], have}
+      end
+    end
+  end
 end
 local fields = {}
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
 redis.call('HSET', KEYS[1], unpack(fields))
 if ARGV[2] ~= '' then
   redis.call('SET', KEYS[2], ARGV[2], 'NX')
 end
-return 1
+return {'published'}

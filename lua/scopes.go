@@ -21,11 +21,18 @@ type ScopeRecord struct {
 	DeployVer string
 }
 
+// ErrPublishConflict is in the chain of the error ScopePublish returns when the
+// scope's version is published already with other content: two replicas stored
+// different configs under one version, so they do not share one config store. The
+// error's code is INTERNAL: a deployment that is never expected.
+var ErrPublishConflict = errors.New("published already with other content")
+
 // ScopePublish runs scope_publish.lua: it writes the scope's config to Redis so every
 // replica routes with it at once, and adds the scope to the global index. An older
-// version never overwrites a newer one. A new scope gets its epoch key when the
-// keyspace itself is live, so a scope never becomes routable in the middle of a
-// rebuild.
+// version never overwrites a newer one, and the same version with other content
+// (deploy_ver or a pool field) is refused with ErrPublishConflict. A new scope gets
+// its epoch key when the keyspace itself is live, so a scope never becomes routable in
+// the middle of a rebuild.
 func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 	k := s.keys.Scope(rec.ScopeID)
 	deploy, err := json.Marshal(rec.Config.Deploy)
@@ -41,9 +48,9 @@ func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return s.redisErr(ctx, err)
 	}
-	args := []any{rec.Version, epoch,
+	// What the config is: its deploy fingerprint and every pool value routing uses.
+	content := []any{
 		"deploy_ver", rec.DeployVer,
-		"version", rec.Version,
 		"max_pods", p.MaxPods(),
 		"parallel", p.ParallelDeploys(),
 		"pod_concurrency", p.PodConcurrency,
@@ -54,19 +61,42 @@ func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 		"wait_ms", int64(p.WaitTimeoutS) * 1000,
 		"hold_ttl_ms", int64(p.HoldTTLS) * 1000,
 		"ready_ms", int64(rec.Config.Deploy.ReadyTimeoutS) * 1000,
+	}
+	args := append([]any{rec.Version, epoch, len(content) / 2}, content...)
+	args = append(args,
+		"version", rec.Version,
 		"deploy", string(deploy),
 		"config", string(full),
-	}
+	)
 	r, err := s.call(ctx, scopePublish, rec.ScopeID, []string{k.Config, k.Epoch}, args...)
 	if err != nil {
 		return err
 	}
-	r.flag(0) // false: a newer version was there, which is as good
+	// "newer": a newer version was there, which is as good.
+	if r.oneOf(0, "published", "newer", "conflict") == "conflict" {
+		field, have := r.str(1), r.str(2)
+		if err := r.err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrPublishConflict, warmpool.Errorf(warmpool.CodeInternal,
+			"scope %q v%d is published already with %s %s, this one has %v: the replicas do not share one config store",
+			rec.ScopeID, rec.Version, field, have, valueOf(content, field)))
+	}
 	if err := r.err(); err != nil {
 		return err
 	}
 	if err := s.rdb.SAdd(ctx, s.keys.Scopes(), rec.ScopeID).Err(); err != nil {
 		return s.redisErr(ctx, err)
+	}
+	return nil
+}
+
+// valueOf is the value of field in a field, value, ... list.
+func valueOf(pairs []any, field string) any {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i] == field {
+			return pairs[i+1]
+		}
 	}
 	return nil
 }

@@ -24,17 +24,23 @@ const syncLease = 30 * time.Second
 
 // Service stores and publishes scope configs.
 type Service struct {
-	store warmpool.ConfigStore
-	redis *lua.Store
-	log   *slog.Logger
+	store   warmpool.ConfigStore
+	redis   *lua.Store
+	log     *slog.Logger
+	observe func(event, outcome string)
 }
 
-// New returns a Service over the config store and Redis.
-func New(store warmpool.ConfigStore, redis *lua.Store, log *slog.Logger) *Service {
+// New returns a Service over the config store and Redis. observe, when set, is told
+// of a publish refused because another replica published the same version with other
+// content ("config_publish", "conflict").
+func New(store warmpool.ConfigStore, redis *lua.Store, log *slog.Logger, observe func(event, outcome string)) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{store: store, redis: redis, log: log.With("component", "scopes")}
+	if observe == nil {
+		observe = func(string, string) {}
+	}
+	return &Service{store: store, redis: redis, log: log.With("component", "scopes"), observe: observe}
 }
 
 // Put normalizes cfg (filling its defaults), stores it as the scope's next version
@@ -70,8 +76,16 @@ func (s *Service) Get(ctx context.Context, scope string) (warmpool.StoredConfig,
 	return s.store.Get(ctx, scope)
 }
 
+// publish publishes a stored config. A conflict (the version is published with other
+// content: replicas on different config stores) is logged and counted, and returned.
 func (s *Service) publish(ctx context.Context, c warmpool.StoredConfig) error {
-	return s.redis.ScopePublish(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer})
+	err := s.redis.ScopePublish(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer})
+	if errors.Is(err, lua.ErrPublishConflict) {
+		s.log.Error("config not published: another replica published this version with other content; do the replicas share one config store?",
+			"scope", c.ScopeID, "version", c.Version, "deploy_ver", c.DeployVer, "err", err)
+		s.observe("config_publish", "conflict")
+	}
+	return err
 }
 
 // Sync publishes every stored scope to Redis, one sync at a time across replicas: it

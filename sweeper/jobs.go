@@ -512,8 +512,14 @@ func (s *Sweeper) republishStale(ctx context.Context) error {
 	return nil
 }
 
+// publish publishes a stored config; a conflict (another replica published this
+// version with other content) is counted like the config service counts it.
 func (s *Sweeper) publish(ctx context.Context, c warmpool.StoredConfig) error {
-	return s.store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer})
+	err := s.store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer})
+	if errors.Is(err, lua.ErrPublishConflict) {
+		s.cfg.Observe("config_publish", "conflict")
+	}
+	return err
 }
 
 // Rebuild restores a Redis that lost its data (or was never written) from the ground

@@ -35,7 +35,7 @@ func New(store *lua.Store, log *slog.Logger) *Metrics {
 		}, []string{"outcome"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpool_events_total",
-			Help: "Pool and queue events: acquire (warm, deployed, follower, max_reached, failed), deploy (ok, failed), queue (queued, queue_full, wait_timeout, woken), sweep results.",
+			Help: "Pool and queue events: acquire (warm, deployed, follower, max_reached, failed), deploy (ok, failed), queue (queued, queue_full, wait_timeout, woken), sweep results, config_publish (conflict: a version published with other content by a replica on another config store).",
 		}, []string{"event", "outcome"}),
 		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warmpool_deploy_phase_seconds",

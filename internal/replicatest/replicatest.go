@@ -70,7 +70,7 @@ func New(tb testing.TB, opts ...Option) *Harness {
 		o(h)
 	}
 	if h.Configs != nil {
-		h.Scopes = scopes.New(h.Configs, h.Store, nil)
+		h.Scopes = scopes.New(h.Configs, h.Store, nil, nil)
 	}
 	tb.Cleanup(func() { _ = h.Fake.Close() })
 	if _, err := h.Store.Bootstrap(context.Background(), "e1"); err != nil {

@@ -10,14 +10,14 @@ import (
 	"time"
 )
 
-// TestSweepersKeepThePoolWarm runs the binary with the local driver and a 1s sweep: a
-// scope with min_idle_pods 2 gets two idle pods; a change of a deploy field drains the
-// old idle pods and warms two new ones; a pod whose process is killed is buried and
-// replaced.
+// TestSweepersKeepThePoolWarm runs the binary (--dev: the embedded Redis) with the
+// local driver and a 1s sweep: a scope with min_idle_pods 2 gets two idle pods; a
+// change of a deploy field drains the old idle pods and warms two new ones; a pod whose
+// process is killed is buried and replaced.
 func TestSweepersKeepThePoolWarm(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "pods")
-	_, base, _ := runServe(t, "--store", filepath.Join(dir, "w.db"),
+	_, base, _ := runServe(t, "--dev", "--store", filepath.Join(dir, "w.db"),
 		"--driver", "local", "--local-state-dir", state, "--sweep-interval", "1s")
 
 	idle := func(ver string) map[string]bool {

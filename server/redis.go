@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -170,4 +171,26 @@ func redactURL(spec string) string {
 		return spec
 	}
 	return scheme + "://" + user + ":xxxxx" + rest[at:]
+}
+
+// refusedByRedis pings Redis once and returns what waiting will not mend: Redis
+// refused the credentials (or the user's rights), or its TLS certificate is not
+// trusted. An unreachable Redis is no error here: the replica waits for it.
+func refusedByRedis(ctx context.Context, rdb redis.UniversalClient) error {
+	ctx, cancel := context.WithTimeout(ctx, redisDialTimeout)
+	defer cancel()
+	err := rdb.Ping(ctx).Err()
+	var cert *tls.CertificateVerificationError
+	if errors.As(err, &cert) {
+		return fmt.Errorf("redis: TLS: %w (--redis-ca names the CA that signs it)", err)
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		for _, refusal := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
+			if strings.HasPrefix(rerr.Error(), refusal) {
+				return fmt.Errorf("redis refused the credentials of --redis: %w", err)
+			}
+		}
+	}
+	return nil
 }

@@ -251,6 +251,10 @@ func (s *Server) build(ctx context.Context) error {
 			return err
 		}
 		s.rdb = rdb
+		if err := refusedByRedis(ctx, rdb); err != nil {
+			_ = rdb.Close()
+			return err
+		}
 	}
 	if cfg.Redis == nil {
 		s.closers = append(s.closers, s.rdb.Close)

@@ -15,6 +15,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/lua"
 )
@@ -34,13 +35,7 @@ type Service struct {
 // of a publish refused because another replica published the same version with other
 // content ("config_publish", "conflict").
 func New(store warmpool.ConfigStore, redis *lua.Store, log *slog.Logger, observe func(event, outcome string)) *Service {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if observe == nil {
-		observe = func(string, string) {}
-	}
-	return &Service{store: store, redis: redis, log: log.With("component", "scopes"), observe: observe}
+	return &Service{store: store, redis: redis, log: defaults.Logger(log).With("component", "scopes"), observe: defaults.Observer(observe)}
 }
 
 // Put normalizes cfg (filling its defaults), stores it as the scope's next version

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/k8s"
@@ -65,7 +66,7 @@ const (
 )
 
 // HTTPTimeouts bound each connection of the HTTP server (net/http's timeouts of the
-// same names); zero fields take the defaults.
+// same names); fields not above zero take the defaults.
 type HTTPTimeouts struct {
 	ReadHeader time.Duration
 	Read       time.Duration
@@ -98,7 +99,7 @@ type Config struct {
 	// answering 503 (zero: no delay; `warmpool serve` defaults to DefaultDrainDelay).
 	DrainDelay time.Duration
 	// ShutdownGrace bounds how long calls in flight may finish after the drain
-	// (DefaultShutdownGrace when zero).
+	// (DefaultShutdownGrace unless above zero).
 	ShutdownGrace time.Duration
 	// HTTP bounds the connections of Run's HTTP server.
 	HTTP HTTPTimeouts
@@ -178,13 +179,11 @@ func (c *Config) fill() {
 	if c.Clock == nil {
 		c.Clock = warmpool.SystemClock{}
 	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = DefaultShutdownGrace
-	}
-	c.HTTP.ReadHeader = cmp.Or(c.HTTP.ReadHeader, DefaultReadHeaderTimeout)
-	c.HTTP.Read = cmp.Or(c.HTTP.Read, DefaultReadTimeout)
-	c.HTTP.Write = cmp.Or(c.HTTP.Write, DefaultWriteTimeout)
-	c.HTTP.Idle = cmp.Or(c.HTTP.Idle, DefaultIdleTimeout)
+	defaults.Positive(&c.ShutdownGrace, DefaultShutdownGrace)
+	defaults.Positive(&c.HTTP.ReadHeader, DefaultReadHeaderTimeout)
+	defaults.Positive(&c.HTTP.Read, DefaultReadTimeout)
+	defaults.Positive(&c.HTTP.Write, DefaultWriteTimeout)
+	defaults.Positive(&c.HTTP.Idle, DefaultIdleTimeout)
 }
 
 // check reports a combination of fields that cannot work.
@@ -201,8 +200,8 @@ func (c *Config) check() error {
 	if c.AdminToken != "" && c.AdminTokenFile != "" {
 		return errors.New("give the admin token once: --admin-token or --admin-token-file")
 	}
-	if c.DrainDelay < 0 || c.ShutdownGrace < 0 {
-		return fmt.Errorf("drain delay %v, shutdown grace %v: must not be negative", c.DrainDelay, c.ShutdownGrace)
+	if c.DrainDelay < 0 {
+		return fmt.Errorf("drain delay %v: must not be negative", c.DrainDelay)
 	}
 	return nil
 }

@@ -22,13 +22,6 @@ import (
 	"github.com/warmpool/warmpool/internal/manifests"
 )
 
-// The shutdown the binary runs on SIGTERM (SPEC §10 defaults): the pod's grace period
-// must outlast both.
-const (
-	drainDelay    = 5 * time.Second
-	shutdownGrace = 30 * time.Second
-)
-
 // rendered is one kustomize directory's output, one object per kind (the test fails
 // on a second one).
 type rendered struct {
@@ -40,6 +33,16 @@ type rendered struct {
 	dep     *appsv1.Deployment
 	svc     *corev1.Service
 	pdb     *policyv1.PodDisruptionBudget
+}
+
+// duration is a duration setting of the ConfigMap, which must set it.
+func (r rendered) duration(t *testing.T, name string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(r.cm.Data[name])
+	if err != nil {
+		t.Errorf("ConfigMap %s=%q: %v", name, r.cm.Data[name], err)
+	}
+	return d
 }
 
 func render(t *testing.T, dir string) rendered {
@@ -165,6 +168,9 @@ func check(t *testing.T, r rendered, ns string) {
 	if pod.ServiceAccountName != r.sa.Name {
 		t.Errorf("pods run as service account %q, want %q", pod.ServiceAccountName, r.sa.Name)
 	}
+	// The shutdown the binary runs on SIGTERM, as the ConfigMap sets it: the pod's
+	// grace period must outlast both stages.
+	drainDelay, shutdownGrace := r.duration(t, "WARMPOOL_DRAIN_DELAY"), r.duration(t, "WARMPOOL_SHUTDOWN_GRACE")
 	if g := pod.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= drainDelay+shutdownGrace {
 		t.Errorf("terminationGracePeriodSeconds %v: must exceed the drain delay %v + shutdown grace %v", g, drainDelay, shutdownGrace)
 	}
@@ -230,7 +236,7 @@ func check(t *testing.T, r rendered, ns string) {
 	if listen := r.cm.Data["WARMPOOL_LISTEN"]; !strings.HasSuffix(listen, ":"+strconv.Itoa(port)) || strings.HasPrefix(listen, "127.") {
 		t.Errorf("WARMPOOL_LISTEN = %q: want every interface on the container port %d", listen, port)
 	}
-	secret := map[string]bool{"WARMPOOL_REDIS": true, "WARMPOOL_STORE": true, "WARMPOOL_AUTH_TOKEN": true}
+	secret := map[string]bool{"WARMPOOL_REDIS": true, "WARMPOOL_STORE": true, "WARMPOOL_AUTH_TOKEN": true, "WARMPOOL_ADMIN_TOKEN": true}
 	for name := range secret {
 		if _, ok := r.cm.Data[name]; ok {
 			t.Errorf("%s is in the ConfigMap: it holds a credential, so it belongs in a Secret", name)

@@ -82,11 +82,12 @@ func TestDeploymentProcesses(t *testing.T) {
 	if command[0] != imageEntrypoint {
 		t.Fatalf("container command %q: the image holds only %s", command, imageEntrypoint)
 	}
-	token := randomHex(t)
+	token, adminToken := randomHex(t), randomHex(t)
 	secret := map[string]string{
-		"redis-url":  "redis://" + redisAddr + "/0",
-		"store-dsn":  storeDSN,
-		"auth-token": token,
+		"redis-url":   "redis://" + redisAddr + "/0",
+		"store-dsn":   storeDSN,
+		"auth-token":  token,
+		"admin-token": adminToken,
 	}
 
 	type replica struct {
@@ -134,14 +135,19 @@ func TestDeploymentProcesses(t *testing.T) {
 	}
 
 	// One service: a config written through one replica is read and routed through
-	// the others, and the Secret's token guards the API.
+	// the others, and the Secret's tokens guard the API: the gateway token routes, only
+	// the admin token writes configs.
 	scope := "deploy-" + randomHex(t)[:8]
 	auth := "Bearer " + token
 	if status, _ := request(t, http.MethodGet, replicas[0].base+"/v1/scopes", "", ""); status != http.StatusUnauthorized {
 		t.Errorf("GET /v1/scopes without the token: %d, want 401", status)
 	}
+	doc := `{"pool":{"max_concurrency":2,"pod_concurrency":1}}`
+	if status, raw := request(t, http.MethodPut, replicas[0].base+"/v1/scopes/"+scope+"/config", auth, doc); status != http.StatusForbidden {
+		t.Errorf("PUT config with the gateway token: %d %s, want 403", status, raw)
+	}
 	var put struct{ Version int64 }
-	if status, raw := request(t, http.MethodPut, replicas[0].base+"/v1/scopes/"+scope+"/config", auth, `{"pool":{"max_concurrency":2,"pod_concurrency":1}}`); status != http.StatusOK || json.Unmarshal(raw, &put) != nil || put.Version != 1 {
+	if status, raw := request(t, http.MethodPut, replicas[0].base+"/v1/scopes/"+scope+"/config", "Bearer "+adminToken, doc); status != http.StatusOK || json.Unmarshal(raw, &put) != nil || put.Version != 1 {
 		t.Fatalf("PUT config through %s: %d %s", replicas[0].name, status, raw)
 	}
 	last := replicas[len(replicas)-1]
@@ -154,19 +160,22 @@ func TestDeploymentProcesses(t *testing.T) {
 		t.Fatalf("route through a replica: %d %s", status, raw)
 	}
 
-	// SIGTERM, as the kubelet stops a pod: each exits cleanly within the pod's grace.
+	// SIGTERM to all, as the kubelet stops pods: each drains (WARMPOOL_DRAIN_DELAY)
+	// and exits cleanly within the pod's grace.
 	grace := 30 * time.Second
 	if g := dep.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
 		grace = time.Duration(*g) * time.Second
 	}
+	stopped := time.Now()
 	for _, r := range replicas {
-		stopped := time.Now()
 		if err := r.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for _, r := range replicas {
 		select {
 		case <-r.proc.done:
-		case <-time.After(grace):
+		case <-time.After(time.Until(stopped.Add(grace))):
 			t.Fatalf("%s still runs %v after SIGTERM: the kubelet would kill it", r.name, grace)
 		}
 		if code := r.proc.cmd.ProcessState.ExitCode(); code != 0 {

@@ -176,10 +176,10 @@ serve hold --redis "redis://$addr/0" --driver fake
 echo "replica: $URL (pid $SPID); before: $(rss "$SPID")"
 watchrss "$SPID" lt "${hold[@]}" --out "$out/hold-redis" | grep -E 'requests in|route |touch |VmRSS|NOTE'
 
-say "RSS of a replica with the embedded Redis (serve without --redis) holding $HOLD sessions"
+say "RSS of a replica with the embedded Redis (serve --dev) holding $HOLD sessions"
 kill "$SPID"
 wait "$SPID" || true
-serve embedded --driver fake
+serve embedded --dev --driver fake
 echo "replica: $URL (pid $SPID); before: $(rss "$SPID")"
 # the embedded Redis routes slower: give it time to reach $HOLD sessions
 watchrss "$SPID" lt "${hold[@]}" --duration "$EMB_DUR" --out "$out/hold-embedded" | grep -E 'requests in|route |touch |VmRSS|NOTE'

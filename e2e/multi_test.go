@@ -319,7 +319,8 @@ func TestMultiReplica(t *testing.T) {
 	})
 
 	t.Run("rolling restart under steady traffic", func(t *testing.T) {
-		var ok, retried, failed atomic.Int64
+		var ok, failed atomic.Int64
+		var stats gatewayStats
 		var failures sync.Map
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -339,7 +340,7 @@ func TestMultiReplica(t *testing.T) {
 						{http.MethodPost, "/v1/scopes/multi/sessions/" + sess + "/touch", ""},
 						{http.MethodDelete, "/v1/scopes/multi/sessions/" + sess, ""},
 					} {
-						if gatewayCall(step.method, c.lb+step.path, step.body, &retried) {
+						if gatewayCall(step.method, c.lb+step.path, step.body, &stats) {
 							ok.Add(1)
 						} else {
 							failed.Add(1)
@@ -358,7 +359,8 @@ func TestMultiReplica(t *testing.T) {
 		}
 		close(stop)
 		wg.Wait()
-		t.Logf("rolling restart: %d calls ok, %d retries, %d failed", ok.Load(), retried.Load(), failed.Load())
+		t.Logf("rolling restart: %d calls ok, %d failed after retries; %d calls needed a retry (first attempt: %d transport errors, %d 503/504 with Retry-After), %d retries in all",
+			ok.Load(), failed.Load(), stats.retriedCalls.Load(), stats.transport.Load(), stats.unavailable.Load(), stats.retries.Load())
 		if failed.Load() != 0 {
 			var which []string
 			failures.Range(func(k, _ any) bool { which = append(which, k.(string)); return true })
@@ -367,25 +369,47 @@ func TestMultiReplica(t *testing.T) {
 		if ok.Load() < 30 {
 			t.Fatalf("only %d calls made it: the traffic did not run", ok.Load())
 		}
+		// The drain takes a replica out of the balancer before its listener closes:
+		// no call even meets a closed connection.
+		if n := stats.transport.Load(); n != 0 {
+			t.Fatalf("%d calls met a transport error on their first attempt: the drain did not take the stopping replica out first", n)
+		}
 	})
+}
+
+// gatewayStats counts what gatewayCall met.
+type gatewayStats struct {
+	retries      atomic.Int64 // attempts that failed and were made again
+	retriedCalls atomic.Int64 // calls whose first attempt failed
+	transport    atomic.Int64 // first attempts that met a transport error
+	unavailable  atomic.Int64 // first attempts answered 503/504 with Retry-After
 }
 
 // gatewayCall is what a gateway does: a call that fails in a way the contract marks
 // retryable (a transport error at the load balancer, or a 503/504 with Retry-After) is
 // retried a few times. It reports whether the call finally succeeded; a 4xx or a 5xx
 // without Retry-After is a failure at once.
-func gatewayCall(method, url, body string, retried *atomic.Int64) bool {
+func gatewayCall(method, url, body string, stats *gatewayStats) bool {
 	for attempt := 0; attempt < 20; attempt++ {
 		st, hdr, _, err := try(method, url, body)
 		switch {
 		case err == nil && st < 300:
 			return true
 		case err == nil && (st == http.StatusServiceUnavailable || st == http.StatusGatewayTimeout) && hdr.Get("Retry-After") != "":
+			if attempt == 0 {
+				stats.unavailable.Add(1)
+			}
 		case err != nil:
+			if attempt == 0 {
+				stats.transport.Add(1)
+			}
 		default:
 			return false
 		}
-		retried.Add(1)
+		if attempt == 0 {
+			stats.retriedCalls.Add(1)
+		}
+		stats.retries.Add(1)
 		time.Sleep(100 * time.Millisecond)
 	}
 	return false

@@ -153,10 +153,11 @@ func Auth(gateway, admin *Token, log *slog.Logger) func(http.Handler) http.Handl
 			switch {
 			case admin.matches(got):
 				acc = accessAdmin
-			case gateway.matches(got) && admin != nil:
-				acc = accessGateway
 			case gateway.matches(got):
-				acc = accessAdmin // without an admin token the gateway token does everything
+				acc = accessGateway
+				if admin == nil {
+					acc = accessAdmin // without an admin token the gateway token does everything
+				}
 			case gateway != nil:
 				WriteError(w, r, log, warmpool.Errorf(warmpool.CodeUnauthorized, "missing or wrong bearer token"))
 				return

@@ -76,7 +76,7 @@ type HTTPTimeouts struct {
 
 // Config is everything a replica is built from; zero fields take defaults (fill).
 type Config struct {
-	RedisURL   string // redis:// URL, a comma-separated host:port list (Cluster), or "" (embedded)
+	RedisURL   string // see RedisHelp; "" = an embedded in-process Redis (dev)
 	StorePath  string // config store: FILE or sqlite://FILE, or a postgres:// URL
 	DriverName string // local, kubernetes, fake
 	Kubeconfig string

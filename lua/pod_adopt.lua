@@ -1,21 +1,29 @@
--- pod_adopt.lua: take a pod the driver has but Redis does not know into the idle pool
+-- pod_adopt.lua: take a pod the driver has but Redis does not know into the pool
 -- (reconcile, and the rebuild after Redis lost its data: it runs before the epoch is
--- written, so it does not check it). Within max_pods only.
--- KEYS[1] {s}:config     HASH   published scope config
--- KEYS[2] {s}:pods       ZSET   pod id -> registered at (ms)
--- KEYS[3] {s}:podver     HASH   pod id -> deploy_ver
--- KEYS[4] {s}:podinfo    HASH   pod id -> pod JSON
--- KEYS[5] {s}:slots      HASH   pod id -> sessions + claims
--- KEYS[6] {s}:idle       ZSET   pod id -> idle since (ms)
--- KEYS[7] {s}:deploying  ZSET   deploy member -> lease deadline (ms)
--- KEYS[8] {s}:gone:<pod> STRING the pod's tombstone, set when it was purged
+-- written, so it does not check it). Within max_pods only. A pod whose sessions are
+-- unknown (Redis lost them with the pod) may still be serving them: it takes no new
+-- session until session_ttl_s has passed, by which time those sessions have ended or
+-- expired. Every slot is held by a claim "adopted:<pod>:<n>" with that deadline; the
+-- claims expire like any other (expiry sweep, routes), handing the slots on to waiters
+-- or idling the pod. A pod whose sessions are known to be none goes idle at once.
+-- KEYS[1]  {s}:config     HASH   published scope config
+-- KEYS[2]  {s}:pods       ZSET   pod id -> registered at (ms)
+-- KEYS[3]  {s}:podver     HASH   pod id -> deploy_ver
+-- KEYS[4]  {s}:podinfo    HASH   pod id -> pod JSON
+-- KEYS[5]  {s}:slots      HASH   pod id -> sessions + claims
+-- KEYS[6]  {s}:idle       ZSET   pod id -> idle since (ms)
+-- KEYS[7]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
+-- KEYS[8]  {s}:gone:<pod> STRING the pod's tombstone, set when it was purged
+-- KEYS[9]  {s}:claims     ZSET   claim id -> deadline (ms)
+-- KEYS[10] {s}:claimpod   HASH   claim id -> pod id | "!reason"
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] deploy_ver  ARGV[4] pod JSON
+-- ARGV[5] "1" when the pod's sessions are unknown, "0" when it has none
 -- Returns {"adopted"} | {"known"} | {"full"} (no room under max_pods)
 --       | {"gone"} (purged lately: it is being deleted, not adopted) | {"NO_SCOPE"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
-local max_pods = redis.call('HGET', KEYS[1], 'max_pods')
-if not max_pods then
+local cfg = redis.call('HMGET', KEYS[1], 'max_pods', 'pod_concurrency', 'session_ttl_ms')
+if not cfg[1] then
   return {'NO_SCOPE'}
 end
 local pod = ARGV[2]
@@ -25,12 +33,23 @@ end
 if redis.call('EXISTS', KEYS[8]) == 1 then
   return {'gone'}
 end
-if redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[7]) >= tonumber(max_pods) then
+if redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[7]) >= tonumber(cfg[1]) then
   return {'full'}
 end
-redis.call('ZADD', KEYS[2], ARGV[1], pod)
+local now = tonumber(ARGV[1])
+redis.call('ZADD', KEYS[2], now, pod)
 redis.call('HSET', KEYS[3], pod, ARGV[3])
 redis.call('HSET', KEYS[4], pod, ARGV[4])
-redis.call('HSET', KEYS[5], pod, 0)
-redis.call('ZADD', KEYS[6], ARGV[1], pod)
+if ARGV[5] ~= '1' then
+  redis.call('HSET', KEYS[5], pod, 0)
+  redis.call('ZADD', KEYS[6], now, pod)
+  return {'adopted'}
+end
+local pc = tonumber(cfg[2])
+for n = 1, pc do
+  local claim = 'adopted:' .. pod .. ':' .. n
+  redis.call('ZADD', KEYS[9], now + tonumber(cfg[3]), claim)
+  redis.call('HSET', KEYS[10], claim, pod)
+end
+redis.call('HSET', KEYS[5], pod, pc)
 return {'adopted'}

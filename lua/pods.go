@@ -193,17 +193,19 @@ const (
 // than the purging job takes to delete it and than a driver's list lags behind.
 const GoneTTL = 2 * time.Minute
 
-// PodAdopt runs pod_adopt.lua: it takes a pod the driver has into the scope's idle
-// pool.
-func (s *Store) PodAdopt(ctx context.Context, pod warmpool.Pod, now time.Time) (string, error) {
+// PodAdopt runs pod_adopt.lua: it takes a pod the driver has into the scope's pool.
+// With sessionsUnknown (Redis lost the pod and whatever sessions it had), the pod may
+// still serve old sessions: every slot of it stays taken until session_ttl_s has
+// passed, then goes to waiters or idle. Otherwise the pod goes idle at once.
+func (s *Store) PodAdopt(ctx context.Context, pod warmpool.Pod, now time.Time, sessionsUnknown bool) (string, error) {
 	k := s.keys.Scope(pod.ScopeID)
 	info, err := json.Marshal(pod)
 	if err != nil {
 		return "", err
 	}
 	r, err := s.call(ctx, podAdopt, pod.ScopeID,
-		[]string{k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying, k.Gone(pod.ID)},
-		ms(now), pod.ID, pod.DeployVer, string(info))
+		[]string{k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying, k.Gone(pod.ID), k.Claims, k.ClaimPod},
+		ms(now), pod.ID, pod.DeployVer, string(info), flag(sessionsUnknown))
 	if err != nil {
 		return "", err
 	}

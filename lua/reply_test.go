@@ -71,7 +71,7 @@ func TestMalformedRepliesAreInternalErrors(t *testing.T) {
 			return err
 		}, []any{"deploy", "1w", "1", spec}, nil},
 		{"pod_adopt", func(ctx context.Context) error {
-			_, err := s.PodAdopt(ctx, warmpool.Pod{ID: "p1", ScopeID: scope}, now)
+			_, err := s.PodAdopt(ctx, warmpool.Pod{ID: "p1", ScopeID: scope}, now, false)
 			return err
 		}, []any{"adopted"}, nil},
 		{"pod_health", func(ctx context.Context) error { _, err := s.PodHealth(ctx, scope, "p1", false); return err }, []any{int64(2)}, nil},

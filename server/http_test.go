@@ -595,7 +595,9 @@ func TestStoreUnavailableDataLoss(t *testing.T) {
 	for _, loss := range []string{"epoch keys", "every key"} {
 		t.Run(loss, func(t *testing.T) {
 			e := mustEnv(t)
-			e.putScope("ok", scopeCfg(4, 2, 0, 1))
+			// Room for a third pod: after every key is lost, the two pods below are
+			// held until session_ttl_s passes (their sessions may still run).
+			e.putScope("ok", scopeCfg(6, 2, 0, 1))
 			e.route("ok", "s1")
 			acq := e.ok(http.MethodPost, "/v1/scopes/ok/pods/acquire", `{}`)
 

@@ -94,7 +94,7 @@ func (h *harness) addPod(scope, id string, fence int64) warmpool.Pod {
 	pod := h.externalPod(scope, id, fence)
 	h.Fake.AddExternal(pod)
 	pod = h.driverPod(id)
-	st, err := h.Store.PodAdopt(context.Background(), pod, h.Clock.Now())
+	st, err := h.Store.PodAdopt(context.Background(), pod, h.Clock.Now(), false)
 	if err != nil || st != lua.AdoptAdopted {
 		h.t.Fatalf("adopt %s: %q %v", id, st, err)
 	}
@@ -107,7 +107,7 @@ func (h *harness) addGhost(scope, id string, fence int64) {
 	h.t.Helper()
 	pod := h.externalPod(scope, id, fence)
 	pod.SSEURL = "http://fake.invalid/" + id + "/sse"
-	if st, err := h.Store.PodAdopt(context.Background(), pod, h.Clock.Now()); err != nil || st != lua.AdoptAdopted {
+	if st, err := h.Store.PodAdopt(context.Background(), pod, h.Clock.Now(), false); err != nil || st != lua.AdoptAdopted {
 		h.t.Fatalf("adopt %s: %q %v", id, st, err)
 	}
 }

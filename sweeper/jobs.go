@@ -346,7 +346,8 @@ func (s *Sweeper) Reconcile(ctx context.Context) error {
 	if !live {
 		return s.Rebuild(ctx)
 	}
-	if err := s.republishStale(ctx); err != nil {
+	lost, err := s.republishStale(ctx)
+	if err != nil {
 		return err
 	}
 	listed, err := s.listPods(ctx)
@@ -377,7 +378,7 @@ func (s *Sweeper) Reconcile(ctx context.Context) error {
 			if known[p.ID] || inFlight(snap, p.Fence, now) {
 				continue
 			}
-			s.orphan(ctx, rec, p, now)
+			s.orphan(ctx, rec, p, now, lost[scope])
 		}
 		if maxFence > 0 {
 			if err := s.store.FenceRaise(ctx, scope, maxFence); err != nil {
@@ -445,8 +446,11 @@ func inFlight(snap lua.Snapshot, fence int64, now time.Time) bool {
 	return false
 }
 
-// orphan adopts or deletes a pod the driver has and Redis does not know.
-func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Pod, now time.Time) {
+// orphan adopts or deletes a pod the driver has and Redis does not know. Such a pod had
+// no session through warmpool (Redis binds sessions only to pods it knows, and forgets
+// a pod's sessions with it), unless its scope's keys were lost (lost): then it may
+// serve sessions Redis no longer has, and takes no new one until they have expired.
+func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Pod, now time.Time, lost bool) {
 	switch {
 	case p.Dead != "":
 		s.deleteOrphan(ctx, p, "dead: "+p.Dead)
@@ -459,7 +463,7 @@ func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Po
 	case p.SSEURL == "":
 		s.deleteOrphan(ctx, p, "no SSE address to adopt it with")
 	default:
-		st, err := s.store.PodAdopt(ctx, p, now)
+		st, err := s.store.PodAdopt(ctx, p, now, lost)
 		switch {
 		case err != nil:
 			s.log.Warn("reconcile: adopt failed", "pod", p.ID, "err", err)
@@ -488,28 +492,32 @@ func (s *Sweeper) deleteOrphan(ctx context.Context, p warmpool.Pod, reason strin
 // republishStale makes Redis serve the latest stored config of every scope: a stored
 // scope that Redis does not have, or has at an older version, is published again. A
 // config PUT whose publish failed (answered STORE_UNAVAILABLE after it was stored) is
-// served from the next reconcile on, not only after a manual sync.
-func (s *Sweeper) republishStale(ctx context.Context) error {
+// served from the next reconcile on, not only after a manual sync. It returns the
+// scopes Redis did not have: all of a scope's keys share one slot, so a scope whose
+// config is missing lost its sessions too (a Cluster node restarted empty).
+func (s *Sweeper) republishStale(ctx context.Context) (lost map[string]bool, err error) {
 	all, err := s.configs.List(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	lost = map[string]bool{}
 	for _, c := range all {
 		rec, err := s.store.Scope(ctx, c.ScopeID)
 		switch {
 		case warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound:
+			lost[c.ScopeID] = true
 		case err != nil:
-			return err
+			return nil, err
 		case rec.Version >= c.Version:
 			continue
 		}
 		if err := s.publish(ctx, c); err != nil {
-			return err
+			return nil, err
 		}
 		s.log.Info("reconcile published a scope's stored config", "scope", c.ScopeID, "version", c.Version)
 		s.cfg.Observe("sweep", "republished")
 	}
-	return nil
+	return lost, nil
 }
 
 // publish publishes a stored config; a conflict (another replica published this
@@ -524,7 +532,9 @@ func (s *Sweeper) publish(ctx context.Context, c warmpool.StoredConfig) error {
 
 // Rebuild restores a Redis that lost its data (or was never written) from the ground
 // truth: every scope is published from the config store, every ready pod of a current
-// version is adopted from the driver (the rest is left to reconcile), fencing counters
+// version is adopted from the driver (the rest is left to reconcile), with every slot
+// taken until session_ttl_s has passed (the sessions it served were lost with Redis's
+// data, and may still run: the pod is not given new ones on top), fencing counters
 // are raised past the pods' numbers, and only then is the epoch written, so no request
 // is admitted on a half-built pool. Derived state is recomputed, never merged.
 func (s *Sweeper) Rebuild(ctx context.Context) error {
@@ -555,7 +565,8 @@ func (s *Sweeper) Rebuild(ctx context.Context) error {
 		if !p.Ready || p.Dead != "" || p.DeployVer != ver || p.SSEURL == "" {
 			continue
 		}
-		st, err := s.store.PodAdopt(ctx, p, now)
+		// Redis lost the pod's sessions with it: they may still be running.
+		st, err := s.store.PodAdopt(ctx, p, now, true)
 		if err != nil {
 			return err
 		}

@@ -851,12 +851,14 @@ func TestRedisDataLossRebuild(t *testing.T) {
 		t.Fatalf("observed %v", h.observedAll())
 	}
 	for scope, pods := range before {
-		s := h.Check(scope, true)
+		s := h.Check(scope, false)
 		if got := podIDs(s); !slices.Equal(got, pods) {
 			t.Fatalf("%s: pods after the rebuild %v, want %v", scope, got, pods)
 		}
+		pc := h.Current(scope).Config.Pool.PodConcurrency
 		for _, p := range s.Pods {
-			if !p.Idle || p.Slots != 0 || p.Pod.ScopeID != scope || p.Pod.DeployVer != h.Current(scope).DeployVer || p.Pod.SSEURL == "" {
+			// Its sessions were lost with the data: every slot stays taken for now.
+			if p.Idle || p.Slots != pc || p.Claims != pc || p.Pod.ScopeID != scope || p.Pod.DeployVer != h.Current(scope).DeployVer || p.Pod.SSEURL == "" {
 				t.Fatalf("%s: restored pod %+v", scope, p)
 			}
 			if s.Fence < p.Pod.Fence {
@@ -864,26 +866,125 @@ func TestRedisDataLossRebuild(t *testing.T) {
 			}
 		}
 	}
-
-	// Routing works again, on restored pods, without a deploy.
-	b := h.route("a", "s9")
-	if !slices.Contains(before["a"], b.PodID) || h.Fake.DeployCount() != deploys {
-		t.Fatalf("route after the rebuild: %+v (deploys %d, were %d)", b, h.Fake.DeployCount(), deploys)
+	// A new session needs a new deploy meanwhile: it gets a new number, not a live
+	// pod's name.
+	nb := h.route("b", "x-new")
+	if slices.Contains(before["b"], nb.PodID) || nb.DeployVer != stB.DeployVer || h.Fake.DeployCount() != deploys+1 {
+		t.Fatalf("new deploy after the rebuild: %+v (deploys %d)", nb, h.Fake.DeployCount())
 	}
-	// Fill b's restored pods, then one more session needs a new deploy: it gets a new
-	// number, not a live pod's name.
+	// Once session_ttl_s has passed, the expiry job frees the restored pods: routing
+	// works on them without a deploy.
+	h.Clock.Advance(time.Duration(warmpool.DefaultSessionTTLS) * time.Second)
+	if err := h.sw.ExpireSessions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := h.route("a", "s9")
+	if !slices.Contains(before["a"], b.PodID) || h.Fake.DeployCount() != deploys+1 {
+		t.Fatalf("route after the rebuild: %+v (deploys %d, were %d)", b, h.Fake.DeployCount(), deploys+1)
+	}
 	for i := range 2 * len(before["b"]) {
 		if b := h.route("b", fmt.Sprintf("x%d", i)); !slices.Contains(before["b"], b.PodID) {
 			t.Fatalf("route x%d deployed although restored pods had room: %+v", i, b)
 		}
 	}
-	nb := h.route("b", "x-new")
-	if slices.Contains(before["b"], nb.PodID) || nb.DeployVer != stB.DeployVer || h.Fake.DeployCount() != deploys+1 {
-		t.Fatalf("new deploy after the rebuild: %+v (deploys %d)", nb, h.Fake.DeployCount())
-	}
 	h.Check("a", true)
 	h.Check("b", true)
 	h.reconcileIsNoop("a", "b")
+}
+
+// Issue 12.6: after Redis lost its data, adopted pods are not over-committed. Five
+// pods serve ten conversations (pod_concurrency 2) when Redis restarts empty; the
+// rebuild adopts them, but their sessions are unknown and may still run, so none of
+// ten new sessions is placed on them until session_ttl_s has passed since the
+// adoption (the scope is at max_pods, so the new sessions find no room meanwhile).
+// Before, all ten were placed on the adopted pods: four sessions a pod against
+// pod_concurrency 2. After the TTL, the expiry job frees the slots and the pods serve
+// again, within pod_concurrency.
+func TestAdoptedPodsAreNotOverCommitted(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	h.Scope("a", 10, 2, func(c *warmpool.ScopeConfig) { c.Pool.QueueSize = 0 }) // max_pods 5
+	for i := range 10 {
+		h.route("a", fmt.Sprintf("old%d", i))
+	}
+	pods := podIDs(h.Check("a", true))
+	if len(pods) != 5 {
+		t.Fatalf("pods before the loss: %v", pods)
+	}
+	h.flush()
+	h.reconcile()
+	placed := 0
+	for i := range 10 {
+		b, err := h.sm.Route(ctx, "a", fmt.Sprintf("new%d", i), "")
+		switch {
+		case err == nil && slices.Contains(pods, b.PodID):
+			placed++
+		case err == nil:
+			t.Fatalf("new%d on %s, not an adopted pod: the scope is at max_pods", i, b.PodID)
+		case warmpool.ErrorCode(err) != warmpool.CodeNoPodAvailable:
+			t.Fatalf("new%d: %v", i, err)
+		}
+	}
+	if placed > 0 {
+		t.Fatalf("%d of 10 new sessions placed on adopted pods that may still serve 10 old ones", placed)
+	}
+	s := h.Check("a", false)
+	if len(s.Sessions) != 0 {
+		t.Fatalf("sessions bound while the adopted pods are held: %v", s.Sessions)
+	}
+
+	// Not yet one TTL after the adoption: still held.
+	ttl := time.Duration(h.Current("a").Config.Pool.SessionTTLS) * time.Second
+	h.Clock.Advance(ttl - time.Second)
+	if err := h.sw.ExpireSessions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.sm.Route(ctx, "a", "early", ""); warmpool.ErrorCode(err) != warmpool.CodeNoPodAvailable {
+		t.Fatalf("route before session_ttl_s passed: %v, want NO_POD_AVAILABLE", err)
+	}
+	h.Clock.Advance(time.Second)
+	if err := h.sw.ExpireSessions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if idle := idleIDs(h.Check("a", true)); !slices.Equal(idle, pods) {
+		t.Fatalf("idle after session_ttl_s: %v, want every adopted pod %v", idle, pods)
+	}
+	for i := range 10 {
+		if b := h.route("a", fmt.Sprintf("late%d", i)); !slices.Contains(pods, b.PodID) {
+			t.Fatalf("late%d on %s, want an adopted pod", i, b.PodID)
+		}
+	}
+	h.Check("a", true)
+}
+
+// A scope whose keys alone were lost (a Redis Cluster node restarted empty while the
+// global epoch lives on another) is published again by reconcile, and its pods, which
+// Redis no longer knows, are adopted with their sessions unknown: every slot held.
+func TestOrphansOfALostScopeAreHeld(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	h.Scope("a", 4, 2)
+	pod := h.route("a", "s1").PodID
+	err := h.Redis.ForEachServer(ctx, func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, h.Redis.Prefix+"{a}:*", 1000).Iterator()
+		for iter.Next(ctx) {
+			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.reconcile()
+	s := h.Check("a", false)
+	if len(s.Pods) != 1 || s.Pods[0].Pod.ID != pod || s.Pods[0].Idle || s.Pods[0].Claims != 2 {
+		t.Fatalf("pods after reconcile: %+v; want %s adopted with both slots held", s.Pods, pod)
+	}
+	if b := h.route("a", "s2"); b.PodID == pod {
+		t.Fatalf("a new session went to %s, whose sessions are unknown", pod)
+	}
 }
 
 // ---- session expiry ----

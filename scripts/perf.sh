@@ -3,7 +3,8 @@
 # bounded (seconds): a throwaway redis-server, one `warmpool serve` on it with the fake
 # driver (deploy delay $DELAY), then
 #   1. redis-benchmark running session_route.lua as the server loads it (lua/_lib.lua
-#      prepended) with EVALSHA, on a scope with warm pods, a new session per call;
+#      and lua/_guard.lua prepended) with EVALSHA, on a scope with warm pods, a new
+#      session per call;
 #   2. `warmpool loadtest` warm route mode (HTTP, one replica) flat out, redis-benchmark
 #      again, then HTTP at half the redis-benchmark rate and at half the HTTP rate;
 #   3. cold bursts of N = max_concurrency with deploy delay $DELAY;
@@ -104,13 +105,14 @@ wait "$SPID" || true
 serve main --redis "redis://$addr/0" --driver fake --fake-deploy-delay "$DELAY"
 echo "replica: $URL (pid $SPID) on redis $addr, sweep interval 2s (default); $(rss "$SPID")"
 
-# The script as lua.go builds it: TrimSpace(_lib.lua) "\n" "\n" TrimSpace(session_route.lua) "\n".
-script=$(printf '%s\n\n%s\n' "$(cat lua/_lib.lua)" "$(cat lua/session_route.lua)")
+# The script as lua.go builds a guarded one: TrimSpace(_lib.lua) "\n\n"
+# TrimSpace(_guard.lua) "\n\n" TrimSpace(session_route.lua) "\n".
+script=$(printf '%s\n\n%s\n\n%s\n' "$(cat lua/_lib.lua)" "$(cat lua/_guard.lua)" "$(cat lua/session_route.lua)")
 sha=$(redis-cli -p "$port" SCRIPT LOAD "$script")
 now=$(($(date +%s%N) / 1000000))
 keys() {
   local k="bench:{$1}:"
-  echo "${k}epoch ${k}config ${k}pods ${k}podver ${k}podinfo ${k}slots ${k}idle ${k}sessions ${k}sexp ${k}claims ${k}claimpod ${k}waiters ${k}idem:route:"
+  echo "${k}epoch ${k}config ${k}pods ${k}podver ${k}podinfo ${k}slots ${k}idle ${k}sessions ${k}sexp ${k}claims ${k}claimpod ${k}waiters ${k}idem:route: ${k}queue ${k}qseq ${k}wake"
 }
 # bench SCOPE — one redis-benchmark run on SCOPE; prints "rps p50 p95 p99 max" (ms) and
 # the CPU seconds redis-server used.
@@ -119,15 +121,15 @@ bench() {
   c0=$(cpu "$rpid")
   # shellcheck disable=SC2046
   line=$(redis-benchmark -p "$port" -c "$CONC" -n "$BENCH_N" -r 1000000000 --csv \
-    EVALSHA "$sha" 13 $(keys "$1") "$now" "b:__rand_int__" "" 0 0 | tail -1)
+    EVALSHA "$sha" 16 $(keys "$1") "$now" "b:__rand_int__" "" 0 0 "" 0 "$now" PUBLISH 0 | tail -1)
   c1=$(cpu "$rpid")
   echo "$line" | tr -d '"' | awk -F, -v c="$(awk -v a="$c0" -v b="$c1" 'BEGIN {print b - a}')" \
     '{n = NF; print $(n-6), "req/s  p50", $(n-3), "p95", $(n-2), "p99", $(n-1), "max", $n, "ms  redis-server CPU", c, "s"}'
 }
 rpsof() { awk '{print $1}'; }
 # shellcheck disable=SC2046
-echo "one call: $(redis-cli -p "$port" EVALSHA "$sha" 13 $(keys perf-bench1) "$now" probe-1 "" 0 0 | head -2 | tr '\n' ' ')"
-echo "redis-benchmark -p $port -c $CONC -n $BENCH_N -r 1000000000 --csv EVALSHA $sha 13 $(keys SCOPE) $now b:__rand_int__ '' 0 0"
+echo "one call: $(redis-cli -p "$port" EVALSHA "$sha" 16 $(keys perf-bench1) "$now" probe-1 "" 0 0 "" 0 "$now" PUBLISH 0 | head -2 | tr '\n' ' ')"
+echo "redis-benchmark -p $port -c $CONC -n $BENCH_N -r 1000000000 --csv EVALSHA $sha 16 $(keys SCOPE) $now b:__rand_int__ '' 0 0 '' 0 $now PUBLISH 0"
 b1=$(bench perf-bench1)
 echo "run 1: $b1"
 rps1=$(echo "$b1" | rpsof)

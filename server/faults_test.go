@@ -3,12 +3,15 @@ package server_test
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/server"
 )
 
 // pausedCalls are sent while Redis is paused; each changes state when it runs.
@@ -108,5 +111,40 @@ func TestNothingDoneAfterAnError(t *testing.T) {
 	// The refused route works now, on the pod's free slot.
 	if b := e.route("p", "late"); b["pod_id"] != first["pod_id"] || b["new"] != true {
 		t.Fatalf("route after the pause: %v", b)
+	}
+}
+
+// withFakeStateDir makes a replica build the fake driver itself, keeping its pods in
+// dir, as `warmpool serve --driver fake --fake-state-dir DIR` does.
+func withFakeStateDir(dir string) envOption {
+	return func(c *server.Config) { c.Driver, c.DriverName, c.FakeStateDir = nil, "fake", dir }
+}
+
+// Issue 12.7: two replicas on the fake driver keep each other's pods. Each used to
+// have its pods in its own memory, so the other's watch and reconcile took them for
+// pods gone from the driver and purged them (with their sessions) once the ghost grace
+// (30s) had passed. With one --fake-state-dir they see the same pods.
+func TestFakeReplicasKeepEachOthersPods(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	rs := newReplicas(t, withFakeStateDir(dir))
+	rs.a.putScope("f", scopeCfg(4, 2, 0, 1))
+	pod := rs.a.route("f", "s1")["pod_id"] // deployed by a's driver
+	rs.clock.Advance(2 * time.Minute)      // past the ghost and orphan graces
+	for _, job := range []string{"watch", "reconcile"} {
+		if !rs.b.srv.Runner.RunOnce(ctx, jobNamed(t, rs.b.srv, job)) {
+			t.Fatalf("%s did not run on b", job)
+		}
+	}
+	pods := podsOf(rs.b.pool("f"))
+	if len(pods) != 1 || pods[pod.(string)] == nil || num(t, pods[pod.(string)], "sessions") != 1 {
+		t.Fatalf("after b's sweep the pool is %v; want a's pod %v with s1", pods, pod)
+	}
+	if again := rs.b.route("f", "s1"); again["pod_id"] != pod || again["new"] != false {
+		t.Fatalf("s1 through b after b's sweep: %v, want still on %v", again, pod)
+	}
+	if _, err := os.Stat(filepath.Join(dir, pod.(string)+".json")); err != nil {
+		t.Fatalf("the pod's file: %v", err)
 	}
 }

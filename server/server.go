@@ -125,6 +125,9 @@ type Config struct {
 	// FakeDeployDelay is how long each deploy of the fake driver takes (DriverName
 	// "fake" only; for load tests of cold bursts).
 	FakeDeployDelay time.Duration
+	// FakeStateDir is where the fake driver keeps its pods, one file each; replicas on
+	// one machine share it. Empty: in the replica's memory, seen by no other replica.
+	FakeStateDir string
 
 	// Tests inject these instead of having them built.
 	Redis  redis.UniversalClient
@@ -193,6 +196,9 @@ func (c *Config) check() error {
 	}
 	if c.FakeDeployDelay < 0 {
 		return fmt.Errorf("fake deploy delay %v: must not be negative", c.FakeDeployDelay)
+	}
+	if c.FakeStateDir != "" && (c.DriverName != "fake" || c.Driver != nil) {
+		return fmt.Errorf("a fake state dir needs the fake driver (--driver fake), not %q", c.DriverName)
 	}
 	if c.AuthToken != "" && c.AuthTokenFile != "" {
 		return errors.New("give the gateway token once: --auth-token or --auth-token-file")
@@ -327,7 +333,16 @@ func (s *Server) newDriver() (warmpool.PodDriver, error) {
 	case "local":
 		return localpod.New(localpod.Config{Binary: s.cfg.LocalBinary, StateDir: s.cfg.LocalStateDir, Logger: s.log})
 	case "fake":
-		f := fakepod.New()
+		var f *fakepod.Driver
+		if s.cfg.FakeStateDir == "" {
+			s.log.Warn("the fake driver keeps its pods in this process: replicas sharing a Redis need one --fake-state-dir, or each one's sweeper deletes the others' pods")
+			f = fakepod.New()
+		} else {
+			var err error
+			if f, err = fakepod.NewShared(s.cfg.FakeStateDir); err != nil {
+				return nil, err
+			}
+		}
 		f.DeployDelay = s.cfg.FakeDeployDelay
 		return f, nil
 	case "kubernetes":

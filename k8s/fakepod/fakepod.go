@@ -1,6 +1,7 @@
-// Package fakepod is an in-memory pod driver for the tests of the packages above the
-// drivers (rm, sm, sweeper, server): pods are records, and knobs shape deploy timing and
-// failures without sleeps. It imports only the root package.
+// Package fakepod is a pod driver without pods for the tests of the packages above the
+// drivers (rm, sm, sweeper, server) and for load tests: pods are records, kept in memory
+// or in a directory that server processes on one machine share, and knobs shape deploy
+// timing and failures without sleeps. It imports only the root package.
 package fakepod
 
 import (
@@ -8,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -26,7 +28,9 @@ type DeployRecord struct {
 	Err error
 }
 
-// Driver is an in-memory warmpool.PodDriver. Deploy receives a normalized spec
+// Driver is a warmpool.PodDriver whose pods are records: in its own memory (New, the
+// zero value), or one file per pod in a directory (NewShared), so that replicas sharing
+// it see and keep one another's pods. Deploy receives a normalized spec
 // (warmpool.ScopeConfig.Normalize) and fills no defaults. It behaves like the kubernetes
 // driver in the ways callers can observe: the pod exists (not Ready) from the start of
 // the deploy, a second create of the same (scope, fence) fails with "already exists",
@@ -40,7 +44,7 @@ type Driver struct {
 	DeployDelay time.Duration
 
 	mu      sync.Mutex
-	pods    map[string]*warmpool.Pod
+	reg     registry
 	probes  map[string]error
 	records []*DeployRecord
 	deleted []string
@@ -55,7 +59,9 @@ type Driver struct {
 
 var _ warmpool.PodDriver = (*Driver)(nil)
 
-// New returns an empty Driver.
+// New returns an empty Driver whose pods exist only inside it: a second server
+// process with its own fake driver sees none of them (and its sweeper takes them for
+// pods that are gone).
 func New() *Driver {
 	f := &Driver{}
 	f.mu.Lock()
@@ -64,10 +70,28 @@ func New() *Driver {
 	return f
 }
 
+// NewShared returns a Driver that keeps its pods in dir, one file per pod, created if
+// missing: the fake drivers of server processes on one machine that share dir see one
+// another's pods, as replicas sharing one cluster do. The knobs (Hold, FailNext,
+// SetProbe, the deploy records) stay each Driver's own. Kill and AddExternal write the
+// pod's file and panic when they cannot: they are test knobs.
+func NewShared(dir string) (*Driver, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("fake driver: state dir: %w", err)
+	}
+	f := &Driver{reg: dirRegistry(dir)}
+	f.mu.Lock()
+	f.initLocked()
+	f.mu.Unlock()
+	return f, nil
+}
+
 // initLocked makes the zero value usable; f.mu is held.
 func (f *Driver) initLocked() {
-	if f.pods == nil {
-		f.pods = map[string]*warmpool.Pod{}
+	if f.reg == nil {
+		f.reg = memRegistry{}
+	}
+	if f.probes == nil {
 		f.probes = map[string]error{}
 		f.changed = make(chan struct{})
 		f.done = make(chan struct{})
@@ -142,15 +166,24 @@ func (f *Driver) Kill(podID, reason string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.initLocked()
-	p, ok := f.pods[podID]
-	if !ok {
+	e, ok, err := f.reg.get(podID)
+	if !ok || err != nil {
+		mustNot(err)
 		return
 	}
 	if reason == "" {
 		reason = "killed"
 	}
-	p.Dead, p.Ready = reason, false
+	e.Dead, e.Ready = reason, false
+	mustNot(f.reg.put(e))
 	f.notifyLocked()
+}
+
+// mustNot panics on an error of a test knob that has no error to return.
+func mustNot(err error) {
+	if err != nil {
+		panic(fmt.Sprintf("fake driver: %v", err))
+	}
 }
 
 // AddExternal adds a pod that nobody deployed through this driver, as reconcile finds
@@ -169,21 +202,33 @@ func (f *Driver) AddExternal(pod warmpool.Pod) {
 	if pod.CreatedAt == 0 {
 		pod.CreatedAt = warmpool.UnixMs(time.Now())
 	}
-	pod.Ready = pod.Dead == ""
-	f.pods[pod.ID] = &pod
+	mustNot(f.reg.put(entry{Pod: pod, Ready: pod.Dead == "", Dead: pod.Dead, Token: warmpool.NewID()}))
 	f.notifyLocked()
 }
 
-// Pods returns every pod the driver has, like List without a context.
+// Pods returns every pod the driver has, like List without a context; it panics when
+// a shared driver cannot read its directory.
 func (f *Driver) Pods() []warmpool.Pod {
+	pods, err := f.pods()
+	mustNot(err)
+	return pods
+}
+
+// pods returns every pod, oldest first, with Ready and Dead filled.
+func (f *Driver) pods() ([]warmpool.Pod, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]warmpool.Pod, 0, len(f.pods))
-	for _, p := range f.pods {
-		out = append(out, *p)
+	f.initLocked()
+	all, err := f.reg.all()
+	if err != nil {
+		return nil, fmt.Errorf("fake driver: list: %w", err)
+	}
+	out := make([]warmpool.Pod, 0, len(all))
+	for _, e := range all {
+		out = append(out, e.pod())
 	}
 	warmpool.SortPods(out)
-	return out
+	return out, nil
 }
 
 // Deploys returns a copy of every deploy record, in the order the calls started.
@@ -312,12 +357,24 @@ func (f *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 	rec := &DeployRecord{Req: req, Start: time.Now()}
 	f.records = append(f.records, rec)
 	f.notifyLocked()
+	pod := warmpool.Pod{
+		ID:        name,
+		ScopeID:   req.ScopeID,
+		DeployVer: req.DeployVer,
+		Fence:     req.Fence,
+		Namespace: req.Spec.Namespace,
+		SSEURL:    fakeURL(name, req.Spec.SSEPath),
+		HealthURL: fakeURL(name, req.Spec.HealthPath),
+		CreatedAt: warmpool.UnixMs(rec.Start),
+	}
+	token := warmpool.NewID()
 	var early error
-	switch _, exists := f.pods[name]; {
-	case f.closed:
+	if f.closed {
 		early = errClosed
-	case exists:
+	} else if err := f.reg.create(entry{Pod: pod, Token: token}); errors.Is(err, errExists) {
 		early = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s already exists", name)
+	} else if err != nil {
+		early = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s: register: %v", name, err)
 	}
 	if early != nil {
 		rec.End, rec.Err = time.Now(), early
@@ -328,17 +385,6 @@ func (f *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 	if fail {
 		f.failN--
 	}
-	pod := &warmpool.Pod{
-		ID:        name,
-		ScopeID:   req.ScopeID,
-		DeployVer: req.DeployVer,
-		Fence:     req.Fence,
-		Namespace: req.Spec.Namespace,
-		SSEURL:    fakeURL(name, req.Spec.SSEPath),
-		HealthURL: fakeURL(name, req.Spec.HealthPath),
-		CreatedAt: warmpool.UnixMs(rec.Start),
-	}
-	f.pods[name] = pod
 	delay, done := f.DeployDelay, f.done
 	f.mu.Unlock()
 
@@ -350,28 +396,36 @@ func (f *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	mine := f.pods[name] == pod
+	cur, found, gerr := f.reg.get(name)
+	mine := found && cur.Token == token
 	switch {
 	case err != nil:
 	case fail:
 		err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s: %s", name, cmp.Or(failMsg, "injected failure"))
+	case gerr != nil:
+		err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s: %v", name, gerr)
 	case !mine:
 		err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s was deleted before it became ready", name)
-	case pod.Dead != "":
-		err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s died before it became ready: %s", name, pod.Dead)
+	case cur.Dead != "":
+		err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s died before it became ready: %s", name, cur.Dead)
+	}
+	if err == nil {
+		cur.Ready = true
+		if perr := f.reg.put(cur); perr != nil {
+			err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s: mark ready: %v", name, perr)
+		}
 	}
 	rec.End = time.Now()
 	f.notifyLocked()
 	if err != nil {
 		if mine {
-			delete(f.pods, name)
+			_ = f.reg.remove(name) // best effort: a leftover is an orphan reconcile removes
 		}
 		rec.Err = err
 		return warmpool.Pod{}, err
 	}
-	pod.Ready = true
-	rec.Pod = *pod
-	return *pod, nil
+	rec.Pod = cur.pod()
+	return rec.Pod, nil
 }
 
 var (
@@ -417,7 +471,8 @@ func (f *Driver) waitReady(ctx context.Context, delay, timeout time.Duration, do
 	return wait(nil, t.C)
 }
 
-// Delete removes the pod; a missing pod is not an error.
+// Delete removes the pod (in a shared driver, for every process); a missing pod is not
+// an error.
 func (f *Driver) Delete(ctx context.Context, pod warmpool.Pod) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -426,18 +481,21 @@ func (f *Driver) Delete(ctx context.Context, pod warmpool.Pod) error {
 	defer f.mu.Unlock()
 	f.initLocked()
 	f.deleted = append(f.deleted, pod.ID)
-	delete(f.pods, pod.ID)
 	delete(f.probes, pod.ID)
 	f.notifyLocked()
+	if err := f.reg.remove(pod.ID); err != nil {
+		return fmt.Errorf("fake driver: delete %s: %w", pod.ID, err)
+	}
 	return nil
 }
 
-// List returns every pod, oldest first, with Ready and Dead filled.
+// List returns every pod (in a shared driver, every process's), oldest first, with
+// Ready and Dead filled.
 func (f *Driver) List(ctx context.Context) ([]warmpool.Pod, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return f.Pods(), nil
+	return f.pods()
 }
 
 // Probe fails for a missing pod (wrapping warmpool.ErrPodNotFound), a dead or not yet
@@ -448,8 +506,12 @@ func (f *Driver) Probe(ctx context.Context, pod warmpool.Pod) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p, ok := f.pods[pod.ID]
+	f.initLocked()
+	e, ok, err := f.reg.get(pod.ID)
+	p := e.pod()
 	switch {
+	case err != nil:
+		return fmt.Errorf("probe %s: %w", pod.ID, err)
 	case !ok:
 		return fmt.Errorf("probe %s: %w", pod.ID, warmpool.ErrPodNotFound)
 	case p.Dead != "":

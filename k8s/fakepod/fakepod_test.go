@@ -35,6 +35,69 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceShared runs the contract on a driver that keeps its pods in a
+// directory.
+func TestConformanceShared(t *testing.T) {
+	drivertest.Run(t, func(t *testing.T, mode drivertest.Mode) *drivertest.Harness {
+		f := mustShared(t, t.TempDir())
+		h := &drivertest.Harness{Driver: f, Kill: func(_ *testing.T, p warmpool.Pod) { f.Kill(p.ID, "OOMKilled") }}
+		switch mode {
+		case drivertest.Failing:
+			f.FailNext(math.MaxInt, "injected")
+			h.FailReason = "injected"
+		case drivertest.Stalled:
+			t.Cleanup(f.Hold())
+		}
+		return h
+	})
+}
+
+// Two drivers sharing a directory, as the fake drivers of two replicas on one machine:
+// each sees, probes and may delete the other's pods, and one name is created once.
+func TestSharedDriversSeeOneAnother(t *testing.T) {
+	dir := t.TempDir()
+	a, b := mustShared(t, dir), mustShared(t, dir)
+	pod := mustDeploy(t, a, "s", 1)
+	listed, err := b.List(testCtx(t))
+	if err != nil || len(listed) != 1 || listed[0] != pod || !listed[0].Ready {
+		t.Fatalf("b lists %+v, %v; want a's ready pod %+v", listed, err, pod)
+	}
+	if err := b.Probe(testCtx(t), pod); err != nil {
+		t.Fatalf("b probes a's pod: %v", err)
+	}
+	if _, err := b.Deploy(testCtx(t), fakeReq("s", 1)); warmpool.ErrorCode(err) != warmpool.CodeDeployFailed {
+		t.Fatalf("b deploys a's name again: %v, want DEPLOY_FAILED (already exists)", err)
+	}
+	a.Kill(pod.ID, "node lost")
+	if p := b.Pods(); len(p) != 1 || p[0].Dead != "node lost" || p[0].Ready {
+		t.Fatalf("b sees %+v after a killed the pod", p)
+	}
+	if err := b.Delete(testCtx(t), pod); err != nil {
+		t.Fatal(err)
+	}
+	if p := a.Pods(); len(p) != 0 {
+		t.Fatalf("a still lists %+v after b deleted it", p)
+	}
+	if err := a.Probe(testCtx(t), pod); !errors.Is(err, warmpool.ErrPodNotFound) {
+		t.Fatalf("probe of the deleted pod: %v", err)
+	}
+	// A driver started later on the same directory finds the pods there.
+	mustDeploy(t, b, "s", 2)
+	if p := mustShared(t, dir).Pods(); len(p) != 1 || p[0].Fence != 2 {
+		t.Fatalf("a new driver on the directory lists %+v", p)
+	}
+}
+
+func mustShared(t *testing.T, dir string) *fakepod.Driver {
+	t.Helper()
+	f, err := fakepod.NewShared(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
 func mustFake(t *testing.T) *fakepod.Driver {
 	t.Helper()
 	f := fakepod.New()

@@ -1136,13 +1136,15 @@ func testServiceReconcile(t *testing.T, cs kubernetes.Interface, ns string) {
 
 // testServiceRedisLost: Redis loses every key of the deployment; requests fail closed
 // with 503 STORE_UNAVAILABLE; reconcile rebuilds the pool from the API server (labels and
-// annotations) and the config store: the pods come back idle, routable, and the fencing
-// counter is raised past them, so the next deploy makes a new pod instead of meeting
-// an old one's name.
+// annotations) and the config store. The pods come back with every slot held (their
+// sessions were lost with the data and may still run) until session_ttl_s has passed;
+// then they are idle and routable, and the fencing counter is raised past them, so the
+// next deploy makes a new pod instead of meeting an old one's name.
 func testServiceRedisLost(t *testing.T, cs kubernetes.Interface, ns string) {
 	s := mustService(t, cs, ns, serviceOpts{})
 	const scope = "e2e-lost"
-	s.putConfig(scope, `{"deploy":{"ready_timeout_s":30},"pool":{"max_concurrency":6,"pod_concurrency":2}}`)
+	const sessionTTL = 3 * time.Second
+	s.putConfig(scope, `{"deploy":{"ready_timeout_s":30},"pool":{"max_concurrency":6,"pod_concurrency":2,"session_ttl_s":3}}`)
 	before := map[string]bool{}
 	for _, id := range []string{"l1", "l2", "l3"} {
 		before[s.mustRoute(scope, id).PodID] = true
@@ -1179,19 +1181,36 @@ func testServiceRedisLost(t *testing.T, cs kubernetes.Interface, ns string) {
 	}
 
 	s.job("reconcile", s.srv.Sweeper.Reconcile)
+	rebuilt := time.Now()
 	p := s.pool(scope)
 	if len(p.Pods) != 2 || !p.clean() {
 		t.Fatalf("pool after the rebuild: %v", p)
 	}
 	for _, pp := range p.Pods {
-		if !before[pp.PodID] || pp.State != "idle" || pp.Sessions != 0 {
-			t.Errorf("rebuilt pod %+v", pp)
+		if !before[pp.PodID] || pp.State != "busy" || pp.Sessions != 0 {
+			t.Errorf("rebuilt pod %+v, want one of %v held with no session known", pp, before)
 		}
 	}
 	if s.touch(scope, "l1") {
 		t.Error("a session survived the data loss")
 	}
 	s.must(http.MethodGet, "/readyz", "", nil)
+
+	// Once session_ttl_s has passed, the expiry job frees the held slots.
+	eventually(t, sessionTTL+10*time.Second, "the rebuilt pods idle once session_ttl_s has passed", func() (bool, string) {
+		s.job("sessions", s.srv.Sweeper.ExpireSessions)
+		p := s.pool(scope)
+		idle := 0
+		for _, pp := range p.Pods {
+			if pp.State == "idle" && pp.Sessions == 0 {
+				idle++
+			}
+		}
+		return idle == 2 && len(p.Pods) == 2, p.String()
+	})
+	if held := time.Since(rebuilt); held < sessionTTL-time.Second {
+		t.Errorf("the rebuilt pods were freed %s after the rebuild, before session_ttl_s (%s)", held, sessionTTL)
+	}
 
 	// Both pods serve again; a fifth session needs a new pod, with a fresh name.
 	for _, id := range []string{"m1", "m2", "m3", "m4"} {

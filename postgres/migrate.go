@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/warmpool/warmpool/internal/sqlmigrate"
-	"github.com/warmpool/warmpool/internal/sqlstore"
 )
 
 // The schema, one file a step, run in number order, each at most once per schema, as
@@ -35,27 +34,11 @@ func (s *Store) migrate(ctx context.Context) error {
 	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
 		return failure(ctx, "migrate", err)
 	}
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	if op, err := sqlmigrate.Apply(ctx, tx, steps, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    TEXT        NOT NULL PRIMARY KEY,
 		applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
-	)`); err != nil {
-		return failure(ctx, "migrate", err)
-	}
-	applied, err := sqlstore.Applied(ctx, tx)
-	if err != nil {
-		return failure(ctx, "migrate", err)
-	}
-	for _, m := range steps {
-		if applied[m.Version] {
-			continue
-		}
-		op := "migrate " + m.Version
-		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-			return failure(ctx, op, err)
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version) VALUES ($1)`, m.Version); err != nil {
-			return failure(ctx, op, err)
-		}
+	)`, `INSERT INTO schema_migrations (version) VALUES ($1)`); err != nil {
+		return failure(ctx, op, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return failure(ctx, "migrate", err)

@@ -12,7 +12,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -39,7 +38,8 @@ const (
 
 // Store is a warmpool.ConfigStore on PostgreSQL. It is safe for concurrent use.
 type Store struct {
-	db *sql.DB
+	db   *sql.DB
+	read sqlstore.Reader
 }
 
 var _ warmpool.ConfigStore = (*Store)(nil)
@@ -62,7 +62,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	db.SetMaxOpenConns(MaxOpenConns)
 	db.SetMaxIdleConns(MaxOpenConns)
 	db.SetConnMaxIdleTime(ConnMaxIdleTime)
-	s := &Store{db: db}
+	s := &Store{db: db, read: reader(db)}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, failure(ctx, "open", err)
@@ -85,18 +85,9 @@ func (s *Store) Close() error {
 // Errors: VALIDATION (a bad scope id), STORE_UNAVAILABLE, INTERNAL (the tables were
 // edited by hand into a state Put cannot extend), or ctx.Err().
 func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfig) (warmpool.StoredConfig, error) {
-	if err := warmpool.CheckScopeID(scopeID); err != nil {
-		return warmpool.StoredConfig{}, err
-	}
-	doc, err := json.Marshal(cfg)
+	stored, doc, err := sqlstore.NewVersion(scopeID, cfg)
 	if err != nil {
-		return warmpool.StoredConfig{}, warmpool.Errorf(warmpool.CodeInternal, "config store: encode %q: %v", scopeID, err)
-	}
-	stored := warmpool.StoredConfig{
-		ScopeID:   scopeID,
-		DeployVer: cfg.Deploy.DeployVer(),
-		Config:    cfg,
-		UpdatedAt: time.UnixMilli(time.Now().UnixMilli()).UTC(), // what Get will read back
+		return warmpool.StoredConfig{}, err
 	}
 	op := fmt.Sprintf("put %q", scopeID)
 
@@ -132,66 +123,34 @@ const latestSQL = `SELECT v.scope_id, v.version, v.deploy_ver, v.config_json, v.
 	FROM scope_heads AS h
 	JOIN scope_versions AS v ON v.scope_id = h.scope_id AND v.version = h.version`
 
+// reader is the store's sqlstore.Reader, in PostgreSQL's dialect.
+func reader(db *sql.DB) sqlstore.Reader {
+	return sqlstore.Reader{
+		DB:      db,
+		Failure: failure,
+		GetSQL:  latestSQL + ` WHERE h.scope_id = $1`,
+		ListSQL: latestSQL + ` ORDER BY h.scope_id`,
+		HistorySQL: `SELECT scope_id, version, deploy_ver, config_json, created_at
+			FROM scope_versions WHERE scope_id = $1 ORDER BY version`,
+	}
+}
+
 // Get returns the latest version of the scope. Errors: SCOPE_NOT_FOUND,
 // STORE_UNAVAILABLE, or ctx.Err().
 func (s *Store) Get(ctx context.Context, scopeID string) (warmpool.StoredConfig, error) {
-	row := s.db.QueryRowContext(ctx, latestSQL+` WHERE h.scope_id = $1`, scopeID)
-	sc, err := scanConfig(row)
-	if errors.Is(err, sql.ErrNoRows) {
-		return warmpool.StoredConfig{}, sqlstore.NotFound(scopeID)
-	}
-	if err != nil {
-		return warmpool.StoredConfig{}, failure(ctx, fmt.Sprintf("get %q", scopeID), err)
-	}
-	return sc, nil
+	return s.read.Get(ctx, scopeID)
 }
 
-// List returns the latest version of every scope, ordered by scope id (bytewise); an
-// empty store gives an empty, non-nil slice. Errors: STORE_UNAVAILABLE, or ctx.Err().
+// List returns the latest version of every scope, by scope id; an empty store gives an
+// empty, non-nil slice. Errors: STORE_UNAVAILABLE, or ctx.Err().
 func (s *Store) List(ctx context.Context) ([]warmpool.StoredConfig, error) {
-	return s.query(ctx, "list", latestSQL+` ORDER BY h.scope_id`)
+	return s.read.List(ctx)
 }
 
 // History returns every version of the scope, oldest first. Errors: SCOPE_NOT_FOUND,
 // STORE_UNAVAILABLE, or ctx.Err().
 func (s *Store) History(ctx context.Context, scopeID string) ([]warmpool.StoredConfig, error) {
-	out, err := s.query(ctx, fmt.Sprintf("history %q", scopeID), `
-		SELECT scope_id, version, deploy_ver, config_json, created_at
-		FROM scope_versions WHERE scope_id = $1 ORDER BY version`, scopeID)
-	if err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		return nil, sqlstore.NotFound(scopeID)
-	}
-	return out, nil
-}
-
-func (s *Store) query(ctx context.Context, op, query string, args ...any) ([]warmpool.StoredConfig, error) {
-	out, err := sqlstore.Query(ctx, s.db, scanConfig, query, args...)
-	if err != nil {
-		return nil, failure(ctx, op, err)
-	}
-	return out, nil
-}
-
-func scanConfig(row sqlstore.Scanner) (warmpool.StoredConfig, error) {
-	var (
-		sc  warmpool.StoredConfig
-		doc []byte
-	)
-	if err := row.Scan(&sc.ScopeID, &sc.Version, &sc.DeployVer, &doc, &sc.UpdatedAt); err != nil {
-		return warmpool.StoredConfig{}, err
-	}
-	// Rows are normalized when written; LoadScopeConfig also gives a row written
-	// before a field existed that field's default, not a zero.
-	cfg, err := warmpool.LoadScopeConfig(doc)
-	if err != nil {
-		return warmpool.StoredConfig{}, &sqlstore.CorruptError{ScopeID: sc.ScopeID, Version: sc.Version, Err: err}
-	}
-	sc.Config = cfg
-	sc.UpdatedAt = sc.UpdatedAt.UTC()
-	return sc, nil
+	return s.read.History(ctx, scopeID)
 }
 
 // failure classifies a database error of op (sqlstore.Failure): a PostgreSQL error

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/internal/sqlmigrate"
-	"github.com/warmpool/warmpool/internal/sqlstore"
 )
 
 // The schema, one file a step. Files run in name order (hence the 4-digit prefix),
@@ -36,28 +35,11 @@ func (s *Store) migrate(ctx context.Context) error {
 		return failure(ctx, "migrate", err)
 	}
 	defer tx.Rollback() // no-op after Commit
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	if op, err := sqlmigrate.Apply(ctx, tx, steps, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    TEXT    NOT NULL PRIMARY KEY,
 		applied_at INTEGER NOT NULL -- unix milliseconds
-	) STRICT`); err != nil {
-		return failure(ctx, "migrate", err)
-	}
-	applied, err := sqlstore.Applied(ctx, tx)
-	if err != nil {
-		return failure(ctx, "migrate", err)
-	}
-	now := time.Now().UnixMilli()
-	for _, m := range steps {
-		if applied[m.Version] {
-			continue
-		}
-		op := "migrate " + m.Version
-		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-			return failure(ctx, op, err)
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, m.Version, now); err != nil {
-			return failure(ctx, op, err)
-		}
+	) STRICT`, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, time.Now().UnixMilli()); err != nil {
+		return failure(ctx, op, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return failure(ctx, "migrate", err)

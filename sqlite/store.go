@@ -10,7 +10,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -18,7 +17,8 @@ import (
 	"strings"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/sqlstore"
@@ -31,7 +31,8 @@ const BusyTimeout = 5 * time.Second
 
 // Store is a warmpool.ConfigStore on SQLite. It is safe for concurrent use.
 type Store struct {
-	db *sql.DB
+	db   *sql.DB
+	read sqlstore.Reader
 	// writeSem lets one write transaction of this process at a time wait for the
 	// SQLite write lock: goroutines then queue fairly here instead of all polling the
 	// lock under busy_timeout, where one of them could starve until it times out.
@@ -61,8 +62,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		db.SetConnMaxLifetime(0)
 		db.SetConnMaxIdleTime(0)
 	}
-	s := &Store{db: db, writeSem: make(chan struct{}, 1)}
-	if err := db.PingContext(ctx); err != nil {
+	s := &Store{db: db, read: reader(db), writeSem: make(chan struct{}, 1)}
+	if err := connect(ctx, db); err != nil {
 		db.Close()
 		return nil, failure(ctx, "open", err)
 	}
@@ -71,6 +72,25 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// connect opens db's first connection. Turning a new file to WAL can meet another
+// process doing the same and answer SQLITE_BUSY without waiting busy_timeout, so a
+// busy first connection is tried again until BusyTimeout has passed.
+func connect(ctx context.Context, db *sql.DB) error {
+	deadline := time.Now().Add(BusyTimeout)
+	for {
+		err := db.PingContext(ctx)
+		var se *sqlite.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // buildDSN adds the driver parameters the store relies on to dsn and reports whether
@@ -143,18 +163,9 @@ func (s *Store) Close() error {
 // scope's next version; the store fills no default and keeps cfg as given.
 // Errors: VALIDATION (a bad scope id), STORE_UNAVAILABLE, or ctx.Err().
 func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfig) (warmpool.StoredConfig, error) {
-	if err := warmpool.CheckScopeID(scopeID); err != nil {
-		return warmpool.StoredConfig{}, err
-	}
-	doc, err := json.Marshal(cfg)
+	stored, doc, err := sqlstore.NewVersion(scopeID, cfg)
 	if err != nil {
-		return warmpool.StoredConfig{}, warmpool.Errorf(warmpool.CodeInternal, "config store: encode %q: %v", scopeID, err)
-	}
-	stored := warmpool.StoredConfig{
-		ScopeID:   scopeID,
-		DeployVer: cfg.Deploy.DeployVer(),
-		Config:    cfg,
-		UpdatedAt: time.UnixMilli(time.Now().UnixMilli()).UTC(), // what Get will read back
+		return warmpool.StoredConfig{}, err
 	}
 	op := fmt.Sprintf("put %q", scopeID)
 
@@ -190,76 +201,40 @@ func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfi
 
 const selectColumns = `scope_id, version, deploy_ver, config_json, created_at`
 
+// reader is the store's sqlstore.Reader, in SQLite's dialect. The list's grouped
+// sub-query reads only the primary key index (not the config documents of old
+// versions); each latest row is then one index look-up.
+func reader(db *sql.DB) sqlstore.Reader {
+	return sqlstore.Reader{
+		DB:      db,
+		Failure: failure,
+		GetSQL: `SELECT ` + selectColumns + ` FROM scope_versions
+			WHERE scope_id = ? ORDER BY version DESC LIMIT 1`,
+		ListSQL: `SELECT s.scope_id, s.version, s.deploy_ver, s.config_json, s.created_at
+			FROM (SELECT scope_id, MAX(version) AS version FROM scope_versions GROUP BY scope_id) AS m
+			JOIN scope_versions AS s ON s.scope_id = m.scope_id AND s.version = m.version
+			ORDER BY s.scope_id`,
+		HistorySQL: `SELECT ` + selectColumns + ` FROM scope_versions
+			WHERE scope_id = ? ORDER BY version`,
+	}
+}
+
 // Get returns the latest version of the scope. Errors: SCOPE_NOT_FOUND,
 // STORE_UNAVAILABLE, or ctx.Err().
 func (s *Store) Get(ctx context.Context, scopeID string) (warmpool.StoredConfig, error) {
-	op := fmt.Sprintf("get %q", scopeID)
-	row := s.db.QueryRowContext(ctx, `SELECT `+selectColumns+` FROM scope_versions
-		WHERE scope_id = ? ORDER BY version DESC LIMIT 1`, scopeID)
-	sc, err := scanConfig(row)
-	if errors.Is(err, sql.ErrNoRows) {
-		return warmpool.StoredConfig{}, sqlstore.NotFound(scopeID)
-	}
-	if err != nil {
-		return warmpool.StoredConfig{}, failure(ctx, op, err)
-	}
-	return sc, nil
+	return s.read.Get(ctx, scopeID)
 }
 
-// List returns the latest version of every scope, ordered by scope id; an empty store
-// gives an empty, non-nil slice. Errors: STORE_UNAVAILABLE, or ctx.Err().
+// List returns the latest version of every scope, by scope id; an empty store gives
+// an empty, non-nil slice. Errors: STORE_UNAVAILABLE, or ctx.Err().
 func (s *Store) List(ctx context.Context) ([]warmpool.StoredConfig, error) {
-	return s.query(ctx, "list", listSQL)
+	return s.read.List(ctx)
 }
-
-// listSQL selects the latest row of every scope. The grouped sub-query reads only the
-// primary key index (not the config documents of old versions); each latest row is
-// then one index look-up.
-const listSQL = `SELECT s.scope_id, s.version, s.deploy_ver, s.config_json, s.created_at
-	FROM (SELECT scope_id, MAX(version) AS version FROM scope_versions GROUP BY scope_id) AS m
-	JOIN scope_versions AS s ON s.scope_id = m.scope_id AND s.version = m.version
-	ORDER BY s.scope_id`
 
 // History returns every version of the scope, oldest first. Errors: SCOPE_NOT_FOUND,
 // STORE_UNAVAILABLE, or ctx.Err().
 func (s *Store) History(ctx context.Context, scopeID string) ([]warmpool.StoredConfig, error) {
-	out, err := s.query(ctx, fmt.Sprintf("history %q", scopeID), `SELECT `+selectColumns+`
-		FROM scope_versions WHERE scope_id = ? ORDER BY version`, scopeID)
-	if err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		return nil, sqlstore.NotFound(scopeID)
-	}
-	return out, nil
-}
-
-func (s *Store) query(ctx context.Context, op, query string, args ...any) ([]warmpool.StoredConfig, error) {
-	out, err := sqlstore.Query(ctx, s.db, scanConfig, query, args...)
-	if err != nil {
-		return nil, failure(ctx, op, err)
-	}
-	return out, nil
-}
-
-func scanConfig(row sqlstore.Scanner) (warmpool.StoredConfig, error) {
-	var (
-		sc      warmpool.StoredConfig
-		doc     string
-		created int64
-	)
-	if err := row.Scan(&sc.ScopeID, &sc.Version, &sc.DeployVer, &doc, &created); err != nil {
-		return warmpool.StoredConfig{}, err
-	}
-	// Rows are normalized when written; LoadScopeConfig also gives a row written
-	// before a field existed that field's default, not a zero.
-	cfg, err := warmpool.LoadScopeConfig([]byte(doc))
-	if err != nil {
-		return warmpool.StoredConfig{}, &sqlstore.CorruptError{ScopeID: sc.ScopeID, Version: sc.Version, Err: err}
-	}
-	sc.Config = cfg
-	sc.UpdatedAt = time.UnixMilli(created).UTC()
-	return sc, nil
+	return s.read.History(ctx, scopeID)
 }
 
 // failure classifies a database error of op (sqlstore.Failure): anything but the

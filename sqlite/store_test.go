@@ -367,7 +367,7 @@ func TestBuildDSN(t *testing.T) {
 // The latest-of-every-scope query must not read every history row's config.
 func TestListUsesIndex(t *testing.T) {
 	s := mustOpen(t, ":memory:")
-	rows, err := s.db.QueryContext(context.Background(), `EXPLAIN QUERY PLAN `+listSQL)
+	rows, err := s.db.QueryContext(context.Background(), `EXPLAIN QUERY PLAN `+s.read.ListSQL)
 	if err != nil {
 		t.Fatal(err)
 	}

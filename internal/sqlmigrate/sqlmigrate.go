@@ -5,6 +5,8 @@
 package sqlmigrate
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"io/fs"
 	"path"
@@ -52,4 +54,49 @@ func Load(fsys fs.FS, dir string) ([]Step, error) {
 		steps = append(steps, Step{Version: version, SQL: string(b)})
 	}
 	return steps, nil
+}
+
+// Apply runs in tx every step that schema_migrations does not record yet, in order,
+// and records each one with record, a statement whose arguments are the version and
+// then args. createTable makes schema_migrations when it is missing. On an error it
+// returns the operation that failed ("migrate" or "migrate VERSION") with the
+// database's error, for the store to classify; the caller commits tx.
+func Apply(ctx context.Context, tx *sql.Tx, steps []Step, createTable, record string, args ...any) (op string, err error) {
+	if _, err := tx.ExecContext(ctx, createTable); err != nil {
+		return "migrate", err
+	}
+	applied, err := appliedVersions(ctx, tx)
+	if err != nil {
+		return "migrate", err
+	}
+	for _, m := range steps {
+		if applied[m.Version] {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return "migrate " + m.Version, err
+		}
+		if _, err := tx.ExecContext(ctx, record, append([]any{m.Version}, args...)...); err != nil {
+			return "migrate " + m.Version, err
+		}
+	}
+	return "", nil
+}
+
+// appliedVersions returns the versions recorded in tx's schema_migrations table.
+func appliedVersions(ctx context.Context, tx *sql.Tx) (map[string]bool, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	applied := map[string]bool{}
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		applied[v] = true
+	}
+	return applied, rows.Err()
 }

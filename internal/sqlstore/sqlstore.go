@@ -1,12 +1,14 @@
 // Package sqlstore holds what the SQL config stores (sqlite, postgres) share: the
-// errors they answer with and the bookkeeping of applied migrations.
+// errors they answer with, the versions they write and the rows they read.
 package sqlstore
 
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/warmpool/warmpool"
 )
@@ -69,42 +71,125 @@ func Failure(ctx context.Context, op string, err error, statement func(error) er
 	}
 }
 
-// Applied returns the migration versions recorded in tx's schema_migrations table.
-func Applied(ctx context.Context, tx *sql.Tx) (map[string]bool, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT version FROM schema_migrations`)
+// NewVersion checks scopeID and encodes cfg (normalized; the store fills no default)
+// for a Put: the config to store, with the write time at the millisecond a read gives
+// back, and its JSON document. The store sets the version. Errors: VALIDATION (a bad
+// scope id), INTERNAL (cfg does not encode).
+func NewVersion(scopeID string, cfg warmpool.ScopeConfig) (warmpool.StoredConfig, []byte, error) {
+	if err := warmpool.CheckScopeID(scopeID); err != nil {
+		return warmpool.StoredConfig{}, nil, err
+	}
+	doc, err := json.Marshal(cfg)
 	if err != nil {
-		return nil, err
+		return warmpool.StoredConfig{}, nil, warmpool.Errorf(warmpool.CodeInternal, "config store: encode %q: %v", scopeID, err)
 	}
-	defer rows.Close()
-	applied := map[string]bool{}
-	for rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		applied[v] = true
-	}
-	return applied, rows.Err()
+	return warmpool.StoredConfig{
+		ScopeID:   scopeID,
+		DeployVer: cfg.Deploy.DeployVer(),
+		Config:    cfg,
+		UpdatedAt: time.UnixMilli(time.Now().UnixMilli()).UTC(),
+	}, doc, nil
 }
 
-// Scanner is a row to read: *sql.Row or *sql.Rows.
-type Scanner interface{ Scan(...any) error }
+// Reader reads stored configs: each store gives its database, how it classifies
+// errors, and its queries in its dialect. Each query selects scope_id, version,
+// deploy_ver, config_json and created_at (a timestamp, or unix milliseconds).
+type Reader struct {
+	DB      *sql.DB
+	Failure func(ctx context.Context, op string, err error) error
+	// GetSQL selects the latest version of the scope given as its one argument.
+	GetSQL string
+	// ListSQL selects the latest version of every scope, by scope id.
+	ListSQL string
+	// HistorySQL selects every version of the scope given as its one argument,
+	// oldest first.
+	HistorySQL string
+}
 
-// Query runs query on db and reads every row with scan; errors come back as the
-// database gave them, for the store's Failure.
-func Query(ctx context.Context, db *sql.DB, scan func(Scanner) (warmpool.StoredConfig, error), query string, args ...any) ([]warmpool.StoredConfig, error) {
-	rows, err := db.QueryContext(ctx, query, args...)
+// Get returns the latest version of the scope. Errors: SCOPE_NOT_FOUND,
+// STORE_UNAVAILABLE, or ctx.Err().
+func (r *Reader) Get(ctx context.Context, scopeID string) (warmpool.StoredConfig, error) {
+	sc, err := scanConfig(r.DB.QueryRowContext(ctx, r.GetSQL, scopeID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return warmpool.StoredConfig{}, NotFound(scopeID)
+	}
+	if err != nil {
+		return warmpool.StoredConfig{}, r.Failure(ctx, fmt.Sprintf("get %q", scopeID), err)
+	}
+	return sc, nil
+}
+
+// List returns the latest version of every scope, by scope id; an empty store gives
+// an empty, non-nil slice. Errors: STORE_UNAVAILABLE, or ctx.Err().
+func (r *Reader) List(ctx context.Context) ([]warmpool.StoredConfig, error) {
+	return r.query(ctx, "list", r.ListSQL)
+}
+
+// History returns every version of the scope, oldest first. Errors: SCOPE_NOT_FOUND,
+// STORE_UNAVAILABLE, or ctx.Err().
+func (r *Reader) History(ctx context.Context, scopeID string) ([]warmpool.StoredConfig, error) {
+	out, err := r.query(ctx, fmt.Sprintf("history %q", scopeID), r.HistorySQL, scopeID)
 	if err != nil {
 		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, NotFound(scopeID)
+	}
+	return out, nil
+}
+
+func (r *Reader) query(ctx context.Context, op, query string, args ...any) ([]warmpool.StoredConfig, error) {
+	rows, err := r.DB.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, r.Failure(ctx, op, err)
 	}
 	defer rows.Close()
 	out := []warmpool.StoredConfig{}
 	for rows.Next() {
-		sc, err := scan(rows)
+		sc, err := scanConfig(rows)
 		if err != nil {
-			return nil, err
+			return nil, r.Failure(ctx, op, err)
 		}
 		out = append(out, sc)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, r.Failure(ctx, op, err)
+	}
+	return out, nil
+}
+
+// scanConfig reads one row of a Reader query.
+func scanConfig(row interface{ Scan(...any) error }) (warmpool.StoredConfig, error) {
+	var (
+		sc      warmpool.StoredConfig
+		doc     []byte
+		created timestamp
+	)
+	if err := row.Scan(&sc.ScopeID, &sc.Version, &sc.DeployVer, &doc, &created); err != nil {
+		return warmpool.StoredConfig{}, err
+	}
+	// Rows are normalized when written; LoadScopeConfig also gives a row written
+	// before a field existed that field's default, not a zero.
+	cfg, err := warmpool.LoadScopeConfig(doc)
+	if err != nil {
+		return warmpool.StoredConfig{}, &CorruptError{ScopeID: sc.ScopeID, Version: sc.Version, Err: err}
+	}
+	sc.Config = cfg
+	sc.UpdatedAt = time.Time(created).UTC()
+	return sc, nil
+}
+
+// timestamp reads created_at: a timestamp (PostgreSQL) or unix milliseconds (SQLite).
+type timestamp time.Time
+
+func (t *timestamp) Scan(v any) error {
+	switch v := v.(type) {
+	case time.Time:
+		*t = timestamp(v)
+	case int64:
+		*t = timestamp(time.UnixMilli(v))
+	default:
+		return fmt.Errorf("created_at: want a timestamp or unix milliseconds, got %T", v)
+	}
+	return nil
 }

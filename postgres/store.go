@@ -38,8 +38,8 @@ const (
 
 // Store is a warmpool.ConfigStore on PostgreSQL. It is safe for concurrent use.
 type Store struct {
-	db   *sql.DB
-	read sqlstore.Reader
+	db              *sql.DB
+	sqlstore.Reader // Get, List, History, Close
 }
 
 var _ warmpool.ConfigStore = (*Store)(nil)
@@ -62,7 +62,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	db.SetMaxOpenConns(MaxOpenConns)
 	db.SetMaxIdleConns(MaxOpenConns)
 	db.SetConnMaxIdleTime(ConnMaxIdleTime)
-	s := &Store{db: db, read: reader(db)}
+	s := &Store{db: db, Reader: reader(db)}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, failure(ctx, "open", err)
@@ -72,12 +72,6 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// Close closes the connection pool. Calls on a closed store fail with
-// STORE_UNAVAILABLE.
-func (s *Store) Close() error {
-	return s.db.Close()
 }
 
 // Put stores cfg, which must be normalized (warmpool.ScopeConfig.Normalize), as the
@@ -125,32 +119,11 @@ const latestSQL = `SELECT v.scope_id, v.version, v.deploy_ver, v.config_json, v.
 
 // reader is the store's sqlstore.Reader, in PostgreSQL's dialect.
 func reader(db *sql.DB) sqlstore.Reader {
-	return sqlstore.Reader{
-		DB:      db,
-		Failure: failure,
-		GetSQL:  latestSQL + ` WHERE h.scope_id = $1`,
-		ListSQL: latestSQL + ` ORDER BY h.scope_id`,
-		HistorySQL: `SELECT scope_id, version, deploy_ver, config_json, created_at
-			FROM scope_versions WHERE scope_id = $1 ORDER BY version`,
-	}
-}
-
-// Get returns the latest version of the scope. Errors: SCOPE_NOT_FOUND,
-// STORE_UNAVAILABLE, or ctx.Err().
-func (s *Store) Get(ctx context.Context, scopeID string) (warmpool.StoredConfig, error) {
-	return s.read.Get(ctx, scopeID)
-}
-
-// List returns the latest version of every scope, by scope id; an empty store gives an
-// empty, non-nil slice. Errors: STORE_UNAVAILABLE, or ctx.Err().
-func (s *Store) List(ctx context.Context) ([]warmpool.StoredConfig, error) {
-	return s.read.List(ctx)
-}
-
-// History returns every version of the scope, oldest first. Errors: SCOPE_NOT_FOUND,
-// STORE_UNAVAILABLE, or ctx.Err().
-func (s *Store) History(ctx context.Context, scopeID string) ([]warmpool.StoredConfig, error) {
-	return s.read.History(ctx, scopeID)
+	return sqlstore.NewReader(db, failure,
+		latestSQL+` WHERE h.scope_id = $1`,
+		latestSQL+` ORDER BY h.scope_id`,
+		`SELECT scope_id, version, deploy_ver, config_json, created_at
+			FROM scope_versions WHERE scope_id = $1 ORDER BY version`)
 }
 
 // failure classifies a database error of op (sqlstore.Failure): a PostgreSQL error

@@ -2,17 +2,16 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"net"
 	"net/url"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/sqlmigrate"
 	"github.com/warmpool/warmpool/internal/storetest"
 	"github.com/warmpool/warmpool/internal/testpg"
 )
@@ -37,49 +36,9 @@ func TestContract(t *testing.T) {
 // Replicas starting together on a fresh database migrate it once; a later start
 // applies nothing and keeps the data.
 func TestMigrationsIdempotent(t *testing.T) {
-	ctx := context.Background()
 	dsn := testpg.DSN(t)
-	steps, err := sqlmigrate.Load(migrationFS, "migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			s, err := Open(ctx, dsn)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			s.Close()
-		})
-	}
-	wg.Wait()
-	if t.Failed() {
-		return
-	}
-	s := mustOpen(t, dsn)
-	put := storetest.Put(t, s, "scope", storetest.Config(t, `{}`))
-	s.Close()
-
-	s = mustOpen(t, dsn)
-	var count int
-	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations`).Scan(&count); err != nil {
-		t.Fatal(err)
-	}
-	if count != len(steps) {
-		t.Errorf("schema_migrations has %d rows, want %d (one per migration)", count, len(steps))
-	}
-	if err := s.migrate(ctx); err != nil {
-		t.Fatalf("migrating again: %v", err)
-	}
-	got, err := s.Get(ctx, "scope")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, put) {
-		t.Errorf("after reopen Get = %+v, want %+v", got, put)
-	}
+	storetest.Migrations(t, migrationFS, func() (*Store, error) { return Open(context.Background(), dsn) },
+		func(s *Store) *sql.DB { return s.db }, (*Store).migrate)
 }
 
 // The row itself holds the defaults, so any other reader of the table sees them too.
@@ -101,33 +60,12 @@ func TestStoredRowHoldsDefaults(t *testing.T) {
 // field's default, not a zero, and a row that is not a valid config is INTERNAL (a bug
 // or a hand edit), not an outage.
 func TestLoadNormalizesOldRows(t *testing.T) {
-	ctx := context.Background()
 	dsn := testpg.DSN(t)
-	s := mustOpen(t, dsn)
-	insert := func(scope, doc string) {
+	storetest.OldRows(t, mustOpen(t, dsn), func(t *testing.T, scope, doc string) {
 		testpg.Exec(t, dsn, `INSERT INTO scope_heads (scope_id, version) VALUES ('`+scope+`', 1)`)
 		testpg.Exec(t, dsn, `INSERT INTO scope_versions (scope_id, version, deploy_ver, config_json, created_at)
 			VALUES ('`+scope+`', 1, 'dv', '`+doc+`', now())`)
-	}
-	insert("old", `{"deploy":{"image":"agent:1","command":null},"pool":{"pod_concurrency":1}}`)
-	got, err := s.Get(ctx, "old")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := storetest.Config(t, `{"deploy":{"image":"agent:1"},"pool":{"pod_concurrency":1}}`)
-	if !reflect.DeepEqual(got.Config, want) {
-		t.Fatalf("old row read as %+v\nwant %+v", got.Config, want)
-	}
-	if got.DeployVer != "dv" {
-		t.Errorf("deploy_ver %q, want the stored dv", got.DeployVer)
-	}
-
-	insert("bad", `{"deploy":{"port":0}}`)
-	_, err = s.Get(ctx, "bad")
-	storetest.WantCode(t, err, warmpool.CodeInternal)
-	if !strings.Contains(err.Error(), "deploy.port") {
-		t.Errorf("error %q does not name deploy.port", err)
-	}
+	})
 }
 
 // A writer waiting for the scope's row lock, which another replica holds, gives up

@@ -31,8 +31,8 @@ const BusyTimeout = 5 * time.Second
 
 // Store is a warmpool.ConfigStore on SQLite. It is safe for concurrent use.
 type Store struct {
-	db   *sql.DB
-	read sqlstore.Reader
+	db              *sql.DB
+	sqlstore.Reader // Get, List, History, Close
 	// writeSem lets one write transaction of this process at a time wait for the
 	// SQLite write lock: goroutines then queue fairly here instead of all polling the
 	// lock under busy_timeout, where one of them could starve until it times out.
@@ -62,7 +62,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		db.SetConnMaxLifetime(0)
 		db.SetConnMaxIdleTime(0)
 	}
-	s := &Store{db: db, read: reader(db), writeSem: make(chan struct{}, 1)}
+	s := &Store{db: db, Reader: reader(db), writeSem: make(chan struct{}, 1)}
 	if err := connect(ctx, db); err != nil {
 		db.Close()
 		return nil, failure(ctx, "open", err)
@@ -154,11 +154,6 @@ func hasSetting(q url.Values, pragma string, keys ...string) bool {
 	return false
 }
 
-// Close closes the database. Calls on a closed store fail with STORE_UNAVAILABLE.
-func (s *Store) Close() error {
-	return s.db.Close()
-}
-
 // Put stores cfg, which must be normalized (warmpool.ScopeConfig.Normalize), as the
 // scope's next version; the store fills no default and keeps cfg as given.
 // Errors: VALIDATION (a bad scope id), STORE_UNAVAILABLE, or ctx.Err().
@@ -201,40 +196,20 @@ func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfi
 
 const selectColumns = `scope_id, version, deploy_ver, config_json, created_at`
 
-// reader is the store's sqlstore.Reader, in SQLite's dialect. The list's grouped
-// sub-query reads only the primary key index (not the config documents of old
-// versions); each latest row is then one index look-up.
+// listSQL selects the latest row of every scope. The grouped sub-query reads only the
+// primary key index (not the config documents of old versions); each latest row is
+// then one index look-up.
+const listSQL = `SELECT s.scope_id, s.version, s.deploy_ver, s.config_json, s.created_at
+	FROM (SELECT scope_id, MAX(version) AS version FROM scope_versions GROUP BY scope_id) AS m
+	JOIN scope_versions AS s ON s.scope_id = m.scope_id AND s.version = m.version
+	ORDER BY s.scope_id`
+
+// reader is the store's sqlstore.Reader, in SQLite's dialect.
 func reader(db *sql.DB) sqlstore.Reader {
-	return sqlstore.Reader{
-		DB:      db,
-		Failure: failure,
-		GetSQL: `SELECT ` + selectColumns + ` FROM scope_versions
-			WHERE scope_id = ? ORDER BY version DESC LIMIT 1`,
-		ListSQL: `SELECT s.scope_id, s.version, s.deploy_ver, s.config_json, s.created_at
-			FROM (SELECT scope_id, MAX(version) AS version FROM scope_versions GROUP BY scope_id) AS m
-			JOIN scope_versions AS s ON s.scope_id = m.scope_id AND s.version = m.version
-			ORDER BY s.scope_id`,
-		HistorySQL: `SELECT ` + selectColumns + ` FROM scope_versions
-			WHERE scope_id = ? ORDER BY version`,
-	}
-}
-
-// Get returns the latest version of the scope. Errors: SCOPE_NOT_FOUND,
-// STORE_UNAVAILABLE, or ctx.Err().
-func (s *Store) Get(ctx context.Context, scopeID string) (warmpool.StoredConfig, error) {
-	return s.read.Get(ctx, scopeID)
-}
-
-// List returns the latest version of every scope, by scope id; an empty store gives
-// an empty, non-nil slice. Errors: STORE_UNAVAILABLE, or ctx.Err().
-func (s *Store) List(ctx context.Context) ([]warmpool.StoredConfig, error) {
-	return s.read.List(ctx)
-}
-
-// History returns every version of the scope, oldest first. Errors: SCOPE_NOT_FOUND,
-// STORE_UNAVAILABLE, or ctx.Err().
-func (s *Store) History(ctx context.Context, scopeID string) ([]warmpool.StoredConfig, error) {
-	return s.read.History(ctx, scopeID)
+	return sqlstore.NewReader(db, failure,
+		`SELECT `+selectColumns+` FROM scope_versions WHERE scope_id = ? ORDER BY version DESC LIMIT 1`,
+		listSQL,
+		`SELECT `+selectColumns+` FROM scope_versions WHERE scope_id = ? ORDER BY version`)
 }
 
 // failure classifies a database error of op (sqlstore.Failure): anything but the

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -17,7 +18,6 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/sqlmigrate"
 	"github.com/warmpool/warmpool/internal/storetest"
 )
 
@@ -75,34 +75,14 @@ func TestStoredRowHoldsDefaults(t *testing.T) {
 // field's default, not a zero, and a row that is not a valid config is INTERNAL (a bug
 // or a hand edit), not an outage.
 func TestLoadNormalizesOldRows(t *testing.T) {
-	ctx := context.Background()
 	s := mustOpen(t, ":memory:")
-	insert := func(t *testing.T, scope, doc string) {
+	storetest.OldRows(t, s, func(t *testing.T, scope, doc string) {
 		t.Helper()
-		if _, err := s.db.ExecContext(ctx, `INSERT INTO scope_versions (scope_id, version, deploy_ver, config_json, created_at)
+		if _, err := s.db.Exec(`INSERT INTO scope_versions (scope_id, version, deploy_ver, config_json, created_at)
 			VALUES (?, 1, 'dv', ?, 0)`, scope, doc); err != nil {
 			t.Fatal(err)
 		}
-	}
-	insert(t, "old", `{"deploy":{"image":"agent:1","command":null},"pool":{"pod_concurrency":1}}`)
-	got, err := s.Get(ctx, "old")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := storetest.Config(t, `{"deploy":{"image":"agent:1"},"pool":{"pod_concurrency":1}}`)
-	if !reflect.DeepEqual(got.Config, want) {
-		t.Fatalf("old row read as %+v\nwant %+v", got.Config, want)
-	}
-	if got.DeployVer != "dv" {
-		t.Errorf("deploy_ver %q, want the stored dv", got.DeployVer)
-	}
-
-	insert(t, "bad", `{"deploy":{"port":0}}`)
-	_, err = s.Get(ctx, "bad")
-	storetest.WantCode(t, err, warmpool.CodeInternal)
-	if !strings.Contains(err.Error(), "deploy.port") {
-		t.Errorf("error %q does not name deploy.port", err)
-	}
+	})
 }
 
 // Env of the writer child process started by TestConcurrentWriterProcesses.
@@ -188,52 +168,9 @@ func TestConcurrentWriterProcesses(t *testing.T) {
 }
 
 func TestMigrationsIdempotent(t *testing.T) {
-	ctx := context.Background()
 	dsn := fileDSN(t)
-	steps, err := sqlmigrate.Load(migrationFS, "migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// Replicas starting together on a fresh file.
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			s, err := Open(ctx, dsn)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			s.Close()
-		})
-	}
-	wg.Wait()
-
-	s, err := Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	put := storetest.Put(t, s, "scope", storetest.Config(t, `{}`))
-	s.Close()
-
-	s = mustOpen(t, dsn)
-	var count int
-	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations`).Scan(&count); err != nil {
-		t.Fatal(err)
-	}
-	if count != len(steps) {
-		t.Errorf("schema_migrations has %d rows, want %d (one per migration)", count, len(steps))
-	}
-	if err := s.migrate(ctx); err != nil {
-		t.Fatalf("migrating again: %v", err)
-	}
-	got, err := s.Get(ctx, "scope")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, put) {
-		t.Errorf("after reopen Get = %+v, want %+v", got, put)
-	}
+	storetest.Migrations(t, migrationFS, func() (*Store, error) { return Open(context.Background(), dsn) },
+		func(s *Store) *sql.DB { return s.db }, (*Store).migrate)
 }
 
 func TestUnopenableFile(t *testing.T) {
@@ -367,7 +304,7 @@ func TestBuildDSN(t *testing.T) {
 // The latest-of-every-scope query must not read every history row's config.
 func TestListUsesIndex(t *testing.T) {
 	s := mustOpen(t, ":memory:")
-	rows, err := s.db.QueryContext(context.Background(), `EXPLAIN QUERY PLAN `+s.read.ListSQL)
+	rows, err := s.db.QueryContext(context.Background(), `EXPLAIN QUERY PLAN `+listSQL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,30 +91,37 @@ func NewVersion(scopeID string, cfg warmpool.ScopeConfig) (warmpool.StoredConfig
 	}, doc, nil
 }
 
-// Reader reads stored configs: each store gives its database, how it classifies
-// errors, and its queries in its dialect. Each query selects scope_id, version,
-// deploy_ver, config_json and created_at (a timestamp, or unix milliseconds).
+// Reader reads stored configs for a store, which embeds it: each store gives its
+// database, how it classifies errors, and its queries in its dialect (NewReader).
 type Reader struct {
-	DB      *sql.DB
-	Failure func(ctx context.Context, op string, err error) error
-	// GetSQL selects the latest version of the scope given as its one argument.
-	GetSQL string
-	// ListSQL selects the latest version of every scope, by scope id.
-	ListSQL string
-	// HistorySQL selects every version of the scope given as its one argument,
-	// oldest first.
-	HistorySQL string
+	db                          *sql.DB
+	failure                     func(ctx context.Context, op string, err error) error
+	getSQL, listSQL, historySQL string
+}
+
+// NewReader returns the Reader of a store on db. Each query selects scope_id,
+// version, deploy_ver, config_json and created_at (a timestamp, or unix
+// milliseconds): getSQL the latest version of the scope given as its one argument,
+// listSQL the latest version of every scope by scope id, historySQL every version of
+// the scope given, oldest first. failure classifies database errors.
+func NewReader(db *sql.DB, failure func(ctx context.Context, op string, err error) error, getSQL, listSQL, historySQL string) Reader {
+	return Reader{db: db, failure: failure, getSQL: getSQL, listSQL: listSQL, historySQL: historySQL}
+}
+
+// Close closes the database. Calls on a closed store fail with STORE_UNAVAILABLE.
+func (r *Reader) Close() error {
+	return r.db.Close()
 }
 
 // Get returns the latest version of the scope. Errors: SCOPE_NOT_FOUND,
 // STORE_UNAVAILABLE, or ctx.Err().
 func (r *Reader) Get(ctx context.Context, scopeID string) (warmpool.StoredConfig, error) {
-	sc, err := scanConfig(r.DB.QueryRowContext(ctx, r.GetSQL, scopeID))
+	sc, err := scanConfig(r.db.QueryRowContext(ctx, r.getSQL, scopeID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return warmpool.StoredConfig{}, NotFound(scopeID)
 	}
 	if err != nil {
-		return warmpool.StoredConfig{}, r.Failure(ctx, fmt.Sprintf("get %q", scopeID), err)
+		return warmpool.StoredConfig{}, r.failure(ctx, fmt.Sprintf("get %q", scopeID), err)
 	}
 	return sc, nil
 }
@@ -122,13 +129,13 @@ func (r *Reader) Get(ctx context.Context, scopeID string) (warmpool.StoredConfig
 // List returns the latest version of every scope, by scope id; an empty store gives
 // an empty, non-nil slice. Errors: STORE_UNAVAILABLE, or ctx.Err().
 func (r *Reader) List(ctx context.Context) ([]warmpool.StoredConfig, error) {
-	return r.query(ctx, "list", r.ListSQL)
+	return r.query(ctx, "list", r.listSQL)
 }
 
 // History returns every version of the scope, oldest first. Errors: SCOPE_NOT_FOUND,
 // STORE_UNAVAILABLE, or ctx.Err().
 func (r *Reader) History(ctx context.Context, scopeID string) ([]warmpool.StoredConfig, error) {
-	out, err := r.query(ctx, fmt.Sprintf("history %q", scopeID), r.HistorySQL, scopeID)
+	out, err := r.query(ctx, fmt.Sprintf("history %q", scopeID), r.historySQL, scopeID)
 	if err != nil {
 		return nil, err
 	}
@@ -139,21 +146,21 @@ func (r *Reader) History(ctx context.Context, scopeID string) ([]warmpool.Stored
 }
 
 func (r *Reader) query(ctx context.Context, op, query string, args ...any) ([]warmpool.StoredConfig, error) {
-	rows, err := r.DB.QueryContext(ctx, query, args...)
+	rows, err := r.db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, r.Failure(ctx, op, err)
+		return nil, r.failure(ctx, op, err)
 	}
 	defer rows.Close()
 	out := []warmpool.StoredConfig{}
 	for rows.Next() {
 		sc, err := scanConfig(rows)
 		if err != nil {
-			return nil, r.Failure(ctx, op, err)
+			return nil, r.failure(ctx, op, err)
 		}
 		out = append(out, sc)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, r.Failure(ctx, op, err)
+		return nil, r.failure(ctx, op, err)
 	}
 	return out, nil
 }

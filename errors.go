@@ -27,30 +27,29 @@ const (
 	CodeInternal         Code = "INTERNAL"
 )
 
+// statuses are the HTTP statuses of the codes; any other code is a 500.
+var statuses = map[Code]int{
+	CodeValidation:       http.StatusBadRequest,
+	CodeUnauthorized:     http.StatusUnauthorized,
+	CodeForbidden:        http.StatusForbidden,
+	CodeScopeNotFound:    http.StatusNotFound,
+	CodeSessionNotFound:  http.StatusNotFound,
+	CodeHoldNotFound:     http.StatusNotFound,
+	CodeConfigSyncBusy:   http.StatusConflict,
+	CodePayloadTooLarge:  http.StatusRequestEntityTooLarge,
+	CodeNoPodAvailable:   http.StatusServiceUnavailable,
+	CodeQueueFull:        http.StatusServiceUnavailable,
+	CodeStoreUnavailable: http.StatusServiceUnavailable,
+	CodeWaitTimeout:      http.StatusGatewayTimeout,
+	CodeDeployFailed:     http.StatusBadGateway,
+}
+
 // Status is the HTTP status that goes with the code.
 func (c Code) Status() int {
-	switch c {
-	case CodeValidation:
-		return http.StatusBadRequest
-	case CodeUnauthorized:
-		return http.StatusUnauthorized
-	case CodeForbidden:
-		return http.StatusForbidden
-	case CodeScopeNotFound, CodeSessionNotFound, CodeHoldNotFound:
-		return http.StatusNotFound
-	case CodeConfigSyncBusy:
-		return http.StatusConflict
-	case CodePayloadTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case CodeNoPodAvailable, CodeQueueFull, CodeStoreUnavailable:
-		return http.StatusServiceUnavailable
-	case CodeWaitTimeout:
-		return http.StatusGatewayTimeout
-	case CodeDeployFailed:
-		return http.StatusBadGateway
-	default:
-		return http.StatusInternalServerError
+	if s, ok := statuses[c]; ok {
+		return s
 	}
+	return http.StatusInternalServerError
 }
 
 // Error is the domain error: a code of the contract, a message for the caller and,

@@ -132,6 +132,7 @@ func (e *env) do(method, path string, body any, hdrs ...header) resp {
 	if err != nil {
 		e.t.Fatalf("%s %s: reading the body: %v", method, path, err)
 	}
+	checkResponse(e.t, req, res.StatusCode, res.Header, raw)
 	return resp{method: method, path: path, status: res.StatusCode, header: res.Header, raw: raw, took: time.Since(start)}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/api"
 	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/internal/metrics"
@@ -418,13 +419,14 @@ func (s *Server) routes() http.Handler {
 	return r
 }
 
-// opsRoutes adds the operations routes of SPEC §3, open without auth: liveness,
-// readiness and metrics.
+// opsRoutes adds the operations routes of SPEC §3 and §10, open without auth:
+// liveness, readiness, metrics and the OpenAPI document.
 func (s *Server) opsRoutes(r chi.Router) {
 	h := httpx.Adapter(s.log)
 	r.Method(http.MethodGet, "/healthz", h(s.handleHealth))
 	r.Method(http.MethodGet, "/readyz", h(s.handleReady))
 	r.Method(http.MethodGet, "/metrics", s.metrics.Handler())
+	r.Method(http.MethodGet, "/openapi.yaml", api.Handler())
 }
 
 // handleHealth answers liveness without a Redis call.

@@ -1,0 +1,104 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/api"
+)
+
+// load parses and validates the document.
+func load(t *testing.T) *openapi3.T {
+	t.Helper()
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	return doc
+}
+
+func TestDocumentIsValid(t *testing.T) {
+	doc := load(t)
+	if !doc.IsOpenAPI31OrLater() {
+		t.Fatalf("openapi %q, want 3.1", doc.OpenAPI)
+	}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			if op.OperationID == "" {
+				t.Errorf("%s %s: no operationId", method, path)
+			}
+			for status, r := range op.Responses.Map() {
+				if r.Value.Headers["X-Request-Id"] == nil {
+					t.Errorf("%s %s %s: X-Request-Id is not documented", method, path, status)
+				}
+			}
+		}
+	}
+}
+
+// The defaults the document states are the ones the server fills (warmpool's
+// DefaultScopeConfig), field by field.
+func TestDocumentedDefaults(t *testing.T) {
+	doc := load(t)
+	raw, err := json.Marshal(warmpool.DefaultScopeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]any
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	n := compareDefaults(t, "", doc.Components.Schemas["ScopeConfig"].Value, want)
+	if n < 20 {
+		t.Fatalf("only %d defaults compared", n)
+	}
+}
+
+// compareDefaults checks the default of every leaf property of schema against the value
+// at the same place in want, and returns how many it compared.
+func compareDefaults(t *testing.T, path string, schema *openapi3.Schema, want map[string]any) int {
+	t.Helper()
+	n := 0
+	if len(schema.Properties) != len(want) {
+		t.Errorf("%s: %d documented fields, the config has %d", path, len(schema.Properties), len(want))
+	}
+	for name, prop := range schema.Properties {
+		p := name
+		if path != "" {
+			p = path + "." + name
+		}
+		w, ok := want[name]
+		if !ok {
+			t.Errorf("%s: documented, not a config field", p)
+			continue
+		}
+		if sub, isObj := w.(map[string]any); isObj && len(prop.Value.Properties) > 0 {
+			n += compareDefaults(t, p, prop.Value, sub)
+			continue
+		}
+		if fmt.Sprint(prop.Value.Default) != fmt.Sprint(w) {
+			t.Errorf("%s: documented default %v, the server's %v", p, prop.Value.Default, w)
+		}
+		n++
+	}
+	return n
+}
+
+func TestHandler(t *testing.T) {
+	rec := httptest.NewRecorder()
+	api.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.yaml", nil))
+	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != api.ContentType || !reflect.DeepEqual(rec.Body.Bytes(), api.OpenAPI) {
+		t.Fatalf("GET /openapi.yaml: %d %q, %d bytes", rec.Code, rec.Header().Get("Content-Type"), rec.Body.Len())
+	}
+}

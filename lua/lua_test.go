@@ -239,6 +239,44 @@ func TestWarmAcquireSkipsOtherVersions(t *testing.T) {
 	}
 }
 
+// A slot that a route hands to a waiter on an idle pod (one adopted, or of a version
+// rolled back to, while waiters queued) takes the pod out of the idle set, so that an
+// acquire does not take it warm as well: one pod of one session, both handed out.
+// Seen red without the ZREM of the idle set in session_route.lua's waiter loop.
+func TestRouteGrantOnAnIdlePodTakesItOutOfIdle(t *testing.T) {
+	e := newEnv(t, func(c *warmpool.ScopeConfig) { c.Pool.MaxConcurrency, c.Pool.PodConcurrency = 1, 1 })
+	ctx := context.Background()
+	route := func(session, waiter string) lua.RouteResult {
+		t.Helper()
+		r, err := e.store.SessionRoute(ctx, e.scope, lua.RouteArgs{Now: e.now, Session: session, Waiter: waiter, Join: waiter != ""})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := route("s0", "w0"); r.Kind != lua.RouteQueued {
+		t.Fatalf("route with no pod = %+v, want queued", r)
+	}
+	cfg, err := e.store.Scope(ctx, e.scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := warmpool.Pod{ID: "adopted-1", ScopeID: e.scope, DeployVer: cfg.DeployVer, SSEURL: "http://x/sse"}
+	if st, err := e.store.PodAdopt(ctx, pod, e.now, false); err != nil || st != lua.AdoptAdopted {
+		t.Fatalf("adopt = %q, %v", st, err)
+	}
+	if r := route("s1", ""); r.Kind != lua.RouteNone {
+		t.Fatalf("route behind a waiter = %+v, want none (the slot is the waiter's)", r)
+	}
+	s := e.snap()
+	if s.ClaimPod["w0"] != pod.ID || s.Pods[0].Slots != 1 || s.Pods[0].Idle {
+		t.Fatalf("after the grant: claims %v, pod %+v; want w0's grant on a busy pod", s.ClaimPod, s.Pods[0])
+	}
+	if r := e.acquire("c1"); r.Kind == lua.AcquireWarm {
+		t.Fatalf("acquire took the granted pod warm: %+v", r)
+	}
+}
+
 func TestClaimExpiryFreesTheSlotAndIdlesThePod(t *testing.T) {
 	e := newEnv(t, nil)
 	lead := e.acquire("c1")

@@ -127,6 +127,9 @@ for _, pod in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
     while n < pc do
       local w = next_waiter(q)
       redis.call('HINCRBY', KEYS[6], pod, 1)
+      -- a pod with a slot taken is not idle, whoever takes it (adopted and rolled-back
+      -- pods can be idle while waiters queue)
+      redis.call('ZREM', KEYS[7], pod)
       n = n + 1
       if not w or w == waiter then
         return bind(pod, nil)

@@ -5,7 +5,7 @@ PKGS    := ./...
 # Tests that start the built binary find it here.
 export WARMPOOL_BIN := $(CURDIR)/$(BIN)
 
-.PHONY: all build run test unit bench lint e2e image image-test clean
+.PHONY: all build run test unit soak bench lint e2e image image-test clean
 
 all: lint test
 
@@ -27,6 +27,14 @@ test: build
 ## unit: the fast tests only, on miniredis
 unit:
 	$(GO) test -race -count=1 -short $(PKGS)
+
+## soak: the model-based test of the scripts, much longer than in make test: many
+## more runs (SOAK_CHECKS) of many more steps each (SOAK_STEPS), on a real redis-server
+SOAK_CHECKS ?= 3000
+SOAK_STEPS  ?= 400
+soak:
+	scripts/with-redis.sh $(GO) test -count=1 -run '^TestScriptsFollowTheModel$$' ./internal/model/ \
+		-rapid.checks=$(SOAK_CHECKS) -model.steps=$(SOAK_STEPS) -timeout 2h
 
 ## bench: benchmarks against a real redis-server
 bench:

@@ -1,0 +1,985 @@
+// Package model is a plain-Go model of one scope's state in Redis (pods, slots, claims,
+// deploy leases, follower rooms, sessions, waiters, holds) and of every script of the
+// lua package that reads or changes it, rule for rule, with the same arguments and
+// answers as the lua.Store wrappers. Model-based tests run random sequences of script
+// calls through a Store on a real redis-server and through the model side by side and
+// compare the answers and the whole state after every step: a script that drifts from
+// the rules the model writes down shows up as the first step where the two disagree.
+//
+// Every time is the caller's, in milliseconds, as the scripts take it from ARGV; the
+// model never reads a clock. What lives outside the scripts' clock (the TTLs of
+// tombstones and of cached route answers, minutes of real time) is taken not to pass.
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/lua"
+)
+
+// Scope is the modelled state of one scope: one field per key of the scope, in the
+// types the scripts give them.
+type Scope struct {
+	id      string
+	config  map[string]string // the published config HASH; nil until published
+	epoch   bool              // the scope's epoch key exists
+	fence   int64
+	qseq    int64
+	pods    zset              // pod -> registered at
+	podVer  map[string]string // pod -> deploy_ver
+	podInfo map[string]string // pod -> pod JSON
+	slots   map[string]int64  // pod -> sessions + claims
+	idle    zset              // pod -> idle since
+	deploys zset              // deploy member -> lease deadline
+	rooms   zset              // "<deploy>|<claim>" -> deadline
+	claims  zset              // claim -> deadline
+	claimOf map[string]string // claim -> pod | "!reason"
+	sess    map[string]string // session -> pod
+	sessExp zset              // session -> expiry
+	waiters zset              // waiter -> deadline
+	queue   zset              // waiter -> arrival number
+	health  map[string]int64  // pod -> failed probes in a row
+	gone    map[string]bool   // tombstones of purged pods
+	idem    map[string]string // request id -> cached route answer
+}
+
+// NewScope returns the model of a scope that was never published.
+func NewScope(id string) *Scope {
+	return &Scope{
+		id: id, pods: zset{}, podVer: map[string]string{}, podInfo: map[string]string{}, slots: map[string]int64{},
+		idle: zset{}, deploys: zset{}, rooms: zset{}, claims: zset{}, claimOf: map[string]string{},
+		sess: map[string]string{}, sessExp: zset{}, waiters: zset{}, queue: zset{}, health: map[string]int64{},
+		gone: map[string]bool{}, idem: map[string]string{},
+	}
+}
+
+// ID is the scope's id.
+func (s *Scope) ID() string { return s.id }
+
+// LoseEpoch models the loss of the scope's epoch key: what a Redis that lost its data
+// looks like to the scripts that check it.
+func (s *Scope) LoseEpoch() { s.epoch = false }
+
+// Bootstrap models lua.Store.Bootstrap on a live keyspace that lists the scope: its
+// epoch key is written when missing.
+func (s *Scope) Bootstrap() { s.epoch = true }
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func (s *Scope) cfgInt(field string) int64 {
+	n, _ := strconv.ParseInt(s.config[field], 10, 64)
+	return n
+}
+
+// refused is what _lib.lua's scope_config answers instead of the config: NO_SCOPE
+// (here SCOPE_NOT_FOUND, the keyspace being live) or EPOCH_LOST; nil when the scripts
+// go on.
+func (s *Scope) refused() error {
+	if s.config == nil {
+		return s.noScope()
+	}
+	if !s.epoch {
+		return warmpool.ErrEpochLost
+	}
+	return nil
+}
+
+func (s *Scope) noScope() error {
+	return warmpool.Errorf(warmpool.CodeScopeNotFound, "scope %q has no config", s.id)
+}
+
+// malformed is the INTERNAL error of a reply the wrapper cannot read.
+func malformed(script, why string) error {
+	return &warmpool.Error{Code: warmpool.CodeInternal, Message: script + ": malformed reply: " + why}
+}
+
+// decodePod reads a pod's JSON record as the wrapper does.
+func decodePod(id, raw string) (warmpool.Pod, error) {
+	var p warmpool.Pod
+	if raw == "" {
+		return p, fmt.Errorf("pod %q has no info", id)
+	}
+	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+		return p, err
+	}
+	p.ID = id
+	return p, nil
+}
+
+// Publish models lua.Store.ScopePublish with a live keyspace.
+func (s *Scope) Publish(rec lua.ScopeRecord) error {
+	deploy, err := json.Marshal(rec.Config.Deploy)
+	if err != nil {
+		return err
+	}
+	full, err := json.Marshal(rec.Config)
+	if err != nil {
+		return err
+	}
+	p := rec.Config.Pool
+	content := [][2]string{
+		{"deploy_ver", rec.DeployVer},
+		{"max_pods", strconv.Itoa(p.MaxPods())},
+		{"parallel", strconv.Itoa(p.ParallelDeploys())},
+		{"pod_concurrency", strconv.Itoa(p.PodConcurrency)},
+		{"min_idle", strconv.Itoa(p.MinIdlePods)},
+		{"pod_ttl_ms", strconv.FormatInt(int64(p.PodTTLS)*1000, 10)},
+		{"session_ttl_ms", strconv.FormatInt(int64(p.SessionTTLS)*1000, 10)},
+		{"queue_size", strconv.Itoa(p.QueueSize)},
+		{"wait_ms", strconv.FormatInt(int64(p.WaitTimeoutS)*1000, 10)},
+		{"hold_ttl_ms", strconv.FormatInt(int64(p.HoldTTLS)*1000, 10)},
+		{"ready_ms", strconv.FormatInt(int64(rec.Config.Deploy.ReadyTimeoutS)*1000, 10)},
+	}
+	if s.config != nil {
+		cur := s.cfgInt("version")
+		if cur > rec.Version {
+			return nil
+		}
+		if cur == rec.Version {
+			for _, kv := range content {
+				if have, ok := s.config[kv[0]]; ok && have != kv[1] {
+					return fmt.Errorf("%w: %w", lua.ErrPublishConflict, warmpool.Errorf(warmpool.CodeInternal, "conflict on %s", kv[0]))
+				}
+			}
+		}
+	} else {
+		s.config = map[string]string{}
+	}
+	for _, kv := range content {
+		s.config[kv[0]] = kv[1]
+	}
+	s.config["version"] = strconv.FormatInt(rec.Version, 10)
+	s.config["deploy"] = string(deploy)
+	s.config["config"] = string(full)
+	s.epoch = true
+	return nil
+}
+
+// handoff is _lib.lua's handoff: where freed slots go. ver is the scope's current
+// deploy_ver ("" with no config: nothing is handed on).
+type handoff struct {
+	ver   string
+	now   int64
+	grant int64
+}
+
+func (s *Scope) handoff(now time.Time) *handoff {
+	return &handoff{ver: s.config["deploy_ver"], now: ms(now), grant: ms(now.Add(lua.GrantTTL))}
+}
+
+func (s *Scope) dropWaiters(q *handoff) {
+	for _, w := range s.waiters.upTo(q.now) {
+		delete(s.queue, w)
+		delete(s.waiters, w)
+	}
+}
+
+func (s *Scope) nextWaiter(q *handoff) string {
+	for {
+		w := s.queue.first()
+		if w == "" {
+			return ""
+		}
+		delete(s.queue, w)
+		if d, ok := s.waiters[w]; ok && d > q.now {
+			return w
+		}
+		delete(s.waiters, w)
+	}
+}
+
+func (s *Scope) grant(q *handoff, w, pod string) {
+	s.claims[w] = q.grant
+	s.claimOf[w] = pod
+}
+
+func (s *Scope) handOff(q *handoff, pod string) bool {
+	if q == nil || q.ver == "" {
+		return false
+	}
+	if v, ok := s.podVer[pod]; !ok || v != q.ver {
+		return false
+	}
+	w := s.nextWaiter(q)
+	if w == "" {
+		return false
+	}
+	s.grant(q, w, pod)
+	return true
+}
+
+func (s *Scope) freeSlot(pod string, now int64, idleOnZero bool, q *handoff) int64 {
+	if _, ok := s.pods[pod]; !ok {
+		return -1
+	}
+	if s.handOff(q, pod) {
+		return s.slots[pod]
+	}
+	s.slots[pod]--
+	n := s.slots[pod]
+	if n <= 0 {
+		n = 0
+		s.slots[pod] = 0
+		if _, idle := s.idle[pod]; idleOnZero && !idle {
+			s.idle[pod] = now
+		}
+	}
+	return n
+}
+
+func holdsPod(v string) bool { return v != "" && !strings.HasPrefix(v, "!") }
+
+func (s *Scope) releaseClaim(claim string, now int64, q *handoff) (string, int64) {
+	pod := s.claimOf[claim]
+	delete(s.claims, claim)
+	delete(s.claimOf, claim)
+	if holdsPod(pod) {
+		return pod, s.freeSlot(pod, now, true, q)
+	}
+	return "", -1
+}
+
+func (s *Scope) expireClaims(now int64, q *handoff) int {
+	gone := s.claims.upTo(now)
+	for _, c := range gone {
+		s.releaseClaim(c, now, q)
+	}
+	return len(gone)
+}
+
+func (s *Scope) failFollowers(member, reason string, deadline int64) int {
+	prefix := member + "|"
+	n := 0
+	for _, f := range s.rooms.asc() {
+		if c, ok := strings.CutPrefix(f, prefix); ok {
+			delete(s.rooms, f)
+			s.claims[c] = deadline
+			s.claimOf[c] = "!" + reason
+			n++
+		}
+	}
+	return n
+}
+
+const (
+	reasonLeaderGone = "the deploy lease expired: its leader is gone"
+	reasonRoomTimout = "timed out waiting for the deploy"
+)
+
+func (s *Scope) expirePool(now, noteDeadline int64, q *handoff) {
+	s.expireClaims(now, q)
+	for _, d := range s.deploys.upTo(now) {
+		delete(s.deploys, d)
+		s.failFollowers(d, reasonLeaderGone, noteDeadline)
+	}
+	for _, f := range s.rooms.upTo(now) {
+		delete(s.rooms, f)
+	}
+}
+
+func (s *Scope) evictSession(sid string, now int64, q *handoff) string {
+	pod, ok := s.sess[sid]
+	delete(s.sess, sid)
+	delete(s.sessExp, sid)
+	if ok {
+		s.freeSlot(pod, now, true, q)
+	}
+	return pod
+}
+
+// deployNumber is the fence of a deploy member ("<fence>" or "<fence>w").
+func deployNumber(d string) int64 {
+	n, _ := strconv.ParseInt(strings.TrimSuffix(d, "w"), 10, 64)
+	return n
+}
+
+func (s *Scope) spec() (warmpool.DeploySpec, error) {
+	var spec warmpool.DeploySpec
+	if err := json.Unmarshal([]byte(s.config["deploy"]), &spec); err != nil {
+		return spec, malformed("deploy spec", err.Error())
+	}
+	return spec, nil
+}
+
+// PodAcquire models pod_acquire.lua.
+func (s *Scope) PodAcquire(a lua.AcquireArgs) (lua.AcquireResult, error) {
+	if err := s.refused(); err != nil {
+		return lua.AcquireResult{}, err
+	}
+	now, claim := ms(a.Now), a.Claim
+	ver, pc := s.config["deploy_ver"], s.cfgInt("pod_concurrency")
+	q := s.handoff(a.Now)
+	s.expirePool(now, ms(a.ClaimDeadline), q)
+
+	for _, pod := range s.idle.desc() {
+		if s.podVer[pod] == ver {
+			delete(s.idle, pod)
+			s.slots[pod]++
+			s.claims[claim] = ms(a.ClaimDeadline)
+			s.claimOf[claim] = pod
+			p, err := decodePod(pod, s.podInfo[pod])
+			if err != nil {
+				return lua.AcquireResult{}, malformed("pod_acquire.lua", err.Error())
+			}
+			return lua.AcquireResult{Kind: lua.AcquireWarm, Pod: p}, nil
+		}
+	}
+
+	deploys := s.deploys.asc()
+	numbered := append([]string(nil), deploys...)
+	sortByNumber(numbered)
+	rooms := s.rooms.asc()
+	for _, d := range numbered {
+		capacity := pc - 1
+		if strings.HasSuffix(d, "w") {
+			capacity = pc
+		}
+		if capacity <= 0 {
+			continue
+		}
+		member := d + "|" + claim
+		deadline := now + s.cfgInt("ready_ms") + a.RoomMargin.Milliseconds()
+		s.rooms[member] = deadline
+		n := int64(1)
+		for _, f := range rooms {
+			if strings.HasPrefix(f, d+"|") {
+				n++
+			}
+		}
+		if n <= capacity {
+			return lua.AcquireResult{Kind: lua.AcquireFollower, Deploy: d, Room: member, RoomDeadline: time.UnixMilli(deadline)}, nil
+		}
+		delete(s.rooms, member)
+	}
+
+	if int64(len(s.pods)+len(deploys)) < s.cfgInt("max_pods") && int64(len(deploys)) < s.cfgInt("parallel") {
+		s.fence++
+		member := strconv.FormatInt(s.fence, 10)
+		s.deploys[member] = ms(a.LeaseDeadline)
+		spec, err := s.spec()
+		return lua.AcquireResult{Kind: lua.AcquireDeploy, Deploy: member, Fence: s.fence, Spec: spec}, err
+	}
+	return lua.AcquireResult{Kind: lua.AcquireMaxReached, Pods: len(s.pods), Deploys: len(deploys)}, nil
+}
+
+func sortByNumber(ds []string) {
+	for i := 1; i < len(ds); i++ {
+		for j := i; j > 0 && deployNumber(ds[j]) < deployNumber(ds[j-1]); j-- {
+			ds[j], ds[j-1] = ds[j-1], ds[j]
+		}
+	}
+}
+
+// PodRegister models pod_register.lua.
+func (s *Scope) PodRegister(deploy string, pod warmpool.Pod, leaderClaim string, now, claimDeadline time.Time) (int, error) {
+	if !s.epoch {
+		return 0, warmpool.ErrEpochLost
+	}
+	info, err := json.Marshal(pod)
+	if err != nil {
+		return 0, err
+	}
+	t := ms(now)
+	if lease, ok := s.deploys[deploy]; !ok || lease <= t {
+		return 0, lua.ErrFenced
+	}
+	delete(s.deploys, deploy)
+	s.pods[pod.ID] = t
+	s.podVer[pod.ID] = pod.DeployVer
+	s.podInfo[pod.ID] = string(info)
+	n := int64(0)
+	for _, f := range s.rooms.asc() {
+		if c, ok := strings.CutPrefix(f, deploy+"|"); ok {
+			delete(s.rooms, f)
+			s.claims[c] = ms(claimDeadline)
+			s.claimOf[c] = pod.ID
+			n++
+		}
+	}
+	if leaderClaim != "" {
+		s.claims[leaderClaim] = ms(claimDeadline)
+		s.claimOf[leaderClaim] = pod.ID
+		n++
+	}
+	if ver, ok := s.config["deploy_ver"]; ok && ver == pod.DeployVer {
+		q := s.handoff(now)
+		for n < s.cfgInt("pod_concurrency") {
+			w := s.nextWaiter(q)
+			if w == "" {
+				break
+			}
+			s.grant(q, w, pod.ID)
+			n++
+		}
+	}
+	s.slots[pod.ID] = n
+	if n == 0 {
+		s.idle[pod.ID] = t
+	}
+	return int(n), nil
+}
+
+// PodPurge models pod_purge.lua. The sessions it returns are in no particular order
+// (the script reads a HASH).
+func (s *Scope) PodPurge(pod, reason string, idleSince *time.Time) ([]string, error) {
+	if !s.epoch {
+		return nil, warmpool.ErrEpochLost
+	}
+	if idleSince != nil {
+		if since, ok := s.idle[pod]; !ok || since != ms(*idleSince) {
+			return nil, lua.ErrPodBusy
+		}
+	}
+	out := []string{}
+	for sid, p := range s.sess {
+		if p == pod {
+			delete(s.sess, sid)
+			delete(s.sessExp, sid)
+			out = append(out, sid)
+		}
+	}
+	for c, p := range s.claimOf {
+		if p == pod {
+			s.claimOf[c] = "!pod " + pod + " is gone: " + reason
+		}
+	}
+	delete(s.pods, pod)
+	delete(s.podVer, pod)
+	delete(s.podInfo, pod)
+	delete(s.slots, pod)
+	delete(s.idle, pod)
+	delete(s.health, pod)
+	s.gone[pod] = true
+	return out, nil
+}
+
+// PodPlaceholder models pod_placeholder.lua.
+func (s *Scope) PodPlaceholder(now, leaseDeadline, noteDeadline time.Time) (lua.PlaceholderResult, error) {
+	if err := s.refused(); err != nil {
+		return lua.PlaceholderResult{}, err
+	}
+	ver := s.config["deploy_ver"]
+	q := s.handoff(now)
+	s.expirePool(ms(now), ms(noteDeadline), q)
+	warm := int64(0)
+	for pod := range s.idle {
+		if s.podVer[pod] == ver {
+			warm++
+		}
+	}
+	for d := range s.deploys {
+		if strings.HasSuffix(d, "w") {
+			warm++
+		}
+	}
+	switch {
+	case warm >= s.cfgInt("min_idle"):
+		return lua.PlaceholderResult{Kind: lua.PlaceholderEnough}, nil
+	case int64(len(s.pods)+len(s.deploys)) >= s.cfgInt("max_pods"):
+		return lua.PlaceholderResult{Kind: lua.PlaceholderMaxReached}, nil
+	case int64(len(s.deploys)) >= s.cfgInt("parallel"):
+		return lua.PlaceholderResult{Kind: lua.PlaceholderBusy}, nil
+	}
+	s.fence++
+	member := strconv.FormatInt(s.fence, 10) + "w"
+	s.deploys[member] = ms(leaseDeadline)
+	spec, err := s.spec()
+	return lua.PlaceholderResult{Kind: lua.PlaceholderDeploy, Deploy: member, Fence: s.fence, Spec: spec}, err
+}
+
+// PodAdopt models pod_adopt.lua.
+func (s *Scope) PodAdopt(pod warmpool.Pod, now time.Time, sessionsUnknown bool) (string, error) {
+	if s.config == nil {
+		return "", s.noScope()
+	}
+	info, err := json.Marshal(pod)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case hasMember(s.pods, pod.ID):
+		return lua.AdoptKnown, nil
+	case s.gone[pod.ID]:
+		return lua.AdoptGone, nil
+	case int64(len(s.pods)+len(s.deploys)) >= s.cfgInt("max_pods"):
+		return lua.AdoptFull, nil
+	}
+	t := ms(now)
+	s.pods[pod.ID] = t
+	s.podVer[pod.ID] = pod.DeployVer
+	s.podInfo[pod.ID] = string(info)
+	if !sessionsUnknown {
+		s.slots[pod.ID] = 0
+		s.idle[pod.ID] = t
+		return lua.AdoptAdopted, nil
+	}
+	pc := s.cfgInt("pod_concurrency")
+	for n := int64(1); n <= pc; n++ {
+		claim := fmt.Sprintf("adopted:%s:%d", pod.ID, n)
+		s.claims[claim] = t + s.cfgInt("session_ttl_ms")
+		s.claimOf[claim] = pod.ID
+	}
+	s.slots[pod.ID] = pc
+	return lua.AdoptAdopted, nil
+}
+
+func hasMember(z zset, m string) bool {
+	_, ok := z[m]
+	return ok
+}
+
+// PodHealth models pod_health.lua.
+func (s *Scope) PodHealth(pod string, ok bool) int {
+	if ok || !hasMember(s.pods, pod) {
+		delete(s.health, pod)
+		return 0
+	}
+	s.health[pod]++
+	return int(s.health[pod])
+}
+
+// FenceRaise models fence_raise.lua.
+func (s *Scope) FenceRaise(atLeast int64) {
+	s.fence = max(s.fence, atLeast)
+}
+
+// DeployExtend models deploy_extend.lua.
+func (s *Scope) DeployExtend(deploy string, now, deadline time.Time) bool {
+	if lease, ok := s.deploys[deploy]; !ok || lease <= ms(now) {
+		return false
+	}
+	s.deploys[deploy] = ms(deadline)
+	return true
+}
+
+// DeployAbort models deploy_abort.lua.
+func (s *Scope) DeployAbort(deploy, reason string, noteDeadline time.Time) int {
+	delete(s.deploys, deploy)
+	return s.failFollowers(deploy, reason, ms(noteDeadline))
+}
+
+// FollowerWait models follower_wait.lua.
+func (s *Scope) FollowerWait(deploy, room, claim string, now time.Time) (lua.FollowerState, error) {
+	if pod, ok := s.claimOf[claim]; ok {
+		if reason, failed := strings.CutPrefix(pod, "!"); failed {
+			return lua.FollowerState{State: lua.FollowerFailed, Reason: reason}, nil
+		}
+		p, err := decodePod(pod, s.podInfo[pod])
+		if err != nil {
+			return lua.FollowerState{}, malformed("follower_wait.lua", err.Error())
+		}
+		return lua.FollowerState{State: lua.FollowerReady, Pod: p}, nil
+	}
+	t := ms(now)
+	if lease, ok := s.deploys[deploy]; !ok || lease <= t {
+		delete(s.rooms, room)
+		return lua.FollowerState{State: lua.FollowerFailed, Reason: reasonLeaderGone}, nil
+	}
+	if d, ok := s.rooms[room]; !ok || d <= t {
+		delete(s.rooms, room)
+		return lua.FollowerState{State: lua.FollowerFailed, Reason: reasonRoomTimout}, nil
+	}
+	return lua.FollowerState{State: lua.FollowerWaiting}, nil
+}
+
+// FollowerLeave models follower_leave.lua.
+func (s *Scope) FollowerLeave(room, claim string, now time.Time) {
+	delete(s.rooms, room)
+	s.releaseClaim(claim, ms(now), s.handoff(now))
+}
+
+// ClaimRelease models claim_release.lua.
+func (s *Scope) ClaimRelease(claim string, now time.Time) (string, int) {
+	pod, n := s.releaseClaim(claim, ms(now), s.handoff(now))
+	return pod, int(n)
+}
+
+// HoldTouch models hold_touch.lua.
+func (s *Scope) HoldTouch(hold, pod string, now time.Time) (time.Time, error) {
+	if err := s.refused(); err != nil {
+		return time.Time{}, err
+	}
+	t := ms(now)
+	d, ok := s.claims[hold]
+	if s.claimOf[hold] != pod || !ok || d <= t {
+		return time.Time{}, lua.ErrNoHold
+	}
+	until := t + s.cfgInt("hold_ttl_ms")
+	s.claims[hold] = until
+	return time.UnixMilli(until), nil
+}
+
+// HoldRelease models hold_release.lua.
+func (s *Scope) HoldRelease(hold, pod string, now time.Time) (bool, error) {
+	if err := s.refused(); err != nil {
+		return false, err
+	}
+	q := s.handoff(now)
+	s.expireClaims(ms(now), q)
+	if s.claimOf[hold] != pod {
+		return false, lua.ErrNoHold
+	}
+	s.releaseClaim(hold, ms(now), q)
+	return hasMember(s.idle, pod), nil
+}
+
+// SessionRoute models session_route.lua; a cached answer never expires here.
+func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
+	if err := s.refused(); err != nil {
+		return lua.RouteResult{}, err
+	}
+	now, sid, claim, waiter := ms(a.Now), a.Session, a.Claim, a.Waiter
+	ver, pc := s.config["deploy_ver"], s.cfgInt("pod_concurrency")
+	q := s.handoff(a.Now)
+
+	leave := func(used string) {
+		if waiter == "" {
+			return
+		}
+		delete(s.waiters, waiter)
+		delete(s.queue, waiter)
+		if _, ok := s.claimOf[waiter]; used != waiter && ok {
+			s.releaseClaim(waiter, now, q)
+		}
+	}
+	idem := a.RequestID != ""
+	if idem {
+		if cached, ok := s.idem[a.RequestID]; ok {
+			if claim != "" {
+				s.releaseClaim(claim, now, q)
+			}
+			leave("")
+			parts := strings.SplitN(cached, "\n", 4)
+			return served(lua.RouteReplay, parts[0], parts[2], parts[3], parts[1])
+		}
+	}
+	expiry := now + s.cfgInt("session_ttl_ms")
+	s.expireClaims(now, q)
+
+	answer := func(kind, flag, pod string) (lua.RouteResult, error) {
+		info := s.podInfo[pod]
+		if _, ok := s.idem[a.RequestID]; idem && !ok {
+			s.idem[a.RequestID] = flag + "\n" + sid + "\n" + pod + "\n" + info
+		}
+		return served(kind, flag, pod, info, sid)
+	}
+	bind := func(pod, used string) (lua.RouteResult, error) {
+		leave(used)
+		s.sess[sid] = pod
+		s.sessExp[sid] = expiry
+		delete(s.idle, pod)
+		return answer(lua.RouteNew, "1", pod)
+	}
+
+	if bound, ok := s.sess[sid]; ok {
+		if e, ok := s.sessExp[sid]; ok && e > now {
+			s.sessExp[sid] = expiry
+			if claim != "" {
+				s.releaseClaim(claim, now, q)
+			}
+			leave("")
+			return answer(lua.RouteBound, "0", bound)
+		}
+		s.evictSession(sid, now, q)
+	}
+
+	for _, c := range []string{claim, waiter} {
+		if c == "" {
+			continue
+		}
+		pod, ok := s.claimOf[c]
+		if holdsPod(pod) && s.podVer[pod] == ver {
+			delete(s.claims, c)
+			delete(s.claimOf, c)
+			return bind(pod, c)
+		}
+		if ok {
+			s.releaseClaim(c, now, q)
+		}
+	}
+
+	for _, pod := range s.pods.asc() {
+		if s.podVer[pod] != ver {
+			continue
+		}
+		for n := s.slots[pod]; n < pc; n++ {
+			w := s.nextWaiter(q)
+			s.slots[pod]++
+			delete(s.idle, pod)
+			if w == "" || w == waiter {
+				return bind(pod, "")
+			}
+			s.grant(q, w, pod)
+		}
+	}
+
+	if waiter == "" {
+		return lua.RouteResult{Kind: lua.RouteNone}, nil
+	}
+	if !hasMember(s.queue, waiter) {
+		if len(s.queue) == 0 && !a.Join {
+			return lua.RouteResult{Kind: lua.RouteNone}, nil
+		}
+		size, wait := s.cfgInt("queue_size"), s.cfgInt("wait_ms")
+		if size == 0 || wait == 0 {
+			return lua.RouteResult{Kind: lua.RouteNoWait}, nil
+		}
+		if !hasMember(s.waiters, waiter) {
+			s.dropWaiters(q)
+			if int64(len(s.waiters)) >= size {
+				return lua.RouteResult{Kind: lua.RouteFull}, nil
+			}
+			s.waiters[waiter] = now + wait
+		}
+		s.qseq++
+		s.queue[waiter] = s.qseq
+	}
+	deadline, ok := s.waiters[waiter]
+	if !ok {
+		return lua.RouteResult{}, malformed("session_route.lua", "a queued caller with no deadline")
+	}
+	return lua.RouteResult{Kind: lua.RouteQueued, Rank: s.queue.rank(waiter), Deadline: time.UnixMilli(deadline)}, nil
+}
+
+// served is the answer of a route that bound (or had bound) the session.
+func served(kind, flag, pod, info, sid string) (lua.RouteResult, error) {
+	p, err := decodePod(pod, info)
+	if err != nil {
+		return lua.RouteResult{}, malformed("session_route.lua", err.Error())
+	}
+	return lua.RouteResult{Kind: kind, New: flag == "1", Pod: p, Session: sid}, nil
+}
+
+// SessionTouch models session_touch.lua.
+func (s *Scope) SessionTouch(sid string, now time.Time) (string, error) {
+	if err := s.refused(); err != nil {
+		return "", err
+	}
+	t := ms(now)
+	e, ok := s.sessExp[sid]
+	if !ok {
+		return lua.TouchUnknown, nil
+	}
+	if e > t {
+		s.sessExp[sid] = t + s.cfgInt("session_ttl_ms")
+		return lua.TouchTouched, nil
+	}
+	s.evictSession(sid, t, s.handoff(now))
+	return lua.TouchExpired, nil
+}
+
+// SessionEnd models session_end.lua.
+func (s *Scope) SessionEnd(sid string, now time.Time) (bool, error) {
+	if err := s.refused(); err != nil {
+		return false, err
+	}
+	if _, ok := s.sess[sid]; !ok {
+		return false, nil
+	}
+	s.evictSession(sid, ms(now), s.handoff(now))
+	return true, nil
+}
+
+// SessionEvict models session_evict.lua.
+func (s *Scope) SessionEvict(now time.Time, limit int) (evicted, claims int, err error) {
+	if !s.epoch {
+		return 0, 0, warmpool.ErrEpochLost
+	}
+	t, q := ms(now), s.handoff(now)
+	gone := s.sessExp.upTo(t)
+	if len(gone) > limit {
+		gone = gone[:limit]
+	}
+	for _, sid := range gone {
+		s.evictSession(sid, t, q)
+	}
+	return len(gone), s.expireClaims(t, q), nil
+}
+
+// SessionGet models session_get.lua.
+func (s *Scope) SessionGet(sid string, now time.Time) (lua.SessionBinding, error) {
+	if s.config == nil {
+		return lua.SessionBinding{}, s.noScope()
+	}
+	pod, ok := s.sess[sid]
+	e, live := s.sessExp[sid]
+	if !ok || !live || e <= ms(now) {
+		return lua.SessionBinding{}, lua.ErrNoSession
+	}
+	p, err := decodePod(pod, s.podInfo[pod])
+	if err != nil {
+		return lua.SessionBinding{}, malformed("session_get.lua", err.Error())
+	}
+	return lua.SessionBinding{Pod: p, ExpiresAt: time.UnixMilli(e)}, nil
+}
+
+// WaiterLeave models waiter_leave.lua.
+func (s *Scope) WaiterLeave(waiter string, now time.Time) {
+	delete(s.waiters, waiter)
+	delete(s.queue, waiter)
+	s.releaseClaim(waiter, ms(now), s.handoff(now))
+}
+
+// ScopeRepair models scope_repair.lua.
+func (s *Scope) ScopeRepair(now, noteDeadline time.Time, recount bool) (lua.RepairReport, error) {
+	if !s.epoch {
+		return lua.RepairReport{}, warmpool.ErrEpochLost
+	}
+	t := ms(now)
+	rep := lua.RepairReport{Deploys: len(s.deploys.upTo(t)), Waiters: len(s.waiters.upTo(t))}
+	q := s.handoff(now)
+	s.expirePool(t, ms(noteDeadline), q)
+	s.dropWaiters(q)
+	for w := range s.queue {
+		if !hasMember(s.waiters, w) {
+			delete(s.queue, w)
+			rep.Waiters++
+		}
+	}
+	if !recount {
+		return rep, nil
+	}
+	count := map[string]int64{}
+	for pod := range s.pods {
+		count[pod] = 0
+	}
+	for sid, pod := range s.sess {
+		if _, ok := count[pod]; ok {
+			count[pod]++
+		} else {
+			delete(s.sess, sid)
+			delete(s.sessExp, sid)
+			rep.Sessions++
+		}
+	}
+	for c, pod := range s.claimOf {
+		if !holdsPod(pod) {
+			continue
+		}
+		if _, ok := count[pod]; ok {
+			count[pod]++
+		} else {
+			delete(s.claimOf, c)
+			delete(s.claims, c)
+			rep.Claims++
+		}
+	}
+	for pod := range s.slots {
+		if _, ok := count[pod]; !ok {
+			delete(s.slots, pod)
+			rep.SlotCounts++
+		}
+	}
+	for pod, n := range count {
+		if have, ok := s.slots[pod]; !ok || have != n {
+			s.slots[pod] = n
+			rep.SlotCounts++
+		}
+		if n > 0 {
+			delete(s.idle, pod)
+		}
+	}
+	for pod := range s.idle {
+		if _, ok := count[pod]; !ok {
+			delete(s.idle, pod)
+		}
+	}
+	return rep, nil
+}
+
+// Snapshot is the state as lua.Store.Snapshot reads it.
+func (s *Scope) Snapshot() lua.Snapshot {
+	snap := lua.Snapshot{
+		Deploys: times(s.deploys), Followers: times(s.rooms), ClaimPod: copyMap(s.claimOf), Queued: len(s.waiters),
+		Claims: times(s.claims), Sessions: copyMap(s.sess), SessExp: times(s.sessExp), Waiters: times(s.waiters),
+		Queue: map[string]int64{}, Fence: s.fence,
+	}
+	for w, n := range s.queue {
+		snap.Queue[w] = n
+	}
+	claims := map[string]int{}
+	for _, pod := range s.claimOf {
+		claims[pod]++
+	}
+	for _, id := range s.pods.asc() {
+		p, err := decodePod(id, s.podInfo[id])
+		if err != nil {
+			p = warmpool.Pod{ID: id, ScopeID: s.id}
+		}
+		st := lua.PodState{Pod: p, Slots: int(s.slots[id]), Claims: claims[id], RegisteredAt: time.UnixMilli(s.pods[id])}
+		if since, ok := s.idle[id]; ok {
+			st.Idle, st.IdleSince = true, time.UnixMilli(since)
+		}
+		snap.Pods = append(snap.Pods, st)
+	}
+	return snap
+}
+
+func times(z zset) map[string]time.Time {
+	out := make(map[string]time.Time, len(z))
+	for m, v := range z {
+		out[m] = time.UnixMilli(v)
+	}
+	return out
+}
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// IdleSince is when a pod went idle, false when it is not idle: what the sweeper
+// passes to a conditional purge.
+func (s *Scope) IdleSince(pod string) (time.Time, bool) {
+	since, ok := s.idle[pod]
+	return time.UnixMilli(since), ok
+}
+
+// Lines renders a snapshot as sorted lines, one fact each, so that two snapshots
+// compare as text and their difference reads as the facts that differ.
+func Lines(snap lua.Snapshot) []string {
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	for i, p := range snap.Pods {
+		add("pod %s #%d ver=%s slots=%d claims=%d idle=%v since=%d registered=%d sse=%s",
+			p.Pod.ID, i, p.Pod.DeployVer, p.Slots, p.Claims, p.Idle, msOrZero(p.IdleSince), p.RegisteredAt.UnixMilli(), p.Pod.SSEURL)
+	}
+	zs := []struct {
+		name string
+		m    map[string]time.Time
+	}{{"deploy", snap.Deploys}, {"room", snap.Followers}, {"claim", snap.Claims}, {"sexp", snap.SessExp}, {"waiter", snap.Waiters}}
+	for _, z := range zs {
+		for k, v := range z.m {
+			add("%s %s %d", z.name, k, v.UnixMilli())
+		}
+	}
+	for k, v := range snap.ClaimPod {
+		add("claimpod %s %s", k, v)
+	}
+	for k, v := range snap.Sessions {
+		add("session %s %s", k, v)
+	}
+	for k, v := range snap.Queue {
+		add("queue %s %d", k, v)
+	}
+	add("queued %d", snap.Queued)
+	add("fence %d", snap.Fence)
+	slices.Sort(out)
+	return out
+}
+
+func msOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}

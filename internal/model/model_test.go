@@ -1,0 +1,611 @@
+package model_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/invariant"
+	"github.com/warmpool/warmpool/internal/model"
+	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/lua"
+)
+
+// steps is the length of each run.
+var steps = flag.Int("model.steps", 60, "steps of each run of TestScriptsFollowTheModel")
+
+// TestScriptsFollowTheModel runs random sequences of every pool and session script on
+// two scopes through lua.Store and through the model side by side, and compares their
+// answers and the whole state of both scopes after every step; the SPEC §6 invariants
+// are checked on Redis's state too. make test runs 100 sequences (rapid's default) of
+// 60 steps; make soak runs more and longer ones (-rapid.checks, -model.steps).
+//
+// Each run draws an order of the steps (each as often as its weight) and then each
+// step from it: rapid favours the first entries of a list, so every run leans on a few
+// steps of its own, and over many runs every step gets its turn.
+func TestScriptsFollowTheModel(t *testing.T) {
+	if !testredis.Real() && os.Getenv("CI") != "" {
+		t.Fatal("REDIS_ADDR is not set: in CI the model runs against a real redis-server (scripts/with-redis.sh)")
+	}
+	r := testredis.New(t)
+	var runs atomic.Int64
+	seen := map[string]int{}
+	rapid.Check(t, func(rt *rapid.T) {
+		w := newWorld(rt, r, fmt.Sprintf("%sm%d:", r.Prefix, runs.Add(1)), seen)
+		actions := w.actions()
+		var names []string
+		for _, name := range slices.Sorted(maps.Keys(actions)) {
+			for range weights[name] {
+				names = append(names, name)
+			}
+		}
+		order := rapid.Permutation(names).Draw(rt, "order")
+		for range *steps {
+			name := rapid.SampledFrom(order).Draw(rt, "step")
+			actions[name](rt)
+		}
+	})
+	var lines []string
+	for k, n := range seen {
+		lines = append(lines, fmt.Sprintf("%6d %s", n, k))
+	}
+	slices.Sort(lines)
+	t.Logf("answers seen, by step:\n%s", strings.Join(lines, "\n"))
+}
+
+// weights say how often each step comes, roughly as callers make them: routes,
+// acquires and registers often, the steps that take a scope apart (a new config, a
+// lost epoch, a purge, an aborted deploy) now and then.
+var weights = map[string]int{
+	"session_route": 6, "pod_acquire": 4, "pod_register": 4,
+	"session_touch": 2, "session_end": 2, "session_evict": 2, "claim_release": 2, "hold_touch": 2, "hold_release": 2,
+	"follower_wait": 2, "pod_placeholder": 2, "deploy_extend": 2, "scope_repair": 2,
+	"session_get": 1, "follower_leave": 1, "waiter_leave": 1, "deploy_abort": 1, "pod_purge": 1, "pod_adopt": 1,
+	"pod_health": 1, "fence_raise": 1, "scope_publish": 1, "epoch_lost": 1,
+}
+
+// The scopes of every run: a has room for three pods of two sessions, deployed two at
+// a time, a short queue and a warm pool of one; b has one pod of one session, so that
+// its queue fills within a few steps. A step lets about a second pass on average, so
+// sessions, holds, waits and grants live for a few steps to a few dozen.
+var scopeConfigs = map[string]warmpool.PoolConfig{
+	"a": {MaxConcurrency: 6, PodConcurrency: 2, MinIdlePods: 1, PodTTLS: 60, SessionTTLS: 30, QueueSize: 2, WaitTimeoutS: 10, HoldTTLS: 15, MaxParallelDeploys: 2},
+	"b": {MaxConcurrency: 1, PodConcurrency: 1, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10},
+}
+
+// variants are the configs a scope is published with in turn: the first, a new image
+// (class A: a new deploy_ver) and another queue (class B).
+func variants(pool warmpool.PoolConfig) []warmpool.ScopeConfig {
+	var out []warmpool.ScopeConfig
+	for i, image := range []string{"agent:1", "agent:2", "agent:1"} {
+		c := warmpool.DefaultScopeConfig()
+		c.Deploy.Image, c.Deploy.ReadyTimeoutS = image, 10
+		c.Pool = pool
+		if i == 2 {
+			c.Pool.QueueSize, c.Pool.WaitTimeoutS = pool.QueueSize+1, pool.WaitTimeoutS+1
+		}
+		if err := c.Normalize(); err != nil {
+			panic(err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// side is one scope seen from both sides, with what the run has been handed so far:
+// the ids a later step may use, rightly or not.
+type side struct {
+	id       string
+	model    *model.Scope
+	configs  []warmpool.ScopeConfig
+	current  int
+	version  int64
+	deploys  []deployRef
+	rooms    []roomRef
+	claims   []string
+	pods     []string
+	sessions []string
+	waiters  []string
+}
+
+type deployRef struct {
+	member string
+	fence  int64
+	ver    string
+	leader string // the claim of the acquire that leads it; "" for a warm-pool deploy
+}
+
+type roomRef struct{ deploy, room, claim string }
+
+type world struct {
+	t     *rapid.T
+	r     *testredis.Redis
+	store *lua.Store
+	now   time.Time
+	sides []*side
+	seq   int
+	// seen counts the answers of each kind of step, for the log of the run.
+	seen map[string]int
+}
+
+func newWorld(t *rapid.T, r *testredis.Redis, prefix string, seen map[string]int) *world {
+	w := &world{t: t, r: r, store: lua.NewStore(r.Client, prefix), now: time.UnixMilli(1_700_000_000_000), seen: seen}
+	for _, id := range []string{"a", "b"} {
+		s := &side{id: id, model: model.NewScope(id), configs: variants(scopeConfigs[id]),
+			sessions: []string{"s0", "s1", "s2", "s3", "s4"}, waiters: []string{"w0", "w1", "w2", "w3"}}
+		w.sides = append(w.sides, s)
+		w.publish(s, 0, 1)
+	}
+	if _, err := w.store.Bootstrap(context.Background(), "epoch-1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range w.sides {
+		s.model.Bootstrap()
+	}
+	return w
+}
+
+func (w *world) publish(s *side, variant int, version int64) {
+	cfg := s.configs[variant]
+	rec := lua.ScopeRecord{ScopeID: s.id, Config: cfg, Version: version, DeployVer: cfg.Deploy.DeployVer()}
+	got := w.store.ScopePublish(context.Background(), rec)
+	want := s.model.Publish(rec)
+	w.same("scope_publish", nil, nil, got, want)
+	if got == nil && version > s.version {
+		s.current, s.version = variant, version
+	}
+}
+
+// pick draws one of the ids handed out so far, or one never handed out.
+func pick(t *rapid.T, label string, ids []string) string {
+	return rapid.SampledFrom(append([]string{"unknown-" + label}, ids...)).Draw(t, label)
+}
+
+// after draws a deadline some seconds after now: a lease or a claim of a caller that
+// takes its time, or a note that may soon expire.
+func (w *world) after(label string) time.Time {
+	return w.now.Add(time.Duration(rapid.IntRange(1, 40).Draw(w.t, label)) * time.Second)
+}
+
+func (w *world) fresh(kind string) string {
+	w.seq++
+	return fmt.Sprintf("%s%d", kind, w.seq)
+}
+
+// actions are the steps of a run, each one script run on both sides. Every step first
+// lets some time pass: none, a little, a step back (replicas' clocks differ) or, now and
+// then, a jump of seconds, so that deadlines fall between steps.
+func (w *world) actions() map[string]func(*rapid.T) {
+	ctx := context.Background()
+	step := func(name string, f func(s *side)) func(*rapid.T) {
+		return func(t *rapid.T) {
+			w.t = t
+			dt := time.Duration(rapid.IntRange(-2, 10).Draw(t, "dt")) * 100 * time.Millisecond
+			if rapid.IntRange(0, 29).Draw(t, "jump") == 29 {
+				dt = time.Duration(rapid.IntRange(5, 60).Draw(t, "jump s")) * time.Second
+			}
+			w.now = w.now.Add(dt)
+			s := w.sides[rapid.IntRange(0, len(w.sides)-1).Draw(t, "scope")]
+			f(s)
+			w.compare(name, s)
+		}
+	}
+	return map[string]func(*rapid.T){
+		"pod_acquire": step("pod_acquire", func(s *side) {
+			a := lua.AcquireArgs{Now: w.now, Claim: w.fresh("c"), ClaimDeadline: w.after("claim deadline"),
+				LeaseDeadline: w.after("lease deadline"), RoomMargin: time.Second}
+			got, gotErr := w.store.PodAcquire(ctx, s.id, a)
+			want, wantErr := s.model.PodAcquire(a)
+			w.same("pod_acquire", got, want, gotErr, wantErr)
+			s.claims = append(s.claims, a.Claim)
+			switch got.Kind {
+			case lua.AcquireFollower:
+				s.rooms = append(s.rooms, roomRef{deploy: got.Deploy, room: got.Room, claim: a.Claim})
+			case lua.AcquireDeploy:
+				s.deploys = append(s.deploys, deployRef{member: got.Deploy, fence: got.Fence, ver: got.Spec.DeployVer(), leader: a.Claim})
+			}
+		}),
+		"pod_placeholder": step("pod_placeholder", func(s *side) {
+			lease, note := w.after("lease deadline"), w.after("note deadline")
+			got, gotErr := w.store.PodPlaceholder(ctx, s.id, w.now, lease, note)
+			want, wantErr := s.model.PodPlaceholder(w.now, lease, note)
+			w.same("pod_placeholder", got, want, gotErr, wantErr)
+			if got.Kind == lua.PlaceholderDeploy {
+				s.deploys = append(s.deploys, deployRef{member: got.Deploy, fence: got.Fence, ver: got.Spec.DeployVer()})
+			}
+		}),
+		"pod_register": step("pod_register", func(s *side) {
+			if len(s.deploys) == 0 {
+				return
+			}
+			d := rapid.SampledFrom(s.deploys).Draw(w.t, "deploy")
+			if live := s.liveDeploys(); len(live) > 0 && rapid.IntRange(0, 3).Draw(w.t, "live deploy") > 0 {
+				d = rapid.SampledFrom(live).Draw(w.t, "deploy")
+			}
+			leader := ""
+			if d.leader != "" && rapid.IntRange(0, 3).Draw(w.t, "leader") > 0 {
+				leader = d.leader
+			}
+			pod := warmpool.Pod{ID: warmpool.PodName(s.id, d.fence), ScopeID: s.id, DeployVer: d.ver, Fence: d.fence,
+				SSEURL: "http://127.0.0.1:1/" + d.member}
+			claimDeadline := w.after("claim deadline")
+			got, gotErr := w.store.PodRegister(ctx, s.id, d.member, pod, leader, w.now, claimDeadline)
+			want, wantErr := s.model.PodRegister(d.member, pod, leader, w.now, claimDeadline)
+			w.same("pod_register", got, want, gotErr, wantErr)
+			if gotErr == nil && !slices.Contains(s.pods, pod.ID) {
+				s.pods = append(s.pods, pod.ID)
+			}
+		}),
+		"deploy_extend": step("deploy_extend", func(s *side) {
+			d := s.deploy(w.t)
+			deadline := w.after("lease deadline")
+			got, gotErr := w.store.DeployExtend(ctx, s.id, d, w.now, deadline)
+			w.same("deploy_extend", got, s.model.DeployExtend(d, w.now, deadline), gotErr, nil)
+		}),
+		"deploy_abort": step("deploy_abort", func(s *side) {
+			d := s.deploy(w.t)
+			note := w.after("note deadline")
+			got, gotErr := w.store.DeployAbort(ctx, s.id, d, "image pull failed", note)
+			w.same("deploy_abort", got, s.model.DeployAbort(d, "image pull failed", note), gotErr, nil)
+		}),
+		"follower_wait": step("follower_wait", func(s *side) {
+			if len(s.rooms) == 0 {
+				return
+			}
+			f := s.room(w.t)
+			got, gotErr := w.store.FollowerWait(ctx, s.id, f.deploy, f.room, f.claim, w.now)
+			want, wantErr := s.model.FollowerWait(f.deploy, f.room, f.claim, w.now)
+			w.same("follower_wait", got, want, gotErr, wantErr)
+		}),
+		"follower_leave": step("follower_leave", func(s *side) {
+			if len(s.rooms) == 0 {
+				return
+			}
+			f := s.room(w.t)
+			gotErr := w.store.FollowerLeave(ctx, s.id, f.room, f.claim, w.now)
+			s.model.FollowerLeave(f.room, f.claim, w.now)
+			w.same("follower_leave", nil, nil, gotErr, nil)
+		}),
+		"claim_release": step("claim_release", func(s *side) {
+			c := s.claim(w.t)
+			pod, n, gotErr := w.store.ClaimRelease(ctx, s.id, c, w.now)
+			wantPod, wantN := s.model.ClaimRelease(c, w.now)
+			w.same("claim_release", []any{pod, n}, []any{wantPod, wantN}, gotErr, nil)
+		}),
+		"hold_touch": step("hold_touch", func(s *side) {
+			c, pod := s.hold(w.t)
+			got, gotErr := w.store.HoldTouch(ctx, s.id, c, pod, w.now)
+			want, wantErr := s.model.HoldTouch(c, pod, w.now)
+			w.same("hold_touch", got, want, gotErr, wantErr)
+		}),
+		"hold_release": step("hold_release", func(s *side) {
+			c, pod := s.hold(w.t)
+			got, gotErr := w.store.HoldRelease(ctx, s.id, c, pod, w.now)
+			want, wantErr := s.model.HoldRelease(c, pod, w.now)
+			w.same("hold_release", got, want, gotErr, wantErr)
+		}),
+		"session_route": step("session_route", func(s *side) {
+			a := lua.RouteArgs{Now: w.now, Session: rapid.SampledFrom(s.sessions).Draw(w.t, "session"), IdemTTL: time.Hour}
+			if rapid.Bool().Draw(w.t, "with claim") {
+				a.Claim = s.claim(w.t)
+			}
+			if rapid.Bool().Draw(w.t, "as waiter") {
+				a.Waiter = rapid.SampledFrom(s.waiters).Draw(w.t, "waiter")
+				a.Join = rapid.Bool().Draw(w.t, "join")
+			}
+			if rapid.IntRange(0, 3).Draw(w.t, "idempotent") == 0 {
+				a.RequestID = rapid.SampledFrom([]string{"r0", "r1", "r2"}).Draw(w.t, "request")
+			}
+			got, gotErr := w.store.SessionRoute(ctx, s.id, a)
+			want, wantErr := s.model.SessionRoute(a)
+			w.same("session_route", got, want, gotErr, wantErr)
+		}),
+		"session_touch": step("session_touch", func(s *side) {
+			sid := s.session(w.t)
+			got, gotErr := w.store.SessionTouch(ctx, s.id, sid, w.now)
+			want, wantErr := s.model.SessionTouch(sid, w.now)
+			w.same("session_touch", got, want, gotErr, wantErr)
+		}),
+		"session_end": step("session_end", func(s *side) {
+			sid := s.session(w.t)
+			got, gotErr := w.store.SessionEnd(ctx, s.id, sid, w.now)
+			want, wantErr := s.model.SessionEnd(sid, w.now)
+			w.same("session_end", got, want, gotErr, wantErr)
+		}),
+		"session_get": step("session_get", func(s *side) {
+			sid := s.session(w.t)
+			got, gotErr := w.store.SessionGet(ctx, s.id, sid, w.now)
+			want, wantErr := s.model.SessionGet(sid, w.now)
+			w.same("session_get", got, want, gotErr, wantErr)
+		}),
+		"session_evict": step("session_evict", func(s *side) {
+			limit := rapid.IntRange(1, 4).Draw(w.t, "limit")
+			gotN, gotC, gotErr := w.store.SessionEvict(ctx, s.id, w.now, limit)
+			wantN, wantC, wantErr := s.model.SessionEvict(w.now, limit)
+			w.same("session_evict", []int{gotN, gotC}, []int{wantN, wantC}, gotErr, wantErr)
+		}),
+		"waiter_leave": step("waiter_leave", func(s *side) {
+			wid := rapid.SampledFrom(s.waiters).Draw(w.t, "waiter")
+			gotErr := w.store.WaiterLeave(ctx, s.id, wid, w.now)
+			s.model.WaiterLeave(wid, w.now)
+			w.same("waiter_leave", nil, nil, gotErr, nil)
+		}),
+		"pod_purge": step("pod_purge", func(s *side) {
+			pod := pick(w.t, "pod", s.pods)
+			var cond *time.Time
+			switch rapid.IntRange(0, 2).Draw(w.t, "condition") {
+			case 1:
+				if since, ok := s.model.IdleSince(pod); ok {
+					cond = &since
+				}
+			case 2:
+				c := w.now
+				cond = &c
+			}
+			got, gotErr := w.store.PodPurge(ctx, s.id, pod, "dead", cond)
+			want, wantErr := s.model.PodPurge(pod, "dead", cond)
+			slices.Sort(got)
+			slices.Sort(want)
+			w.same("pod_purge", got, want, gotErr, wantErr)
+		}),
+		"scope_repair": step("scope_repair", func(s *side) {
+			note := w.after("note deadline")
+			recount := rapid.Bool().Draw(w.t, "recount")
+			got, gotErr := w.store.ScopeRepair(ctx, s.id, w.now, note, recount)
+			want, wantErr := s.model.ScopeRepair(w.now, note, recount)
+			w.same("scope_repair", got, want, gotErr, wantErr)
+		}),
+		"pod_adopt": step("pod_adopt", func(s *side) {
+			id := w.fresh("adopted-")
+			if rapid.Bool().Draw(w.t, "known pod") {
+				id = pick(w.t, "pod", s.pods)
+			}
+			cfg := s.configs[rapid.IntRange(0, len(s.configs)-1).Draw(w.t, "of version")]
+			pod := warmpool.Pod{ID: id, ScopeID: s.id, DeployVer: cfg.Deploy.DeployVer(), SSEURL: "http://127.0.0.1:1/" + id}
+			unknown := rapid.Bool().Draw(w.t, "sessions unknown")
+			got, gotErr := w.store.PodAdopt(ctx, pod, w.now, unknown)
+			want, wantErr := s.model.PodAdopt(pod, w.now, unknown)
+			w.same("pod_adopt", got, want, gotErr, wantErr)
+			if got == lua.AdoptAdopted && !slices.Contains(s.pods, id) {
+				s.pods = append(s.pods, id)
+			}
+		}),
+		"pod_health": step("pod_health", func(s *side) {
+			pod, ok := pick(w.t, "pod", s.pods), rapid.Bool().Draw(w.t, "healthy")
+			got, gotErr := w.store.PodHealth(ctx, s.id, pod, ok)
+			w.same("pod_health", got, s.model.PodHealth(pod, ok), gotErr, nil)
+		}),
+		"fence_raise": step("fence_raise", func(s *side) {
+			n := int64(rapid.IntRange(0, 12).Draw(w.t, "at least"))
+			gotErr := w.store.FenceRaise(ctx, s.id, n)
+			s.model.FenceRaise(n)
+			w.same("fence_raise", nil, nil, gotErr, nil)
+		}),
+		"scope_publish": step("scope_publish", func(s *side) {
+			variant := rapid.IntRange(0, len(s.configs)-1).Draw(w.t, "variant")
+			version := s.version + int64(rapid.IntRange(-1, 1).Draw(w.t, "version step"))
+			if version == s.version {
+				variant = s.current // the same version with other content is another test's
+			}
+			w.publish(s, variant, version)
+		}),
+		"epoch_lost": step("epoch_lost", func(s *side) {
+			if err := w.r.Client.Del(ctx, w.store.Keys().Scope(s.id).Epoch).Err(); err != nil {
+				w.t.Fatal(err)
+			}
+			s.model.LoseEpoch()
+			w.epochLost(s)
+			if _, err := w.store.Bootstrap(ctx, "epoch-1"); err != nil {
+				w.t.Fatal(err)
+			}
+			s.model.Bootstrap()
+		}),
+	}
+}
+
+// epochLost runs every script that checks the scope's epoch while it is missing.
+func (w *world) epochLost(s *side) {
+	ctx := context.Background()
+	a := lua.AcquireArgs{Now: w.now, Claim: w.fresh("c"), ClaimDeadline: w.now.Add(time.Second), LeaseDeadline: w.now.Add(time.Second)}
+	_, gotErr := w.store.PodAcquire(ctx, s.id, a)
+	_, wantErr := s.model.PodAcquire(a)
+	w.same("pod_acquire without epoch", nil, nil, gotErr, wantErr)
+	ra := lua.RouteArgs{Now: w.now, Session: s.sessions[0], Waiter: s.waiters[0], Join: true}
+	_, gotErr = w.store.SessionRoute(ctx, s.id, ra)
+	_, wantErr = s.model.SessionRoute(ra)
+	w.same("session_route without epoch", nil, nil, gotErr, wantErr)
+	_, gotErr = w.store.PodPlaceholder(ctx, s.id, w.now, w.now, w.now)
+	_, wantErr = s.model.PodPlaceholder(w.now, w.now, w.now)
+	w.same("pod_placeholder without epoch", nil, nil, gotErr, wantErr)
+	_, _, gotErr = w.store.SessionEvict(ctx, s.id, w.now, 10)
+	_, _, wantErr = s.model.SessionEvict(w.now, 10)
+	w.same("session_evict without epoch", nil, nil, gotErr, wantErr)
+	_, gotErr = w.store.ScopeRepair(ctx, s.id, w.now, w.now, true)
+	_, wantErr = s.model.ScopeRepair(w.now, w.now, true)
+	w.same("scope_repair without epoch", nil, nil, gotErr, wantErr)
+	_, gotErr = w.store.SessionEnd(ctx, s.id, s.sessions[0], w.now)
+	_, wantErr = s.model.SessionEnd(s.sessions[0], w.now)
+	w.same("session_end without epoch", nil, nil, gotErr, wantErr)
+}
+
+// The ids a step uses are drawn mostly from what is live in the model's state, so
+// that runs go on from an acquire to its register, route and release as callers do,
+// and otherwise from everything handed out so far, stale ids included.
+
+// liveDeploys are the handed out deploys whose lease the model still holds.
+func (s *side) liveDeploys() []deployRef {
+	live := s.model.Snapshot().Deploys
+	var out []deployRef
+	for _, d := range s.deploys {
+		if _, ok := live[d.member]; ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// deploy draws a deploy member.
+func (s *side) deploy(t *rapid.T) string {
+	if live := s.liveDeploys(); len(live) > 0 && rapid.IntRange(0, 3).Draw(t, "live deploy") > 0 {
+		return rapid.SampledFrom(live).Draw(t, "deploy").member
+	}
+	var all []string
+	for _, d := range s.deploys {
+		all = append(all, d.member)
+	}
+	return pick(t, "deploy", all)
+}
+
+// room draws a follower.
+func (s *side) room(t *rapid.T) roomRef {
+	live := s.model.Snapshot().Followers
+	var waiting []roomRef
+	for _, f := range s.rooms {
+		if _, ok := live[f.room]; ok {
+			waiting = append(waiting, f)
+		}
+	}
+	if len(waiting) > 0 && rapid.IntRange(0, 3).Draw(t, "waiting follower") > 0 {
+		return rapid.SampledFrom(waiting).Draw(t, "room")
+	}
+	return rapid.SampledFrom(s.rooms).Draw(t, "room")
+}
+
+// liveClaims are the claims the model holds, with their pods (or failure notes).
+func (s *side) liveClaims() (ids []string, pods map[string]string) {
+	pods = s.model.Snapshot().ClaimPod
+	for c := range pods {
+		ids = append(ids, c)
+	}
+	slices.Sort(ids)
+	return ids, pods
+}
+
+// session draws a session id, mostly of a bound session.
+func (s *side) session(t *rapid.T) string {
+	live := slices.Sorted(maps.Keys(s.model.Snapshot().Sessions))
+	if len(live) > 0 && rapid.IntRange(0, 3).Draw(t, "bound session") > 0 {
+		return rapid.SampledFrom(live).Draw(t, "session")
+	}
+	return rapid.SampledFrom(s.sessions).Draw(t, "session")
+}
+
+// claim draws a claim id.
+func (s *side) claim(t *rapid.T) string {
+	if live, _ := s.liveClaims(); len(live) > 0 && rapid.IntRange(0, 3).Draw(t, "live claim") > 0 {
+		return rapid.SampledFrom(live).Draw(t, "claim")
+	}
+	return pick(t, "claim", s.claims)
+}
+
+// hold draws a claim and, mostly, the pod it holds.
+func (s *side) hold(t *rapid.T) (claim, pod string) {
+	claim = s.claim(t)
+	if _, pods := s.liveClaims(); pods[claim] != "" && rapid.IntRange(0, 3).Draw(t, "its pod") > 0 {
+		return claim, pods[claim]
+	}
+	return claim, pick(t, "pod", s.pods)
+}
+
+// same fails the run when Redis's answer differs from the model's.
+func (w *world) same(what string, got, want any, gotErr, wantErr error) {
+	w.t.Helper()
+	w.seen[what+": "+outcome(got, gotErr)]++
+	if g, m := errKey(gotErr), errKey(wantErr); g != m {
+		w.t.Fatalf("%s: redis answered error %q (%v), the model %q (%v)", what, g, gotErr, m, wantErr)
+	}
+	if !reflect.DeepEqual(got, want) {
+		w.t.Fatalf("%s: redis answered\n  %+v\nthe model\n  %+v", what, got, want)
+	}
+}
+
+// outcome names the kind of an answer.
+func outcome(v any, err error) string {
+	if err != nil {
+		return errKey(err)
+	}
+	switch r := v.(type) {
+	case lua.AcquireResult:
+		return r.Kind
+	case lua.PlaceholderResult:
+		return r.Kind
+	case lua.RouteResult:
+		return r.Kind
+	case lua.FollowerState:
+		return r.State
+	case lua.RepairReport:
+		return fmt.Sprintf("fixed anything %v", r.Any())
+	case string, bool:
+		return fmt.Sprint(r)
+	case int:
+		return fmt.Sprintf("%d", min(r, 1))
+	}
+	return "ok"
+}
+
+// errKey names an error by the sentinel it is, else by its code.
+func errKey(err error) string {
+	if err == nil {
+		return ""
+	}
+	for _, s := range []error{lua.ErrFenced, lua.ErrPodBusy, lua.ErrNoHold, lua.ErrNoSession, lua.ErrPublishConflict, warmpool.ErrEpochLost} {
+		if errors.Is(err, s) {
+			return s.Error()
+		}
+	}
+	return string(warmpool.ErrorCode(err))
+}
+
+// compare fails the run when the state of any scope in Redis differs from the model's,
+// or when the state of the scope just changed breaks an invariant.
+func (w *world) compare(after string, changed *side) {
+	w.t.Helper()
+	for _, s := range w.sides {
+		snap, err := w.store.Snapshot(context.Background(), s.id)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		got, want := model.Lines(snap), model.Lines(s.model.Snapshot())
+		if !slices.Equal(got, want) {
+			w.t.Fatalf("after %s on scope %s, scope %s differs (- redis, + model):\n%s", after, changed.id, s.id, lineDiff(got, want))
+		}
+		if s != changed {
+			continue
+		}
+		var versions []string
+		for _, c := range s.configs {
+			versions = append(versions, c.Deploy.DeployVer())
+		}
+		if v := invariant.Violations(snap, s.configs[s.current], versions, false); len(v) > 0 {
+			w.t.Fatalf("after %s on scope %s: %s", after, s.id, strings.Join(v, "; "))
+		}
+	}
+}
+
+// lineDiff lists the lines only in got (-) and only in want (+).
+func lineDiff(got, want []string) string {
+	var b strings.Builder
+	for _, l := range got {
+		if !slices.Contains(want, l) {
+			b.WriteString("- " + l + "\n")
+		}
+	}
+	for _, l := range want {
+		if !slices.Contains(got, l) {
+			b.WriteString("+ " + l + "\n")
+		}
+	}
+	return b.String()
+}

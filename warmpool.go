@@ -44,6 +44,32 @@ type DeployRequest struct {
 	// derives from it, so a repeated create of the same deploy fails with AlreadyExists.
 	Fence int64
 	Spec  DeploySpec
+	// OnPhase, when set, is told each phase the deploy reaches (the Phase* constants
+	// the driver has, in order), as it reaches it: for metrics and the deploy's log
+	// line. It must not block.
+	OnPhase func(phase string)
+}
+
+// Deploy phases. PhaseLeaseWait is the time the caller spent getting the deploy lease
+// before the driver was called; drivers report the others they have, through
+// DeployRequest.OnPhase.
+const (
+	PhaseLeaseWait = "lease_wait"
+	// PhaseCreate: the pod was created (API object, process or record).
+	PhaseCreate = "create"
+	// PhaseScheduled: the pod was placed on a node.
+	PhaseScheduled = "scheduled"
+	// PhaseStarted: the pod's container or process runs.
+	PhaseStarted = "started"
+	// PhaseReady: the pod is ready to serve.
+	PhaseReady = "ready"
+)
+
+// Phase reports phase through r.OnPhase when it is set.
+func (r DeployRequest) Phase(phase string) {
+	if r.OnPhase != nil {
+		r.OnPhase(phase)
+	}
 }
 
 // PodDriver creates, lists, probes and deletes pods. Implementations: k8s.Kubernetes,
@@ -103,11 +129,18 @@ type Lease struct {
 	Claim  string `json:"claim,omitempty"`
 }
 
-// Acquire sources.
+// Acquire sources: how a pod was found for a caller.
 const (
 	SourceWarm     = "warm"
 	SourceDeployed = "deployed"
 	SourceFollower = "follower"
+)
+
+// Route sources beyond the acquire ones: a session already bound to its pod, and a
+// route that waited in the scope's queue for capacity.
+const (
+	SourceAffinity = "affinity"
+	SourceQueued   = "queued"
 )
 
 // Clock tells the time; tests inject a controllable one.

@@ -125,9 +125,18 @@ type DeployPhase string
 const (
 	PhaseCreated   DeployPhase = "created"
 	PhaseScheduled DeployPhase = "scheduled"
+	PhaseStarted   DeployPhase = "started"
 	PhaseReady     DeployPhase = "ready"
 	PhaseFailed    DeployPhase = "failed"
 )
+
+// rootPhases names the phases in the terms of warmpool.DeployRequest.OnPhase.
+var rootPhases = map[DeployPhase]string{
+	PhaseCreated:   warmpool.PhaseCreate,
+	PhaseScheduled: warmpool.PhaseScheduled,
+	PhaseStarted:   warmpool.PhaseStarted,
+	PhaseReady:     warmpool.PhaseReady,
+}
 
 // PhaseEvent is one step of one deploy.
 type PhaseEvent struct {
@@ -258,11 +267,15 @@ type deployment struct {
 	start time.Time
 
 	scheduled    bool
+	started      bool
 	unschedSince time.Time
 	last         string // the last state seen, for the timeout message
 }
 
 func (d *deployment) phase(ph DeployPhase, reason string) {
+	if root, ok := rootPhases[ph]; ok {
+		d.req.Phase(root)
+	}
 	if d.k.cfg.OnPhase == nil {
 		return
 	}
@@ -351,6 +364,10 @@ func (d *deployment) observe(p *corev1.Pod, now time.Time) (verdict, string) {
 	if !d.scheduled && p.Spec.NodeName != "" {
 		d.scheduled = true
 		d.phase(PhaseScheduled, "")
+	}
+	if !d.started && p.Status.Phase == corev1.PodRunning {
+		d.started = true
+		d.phase(PhaseStarted, "")
 	}
 	if reason := kubeEarlyFailure(p); reason != "" {
 		return failed, fmt.Sprintf("pod %s/%s: %s", d.ns, d.name, reason)

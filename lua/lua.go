@@ -28,6 +28,8 @@ var guard = mustRead("_guard.lua")
 // script is one embedded script with the name of its file, for error messages.
 type script struct {
 	name string
+	// metric is the name without ".lua", the script's label in metrics.
+	metric string
 	// guarded scripts change state on a caller's behalf and take its deadline.
 	guarded bool
 	*redis.Script
@@ -86,7 +88,7 @@ func load(name string, guarded bool) *script {
 		src += guard + "\n"
 		Guarded[name] = true
 	}
-	s := &script{name: name, guarded: guarded, Script: redis.NewScript(src + mustRead(name))}
+	s := &script{name: name, metric: strings.TrimSuffix(name, ".lua"), guarded: guarded, Script: redis.NewScript(src + mustRead(name))}
 	Scripts[name] = s.Script
 	return s
 }

@@ -139,19 +139,24 @@ func podStates(scope string, pods []redis.Z, info, slots map[string]string, idle
 	return out
 }
 
-// ScopeCounts are the sizes of a scope's pool, for listings.
+// ScopeCounts are the sizes of a scope's pool, for listings and gauges.
 type ScopeCounts struct {
 	ScopeID   string
 	DeployVer string
 	Version   int64
+	MaxPods   int64
 	Pods      int64
 	Idle      int64
+	// OldPods counts the pods of another deploy_ver than the scope's current one.
+	OldPods   int64
 	Sessions  int64
 	Deploying int64
+	Followers int64
 	Waiters   int64
 }
 
-// Counts reads the pool sizes of every published scope in one pipeline.
+// Counts reads the pool sizes of every published scope in one pipeline; its cost grows
+// with the number of scopes and pods, not with sessions.
 func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
 	ids, err := s.ScopeIDs(ctx)
 	if err != nil {
@@ -159,20 +164,23 @@ func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
 	}
 	sort.Strings(ids)
 	type cmds struct {
-		cfg                                    *redis.SliceCmd
-		pods, idle, sessions, deploys, waiters *redis.IntCmd
+		cfg                                               *redis.SliceCmd
+		podver                                            *redis.StringSliceCmd
+		pods, idle, sessions, deploys, followers, waiters *redis.IntCmd
 	}
 	pipe := s.rdb.Pipeline()
 	all := make([]cmds, len(ids))
 	for i, id := range ids {
 		k := s.keys.Scope(id)
 		all[i] = cmds{
-			cfg:      pipe.HMGet(ctx, k.Config, "deploy_ver", "version"),
-			pods:     pipe.ZCard(ctx, k.Pods),
-			idle:     pipe.ZCard(ctx, k.Idle),
-			sessions: pipe.HLen(ctx, k.Sessions),
-			deploys:  pipe.ZCard(ctx, k.Deploying),
-			waiters:  pipe.ZCard(ctx, k.Waiters),
+			cfg:       pipe.HMGet(ctx, k.Config, "deploy_ver", "version", "max_pods"),
+			podver:    pipe.HVals(ctx, k.PodVer),
+			pods:      pipe.ZCard(ctx, k.Pods),
+			idle:      pipe.ZCard(ctx, k.Idle),
+			sessions:  pipe.HLen(ctx, k.Sessions),
+			deploys:   pipe.ZCard(ctx, k.Deploying),
+			followers: pipe.ZCard(ctx, k.Followers),
+			waiters:   pipe.ZCard(ctx, k.Waiters),
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -188,8 +196,16 @@ func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
 		}
 		version, _ := v[1].(string)
 		n, _ := strconv.ParseInt(version, 10, 64)
-		out = append(out, ScopeCounts{ScopeID: id, DeployVer: ver, Version: n, Pods: c.pods.Val(), Idle: c.idle.Val(),
-			Sessions: c.sessions.Val(), Deploying: c.deploys.Val(), Waiters: c.waiters.Val()})
+		maxPods, _ := v[2].(string)
+		mp, _ := strconv.ParseInt(maxPods, 10, 64)
+		var old int64
+		for _, pv := range c.podver.Val() {
+			if pv != ver {
+				old++
+			}
+		}
+		out = append(out, ScopeCounts{ScopeID: id, DeployVer: ver, Version: n, MaxPods: mp, Pods: c.pods.Val(), Idle: c.idle.Val(),
+			OldPods: old, Sessions: c.sessions.Val(), Deploying: c.deploys.Val(), Followers: c.followers.Val(), Waiters: c.waiters.Val()})
 	}
 	return out, nil
 }

@@ -21,11 +21,20 @@ type Store struct {
 	// wait is how long rdb waits for an answer before it gives up on a call (its read
 	// timeout), 0 when it waits as long as the context lets it.
 	wait time.Duration
+	// onScript is told how long each script call took (ObserveScripts).
+	onScript func(script string, took time.Duration)
 }
 
 // NewStore returns a Store over rdb with the given key prefix.
 func NewStore(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, keys: NewKeyspace(prefix), wait: readTimeout(rdb)}
+	return &Store{rdb: rdb, keys: NewKeyspace(prefix), wait: readTimeout(rdb), onScript: func(string, time.Duration) {}}
+}
+
+// ObserveScripts makes the store tell f how long each script call took, by script
+// name (the file name without ".lua"), failed calls included. Call it before the
+// store is used; f must not block.
+func (s *Store) ObserveScripts(f func(script string, took time.Duration)) {
+	s.onScript = f
 }
 
 // readTimeout is the read timeout of a go-redis client (its options say -1 or 0 when it
@@ -119,7 +128,9 @@ func (s *Store) call(ctx context.Context, sc *script, scope string, keys []strin
 	if sc.guarded {
 		args = append(args[:len(args):len(args)], s.deadline(ctx))
 	}
+	start := time.Now()
 	v, err := sc.Run(ctx, s.rdb, keys, args...).Result()
+	s.onScript(sc.metric, time.Since(start))
 	if err != nil {
 		return nil, s.redisErr(ctx, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,6 +46,31 @@ type Config struct {
 	// Observe, when set, is told the outcome of every acquire (warm, deployed,
 	// follower, max_reached, failed) and of every deploy.
 	Observe func(event, outcome string)
+	// OnDeploy, when set, is told of every deploy when it ends. It must not block.
+	OnDeploy func(DeployReport)
+}
+
+// Deploy results.
+const (
+	DeployOK     = "ok"
+	DeployFailed = "failed"
+)
+
+// DeployReport is one finished deploy: its result (DeployOK or DeployFailed), how long
+// it took from the start of the driver's work, and the phases it went through.
+type DeployReport struct {
+	Scope  string
+	Result string
+	Took   time.Duration
+	Phases []PhaseTime
+}
+
+// PhaseTime is one phase of a deploy (a warmpool.Phase* name): for
+// warmpool.PhaseLeaseWait how long the lease took to get, for the driver's phases the
+// time from the start of the driver's work until the phase was reached.
+type PhaseTime struct {
+	Phase   string
+	Elapsed time.Duration
 }
 
 // Manager is the resource manager. It is safe for concurrent use.
@@ -70,6 +96,9 @@ func (c *Config) fill() {
 	defaults.Positive(&c.PollInterval, DefaultPollInterval)
 	defaults.Positive(&c.IdemTTL, DefaultIdemTTL)
 	c.Clock, c.Logger, c.Observe = defaults.Clock(c.Clock), defaults.Logger(c.Logger), defaults.Observer(c.Observe)
+	if c.OnDeploy == nil {
+		c.OnDeploy = func(DeployReport) {}
+	}
 }
 
 // New returns a Manager over store and driver.
@@ -95,6 +124,7 @@ func (m *Manager) Close() {
 // Errors: SCOPE_NOT_FOUND, NO_POD_AVAILABLE (max_pods reached, room full, follower
 // timeout), DEPLOY_FAILED, STORE_UNAVAILABLE.
 func (m *Manager) Acquire(ctx context.Context, scope string) (warmpool.Lease, error) {
+	asked := time.Now()
 	now := m.clock.Now()
 	claim := warmpool.NewID()
 	res, err := m.store.PodAcquire(ctx, scope, lua.AcquireArgs{
@@ -115,7 +145,7 @@ func (m *Manager) Acquire(ctx context.Context, scope string) (warmpool.Lease, er
 	case lua.AcquireFollower:
 		return m.follow(ctx, scope, res, claim)
 	case lua.AcquireDeploy:
-		return m.lead(ctx, scope, res, claim)
+		return m.lead(ctx, scope, res, claim, time.Since(asked))
 	default:
 		m.cfg.Observe("acquire", "max_reached")
 		return warmpool.Lease{}, fmt.Errorf("%w: %w", warmpool.ErrPoolFull, warmpool.Errorf(warmpool.CodeNoPodAvailable,
@@ -127,7 +157,7 @@ func (m *Manager) Acquire(ctx context.Context, scope string) (warmpool.Lease, er
 // context: its followers wait on it. When the caller leaves first, the slot claimed
 // for it on the new pod goes back as soon as the pod is registered (the pod idles
 // when nobody else holds it), not when the claim expires.
-func (m *Manager) lead(ctx context.Context, scope string, res lua.AcquireResult, claim string) (warmpool.Lease, error) {
+func (m *Manager) lead(ctx context.Context, scope string, res lua.AcquireResult, claim string, leaseWait time.Duration) (warmpool.Lease, error) {
 	type result struct {
 		pod warmpool.Pod
 		err error
@@ -138,7 +168,7 @@ func (m *Manager) lead(ctx context.Context, scope string, res lua.AcquireResult,
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		pod, err := m.deploy(scope, res.Deploy, res.Fence, res.Spec, claim)
+		pod, err := m.deploy(ctx, scope, res.Deploy, res.Fence, res.Spec, claim, leaseWait)
 		select {
 		case done <- result{pod, err}:
 		case <-left:
@@ -167,7 +197,7 @@ func (m *Manager) releaseAbandoned(scope, claim string) {
 	ctx, cancel := lua.CleanupContext(m.ctx)
 	defer cancel()
 	if _, _, err := m.store.ClaimRelease(ctx, scope, claim, m.clock.Now()); err != nil {
-		m.log.Warn("claim of a caller that left not given back; it expires by its deadline", "scope", scope, "err", err)
+		m.log.WarnContext(ctx, "claim of a caller that left not given back; it expires by its deadline", "scope", scope, "err", err)
 	}
 }
 
@@ -176,21 +206,28 @@ var errLeaseLost = errors.New("deploy lease lost")
 
 // deploy creates the pod of one deploy lease and registers it, keeping the lease alive
 // while the driver works. Whatever fails, the lease is given up and its followers are
-// told why; a pod created under a lost lease is deleted.
-func (m *Manager) deploy(scope, member string, fence int64, spec warmpool.DeploySpec, leaderClaim string) (warmpool.Pod, error) {
+// told why; a pod created under a lost lease is deleted. The deploy runs detached from
+// from, the context of the call that started it, but keeps its values (the request id
+// of its log lines). It logs one line with the deploy's phases and reports it to
+// OnDeploy.
+func (m *Manager) deploy(from context.Context, scope, member string, fence int64, spec warmpool.DeploySpec, leaderClaim string, leaseWait time.Duration) (warmpool.Pod, error) {
 	timeout := time.Duration(spec.ReadyTimeoutS)*time.Second + m.cfg.FollowerMargin
-	ctx, cancel := context.WithTimeoutCause(m.ctx, timeout, fmt.Errorf("not ready after %ds", spec.ReadyTimeoutS))
+	base, detach := context.WithCancel(context.WithoutCancel(from))
+	defer detach()
+	defer context.AfterFunc(m.ctx, detach)()
+	ctx, cancel := context.WithTimeoutCause(base, timeout, fmt.Errorf("not ready after %ds", spec.ReadyTimeoutS))
 	defer cancel()
 	log := m.log.With("scope", scope, "deploy", member)
 
 	// The driver works under the lease: losing it cancels the deploy.
 	leased, stop := m.store.DeployKeepAlive(ctx, scope, member, m.cfg.Lease, m.clock)
 	start := time.Now()
-	pod, err := m.driver.Deploy(leased, warmpool.DeployRequest{ScopeID: scope, DeployVer: spec.DeployVer(), Fence: fence, Spec: spec})
+	phases := &phaseLog{start: start, times: []PhaseTime{{Phase: warmpool.PhaseLeaseWait, Elapsed: leaseWait}}}
+	pod, err := m.driver.Deploy(leased, warmpool.DeployRequest{ScopeID: scope, DeployVer: spec.DeployVer(), Fence: fence, Spec: spec, OnPhase: phases.add})
 	if lerr := stop(); lerr != nil {
 		// Whatever the driver said is a consequence: the deploy was cancelled because
 		// its lease may be someone else's now.
-		log.Warn("deploy lease lost; the deploy was cancelled", "err", lerr)
+		log.WarnContext(ctx, "deploy lease lost; the deploy was cancelled", "err", lerr)
 		err = errLeaseLost
 	}
 	if err == nil {
@@ -205,20 +242,55 @@ func (m *Manager) deploy(scope, member string, fence int64, spec warmpool.Deploy
 		defer done()
 		if pod.ID != "" {
 			if derr := m.driver.Delete(cleanup, pod); derr != nil {
-				log.Warn("delete of an uncommitted pod failed; reconcile will remove it", "pod", pod.ID, "err", derr)
+				log.WarnContext(ctx, "delete of an uncommitted pod failed; reconcile will remove it", "pod", pod.ID, "err", derr)
 			}
 		}
 		reason := deployReason(ctx, err)
 		if _, aerr := m.store.DeployAbort(cleanup, scope, member, reason, m.clock.Now().Add(m.cfg.ClaimTTL)); aerr != nil {
-			log.Warn("abort of a failed deploy failed; its lease expires by itself", "err", aerr)
+			log.WarnContext(ctx, "abort of a failed deploy failed; its lease expires by itself", "err", aerr)
 		}
 		m.cfg.Observe("deploy", "failed")
-		log.Warn("deploy failed", "err", reason, "took", time.Since(start))
+		m.report(ctx, log, scope, DeployFailed, phases, slog.String("err", reason))
 		return warmpool.Pod{}, warmpool.Errorf(warmpool.CodeDeployFailed, "deploy of scope %q failed: %s", scope, reason)
 	}
 	m.cfg.Observe("deploy", "ok")
-	log.Info("deployed", "pod", pod.ID, "took", time.Since(start))
+	m.report(ctx, log, scope, DeployOK, phases, slog.String("pod", pod.ID))
 	return pod, nil
+}
+
+// report logs the one line of a finished deploy, with its phases, and tells OnDeploy.
+func (m *Manager) report(ctx context.Context, log *slog.Logger, scope, result string, phases *phaseLog, attr slog.Attr) {
+	r := DeployReport{Scope: scope, Result: result, Took: time.Since(phases.start), Phases: phases.all()}
+	attrs := make([]any, 0, len(r.Phases))
+	for _, p := range r.Phases {
+		attrs = append(attrs, slog.Duration(p.Phase, p.Elapsed))
+	}
+	level := slog.LevelInfo
+	if result != DeployOK {
+		level = slog.LevelWarn
+	}
+	log.Log(ctx, level, "deploy", "result", result, "took", r.Took, attr, slog.Group("phases", attrs...))
+	m.cfg.OnDeploy(r)
+}
+
+// phaseLog collects the phases a driver reports while it deploys; drivers may report
+// from goroutines of their own.
+type phaseLog struct {
+	start time.Time
+	mu    sync.Mutex
+	times []PhaseTime
+}
+
+func (p *phaseLog) add(phase string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.times = append(p.times, PhaseTime{Phase: phase, Elapsed: time.Since(p.start)})
+}
+
+func (p *phaseLog) all() []PhaseTime {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.times)
 }
 
 // deployReason says why a deploy failed, preferring the driver's own message.
@@ -285,6 +357,7 @@ func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResul
 func (m *Manager) Fill(ctx context.Context, scope string) (int, error) {
 	started := 0
 	for {
+		asked := time.Now()
 		now := m.clock.Now()
 		res, err := m.store.PodPlaceholder(ctx, scope, now, now.Add(m.cfg.Lease), now.Add(m.cfg.ClaimTTL))
 		if err != nil {
@@ -294,11 +367,12 @@ func (m *Manager) Fill(ctx context.Context, scope string) (int, error) {
 			return started, nil
 		}
 		started++
+		leaseWait := time.Since(asked)
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
 			// A failure is logged by deploy and retried on the next fill.
-			_, _ = m.deploy(scope, res.Deploy, res.Fence, res.Spec, "")
+			_, _ = m.deploy(ctx, scope, res.Deploy, res.Fence, res.Spec, "", leaseWait)
 		}()
 	}
 }

@@ -992,8 +992,9 @@ func TestOperations(t *testing.T) {
 	}
 	text := string(r.raw)
 	for _, want := range []string{
-		`warmpool_route_duration_seconds_count{outcome="ok"} 1`,
-		`warmpool_route_duration_seconds_count{outcome="NO_POD_AVAILABLE"} 1`,
+		`warmpool_routes_total{scope="m",source="deployed"} 1`,
+		`warmpool_route_duration_seconds_count{scope="m",source="deployed"} 1`,
+		`warmpool_route_errors_total{code="NO_POD_AVAILABLE",scope="m"} 1`,
 		`warmpool_pods{scope="m",state="busy"} 1`,
 		`warmpool_pods{scope="m",state="idle"} 0`,
 		`warmpool_sessions{scope="m"} 1`,

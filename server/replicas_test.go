@@ -667,8 +667,8 @@ type runLog struct {
 func logRuns(srv *server.Server) *runLog {
 	l := &runLog{runs: map[string][]string{}}
 	prev := srv.Runner.OnRun
-	srv.Runner.OnRun = func(job, outcome string) {
-		prev(job, outcome)
+	srv.Runner.OnRun = func(job, outcome string, held time.Duration) {
+		prev(job, outcome, held)
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if !l.stop {

@@ -20,6 +20,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
@@ -280,6 +281,7 @@ func (s *Server) build(ctx context.Context) error {
 	}
 
 	s.metrics = metrics.New(s.store, s.log)
+	s.store.ObserveScripts(s.metrics.ObserveScript)
 
 	// Pod driver.
 	if cfg.Driver != nil {
@@ -298,16 +300,23 @@ func (s *Server) build(ctx context.Context) error {
 	// Managers and services.
 	rmc := cfg.RM
 	rmc.Clock, rmc.Logger, rmc.Observe = cfg.Clock, s.log, s.metrics.Observe
+	driver := s.driverName()
+	rmc.OnDeploy = func(r rm.DeployReport) {
+		s.metrics.ObserveDeploy(r.Scope, driver, r.Result, r.Took)
+		for _, p := range r.Phases {
+			s.metrics.ObservePhase(r.Scope, driver, p.Phase, p.Elapsed)
+		}
+	}
 	s.RM = rm.New(s.store, s.driver, rmc)
 	smc := cfg.SM
 	smc.Clock, smc.Logger, smc.Observe, smc.ObserveRoute = cfg.Clock, s.log, s.metrics.Observe, s.metrics.ObserveRoute
 	s.SM = sm.New(s.store, s.RM, smc)
 	s.Scopes = scopes.New(s.configs, s.store, s.log, s.metrics.Observe)
 	swc := cfg.Sweep
-	swc.Clock, swc.Logger, swc.Observe = cfg.Clock, s.log, s.metrics.Observe
+	swc.Clock, swc.Logger, swc.Observe, swc.OnFix = cfg.Clock, s.log, s.metrics.Observe, s.metrics.ObserveFix
 	s.Sweeper = sweeper.New(s.store, s.RM, s.SM, s.driver, s.configs, swc)
 	s.Runner = sweeper.NewRunner(s.store, s.Sweeper.Jobs(), cfg.LockLease, s.log)
-	s.Runner.OnRun = func(job, outcome string) { s.metrics.Observe("job_"+job, outcome) }
+	s.Runner.OnRun = s.metrics.ObserveJob
 	s.handler = s.routes()
 
 	if err := s.bootstrap(ctx); err != nil {
@@ -354,10 +363,23 @@ func (s *Server) newDriver() (warmpool.PodDriver, error) {
 		if s.cfg.Namespace != "" {
 			ns = s.cfg.Namespace
 		}
-		return k8s.NewKubernetes(cs, k8s.Config{Namespace: ns, Logger: s.log, Clock: s.cfg.Clock,
-			OnPhase: func(e k8s.PhaseEvent) { s.metrics.ObservePhase(string(e.Phase), e.Elapsed) }}), nil
+		return k8s.NewKubernetes(cs, k8s.Config{Namespace: ns, Logger: s.log, Clock: s.cfg.Clock}), nil
 	}
 	return nil, fmt.Errorf("--driver %q: want local, kubernetes or fake", s.cfg.DriverName)
+}
+
+// driverName is the driver label of the deploy metrics: the configured driver, or the
+// kind of the driver a test handed in.
+func (s *Server) driverName() string {
+	switch s.driver.(type) {
+	case *fakepod.Driver:
+		return "fake"
+	case *localpod.Driver:
+		return "local"
+	case *k8s.Kubernetes:
+		return "kubernetes"
+	}
+	return "other"
 }
 
 // bootstrap makes a live keyspace: on an empty Redis (or one that lost its data) the
@@ -466,6 +488,9 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
 
 // Handler is the HTTP API of the replica.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// Metrics gathers the replica's metrics, as /metrics serves them.
+func (s *Server) Metrics() prometheus.Gatherer { return s.metrics.Registry() }
 
 // InstanceID names the replica.
 func (s *Server) InstanceID() string { return s.cfg.InstanceID }

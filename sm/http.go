@@ -28,14 +28,16 @@ type routeRequest struct {
 // handleRoute routes a session and records the outcome and duration of the call.
 func (m *Manager) handleRoute(w http.ResponseWriter, r *http.Request) (err error) {
 	start := time.Now()
+	var scope string
+	var b Binding
 	defer func() {
-		outcome := "ok"
 		if err != nil {
-			outcome = string(warmpool.ErrorCode(err))
+			m.cfg.ObserveRoute(scope, "", warmpool.ErrorCode(err), time.Since(start))
+			return
 		}
-		m.cfg.ObserveRoute(outcome, time.Since(start))
+		m.cfg.ObserveRoute(scope, b.Source, "", time.Since(start))
 	}()
-	scope, err := httpx.Scope(r)
+	scope, err = httpx.Scope(r)
 	if err != nil {
 		return err
 	}
@@ -49,7 +51,7 @@ func (m *Manager) handleRoute(w http.ResponseWriter, r *http.Request) (err error
 	if req.RequestID == "" {
 		req.RequestID = r.Header.Get("Idempotency-Key")
 	}
-	b, err := m.Route(r.Context(), scope, req.SessionID, req.RequestID)
+	b, err = m.Route(r.Context(), scope, req.SessionID, req.RequestID)
 	if err != nil {
 		return err
 	}

@@ -47,9 +47,10 @@ type Config struct {
 	// Observe, when set, is told of queue events (queued, queue_full, wait_timeout,
 	// woken).
 	Observe func(event, outcome string)
-	// ObserveRoute, when set, is told the outcome ("ok" or the error code) and the
-	// latency of every route call served over HTTP.
-	ObserveRoute func(outcome string, took time.Duration)
+	// ObserveRoute, when set, is told of every route call served over HTTP: its scope,
+	// how it was served (Binding.Source) or, when it failed, its error code, and its
+	// latency. It must not block.
+	ObserveRoute func(scope, source string, code warmpool.Code, took time.Duration)
 }
 
 // Manager is the session manager. It is safe for concurrent use.
@@ -70,7 +71,7 @@ func (c *Config) fill() {
 	defaults.Positive(&c.SessionLease, DefaultSessionLease)
 	c.Clock, c.Logger, c.Observe = defaults.Clock(c.Clock), defaults.Logger(c.Logger), defaults.Observer(c.Observe)
 	if c.ObserveRoute == nil {
-		c.ObserveRoute = func(string, time.Duration) {}
+		c.ObserveRoute = func(string, string, warmpool.Code, time.Duration) {}
 	}
 }
 
@@ -96,10 +97,25 @@ type Binding struct {
 	DeployVer string `json:"deploy_ver"`
 	// New is true when this call bound the session (false: it was bound already).
 	New bool `json:"new"`
+	// Source says how Route found the pod: warmpool.SourceAffinity (the session was
+	// bound already), SourceWarm (a running pod), SourceFollower, SourceDeployed or
+	// SourceQueued (after a wait in the queue). Not part of the answer.
+	Source string `json:"-"`
 }
 
 func binding(scope, session string, pod warmpool.Pod, isNew bool) Binding {
 	return Binding{ScopeID: scope, SessionID: session, PodID: pod.ID, SSEURL: pod.SSEURL, DeployVer: pod.DeployVer, New: isNew}
+}
+
+// served is the binding of a route answer: a binding the answer made has source, one
+// it found (bound already, or a replay) has SourceAffinity.
+func served(scope string, res lua.RouteResult, source string) Binding {
+	b := binding(scope, res.Session, res.Pod, res.New)
+	b.Source = warmpool.SourceAffinity
+	if res.Kind == lua.RouteNew {
+		b.Source = source
+	}
+	return b
 }
 
 // Route returns the pod of a session: its bound pod (TTL refreshed), else the first pod
@@ -122,7 +138,7 @@ func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (
 		return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
 	}
 	if res.Served() {
-		return binding(scope, res.Session, res.Pod, res.New), nil
+		return served(scope, res, warmpool.SourceWarm), nil
 	}
 	if requestID == "" {
 		return m.routeOnce(ctx, scope, session, "")
@@ -131,11 +147,13 @@ func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (
 	// while the first call deploys or queues waits for its answer instead of taking
 	// a second pod.
 	key := m.store.Keys().Scope(scope).Idem("route-run", requestID)
+	source := warmpool.SourceAffinity // unless this call runs the route itself
 	raw, _, err := m.store.Idempotent(ctx, key, m.cfg.IdemTTL, maxRouteWait, m.cfg.Recheck, func() ([]byte, error) {
 		b, err := m.routeOnce(ctx, scope, session, requestID)
 		if err != nil {
 			return nil, err
 		}
+		source = b.Source
 		return json.Marshal(b)
 	})
 	if err != nil {
@@ -145,6 +163,7 @@ func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (
 	if err := json.Unmarshal(raw, &b); err != nil {
 		return Binding{}, fmt.Errorf("route %s/%s: cached answer: %w", scope, session, err)
 	}
+	b.Source = source
 	return b, nil
 }
 
@@ -178,7 +197,7 @@ func (m *Manager) routeOnce(ctx context.Context, scope, session, requestID strin
 			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
 		}
 		if res.Served() {
-			return binding(scope, res.Session, res.Pod, res.New), nil
+			return served(scope, res, warmpool.SourceWarm), nil
 		}
 	}
 }
@@ -226,12 +245,12 @@ func (m *Manager) awaitUnlocked(ctx context.Context, key string, bound <-chan ti
 // the pass queued it, the wait in the queue.
 func (m *Manager) routeOrQueue(ctx context.Context, scope, session, requestID string) (Binding, error) {
 	a := lua.RouteArgs{Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL, Waiter: warmpool.NewID()}
-	res, full, err := m.pass(ctx, scope, a)
+	res, source, full, err := m.pass(ctx, scope, a)
 	if err != nil {
 		return Binding{}, err
 	}
 	if res.Served() {
-		return binding(scope, res.Session, res.Pod, res.New), nil
+		return served(scope, res, source), nil
 	}
 	return m.queue(ctx, scope, a, res, full)
 }
@@ -240,8 +259,9 @@ func (m *Manager) routeOrQueue(ctx context.Context, scope, session, requestID st
 // waiter is ahead of the caller, a pod from the pool bound with its claim. When the pool
 // is full too, the route script runs once more with Join, which fits after all (a pod
 // registered or a slot freed meanwhile) or queues the caller. It returns a binding or
-// the script's queue answer, with the pool's error that made it queue, if any.
-func (m *Manager) pass(ctx context.Context, scope string, a lua.RouteArgs) (res lua.RouteResult, full error, err error) {
+// the script's queue answer, with the pool's error that made it queue, if any. source
+// says where a binding's pod came from: a free slot (warm) or the pool's lease.
+func (m *Manager) pass(ctx context.Context, scope string, a lua.RouteArgs) (res lua.RouteResult, source string, full error, err error) {
 	route := func(claim string) (lua.RouteResult, error) {
 		a.Now, a.Claim = m.clock.Now(), claim
 		res, err := m.store.SessionRoute(ctx, scope, a)
@@ -254,33 +274,33 @@ func (m *Manager) pass(ctx context.Context, scope string, a lua.RouteArgs) (res 
 		res, err := route("")
 		switch {
 		case err != nil:
-			return res, nil, err
+			return res, "", nil, err
 		case res.Kind != lua.RouteNone && (res.Kind != lua.RouteQueued || res.Rank > 0):
 			// Served, or queued behind others (or refused a place): the pool is not
 			// this caller's to ask.
-			return res, nil, nil
+			return res, warmpool.SourceWarm, nil, nil
 		}
 		lease, err := m.pool.Acquire(ctx, scope)
 		if errors.Is(err, warmpool.ErrPoolFull) {
 			a.Join = true
 			res, rerr := route("")
-			return res, err, rerr
+			return res, warmpool.SourceWarm, err, rerr
 		}
 		if err != nil {
-			return res, nil, err
+			return res, "", nil, err
 		}
 		res, err = route(lease.Claim)
 		if err != nil {
 			m.releaseClaim(ctx, scope, lease.Claim)
-			return res, nil, err
+			return res, "", nil, err
 		}
 		if res.Served() {
-			return res, nil, nil
+			return res, lease.Source, nil, nil
 		}
 		// The pod went away or is of an old version now; the script gave the claim back.
-		m.log.Info("handed pod unusable, routing again", "scope", scope, "session", a.Session, "pod", lease.Pod.ID)
+		m.log.InfoContext(ctx, "handed pod unusable, routing again", "scope", scope, "session", a.Session, "pod", lease.Pod.ID)
 	}
-	return lua.RouteResult{}, nil, warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: pods kept going away while routing; retry", scope).Retry(1)
+	return lua.RouteResult{}, "", nil, warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: pods kept going away while routing; retry", scope).Retry(1)
 }
 
 func (m *Manager) releaseClaim(ctx context.Context, scope, claim string) {
@@ -329,12 +349,12 @@ func (m *Manager) queue(ctx context.Context, scope string, a lua.RouteArgs, res 
 	defer tick.Stop()
 	a.Join = true
 	for {
-		res, _, err := m.pass(ctx, scope, a)
+		res, _, _, err := m.pass(ctx, scope, a)
 		switch {
 		case err != nil:
 			return Binding{}, err
 		case res.Served():
-			return binding(scope, res.Session, res.Pod, res.New), nil
+			return served(scope, res, warmpool.SourceQueued), nil
 		case res.Kind != lua.RouteQueued:
 			// A slot handed over was lost (it expired unbound) and the queue has no room now.
 			return m.queue(ctx, scope, a, res, nil)

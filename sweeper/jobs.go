@@ -54,6 +54,10 @@ type Config struct {
 	// Observe, when set, is told what the jobs did (event "sweep", outcome e.g.
 	// "reclaimed", "adopted", "purged_ghost").
 	Observe func(event, outcome string)
+	// OnFix, when set, is told each repair a job made: the job's name (empty when the
+	// job did not run under a Runner) and the fix (the outcome of the "sweep" event).
+	// It must not block.
+	OnFix func(job, fix string)
 }
 
 // Pools is what the jobs need of the resource manager (rm.Manager).
@@ -93,6 +97,9 @@ type Sweeper struct {
 // fill gives every field left out its default; a job's interval defaults to Interval.
 func (c *Config) fill() {
 	c.Clock, c.Logger, c.Observe = defaults.Clock(c.Clock), defaults.Logger(c.Logger), defaults.Observer(c.Observe)
+	if c.OnFix == nil {
+		c.OnFix = func(string, string) {}
+	}
 	defaults.Positive(&c.HealthFailThreshold, DefaultHealthFailThreshold)
 	defaults.Positive(&c.GhostGrace, DefaultGhostGrace)
 	defaults.Positive(&c.OrphanGrace, DefaultOrphanGrace)
@@ -165,7 +172,7 @@ func (s *Sweeper) Autoscale(ctx context.Context) error {
 		if n > 0 {
 			s.log.Info("autoscale: deploying warm pods", "scope", scope, "count", n)
 			for range n {
-				s.cfg.Observe("sweep", "autoscale_deploy")
+				s.fixed(ctx, "autoscale_deploy")
 			}
 		}
 		return err
@@ -218,7 +225,13 @@ func (s *Sweeper) retire(ctx context.Context, scope string, p lua.PodState, reas
 		s.log.Warn("reclaim: delete failed; reconcile deletes the orphan", "scope", scope, "pod", p.Pod.ID, "err", err)
 	}
 	s.log.Info("reclaimed", "scope", scope, "pod", p.Pod.ID, "reason", reason)
-	s.cfg.Observe("sweep", "reclaimed")
+	s.fixed(ctx, "reclaimed")
+}
+
+// fixed reports a repair made by the job running under ctx.
+func (s *Sweeper) fixed(ctx context.Context, fix string) {
+	s.cfg.Observe("sweep", fix)
+	s.cfg.OnFix(jobName(ctx), fix)
 }
 
 // bury forgets a dead pod (its sessions are released; the gateway learns on its next
@@ -233,7 +246,7 @@ func (s *Sweeper) bury(ctx context.Context, scope string, pod warmpool.Pod, reas
 		s.log.Warn("delete failed; reconcile deletes the orphan", "scope", scope, "pod", pod.ID, "err", err)
 	}
 	s.log.Info("pod buried", "scope", scope, "pod", pod.ID, "reason", reason, "sessions_released", len(sessions))
-	s.cfg.Observe("sweep", outcome)
+	s.fixed(ctx, outcome)
 	s.sessions.Wake(ctx, scope)
 }
 
@@ -323,7 +336,7 @@ func (s *Sweeper) ExpireSessions(ctx context.Context) error {
 			total += n
 			if err != nil || n < s.cfg.ExpiryBatch {
 				if total > 0 {
-					s.cfg.Observe("sweep", "sessions_expired")
+					s.fixed(ctx, "sessions_expired")
 				}
 				return err
 			}
@@ -428,7 +441,7 @@ func (s *Sweeper) Repair(ctx context.Context) error {
 		if rep.Any() {
 			s.log.Info("reconcile repaired derived state", "scope", scope, "slot_counts", rep.SlotCounts,
 				"sessions_dropped", rep.Sessions, "claims_dropped", rep.Claims, "waiters_expired", rep.Waiters, "deploys_expired", rep.Deploys)
-			s.cfg.Observe("sweep", "repaired")
+			s.fixed(ctx, "repaired")
 		}
 		return nil
 	})
@@ -474,7 +487,7 @@ func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Po
 			s.deleteOrphan(ctx, p, "purged")
 		case st == lua.AdoptAdopted:
 			s.log.Info("reconcile adopted a pod", "scope", p.ScopeID, "pod", p.ID)
-			s.cfg.Observe("sweep", "adopted")
+			s.fixed(ctx, "adopted")
 			s.sessions.Wake(ctx, p.ScopeID)
 		}
 	}
@@ -486,7 +499,7 @@ func (s *Sweeper) deleteOrphan(ctx context.Context, p warmpool.Pod, reason strin
 		return
 	}
 	s.log.Info("reconcile deleted an orphan pod", "scope", p.ScopeID, "pod", p.ID, "reason", reason)
-	s.cfg.Observe("sweep", "deleted_orphan")
+	s.fixed(ctx, "deleted_orphan")
 }
 
 // republishStale makes Redis serve the latest stored config of every scope: a stored
@@ -515,7 +528,7 @@ func (s *Sweeper) republishStale(ctx context.Context) (lost map[string]bool, err
 			return nil, err
 		}
 		s.log.Info("reconcile published a scope's stored config", "scope", c.ScopeID, "version", c.Version)
-		s.cfg.Observe("sweep", "republished")
+		s.fixed(ctx, "republished")
 	}
 	return lost, nil
 }
@@ -583,6 +596,6 @@ func (s *Sweeper) Rebuild(ctx context.Context) error {
 		return err
 	}
 	s.log.Warn("keyspace rebuilt from the config store and the driver", "scopes", len(all), "pods_adopted", adopted)
-	s.cfg.Observe("sweep", "rebuilt")
+	s.fixed(ctx, "rebuilt")
 	return nil
 }

@@ -31,8 +31,17 @@ type Runner struct {
 	lease time.Duration
 	log   *slog.Logger
 	// OnRun, when set, is told each run of a job with its outcome ("ok", "error",
-	// "lost_lock", "skipped").
-	OnRun func(job, outcome string)
+	// "lost_lock", "skipped") and how long it held the job's lock (zero when skipped).
+	OnRun func(job, outcome string, held time.Duration)
+}
+
+// jobKey is the context key of the name of the job a context runs.
+type jobKey struct{}
+
+// jobName is the name of the job ctx runs under a Runner, "" outside one.
+func jobName(ctx context.Context) string {
+	name, _ := ctx.Value(jobKey{}).(string)
+	return name
 }
 
 // NewRunner returns a Runner of jobs whose locks are leases of lease (DefaultLockLease
@@ -44,7 +53,7 @@ func NewRunner(store *lua.Store, jobs []Job, lease time.Duration, log *slog.Logg
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runner{store: store, jobs: jobs, lease: lease, log: log.With("component", "sweeper"), OnRun: func(string, string) {}}
+	return &Runner{store: store, jobs: jobs, lease: lease, log: log.With("component", "sweeper"), OnRun: func(string, string, time.Duration) {}}
 }
 
 // Run runs every job on its ticker until ctx ends; a job run in progress is cancelled
@@ -79,10 +88,11 @@ func (r *Runner) RunOnce(ctx context.Context, j Job) bool {
 		if !errors.Is(err, warmpool.ErrNotObtained) {
 			r.log.Debug("job lock not obtained", "job", j.Name, "err", err)
 		}
-		r.OnRun(j.Name, "skipped")
+		r.OnRun(j.Name, "skipped", 0)
 		return false
 	}
-	jctx, stop := lock.KeepAlive(ctx)
+	held := time.Now()
+	jctx, stop := lock.KeepAlive(context.WithValue(ctx, jobKey{}, j.Name))
 	err = j.Run(jctx)
 	outcome := "ok"
 	if lerr := stop(); lerr != nil {
@@ -99,6 +109,6 @@ func (r *Runner) RunOnce(ctx context.Context, j Job) bool {
 			r.log.Warn("job failed", "job", j.Name, "err", err)
 		}
 	}
-	r.OnRun(j.Name, outcome)
+	r.OnRun(j.Name, outcome, time.Since(held))
 	return true
 }

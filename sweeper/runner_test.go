@@ -123,7 +123,7 @@ func TestRunnerTakesOverFromADeadHolder(t *testing.T) {
 	deadClient := h.Redis.NewClient(t)
 	dead := sweeper.NewRunner(lua.NewStore(deadClient, h.Redis.Prefix), nil, lease, nil)
 	outcomes := make(chan string, 4)
-	dead.OnRun = func(_, outcome string) { outcomes <- outcome }
+	dead.OnRun = func(_, outcome string, _ time.Duration) { outcomes <- outcome }
 	started := make(chan struct{})
 	var deadEnd time.Time
 	blocking := sweeper.Job{Name: "work", Interval: time.Hour, Run: func(ctx context.Context) error {
@@ -179,7 +179,7 @@ func TestRunnerWaitsOutAStaleLock(t *testing.T) {
 	key, set := h.staleLock("work", lease)
 	runner := sweeper.NewRunner(h.Store, nil, lease, nil)
 	var skipped, runs atomic.Int32
-	runner.OnRun = func(_, outcome string) {
+	runner.OnRun = func(_, outcome string, _ time.Duration) {
 		if outcome == "skipped" {
 			skipped.Add(1)
 		}
@@ -213,7 +213,7 @@ func TestRunnerCancelsTheJobWhenItsLockIsLost(t *testing.T) {
 	key := h.Store.Keys().Lock("sweep:work")
 	runner := sweeper.NewRunner(h.Store, nil, lease, nil)
 	outcome := make(chan string, 1)
-	runner.OnRun = func(_, o string) { outcome <- o }
+	runner.OnRun = func(_, o string, _ time.Duration) { outcome <- o }
 	started := make(chan struct{})
 	job := sweeper.Job{Name: "work", Interval: time.Hour, Run: func(ctx context.Context) error {
 		close(started)

@@ -1,56 +1,191 @@
-// Package metrics exposes warmpool's Prometheus metrics: counters and histograms fed by
-// the managers' observe hooks, and pool gauges read from Redis at scrape time.
+// Package metrics exposes warmpool's Prometheus metrics (SPEC §10 fixes their names):
+// counters and histograms fed by the managers', the drivers', the script runner's and
+// the sweeper's hooks, and per-scope pool gauges read from Redis at scrape time.
+// docs/metrics.md lists every metric with its labels and their cardinality.
 package metrics
 
 import (
 	"context"
 	"log/slog"
 	"net/http"
+	"runtime"
+	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/lua"
 )
 
-// Metrics holds the collectors of one server.
+// Label names.
+const (
+	labelScope   = "scope"
+	labelSource  = "source"
+	labelCode    = "code"
+	labelDriver  = "driver"
+	labelResult  = "result"
+	labelPhase   = "phase"
+	labelScript  = "script"
+	labelJob     = "job"
+	labelOutcome = "outcome"
+	labelFix     = "fix"
+)
+
+// ScrapeTimeout bounds the Redis read of the pool gauges on each scrape.
+const ScrapeTimeout = 2 * time.Second
+
+var (
+	// latencyBuckets fit calls from a warm hit (under a millisecond) to a cold
+	// start or a wait in the queue (tens of seconds).
+	latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	// deployBuckets fit deploys from a fake driver's instant one to a slow image pull.
+	deployBuckets = []float64{.05, .1, .25, .5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300}
+	// scriptBuckets fit one Redis round trip, from a local server to a remote one
+	// under load.
+	scriptBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+)
+
+// Metrics holds the collectors of one replica.
 type Metrics struct {
-	reg     *prometheus.Registry
-	route   *prometheus.HistogramVec
-	events  *prometheus.CounterVec
-	scrapes *prometheus.CounterVec
-	phases  *prometheus.HistogramVec
+	reg         *prometheus.Registry
+	routes      *prometheus.CounterVec
+	routeTime   *prometheus.HistogramVec
+	routeErrors *prometheus.CounterVec
+	deploys     *prometheus.HistogramVec
+	phases      *prometheus.HistogramVec
+	scripts     *prometheus.HistogramVec
+	events      *prometheus.CounterVec
+	jobRuns     *prometheus.CounterVec
+	jobHeld     *prometheus.HistogramVec
+	jobFixes    *prometheus.CounterVec
+
+	// scoped are the vectors labelled by scope; seen are the scopes they have series
+	// of, so the series of a deleted scope can be dropped.
+	scoped []*prometheus.MetricVec
+	mu     sync.Mutex
+	seen   map[string]bool
 }
 
 // New registers warmpool's metrics; store feeds the pool gauges at scrape time.
 func New(store *lua.Store, log *slog.Logger) *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
-		route: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		routes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warmpool_routes_total",
+			Help: "Session routes served, by scope and how the pod was found (affinity, warm, follower, deployed, queued).",
+		}, []string{labelScope, labelSource}),
+		routeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warmpool_route_duration_seconds",
-			Help:    "Latency of session route calls by outcome (ok or the error code).",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-		}, []string{"outcome"}),
+			Help:    "Latency of the session routes served, by scope and source.",
+			Buckets: latencyBuckets,
+		}, []string{labelScope, labelSource}),
+		routeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warmpool_route_errors_total",
+			Help: "Session routes that failed, by scope and error code (scope empty for VALIDATION and SCOPE_NOT_FOUND).",
+		}, []string{labelScope, labelCode}),
+		deploys: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "warmpool_deploy_duration_seconds",
+			Help:    "Duration of deploys from the start of the driver's work to the pod's registration or the failure, by scope, driver and result (ok, failed).",
+			Buckets: deployBuckets,
+		}, []string{labelScope, labelDriver, labelResult}),
+		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "warmpool_deploy_phase_seconds",
+			Help:    "Deploy phases: lease_wait is the time taken to get the deploy lease; create, scheduled, started and ready the time from the start of the driver's work until the phase was reached.",
+			Buckets: deployBuckets,
+		}, []string{labelScope, labelDriver, labelPhase}),
+		scripts: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "warmpool_redis_script_duration_seconds",
+			Help:    "Round trip of each Lua script call to Redis, failed calls included, by script.",
+			Buckets: scriptBuckets,
+		}, []string{labelScript}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpool_events_total",
 			Help: "Pool and queue events: acquire (warm, deployed, follower, max_reached, failed), deploy (ok, failed), queue (queued, queue_full, wait_timeout, woken), sweep results, config_publish (conflict: a version published with other content by a replica on another config store).",
-		}, []string{"event", "outcome"}),
-		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "warmpool_deploy_phase_seconds",
-			Help:    "Time from the start of a Kubernetes deploy to each of its phases (created, scheduled, ready, failed).",
-			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
-		}, []string{"phase"}),
-		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "warmpool_pool_scrape_errors_total",
-			Help: "Scrapes whose pool gauges could not be read from Redis.",
-		}, []string{}),
+		}, []string{"event", labelOutcome}),
+		jobRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warmpool_sweeper_runs_total",
+			Help: "Sweeper job runs on this replica, by job and outcome (ok, error, lost_lock, skipped: another replica held the job's lock).",
+		}, []string{labelJob, labelOutcome}),
+		jobHeld: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "warmpool_sweeper_lock_held_seconds",
+			Help:    "How long a sweeper job held its lock per run on this replica, by job.",
+			Buckets: latencyBuckets,
+		}, []string{labelJob}),
+		jobFixes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warmpool_sweeper_fixes_total",
+			Help: "Repairs the sweeper jobs made, by job and fix (reclaimed, dead, unhealthy, adopted, deleted_orphan, ...).",
+		}, []string{labelJob, labelFix}),
+		seen: map[string]bool{},
 	}
-	m.reg.MustRegister(m.route, m.events, m.scrapes, m.phases,
+	m.scoped = []*prometheus.MetricVec{m.routes.MetricVec, m.routeTime.MetricVec, m.routeErrors.MetricVec, m.deploys.MetricVec, m.phases.MetricVec}
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "warmpool_build_info",
+		Help:        "Always 1; the labels name the build of the replica.",
+		ConstLabels: prometheus.Labels{"version": Version(), "goversion": runtime.Version()},
+	})
+	build.Set(1)
+	scrapeErrors := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "warmpool_pool_scrape_errors_total",
+		Help: "Scrapes whose pool gauges could not be read from Redis.",
+	})
+	m.reg.MustRegister(m.routes, m.routeTime, m.routeErrors, m.deploys, m.phases, m.scripts, m.events,
+		m.jobRuns, m.jobHeld, m.jobFixes, build, scrapeErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&poolCollector{store: store, log: log, errors: m.scrapes.WithLabelValues()})
+		&poolCollector{store: store, log: log, errors: scrapeErrors, live: m.dropDeleted})
 	return m
+}
+
+// Version is the replica's version: the main module's version, else its VCS revision,
+// else "devel".
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			return s.Value[:12]
+		}
+	}
+	return "devel"
+}
+
+// Registry is the registry every metric is registered with, for tests.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// saw notes that the vectors have series of scope.
+func (m *Metrics) saw(scope string) {
+	m.mu.Lock()
+	m.seen[scope] = true
+	m.mu.Unlock()
+}
+
+// dropDeleted drops the series of the scopes not in live (deleted ones): their
+// counters would otherwise be exported for the life of the process.
+func (m *Metrics) dropDeleted(live map[string]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for scope := range m.seen {
+		if scope == "" || live[scope] {
+			continue
+		}
+		for _, v := range m.scoped {
+			v.DeletePartialMatch(prometheus.Labels{labelScope: scope})
+		}
+		delete(m.seen, scope)
+	}
 }
 
 // Observe counts an event; it fits the managers' Observe hooks.
@@ -58,45 +193,83 @@ func (m *Metrics) Observe(event, outcome string) {
 	m.events.WithLabelValues(event, outcome).Inc()
 }
 
-// ObserveRoute records one route call.
-func (m *Metrics) ObserveRoute(outcome string, took time.Duration) {
-	m.route.WithLabelValues(outcome).Observe(took.Seconds())
+// ObserveRoute records one route call: its source when it was served, else its error
+// code. It fits sm.Config.ObserveRoute.
+func (m *Metrics) ObserveRoute(scope, source string, code warmpool.Code, took time.Duration) {
+	if code != "" {
+		if code == warmpool.CodeValidation || code == warmpool.CodeScopeNotFound {
+			scope = "" // a name nobody configured: no series of its own
+		}
+		m.saw(scope)
+		m.routeErrors.WithLabelValues(scope, string(code)).Inc()
+		return
+	}
+	m.saw(scope)
+	m.routes.WithLabelValues(scope, source).Inc()
+	m.routeTime.WithLabelValues(scope, source).Observe(took.Seconds())
 }
 
-// ObservePhase records how long a deploy took to reach a phase.
-func (m *Metrics) ObservePhase(phase string, elapsed time.Duration) {
-	m.phases.WithLabelValues(phase).Observe(elapsed.Seconds())
+// ObserveDeploy records one finished deploy of a driver.
+func (m *Metrics) ObserveDeploy(scope, driver, result string, took time.Duration) {
+	m.saw(scope)
+	m.deploys.WithLabelValues(scope, driver, result).Observe(took.Seconds())
 }
 
-// Handler serves the metrics in the Prometheus text format.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+// ObservePhase records one phase of a deploy (see warmpool_deploy_phase_seconds).
+func (m *Metrics) ObservePhase(scope, driver, phase string, elapsed time.Duration) {
+	m.saw(scope)
+	m.phases.WithLabelValues(scope, driver, phase).Observe(elapsed.Seconds())
+}
+
+// ObserveScript records one script call; it fits lua.Store.ObserveScripts.
+func (m *Metrics) ObserveScript(script string, took time.Duration) {
+	m.scripts.WithLabelValues(script).Observe(took.Seconds())
+}
+
+// ObserveJob records one run of a sweeper job; it fits sweeper.Runner.OnRun.
+func (m *Metrics) ObserveJob(job, outcome string, held time.Duration) {
+	m.jobRuns.WithLabelValues(job, outcome).Inc()
+	if outcome != "skipped" {
+		m.jobHeld.WithLabelValues(job).Observe(held.Seconds())
+	}
+}
+
+// ObserveFix counts one repair of a sweeper job; it fits sweeper.Config.OnFix.
+func (m *Metrics) ObserveFix(job, fix string) {
+	m.jobFixes.WithLabelValues(job, fix).Inc()
 }
 
 var (
-	podsDesc      = prometheus.NewDesc("warmpool_pods", "Registered pods by scope and state.", []string{"scope", "state"}, nil)
-	sessionsDesc  = prometheus.NewDesc("warmpool_sessions", "Bound sessions by scope.", []string{"scope"}, nil)
-	waitersDesc   = prometheus.NewDesc("warmpool_waiters", "Queued route calls by scope.", []string{"scope"}, nil)
-	deployingDesc = prometheus.NewDesc("warmpool_deploying", "Deploys in flight by scope.", []string{"scope"}, nil)
+	podsDesc = prometheus.NewDesc("warmpool_pods", "Registered pods by scope and state (idle, busy).",
+		[]string{labelScope, "state"}, nil)
+	podVersionsDesc = prometheus.NewDesc("warmpool_pods_by_version", "Registered pods by scope and deploy_ver: current, or old (left from an earlier deploy config).",
+		[]string{labelScope, "version"}, nil)
+	sessionsDesc     = prometheus.NewDesc("warmpool_sessions", "Bound sessions by scope.", []string{labelScope}, nil)
+	followersDesc    = prometheus.NewDesc("warmpool_followers", "Requests waiting in the follower rooms of deploys in flight, by scope.", []string{labelScope}, nil)
+	placeholdersDesc = prometheus.NewDesc("warmpool_placeholders", "Deploys in flight (placeholders, counted toward max_pods) by scope.", []string{labelScope}, nil)
+	waitersDesc      = prometheus.NewDesc("warmpool_waiters", "Route calls waiting in the queue, by scope.", []string{labelScope}, nil)
+	maxPodsDesc      = prometheus.NewDesc("warmpool_max_pods", "The scope's max_pods: ceil(max_concurrency / pod_concurrency).", []string{labelScope}, nil)
 )
 
 // poolCollector reads the pool sizes of every scope from Redis when scraped, so the
-// gauges are the same on every replica and never drift from the state.
+// gauges are the same on every replica, never drift from the state, and a deleted
+// scope's series go with it. It hands the live scopes to live, which drops the other
+// metrics' series of deleted scopes.
 type poolCollector struct {
 	store  *lua.Store
 	log    *slog.Logger
 	errors prometheus.Counter
+	live   func(map[string]bool)
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- podsDesc
-	ch <- sessionsDesc
-	ch <- waitersDesc
-	ch <- deployingDesc
+	for _, d := range []*prometheus.Desc{podsDesc, podVersionsDesc, sessionsDesc, followersDesc, placeholdersDesc, waitersDesc, maxPodsDesc} {
+		ch <- d
+	}
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeout)
 	defer cancel()
 	counts, err := c.store.Counts(ctx)
 	if err != nil {
@@ -104,11 +277,21 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		c.log.Debug("pool gauges not read", "err", err)
 		return
 	}
-	for _, s := range counts {
-		ch <- prometheus.MustNewConstMetric(podsDesc, prometheus.GaugeValue, float64(s.Idle), s.ScopeID, "idle")
-		ch <- prometheus.MustNewConstMetric(podsDesc, prometheus.GaugeValue, float64(s.Pods-s.Idle), s.ScopeID, "busy")
-		ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(s.Sessions), s.ScopeID)
-		ch <- prometheus.MustNewConstMetric(waitersDesc, prometheus.GaugeValue, float64(s.Waiters), s.ScopeID)
-		ch <- prometheus.MustNewConstMetric(deployingDesc, prometheus.GaugeValue, float64(s.Deploying), s.ScopeID)
+	live := make(map[string]bool, len(counts))
+	gauge := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
 	}
+	for _, s := range counts {
+		live[s.ScopeID] = true
+		gauge(podsDesc, s.Idle, s.ScopeID, "idle")
+		gauge(podsDesc, s.Pods-s.Idle, s.ScopeID, "busy")
+		gauge(podVersionsDesc, s.Pods-s.OldPods, s.ScopeID, "current")
+		gauge(podVersionsDesc, s.OldPods, s.ScopeID, "old")
+		gauge(sessionsDesc, s.Sessions, s.ScopeID)
+		gauge(followersDesc, s.Followers, s.ScopeID)
+		gauge(placeholdersDesc, s.Deploying, s.ScopeID)
+		gauge(waitersDesc, s.Waiters, s.ScopeID)
+		gauge(maxPodsDesc, s.MaxPods, s.ScopeID)
+	}
+	c.live(live)
 }

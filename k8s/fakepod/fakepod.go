@@ -387,6 +387,7 @@ func (f *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 	}
 	delay, done := f.DeployDelay, f.done
 	f.mu.Unlock()
+	req.Phase(warmpool.PhaseCreate)
 
 	timeout := time.Duration(req.Spec.ReadyTimeoutS) * time.Second
 	err := f.waitReady(ctx, delay, timeout, done)
@@ -425,6 +426,7 @@ func (f *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 		return warmpool.Pod{}, err
 	}
 	rec.Pod = cur.pod()
+	req.Phase(warmpool.PhaseReady)
 	return rec.Pod, nil
 }
 

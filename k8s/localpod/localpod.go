@@ -270,8 +270,9 @@ func (l *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 	l.mu.Lock()
 	l.procs[name] = p
 	l.mu.Unlock()
+	req.Phase(warmpool.PhaseCreate)
 
-	if err := l.awaitReady(dctx, p, pod, readyTimeout); err != nil {
+	if err := l.awaitReady(dctx, p, pod, readyTimeout, req.Phase); err != nil {
 		l.stop(context.Background(), p)
 		l.removeRecord(name, p.pid)
 		l.forget(p)
@@ -300,7 +301,8 @@ func (l *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 		l.forget(p)
 		return warmpool.Pod{}, warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s was deleted before it became ready", name)
 	}
-	log.Info("pod ready", "after", time.Since(now).Round(time.Millisecond))
+	log.InfoContext(ctx, "pod ready", "after", time.Since(now).Round(time.Millisecond))
+	req.Phase(warmpool.PhaseReady)
 	pod.Ready = true
 	return pod, nil
 }
@@ -343,14 +345,20 @@ func (l *Driver) forget(p *podProc) {
 	}
 }
 
-// awaitReady polls the health endpoint until it answers 200 for this pod.
-func (l *Driver) awaitReady(ctx context.Context, p *podProc, pod warmpool.Pod, timeout time.Duration) error {
+// awaitReady polls the health endpoint until it answers 200 for this pod. The first
+// answer of any kind is the started phase: the process listens.
+func (l *Driver) awaitReady(ctx context.Context, p *podProc, pod warmpool.Pod, timeout time.Duration, phase func(string)) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(readyPoll)
 	defer tick.Stop()
+	started := false
 	for {
 		last := l.health(ctx, pod, min(l.cfg.ProbeTimeout, time.Second))
+		if !started && (last == nil || errors.As(last, new(notReady))) {
+			started = true
+			phase(warmpool.PhaseStarted)
+		}
 		if last == nil {
 			return nil
 		}
@@ -384,7 +392,7 @@ func (l *Driver) health(ctx context.Context, pod warmpool.Pod, timeout time.Dura
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("health answered %d", resp.StatusCode)
+		return notReady(fmt.Sprintf("health answered %d", resp.StatusCode))
 	}
 	var v struct {
 		Pod string `json:"pod"`
@@ -394,6 +402,12 @@ func (l *Driver) health(ctx context.Context, pod warmpool.Pod, timeout time.Dura
 	}
 	return nil
 }
+
+// notReady is a health answer other than 200: the pod's process listens but does not
+// serve yet.
+type notReady string
+
+func (e notReady) Error() string { return string(e) }
 
 // Probe asks the pod's health endpoint once, within ProbeTimeout; nil means healthy.
 func (l *Driver) Probe(ctx context.Context, pod warmpool.Pod) error {

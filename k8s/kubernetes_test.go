@@ -272,6 +272,8 @@ func TestKubernetesDeployReady(t *testing.T) {
 		}
 	})
 	req := kubeReq("s1", 3)
+	var reported []string
+	req.OnPhase = func(phase string) { mu.Lock(); reported = append(reported, phase); mu.Unlock() }
 	pod, err := k.Deploy(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -280,10 +282,13 @@ func TestKubernetesDeployReady(t *testing.T) {
 		t.Errorf("pod %+v, want it in wp at 127.1.0.5:8080", pod)
 	}
 	mu.Lock()
-	got := fmt.Sprint(phases)
+	got, gotReported := fmt.Sprint(phases), fmt.Sprint(reported)
 	mu.Unlock()
-	if got != "[created scheduled ready]" {
+	if got != "[created scheduled started ready]" {
 		t.Errorf("phases %s", got)
+	}
+	if gotReported != "[create scheduled started ready]" {
+		t.Errorf("phases reported to the deploy request: %s", gotReported)
 	}
 
 	// A scope template's namespace wins over the default one.

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"net/http"
 	"sort"
 	"strings"
@@ -206,4 +207,33 @@ func parseSeries(tb testing.TB, s string) (string, map[string]string) {
 		labels[k] = strings.Trim(v, `"`)
 	}
 	return name, labels
+}
+
+// TestSweeperMetrics runs the reclaim job once it has an idle pod past pod_ttl_s and
+// checks its run, its lock hold time and its fix, counted under the job's name.
+func TestSweeperMetrics(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	g := e.srv.Metrics()
+	e.putScope("sw", `{"deploy":{"ready_timeout_s":10},"pool":{"max_concurrency":2,"pod_concurrency":1,"pod_ttl_s":1}}`)
+	e.route("sw", "s1")
+	e.ok(http.MethodDelete, "/v1/scopes/sw/sessions/s1", nil)
+	e.clock.Advance(2 * time.Second)
+	for _, j := range e.srv.Sweeper.Jobs() {
+		if j.Name == "reclaim" && !e.srv.Runner.RunOnce(context.Background(), j) {
+			t.Fatal("the reclaim job did not run")
+		}
+	}
+	for name, labels := range map[string]map[string]string{
+		"warmpool_sweeper_runs_total":        {"job": "reclaim", "outcome": "ok"},
+		"warmpool_sweeper_lock_held_seconds": {"job": "reclaim"},
+		"warmpool_sweeper_fixes_total":       {"job": "reclaim", "fix": "reclaimed"},
+	} {
+		if got := sample(t, g, name, labels); got != 1 {
+			t.Errorf("%s%v = %v, want 1", name, labels, got)
+		}
+	}
+	if got := sample(t, g, "warmpool_pods", map[string]string{"scope": "sw", "state": "idle"}); got != 0 {
+		t.Errorf("idle pods after the reclaim: %v, want 0", got)
+	}
 }

@@ -116,15 +116,22 @@ func Run(t *testing.T, newHarness func(t *testing.T, mode Mode) *Harness) {
 }
 
 // checkLifecycle: a deploy returns a Ready pod carrying the request's scope, deploy_ver
-// and fence with SSE and health URLs; Probe passes and List shows the same pod; Delete
-// removes it, its probe then fails, and a second Delete is no error.
+// and fence with SSE and health URLs, having reported its phases in order (create
+// first, ready last); Probe passes and List shows the same pod; Delete removes it, its
+// probe then fails, and a second Delete is no error.
 func checkLifecycle(t *testing.T, h *Harness) {
 	ctx := testCtx(t)
 	req := h.request(t, "dt_life.cycle", 7)
+	var mu sync.Mutex
+	var phases []string
+	req.OnPhase = func(phase string) { mu.Lock(); phases = append(phases, phase); mu.Unlock() }
 	pod, err := h.Driver.Deploy(ctx, req)
 	if err != nil {
 		t.Fatalf("Deploy: %v", err)
 	}
+	mu.Lock()
+	checkPhases(t, phases)
+	mu.Unlock()
 	if pod.ID == "" || pod.ScopeID != req.ScopeID || pod.DeployVer != req.DeployVer || pod.Fence != req.Fence ||
 		!pod.Ready || pod.Dead != "" || pod.CreatedAt <= 0 {
 		t.Fatalf("Deploy returned %+v, want a Ready pod of %s, deploy_ver %s, fence %d", pod, req.ScopeID, req.DeployVer, req.Fence)
@@ -338,6 +345,26 @@ func checkCancelled(t *testing.T, h *Harness) {
 		t.Errorf("Deploy cancelled while starting: %v, want context.Canceled", err)
 	}
 	h.awaitGone(t, ctx, req.ScopeID, name)
+}
+
+// phaseOrder is the order of the phases a driver may report.
+var phaseOrder = []string{warmpool.PhaseCreate, warmpool.PhaseScheduled, warmpool.PhaseStarted, warmpool.PhaseReady}
+
+// checkPhases requires the phases of a successful deploy: known ones, each once, in
+// order, from create to ready.
+func checkPhases(t *testing.T, phases []string) {
+	t.Helper()
+	last := -1
+	for _, p := range phases {
+		i := slices.Index(phaseOrder, p)
+		if i <= last {
+			t.Fatalf("phases %q: want some of %q, each once and in that order", phases, phaseOrder)
+		}
+		last = i
+	}
+	if len(phases) < 2 || phases[0] != warmpool.PhaseCreate || phases[len(phases)-1] != warmpool.PhaseReady {
+		t.Fatalf("phases %q: want %s first and %s last", phases, warmpool.PhaseCreate, warmpool.PhaseReady)
+	}
 }
 
 // request is a deploy request of scope with a normalized spec.

@@ -59,9 +59,6 @@ func NewScope(id string) *Scope {
 	}
 }
 
-// ID is the scope's id.
-func (s *Scope) ID() string { return s.id }
-
 // LoseEpoch models the loss of the scope's epoch key: what a Redis that lost its data
 // looks like to the scripts that check it.
 func (s *Scope) LoseEpoch() { s.epoch = false }

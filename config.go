@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -129,16 +130,125 @@ func DefaultScopeConfig() ScopeConfig {
 // rejected and named) and normalizes it: this is how a config enters the system from
 // outside (the HTTP API, the CLI). A field the document omits takes its default as
 // it decodes; one that is blank or null is filled by Normalize. Every error is a
-// VALIDATION *Error that names the offending field.
+// VALIDATION *Error; a document with several faults gets them all at once, each named
+// by its full path ("deploy.imagee: unknown field; pool.queue_size: ..."), one fault
+// per field.
 func DecodeScopeConfig(r io.Reader) (ScopeConfig, error) {
-	cfg := DefaultScopeConfig()
-	if err := DecodeStrict(r, &cfg); err != nil {
+	raw, err := readObject(r)
+	if err != nil {
 		return ScopeConfig{}, err
 	}
-	if err := cfg.Normalize(); err != nil {
+	cfg := DefaultScopeConfig()
+	var faults fieldErrors
+	decodeFields(raw, reflect.ValueOf(&cfg).Elem(), "", &faults)
+	cfg.fill()
+	cfg.check(&faults)
+	if err := faults.err(); err != nil {
 		return ScopeConfig{}, err
 	}
 	return cfg, nil
+}
+
+// fieldErrors are the faults found in a config, each "field: what is wrong", in a
+// stable order.
+type fieldErrors []string
+
+func (f *fieldErrors) add(field, format string, args ...any) {
+	*f = append(*f, field+": "+fmt.Sprintf(format, args...))
+}
+
+// err is the faults as one VALIDATION *Error, or nil when there are none.
+func (f fieldErrors) err() error {
+	if len(f) == 0 {
+		return nil
+	}
+	return Errorf(CodeValidation, "%s", strings.Join(f, "; "))
+}
+
+// decodeFields decodes the JSON value raw into v, which must be settable, like
+// encoding/json does, but records every fault instead of stopping at the first: each
+// unknown field of an object and each value of the wrong type, named by its path
+// under path. A field that fails keeps the value it had.
+func decodeFields(raw json.RawMessage, v reflect.Value, path string, faults *fieldErrors) {
+	if v.Kind() != reflect.Struct {
+		if err := json.Unmarshal(raw, v.Addr().Interface()); err != nil {
+			faults.add(path, "%s", typeFault(err, v.Type()))
+		}
+		return
+	}
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return // encoding/json leaves a struct alone on null
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		faults.add(cmpOr(path, "body"), "expected an object, got JSON %s", jsonKind(raw))
+		return
+	}
+	t := v.Type()
+	for _, key := range slices.Sorted(maps.Keys(obj)) {
+		name := key
+		if name == "" {
+			name = `""`
+		}
+		if path != "" {
+			name = path + "." + name
+		}
+		i := fieldIndex(t, key)
+		if i < 0 {
+			faults.add(name, "unknown field")
+			continue
+		}
+		decodeFields(obj[key], v.Field(i), name, faults)
+	}
+}
+
+// fieldIndex is the index of the field of struct type t that the JSON key names (its
+// tag, matched exactly, else case-insensitively as encoding/json does), or -1.
+func fieldIndex(t reflect.Type, key string) int {
+	fold := -1
+	for i := range t.NumField() {
+		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if tag == key {
+			return i
+		}
+		if fold < 0 && strings.EqualFold(tag, key) {
+			fold = i
+		}
+	}
+	return fold
+}
+
+// typeFault says why a JSON value did not decode into a Go value of type t.
+func typeFault(err error, t reflect.Type) string {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		return fmt.Sprintf("expected %s, got JSON %s", typeErr.Type, typeErr.Value)
+	}
+	return fmt.Sprintf("expected %s: %s", t, strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// jsonKind names the kind of a well-formed JSON value.
+func jsonKind(raw json.RawMessage) string {
+	switch t := bytes.TrimSpace(raw); {
+	case len(t) == 0:
+		return "nothing"
+	case t[0] == '[':
+		return "array"
+	case t[0] == '"':
+		return "string"
+	case t[0] == 't' || t[0] == 'f':
+		return "bool"
+	case t[0] == 'n':
+		return "null"
+	}
+	return "number"
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // LoadScopeConfig reads a config document as a config store kept it and normalizes
@@ -160,20 +270,9 @@ func LoadScopeConfig(doc []byte) (ScopeConfig, error) {
 // twice in one object, a body that is not an object and trailing data are VALIDATION
 // errors naming what is wrong.
 func DecodeStrict(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	var raw json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		return JSONError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Errorf(CodeValidation, "body: trailing data after the JSON document")
-	}
-	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
-		return Errorf(CodeValidation, "body: expected a JSON object")
-	}
-	if key := duplicateKey(raw); key != "" {
-		return Errorf(CodeValidation, "%s: duplicate key", key)
+	raw, err := readObject(r)
+	if err != nil {
+		return err
 	}
 	inner := json.NewDecoder(bytes.NewReader(raw))
 	inner.DisallowUnknownFields()
@@ -181,6 +280,26 @@ func DecodeStrict(r io.Reader, v any) error {
 		return JSONError(err)
 	}
 	return nil
+}
+
+// readObject reads one JSON object from r: malformed JSON, trailing data, a document
+// that is not an object and a key given twice in one object are VALIDATION errors.
+func readObject(r io.Reader) (json.RawMessage, error) {
+	dec := json.NewDecoder(r)
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return nil, JSONError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, Errorf(CodeValidation, "body: trailing data after the JSON document")
+	}
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+		return nil, Errorf(CodeValidation, "body: expected a JSON object")
+	}
+	if key := duplicateKey(raw); key != "" {
+		return nil, Errorf(CodeValidation, "%s: duplicate key", key)
+	}
+	return raw, nil
 }
 
 // duplicateKey returns the path ("pool.queue_size", "deploy.env.A", "l[0].k") of the
@@ -307,6 +426,12 @@ var (
 // (DecodeScopeConfig, LoadScopeConfig, scopes.Service.Put); every later step receives
 // a normalized config and fills nothing. Normalize is idempotent.
 func (c *ScopeConfig) Normalize() error {
+	c.fill()
+	return c.Validate()
+}
+
+// fill gives every unset field its default (see Normalize).
+func (c *ScopeConfig) fill() {
 	d, def := &c.Deploy, &scopeDefaults.Deploy
 	for _, f := range []struct {
 		v   *string
@@ -324,7 +449,6 @@ func (c *ScopeConfig) Normalize() error {
 		}
 	}
 	d.fillCollections()
-	return c.Validate()
 }
 
 // fillCollections makes nil lists and maps empty: stored as [] and {}, never null, so
@@ -341,78 +465,107 @@ func (d *DeploySpec) fillCollections() {
 	}
 }
 
-// Validate checks every field; the error names the first bad one.
+// Validate checks every field; the error names every bad one (one fault per field,
+// in a stable order).
 func (c ScopeConfig) Validate() error {
+	var faults fieldErrors
+	c.check(&faults)
+	return faults.err()
+}
+
+// check adds a fault for every bad field of c.
+func (c ScopeConfig) check(faults *fieldErrors) {
 	d, p := c.Deploy, c.Pool
-	bad := func(field, format string, args ...any) error {
-		return Errorf(CodeValidation, "%s: %s", field, fmt.Sprintf(format, args...))
+	bad := faults.add
+	if d.Image == "" || len(d.Image) > maxStringLen || !imageRe.MatchString(d.Image) {
+		bad("deploy.image", "must be an image reference without spaces or control characters, 1-%d chars", maxStringLen)
 	}
-	switch {
-	case d.Image == "" || len(d.Image) > maxStringLen || !imageRe.MatchString(d.Image):
-		return bad("deploy.image", "must be an image reference without spaces or control characters, 1-%d chars", maxStringLen)
-	case d.Namespace != "" && !dnsLabelRe.MatchString(d.Namespace):
-		return bad("deploy.namespace", "must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63 chars)")
-	case !dnsLabelRe.MatchString(d.ContainerName):
-		return bad("deploy.container_name", "must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63 chars)")
-	case d.Port < 1 || d.Port > 65535:
-		return bad("deploy.port", "must be between 1 and 65535, got %d", d.Port)
-	case !httpPathRe.MatchString(d.SSEPath):
-		return bad("deploy.sse_path", "must be an absolute URL path")
-	case !httpPathRe.MatchString(d.HealthPath):
-		return bad("deploy.health_path", "must be an absolute URL path")
-	case d.ReadyTimeoutS < 1 || d.ReadyTimeoutS > MaxReadyTimeoutS:
-		return bad("deploy.ready_timeout_s", "must be between 1 and %d, got %d", MaxReadyTimeoutS, d.ReadyTimeoutS)
-	case !quantityRe.MatchString(d.Resources.CPU):
-		return bad("deploy.resources.cpu", "must be a quantity such as 500m or 2, got %q", d.Resources.CPU)
-	case !quantityRe.MatchString(d.Resources.Memory):
-		return bad("deploy.resources.memory", "must be a quantity such as 512Mi, got %q", d.Resources.Memory)
+	if d.Namespace != "" && !dnsLabelRe.MatchString(d.Namespace) {
+		bad("deploy.namespace", "must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63 chars)")
+	}
+	if !dnsLabelRe.MatchString(d.ContainerName) {
+		bad("deploy.container_name", "must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63 chars)")
+	}
+	if d.Port < 1 || d.Port > 65535 {
+		bad("deploy.port", "must be between 1 and 65535, got %d", d.Port)
+	}
+	if !httpPathRe.MatchString(d.SSEPath) {
+		bad("deploy.sse_path", "must be an absolute URL path")
+	}
+	if !httpPathRe.MatchString(d.HealthPath) {
+		bad("deploy.health_path", "must be an absolute URL path")
+	}
+	if d.ReadyTimeoutS < 1 || d.ReadyTimeoutS > MaxReadyTimeoutS {
+		bad("deploy.ready_timeout_s", "must be between 1 and %d, got %d", MaxReadyTimeoutS, d.ReadyTimeoutS)
+	}
+	if !quantityRe.MatchString(d.Resources.CPU) {
+		bad("deploy.resources.cpu", "must be a quantity such as 500m or 2, got %q", d.Resources.CPU)
+	}
+	if !quantityRe.MatchString(d.Resources.Memory) {
+		bad("deploy.resources.memory", "must be a quantity such as 512Mi, got %q", d.Resources.Memory)
 	}
 	for _, l := range []struct {
 		name string
 		list []string
 	}{{"deploy.command", d.Command}, {"deploy.args", d.Args}} {
-		name, list := l.name, l.list
-		if len(list) > maxListLen {
-			return bad(name, "at most %d items", maxListLen)
+		if len(l.list) > maxListLen {
+			bad(l.name, "at most %d items", maxListLen)
+			continue
 		}
-		for _, s := range list {
+		for _, s := range l.list {
 			if len(s) > maxStringLen {
-				return bad(name, "items must be at most %d chars", maxStringLen)
+				bad(l.name, "items must be at most %d chars", maxStringLen)
+				break
 			}
 		}
 	}
 	if len(d.Env) > maxListLen {
-		return bad("deploy.env", "at most %d variables", maxListLen)
-	}
-	for _, k := range slices.Sorted(maps.Keys(d.Env)) {
-		if !envNameRe.MatchString(k) {
-			return bad("deploy.env", "invalid variable name %q", k)
+		bad("deploy.env", "at most %d variables", maxListLen)
+	} else {
+		for _, k := range slices.Sorted(maps.Keys(d.Env)) {
+			if !envNameRe.MatchString(k) {
+				bad("deploy.env", "invalid variable name %q", k)
+				break
+			}
 		}
-		if len(d.Env[k]) > maxStringLen {
-			return bad("deploy.env."+k, "value must be at most %d chars", maxStringLen)
+		for _, k := range slices.Sorted(maps.Keys(d.Env)) {
+			if len(d.Env[k]) > maxStringLen {
+				bad("deploy.env."+k, "value must be at most %d chars", maxStringLen)
+			}
 		}
 	}
-	switch {
-	case p.PodConcurrency < 1 || p.PodConcurrency > MaxPodConcurrency:
-		return bad("pool.pod_concurrency", "must be between 1 and %d, got %d", MaxPodConcurrency, p.PodConcurrency)
-	case p.MaxConcurrency < p.PodConcurrency || p.MaxConcurrency > MaxConcurrencyCap:
-		return bad("pool.max_concurrency", "must be between pod_concurrency (%d) and %d, got %d", p.PodConcurrency, MaxConcurrencyCap, p.MaxConcurrency)
-	case p.MinIdlePods < 0 || p.MinIdlePods > p.MaxPods():
-		return bad("pool.min_idle_pods", "must be between 0 and max_pods (%d), got %d", p.MaxPods(), p.MinIdlePods)
-	case p.PodTTLS < 1 || p.PodTTLS > MaxTTLS:
-		return bad("pool.pod_ttl_s", "must be between 1 and %d, got %d", MaxTTLS, p.PodTTLS)
-	case p.SessionTTLS < 1 || p.SessionTTLS > MaxTTLS:
-		return bad("pool.session_ttl_s", "must be between 1 and %d, got %d", MaxTTLS, p.SessionTTLS)
-	case p.QueueSize < 0 || p.QueueSize > MaxQueueSize:
-		return bad("pool.queue_size", "must be between 0 and %d, got %d", MaxQueueSize, p.QueueSize)
-	case p.WaitTimeoutS < 0 || p.WaitTimeoutS > MaxWaitTimeoutS:
-		return bad("pool.wait_timeout_s", "must be between 0 and %d, got %d", MaxWaitTimeoutS, p.WaitTimeoutS)
-	case p.HoldTTLS < 1 || p.HoldTTLS > MaxTTLS:
-		return bad("pool.hold_ttl_s", "must be between 1 and %d, got %d", MaxTTLS, p.HoldTTLS)
-	case p.MaxParallelDeploys < 0 || p.MaxParallelDeploys > p.MaxPods():
-		return bad("pool.max_parallel_deploys", "must be between 0 (no limit below max_pods) and max_pods (%d), got %d", p.MaxPods(), p.MaxParallelDeploys)
+	podConcOK := p.PodConcurrency >= 1 && p.PodConcurrency <= MaxPodConcurrency
+	if !podConcOK {
+		bad("pool.pod_concurrency", "must be between 1 and %d, got %d", MaxPodConcurrency, p.PodConcurrency)
 	}
-	return nil
+	maxConcOK := p.MaxConcurrency >= max(p.PodConcurrency, 1) && p.MaxConcurrency <= MaxConcurrencyCap
+	if !maxConcOK {
+		bad("pool.max_concurrency", "must be between pod_concurrency (%d) and %d, got %d", p.PodConcurrency, MaxConcurrencyCap, p.MaxConcurrency)
+	}
+	// The bounds below derive from max_pods, which means nothing while its inputs are bad.
+	if podConcOK && maxConcOK {
+		if p.MinIdlePods < 0 || p.MinIdlePods > p.MaxPods() {
+			bad("pool.min_idle_pods", "must be between 0 and max_pods (%d), got %d", p.MaxPods(), p.MinIdlePods)
+		}
+		if p.MaxParallelDeploys < 0 || p.MaxParallelDeploys > p.MaxPods() {
+			bad("pool.max_parallel_deploys", "must be between 0 (no limit below max_pods) and max_pods (%d), got %d", p.MaxPods(), p.MaxParallelDeploys)
+		}
+	}
+	if p.PodTTLS < 1 || p.PodTTLS > MaxTTLS {
+		bad("pool.pod_ttl_s", "must be between 1 and %d, got %d", MaxTTLS, p.PodTTLS)
+	}
+	if p.SessionTTLS < 1 || p.SessionTTLS > MaxTTLS {
+		bad("pool.session_ttl_s", "must be between 1 and %d, got %d", MaxTTLS, p.SessionTTLS)
+	}
+	if p.QueueSize < 0 || p.QueueSize > MaxQueueSize {
+		bad("pool.queue_size", "must be between 0 and %d, got %d", MaxQueueSize, p.QueueSize)
+	}
+	if p.WaitTimeoutS < 0 || p.WaitTimeoutS > MaxWaitTimeoutS {
+		bad("pool.wait_timeout_s", "must be between 0 and %d, got %d", MaxWaitTimeoutS, p.WaitTimeoutS)
+	}
+	if p.HoldTTLS < 1 || p.HoldTTLS > MaxTTLS {
+		bad("pool.hold_ttl_s", "must be between 1 and %d, got %d", MaxTTLS, p.HoldTTLS)
+	}
 }
 
 // MaxPods is ceil(max_concurrency / pod_concurrency): the most pods (plus deploys in

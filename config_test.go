@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -187,14 +188,36 @@ func TestDecodeRejectsBadJSON(t *testing.T) {
 		{"command as string", `{"deploy":{"command":"run"}}`, "deploy.command"},
 		{"env value as number", `{"deploy":{"env":{"A":1}}}`, "deploy.env"},
 		{"unknown top-level field", `{"deploy":{},"extra":true}`, "extra"},
-		{"unknown deploy field", `{"deploy":{"replicas":3}}`, "replicas"},
-		{"unknown resources field", `{"deploy":{"resources":{"gpu":"1"}}}`, "gpu"},
-		{"unknown pool field", `{"pool":{"max_pods":3}}`, "max_pods"},
+		{"unknown deploy field", `{"deploy":{"replicas":3}}`, "deploy.replicas"},
+		{"unknown resources field", `{"deploy":{"resources":{"gpu":"1"}}}`, "deploy.resources.gpu"},
+		{"unknown pool field", `{"pool":{"max_pods":3}}`, "pool.max_pods"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := DecodeScopeConfig(strings.NewReader(tc.doc))
 			wantValidation(t, err, tc.field)
 		})
+	}
+}
+
+// Every fault of a document is reported at once, each with its full path, in the
+// order of the fields: unknown fields, values of the wrong type and bad values alike.
+func TestDecodeReportsEveryFault(t *testing.T) {
+	doc := `{"deploy":{"imagee":"x","port":"80","resources":{"gpu":"1","memory":"lots"}},` +
+		`"pool":{"pod_concurrency":0,"queue_size":-1,"max_pods":3},"extra":1}`
+	_, err := DecodeScopeConfig(strings.NewReader(doc))
+	wantValidation(t, err, "deploy.imagee")
+	want := []string{
+		"deploy.imagee: unknown field",
+		"deploy.port: expected int, got JSON string",
+		"deploy.resources.gpu: unknown field",
+		"extra: unknown field",
+		"pool.max_pods: unknown field",
+		`deploy.resources.memory: must be a quantity such as 512Mi, got "lots"`,
+		"pool.pod_concurrency: must be between 1 and 10000, got 0",
+		"pool.queue_size: must be between 0 and 100000, got -1",
+	}
+	if got := strings.Split(err.(*Error).Message, "; "); !slices.Equal(got, want) {
+		t.Fatalf("faults:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
@@ -327,8 +350,8 @@ func TestNormalize(t *testing.T) {
 	wantValidation(t, zero.Normalize(), "deploy.port")
 }
 
-// Validate's doc promises the first bad field. The list and env checks range over
-// maps, so with two bad fields the one named changes from run to run.
+// Validate names the bad fields in a stable order. The list and env checks range over
+// maps, so an order taken from them would change from run to run.
 func TestValidateNamesOneFieldDeterministically(t *testing.T) {
 	for name, edit := range map[string]func(*ScopeConfig){
 		"command and args": func(c *ScopeConfig) {

@@ -71,6 +71,15 @@ func (s *Service) Get(ctx context.Context, scope string) (warmpool.StoredConfig,
 	return s.store.Get(ctx, scope)
 }
 
+// History returns every stored version of a scope, oldest first. Errors:
+// SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
+func (s *Service) History(ctx context.Context, scope string) ([]warmpool.StoredConfig, error) {
+	if err := warmpool.CheckScopeID(scope); err != nil {
+		return nil, err
+	}
+	return s.store.History(ctx, scope)
+}
+
 // publish publishes a stored config. A conflict (the version is published with other
 // content: replicas on different config stores) is logged and counted, and returned.
 func (s *Service) publish(ctx context.Context, c warmpool.StoredConfig) error {
@@ -133,6 +142,7 @@ func (s *Service) Routes(r chi.Router) {
 	admin := r.With(httpx.RequireAdmin(s.log))
 	admin.Method(http.MethodPut, "/scopes/{scope}/config", h(s.handlePut))
 	r.Method(http.MethodGet, "/scopes/{scope}/config", h(s.handleGet))
+	r.Method(http.MethodGet, "/scopes/{scope}/config/history", h(s.handleHistory))
 	admin.Method(http.MethodPost, "/config/sync", h(s.handleSync))
 }
 
@@ -173,6 +183,25 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return httpx.OK(w, stored)
+}
+
+type historyResponse struct {
+	ScopeID  string                  `json:"scope_id"`
+	Versions []warmpool.StoredConfig `json:"versions"`
+}
+
+// handleHistory answers GET /v1/scopes/{scope}/config/history: every version, oldest
+// first.
+func (s *Service) handleHistory(w http.ResponseWriter, r *http.Request) error {
+	scope, err := httpx.Scope(r)
+	if err != nil {
+		return err
+	}
+	versions, err := s.store.History(r.Context(), scope)
+	if err != nil {
+		return err
+	}
+	return httpx.OK(w, historyResponse{ScopeID: scope, Versions: versions})
 }
 
 // handleSync answers POST /v1/config/sync.

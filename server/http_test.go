@@ -1102,3 +1102,32 @@ func TestNoInternalOnBadInput(t *testing.T) {
 		t.Fatalf("a session after the garbage: %v, want %v", b, survivor)
 	}
 }
+
+func TestConfigHistory(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.wantErr(e.do(http.MethodGet, "/v1/scopes/h/config/history", nil), http.StatusNotFound, warmpool.CodeScopeNotFound)
+	e.putScope("h", scopeCfg(4, 2, 0, 1))
+	e.putScope("h", scopeCfg(6, 2, 0, 1))
+	got := e.ok(http.MethodGet, "/v1/scopes/h/config/history", nil)
+	keys(t, got, "scope_id", "versions")
+	versions := got["versions"].([]any)
+	if got["scope_id"] != "h" || len(versions) != 2 {
+		t.Fatalf("history: %v", got)
+	}
+	for i, v := range versions {
+		v := v.(map[string]any)
+		pool := v["config"].(map[string]any)["pool"].(map[string]any)
+		if num(t, v, "version") != i+1 || num(t, pool, "max_concurrency") != 4+2*i {
+			t.Fatalf("version %d: %v", i+1, v)
+		}
+	}
+}
+
+// A config with several faults is refused with all of them, each by its full path.
+func TestConfigValidationEveryFault(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	r := e.do(http.MethodPut, "/v1/scopes/v/config", `{"deploy":{"imagee":"x"},"pool":{"queue_size":-1,"pod_concurrency":"2"}}`)
+	e.wantErr(r, http.StatusBadRequest, warmpool.CodeValidation, "deploy.imagee: unknown field", "pool.pod_concurrency: expected int", "pool.queue_size: must be")
+}

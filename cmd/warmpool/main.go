@@ -29,7 +29,9 @@ func main() {
 }
 
 // exitCode reports err on w (unless the usage text was printed already) and returns
-// the exit status: 0 without an error, 2 for a usage mistake, 1 otherwise.
+// the exit status: 0 without an error, 2 for a usage mistake, the status an operator
+// command's error names (3 not found, 4 unauthorized or forbidden, 5 unavailable), 1
+// otherwise.
 func exitCode(err error, w io.Writer) int {
 	if err == nil {
 		return 0
@@ -40,6 +42,10 @@ func exitCode(err error, w io.Writer) int {
 	var ue usageError
 	if errors.Is(err, errUsage) || errors.As(err, &ue) {
 		return 2
+	}
+	var ec exitCoder
+	if errors.As(err, &ec) {
+		return ec.exitCode()
 	}
 	return 1
 }
@@ -74,16 +80,25 @@ const usage = `warmpool — warm pools of agent pods, and sessions routed to the
 usage:
   warmpool serve [flags]             the service (see 'warmpool serve -h')
   warmpool demo-agent [flags]        the stand-in agent pods run
-  warmpool scope put NAME -f FILE    store a scope config (JSON)
-  warmpool scope get NAME            show a scope's stored config
-  warmpool scopes                    every scope with pod and session counts
+  warmpool loadtest [flags]          load-test a replica on this machine (see 'warmpool loadtest -h')
+  warmpool version                   this binary's version
+
+operator commands, over the HTTP API:
+  warmpool scope list                every scope with pod and session counts (also: scopes)
+  warmpool scope get NAME            a scope's stored config
+  warmpool scope put NAME -f FILE    store a scope config (JSON or YAML; - for stdin)
+  warmpool scope history NAME        every stored version of a scope's config
+  warmpool session end SCOPE SESSION end a session
   warmpool pool NAME                 a scope's pods, deploys, followers and waiters
   warmpool sync                      publish every stored scope to Redis
-  warmpool loadtest [flags]          load-test a replica on this machine (see 'warmpool loadtest -h')
 
 Operator commands and loadtest take --server URL (WARMPOOL_SERVER, default http://127.0.0.1:8080)
 and --token TOKEN (WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN; scope put and sync need
-the admin token when the server has one).
+the admin token when the server has one). Operator commands and version take
+-o table|json|yaml: table by default on a terminal, json otherwise.
+
+exit status: 0 ok, 1 refused by the server, 2 usage, 3 not found, 4 unauthorized or
+forbidden, 5 server unavailable.
 `
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -97,7 +112,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serve(ctx, rest, getenv, stdout, stderr)
 	case "demo-agent":
 		return demoagent.Main(ctx, rest, stdout, stderr)
-	case "scope", "scopes", "pool", "sync":
+	case "scope", "scopes", "pool", "sync", "session", "version":
 		return operator(ctx, cmd, rest, getenv, stdout, stderr)
 	case "loadtest":
 		return loadtestCmd(ctx, rest, getenv, stdout, stderr)

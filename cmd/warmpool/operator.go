@@ -9,18 +9,43 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
-// operator runs the sub-commands that call a server's HTTP API.
+// Exit statuses of the operator commands (SPEC §10, "CLI"); a usage mistake is 2.
+const (
+	exitRefused      = 1 // the server said no (and none of the cases below)
+	exitNotFound     = 3
+	exitUnauthorized = 4 // 401 or 403
+	exitUnavailable  = 5 // no answer, or 503 / 504
+)
+
+// requestTimeout bounds one call of an operator command.
+const requestTimeout = 30 * time.Second
+
+// opFlags are the flags every operator command takes.
+type opFlags struct {
+	server, token, output, file string
+}
+
+// operator runs the sub-commands that call a server's HTTP API, and version. scopes is
+// the older spelling of scope list, kept working.
 func operator(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var f opFlags
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	srv := fs.String("server", envOr(getenv, "WARMPOOL_SERVER", "http://127.0.0.1:8080"), "server URL [WARMPOOL_SERVER]")
-	token := fs.String("token", cmp.Or(getenv("WARMPOOL_ADMIN_TOKEN"), getenv("WARMPOOL_AUTH_TOKEN")), "bearer token; scope put and sync need the admin token [WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN]")
-	file := fs.String("f", "", "scope put: the config file (JSON; - for stdin)")
+	fs.StringVar(&f.server, "server", envOr(getenv, "WARMPOOL_SERVER", "http://127.0.0.1:8080"), "server URL [WARMPOOL_SERVER]")
+	fs.StringVar(&f.token, "token", cmp.Or(getenv("WARMPOOL_ADMIN_TOKEN"), getenv("WARMPOOL_AUTH_TOKEN")),
+		"bearer token; scope put and sync need the admin token [WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN]")
+	def := defaultOutput(stdout)
+	fs.StringVar(&f.output, "o", def, "output format: table, json or yaml (default: table on a terminal, json otherwise)")
+	fs.StringVar(&f.output, "output", def, "the same as -o")
+	fs.StringVar(&f.file, "f", "", "scope put: the config file, JSON or YAML (- for stdin)")
 	// Flags may follow the positional arguments ("scope put NAME -f FILE").
 	var pos []string
 	for len(args) > 0 {
@@ -32,50 +57,110 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 			pos, args = append(pos, args[0]), args[1:]
 		}
 	}
-	base := strings.TrimRight(*srv, "/")
-	c := client{base: base, token: *token, out: stdout}
+	out, err := newPrinter(f.output, stdout)
+	if err != nil {
+		return err
+	}
+	c := client{base: strings.TrimRight(f.server, "/"), token: f.token}
+	sub := ""
+	if len(pos) > 0 {
+		sub = pos[0]
+	}
 	switch {
-	case cmd == "scopes" && len(pos) == 0:
-		return c.do(ctx, http.MethodGet, "/v1/scopes", nil)
+	case cmd == "version" && len(pos) == 0:
+		return out.print(versionInfo(), versionTable)
+	case cmd == "scopes" && len(pos) == 0, cmd == "scope" && sub == "list" && len(pos) == 1:
+		return c.read(ctx, out, "/v1/scopes", scopesTable)
 	case cmd == "sync" && len(pos) == 0:
-		return c.do(ctx, http.MethodPost, "/v1/config/sync", nil)
+		return c.write(ctx, out, http.MethodPost, "/v1/config/sync", nil, func(v map[string]any) string {
+			return fmt.Sprintf("%v scopes published", v["scopes"])
+		})
 	case cmd == "pool" && len(pos) == 1:
-		return c.do(ctx, http.MethodGet, "/v1/scopes/"+pos[0]+"/pool", nil)
-	case cmd == "scope" && len(pos) == 2 && pos[0] == "get":
-		return c.do(ctx, http.MethodGet, "/v1/scopes/"+pos[1]+"/config", nil)
-	case cmd == "scope" && len(pos) == 2 && pos[0] == "put":
-		if *file == "" {
-			return fmt.Errorf("scope put %s: -f FILE is required", pos[1])
-		}
-		var body []byte
-		var err error
-		if *file == "-" {
-			body, err = io.ReadAll(os.Stdin)
-		} else {
-			body, err = os.ReadFile(*file)
-		}
+		return c.read(ctx, out, "/v1/scopes/"+url.PathEscape(pos[0])+"/pool", poolTable)
+	case cmd == "scope" && sub == "get" && len(pos) == 2:
+		return c.read(ctx, out, scopePath(pos[1])+"/config", configTable)
+	case cmd == "scope" && sub == "history" && len(pos) == 2:
+		return c.read(ctx, out, scopePath(pos[1])+"/config/history", historyTable)
+	case cmd == "scope" && sub == "put" && len(pos) == 2:
+		body, err := configFile(f.file, pos[1])
 		if err != nil {
 			return err
 		}
-		return c.do(ctx, http.MethodPut, "/v1/scopes/"+pos[1]+"/config", body)
+		return c.write(ctx, out, http.MethodPut, scopePath(pos[1])+"/config", body, func(v map[string]any) string {
+			return fmt.Sprintf("scope/%s configured: version %v, deploy_ver %v", pos[1], v["version"], v["deploy_ver"])
+		})
+	case cmd == "session" && sub == "end" && len(pos) == 3:
+		return c.write(ctx, out, http.MethodDelete, scopePath(pos[1])+"/sessions/"+url.PathEscape(pos[2]), nil, func(v map[string]any) string {
+			if v["released"] == true {
+				return fmt.Sprintf("session/%s ended", pos[2])
+			}
+			return fmt.Sprintf("session/%s was not bound", pos[2])
+		})
 	}
 	fmt.Fprint(stderr, usage)
 	return errUsage
 }
 
-type client struct {
-	base, token string
-	out         io.Writer
+func scopePath(scope string) string { return "/v1/scopes/" + url.PathEscape(scope) }
+
+// configFile reads the config of scope put: JSON as it is, YAML turned into JSON (a
+// key given twice is refused). The server reports every fault of the document.
+func configFile(name, scope string) ([]byte, error) {
+	if name == "" {
+		return nil, usageError(fmt.Sprintf("scope put %s: -f FILE is required", scope))
+	}
+	var raw []byte
+	var err error
+	if name == "-" {
+		raw, err = io.ReadAll(os.Stdin)
+	} else {
+		raw, err = os.ReadFile(name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '{' {
+		return raw, nil
+	}
+	doc, err := yaml.YAMLToJSONStrict(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: not JSON, and as YAML: %w", name, err)
+	}
+	return doc, nil
 }
 
-// do calls the API and prints the JSON answer indented; an error answer becomes the
-// command's error.
-func (c client) do(ctx context.Context, method, path string, body []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+// client calls a server's HTTP API.
+type client struct {
+	base, token string
+}
+
+// read GETs path and prints the answer; table renders it as a table.
+func (c client) read(ctx context.Context, out printer, path string, table func(map[string]any) string) error {
+	v, err := c.call(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return err
+	}
+	return out.print(v, table)
+}
+
+// write sends a change and prints the answer: as it is in json and yaml, as the line
+// summary says in a table.
+func (c client) write(ctx context.Context, out printer, method, path string, body []byte, summary func(map[string]any) string) error {
+	v, err := c.call(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	return out.print(v, func(v map[string]any) string { return summary(v) + "\n" })
+}
+
+// call sends one request and returns the JSON object answered; an error answer is an
+// *apiError, no answer an unavailableError.
+func (c client) call(ctx context.Context, method, path string, body []byte) (map[string]any, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return nil, usageError(fmt.Sprintf("--server %s: %v", c.base, err))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.token != "" {
@@ -83,27 +168,70 @@ func (c client) do(ctx context.Context, method, path string, body []byte) error 
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return nil, unavailableError{err}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return nil, unavailableError{err}
 	}
 	if resp.StatusCode >= 300 {
+		e := &apiError{method: method, path: path, status: resp.StatusCode}
 		var env struct {
 			Error struct{ Code, Message string } `json:"error"`
 		}
 		if json.Unmarshal(raw, &env) == nil && env.Error.Code != "" {
-			return fmt.Errorf("%s %s: %d %s: %s", method, path, resp.StatusCode, env.Error.Code, env.Error.Message)
+			e.code, e.message = env.Error.Code, env.Error.Message
 		}
-		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
+		return nil, e
 	}
-	var pretty bytes.Buffer
-	if json.Indent(&pretty, raw, "", "  ") != nil {
-		pretty.Reset()
-		pretty.Write(raw)
+	var v map[string]any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%s %s: the answer is not a JSON object: %w", method, path, err)
 	}
-	fmt.Fprintln(c.out, strings.TrimSpace(pretty.String()))
-	return nil
+	return v, nil
 }
+
+// apiError is an error answer of the server.
+type apiError struct {
+	method, path  string
+	status        int
+	code, message string
+}
+
+// Error says what the server said; a VALIDATION message listing several faults puts
+// each on its own line.
+func (e *apiError) Error() string {
+	if e.code == "" {
+		return fmt.Sprintf("%s %s: %d %s", e.method, e.path, e.status, http.StatusText(e.status))
+	}
+	msg := e.message
+	if faults := strings.Split(msg, "; "); e.code == "VALIDATION" && len(faults) > 1 {
+		msg = "\n  " + strings.Join(faults, "\n  ")
+	}
+	return fmt.Sprintf("%s %s: %d %s: %s", e.method, e.path, e.status, e.code, msg)
+}
+
+func (e *apiError) exitCode() int {
+	switch e.status {
+	case http.StatusNotFound:
+		return exitNotFound
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return exitUnauthorized
+	case http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return exitUnavailable
+	}
+	return exitRefused
+}
+
+// unavailableError: the server did not answer.
+type unavailableError struct{ err error }
+
+func (e unavailableError) Error() string { return "server unavailable: " + e.err.Error() }
+func (e unavailableError) Unwrap() error { return e.err }
+func (e unavailableError) exitCode() int { return exitUnavailable }
+
+// exitCoder is an error that decides the exit status.
+type exitCoder interface{ exitCode() int }

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/warmpool/warmpool/internal/testserver"
+)
+
+// cli is a replica served in-process and the operator commands pointed at it.
+type cli struct {
+	t    *testing.T
+	base string
+	env  map[string]string
+}
+
+func newCLI(t *testing.T, token, admin string) *cli {
+	t.Helper()
+	b := testserver.NewBacking(t)
+	cfg := b.Config("cli-1")
+	cfg.AuthToken, cfg.AdminToken = token, admin
+	_, ts := testserver.Serve(t, cfg)
+	return &cli{t: t, base: ts.URL, env: map[string]string{"WARMPOOL_SERVER": ts.URL}}
+}
+
+// run runs one command and returns its output and exit status.
+func (c *cli) run(args ...string) (stdout, stderr string, code int) {
+	c.t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), append([]string{"warmpool"}, args...), func(k string) string { return c.env[k] }, &out, &errOut)
+	code = exitCode(err, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+// ok runs a command that must succeed and returns its output.
+func (c *cli) ok(args ...string) string {
+	c.t.Helper()
+	out, errOut, code := c.run(args...)
+	if code != 0 {
+		c.t.Fatalf("%v: exit %d: %s", args, code, errOut)
+	}
+	return out
+}
+
+// json runs a command with -o json and decodes its output into v.
+func (c *cli) json(v any, args ...string) {
+	c.t.Helper()
+	out := c.ok(append(args, "-o", "json")...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		c.t.Fatalf("%v: output is not JSON: %v\n%s", args, err, out)
+	}
+}
+
+// fails runs a command that must fail with code, its stderr saying each of want.
+func (c *cli) fails(code int, args []string, want ...string) {
+	c.t.Helper()
+	_, errOut, got := c.run(args...)
+	if got != code {
+		c.t.Fatalf("%v: exit %d, want %d: %s", args, got, code, errOut)
+	}
+	for _, w := range want {
+		if !strings.Contains(errOut, w) {
+			c.t.Fatalf("%v: stderr %q does not say %q", args, errOut, w)
+		}
+	}
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestScopeCommands(t *testing.T) {
+	c := newCLI(t, "", "")
+	yamlFile := writeFile(t, "a.yaml", "deploy:\n  ready_timeout_s: 30\npool:\n  max_concurrency: 4\n  pod_concurrency: 2\n")
+	jsonFile := writeFile(t, "a.json", `{"pool":{"max_concurrency":6,"pod_concurrency":2}}`)
+
+	// put: YAML and JSON files; a table says what happened, json gives the answer.
+	if out := c.ok("scope", "put", "a", "-f", yamlFile, "-o", "table"); !strings.Contains(out, "scope/a configured: version 1, deploy_ver ") {
+		t.Fatalf("scope put (table): %q", out)
+	}
+	var put struct {
+		Version int `json:"version"`
+	}
+	c.json(&put, "scope", "put", "a", "-f", jsonFile)
+	if put.Version != 2 {
+		t.Fatalf("scope put (json): %+v", put)
+	}
+
+	// get, in each format.
+	var got struct {
+		Version int `json:"version"`
+		Config  struct {
+			Pool struct {
+				MaxConcurrency int `json:"max_concurrency"`
+			} `json:"pool"`
+		} `json:"config"`
+	}
+	c.json(&got, "scope", "get", "a")
+	if got.Version != 2 || got.Config.Pool.MaxConcurrency != 6 {
+		t.Fatalf("scope get: %+v", got)
+	}
+	var fromYAML map[string]any
+	if err := yaml.Unmarshal([]byte(c.ok("scope", "get", "a", "-o", "yaml")), &fromYAML); err != nil || fromYAML["scope_id"] != "a" {
+		t.Fatalf("scope get -o yaml: %v %v", fromYAML, err)
+	}
+	table := c.ok("scope", "get", "a", "-o", "table")
+	if lines := strings.Split(strings.TrimSpace(table), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "SCOPE") || !strings.HasPrefix(lines[1], "a ") {
+		t.Fatalf("scope get -o table:\n%s", table)
+	}
+
+	// history: both versions, oldest first.
+	var hist struct {
+		Versions []struct {
+			Version int `json:"version"`
+		} `json:"versions"`
+	}
+	c.json(&hist, "scope", "history", "a")
+	if len(hist.Versions) != 2 || hist.Versions[0].Version != 1 || hist.Versions[1].Version != 2 {
+		t.Fatalf("scope history: %+v", hist)
+	}
+	if table := c.ok("scope", "history", "a", "--output", "table"); strings.Count(table, "\n") != 3 {
+		t.Fatalf("scope history -o table:\n%s", table)
+	}
+
+	// list, and its old spelling.
+	var list struct {
+		Scopes []struct {
+			ScopeID string `json:"scope_id"`
+		} `json:"scopes"`
+	}
+	c.json(&list, "scope", "list")
+	if len(list.Scopes) != 1 || list.Scopes[0].ScopeID != "a" {
+		t.Fatalf("scope list: %+v", list)
+	}
+	if c.ok("scopes", "-o", "json") != c.ok("scope", "list", "-o", "json") {
+		t.Fatal("scopes and scope list differ")
+	}
+	if table := c.ok("scope", "list", "-o", "table"); !strings.Contains(table, "SESSIONS") || !strings.Contains(table, "\na ") {
+		t.Fatalf("scope list -o table:\n%s", table)
+	}
+
+	// sync
+	var synced struct {
+		Scopes int `json:"scopes"`
+	}
+	c.json(&synced, "sync")
+	if synced.Scopes != 1 {
+		t.Fatalf("sync: %+v", synced)
+	}
+}
+
+// Every fault of a config file is reported at once, each with its full path.
+func TestScopePutReportsEveryFault(t *testing.T) {
+	c := newCLI(t, "", "")
+	bad := writeFile(t, "bad.yaml", "deploy:\n  imagee: agent:1\npool:\n  queue_size: -1\n  pod_concurrency: two\n")
+	c.fails(exitRefused, []string{"scope", "put", "x", "-f", bad}, "400 VALIDATION",
+		"\n  deploy.imagee: unknown field\n", "\n  pool.pod_concurrency: expected int", "\n  pool.queue_size: must be between 0")
+	dup := writeFile(t, "dup.yaml", "pool:\n  queue_size: 1\n  queue_size: 2\n")
+	c.fails(exitRefused, []string{"scope", "put", "x", "-f", dup}, "queue_size")
+	c.fails(exitNotFound, []string{"scope", "get", "x"}, "404 SCOPE_NOT_FOUND")
+}
+
+func TestSessionAndPoolCommands(t *testing.T) {
+	c := newCLI(t, "", "")
+	c.ok("scope", "put", "p", "-f", writeFile(t, "p.json", `{"pool":{"max_concurrency":4,"pod_concurrency":2}}`))
+	resp, err := http.Post(c.base+"/v1/scopes/p/sessions", "application/json", strings.NewReader(`{"session_id":"s1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("route: %s", resp.Status)
+	}
+
+	var pool struct {
+		DeployVer string `json:"deploy_ver"`
+		Pods      []struct {
+			State    string `json:"state"`
+			Sessions int    `json:"sessions"`
+		} `json:"pods"`
+	}
+	c.json(&pool, "pool", "p")
+	if len(pool.Pods) != 1 || pool.Pods[0].State != "busy" || pool.Pods[0].Sessions != 1 {
+		t.Fatalf("pool: %+v", pool)
+	}
+	table := c.ok("pool", "p", "-o", "table")
+	for _, want := range []string{"POD", "busy", pool.DeployVer + " (current)", "max_pods 2"} {
+		if !strings.Contains(table, want) {
+			t.Fatalf("pool -o table lacks %q:\n%s", want, table)
+		}
+	}
+
+	if out := c.ok("session", "end", "p", "s1", "-o", "table"); out != "session/s1 ended\n" {
+		t.Fatalf("session end: %q", out)
+	}
+	if out := c.ok("session", "end", "p", "s1", "-o", "table"); out != "session/s1 was not bound\n" {
+		t.Fatalf("session end again: %q", out)
+	}
+	c.json(&pool, "pool", "p")
+	if len(pool.Pods) != 1 || pool.Pods[0].State != "idle" {
+		t.Fatalf("pool after the end: %+v", pool)
+	}
+	if table := c.ok("pool", "p", "-o", "table"); !strings.Contains(table, "idle") {
+		t.Fatalf("pool -o table after the end:\n%s", table)
+	}
+	c.fails(exitNotFound, []string{"pool", "nosuch"}, "SCOPE_NOT_FOUND")
+}
+
+func TestExitStatuses(t *testing.T) {
+	c := newCLI(t, "gw", "adm")
+	cfg := writeFile(t, "c.json", `{}`)
+	c.fails(exitUnauthorized, []string{"scope", "list"}, "401 UNAUTHORIZED")
+	c.env["WARMPOOL_AUTH_TOKEN"] = "gw"
+	c.ok("scope", "list")
+	c.fails(exitUnauthorized, []string{"scope", "put", "a", "-f", cfg}, "403 FORBIDDEN")
+	c.fails(exitUnauthorized, []string{"sync"}, "403 FORBIDDEN")
+	c.env["WARMPOOL_ADMIN_TOKEN"] = "adm"
+	c.ok("scope", "put", "a", "-f", cfg)
+	c.fails(exitNotFound, []string{"scope", "get", "b"}, "SCOPE_NOT_FOUND")
+	c.fails(exitRefused, []string{"scope", "get", "BAD"}, "400 VALIDATION")
+
+	// Usage mistakes.
+	for _, args := range [][]string{
+		{"pool"}, {"scopes", "extra"}, {"scope", "frobnicate", "a"}, {"session", "end", "a"},
+		{"scope", "list", "-o", "xml"}, {"scope", "put", "a"}, {"scope", "list", "--nope"},
+	} {
+		c.fails(2, args)
+	}
+
+	// No server there.
+	c.env["WARMPOOL_SERVER"] = "http://127.0.0.1:1"
+	c.fails(exitUnavailable, []string{"scope", "list"}, "server unavailable")
+}
+
+func TestVersion(t *testing.T) {
+	c := &cli{t: t, env: map[string]string{}}
+	if out := c.ok("version", "-o", "table"); !strings.HasPrefix(out, "warmpool ") || !strings.Contains(out, "go1.") {
+		t.Fatalf("version: %q", out)
+	}
+	var v struct {
+		Version   string `json:"version"`
+		GoVersion string `json:"go_version"`
+	}
+	c.json(&v, "version")
+	if v.Version == "" || !strings.HasPrefix(v.GoVersion, "go") {
+		t.Fatalf("version -o json: %+v", v)
+	}
+	// Output that is not a terminal is JSON by default.
+	if out := c.ok("version"); !json.Valid([]byte(out)) {
+		t.Fatalf("version to a pipe: %q", out)
+	}
+}

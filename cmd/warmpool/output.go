@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// defaultOutput is the output format when -o is not given: a table for a person at a
+// terminal, JSON for a program reading a pipe or a file.
+func defaultOutput(w io.Writer) string {
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			return "table"
+		}
+	}
+	return "json"
+}
+
+// printer prints an answer in one output format.
+type printer struct {
+	format string
+	w      io.Writer
+}
+
+func newPrinter(format string, w io.Writer) (printer, error) {
+	switch format {
+	case "table", "json", "yaml":
+		return printer{format: format, w: w}, nil
+	}
+	return printer{}, usageError(fmt.Sprintf("-o %q: want table, json or yaml", format))
+}
+
+// print prints v: indented JSON, YAML, or what table makes of it.
+func (p printer) print(v map[string]any, table func(map[string]any) string) error {
+	raw, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	switch p.format {
+	case "json":
+		_, err = fmt.Fprintf(p.w, "%s\n", raw)
+	case "yaml":
+		var doc []byte
+		if doc, err = yaml.JSONToYAML(raw); err == nil {
+			_, err = p.w.Write(doc)
+		}
+	default:
+		_, err = io.WriteString(p.w, table(v))
+	}
+	return err
+}
+
+// tabulate lays out a header and rows in aligned columns.
+func tabulate(header []string, rows [][]string) string {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	_ = tw.Flush()
+	return b.String()
+}
+
+// field reads a value at a path of keys in a decoded JSON object, as text ("" when
+// missing).
+func field(v any, path ...string) string {
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return ""
+		}
+		v = m[k]
+	}
+	if v == nil {
+		return ""
+	}
+	return fmt.Sprint(v)
+}
+
+// list reads the array at key of a decoded JSON object.
+func list(v map[string]any, key string) []any {
+	l, _ := v[key].([]any)
+	return l
+}
+
+func scopesTable(v map[string]any) string {
+	var rows [][]string
+	for _, s := range list(v, "scopes") {
+		rows = append(rows, []string{field(s, "scope_id"), field(s, "version"), field(s, "deploy_ver"), field(s, "pods"),
+			field(s, "idle_pods"), field(s, "busy_pods"), field(s, "sessions"), field(s, "deploying"), field(s, "waiters")})
+	}
+	return tabulate([]string{"SCOPE", "VERSION", "DEPLOY_VER", "PODS", "IDLE", "BUSY", "SESSIONS", "DEPLOYING", "WAITERS"}, rows)
+}
+
+// configRow is one stored config version as a table row.
+func configRow(c any) []string {
+	return []string{field(c, "version"), field(c, "deploy_ver"), field(c, "config", "deploy", "image"),
+		field(c, "config", "pool", "max_concurrency"), field(c, "config", "pool", "pod_concurrency"), age(field(c, "updated_at"))}
+}
+
+var configHeader = []string{"VERSION", "DEPLOY_VER", "IMAGE", "MAX_CONCURRENCY", "POD_CONCURRENCY", "UPDATED"}
+
+func configTable(v map[string]any) string {
+	return tabulate(append([]string{"SCOPE"}, configHeader...), [][]string{append([]string{field(v, "scope_id")}, configRow(v)...)})
+}
+
+func historyTable(v map[string]any) string {
+	var rows [][]string
+	for _, c := range list(v, "versions") {
+		rows = append(rows, configRow(c))
+	}
+	return tabulate(configHeader, rows)
+}
+
+// poolTable lists the pods, each pod's deploy_ver marked current or old, then the
+// scope's counts.
+func poolTable(v map[string]any) string {
+	current := field(v, "deploy_ver")
+	var rows [][]string
+	for _, p := range list(v, "pods") {
+		ver := field(p, "deploy_ver")
+		if ver == current {
+			ver += " (current)"
+		} else {
+			ver += " (old)"
+		}
+		idle := "-"
+		if since := field(p, "idle_since"); since != "" {
+			idle = age(since)
+		}
+		rows = append(rows, []string{field(p, "pod_id"), field(p, "state"), field(p, "sessions"), field(p, "slots"), ver, idle})
+	}
+	return tabulate([]string{"POD", "STATE", "SESSIONS", "SLOTS", "DEPLOY_VER", "IDLE_FOR"}, rows) +
+		fmt.Sprintf("\nscope %s: max_pods %s, deploys in flight %s, followers %s, waiters %s\n",
+			field(v, "scope_id"), field(v, "max_pods"), field(v, "placeholders"), field(v, "followers"), field(v, "waiters"))
+}
+
+// age is how long ago an RFC 3339 time was, to the second ("" stays "").
+func age(ts string) string {
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return ts
+	}
+	return time.Since(t).Round(time.Second).String()
+}
+
+// versionInfo is this binary's version and the Go it was built with.
+func versionInfo() map[string]any {
+	v := "devel"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	return map[string]any{"version": v, "go_version": runtime.Version()}
+}
+
+func versionTable(v map[string]any) string {
+	return fmt.Sprintf("warmpool %s (%s)\n", field(v, "version"), field(v, "go_version"))
+}

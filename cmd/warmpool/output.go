@@ -7,12 +7,13 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/warmpool/warmpool/internal/metrics"
 )
 
 // defaultOutput is the output format when -o is not given: a table for a person at a
@@ -155,13 +156,10 @@ func age(ts string) string {
 	return time.Since(t).Round(time.Second).String()
 }
 
-// versionInfo is this binary's version and the Go it was built with.
+// versionInfo is this binary's version (as warmpool_build_info reports it) and the Go
+// it was built with.
 func versionInfo() map[string]any {
-	v := "devel"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
-	}
-	return map[string]any{"version": v, "go_version": runtime.Version()}
+	return map[string]any{"version": metrics.Version(), "go_version": runtime.Version()}
 }
 
 func versionTable(v map[string]any) string {

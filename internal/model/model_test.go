@@ -86,7 +86,7 @@ var scopeConfigs = map[string]warmpool.PoolConfig{
 }
 
 // variants are the configs a scope is published with in turn: the first, a new image
-// (class A: a new deploy_ver) and another queue (class B).
+// (class A: a new deploy_ver) and no queue (class B).
 func variants(pool warmpool.PoolConfig) []warmpool.ScopeConfig {
 	var out []warmpool.ScopeConfig
 	for i, image := range []string{"agent:1", "agent:2", "agent:1"} {
@@ -94,7 +94,7 @@ func variants(pool warmpool.PoolConfig) []warmpool.ScopeConfig {
 		c.Deploy.Image, c.Deploy.ReadyTimeoutS = image, 10
 		c.Pool = pool
 		if i == 2 {
-			c.Pool.QueueSize, c.Pool.WaitTimeoutS = pool.QueueSize+1, pool.WaitTimeoutS+1
+			c.Pool.QueueSize = 0
 		}
 		if err := c.Normalize(); err != nil {
 			panic(err)
@@ -436,6 +436,27 @@ func (w *world) epochLost(s *side) {
 	_, gotErr = w.store.SessionEnd(ctx, s.id, s.sessions[0], w.now)
 	_, wantErr = s.model.SessionEnd(s.sessions[0], w.now)
 	w.same("session_end without epoch", nil, nil, gotErr, wantErr)
+	_, gotErr = w.store.SessionTouch(ctx, s.id, s.sessions[0], w.now)
+	_, wantErr = s.model.SessionTouch(s.sessions[0], w.now)
+	w.same("session_touch without epoch", nil, nil, gotErr, wantErr)
+	pod := pick(w.t, "pod", s.pods)
+	_, gotErr = w.store.PodPurge(ctx, s.id, pod, "dead", nil)
+	_, wantErr = s.model.PodPurge(pod, "dead", nil)
+	w.same("pod_purge without epoch", nil, nil, gotErr, wantErr)
+	hold, holdPod := s.hold(w.t)
+	_, gotErr = w.store.HoldTouch(ctx, s.id, hold, holdPod, w.now)
+	_, wantErr = s.model.HoldTouch(hold, holdPod, w.now)
+	w.same("hold_touch without epoch", nil, nil, gotErr, wantErr)
+	_, gotErr = w.store.HoldRelease(ctx, s.id, hold, holdPod, w.now)
+	_, wantErr = s.model.HoldRelease(hold, holdPod, w.now)
+	w.same("hold_release without epoch", nil, nil, gotErr, wantErr)
+	if len(s.deploys) > 0 {
+		d := s.deploys[len(s.deploys)-1]
+		p := warmpool.Pod{ID: warmpool.PodName(s.id, d.fence), ScopeID: s.id, DeployVer: d.ver, Fence: d.fence}
+		_, gotErr = w.store.PodRegister(ctx, s.id, d.member, p, "", w.now, w.now.Add(time.Second))
+		_, wantErr = s.model.PodRegister(d.member, p, "", w.now, w.now.Add(time.Second))
+		w.same("pod_register without epoch", nil, nil, gotErr, wantErr)
+	}
 }
 
 // The ids a step uses are drawn mostly from what is live in the model's state, so

@@ -934,6 +934,16 @@ func copyMap(m map[string]string) map[string]string {
 	return out
 }
 
+// DriftSlots models a write outside the scripts (a stray or lost write after a
+// failover): the pod's slot count set to n.
+func (s *Scope) DriftSlots(pod string, n int64) { s.slots[pod] = n }
+
+// DriftUnbind models a lost write: the session's binding gone, its expiry kept.
+func (s *Scope) DriftUnbind(sid string) { delete(s.sess, sid) }
+
+// DriftIdle models a stray write: the pod put in the idle set at since.
+func (s *Scope) DriftIdle(pod string, since time.Time) { s.idle[pod] = ms(since) }
+
 // IdleSince is when a pod went idle, false when it is not idle: what the sweeper
 // passes to a conditional purge.
 func (s *Scope) IdleSince(pod string) (time.Time, bool) {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
 	"github.com/warmpool/warmpool"
@@ -67,13 +68,14 @@ func TestScriptsFollowTheModel(t *testing.T) {
 
 // weights say how often each step comes, roughly as callers make them: routes,
 // acquires and registers often, the steps that take a scope apart (a new config, a
-// lost epoch, a purge, an aborted deploy) now and then.
+// lost epoch, a purge, an aborted deploy, a stray or lost write for reconcile to
+// repair) now and then.
 var weights = map[string]int{
 	"session_route": 6, "pod_acquire": 4, "pod_register": 4,
 	"session_touch": 2, "session_end": 2, "session_evict": 2, "claim_release": 2, "hold_touch": 2, "hold_release": 2,
 	"follower_wait": 2, "pod_placeholder": 2, "deploy_extend": 2, "scope_repair": 2,
 	"session_get": 1, "follower_leave": 1, "waiter_leave": 1, "deploy_abort": 1, "pod_purge": 1, "pod_adopt": 1,
-	"pod_health": 1, "fence_raise": 1, "scope_publish": 1, "epoch_lost": 1,
+	"pod_health": 1, "fence_raise": 1, "scope_publish": 1, "epoch_lost": 1, "drift": 1,
 }
 
 // The scopes of every run: a has room for three pods of two sessions, deployed two at
@@ -118,6 +120,9 @@ type side struct {
 	pods     []string
 	sessions []string
 	waiters  []string
+	// drifted is set once a write outside the scripts changed the scope: from then on
+	// its state is compared with the model's, but the invariants may rightly break.
+	drifted bool
 }
 
 type deployRef struct {
@@ -399,6 +404,28 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			version := s.version + int64(rapid.IntRange(-1, 1).Draw(w.t, "version step"))
 			w.publish(s, variant, version)
 		}),
+		"drift": step("drift", func(s *side) {
+			k := w.store.Keys().Scope(s.id)
+			var err error
+			switch rapid.IntRange(0, 2).Draw(w.t, "drift") {
+			case 0:
+				pod, n := pick(w.t, "pod", s.pods), int64(rapid.IntRange(0, 3).Draw(w.t, "slots"))
+				err = w.r.Client.HSet(ctx, k.Slots, pod, n).Err()
+				s.model.DriftSlots(pod, n)
+			case 1:
+				sid := s.session(w.t)
+				err = w.r.Client.HDel(ctx, k.Sessions, sid).Err()
+				s.model.DriftUnbind(sid)
+			case 2:
+				pod := pick(w.t, "pod", s.pods)
+				err = w.r.Client.ZAdd(ctx, k.Idle, redis.Z{Score: float64(w.now.UnixMilli()), Member: pod}).Err()
+				s.model.DriftIdle(pod, w.now)
+			}
+			if err != nil {
+				w.t.Fatal(err)
+			}
+			s.drifted = true
+		}),
 		"epoch_lost": step("epoch_lost", func(s *side) {
 			if err := w.r.Client.Del(ctx, w.store.Keys().Scope(s.id).Epoch).Err(); err != nil {
 				w.t.Fatal(err)
@@ -600,7 +627,7 @@ func (w *world) compare(after string, changed *side) {
 		if !slices.Equal(got, want) {
 			w.t.Fatalf("after %s on scope %s, scope %s differs (- redis, + model):\n%s", after, changed.id, s.id, lineDiff(got, want))
 		}
-		if s != changed {
+		if s != changed || s.drifted {
 			continue
 		}
 		var versions []string

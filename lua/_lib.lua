@@ -12,6 +12,8 @@
 --   waiters   ZSET  waiter id -> deadline (ms): every live waiter, served a slot or not
 --   queue     ZSET  waiter id -> arrival number: the waiters still without a slot
 --   wake      the scope's pub/sub channel (a channel, in KEYS for its cluster slot)
+--   dstats    HASH  "est" -> rolling estimate of the scope's deploy time (ms);
+--                   "start:<deploy member>" -> when that deploy in flight started (ms)
 --
 -- The fair queue. A slot freed while waiters are queued is handed to the oldest live
 -- one inside the script that frees it: the slot stays counted and becomes a claim named
@@ -161,6 +163,17 @@ local function expire_deploys(deploying, followers, claims, claimpod, now, note_
     fail_followers(followers, claims, claimpod, d, 'the deploy lease expired: its leader is gone', note_deadline)
   end
   redis.call('ZREMRANGEBYSCORE', followers, '-inf', now)
+end
+
+-- deploy_started notes when a new deploy lease started, for the deploy time estimate,
+-- and drops the start times of deploys no longer in flight (leases that expired).
+local function deploy_started(dstats, deploying, member, now)
+  for _, f in ipairs(redis.call('HKEYS', dstats)) do
+    if string.sub(f, 1, 6) == 'start:' and not redis.call('ZSCORE', deploying, string.sub(f, 7)) then
+      redis.call('HDEL', dstats, f)
+    end
+  end
+  redis.call('HSET', dstats, 'start:' .. member, now)
 end
 
 -- expire_pool drops the expired claims, then the expired deploy leases (failing their

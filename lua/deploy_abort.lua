@@ -1,10 +1,13 @@
 -- deploy_abort.lua: a failed deploy gives up its lease; its followers do not take the
--- work over: each gets a note with the reason and fails fast.
+-- work over: each gets a note with the reason and fails fast. A failed deploy does not
+-- count toward the scope's deploy time estimate.
 -- KEYS[1] {s}:deploying  ZSET deploy member -> lease deadline (ms)
 -- KEYS[2] {s}:followers  ZSET "<deploy>|<claim>" -> deadline (ms)
 -- KEYS[3] {s}:claims     ZSET claim id -> deadline (ms)
 -- KEYS[4] {s}:claimpod   HASH claim id -> pod id | "!reason"
+-- KEYS[5] {s}:dstats     HASH deploy time estimate and start times of deploys in flight
 -- ARGV[1] deploy member  ARGV[2] reason  ARGV[3] note deadline (ms)
 -- Returns the number of followers failed.
 redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[5], 'start:' .. ARGV[1])
 return fail_followers(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3])

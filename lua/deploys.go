@@ -2,6 +2,7 @@ package lua
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/warmpool/warmpool"
@@ -34,7 +35,7 @@ func (s *Store) DeployKeepAlive(ctx context.Context, scope, deploy string, ttl t
 // followers with reason. It returns how many followers were failed.
 func (s *Store) DeployAbort(ctx context.Context, scope, deploy, reason string, noteDeadline time.Time) (int, error) {
 	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, deployAbort, scope, []string{k.Deploying, k.Followers, k.Claims, k.ClaimPod}, deploy, reason, ms(noteDeadline))
+	r, err := s.call(ctx, deployAbort, scope, []string{k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.DeployStats}, deploy, reason, ms(noteDeadline))
 	if err != nil {
 		return 0, err
 	}
@@ -100,4 +101,38 @@ func (s *Store) ClaimRelease(ctx context.Context, scope, claim string, now time.
 	}
 	pod, n := r.str(0), r.int(1)
 	return pod, int(n), r.err()
+}
+
+// DeployETA reads how long the scope's soonest deploy in flight is expected to take
+// until it is ready: the scope's deploy time estimate (kept by pod_register.lua) less
+// the time each deploy in flight has run so far, not below zero. ok is false while
+// the scope has no estimate yet or no deploy in flight with a known start.
+// Errors: STORE_UNAVAILABLE.
+func (s *Store) DeployETA(ctx context.Context, scope string, now time.Time) (eta time.Duration, ok bool, err error) {
+	k := s.keys.Scope(scope)
+	pipe := s.rdb.Pipeline()
+	stats := pipe.HGetAll(ctx, k.DeployStats)
+	deploys := pipe.ZRange(ctx, k.Deploying, 0, -1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, false, s.redisErr(ctx, err)
+	}
+	est, err := strconv.ParseInt(stats.Val()["est"], 10, 64)
+	if err != nil {
+		return 0, false, nil // no deploy has finished yet
+	}
+	soonest := int64(-1)
+	for _, d := range deploys.Val() {
+		start, err := strconv.ParseInt(stats.Val()["start:"+d], 10, 64)
+		if err != nil {
+			continue
+		}
+		left := max(0, start+est-now.UnixMilli())
+		if soonest < 0 || left < soonest {
+			soonest = left
+		}
+	}
+	if soonest < 0 {
+		return 0, false, nil
+	}
+	return time.Duration(soonest) * time.Millisecond, true, nil
 }

@@ -38,27 +38,28 @@ func (k Keyspace) WakeChannel(scope string) string { return k.Scope(scope).Wake 
 func (k Keyspace) Scope(id string) ScopeKeys {
 	p := k.prefix + "{" + id + "}:"
 	return ScopeKeys{
-		ID:        id,
-		base:      p,
-		Epoch:     p + "epoch",
-		Config:    p + "config",
-		Pods:      p + "pods",
-		PodVer:    p + "podver",
-		PodInfo:   p + "podinfo",
-		Slots:     p + "slots",
-		Idle:      p + "idle",
-		Deploying: p + "deploying",
-		Followers: p + "followers",
-		Claims:    p + "claims",
-		ClaimPod:  p + "claimpod",
-		Fence:     p + "fence",
-		Sessions:  p + "sessions",
-		SessExp:   p + "sexp",
-		Waiters:   p + "waiters",
-		Queue:     p + "queue",
-		QSeq:      p + "qseq",
-		Wake:      p + "wake",
-		Health:    p + "health",
+		ID:          id,
+		base:        p,
+		Epoch:       p + "epoch",
+		Config:      p + "config",
+		Pods:        p + "pods",
+		PodVer:      p + "podver",
+		PodInfo:     p + "podinfo",
+		Slots:       p + "slots",
+		Idle:        p + "idle",
+		Deploying:   p + "deploying",
+		Followers:   p + "followers",
+		Claims:      p + "claims",
+		ClaimPod:    p + "claimpod",
+		Fence:       p + "fence",
+		Sessions:    p + "sessions",
+		SessExp:     p + "sexp",
+		Waiters:     p + "waiters",
+		Queue:       p + "queue",
+		QSeq:        p + "qseq",
+		Wake:        p + "wake",
+		Health:      p + "health",
+		DeployStats: p + "dstats",
 	}
 }
 
@@ -86,6 +87,9 @@ type ScopeKeys struct {
 	QSeq      string // STRING arrival counter of the queue
 	Wake      string // the pub/sub channel of the scope's wake-ups (not a key; its slot)
 	Health    string // HASH   pod id -> consecutive failed probes
+	// DeployStats: "est" -> rolling estimate of the deploy time (ms), "start:<deploy
+	// member>" -> when that deploy in flight started (ms).
+	DeployStats string // HASH
 }
 
 // Gone is the tombstone of a purged pod (STRING, reason, with a TTL of GoneTTL):

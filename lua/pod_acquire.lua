@@ -15,6 +15,7 @@
 -- KEYS[13] {s}:waiters    ZSET   waiter id -> deadline (ms)
 -- KEYS[14] {s}:queue      ZSET   waiter id -> arrival number
 -- KEYS[15] {s}:wake       the scope's wake-up channel
+-- KEYS[16] {s}:dstats     HASH   deploy time estimate and start times of deploys in flight
 -- ARGV[1] now (ms)  ARGV[2] claim id  ARGV[3] claim deadline (ms)
 -- ARGV[4] lease deadline (ms)  ARGV[5] room margin (ms): a follower waits up to the
 -- scope's ready timeout plus this margin
@@ -81,6 +82,7 @@ if npods + #deploys < max_pods and #deploys < parallel then
   local fence = redis.call('INCR', KEYS[12])
   local member = tostring(fence)
   redis.call('ZADD', KEYS[8], ARGV[4], member)
+  deploy_started(KEYS[16], KEYS[8], member, now)
   return {'deploy', member, member, cfg[5]}
 end
 return {'max_reached', tostring(npods), tostring(#deploys)}

@@ -15,6 +15,7 @@
 -- KEYS[12] {s}:waiters    ZSET   waiter id -> deadline (ms)
 -- KEYS[13] {s}:queue      ZSET   waiter id -> arrival number
 -- KEYS[14] {s}:wake       the scope's wake-up channel
+-- KEYS[15] {s}:dstats     HASH   deploy time estimate and start times of deploys in flight
 -- ARGV[1] now (ms)  ARGV[2] lease deadline (ms)  ARGV[3] note deadline (ms)
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command (expired claims' slots go to
 -- waiters first)
@@ -55,4 +56,5 @@ end
 local fence = redis.call('INCR', KEYS[11])
 local member = fence .. 'w'
 redis.call('ZADD', KEYS[7], ARGV[2], member)
+deploy_started(KEYS[15], KEYS[7], member, now)
 return {'deploy', member, tostring(fence), cfg[5]}

@@ -1,7 +1,8 @@
 -- pod_register.lua: commit a deployed pod under its deploy lease. The pod goes to the
 -- leader's claim and its followers' claims (their slots are theirs); when it is of the
 -- current deploy_ver, its other slots go to queued waiters, oldest first; a pod nobody
--- takes goes idle.
+-- takes goes idle. The deploy's time, from its start to now, moves the scope's deploy
+-- time estimate (an exponentially weighted moving average, weight 0.3 for the newest).
 -- KEYS[1]  {s}:epoch      STRING scope epoch
 -- KEYS[2]  {s}:pods       ZSET   pod id -> registered at (ms)
 -- KEYS[3]  {s}:podver     HASH   pod id -> deploy_ver
@@ -16,6 +17,7 @@
 -- KEYS[12] {s}:waiters    ZSET   waiter id -> deadline (ms)
 -- KEYS[13] {s}:queue      ZSET   waiter id -> arrival number
 -- KEYS[14] {s}:wake       the scope's wake-up channel
+-- KEYS[15] {s}:dstats     HASH   "est" -> deploy time estimate (ms), "start:<member>" -> start (ms)
 -- ARGV[1] now (ms)  ARGV[2] deploy member  ARGV[3] pod id  ARGV[4] deploy_ver
 -- ARGV[5] pod JSON  ARGV[6] leader claim id ("" for none)  ARGV[7] claim deadline (ms)
 -- ARGV[8] grant deadline (ms)  ARGV[9] publish command
@@ -33,6 +35,16 @@ if not lease or tonumber(lease) <= now then
   return {'FENCED'}
 end
 redis.call('ZREM', KEYS[7], ARGV[2])
+local started = redis.call('HGET', KEYS[15], 'start:' .. ARGV[2])
+if started then
+  redis.call('HDEL', KEYS[15], 'start:' .. ARGV[2])
+  local took = math.max(0, now - tonumber(started))
+  local est = redis.call('HGET', KEYS[15], 'est')
+  if est then
+    took = math.floor(tonumber(est) + 0.3 * (took - tonumber(est)) + 0.5)
+  end
+  redis.call('HSET', KEYS[15], 'est', took)
+end
 local pod = ARGV[3]
 redis.call('ZADD', KEYS[2], now, pod)
 redis.call('HSET', KEYS[3], pod, ARGV[4])

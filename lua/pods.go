@@ -52,7 +52,7 @@ func (s *Store) PodAcquire(ctx context.Context, scope string, a AcquireArgs) (Ac
 	k := s.keys.Scope(scope)
 	r, err := s.call(ctx, podAcquire, scope,
 		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Fence,
-			k.Waiters, k.Queue, k.Wake},
+			k.Waiters, k.Queue, k.Wake, k.DeployStats},
 		append([]any{ms(a.Now), a.Claim, ms(a.ClaimDeadline), ms(a.LeaseDeadline), a.RoomMargin.Milliseconds()}, s.handoffArgs(a.Now)...)...)
 	if err != nil {
 		return AcquireResult{}, err
@@ -105,7 +105,7 @@ func (s *Store) PodRegister(ctx context.Context, scope, deploy string, pod warmp
 	}
 	r, err := s.call(ctx, podRegister, scope,
 		[]string{k.Epoch, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod,
-			k.Config, k.Waiters, k.Queue, k.Wake},
+			k.Config, k.Waiters, k.Queue, k.Wake, k.DeployStats},
 		append([]any{ms(now), deploy, pod.ID, pod.DeployVer, string(info), leaderClaim, ms(claimDeadline)}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return 0, err
@@ -167,7 +167,7 @@ func (s *Store) PodPlaceholder(ctx context.Context, scope string, now, leaseDead
 	k := s.keys.Scope(scope)
 	r, err := s.call(ctx, podPlaceholder, scope,
 		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Fence,
-			k.Waiters, k.Queue, k.Wake},
+			k.Waiters, k.Queue, k.Wake, k.DeployStats},
 		append([]any{ms(now), ms(leaseDeadline), ms(noteDeadline)}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return PlaceholderResult{}, err

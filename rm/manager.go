@@ -149,8 +149,25 @@ func (m *Manager) Acquire(ctx context.Context, scope string) (warmpool.Lease, er
 	default:
 		m.cfg.Observe("acquire", "max_reached")
 		return warmpool.Lease{}, fmt.Errorf("%w: %w", warmpool.ErrPoolFull, warmpool.Errorf(warmpool.CodeNoPodAvailable,
-			"scope %q is at max_pods (%d pods, %d deploying) and no deploy in flight has room", scope, res.Pods, res.Deploys).Retry(1))
+			"scope %q is at max_pods (%d pods, %d deploying) and no deploy in flight has room", scope, res.Pods, res.Deploys).Retry(m.retryAfter(ctx, scope, res.Deploys)))
 	}
+}
+
+// retryAfter is the Retry-After of a scope at max_pods: with deploys in flight, the
+// seconds until the soonest one is expected to be ready, rounded up, at least 1;
+// otherwise (or without an estimate yet) 1.
+func (m *Manager) retryAfter(ctx context.Context, scope string, deploys int) int {
+	if deploys == 0 {
+		return 1
+	}
+	eta, ok, err := m.store.DeployETA(ctx, scope, m.clock.Now())
+	if err != nil {
+		m.log.DebugContext(ctx, "deploy estimate not read; Retry-After 1", "scope", scope, "err", err)
+	}
+	if !ok {
+		return 1
+	}
+	return max(1, int((eta+time.Second-1)/time.Second))
 }
 
 // lead runs the deploy the caller leads. The deploy is detached from the caller's

@@ -21,6 +21,55 @@
 -- message naming it goes out on the scope's channel. A waiter that died never binds its
 -- grant; the claim expires and its slot is handed on like any other.
 
+-- Sweep due times. A script that leaves the sweeper work for later (a deadline in a
+-- ZSET, an idle pod's pod_ttl_s, a pool to refill to min_idle_pods) notes when that work
+-- falls due in the scope's due key (STRING, ms), which only ever moves earlier here; the
+-- sweeper's scope_due.lua sets it to the scope's next due time after a visit. The caller
+-- (Store.call) passes the scope's config and due keys as the last two KEYS of such a
+-- script (taken off KEYS again before the script runs) and, when a note moved the due
+-- time, gets {"DUE", due, answer} back and moves the scope in its shard's due index.
+-- In a script without these keys the notes do nothing.
+local due = {}
+
+-- note_due notes work of the scope due at t (ms; 0 = at once).
+local function note_due(t)
+  if not due.key then
+    return
+  end
+  t = tonumber(t)
+  if due.cur == nil then
+    due.cur = tonumber(redis.call('GET', due.key)) or false
+  end
+  if due.cur and due.cur <= t then
+    return
+  end
+  redis.call('SET', due.key, t)
+  due.cur, due.noted = t, t
+end
+
+-- note_idle notes a pod gone idle at now: reclaim looks at it when pod_ttl_s has passed.
+local function note_idle(now)
+  if due.key then
+    note_due(now + tonumber(redis.call('HGET', due.config, 'pod_ttl_ms') or '0'))
+  end
+end
+
+-- note_fill notes that the scope may have fewer idle pods than min_idle_pods (one was
+-- taken, purged, or a deploy failed): autoscale looks at it at once.
+local function note_fill()
+  if due.key and tonumber(redis.call('HGET', due.config, 'min_idle') or '0') > 0 then
+    note_due(0)
+  end
+end
+
+-- due_reply is the answer of a script that takes the due keys.
+local function due_reply(r)
+  if due.noted then
+    return {'DUE', tostring(due.noted), r}
+  end
+  return r
+end
+
 -- scope_config reads fields of the scope's published config (config HASH), checking
 -- first that the scope is known and that Redis still has its data (epoch STRING).
 -- Returns the fields, or nil and the answer to give: {"NO_SCOPE"} | {"EPOCH_LOST"}.
@@ -72,6 +121,7 @@ end
 -- grant gives waiter w a slot of pod that the script already counts, and wakes only w.
 local function grant(q, w, pod)
   redis.call('ZADD', q.claims, q.grant_deadline, w)
+  note_due(q.grant_deadline)
   redis.call('HSET', q.claimpod, w, pod)
   redis.call(q.publish, q.wake, w)
 end
@@ -105,7 +155,9 @@ local function free_slot(pods, slots, idle, pod, now, idle_on_zero, q)
     n = 0
     redis.call('HSET', slots, pod, 0)
     if idle_on_zero then
-      redis.call('ZADD', idle, 'NX', now, pod)
+      if redis.call('ZADD', idle, 'NX', now, pod) == 1 then
+        note_idle(now)
+      end
     end
   end
   return n
@@ -148,6 +200,7 @@ local function fail_followers(followers, claims, claimpod, member, reason, deadl
       local c = string.sub(f, #prefix + 1)
       redis.call('ZREM', followers, f)
       redis.call('ZADD', claims, deadline, c)
+      note_due(deadline)
       redis.call('HSET', claimpod, c, '!' .. reason)
       n = n + 1
     end

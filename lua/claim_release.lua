@@ -12,6 +12,8 @@
 -- KEYS[10] {s}:wake     the scope's wake-up channel
 -- ARGV[1] claim id  ARGV[2] now (ms)  ARGV[3] grant deadline (ms)  ARGV[4] publish command
 -- Returns {pod or "", slots left or -1}
+-- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
+-- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[2])
 local q = handoff(redis.call('HGET', KEYS[6], 'deploy_ver'), KEYS[7], KEYS[1], KEYS[2], KEYS[8], KEYS[9], KEYS[10], now, ARGV[3], ARGV[4])
 local pod, n = release_claim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], now, true, q)

@@ -8,6 +8,9 @@
 -- KEYS[5] {s}:dstats     HASH deploy time estimate and start times of deploys in flight
 -- ARGV[1] deploy member  ARGV[2] reason  ARGV[3] note deadline (ms)
 -- Returns the number of followers failed.
+-- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
+-- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[5], 'start:' .. ARGV[1])
+note_fill()
 return fail_followers(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3])

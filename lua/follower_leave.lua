@@ -14,6 +14,8 @@
 -- ARGV[1] room member  ARGV[2] claim id  ARGV[3] now (ms)  ARGV[4] grant deadline (ms)
 -- ARGV[5] publish command
 -- Returns 1 when the follower was still in the room, else 0.
+-- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
+-- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[3])
 local was = redis.call('ZREM', KEYS[1], ARGV[1])
 local q = handoff(redis.call('HGET', KEYS[7], 'deploy_ver'), KEYS[8], KEYS[2], KEYS[3], KEYS[9], KEYS[10], KEYS[11], now, ARGV[4], ARGV[5])

@@ -16,6 +16,8 @@
 -- ARGV[5] publish command
 -- Returns {"released", "1" when the pod is idle now else "0"} | {"unknown"} (no such
 -- live hold on that pod) | {"NO_SCOPE"} | {"EPOCH_LOST"}
+-- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
+-- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[1])
 local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver')
 if not cfg then

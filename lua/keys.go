@@ -1,5 +1,10 @@
 package lua
 
+import (
+	"hash/fnv"
+	"strconv"
+)
+
 // Keyspace builds every Redis key name; it is the only place that does. All keys of a
 // scope carry the hash tag {scope_id} so that each script's keys share one cluster slot.
 type Keyspace struct {
@@ -31,6 +36,26 @@ func (k Keyspace) Epoch() string { return k.prefix + "epoch" }
 // Lock is the key of a global lease lock (sweeper jobs, config sync).
 func (k Keyspace) Lock(name string) string { return k.prefix + "lock:" + name }
 
+// DueShards is the number of shards of the due index: every replica must agree on it,
+// so it is a constant. Each shard is one ZSET (its own cluster slot) and one sweeper
+// lease, so replicas share the sweep work shard by shard.
+const DueShards = 16
+
+// DueShard is the shard of the due index that holds a scope.
+func DueShard(scope string) int {
+	h := fnv.New32a()
+	h.Write([]byte(scope))
+	return int(h.Sum32() % DueShards)
+}
+
+// DueIndex is one shard of the due index (a ZSET: scope id -> when its next sweep work
+// falls due, ms), kept outside scripts (its slot is not a scope's): scripts note a
+// scope's due time in the scope's own due key, Store.call moves the scope in its shard
+// after the script, and the sweeper's full pass re-indexes every scope.
+func (k Keyspace) DueIndex(shard int) string {
+	return k.prefix + "due:{" + strconv.Itoa(shard) + "}"
+}
+
 // WakeChannel is the pub/sub channel that wakes the waiters of a scope.
 func (k Keyspace) WakeChannel(scope string) string { return k.Scope(scope).Wake }
 
@@ -60,6 +85,7 @@ func (k Keyspace) Scope(id string) ScopeKeys {
 		Wake:        p + "wake",
 		Health:      p + "health",
 		DeployStats: p + "dstats",
+		Due:         p + "due",
 	}
 }
 
@@ -90,6 +116,7 @@ type ScopeKeys struct {
 	// DeployStats: "est" -> rolling estimate of the deploy time (ms), "start:<deploy
 	// member>" -> when that deploy in flight started (ms).
 	DeployStats string // HASH
+	Due         string // STRING when the scope's next sweep work falls due (ms)
 }
 
 // Gone is the tombstone of a purged pod (STRING, reason, with a TTL of GoneTTL):

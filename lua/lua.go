@@ -32,6 +32,9 @@ type script struct {
 	metric string
 	// guarded scripts change state on a caller's behalf and take its deadline.
 	guarded bool
+	// due scripts take the scope's config and due keys as their last two KEYS and
+	// note the sweep work they leave (see note_due in _lib.lua).
+	due bool
 	*redis.Script
 }
 
@@ -40,31 +43,32 @@ type script struct {
 // others only give back or read what a caller holds (a claim, a room entry, a lock)
 // or raise a counter, which is as right late as on time.
 var (
-	podAcquire     = load("pod_acquire.lua", guarded)
-	podRegister    = load("pod_register.lua", guarded)
-	podPurge       = load("pod_purge.lua", guarded)
-	podPlaceholder = load("pod_placeholder.lua", guarded)
-	podAdopt       = load("pod_adopt.lua", guarded)
+	podAcquire     = notes(load("pod_acquire.lua", guarded))
+	podRegister    = notes(load("pod_register.lua", guarded))
+	podPurge       = notes(load("pod_purge.lua", guarded))
+	podPlaceholder = notes(load("pod_placeholder.lua", guarded))
+	podAdopt       = notes(load("pod_adopt.lua", guarded))
 	podHealth      = load("pod_health.lua", guarded)
 	fenceRaise     = load("fence_raise.lua", unguarded)
 	deployExtend   = load("deploy_extend.lua", guarded)
-	deployAbort    = load("deploy_abort.lua", unguarded)
+	deployAbort    = notes(load("deploy_abort.lua", unguarded))
 	followerWait   = load("follower_wait.lua", unguarded)
-	followerLeave  = load("follower_leave.lua", unguarded)
-	claimRelease   = load("claim_release.lua", unguarded)
-	holdTouch      = load("hold_touch.lua", guarded)
-	holdRelease    = load("hold_release.lua", unguarded)
+	followerLeave  = notes(load("follower_leave.lua", unguarded))
+	claimRelease   = notes(load("claim_release.lua", unguarded))
+	holdTouch      = notes(load("hold_touch.lua", guarded))
+	holdRelease    = notes(load("hold_release.lua", unguarded))
 	lockObtain     = load("lock_obtain.lua", guarded)
 	lockExtend     = load("lock_extend.lua", guarded)
 	lockRelease    = load("lock_release.lua", unguarded)
-	sessionRoute   = load("session_route.lua", guarded)
-	sessionTouch   = load("session_touch.lua", guarded)
-	sessionEnd     = load("session_end.lua", guarded)
-	sessionEvict   = load("session_evict.lua", guarded)
+	sessionRoute   = notes(load("session_route.lua", guarded))
+	sessionTouch   = notes(load("session_touch.lua", guarded))
+	sessionEnd     = notes(load("session_end.lua", guarded))
+	sessionEvict   = notes(load("session_evict.lua", guarded))
 	sessionGet     = load("session_get.lua", unguarded)
-	waiterLeave    = load("waiter_leave.lua", unguarded)
-	scopePublish   = load("scope_publish.lua", guarded)
-	scopeRepair    = load("scope_repair.lua", guarded)
+	waiterLeave    = notes(load("waiter_leave.lua", unguarded))
+	scopePublish   = notes(load("scope_publish.lua", guarded))
+	scopeRepair    = notes(load("scope_repair.lua", guarded))
+	scopeDue       = load("scope_due.lua", unguarded)
 )
 
 // Whether load prepends the deadline guard.
@@ -83,14 +87,37 @@ var Scripts = map[string]*redis.Script{}
 var Guarded = map[string]bool{}
 
 func load(name string, guarded bool) *script {
-	src := lib + "\n"
+	s := &script{name: name, metric: strings.TrimSuffix(name, ".lua"), guarded: guarded}
 	if guarded {
-		src += guard + "\n"
 		Guarded[name] = true
 	}
-	s := &script{name: name, metric: strings.TrimSuffix(name, ".lua"), guarded: guarded, Script: redis.NewScript(src + mustRead(name))}
-	Scripts[name] = s.Script
+	s.compile()
 	return s
+}
+
+// notes marks a script that notes the sweep work it leaves: it takes the due keys and
+// its body runs as a function whose answer due_reply passes on.
+func notes(s *script) *script {
+	s.due = true
+	s.compile()
+	return s
+}
+
+// compile builds the script's source: the shared helpers, then the guard and the body,
+// wrapped for the due notes when the script takes them.
+func (s *script) compile() {
+	src := lib + "\n"
+	body := mustRead(s.name)
+	if s.guarded {
+		body = guard + "\n" + body
+	}
+	if s.due {
+		src += "due.key = table.remove(KEYS)\ndue.config = table.remove(KEYS)\nlocal function main()\n" + body + "end\nreturn due_reply(main())\n"
+	} else {
+		src += body
+	}
+	s.Script = redis.NewScript(src)
+	Scripts[s.name] = s.Script
 }
 
 func mustRead(name string) string {

@@ -26,6 +26,8 @@
 --       | {"max_reached", pods, deploys} | {"NO_SCOPE"} | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
+-- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
+-- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[1])
 local claim = ARGV[2]
 local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver', 'max_pods', 'parallel', 'pod_concurrency', 'deploy', 'ready_ms')
@@ -43,6 +45,8 @@ for _, pod in ipairs(redis.call('ZREVRANGE', KEYS[7], 0, -1)) do
     redis.call('HINCRBY', KEYS[6], pod, 1)
     redis.call('ZADD', KEYS[10], ARGV[3], claim)
     redis.call('HSET', KEYS[11], claim, pod)
+    note_due(ARGV[3])
+    note_fill()
     return {'warm', pod, redis.call('HGET', KEYS[5], pod) or ''}
   end
 end
@@ -70,6 +74,7 @@ for _, d in ipairs(deploys) do
       end
     end
     if n <= cap then
+      note_due(deadline)
       return {'follower', d, member, tostring(deadline)}
     end
     redis.call('ZREM', KEYS[9], member)
@@ -83,6 +88,7 @@ if npods + #deploys < max_pods and #deploys < parallel then
   local member = tostring(fence)
   redis.call('ZADD', KEYS[8], ARGV[4], member)
   deploy_started(KEYS[16], KEYS[8], member, now)
+  note_due(ARGV[4])
   return {'deploy', member, member, cfg[5]}
 end
 return {'max_reached', tostring(npods), tostring(#deploys)}

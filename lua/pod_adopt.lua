@@ -22,6 +22,8 @@
 --       | {"gone"} (purged lately: it is being deleted, not adopted) | {"NO_SCOPE"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
+-- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
+-- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local cfg = redis.call('HMGET', KEYS[1], 'max_pods', 'pod_concurrency', 'session_ttl_ms')
 if not cfg[1] then
   return {'NO_SCOPE'}
@@ -43,6 +45,7 @@ redis.call('HSET', KEYS[4], pod, ARGV[4])
 if ARGV[5] ~= '1' then
   redis.call('HSET', KEYS[5], pod, 0)
   redis.call('ZADD', KEYS[6], now, pod)
+  note_idle(now)
   return {'adopted'}
 end
 local pc = tonumber(cfg[2])
@@ -51,5 +54,6 @@ for n = 1, pc do
   redis.call('ZADD', KEYS[9], now + tonumber(cfg[3]), claim)
   redis.call('HSET', KEYS[10], claim, pod)
 end
+note_due(now + tonumber(cfg[3]))
 redis.call('HSET', KEYS[5], pod, pc)
 return {'adopted'}

@@ -23,6 +23,8 @@
 --       | {"max_reached"} | {"busy"} (parallel bound) | {"NO_SCOPE"} | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
+-- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
+-- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[1])
 local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver', 'max_pods', 'parallel', 'min_idle', 'deploy')
 if not cfg then
@@ -57,4 +59,5 @@ local fence = redis.call('INCR', KEYS[11])
 local member = fence .. 'w'
 redis.call('ZADD', KEYS[7], ARGV[2], member)
 deploy_started(KEYS[15], KEYS[7], member, now)
+note_due(ARGV[2])
 return {'deploy', member, tostring(fence), cfg[5]}

@@ -19,6 +19,8 @@
 -- Returns {"purged", n sessions released, session ids...} | {"busy"} | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
+-- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
+-- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'EPOCH_LOST'}
 end
@@ -52,4 +54,5 @@ redis.call('HDEL', KEYS[5], pod)
 redis.call('ZREM', KEYS[6], pod)
 redis.call('HDEL', KEYS[10], pod)
 redis.call('SET', KEYS[11], ARGV[2], 'PX', ARGV[4])
+note_fill()
 return out

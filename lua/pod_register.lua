@@ -24,6 +24,8 @@
 -- Returns {"ok", slots} | {"FENCED"} (the lease is gone: commit nothing) | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
+-- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
+-- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'EPOCH_LOST'}
@@ -81,5 +83,11 @@ end
 redis.call('HSET', KEYS[5], pod, n)
 if n == 0 then
   redis.call('ZADD', KEYS[6], now, pod)
+  note_idle(now)
 end
+if n > 0 then
+  note_due(ARGV[7])
+end
+-- a warm-pool deploy may be one of several the scope lacks
+note_fill()
 return {'ok', tostring(n)}

@@ -15,6 +15,8 @@
 --         {"conflict", field, published value} (same version, other content)
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
+-- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
+-- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local cur = redis.call('HGET', KEYS[1], 'version')
 local version = tonumber(ARGV[1])
 if cur then
@@ -40,4 +42,6 @@ redis.call('HSET', KEYS[1], unpack(fields))
 if ARGV[2] ~= '' then
   redis.call('SET', KEYS[2], ARGV[2], 'NX')
 end
+-- a new deploy_ver, min_idle_pods or pod_ttl_s changes what the sweeper has to do
+note_due(0)
 return {'published'}

@@ -26,6 +26,8 @@
 --          expired deploys} | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
+-- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
+-- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'EPOCH_LOST'}
 end

@@ -36,6 +36,8 @@
 --       | {"NO_SCOPE"} | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
+-- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
+-- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[1])
 local sid, claim, waiter = ARGV[2], ARGV[3], ARGV[6]
 local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver', 'pod_concurrency', 'session_ttl_ms', 'queue_size', 'wait_ms')
@@ -85,7 +87,10 @@ local function bind(pod, used)
   leave(used)
   redis.call('HSET', KEYS[8], sid, pod)
   redis.call('ZADD', KEYS[9], expiry, sid)
-  redis.call('ZREM', KEYS[7], pod)
+  note_due(expiry)
+  if redis.call('ZREM', KEYS[7], pod) == 1 then
+    note_fill()
+  end
   return answer('new', '1', pod)
 end
 
@@ -156,6 +161,7 @@ if not redis.call('ZSCORE', KEYS[14], waiter) then
       return {'full', tostring(size)}
     end
     redis.call('ZADD', KEYS[12], now + wait, waiter)
+    note_due(now + wait)
   end
   redis.call('ZADD', KEYS[14], redis.call('INCR', KEYS[15]), waiter)
 end

@@ -18,6 +18,8 @@
 -- Returns {"touched"} | {"expired"} | {"unknown"} | {"NO_SCOPE"} | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
+-- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
+-- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[1])
 local cfg, refused = scope_config(KEYS[1], KEYS[2], 'session_ttl_ms', 'deploy_ver')
 if not cfg then

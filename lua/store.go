@@ -128,11 +128,18 @@ func (s *Store) call(ctx context.Context, sc *script, scope string, keys []strin
 	if sc.guarded {
 		args = append(args[:len(args):len(args)], s.deadline(ctx))
 	}
+	if sc.due {
+		k := s.keys.Scope(scope)
+		keys = append(keys[:len(keys):len(keys)], k.Config, k.Due)
+	}
 	start := time.Now()
 	v, err := sc.Run(ctx, s.rdb, keys, args...).Result()
 	s.onScript(sc.metric, time.Since(start))
 	if err != nil {
 		return nil, s.redisErr(ctx, err)
+	}
+	if sc.due {
+		v = s.noted(ctx, scope, v)
 	}
 	r := newReply(sc.name, v)
 	if len(r.fields) > 0 {

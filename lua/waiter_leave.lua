@@ -12,6 +12,8 @@
 -- KEYS[10] {s}:wake      the scope's wake-up channel
 -- ARGV[1] waiter id  ARGV[2] now (ms)  ARGV[3] grant deadline (ms)  ARGV[4] publish command
 -- Returns 1 when it was a waiter, else 0.
+-- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
+-- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[2])
 local was = redis.call('ZREM', KEYS[8], ARGV[1])
 redis.call('ZREM', KEYS[9], ARGV[1])

@@ -19,6 +19,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/sweeper"
 )
 
 var deployVerRe = regexp.MustCompile(`^[0-9a-f]{16}$`)
@@ -848,8 +849,8 @@ func TestAcquireRelease(t *testing.T) {
 	e.clock.Advance(61 * time.Second)
 	e.wantErr(touch(pod, lost["hold_id"]), http.StatusNotFound, warmpool.CodeHoldNotFound)
 	for _, j := range e.srv.Sweeper.Jobs() {
-		if j.Name == "sessions" && !e.srv.Runner.RunOnce(context.Background(), j) {
-			t.Fatal("the sessions job did not run")
+		if j.Name == sweeper.DueJobName(lua.DueShard("a")) && !e.srv.Runner.RunOnce(context.Background(), j) {
+			t.Fatal("the due job of the scope did not run")
 		}
 	}
 	if pp := e.pool("a")["pods"].([]any)[0].(map[string]any); pp["state"] != "idle" || num(t, pp, "slots") != 0 {

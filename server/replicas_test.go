@@ -92,7 +92,7 @@ func newReplicas(t *testing.T, opts ...envOption) *replicas {
 		cfg := b.Config(id)
 		cfg.Redis = r.NewClient(t) // each replica has its own connections
 		cfg.Store, cfg.Clock = rs.configs, rs.clock
-		cfg.Sweep = sweeper.Config{Interval: 20 * time.Millisecond}
+		cfg.Sweep = sweeper.Config{Interval: 20 * time.Millisecond, Reconcile: 20 * time.Millisecond}
 		for _, o := range opts {
 			o(&cfg)
 		}
@@ -452,8 +452,8 @@ func TestReplicaLoserReusesWarmPod(t *testing.T) {
 	rs := newReplicas(t)
 	rs.a.putScope("warm", `{"deploy":{"ready_timeout_s":10},"pool":{"max_concurrency":4,"pod_concurrency":2,"min_idle_pods":1,"queue_size":0,"max_parallel_deploys":1}}`)
 	release := rs.holdDeploys()
-	if !rs.b.srv.Runner.RunOnce(context.Background(), jobNamed(t, rs.b.srv, "autoscale")) {
-		t.Fatal("B's autoscale did not run")
+	if !rs.b.srv.Runner.RunOnce(context.Background(), dueJob(t, rs.b.srv, "warm")) {
+		t.Fatal("B's due job of the scope did not run")
 	}
 	rs.waitInFlight(1)
 	f := start(1, func(int) resp { return routeReq(rs.a, "warm", "s1") })
@@ -567,6 +567,12 @@ func jobNamed(t *testing.T, srv *server.Server, name string) sweeper.Job {
 	return sweeper.Job{}
 }
 
+// dueJob returns the replica's due job of the shard that holds scope.
+func dueJob(t *testing.T, srv *server.Server, scope string) sweeper.Job {
+	t.Helper()
+	return jobNamed(t, srv, sweeper.DueJobName(lua.DueShard(scope)))
+}
+
 // Case 8, config changes reach every replica at once: a pool-only change (class B) put
 // on B is B's and A's at once with no pod touched; a deploy change (class A) put on B
 // sends A's next new session to a pod of the new deploy_ver, while the busy old pod
@@ -612,8 +618,8 @@ func TestReplicaConfigChangeAcrossReplicas(t *testing.T) {
 	if s1 := rs.b.route("cfg", "s1"); s1["pod_id"] != p1 || s1["new"] != false || s1["deploy_ver"] != dv1 {
 		t.Fatalf("s1 on B after the change: %v, want its old pod %v", s1, p1)
 	}
-	if !rs.b.srv.Runner.RunOnce(context.Background(), jobNamed(t, rs.b.srv, "reclaim")) {
-		t.Fatal("B's reclaim did not run")
+	if !rs.b.srv.Runner.RunOnce(context.Background(), dueJob(t, rs.b.srv, "cfg")) {
+		t.Fatal("B's due job of the scope did not run")
 	}
 	pods := podsOf(rs.a.pool("cfg"))
 	if len(pods) != 2 || pods[p1.(string)] == nil || pods[s4["pod_id"].(string)] == nil || !slices.Contains(rs.fake.Deleted(), p2.(string)) {
@@ -777,8 +783,8 @@ func TestReplicaSweeperMutualExclusion(t *testing.T) {
 			t.Fatalf("releasing %s: %v", j.Name, err)
 		}
 	}
-	if !rs.a.srv.Runner.RunOnce(ctx, jobNamed(t, rs.a.srv, "reclaim")) {
-		t.Fatal("A's reclaim did not run after the lock was released")
+	if !rs.a.srv.Runner.RunOnce(ctx, dueJob(t, rs.a.srv, "sw")) {
+		t.Fatal("A's due job of the scope did not run after the lock was released")
 	}
 	if pods := podsOf(rs.b.pool("sw")); len(pods) != 0 || !slices.Equal(rs.fake.Deleted(), []string{pod}) {
 		t.Fatalf("after the reclaim: pool %v, deleted %v, want %s reclaimed", pods, rs.fake.Deleted(), pod)

@@ -25,15 +25,30 @@ const (
 	DefaultOrphanGrace         = 60 * time.Second
 	DefaultExpiryBatch         = 1000
 	DefaultRepairEvery         = 10
-	probeConcurrency           = 8
-	noteTTL                    = 30 * time.Second
+	// DefaultFullPassTicks: reconcile, the full pass over every scope, runs every this
+	// many Intervals (5 minutes at the default Interval).
+	DefaultFullPassTicks = 150
+	// DefaultDueBatch bounds the scopes one tick of a shard looks at.
+	DefaultDueBatch  = 1000
+	probeConcurrency = 8
+	noteTTL          = 30 * time.Second
 )
 
 // Config tunes the jobs; zero fields take the defaults.
 type Config struct {
-	// Interval of every job; the per-job fields override it.
-	Interval                                       time.Duration
-	Autoscale, Reclaim, Watch, Reconcile, Sessions time.Duration
+	// Interval is the tick of the due jobs, which look at the scopes with sweep work
+	// due (sessions and holds past their expiry, leftovers past their deadlines, idle
+	// pods past pod_ttl_s or of an old deploy_ver, pools below min_idle_pods), and the
+	// default interval of watch.
+	Interval time.Duration
+	// Watch is the interval of the watch job (dead pods and health probes).
+	Watch time.Duration
+	// Reconcile is the interval of the full pass over every scope: reconcile with the
+	// driver and the config store, and every scope's due time computed again (the
+	// safety net of the due index); DefaultFullPassTicks Intervals when zero.
+	Reconcile time.Duration
+	// DueBatch bounds the scopes one tick of a shard looks at.
+	DueBatch int
 	// HealthFailThreshold is how many probes in a row a pod may fail before it is
 	// buried.
 	HealthFailThreshold int
@@ -105,10 +120,10 @@ func (c *Config) fill() {
 	defaults.Positive(&c.OrphanGrace, DefaultOrphanGrace)
 	defaults.Positive(&c.ExpiryBatch, DefaultExpiryBatch)
 	defaults.Positive(&c.RepairEvery, DefaultRepairEvery)
+	defaults.Positive(&c.DueBatch, DefaultDueBatch)
 	defaults.Positive(&c.Interval, DefaultInterval)
-	for _, d := range []*time.Duration{&c.Autoscale, &c.Reclaim, &c.Watch, &c.Reconcile, &c.Sessions} {
-		defaults.Positive(d, c.Interval)
-	}
+	defaults.Positive(&c.Watch, c.Interval)
+	defaults.Positive(&c.Reconcile, DefaultFullPassTicks*c.Interval)
 }
 
 // New returns the jobs over the given parts of a replica: its Redis, the resource and
@@ -119,20 +134,98 @@ func New(store *lua.Store, pools Pools, sessions Sessions, driver warmpool.PodDr
 		log: cfg.Logger.With("component", "sweeper")}
 }
 
-// ReconcileJob is the reconcile job, which also rebuilds a keyspace that lost its data.
+// ReconcileJob is the full pass: reconcile (which also rebuilds a keyspace that lost
+// its data), then every scope's due time computed again.
 func (s *Sweeper) ReconcileJob() Job {
-	return Job{Name: "reconcile", Interval: s.cfg.Reconcile, Run: s.Reconcile}
+	return Job{Name: "reconcile", Interval: s.cfg.Reconcile, Run: func(ctx context.Context) error {
+		return errors.Join(s.Reconcile(ctx), s.Reindex(ctx))
+	}}
 }
 
-// Jobs lists the jobs with their intervals, for a Runner.
+// DueJobName is the name of the due job of a shard of the due index (its lease is
+// the job lock of that name).
+func DueJobName(shard int) string { return "due:" + strconv.Itoa(shard) }
+
+// Jobs lists the jobs with their intervals, for a Runner: the full pass, watch, and
+// one due job per shard of the due index, each under its own lease, so that replicas
+// share the shards.
 func (s *Sweeper) Jobs() []Job {
-	return []Job{
+	jobs := []Job{
 		s.ReconcileJob(),
 		{Name: "watch", Interval: s.cfg.Watch, Run: s.Watch},
-		{Name: "reclaim", Interval: s.cfg.Reclaim, Run: s.Reclaim},
-		{Name: "autoscale", Interval: s.cfg.Autoscale, Run: s.Autoscale},
-		{Name: "sessions", Interval: s.cfg.Sessions, Run: s.ExpireSessions},
 	}
+	for shard := range lua.DueShards {
+		jobs = append(jobs, Job{Name: DueJobName(shard), Interval: s.cfg.Interval, Run: func(ctx context.Context) error {
+			return s.SweepShard(ctx, shard)
+		}})
+	}
+	return jobs
+}
+
+// SweepShard looks at the scopes of one shard of the due index whose sweep work is due
+// (DueBatch at most) and does it: expired sessions and holds, expired leftovers, idle
+// pods to reclaim, warm pods to deploy; then it sets each scope's next due time. The
+// job of shard 0 also checks that Redis still has its data, and rebuilds it when not.
+func (s *Sweeper) SweepShard(ctx context.Context, shard int) error {
+	if shard == 0 {
+		live, err := s.store.EpochLive(ctx)
+		if err != nil {
+			return err
+		}
+		if !live {
+			return s.Rebuild(ctx)
+		}
+	}
+	now := s.clock.Now()
+	ids, err := s.store.DueScopes(ctx, shard, now, s.cfg.DueBatch)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := s.sweepScope(ctx, id, now); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sweepScope does a scope's due work and sets its next due time, which it does even
+// after an error: work left undone keeps the scope due.
+func (s *Sweeper) sweepScope(ctx context.Context, scope string, now time.Time) error {
+	err := s.expireScope(ctx, scope)
+	if err == nil {
+		_, err = s.store.ScopeRepair(ctx, scope, now, now.Add(noteTTL), false)
+	}
+	if err == nil {
+		err = s.reclaimScope(ctx, scope, now)
+	}
+	if err == nil {
+		err = s.fillScope(ctx, scope)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if _, _, derr := s.store.ScopeDue(ctx, scope, s.clock.Now()); derr != nil {
+		err = errors.Join(err, derr)
+	}
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+		return nil
+	}
+	return err
+}
+
+// Reindex computes every scope's due time again from its state and indexes it: the
+// safety net of the due index, which a replica that died between a script and its
+// index write leaves behind.
+func (s *Sweeper) Reindex(ctx context.Context) error {
+	return s.forScopes(ctx, func(scope string) error {
+		_, _, err := s.store.ScopeDue(ctx, scope, s.clock.Now())
+		return err
+	})
 }
 
 // forScopes runs fn for every published scope, on until every scope was tried.
@@ -167,16 +260,18 @@ func (s *Sweeper) pool(ctx context.Context, scope string) (lua.ScopeRecord, lua.
 // Autoscale keeps min_idle_pods warm idle pods of the current version in every scope,
 // within max_pods and the parallel-deploy bound (the placeholder script decides).
 func (s *Sweeper) Autoscale(ctx context.Context) error {
-	return s.forScopes(ctx, func(scope string) error {
-		n, err := s.pools.Fill(ctx, scope)
-		if n > 0 {
-			s.log.Info("autoscale: deploying warm pods", "scope", scope, "count", n)
-			for range n {
-				s.fixed(ctx, "autoscale_deploy")
-			}
+	return s.forScopes(ctx, func(scope string) error { return s.fillScope(ctx, scope) })
+}
+
+func (s *Sweeper) fillScope(ctx context.Context, scope string) error {
+	n, err := s.pools.Fill(ctx, scope)
+	if n > 0 {
+		s.log.Info("autoscale: deploying warm pods", "scope", scope, "count", n)
+		for range n {
+			s.fixed(ctx, "autoscale_deploy")
 		}
-		return err
-	})
+	}
+	return err
 }
 
 // Reclaim deletes idle pods of an old deploy_ver at once, and idle pods idle for
@@ -184,31 +279,33 @@ func (s *Sweeper) Autoscale(ctx context.Context) error {
 // it was looked at is left alone (the purge re-checks its idle time atomically).
 func (s *Sweeper) Reclaim(ctx context.Context) error {
 	now := s.clock.Now()
-	return s.forScopes(ctx, func(scope string) error {
-		rec, snap, err := s.pool(ctx, scope)
-		if err != nil {
-			return err
+	return s.forScopes(ctx, func(scope string) error { return s.reclaimScope(ctx, scope, now) })
+}
+
+func (s *Sweeper) reclaimScope(ctx context.Context, scope string, now time.Time) error {
+	rec, snap, err := s.pool(ctx, scope)
+	if err != nil {
+		return err
+	}
+	var current []lua.PodState
+	for _, p := range snap.Pods {
+		switch {
+		case !p.Idle:
+		case p.Pod.DeployVer != rec.DeployVer:
+			s.retire(ctx, scope, p, "old deploy_ver "+p.Pod.DeployVer)
+		default:
+			current = append(current, p)
 		}
-		var current []lua.PodState
-		for _, p := range snap.Pods {
-			switch {
-			case !p.Idle:
-			case p.Pod.DeployVer != rec.DeployVer:
-				s.retire(ctx, scope, p, "old deploy_ver "+p.Pod.DeployVer)
-			default:
-				current = append(current, p)
-			}
+	}
+	// The newest idle pods are the min_idle_pods kept warm.
+	sort.Slice(current, func(i, j int) bool { return current[i].IdleSince.After(current[j].IdleSince) })
+	ttl := time.Duration(rec.Config.Pool.PodTTLS) * time.Second
+	for i, p := range current {
+		if i >= rec.Config.Pool.MinIdlePods && now.Sub(p.IdleSince) >= ttl {
+			s.retire(ctx, scope, p, "idle past pod_ttl_s")
 		}
-		// The newest idle pods are the min_idle_pods kept warm.
-		sort.Slice(current, func(i, j int) bool { return current[i].IdleSince.After(current[j].IdleSince) })
-		ttl := time.Duration(rec.Config.Pool.PodTTLS) * time.Second
-		for i, p := range current {
-			if i >= rec.Config.Pool.MinIdlePods && now.Sub(p.IdleSince) >= ttl {
-				s.retire(ctx, scope, p, "idle past pod_ttl_s")
-			}
-		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // retire takes an idle pod out of the pool, if it is still idle since the same time,
@@ -329,19 +426,21 @@ func (s *Sweeper) listPods(ctx context.Context) ([]warmpool.Pod, error) {
 
 // ExpireSessions evicts sessions past session_ttl_s in every scope and wakes waiters.
 func (s *Sweeper) ExpireSessions(ctx context.Context) error {
-	return s.forScopes(ctx, func(scope string) error {
-		total := 0
-		for {
-			n, err := s.sessions.ExpireSessions(ctx, scope, s.cfg.ExpiryBatch)
-			total += n
-			if err != nil || n < s.cfg.ExpiryBatch {
-				if total > 0 {
-					s.fixed(ctx, "sessions_expired")
-				}
-				return err
+	return s.forScopes(ctx, func(scope string) error { return s.expireScope(ctx, scope) })
+}
+
+func (s *Sweeper) expireScope(ctx context.Context, scope string) error {
+	total := 0
+	for {
+		n, err := s.sessions.ExpireSessions(ctx, scope, s.cfg.ExpiryBatch)
+		total += n
+		if err != nil || n < s.cfg.ExpiryBatch {
+			if total > 0 {
+				s.fixed(ctx, "sessions_expired")
 			}
+			return err
 		}
-	})
+	}
 }
 
 // Reconcile makes Redis agree with the config store and the driver, the ground truths

@@ -1,0 +1,92 @@
+package lua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// noted takes the due note off the answer of a script that takes the due keys
+// ({"DUE", due, answer} when a note moved the scope's due time earlier) and moves the
+// scope in its shard of the due index to no later than that. The script has committed,
+// so a failed index write does not fail the call: the scope's due key has the time and
+// the sweeper's full pass indexes it.
+func (s *Store) noted(ctx context.Context, scope string, v any) any {
+	a, ok := v.([]any)
+	if !ok || len(a) < 2 || a[0] != "DUE" {
+		return v
+	}
+	due, _ := a[1].(string)
+	if t, err := strconv.ParseInt(due, 10, 64); err == nil {
+		_ = s.indexAtMost(ctx, scope, t)
+	}
+	if len(a) < 3 {
+		return nil
+	}
+	return a[2]
+}
+
+// indexAtMost moves scope in its due shard to t unless it is indexed earlier already.
+func (s *Store) indexAtMost(ctx context.Context, scope string, t int64) error {
+	return s.rdb.ZAddLT(ctx, s.keys.DueIndex(DueShard(scope)), redis.Z{Score: float64(t), Member: scope}).Err()
+}
+
+// DueScopes returns up to limit scopes of one shard of the due index whose sweep work
+// is due at now, earliest first. Errors: STORE_UNAVAILABLE.
+func (s *Store) DueScopes(ctx context.Context, shard int, now time.Time, limit int) ([]string, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, s.keys.DueIndex(shard), &redis.ZRangeBy{Min: "-inf", Max: ms(now), Count: int64(limit)}).Result()
+	if err != nil {
+		return nil, s.redisErr(ctx, err)
+	}
+	return ids, nil
+}
+
+// ScopeDue runs scope_due.lua after the sweeper looked at a scope: it sets the scope's
+// due time to when its next sweep work falls due, and indexes the scope at that time
+// (or takes it out of the index when nothing is due). It returns the due time and
+// whether there is one. A script that noted earlier work meanwhile may have indexed
+// the scope earlier and been overwritten here, so the scope's due key is read again
+// after the index write and the earlier time restored. Errors: STORE_UNAVAILABLE.
+func (s *Store) ScopeDue(ctx context.Context, scope string, now time.Time) (time.Time, bool, error) {
+	k := s.keys.Scope(scope)
+	r, err := s.call(ctx, scopeDue, scope,
+		[]string{k.Config, k.Due, k.SessExp, k.Claims, k.Deploying, k.Followers, k.Waiters, k.Idle, k.PodVer}, ms(now))
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	v := r.str(0)
+	if err := r.err(); err != nil {
+		return time.Time{}, false, err
+	}
+	index := s.keys.DueIndex(DueShard(scope))
+	var due int64
+	if v == "" {
+		err = s.rdb.ZRem(ctx, index, scope).Err()
+	} else if due, err = strconv.ParseInt(v, 10, 64); err != nil {
+		return time.Time{}, false, fmt.Errorf("scope_due.lua: malformed due time %q", v)
+	} else {
+		err = s.rdb.ZAdd(ctx, index, redis.Z{Score: float64(due), Member: scope}).Err()
+	}
+	if err != nil {
+		return time.Time{}, false, s.redisErr(ctx, err)
+	}
+	cur, err := s.rdb.Get(ctx, k.Due).Int64()
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return time.Time{}, false, s.redisErr(ctx, err)
+	case v == "" || cur < due:
+		if err := s.indexAtMost(ctx, scope, cur); err != nil {
+			return time.Time{}, false, s.redisErr(ctx, err)
+		}
+		v, due = "set", cur
+	}
+	if v == "" {
+		return time.Time{}, false, nil
+	}
+	return time.UnixMilli(due), true, nil
+}

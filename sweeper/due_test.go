@@ -1,0 +1,222 @@
+package sweeper_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/lua"
+)
+
+// sweepDue runs the due job of every shard once.
+func (h *harness) sweepDue() {
+	h.t.Helper()
+	for shard := range lua.DueShards {
+		if err := h.sw.SweepShard(context.Background(), shard); err != nil {
+			h.t.Fatalf("due job of shard %d: %v", shard, err)
+		}
+	}
+}
+
+// keyLog is a go-redis hook that records every argument of every command that names
+// a scope's key (a hash tag).
+type keyLog struct {
+	mu   sync.Mutex
+	args []string
+}
+
+func (l *keyLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (l *keyLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		l.record(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (l *keyLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			l.record(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (l *keyLog) record(cmd redis.Cmder) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range cmd.Args() {
+		if s, ok := a.(string); ok && strings.Contains(s, "{") {
+			l.args = append(l.args, s)
+		}
+	}
+}
+
+// read reports whether any command named a key of the scope.
+func (l *keyLog) read(scope string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range l.args {
+		if strings.Contains(a, "{"+scope+"}") {
+			return true
+		}
+	}
+	return false
+}
+
+// A tick reads only the scopes with work due: ten scopes with one pod and one live
+// session each are not read at all, while the one whose session expired is, and its
+// session is evicted.
+func TestDueTickReadsOnlyDueScopes(t *testing.T) {
+	h := newHarness(t)
+	var idle []string
+	for _, id := range []string{"i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7", "i8", "i9"} {
+		h.Scope(id, 2, 1)
+		h.route(id, "s")
+		idle = append(idle, id)
+	}
+	h.Scope("due", 2, 1, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS = 60 })
+	h.route("due", "s")
+	h.sweepDue() // each publish made its scope due at once
+
+	log := &keyLog{}
+	h.client.AddHook(log)
+	h.Clock.Advance(61 * time.Second)
+	h.sweepDue()
+	for _, id := range idle {
+		if log.read(id) {
+			t.Fatalf("the tick read idle scope %s", id)
+		}
+	}
+	if !log.read("due") {
+		t.Fatal("the tick did not read the scope whose session expired")
+	}
+	if s := h.Snap("due").Sessions; len(s) != 0 {
+		t.Fatalf("sessions %v after their expiry was due", s)
+	}
+	if s := h.Snap("i0").Sessions; len(s) != 1 {
+		t.Fatalf("idle scope's sessions %v, want its one live session", s)
+	}
+}
+
+// Every kind of work a script leaves for later is found by the due jobs alone, when it
+// falls due and not before.
+func TestDueWorkIsFound(t *testing.T) {
+	ttl := func(c *warmpool.ScopeConfig) { c.Pool.PodTTLS, c.Pool.SessionTTLS, c.Pool.HoldTTLS = 60, 60, 60 }
+	cases := []struct {
+		name string
+		// set up leaves work due in 61 s (at once when atOnce) and returns a check
+		// that it is done.
+		setup  func(h *harness) (done func() bool)
+		atOnce bool
+	}{
+		{"idle pod past pod_ttl_s", func(h *harness) func() bool {
+			pod := h.route("a", "s1").PodID
+			if _, err := h.sm.End(context.Background(), "a", "s1"); err != nil {
+				h.t.Fatal(err)
+			}
+			return func() bool { return h.deleted(pod) }
+		}, false},
+		{"session past session_ttl_s", func(h *harness) func() bool {
+			// On a pod idle long before, so that nothing else of the scope falls due
+			// before the session expires.
+			h.Scope("a", 2, 1, ttl, func(c *warmpool.ScopeConfig) { c.Pool.PodTTLS = 3600 })
+			h.route("a", "s0")
+			if _, err := h.sm.End(context.Background(), "a", "s0"); err != nil {
+				h.t.Fatal(err)
+			}
+			h.sweepDue()
+			h.route("a", "s1")
+			return func() bool { return len(h.Snap("a").Sessions) == 0 }
+		}, false},
+		{"hold past hold_ttl_s", func(h *harness) func() bool {
+			if _, err := h.rm.Hold(context.Background(), "a", ""); err != nil {
+				h.t.Fatal(err)
+			}
+			return func() bool {
+				s := h.Snap("a")
+				return len(s.Claims) == 0 && len(idleIDs(s)) == 1
+			}
+		}, false},
+		{"deploy lease of a leader that died", func(h *harness) func() bool {
+			now := h.Clock.Now()
+			res, err := h.Store.PodAcquire(context.Background(), "a", lua.AcquireArgs{Now: now, Claim: "c1",
+				ClaimDeadline: now.Add(61 * time.Second), LeaseDeadline: now.Add(61 * time.Second)})
+			if err != nil || res.Kind != lua.AcquireDeploy {
+				h.t.Fatalf("acquire: %+v %v", res, err)
+			}
+			return func() bool { s := h.Snap("a"); return len(s.Deploys) == 0 && len(s.Claims) == 0 }
+		}, false},
+		{"idle pod of an old deploy_ver", func(h *harness) func() bool {
+			pod := h.route("a", "s1").PodID
+			if _, err := h.sm.End(context.Background(), "a", "s1"); err != nil {
+				h.t.Fatal(err)
+			}
+			h.Clock.Advance(61 * time.Second)
+			h.Scope("a", 2, 1, ttl, func(c *warmpool.ScopeConfig) { c.Pool.PodTTLS = 3600; c.Deploy.Image = "agent:2" })
+			return func() bool { return h.deleted(pod) }
+		}, true},
+		{"a pool below min_idle_pods after its warm pod was taken", func(h *harness) func() bool {
+			h.Scope("a", 4, 1, ttl, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods = 1; c.Pool.PodTTLS = 3600 })
+			h.sweepDue()
+			h.waitDeploys()
+			if n := h.Fake.DeployCount(); n != 1 {
+				h.t.Fatalf("%d deploys after min_idle_pods 1 was published, want 1", n)
+			}
+			h.route("a", "s1") // takes the warm pod
+			return func() bool { h.waitDeploys(); return h.Fake.DeployCount() == 2 && len(idleIDs(h.Snap("a"))) == 1 }
+		}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.Scope("a", 2, 1, ttl)
+			h.sweepDue()
+			done := c.setup(h)
+			h.sweepDue()
+			if !c.atOnce {
+				if done() {
+					t.Fatal("done before it was due")
+				}
+				h.Clock.Advance(61 * time.Second)
+				h.sweepDue()
+			}
+			if !done() {
+				t.Fatal("not done once due")
+			}
+			h.Settled("a")
+		})
+	}
+}
+
+// The full pass is the safety net of the due index: a scope whose index entry was lost
+// (a replica died between a script and its index write) is not looked at by the due
+// jobs until the full pass indexes it again, and then its due work is done.
+func TestReindexFindsWorkTheIndexLost(t *testing.T) {
+	h := newHarness(t)
+	h.Scope("a", 2, 1, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS = 60 })
+	h.route("a", "s1")
+	for shard := range lua.DueShards {
+		if err := h.Redis.Client.Del(context.Background(), h.Store.Keys().DueIndex(shard)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Clock.Advance(61 * time.Second)
+	h.sweepDue()
+	if len(h.Snap("a").Sessions) != 1 {
+		t.Fatal("the session was evicted with its scope out of the index")
+	}
+	if err := h.sw.Reindex(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.sweepDue()
+	if s := h.Snap("a").Sessions; len(s) != 0 {
+		t.Fatalf("sessions %v after the full pass", s)
+	}
+}

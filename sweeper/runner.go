@@ -1,6 +1,8 @@
-// Package sweeper runs the background jobs that keep pools healthy: autoscale, reclaim,
-// watch, reconcile and session expiry. Each job runs under its own lease lock, so one
-// replica runs it per tick while every replica serves requests.
+// Package sweeper runs the background jobs that keep pools healthy: the due jobs (one
+// per shard of the due index: session expiry, leftovers, reclaim and autoscale of the
+// scopes with work due), watch, and reconcile, the slow full pass. Each job runs under
+// its own lease lock, so one replica runs it per tick while every replica serves
+// requests, and the replicas share the shards.
 package sweeper
 
 import (

@@ -134,7 +134,9 @@ for _, pod in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
       redis.call('HINCRBY', KEYS[6], pod, 1)
       -- a pod with a slot taken is not idle, whoever takes it (adopted and rolled-back
       -- pods can be idle while waiters queue)
-      redis.call('ZREM', KEYS[7], pod)
+      if redis.call('ZREM', KEYS[7], pod) == 1 then
+        note_fill()
+      end
       n = n + 1
       if not w or w == waiter then
         return bind(pod, nil)

@@ -12,6 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/sweeper"
 )
 
 // sample reads the metric name with exactly labels from g: a counter's or a gauge's
@@ -209,8 +212,9 @@ func parseSeries(tb testing.TB, s string) (string, map[string]string) {
 	return name, labels
 }
 
-// TestSweeperMetrics runs the reclaim job once it has an idle pod past pod_ttl_s and
-// checks its run, its lock hold time and its fix, counted under the job's name.
+// TestSweeperMetrics runs the due job of the scope's shard once it has an idle pod past
+// pod_ttl_s and checks its run, its lock hold time and its fix, counted under the job's
+// name.
 func TestSweeperMetrics(t *testing.T) {
 	t.Parallel()
 	e := mustEnv(t)
@@ -219,15 +223,16 @@ func TestSweeperMetrics(t *testing.T) {
 	e.route("sw", "s1")
 	e.ok(http.MethodDelete, "/v1/scopes/sw/sessions/s1", nil)
 	e.clock.Advance(2 * time.Second)
+	job := sweeper.DueJobName(lua.DueShard("sw"))
 	for _, j := range e.srv.Sweeper.Jobs() {
-		if j.Name == "reclaim" && !e.srv.Runner.RunOnce(context.Background(), j) {
-			t.Fatal("the reclaim job did not run")
+		if j.Name == job && !e.srv.Runner.RunOnce(context.Background(), j) {
+			t.Fatal("the due job did not run")
 		}
 	}
 	for name, labels := range map[string]map[string]string{
-		"warmpool_sweeper_runs_total":        {"job": "reclaim", "outcome": "ok"},
-		"warmpool_sweeper_lock_held_seconds": {"job": "reclaim"},
-		"warmpool_sweeper_fixes_total":       {"job": "reclaim", "fix": "reclaimed"},
+		"warmpool_sweeper_runs_total":        {"job": job, "outcome": "ok"},
+		"warmpool_sweeper_lock_held_seconds": {"job": job},
+		"warmpool_sweeper_fixes_total":       {"job": job, "fix": "reclaimed"},
 	} {
 		if got := sample(t, g, name, labels); got != 1 {
 			t.Errorf("%s%v = %v, want 1", name, labels, got)

@@ -235,7 +235,7 @@ func (k *Kubernetes) Deploy(ctx context.Context, req warmpool.DeployRequest) (wa
 		if err == nil {
 			p := kubePod(ready)
 			p.Ready = true
-			log.Info("pod ready", logPod, ready.Name, "took", time.Since(start).Round(time.Millisecond))
+			log.InfoContext(ctx, "pod ready", logPod, ready.Name, "took", time.Since(start).Round(time.Millisecond))
 			return p, nil
 		}
 	}
@@ -250,7 +250,7 @@ func (k *Kubernetes) Deploy(ctx context.Context, req warmpool.DeployRequest) (wa
 	if d.owns {
 		k.cleanup(context.WithoutCancel(ctx), ns, d.name, d.uid)
 	}
-	log.Warn("deploy failed", logPod, d.name, logErr, err)
+	log.WarnContext(ctx, "deploy failed", logPod, d.name, logErr, err)
 	return warmpool.Pod{}, err
 }
 
@@ -327,7 +327,7 @@ func (d *deployment) create(ctx context.Context) (*corev1.Pod, error) {
 		})
 		switch {
 		case gerr == nil && kubeOwnPod(existing, d.req):
-			k.log.Info("pod already exists from this deploy; waiting for it", logPod, d.name, logNamespace, d.ns)
+			k.log.InfoContext(ctx, "pod already exists from this deploy; waiting for it", logPod, d.name, logNamespace, d.ns)
 			d.owns, d.uid = true, existing.UID
 			return existing, nil
 		case gerr != nil && !apierrors.IsNotFound(gerr):
@@ -341,7 +341,7 @@ func (d *deployment) create(ctx context.Context) (*corev1.Pod, error) {
 		if clashes > k.cfg.NameRetries {
 			return nil, deployFailed("create pod %s/%s: name clashes with %d other pods", d.ns, base, clashes)
 		}
-		k.log.Warn("pod name taken by another pod; retrying with a new name", logPod, d.name, logNamespace, d.ns)
+		k.log.WarnContext(ctx, "pod name taken by another pod; retrying with a new name", logPod, d.name, logNamespace, d.ns)
 		d.name = kubeClashName(base)
 	}
 }
@@ -547,7 +547,7 @@ func (d *deployment) drain(ctx context.Context, w watch.Interface, rv *string,
 			case watch.Error:
 				// Expired version (410) or another server-side end: resync and re-watch.
 				if err := apierrors.FromObject(ev.Object); !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
-					d.k.log.Warn("pod watch error; resyncing", logPod, d.name, logErr, err)
+					d.k.log.WarnContext(ctx, "pod watch error; resyncing", logPod, d.name, logErr, err)
 				}
 				return nil, nil
 			case watch.Bookmark:
@@ -590,7 +590,7 @@ func (k *Kubernetes) cleanup(ctx context.Context, ns, name string, uid types.UID
 	}
 	err := k.deletePod(ctx, ns, name, pre)
 	if err != nil && !apierrors.IsConflict(err) {
-		k.log.Error("delete pod of a failed deploy", logPod, name, logNamespace, ns, logErr, err)
+		k.log.ErrorContext(ctx, "delete pod of a failed deploy", logPod, name, logNamespace, ns, logErr, err)
 	}
 }
 
@@ -653,7 +653,7 @@ func (k *Kubernetes) call(ctx context.Context, fn func(ctx context.Context) erro
 		if err == nil || !transient(err) || attempt >= k.cfg.Retries || ctx.Err() != nil {
 			return err
 		}
-		k.log.Debug("transient API error; retrying", "attempt", attempt+1, logErr, err)
+		k.log.DebugContext(ctx, "transient API error; retrying", "attempt", attempt+1, logErr, err)
 		pause := backoff/2 + rand.N(backoff/2+1)
 		select {
 		case <-ctx.Done():

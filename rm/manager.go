@@ -339,7 +339,7 @@ func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResul
 		cleanup, done := lua.CleanupContext(ctx)
 		defer done()
 		if lerr := m.store.FollowerLeave(cleanup, scope, res.Room, claim, m.clock.Now()); lerr != nil {
-			m.log.Warn("follower could not leave its room; its entry expires by its deadline", "scope", scope, "err", lerr)
+			m.log.WarnContext(ctx, "follower could not leave its room; its entry expires by its deadline", "scope", scope, "err", lerr)
 		}
 	}()
 	t := time.NewTicker(m.cfg.PollInterval)
@@ -452,7 +452,7 @@ func (m *Manager) hold(ctx context.Context, scope string) (Hold, error) {
 		cleanup, cancel := lua.CleanupContext(ctx)
 		defer cancel()
 		if rerr := m.ReleaseClaim(cleanup, scope, l.Claim); rerr != nil {
-			m.log.Warn("claim not given back; it expires by its deadline", "scope", scope, "err", rerr)
+			m.log.WarnContext(ctx, "claim not given back; it expires by its deadline", "scope", scope, "err", rerr)
 		}
 		if errors.Is(err, lua.ErrNoHold) {
 			// The pod went away between the two steps.

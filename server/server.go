@@ -19,7 +19,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -220,7 +219,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("instance", cfg.InstanceID)}
+	// Every line logged for a request, by any part, carries its request id.
+	s := &Server{cfg: cfg, log: slog.New(httpx.LogHandler(cfg.Logger.Handler())).With("instance", cfg.InstanceID)}
 	if err := s.build(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -428,7 +428,7 @@ func (s *Server) ensureDemoScope(ctx context.Context) error {
 // nothing beside them.
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log), s.closeWhileDraining)
+	r.Use(httpx.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log), s.closeWhileDraining)
 	r.NotFound(httpx.NotFound)
 	r.MethodNotAllowed(httpx.MethodNotAllowed)
 	s.opsRoutes(r)

@@ -212,7 +212,7 @@ func (m *Manager) routeLocked(ctx context.Context, lock *lua.Lock, scope, sessio
 	cleanup, cancel := lua.CleanupContext(ctx)
 	defer cancel()
 	if lerr := lock.Release(cleanup); lerr != nil && lost == nil {
-		m.log.Warn("session lock not released; it expires by its lease", "scope", scope, "session", session, "err", lerr)
+		m.log.WarnContext(ctx, "session lock not released; it expires by its lease", "scope", scope, "session", session, "err", lerr)
 	}
 	if err != nil && lost != nil && ctx.Err() == nil {
 		return Binding{}, fmt.Errorf("route %s/%s: %w: %w", scope, session,
@@ -307,7 +307,7 @@ func (m *Manager) releaseClaim(ctx context.Context, scope, claim string) {
 	cleanup, cancel := lua.CleanupContext(ctx)
 	defer cancel()
 	if err := m.pool.ReleaseClaim(cleanup, scope, claim); err != nil {
-		m.log.Warn("claim not given back; it expires by its deadline", "scope", scope, "err", err)
+		m.log.WarnContext(ctx, "claim not given back; it expires by its deadline", "scope", scope, "err", err)
 	}
 }
 
@@ -336,7 +336,7 @@ func (m *Manager) queue(ctx context.Context, scope string, a lua.RouteArgs, res 
 		cleanup, cancel := lua.CleanupContext(ctx)
 		defer cancel()
 		if lerr := m.store.WaiterLeave(cleanup, scope, a.Waiter, m.clock.Now()); lerr != nil {
-			m.log.Warn("waiter not removed; it expires by its deadline", "scope", scope, "err", lerr)
+			m.log.WarnContext(ctx, "waiter not removed; it expires by its deadline", "scope", scope, "err", lerr)
 		}
 	}()
 	// Subscribed only now: the pass right below finds a slot handed over before.
@@ -436,6 +436,6 @@ func (m *Manager) ExpireSessions(ctx context.Context, scope string, limit int) (
 // re-runs its pass, where free slots go to the oldest waiters first.
 func (m *Manager) Wake(ctx context.Context, scope string) {
 	if err := m.wake.Publish(ctx, scope); err != nil {
-		m.log.Warn("wake-up not published; waiters re-check on their own", "scope", scope, "err", err)
+		m.log.WarnContext(ctx, "wake-up not published; waiters re-check on their own", "scope", scope, "err", err)
 	}
 }

@@ -86,7 +86,7 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		e = &warmpool.Error{Code: warmpool.CodeInternal, Message: "internal error"}
 	}
 	if e.Code == warmpool.CodeInternal {
-		log.Error("internal error", "err", err, "method", r.Method, "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()))
+		log.ErrorContext(r.Context(), "internal error", "err", err, "method", r.Method, "path", r.URL.Path)
 	}
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
@@ -166,7 +166,9 @@ func Recover(log *slog.Logger) func(http.Handler) http.Handler {
 	}
 }
 
-// AccessLog logs each request at debug level (errors at info) with its request id.
+// AccessLog logs each request, with its request id when it runs inside RequestID and
+// log's handler is a LogHandler: successes at debug level, 4xx answers at info, 5xx
+// answers at error.
 func AccessLog(log *slog.Logger) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -174,11 +176,14 @@ func AccessLog(log *slog.Logger) func(http.Handler) http.Handler {
 			start := time.Now()
 			next.ServeHTTP(ww, r)
 			level := slog.LevelDebug
-			if ww.Status() >= 500 {
+			switch status := ww.Status(); {
+			case status >= 500:
+				level = slog.LevelError
+			case status >= 400:
 				level = slog.LevelInfo
 			}
 			log.Log(r.Context(), level, "http", "method", r.Method, "path", r.URL.Path, "status", ww.Status(),
-				"took", time.Since(start), "request_id", middleware.GetReqID(r.Context()))
+				"took", time.Since(start))
 		})
 	}
 }

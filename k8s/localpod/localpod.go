@@ -245,7 +245,7 @@ func (l *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 		return warmpool.Pod{}, warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s: start %s: %v", name, l.cfg.Binary, err)
 	}
 	log := l.log.With("pod", name, "pid", p.pid, "addr", addr)
-	log.Info("pod process started")
+	log.InfoContext(ctx, "pod process started")
 
 	rec := &record{
 		Pod:      pod,
@@ -282,7 +282,7 @@ func (l *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 		case ctx.Err() != nil:
 			err = ctx.Err()
 		}
-		log.Warn("pod deploy failed", "err", err)
+		log.WarnContext(ctx, "pod deploy failed", "err", err)
 		return warmpool.Pod{}, err
 	}
 
@@ -446,7 +446,7 @@ func (l *Driver) Delete(ctx context.Context, pod warmpool.Pod) error {
 	default:
 		return nil
 	}
-	l.log.Info("pod deleted", "pod", name)
+	l.log.InfoContext(ctx, "pod deleted", "pod", name)
 	return nil
 }
 

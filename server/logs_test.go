@@ -1,0 +1,114 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/warmpool/warmpool/server"
+)
+
+// logBuffer collects a replica's JSON log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines decodes every line logged so far.
+func (b *logBuffer) lines(tb testing.TB) []map[string]any {
+	tb.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			tb.Fatalf("log line %q is not JSON: %v", sc.Text(), err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// find returns the lines whose fields have the given values.
+func (b *logBuffer) find(tb testing.TB, fields map[string]any) []map[string]any {
+	tb.Helper()
+	var out []map[string]any
+	for _, l := range b.lines(tb) {
+		match := true
+		for k, v := range fields {
+			if l[k] != v {
+				match = false
+			}
+		}
+		if match {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func withLogs(b *logBuffer) envOption {
+	return func(c *server.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+}
+
+var newID = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// TestRequestIDs: every answer carries X-Request-Id, the caller's when it is valid,
+// else a new one; the id is on the access line and on the deploy's line, with the
+// deploy's phases.
+func TestRequestIDs(t *testing.T) {
+	t.Parallel()
+	logs := &logBuffer{}
+	e := mustEnv(t, withLogs(logs))
+	e.putScope("ids", scopeCfg(2, 1, 0, 1))
+
+	r := e.do(http.MethodPost, "/v1/scopes/ids/sessions", `{"session_id":"s1"}`, header{"X-Request-Id", "gw-trace:42"})
+	if r.status != http.StatusOK || r.header.Get("X-Request-Id") != "gw-trace:42" {
+		t.Fatalf("route with the caller's id: %v, X-Request-Id %q", r, r.header.Get("X-Request-Id"))
+	}
+	deploy := logs.find(t, map[string]any{"msg": "deploy", "request_id": "gw-trace:42"})
+	if len(deploy) != 1 {
+		t.Fatalf("%d deploy lines with the request id, want 1:\n%v", len(deploy), logs.lines(t))
+	}
+	d := deploy[0]
+	phases, _ := d["phases"].(map[string]any)
+	if d["result"] != "ok" || d["scope"] != "ids" || d["level"] != "INFO" || phases["lease_wait"] == nil || phases["create"] == nil || phases["ready"] == nil {
+		t.Fatalf("deploy line %v: want result ok, scope ids, INFO and the phases lease_wait, create and ready", d)
+	}
+	if n := len(logs.find(t, map[string]any{"msg": "http", "request_id": "gw-trace:42", "status": 200.0, "level": "DEBUG"})); n != 1 {
+		t.Fatalf("%d access lines for the route, want 1 at DEBUG", n)
+	}
+
+	for _, bad := range []string{"", "has space", strings.Repeat("x", 129)} {
+		r := e.do(http.MethodGet, "/healthz", nil, header{"X-Request-Id", bad})
+		if id := r.header.Get("X-Request-Id"); !newID.MatchString(id) {
+			t.Errorf("X-Request-Id %q sent: answered %q, want a new id", bad, id)
+		}
+	}
+
+	// 4xx answers are logged at INFO, 5xx at ERROR.
+	e.do(http.MethodGet, "/v1/scopes/nosuch/pool", nil, header{"X-Request-Id", "r-404"})
+	e.route("ids", "s2")
+	e.do(http.MethodPost, "/v1/scopes/ids/sessions", `{"session_id":"s3"}`, header{"X-Request-Id", "r-503"}) // max_pods reached
+	for id, level := range map[string]string{"r-404": "INFO", "r-503": "ERROR"} {
+		if n := len(logs.find(t, map[string]any{"msg": "http", "request_id": id, "level": level})); n != 1 {
+			t.Errorf("%d access lines of %s at %s, want 1:\n%v", n, id, level, logs.find(t, map[string]any{"request_id": id}))
+		}
+	}
+}

@@ -230,9 +230,9 @@ func TestSweeperMetrics(t *testing.T) {
 		}
 	}
 	for name, labels := range map[string]map[string]string{
-		"warmpool_sweeper_runs_total":        {"job": job, "outcome": "ok"},
-		"warmpool_sweeper_lock_held_seconds": {"job": job},
-		"warmpool_sweeper_fixes_total":       {"job": job, "fix": "reclaimed"},
+		"warmpool_sweeper_runs_total":        {"sweep": job, "outcome": "ok"},
+		"warmpool_sweeper_lock_held_seconds": {"sweep": job},
+		"warmpool_sweeper_fixes_total":       {"sweep": job, "fix": "reclaimed"},
 	} {
 		if got := sample(t, g, name, labels); got != 1 {
 			t.Errorf("%s%v = %v, want 1", name, labels, got)

@@ -23,14 +23,16 @@ import (
 
 // Label names.
 const (
-	labelScope   = "scope"
-	labelSource  = "source"
-	labelCode    = "code"
-	labelDriver  = "driver"
-	labelResult  = "result"
-	labelPhase   = "phase"
-	labelScript  = "script"
-	labelJob     = "job"
+	labelScope  = "scope"
+	labelSource = "source"
+	labelCode   = "code"
+	labelDriver = "driver"
+	labelResult = "result"
+	labelPhase  = "phase"
+	labelScript = "script"
+	// labelSweep names a sweeper job: "job" is the label Prometheus gives each
+	// scrape target, which a metric's own "job" label would collide with.
+	labelSweep   = "sweep"
 	labelOutcome = "outcome"
 	labelFix     = "fix"
 )
@@ -108,17 +110,17 @@ func New(store *lua.Store, log *slog.Logger) *Metrics {
 		}, []string{"event", labelOutcome}),
 		jobRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpool_sweeper_runs_total",
-			Help: "Sweeper job runs on this replica, by job and outcome (ok, error, lost_lock, skipped: another replica held the job's lock).",
-		}, []string{labelJob, labelOutcome}),
+			Help: "Sweeper job runs on this replica, by sweep (the job's name) and outcome (ok, error, lost_lock, skipped: another replica held the job's lock).",
+		}, []string{labelSweep, labelOutcome}),
 		jobHeld: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warmpool_sweeper_lock_held_seconds",
-			Help:    "How long a sweeper job held its lock per run on this replica, by job.",
+			Help:    "How long a sweeper job held its lock per run on this replica, by sweep (the job's name).",
 			Buckets: latencyBuckets,
-		}, []string{labelJob}),
+		}, []string{labelSweep}),
 		jobFixes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpool_sweeper_fixes_total",
-			Help: "Repairs the sweeper jobs made, by job and fix (reclaimed, dead, unhealthy, adopted, deleted_orphan, ...).",
-		}, []string{labelJob, labelFix}),
+			Help: "Repairs the sweeper jobs made, by sweep (the job's name) and fix (reclaimed, dead, unhealthy, adopted, deleted_orphan, ...).",
+		}, []string{labelSweep, labelFix}),
 		seen: map[string]bool{},
 	}
 	m.scoped = []*prometheus.MetricVec{m.routes.MetricVec, m.routeTime.MetricVec, m.routeErrors.MetricVec, m.deploys.MetricVec, m.phases.MetricVec}

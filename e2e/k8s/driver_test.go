@@ -536,10 +536,11 @@ func testPodObject(t *testing.T, cs kubernetes.Interface, ns string) {
 		t.Fatal(err)
 	}
 	mu.Lock()
-	t.Logf("deploy ready in %s (created %s, scheduled %s, ready %s)", time.Since(start).Round(time.Millisecond),
-		phases[k8s.PhaseCreated].Round(time.Millisecond), phases[k8s.PhaseScheduled].Round(time.Millisecond), phases[k8s.PhaseReady].Round(time.Millisecond))
-	if len(phases) != 3 {
-		t.Errorf("phases %v", phases)
+	t.Logf("deploy ready in %s (created %s, scheduled %s, started %s, ready %s)", time.Since(start).Round(time.Millisecond),
+		phases[k8s.PhaseCreated].Round(time.Millisecond), phases[k8s.PhaseScheduled].Round(time.Millisecond),
+		phases[k8s.PhaseStarted].Round(time.Millisecond), phases[k8s.PhaseReady].Round(time.Millisecond))
+	if len(phases) != 4 || phases[k8s.PhaseStarted] > phases[k8s.PhaseReady] {
+		t.Errorf("phases %v, want created, scheduled, started and ready, started no later than ready", phases)
 	}
 	mu.Unlock()
 	if pod.Namespace != ns || !strings.HasPrefix(pod.SSEURL, "http://127.1.") || !strings.HasSuffix(pod.SSEURL, ":8080/sse") {

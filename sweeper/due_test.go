@@ -10,7 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/replicatest"
 	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/sweeper"
 )
 
 // sweepDue runs the due job of every shard once.
@@ -219,4 +221,60 @@ func TestReindexFindsWorkTheIndexLost(t *testing.T) {
 	if s := h.Snap("a").Sessions; len(s) != 0 {
 		t.Fatalf("sessions %v after the full pass", s)
 	}
+}
+
+// Three replicas share the due jobs, shard by shard: each runs some of them. A replica
+// killed while it holds a shard's lease (it never releases or extends it) stalls that
+// shard, and only that shard, until the lease expires: then another replica takes the
+// shard and does its due work.
+func TestDueShardsSharedByReplicas(t *testing.T) {
+	h := newHarness(t)
+	h.Scope("a", 2, 1, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS = 60 })
+	const lease = 2 * time.Second
+	var mu sync.Mutex
+	ran := map[int]map[string]bool{} // replica -> due jobs it ran
+	runs := 0                        // due job runs, all replicas
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range 3 {
+		r := h.Replica(replicatest.Config{Clock: h.Clock, Sweeper: sweeper.Config{Interval: 20 * time.Millisecond, Reconcile: time.Hour}})
+		runner := sweeper.NewRunner(r.Store, r.Sweeper.Jobs(), lease, nil)
+		runner.OnRun = func(job, outcome string, _ time.Duration) {
+			if outcome == "ok" && strings.HasPrefix(job, "due:") {
+				mu.Lock()
+				defer mu.Unlock()
+				if ran[i] == nil {
+					ran[i] = map[string]bool{}
+				}
+				ran[i][job] = true
+				runs++
+			}
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); runner.Run(ctx) }()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	replicatest.WaitFor(t, "every replica to run due jobs", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran) == 3
+	})
+
+	// The replica that holds scope a's shard dies: its lease stays until it expires.
+	key, _ := h.staleLock(sweeper.DueJobName(lua.DueShard("a")), lease)
+	h.route("a", "s1")
+	h.Clock.Advance(61 * time.Second)
+	mu.Lock()
+	base := runs
+	mu.Unlock()
+	replicatest.WaitFor(t, "the other shards to run on", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return runs >= base+3*lua.DueShards
+	})
+	if len(h.Snap("a").Sessions) != 1 {
+		t.Fatal("the shard ran while a dead replica held its lease")
+	}
+	h.passLease(key, lease)
+	replicatest.WaitFor(t, "the expired session to be evicted", func() bool { return len(h.Snap("a").Sessions) == 0 })
 }

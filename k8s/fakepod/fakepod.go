@@ -369,8 +369,16 @@ func (f *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 	}
 	token := warmpool.NewID()
 	var early error
+	faults, ferr := f.reg.faults()
 	if f.closed {
 		early = errClosed
+	} else if ferr != nil {
+		early = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s: read injected faults: %v", name, ferr)
+	} else if faults.CreateError != "" {
+		early = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s: create: %s", name, faults.CreateError)
+	} else if faults.CreateHang {
+		f.mu.Unlock()
+		return warmpool.Pod{}, f.hang(ctx, rec, name, req.Spec.ReadyTimeoutS)
 	} else if err := f.reg.create(entry{Pod: pod, Token: token}); errors.Is(err, errExists) {
 		early = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s already exists", name)
 	} else if err != nil {
@@ -390,7 +398,7 @@ func (f *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 	req.Phase(warmpool.PhaseCreate)
 
 	timeout := time.Duration(req.Spec.ReadyTimeoutS) * time.Second
-	err := f.waitReady(ctx, delay, timeout, done)
+	err := f.waitReady(ctx, delay, timeout, done, faults.NeverReady)
 	if errors.Is(err, errNotReady) {
 		err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s not ready within %s", name, timeout)
 	}
@@ -435,10 +443,29 @@ var (
 	errNotReady = errors.New("not ready in time")
 )
 
+// hang is a create call that never returns (Faults.CreateHang): it ends with the
+// ready timeout, ctx or the driver's Close, having made no pod.
+func (f *Driver) hang(ctx context.Context, rec *DeployRecord, name string, readyTimeoutS int) error {
+	timeout := time.Duration(readyTimeoutS) * time.Second
+	f.mu.Lock()
+	done := f.done
+	f.mu.Unlock()
+	err := f.waitReady(ctx, 0, timeout, done, true)
+	if errors.Is(err, errNotReady) {
+		err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s: create did not return within %s", name, timeout)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rec.End, rec.Err = time.Now(), err
+	f.notifyLocked()
+	return err
+}
+
 // waitReady waits out any Hold, then delay, and answers errNotReady once timeout has
-// passed. A hold taken again before a blocked deploy wakes keeps it blocked: deploys
-// run only while nothing holds them.
-func (f *Driver) waitReady(ctx context.Context, delay, timeout time.Duration, done <-chan struct{}) error {
+// passed; with never set the pod never gets ready, so it waits for that answer. A hold
+// taken again before a blocked deploy wakes keeps it blocked: deploys run only while
+// nothing holds them.
+func (f *Driver) waitReady(ctx context.Context, delay, timeout time.Duration, done <-chan struct{}, never bool) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	wait := func(ch <-chan struct{}, timer <-chan time.Time) error {
@@ -464,6 +491,9 @@ func (f *Driver) waitReady(ctx context.Context, delay, timeout time.Duration, do
 		if err := wait(hold, nil); err != nil {
 			return err
 		}
+	}
+	if never {
+		return wait(nil, nil)
 	}
 	if delay <= 0 {
 		return nil

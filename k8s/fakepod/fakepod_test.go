@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -85,6 +86,53 @@ func TestSharedDriversSeeOneAnother(t *testing.T) {
 	mustDeploy(t, b, "s", 2)
 	if p := mustShared(t, dir).Pods(); len(p) != 1 || p[0].Fence != 2 {
 		t.Fatalf("a new driver on the directory lists %+v", p)
+	}
+}
+
+// TestSharedFaults: faults written to a shared directory reach every driver on it from
+// its next deploy on, and clearing them mends the deploys.
+func TestSharedFaults(t *testing.T) {
+	dir := t.TempDir()
+	a, b := mustShared(t, dir), mustShared(t, dir)
+	short := func(fence int64) warmpool.DeployRequest {
+		r := fakeReq("s", fence)
+		r.Spec.ReadyTimeoutS = 1
+		return r
+	}
+	cases := []struct {
+		name   string
+		faults fakepod.Faults
+		want   string
+	}{
+		{"create error", fakepod.Faults{CreateError: "quota exceeded"}, "create: quota exceeded"},
+		{"create hangs", fakepod.Faults{CreateHang: true}, "create did not return within 1s"},
+		{"never ready", fakepod.Faults{NeverReady: true}, "not ready within 1s"},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := fakepod.SetFaults(dir, c.faults); err != nil {
+				t.Fatal(err)
+			}
+			for j, d := range []*fakepod.Driver{a, b} {
+				fence := int64(10*i + j + 1)
+				_, err := d.Deploy(testCtx(t), short(fence))
+				if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("driver %d: %v, want DEPLOY_FAILED with %q", j, err, c.want)
+				}
+			}
+			if p := a.Pods(); len(p) != 0 {
+				t.Fatalf("pods left after failed deploys: %+v", p)
+			}
+		})
+	}
+	if err := fakepod.SetFaults(dir, fakepod.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	if p := mustDeploy(t, b, "s", 99); !p.Ready {
+		t.Fatalf("deploy after the faults were cleared: %+v", p)
+	}
+	if p := a.Pods(); len(p) != 1 {
+		t.Fatalf("a lists %+v; the faults file must not count as a pod", p)
 	}
 }
 

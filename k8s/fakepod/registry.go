@@ -45,6 +45,8 @@ type registry interface {
 	remove(id string) error
 	// all returns every entry.
 	all() ([]entry, error)
+	// faults returns the faults injected with SetFaults (none for a memory registry).
+	faults() (Faults, error)
 }
 
 // memRegistry keeps the pods in a map: they exist only inside one Driver.

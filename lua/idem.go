@@ -2,10 +2,7 @@ package lua
 
 import (
 	"context"
-	"errors"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
 )
@@ -15,16 +12,24 @@ import (
 const pending = ""
 
 // Idempotent runs fn at most once at a time per key across replicas and caches its
-// answer for ttl. A repeated call gets the cached answer (replayed = true); a call that
+// answer for ttl (idem_claim.lua takes the key, and never after its caller gave up). A repeated call gets the cached answer (replayed = true); a call that
 // arrives while the first one runs waits up to wait for its answer, polling every poll.
 // Errors are not cached, so a retry after a failure runs again.
 func (s *Store) Idempotent(ctx context.Context, key string, ttl, wait, poll time.Duration, fn func() ([]byte, error)) (answer []byte, replayed bool, err error) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
-		won, err := s.rdb.SetNX(ctx, key, pending, ttl).Result()
+		r, err := s.call(ctx, idemClaim, "", []string{key}, ttl.Milliseconds())
 		if err != nil {
-			return nil, false, s.redisErr(ctx, err)
+			return nil, false, err
+		}
+		won := r.oneOf(0, "won", "taken") == "won"
+		v := ""
+		if !won {
+			v = r.str(1)
+		}
+		if err := r.err(); err != nil {
+			return nil, false, err
 		}
 		if won {
 			answer, err := fn()
@@ -39,13 +44,7 @@ func (s *Store) Idempotent(ctx context.Context, key string, ttl, wait, poll time
 			s.rdb.Set(bg, key, answer, ttl)
 			return answer, false, nil
 		}
-		v, err := s.rdb.Get(ctx, key).Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-			continue // the first request failed and let go: try to run it ourselves
-		case err != nil:
-			return nil, false, s.redisErr(ctx, err)
-		case v != pending:
+		if v != pending {
 			return []byte(v), true, nil
 		}
 		select {

@@ -56,6 +56,7 @@ var (
 	followerLeave  = notes(load("follower_leave.lua", unguarded))
 	claimRelease   = notes(load("claim_release.lua", unguarded))
 	holdTouch      = notes(load("hold_touch.lua", guarded))
+	idemClaim      = load("idem_claim.lua", guarded)
 	holdRelease    = notes(load("hold_release.lua", unguarded))
 	lockObtain     = load("lock_obtain.lua", guarded)
 	lockExtend     = load("lock_extend.lua", guarded)

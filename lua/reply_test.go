@@ -100,6 +100,10 @@ func TestMalformedRepliesAreInternalErrors(t *testing.T) {
 			_, err := s.ScopeRepair(ctx, scope, now, now, true)
 			return err
 		}, []any{"0", "1", "0", "0", "0"}, nil},
+		{"idem_claim", func(ctx context.Context) error {
+			_, _, err := s.Idempotent(ctx, "k", time.Minute, time.Second, time.Millisecond, func() ([]byte, error) { return []byte("{}"), nil })
+			return err
+		}, []any{"taken", "{}"}, [][]any{{"maybe"}}},
 		{"lock_obtain", func(ctx context.Context) error {
 			_, err := s.Obtain(ctx, s.Keys().Lock("x"), time.Minute)
 			return err

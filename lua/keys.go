@@ -33,6 +33,10 @@ func (k Keyspace) Scopes() string { return k.prefix + "scopes" }
 // means Redis lost its data.
 func (k Keyspace) Epoch() string { return k.prefix + "epoch" }
 
+// ReplicationID holds the replication id of the Redis server the keyspace was built
+// on; another id means a failover (failover.go).
+func (k Keyspace) ReplicationID() string { return k.prefix + "replid" }
+
 // Lock is the key of a global lease lock (sweeper jobs, config sync).
 func (k Keyspace) Lock(name string) string { return k.prefix + "lock:" + name }
 

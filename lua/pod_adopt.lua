@@ -6,6 +6,9 @@
 -- expired. Every slot is held by a claim "adopted:<pod>:<n>" with that deadline; the
 -- claims expire like any other (expiry sweep, routes), handing the slots on to waiters
 -- or idling the pod. A pod whose sessions are known to be none goes idle at once.
+-- A pod Redis knows keeps its sessions and claims; when sessions are unknown (the
+-- rebuild after a failover, whose history may lack some of them) its free slots are
+-- held the same way.
 -- KEYS[1]  {s}:config     HASH   published scope config
 -- KEYS[2]  {s}:pods       ZSET   pod id -> registered at (ms)
 -- KEYS[3]  {s}:podver     HASH   pod id -> deploy_ver
@@ -29,7 +32,29 @@ if not cfg[1] then
   return {'NO_SCOPE'}
 end
 local pod = ARGV[2]
+local now = tonumber(ARGV[1])
+local pc = tonumber(cfg[2])
 if redis.call('ZSCORE', KEYS[2], pod) then
+  if ARGV[5] == '1' then
+    local slots = tonumber(redis.call('HGET', KEYS[5], pod) or '0')
+    local n, held = 0, 0
+    while slots < pc and n < 2 * pc do
+      n = n + 1
+      local claim = 'adopted:' .. pod .. ':' .. n
+      if not redis.call('ZSCORE', KEYS[9], claim) then
+        redis.call('ZADD', KEYS[9], now + tonumber(cfg[3]), claim)
+        redis.call('HSET', KEYS[10], claim, pod)
+        slots, held = slots + 1, held + 1
+      end
+    end
+    redis.call('HSET', KEYS[5], pod, slots)
+    if held > 0 then
+      note_due(now + tonumber(cfg[3]))
+    end
+    if redis.call('ZREM', KEYS[6], pod) == 1 then
+      note_fill()
+    end
+  end
   return {'known'}
 end
 if redis.call('EXISTS', KEYS[8]) == 1 then
@@ -38,7 +63,6 @@ end
 if redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[7]) >= tonumber(cfg[1]) then
   return {'full'}
 end
-local now = tonumber(ARGV[1])
 redis.call('ZADD', KEYS[2], now, pod)
 redis.call('HSET', KEYS[3], pod, ARGV[3])
 redis.call('HSET', KEYS[4], pod, ARGV[4])
@@ -48,7 +72,6 @@ if ARGV[5] ~= '1' then
   note_idle(now)
   return {'adopted'}
 end
-local pc = tonumber(cfg[2])
 for n = 1, pc do
   local claim = 'adopted:' .. pod .. ':' .. n
   redis.call('ZADD', KEYS[9], now + tonumber(cfg[3]), claim)

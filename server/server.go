@@ -257,6 +257,11 @@ func (s *Server) build(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if c, ok := rdb.(*redis.Client); ok {
+			// Before the first connection: each one checks that Redis still serves
+			// the history the pool was built on (no failover lost its writes).
+			c.Options().OnConnect = lua.FailoverCheck(cfg.Prefix, s.log)
+		}
 		s.rdb = rdb
 		if err := refusedByRedis(ctx, rdb); err != nil {
 			_ = rdb.Close()

@@ -451,12 +451,23 @@ func (s *Sweeper) expireScope(ctx context.Context, scope string) error {
 // leases, room entries, claims and waiters go; and every derived count is recomputed
 // from the sessions and claims.
 func (s *Sweeper) Reconcile(ctx context.Context) error {
+	failover, err := s.store.CheckFailover(ctx)
+	if err != nil {
+		return err
+	}
+	if failover {
+		s.log.Warn("redis serves another replication history than the pool was built on (a failover, or a restart from disk): rebuilding")
+		s.cfg.Observe("sweep", "failover")
+	}
 	live, err := s.store.EpochLive(ctx)
 	if err != nil {
 		return err
 	}
 	if !live {
 		return s.Rebuild(ctx)
+	}
+	if err := s.store.RecordReplicationID(ctx, false); err != nil {
+		return err
 	}
 	lost, err := s.republishStale(ctx)
 	if err != nil {
@@ -646,7 +657,9 @@ func (s *Sweeper) publish(ctx context.Context, c warmpool.StoredConfig) error {
 // truth: every scope is published from the config store, every ready pod of a current
 // version is adopted from the driver (the rest is left to reconcile), with every slot
 // taken until session_ttl_s has passed (the sessions it served were lost with Redis's
-// data, and may still run: the pod is not given new ones on top), fencing counters
+// data, and may still run: the pod is not given new ones on top). After a failover
+// the keyspace is not empty but may lack acknowledged writes: a pod Redis still knows
+// keeps its sessions, and its free slots are held the same way. Fencing counters
 // are raised past the pods' numbers, and only then is the epoch written, so no request
 // is admitted on a half-built pool. Derived state is recomputed, never merged.
 func (s *Sweeper) Rebuild(ctx context.Context) error {
@@ -690,6 +703,11 @@ func (s *Sweeper) Rebuild(ctx context.Context) error {
 		if err := s.store.FenceRaise(ctx, scope, f); err != nil {
 			return err
 		}
+	}
+	// The pool is built on this server's history from now on; recorded before the
+	// epoch, so that no check between the two takes the rebuilt pool for a failover.
+	if err := s.store.RecordReplicationID(ctx, true); err != nil {
+		return err
 	}
 	if _, err := s.store.Bootstrap(ctx, strconv.FormatInt(now.UnixNano(), 36)); err != nil {
 		return err

@@ -5,7 +5,7 @@ PKGS    := ./...
 # Tests that start the built binary find it here.
 export WARMPOOL_BIN := $(CURDIR)/$(BIN)
 
-.PHONY: all build run test unit soak bench lint e2e image image-test clean
+.PHONY: all build run test unit soak bench lint e2e faults image image-test clean
 
 all: lint test
 
@@ -51,6 +51,14 @@ lint:
 e2e: build
 	scripts/with-postgres.sh $(GO) test -tags e2e_multi -count=1 -run TestMultiReplica ./e2e/
 	scripts/with-postgres.sh scripts/with-redis-cluster.sh $(GO) test -tags e2e_multi -count=1 $(REDIS_PKGS) ./server/ ./e2e/
+
+## faults: the fault matrix (docs/reliability.md): a real redis-server and three
+## `warmpool serve` processes (fake driver, one state directory) on loopback, under
+## kills, stops, Redis pauses, restarts and failovers and driver faults, each case
+## ending with the SPEC §6 invariant checks; the replicas connect as the README's ACL
+## user. The figures go to bin/faults/matrix.json and matrix.md.
+faults: build
+	FAULTS_OUT=$(CURDIR)/bin/faults $(GO) test -tags faults -count=1 -timeout 10m -v -run TestFaults ./e2e/
 
 ## image: the runtime image of the Dockerfile, built here without any registry: a
 ## static binary from the local Go toolchain, then podman (vfs storage) builds

@@ -501,6 +501,9 @@ func (s *Scope) PodAdopt(pod warmpool.Pod, now time.Time, sessionsUnknown bool) 
 	}
 	switch {
 	case hasMember(s.pods, pod.ID):
+		if sessionsUnknown {
+			s.holdFreeSlots(pod.ID, ms(now))
+		}
 		return lua.AdoptKnown, nil
 	case s.gone[pod.ID]:
 		return lua.AdoptGone, nil
@@ -524,6 +527,24 @@ func (s *Scope) PodAdopt(pod warmpool.Pod, now time.Time, sessionsUnknown bool) 
 	}
 	s.slots[pod.ID] = pc
 	return lua.AdoptAdopted, nil
+}
+
+// holdFreeSlots holds the free slots of a known pod whose sessions are unknown with
+// claims "adopted:<pod>:<n>" until session_ttl_s from now, as pod_adopt.lua does.
+func (s *Scope) holdFreeSlots(pod string, now int64) {
+	pc := s.cfgInt("pod_concurrency")
+	slots := s.slots[pod]
+	for n := int64(1); slots < pc && n <= 2*pc; n++ {
+		claim := fmt.Sprintf("adopted:%s:%d", pod, n)
+		if _, held := s.claims[claim]; held {
+			continue
+		}
+		s.claims[claim] = now + s.cfgInt("session_ttl_ms")
+		s.claimOf[claim] = pod
+		slots++
+	}
+	s.slots[pod] = slots
+	delete(s.idle, pod)
 }
 
 func hasMember(z zset, m string) bool {

@@ -248,8 +248,8 @@ func caseRedisPaused(t *testing.T, res *caseResult, sigstop bool) {
 	const bound = 5 * time.Second
 	r := newRig(t)
 	r.scope("e", `"max_concurrency":4,"pod_concurrency":2,"session_ttl_s":120`, 10)
-	r.routeRetry(0, "e", "before", 10*time.Second)
 	w := r.watch("e")
+	r.routeRetry(0, "e", "before", 10*time.Second)
 	start := time.Now()
 	if sigstop {
 		r.redis.signal(t, syscall.SIGSTOP)

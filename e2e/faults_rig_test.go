@@ -161,8 +161,16 @@ type rig struct {
 
 	mu     sync.Mutex
 	scopes map[string]scopeState
-	ledger map[string]string // session -> pod, as acknowledged to the rig's clients
+	ledger map[string]held // scope/session -> what its client was told
 	ops    atomic.Int64
+}
+
+// held is a binding as its client knows it: the pod, and when the session expires if
+// the client does not touch it (session_ttl_s from when the route was sent, no later
+// than Redis's own expiry of it).
+type held struct {
+	pod   string
+	until time.Time
 }
 
 type scopeState struct {
@@ -176,7 +184,7 @@ func newRig(t *testing.T, extra ...string) *rig {
 	dir := t.TempDir()
 	r := &rig{t: t, bin: warmpoolBin(t), dir: dir, podDir: filepath.Join(dir, "pods"),
 		store: filepath.Join(dir, "config.db"), extra: extra,
-		scopes: map[string]scopeState{}, ledger: map[string]string{}}
+		scopes: map[string]scopeState{}, ledger: map[string]held{}}
 	r.redis = startRedisServer(t, dir, freePort(t))
 	r.useRedis(r.redis)
 	pods, err := fakepod.NewShared(r.podDir)
@@ -330,6 +338,7 @@ func (r *rig) route(rep *faultReplica, scope, session, requestID string) (bindin
 	if requestID != "" {
 		body = `{"session_id":"` + session + `","request_id":"` + requestID + `"}`
 	}
+	sent := time.Now()
 	a := r.call(rep, http.MethodPost, "/v1/scopes/"+scope+"/sessions", body)
 	var b binding
 	if a.err == nil && a.status == http.StatusOK {
@@ -337,7 +346,8 @@ func (r *rig) route(rep *faultReplica, scope, session, requestID string) (bindin
 			r.t.Errorf("route %s: %s", session, a)
 		}
 		r.mu.Lock()
-		r.ledger[scope+"/"+session] = b.PodID
+		ttl := time.Duration(r.scopes[scope].cfg.Pool.SessionTTLS) * time.Second
+		r.ledger[scope+"/"+session] = held{pod: b.PodID, until: sent.Add(ttl)}
 		r.mu.Unlock()
 	}
 	return b, a
@@ -389,15 +399,16 @@ func (r *rig) snap(scope string) (lua.Snapshot, error) {
 
 // violations lists what a snapshot breaks: the SPEC §6 invariants
 // (internal/invariant), plus the client-side view: no pod serves more sessions than
-// pod_concurrency among those the rig's clients were told are bound to it and did not
-// end (a binding Redis lost still runs on its pod).
+// pod_concurrency among those the rig's clients were told are bound to it and that
+// have neither ended nor expired (a binding Redis lost still runs on its pod).
 func (r *rig) violations(scope string, s lua.Snapshot, settled bool) []string {
+	now := time.Now()
 	r.mu.Lock()
 	st := r.scopes[scope]
 	perPod := map[string]int{}
-	for k, pod := range r.ledger {
-		if strings.HasPrefix(k, scope+"/") {
-			perPod[pod]++
+	for k, h := range r.ledger {
+		if strings.HasPrefix(k, scope+"/") && h.until.After(now) {
+			perPod[h.pod]++
 		}
 	}
 	r.mu.Unlock()

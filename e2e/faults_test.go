@@ -232,10 +232,10 @@ func caseStopLeaseHolder(t *testing.T, res *caseResult) {
 	if la.err != nil {
 		t.Errorf("the stopped leader's route: %s", la)
 	}
-	waitFor(t, 10*time.Second, "the late leader gives up its deploy", func() bool { return logCount(holder, "deploy failed") > 0 })
+	waitFor(t, 10*time.Second, "the late leader gives up its deploy", func() bool { return logCount(holder, "result=failed") > 0 })
 	finish(r, res, w, resumed, 30*time.Second, "d")
 	cancelled := logCount(holder, "deploy lease lost; the deploy was cancelled")
-	fenced := logCount(holder, "deploy failed") - cancelled
+	fenced := logCount(holder, "result=failed") - cancelled
 	res.Notes = fmt.Sprintf("follower answered %d after %v; late leader answered %d; its commit refused by the fence %d time(s), cancelled by its lease keep-alive %d time(s)",
 		fa.status, fa.took.Round(time.Millisecond), la.status, fenced, cancelled)
 }

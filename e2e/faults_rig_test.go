@@ -47,6 +47,9 @@ const (
 	rigJobLease    = 2 * time.Second
 	rigOrphanGrace = 3 * time.Second
 	rigSweep       = 250 * time.Millisecond
+	// rigReconcile is the full pass, the one that deletes a crashed replica's half-made
+	// pods and records Redis's replication id.
+	rigReconcile = time.Second
 	// callTimeout bounds every HTTP call of the rig; no answer within it is a hang.
 	callTimeout = 20 * time.Second
 )
@@ -218,7 +221,7 @@ func (r *rig) useRedis(s *redisServer) {
 func (r *rig) startProc(rep *faultReplica) *proc {
 	args := []string{"serve", "--listen", rep.addr, "--redis", r.redis.url(), "--store", r.store,
 		"--driver", "fake", "--fake-state-dir", r.podDir, "--instance-id", rep.name, "--prefix", rigPrefix,
-		"--sweep-interval", rigSweep.String(), "--deploy-lease", rigLease.String(), "--claim-ttl", rigClaimTTL.String(),
+		"--sweep-interval", rigSweep.String(), "--reconcile-interval", rigReconcile.String(), "--deploy-lease", rigLease.String(), "--claim-ttl", rigClaimTTL.String(),
 		"--job-lease", rigJobLease.String(), "--orphan-grace", rigOrphanGrace.String(), "--ghost-grace", rigOrphanGrace.String(),
 		"--drain-delay", "0s", "--log-format", "text"}
 	return startProc(r.t, r.bin, cleanEnv(), append(args, r.extra...)...)

@@ -90,6 +90,7 @@ func (k Keyspace) Scope(id string) ScopeKeys {
 		Health:      p + "health",
 		DeployStats: p + "dstats",
 		Due:         p + "due",
+		DeployLog:   p + "deploylog",
 	}
 }
 
@@ -121,6 +122,7 @@ type ScopeKeys struct {
 	// member>" -> when that deploy in flight started (ms).
 	DeployStats string // HASH
 	Due         string // STRING when the scope's next sweep work falls due (ms)
+	DeployLog   string // LIST   the latest finished deploys, newest first (DeployRecord JSON)
 }
 
 // Gone is the tombstone of a purged pod (STRING, reason, with a TTL of GoneTTL):

@@ -275,7 +275,8 @@ func (m *Manager) deploy(from context.Context, scope, member string, fence int64
 	return pod, nil
 }
 
-// report logs the one line of a finished deploy, with its phases, and tells OnDeploy.
+// report logs the one line of a finished deploy, with its phases, tells OnDeploy and
+// adds the deploy to the scope's deploy log (the pool page's chart).
 func (m *Manager) report(ctx context.Context, log *slog.Logger, scope, result string, phases *phaseLog, attr slog.Attr) {
 	r := DeployReport{Scope: scope, Result: result, Took: time.Since(phases.start), Phases: phases.all()}
 	attrs := make([]any, 0, len(r.Phases))
@@ -288,6 +289,11 @@ func (m *Manager) report(ctx context.Context, log *slog.Logger, scope, result st
 	}
 	log.Log(ctx, level, "deploy", "result", result, "took", r.Took, attr, slog.Group("phases", attrs...))
 	m.cfg.OnDeploy(r)
+	logCtx, cancel := lua.CleanupContext(m.ctx)
+	defer cancel()
+	if err := m.store.LogDeploy(logCtx, scope, lua.DeployRecord{At: m.clock.Now(), Took: r.Took, Result: result}); err != nil {
+		log.DebugContext(ctx, "deploy not added to the scope's deploy log", "err", err)
+	}
 }
 
 // phaseLog collects the phases a driver reports while it deploys; drivers may report

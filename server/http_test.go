@@ -19,6 +19,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sweeper"
 )
 
@@ -1131,4 +1132,38 @@ func TestConfigValidationEveryFault(t *testing.T) {
 	e := mustEnv(t)
 	r := e.do(http.MethodPut, "/v1/scopes/v/config", `{"deploy":{"imagee":"x"},"pool":{"queue_size":-1,"pod_concurrency":"2"}}`)
 	e.wantErr(r, http.StatusBadRequest, warmpool.CodeValidation, "deploy.imagee: unknown field", "pool.pod_concurrency: expected int", "pool.queue_size: must be")
+}
+
+// The pool page is open; its data is an admin call that shows every scope's pool.
+func TestPoolPage(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t, func(c *server.Config) { c.AuthToken, c.AdminToken = "gw", "adm" })
+	page := e.do(http.MethodGet, "/ui", nil, header{"Authorization", ""})
+	if page.status != http.StatusOK || !strings.HasPrefix(page.header.Get("Content-Type"), "text/html") ||
+		!strings.Contains(page.header.Get("Content-Security-Policy"), "default-src 'none'") || !strings.Contains(string(page.raw), testInstance) {
+		t.Fatalf("GET /ui: %d %v", page.status, page.header)
+	}
+	e.wantErr(e.do(http.MethodGet, "/v1/ui/state", nil, header{"Authorization", ""}), http.StatusUnauthorized, warmpool.CodeUnauthorized)
+	e.wantErr(e.do(http.MethodGet, "/v1/ui/state", nil, header{"Authorization", "Bearer gw"}), http.StatusForbidden, warmpool.CodeForbidden)
+
+	admin := header{"Authorization", "Bearer adm"}
+	e.ok(http.MethodPut, "/v1/scopes/u/config", scopeCfg(4, 2, 0, 1), admin)
+	e.ok(http.MethodPost, "/v1/scopes/u/sessions", `{"session_id":"s1"}`, admin)
+	st := e.ok(http.MethodGet, "/v1/ui/state", nil, admin)
+	keys(t, st, "instance_id", "now", "scopes")
+	scopes := st["scopes"].([]any)
+	if len(scopes) != 1 {
+		t.Fatalf("state: %v", st)
+	}
+	u := scopes[0].(map[string]any)
+	pods, deploys := u["pods"].([]any), u["deploys"].([]any)
+	if u["scope_id"] != "u" || num(t, u, "max_pods") != 2 || len(pods) != 1 || len(deploys) != 1 {
+		t.Fatalf("scope u: %v", u)
+	}
+	if p := pods[0].(map[string]any); p["state"] != "busy" || num(t, p, "sessions") != 1 || p["current"] != true {
+		t.Fatalf("pod: %v", p)
+	}
+	if d := deploys[0].(map[string]any); d["result"] != "ok" {
+		t.Fatalf("deploy: %v", d)
+	}
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/warmpool/warmpool/scopes"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sweeper"
+	"github.com/warmpool/warmpool/ui"
 )
 
 // Defaults of Config.
@@ -154,6 +155,7 @@ type Server struct {
 	Sweeper *sweeper.Sweeper
 	Runner  *sweeper.Runner
 	metrics *metrics.Metrics
+	ui      *ui.UI
 	auth    func(http.Handler) http.Handler
 	handler http.Handler
 	// draining is set when Run's context ends: /readyz answers 503 from then on.
@@ -322,6 +324,7 @@ func (s *Server) build(ctx context.Context) error {
 	s.Sweeper = sweeper.New(s.store, s.RM, s.SM, s.driver, s.configs, swc)
 	s.Runner = sweeper.NewRunner(s.store, s.Sweeper.Jobs(), cfg.LockLease, s.log)
 	s.Runner.OnRun = s.metrics.ObserveJob
+	s.ui = ui.New(s.store, cfg.InstanceID, cfg.Clock, s.log)
 	s.handler = s.routes()
 
 	if err := s.bootstrap(ctx); err != nil {
@@ -442,18 +445,21 @@ func (s *Server) routes() http.Handler {
 		s.SM.Routes(r)
 		s.RM.Routes(r)
 		s.Scopes.Routes(r)
+		s.ui.Routes(r)
 	})
 	return r
 }
 
 // opsRoutes adds the operations routes of SPEC §3 and §10, open without auth:
-// liveness, readiness, metrics and the OpenAPI document.
+// liveness, readiness, metrics, the OpenAPI document and the pool page (whose data
+// is an admin call under /v1).
 func (s *Server) opsRoutes(r chi.Router) {
 	h := httpx.Adapter(s.log)
 	r.Method(http.MethodGet, "/healthz", h(s.handleHealth))
 	r.Method(http.MethodGet, "/readyz", h(s.handleReady))
 	r.Method(http.MethodGet, "/metrics", s.metrics.Handler())
 	r.Method(http.MethodGet, "/openapi.yaml", api.Handler())
+	r.Method(http.MethodGet, "/ui", s.ui.Page())
 }
 
 // handleHealth answers liveness without a Redis call.

@@ -1,0 +1,174 @@
+// Package ui is the live pool page (GET /ui): one HTML document with its style and
+// script inline, embedded with go:embed (no build step, nothing loaded from elsewhere),
+// and the data it polls (GET /v1/ui/state, an admin call). The page itself is open:
+// it holds no data. When the server has an admin token, a small form keeps it in the
+// browser's sessionStorage and the script sends it as a bearer token.
+package ui
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/base64"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/httpx"
+	"github.com/warmpool/warmpool/lua"
+)
+
+// Refresh is how often the page polls its data.
+const Refresh = time.Second
+
+//go:embed page.html
+var pageHTML string
+
+var page = template.Must(template.New("page").Parse(pageHTML))
+
+// UI serves the pool page and its data.
+type UI struct {
+	store    *lua.Store
+	instance string
+	clock    warmpool.Clock
+	log      *slog.Logger
+}
+
+// New returns the pool page of a replica named instanceID, reading Redis through
+// store.
+func New(store *lua.Store, instanceID string, clock warmpool.Clock, log *slog.Logger) *UI {
+	return &UI{store: store, instance: instanceID, clock: clock, log: log.With("component", "ui")}
+}
+
+// Page serves the HTML page. Each answer carries a Content-Security-Policy that lets
+// only its own inline style and script (by a fresh nonce) run, and lets the script
+// connect to this server alone.
+func (u *UI) Page() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b [18]byte
+		_, _ = rand.Read(b[:])
+		nonce := base64.StdEncoding.EncodeToString(b[:])
+		h := w.Header()
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'nonce-"+nonce+"'; style-src 'nonce-"+nonce+
+			"'; connect-src 'self'; img-src data:; form-action 'none'; frame-ancestors 'none'; base-uri 'none'")
+		if err := page.Execute(w, map[string]any{"Nonce": nonce, "Instance": u.instance, "RefreshMs": Refresh.Milliseconds()}); err != nil {
+			u.log.WarnContext(r.Context(), "pool page not written", "err", err)
+		}
+	})
+}
+
+// Routes adds the page's data route to r, which is mounted at /v1 behind httpx.Auth:
+// it shows every scope, so it is an admin call.
+func (u *UI) Routes(r chi.Router) {
+	r.With(httpx.RequireAdmin(u.log)).Method(http.MethodGet, "/ui/state", httpx.Adapter(u.log)(u.handleState))
+}
+
+// State is what the page shows: every scope with its pool, as one replica sees Redis.
+type State struct {
+	InstanceID string       `json:"instance_id"`
+	Now        time.Time    `json:"now"`
+	Scopes     []ScopeState `json:"scopes"`
+}
+
+// ScopeState is one scope on the page.
+type ScopeState struct {
+	ScopeID        string     `json:"scope_id"`
+	Version        int64      `json:"version"`
+	DeployVer      string     `json:"deploy_ver"`
+	MaxPods        int        `json:"max_pods"`
+	PodConcurrency int        `json:"pod_concurrency"`
+	Pods           []PodState `json:"pods"`
+	Placeholders   int        `json:"placeholders"`
+	Followers      int        `json:"followers"`
+	Waiters        int        `json:"waiters"`
+	Deploys        []Deploy   `json:"deploys"`
+}
+
+// PodState is one pod on the page.
+type PodState struct {
+	PodID     string     `json:"pod_id"`
+	State     string     `json:"state"`
+	Sessions  int        `json:"sessions"`
+	Slots     int        `json:"slots"`
+	DeployVer string     `json:"deploy_ver"`
+	Current   bool       `json:"current"`
+	CreatedAt time.Time  `json:"created_at"`
+	IdleSince *time.Time `json:"idle_since"`
+}
+
+// Deploy is one finished deploy of the scope's deploy log.
+type Deploy struct {
+	At      time.Time `json:"at"`
+	Seconds float64   `json:"seconds"`
+	Result  string    `json:"result"`
+}
+
+// handleState answers GET /v1/ui/state.
+func (u *UI) handleState(w http.ResponseWriter, r *http.Request) error {
+	st, err := u.State(r.Context())
+	if err != nil {
+		return err
+	}
+	return httpx.OK(w, st)
+}
+
+// State reads every published scope's pool and deploy log. A scope that goes away
+// while it is read is left out. Errors: STORE_UNAVAILABLE.
+func (u *UI) State(ctx context.Context) (State, error) {
+	counts, err := u.store.Counts(ctx)
+	if err != nil {
+		return State{}, err
+	}
+	st := State{InstanceID: u.instance, Now: u.clock.Now().UTC(), Scopes: make([]ScopeState, 0, len(counts))}
+	for _, c := range counts {
+		sc, err := u.scope(ctx, c.ScopeID)
+		if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+			continue
+		}
+		if err != nil {
+			return State{}, err
+		}
+		st.Scopes = append(st.Scopes, sc)
+	}
+	return st, nil
+}
+
+// scope reads one scope's part of the page.
+func (u *UI) scope(ctx context.Context, id string) (ScopeState, error) {
+	rec, err := u.store.Scope(ctx, id)
+	if err != nil {
+		return ScopeState{}, err
+	}
+	snap, err := u.store.PoolSnapshot(ctx, id)
+	if err != nil {
+		return ScopeState{}, err
+	}
+	log, err := u.store.RecentDeploys(ctx, id)
+	if err != nil {
+		return ScopeState{}, err
+	}
+	sc := ScopeState{ScopeID: id, Version: rec.Version, DeployVer: rec.DeployVer, MaxPods: rec.Config.Pool.MaxPods(),
+		PodConcurrency: rec.Config.Pool.PodConcurrency, Pods: make([]PodState, 0, len(snap.Pods)),
+		Placeholders: len(snap.Deploys), Followers: len(snap.Followers), Waiters: snap.Queued, Deploys: make([]Deploy, 0, len(log))}
+	for _, p := range snap.Pods {
+		ps := PodState{PodID: p.Pod.ID, State: "busy", Sessions: p.Sessions(), Slots: p.Slots, DeployVer: p.Pod.DeployVer,
+			Current: p.Pod.DeployVer == rec.DeployVer, CreatedAt: time.UnixMilli(p.Pod.CreatedAt).UTC()}
+		if p.Idle {
+			since := p.IdleSince.UTC()
+			ps.State, ps.IdleSince = "idle", &since
+		}
+		sc.Pods = append(sc.Pods, ps)
+	}
+	// Oldest first, as the chart reads left to right.
+	for i := len(log) - 1; i >= 0; i-- {
+		sc.Deploys = append(sc.Deploys, Deploy{At: log[i].At.UTC(), Seconds: log[i].Took.Seconds(), Result: log[i].Result})
+	}
+	return sc, nil
+}

@@ -1,0 +1,232 @@
+package ui_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/warmpool/warmpool/internal/testserver"
+	"github.com/warmpool/warmpool/server"
+)
+
+// browser starts headless Chromium for the test. Without Chromium the test is skipped
+// on a developer's machine and fails in CI (CI=true), where .ci/run installs it.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("chromium is not installed; CI must have it (.ci/run installs the Debian package chromium)")
+		}
+		t.Skip("chromium is not installed (Debian: apt-get install chromium): the pool page is not tested in a browser")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1280, 720))
+	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	ctx, cancelCtx := chromedp.NewContext(alloc)
+	t.Cleanup(cancelCtx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(cancelTimeout)
+	return ctx
+}
+
+// consoleErrors collects what the page reports as an error: exceptions, console.error
+// calls and error log entries (a failed load among them).
+type consoleErrors struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (c *consoleErrors) listen(t *testing.T, ctx context.Context) {
+	t.Helper()
+	err := chromedp.Listen(ctx, func(ev any) {
+		var msg string
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			d := ev.ExceptionDetails
+			msg = "exception: " + d.Text
+			if d.Exception != nil {
+				msg += " " + d.Exception.Description
+			}
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError {
+				var parts []string
+				for _, a := range ev.Args {
+					parts = append(parts, string(a.Value))
+				}
+				msg = "console.error: " + strings.Join(parts, " ")
+			}
+		case *log.EventEntryAdded:
+			if ev.Entry.Level == log.EntryLevelError {
+				msg = "log: " + ev.Entry.Text + " " + ev.Entry.URL
+			}
+		}
+		if msg != "" {
+			c.mu.Lock()
+			c.msgs = append(c.msgs, msg)
+			c.mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatalf("listening to the page: %v", err)
+	}
+}
+
+func (c *consoleErrors) all() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.msgs...)
+}
+
+// call sends one API call and decodes the answer, which must be 200.
+func call(t *testing.T, method, url, body string, out any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s: %s", method, url, resp.Status)
+	}
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// js evaluates a JavaScript expression in the page.
+func js[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	return v
+}
+
+// screenshot writes the page as PNG to $WARMPOOL_SCREENSHOT_DIR (else a temp dir).
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	dir := os.Getenv("WARMPOOL_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+}
+
+// The page loads without errors, shows the demo scope's pod once a session is routed
+// and its change from busy to idle when the session ends, by itself.
+func TestPoolPageInBrowser(t *testing.T) {
+	ctx := browser(t)
+	b := testserver.NewBacking(t)
+	b.Fake.DeployDelay = 150 * time.Millisecond
+	cfg := b.Config("ui-replica-1")
+	cfg.Dev = true // the demo scope
+	_, ts := testserver.Serve(t, cfg)
+
+	var errs consoleErrors
+	errs.listen(t, ctx)
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/ui"), chromedp.WaitVisible(chromedp.CSS(`section[data-scope="`+server.DemoScope+`"]`))); err != nil {
+		t.Fatalf("the page does not show the demo scope: %v", err)
+	}
+
+	// Three sessions: a full pod and one with a free slot, then the first pod's
+	// sessions end.
+	type binding struct {
+		PodID string `json:"pod_id"`
+	}
+	var pods []string
+	for i := range 3 {
+		var b binding
+		call(t, http.MethodPost, ts.URL+"/v1/scopes/demo/sessions", fmt.Sprintf(`{"session_id":"s%d"}`, i), &b)
+		pods = append(pods, b.PodID)
+	}
+	if pods[0] != pods[1] || pods[0] == pods[2] {
+		t.Fatalf("pods %v: want two sessions on the first, the third on a second", pods)
+	}
+	row := func(pod, state string) chromedp.CSS {
+		return chromedp.CSS(`tr[data-pod="` + pod + `"][data-state="` + state + `"]`)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(row(pods[0], "busy")), chromedp.WaitVisible(row(pods[2], "busy"))); err != nil {
+		t.Fatalf("the page does not show the busy pods: %v", err)
+	}
+	if got := js[string](t, ctx, `document.querySelector('tr[data-pod="`+pods[0]+`"]').cells[2].textContent`); got != "2 / 2" {
+		t.Fatalf("sessions of the full pod: %q", got)
+	}
+	for _, s := range []string{"s0", "s1"} {
+		call(t, http.MethodDelete, ts.URL+"/v1/scopes/demo/sessions/"+s, "", nil)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(row(pods[0], "idle"))); err != nil {
+		t.Fatalf("the page does not show the pod going idle: %v", err)
+	}
+
+	// A new deploy config: the pods so far are of the old deploy_ver, the next one is
+	// of the current.
+	call(t, http.MethodPut, ts.URL+"/v1/scopes/demo/config", `{"deploy":{"env":{"RELEASE":"2"}}}`, nil)
+	var next binding
+	call(t, http.MethodPost, ts.URL+"/v1/scopes/demo/sessions", `{"session_id":"s3"}`, &next)
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`tr[data-pod="`+next.PodID+`"] .ver.current`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-pod="`+pods[2]+`"] .ver.old`))); err != nil {
+		t.Fatalf("the page does not tell current from old pods: %v", err)
+	}
+	if bars := js[int](t, ctx, `document.querySelectorAll('section[data-scope="demo"] .chart rect').length`); bars != 3 {
+		t.Fatalf("%d deploys in the chart, want 3", bars)
+	}
+	screenshot(t, ctx, "pool-page.png")
+	if e := errs.all(); len(e) > 0 {
+		t.Fatalf("the page reported errors:\n%s", strings.Join(e, "\n"))
+	}
+}
+
+// With an admin token on the server, the page says so, and works once the token is
+// entered in its form.
+func TestPoolPageAsksForTheToken(t *testing.T) {
+	ctx := browser(t)
+	b := testserver.NewBacking(t)
+	cfg := b.Config("ui-replica-2")
+	cfg.Dev, cfg.AdminToken = true, "s3cret"
+	_, ts := testserver.Serve(t, cfg)
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/ui"), chromedp.WaitVisible(chromedp.CSS(`#status.error`))); err != nil {
+		t.Fatalf("no error shown without the token: %v", err)
+	}
+	status, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#status`)))
+	if err != nil || !strings.Contains(status, "admin token") {
+		t.Fatalf("status %q (%v): should ask for the admin token", status, err)
+	}
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(`#token`), "s3cret"), chromedp.Click(chromedp.CSS(`#token-form button`)),
+		chromedp.WaitVisible(chromedp.CSS(`section[data-scope="demo"]`))); err != nil {
+		t.Fatalf("the page does not load with the token: %v", err)
+	}
+	if stored := js[string](t, ctx, `sessionStorage.getItem("warmpool-admin-token")`); stored != "s3cret" {
+		t.Fatalf("sessionStorage holds %q", stored)
+	}
+}

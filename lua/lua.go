@@ -83,6 +83,10 @@ const (
 // calls by its hash.
 var Scripts = map[string]*redis.Script{}
 
+// Sources maps each script file name to the source Redis runs: the shared helpers,
+// the guard and the due notes assembled around the file, as Scripts hashes it.
+var Sources = map[string]string{}
+
 // Guarded lists the scripts that take their caller's deadline as an extra last ARGV
 // and refuse with {"DEADLINE"} when run after it.
 var Guarded = map[string]bool{}
@@ -119,6 +123,7 @@ func (s *script) compile() {
 	}
 	s.Script = redis.NewScript(src)
 	Scripts[s.name] = s.Script
+	Sources[s.name] = src
 }
 
 func mustRead(name string) string {

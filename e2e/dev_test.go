@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpool/warmpool/internal/syncbuf"
 	"github.com/warmpool/warmpool/sm"
 )
 
@@ -351,7 +352,7 @@ func operator(t *testing.T, bin string, args ...string) (stdout, stderr string, 
 // proc is the running server process.
 type proc struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	done   chan struct{} // closed when the process has exited
 
 	mu    sync.Mutex
@@ -388,7 +389,7 @@ func startProc(t *testing.T, bin string, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
-	p := &proc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{}), more: make(chan struct{})}
+	p := &proc{cmd: cmd, stderr: &syncbuf.Buffer{}, done: make(chan struct{}), more: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -557,22 +558,4 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,39 +1,20 @@
 package k8s
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/warmpool/warmpool/internal/httpx"
+	"github.com/warmpool/warmpool/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for the driver's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestDeployLogsCarryRequestID: the driver logs the lines of a deploy with the deploy's
 // context, so the id of the request that caused it is on them.
 func TestDeployLogsCarryRequestID(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	log := slog.New(httpx.LogHandler(slog.NewJSONHandler(&out, nil)))
 	k := mustKube(t, readyClientset(t, "127.1.0.6"), func(c *Config) { c.Logger = log })
 	ctx := httpx.WithRequestID(context.Background(), "req-77")

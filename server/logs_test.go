@@ -2,37 +2,25 @@ package server_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/warmpool/warmpool/internal/syncbuf"
 	"github.com/warmpool/warmpool/server"
 )
 
 // logBuffer collects a replica's JSON log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type logBuffer struct{ syncbuf.Buffer }
 
 // lines decodes every line logged so far.
 func (b *logBuffer) lines(tb testing.TB) []map[string]any {
 	tb.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+	sc := bufio.NewScanner(strings.NewReader(b.String()))
 	for sc.Scan() {
 		var m map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {

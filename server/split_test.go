@@ -1,15 +1,14 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/warmpool/warmpool/internal/syncbuf"
 	"github.com/warmpool/warmpool/internal/testserver"
 	"github.com/warmpool/warmpool/sqlite"
 )
@@ -28,7 +27,7 @@ func TestReplicasOnDifferentStoresDoNotSplitSilently(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = other.Close() })
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	cfg := b.Config("replica-b")
 	cfg.Store = other
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -99,23 +98,4 @@ func grepLines(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers and readers (a logger's
-// output).
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -40,10 +40,14 @@ soak:
 bench:
 	scripts/with-redis.sh $(GO) test -run '^$$' -bench . -benchmem -count=1 ./rm/ ./sm/ ./server/
 
-## lint: formatting and vet
+## lint: formatting, vet, and no client-go in the tests of the packages that do not
+## drive Kubernetes (only k8s/, cmd/warmpool and e2e/ may link k8s.io packages)
+NO_K8S_PKGS := ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/testserver/
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@for p in $(NO_K8S_PKGS); do out=$$($(GO) list -test -deps $$p | grep '^k8s\.io/'); \
+		if [ -n "$$out" ]; then echo "$$p links k8s.io packages in its tests, e.g.:"; echo "$$out" | head -3; exit 1; fi; done
 
 ## e2e: three replicas behind haproxy on one redis-server, then on a 3-master Redis
 ## Cluster, together with the whole Redis-facing suite; the replicas share one

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strings"
@@ -13,7 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/testserver"
+	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sweeper"
 )
 
@@ -240,5 +245,41 @@ func TestSweeperMetrics(t *testing.T) {
 	}
 	if got := sample(t, g, "warmpool_pods", map[string]string{"scope": "sw", "state": "idle"}); got != 0 {
 		t.Errorf("idle pods after the reclaim: %v, want 0", got)
+	}
+}
+
+// TestRegisteredDriver builds the pod driver from a factory of Config.Drivers, as
+// cmd/warmpool does for "kubernetes": the factory gets the replica's clock, the deploy
+// metrics carry the registered name, and an unknown name lists the registered ones.
+func TestRegisteredDriver(t *testing.T) {
+	t.Parallel()
+	var gotClock warmpool.Clock
+	registered := func(c *server.Config) {
+		c.Driver, c.DriverName = nil, "inmemory"
+		c.Drivers = map[string]server.DriverFactory{"inmemory": func(log *slog.Logger, clock warmpool.Clock) (warmpool.PodDriver, error) {
+			if log == nil {
+				t.Error("the driver factory got no logger")
+			}
+			gotClock = clock
+			return fakepod.New(), nil
+		}}
+	}
+	e := mustEnv(t, registered)
+	if gotClock != warmpool.Clock(e.clock) {
+		t.Errorf("the driver factory got clock %v, want the replica's", gotClock)
+	}
+	e.putScope("reg", scopeCfg(4, 1, 2, 10))
+	e.route("reg", "s1")
+	labels := map[string]string{"scope": "reg", "driver": "inmemory", "result": "ok"}
+	if got := sample(t, e.srv.Metrics(), "warmpool_deploy_duration_seconds", labels); got != 1 {
+		t.Errorf("deploys recorded under %v: %v, want 1", labels, got)
+	}
+
+	cfg := testserver.NewBacking(t).Config("unknown-driver")
+	registered(&cfg)
+	cfg.DriverName = "kubernetes"
+	_, err := server.New(context.Background(), cfg)
+	if want := `--driver "kubernetes": want local, inmemory or fake`; err == nil || err.Error() != want {
+		t.Errorf("an unregistered driver: err %v, want %q", err, want)
 	}
 }

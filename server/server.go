@@ -10,9 +10,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +30,6 @@ import (
 	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/internal/metrics"
-	"github.com/warmpool/warmpool/k8s"
 	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/k8s/localpod"
 	"github.com/warmpool/warmpool/lua"
@@ -80,11 +82,11 @@ type HTTPTimeouts struct {
 type Config struct {
 	RedisURL   string // see RedisHelp; "" = an embedded in-process Redis (dev)
 	StorePath  string // config store: FILE or sqlite://FILE, or a postgres:// URL
-	DriverName string // local, kubernetes, fake
-	Kubeconfig string
-	Namespace  string
-	KubeQPS    float32
-	KubeBurst  int
+	DriverName string // local, fake, or a name of Drivers
+	// Drivers are the pod drivers DriverName may name besides the built-in local and
+	// fake. cmd/warmpool adds "kubernetes" here, so that client-go is linked into the
+	// binary and not into every test that builds a replica.
+	Drivers    map[string]DriverFactory
 	InstanceID string
 	// RedisCA is a PEM file of the authorities that sign the Redis server's TLS
 	// certificate; empty = the system's roots.
@@ -139,6 +141,10 @@ type Config struct {
 	RM     rm.Config
 	SM     sm.Config
 }
+
+// DriverFactory builds a pod driver that logs to log and reads the time from clock.
+// A driver it returns that is an io.Closer is closed with the replica.
+type DriverFactory func(log *slog.Logger, clock warmpool.Clock) (warmpool.PodDriver, error)
 
 // Server is one replica.
 type Server struct {
@@ -363,29 +369,31 @@ func (s *Server) newDriver() (warmpool.PodDriver, error) {
 		}
 		f.DeployDelay = s.cfg.FakeDeployDelay
 		return f, nil
-	case "kubernetes":
-		cs, ns, err := k8s.NewClient(k8s.ClientOptions{Kubeconfig: s.cfg.Kubeconfig, QPS: s.cfg.KubeQPS, Burst: s.cfg.KubeBurst})
-		if err != nil {
-			return nil, err
-		}
-		if s.cfg.Namespace != "" {
-			ns = s.cfg.Namespace
-		}
-		return k8s.NewKubernetes(cs, k8s.Config{Namespace: ns, Logger: s.log, Clock: s.cfg.Clock}), nil
 	}
-	return nil, fmt.Errorf("--driver %q: want local, kubernetes or fake", s.cfg.DriverName)
+	if f, ok := s.cfg.Drivers[s.cfg.DriverName]; ok {
+		return f(s.log, s.cfg.Clock)
+	}
+	return nil, fmt.Errorf("--driver %q: want %s", s.cfg.DriverName, s.cfg.driverNames())
+}
+
+// driverNames lists the drivers DriverName may name, for an error message: local,
+// the added ones in order, and fake (a driver for tests) last.
+func (c *Config) driverNames() string {
+	names := append([]string{"local"}, slices.Sorted(maps.Keys(c.Drivers))...)
+	return strings.Join(names, ", ") + " or fake"
 }
 
 // driverName is the driver label of the deploy metrics: the configured driver, or the
 // kind of the driver a test handed in.
 func (s *Server) driverName() string {
+	if s.cfg.Driver == nil {
+		return s.cfg.DriverName
+	}
 	switch s.driver.(type) {
 	case *fakepod.Driver:
 		return "fake"
 	case *localpod.Driver:
 		return "local"
-	case *k8s.Kubernetes:
-		return "kubernetes"
 	}
 	return "other"
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/k8s"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
@@ -23,7 +24,28 @@ type serveOptions struct {
 	listen    string
 	logLevel  string
 	logFormat string
-	kubeQPS   float64
+	kube      kubeOptions
+}
+
+// kubeOptions are the flags of the Kubernetes driver.
+type kubeOptions struct {
+	kubeconfig string
+	namespace  string
+	qps        float64
+	burst      int
+}
+
+// kubernetesDriver is the factory of `--driver kubernetes`. It is registered here,
+// not in the server package, so that only this binary links client-go.
+func (o kubeOptions) kubernetesDriver(log *slog.Logger, clock warmpool.Clock) (warmpool.PodDriver, error) {
+	cs, ns, err := k8s.NewClient(k8s.ClientOptions{Kubeconfig: o.kubeconfig, QPS: float32(o.qps), Burst: o.burst})
+	if err != nil {
+		return nil, err
+	}
+	if o.namespace != "" {
+		ns = o.namespace
+	}
+	return k8s.NewKubernetes(cs, k8s.Config{Namespace: ns, Logger: log, Clock: clock}), nil
 }
 
 // serveFlags declares the serve flags, writing into cfg and o. Every flag also reads
@@ -35,10 +57,10 @@ func serveFlags(cfg *server.Config, o *serveOptions, getenv func(string) string)
 	fs.StringVar(&cfg.RedisCA, "redis-ca", "", "PEM file of the CAs that sign the Redis TLS certificate (default: the system's roots)")
 	fs.StringVar(&cfg.StorePath, "store", server.DefaultStore, "config store: FILE or sqlite://FILE (SQLite), or postgres://user:pass@host:port/db?sslmode=… (PostgreSQL, shared by replicas)")
 	fs.StringVar(&cfg.DriverName, "driver", server.DefaultDriver, "pod driver: local, kubernetes or fake")
-	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig path (default $KUBECONFIG); empty = in-cluster config")
-	fs.StringVar(&cfg.Namespace, "namespace", "", "namespace of pods whose scope names none")
-	fs.Float64Var(&o.kubeQPS, "kube-qps", k8s.DefaultQPS, "Kubernetes client QPS")
-	fs.IntVar(&cfg.KubeBurst, "kube-burst", k8s.DefaultBurst, "Kubernetes client burst")
+	fs.StringVar(&o.kube.kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig path (default $KUBECONFIG); empty = in-cluster config")
+	fs.StringVar(&o.kube.namespace, "namespace", "", "namespace of pods whose scope names none")
+	fs.Float64Var(&o.kube.qps, "kube-qps", k8s.DefaultQPS, "Kubernetes client QPS")
+	fs.IntVar(&o.kube.burst, "kube-burst", k8s.DefaultBurst, "Kubernetes client burst")
 	fs.StringVar(&cfg.InstanceID, "instance-id", "", "replica name (default hostname + random suffix)")
 	fs.StringVar(&cfg.AuthToken, "auth-token", "", "gateway bearer token, required on every /v1 call (empty = no auth)")
 	fs.StringVar(&cfg.AuthTokenFile, "auth-token-file", "", "file holding the gateway token, re-read when it changes (instead of --auth-token)")
@@ -120,7 +142,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if cfg.RedisURL == "" && !cfg.Dev {
 		return usageError("serve: pass --redis URL (or WARMPOOL_REDIS), or --dev for an in-process Redis")
 	}
-	cfg.KubeQPS = float32(o.kubeQPS)
+	cfg.Drivers = map[string]server.DriverFactory{"kubernetes": o.kube.kubernetesDriver}
 	log, err := newLogger(stderr, o.logLevel, o.logFormat, cfg.Dev)
 	if err != nil {
 		return err

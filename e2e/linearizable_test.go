@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"encoding/json"
@@ -159,7 +158,7 @@ func runSessionWorkload(t *testing.T, swap *scriptSwap) []porcupine.Operation {
 	cfgB := b.Config("replica-b")
 	cfgB.Redis = b.Redis.NewClient(t)
 	if swap != nil {
-		cfgB.Redis.AddHook(swap)
+		cfgB.Redis.AddHook(testredis.EachCommand(swap.swap))
 	}
 	_, a := testserver.Serve(t, b.Config("replica-a"))
 	_, bb := testserver.Serve(t, cfgB)
@@ -322,28 +321,10 @@ func routeSource(t *testing.T) string {
 	return src
 }
 
-// scriptSwap is a go-redis hook that runs src wherever its client runs the script of
-// hash: a broken build of one script for one replica, made by the test alone.
+// scriptSwap runs src wherever its client runs the script of hash (its swap method is
+// the hook): a broken build of one script for one replica, made by the test alone.
 type scriptSwap struct {
 	hash, src string
-}
-
-func (s *scriptSwap) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (s *scriptSwap) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		s.swap(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (s *scriptSwap) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			s.swap(cmd)
-		}
-		return next(ctx, cmds)
-	}
 }
 
 // swap turns EVALSHA of the script into EVAL of the other source.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -55,30 +54,6 @@ func TestGuardRefusesCallsPastTheirDeadline(t *testing.T) {
 	}
 }
 
-// argsHook records the ARGV of script calls and answers them with reply.
-type argsHook struct {
-	reply any
-	args  [][]any
-}
-
-func (h *argsHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *argsHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c, ok := cmd.(*redis.Cmd)
-		if name := strings.ToLower(cmd.Name()); ok && (name == "evalsha" || name == "eval") {
-			h.args = append(h.args, cmd.Args())
-			c.SetVal(h.reply)
-			return nil
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *argsHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // A guarded call's deadline is when its caller stops waiting: the client's read
 // timeout from now, or the context's deadline when that comes first. A refusal is
 // STORE_UNAVAILABLE, so the caller retries.
@@ -86,7 +61,7 @@ func TestGuardedCallsCarryTheCallersDeadline(t *testing.T) {
 	const readTimeout = 700 * time.Millisecond
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: readTimeout})
 	t.Cleanup(func() { _ = c.Close() })
-	h := &argsHook{reply: []any{"touched"}}
+	h := &cannedReplies{reply: []any{"touched"}}
 	c.AddHook(h)
 	s := lua.NewStore(c, "g:")
 	last := func() time.Time {

@@ -14,9 +14,10 @@ import (
 )
 
 // cannedReplies answers every script call with its reply field, without reaching
-// Redis; other commands pass through.
+// Redis, and records the call's arguments; other commands pass through.
 type cannedReplies struct {
 	reply any
+	args  [][]any
 }
 
 func (h *cannedReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -25,6 +26,7 @@ func (h *cannedReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c, ok := cmd.(*redis.Cmd)
 		if name := strings.ToLower(cmd.Name()); ok && (name == "evalsha" || name == "eval") {
+			h.args = append(h.args, cmd.Args())
 			c.SetVal(h.reply)
 			return nil
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/replicatest"
+	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sweeper"
 )
@@ -25,29 +26,11 @@ func (h *harness) sweepDue() {
 	}
 }
 
-// keyLog is a go-redis hook that records every argument of every command that names
-// a scope's key (a hash tag).
+// keyLog records every argument of every command that names a scope's key (a hash
+// tag); its record method is the hook.
 type keyLog struct {
 	mu   sync.Mutex
 	args []string
-}
-
-func (l *keyLog) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (l *keyLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		l.record(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (l *keyLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			l.record(c)
-		}
-		return next(ctx, cmds)
-	}
 }
 
 func (l *keyLog) record(cmd redis.Cmder) {
@@ -88,7 +71,7 @@ func TestDueTickReadsOnlyDueScopes(t *testing.T) {
 	h.sweepDue() // each publish made its scope due at once
 
 	log := &keyLog{}
-	h.client.AddHook(log)
+	h.client.AddHook(testredis.EachCommand(log.record))
 	h.Clock.Advance(61 * time.Second)
 	h.sweepDue()
 	for _, id := range idle {

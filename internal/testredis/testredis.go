@@ -42,7 +42,7 @@ func New(tb testing.TB) *Redis {
 		r.Mini = miniredis.RunT(tb)
 	}
 	r.Client = r.dial()
-	r.Client.AddHook(SlotHook{TB: tb})
+	r.Client.AddHook(SlotHook(tb))
 	tb.Cleanup(func() {
 		if r.Mini == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -77,7 +77,7 @@ func (r *Redis) dial() redis.UniversalClient {
 // closed with the test.
 func (r *Redis) NewClient(tb testing.TB) redis.UniversalClient {
 	c := r.dial()
-	c.AddHook(SlotHook{TB: tb})
+	c.AddHook(SlotHook(tb))
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -118,34 +118,14 @@ func NeedReal(tb testing.TB) {
 
 // SlotHook fails the test when one EVAL/EVALSHA names keys of more than one cluster
 // slot: every script must run unchanged on Redis Cluster, which miniredis cannot check.
-type SlotHook struct {
-	TB testing.TB
-}
-
-// DialHook passes through.
-func (h SlotHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-// ProcessHook checks one command.
-func (h SlotHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.check(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-// ProcessPipelineHook checks every command of a pipeline.
-func (h SlotHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			h.check(c)
-		}
-		return next(ctx, cmds)
-	}
+// It is a hook for every command (EachCommand).
+func SlotHook(tb testing.TB) EachCommand {
+	return func(cmd redis.Cmder) { checkSlots(tb, cmd) }
 }
 
 var reported sync.Map
 
-func (h SlotHook) check(cmd redis.Cmder) {
+func checkSlots(tb testing.TB, cmd redis.Cmder) {
 	keys := ScriptKeys(cmd)
 	if len(keys) < 2 {
 		return
@@ -155,7 +135,7 @@ func (h SlotHook) check(cmd redis.Cmder) {
 		if Slot(k) != slot {
 			msg := fmt.Sprintf("script keys span cluster slots: %q (slot %d) and %q (slot %d)", keys[0], slot, k, Slot(k))
 			if _, dup := reported.LoadOrStore(msg, true); !dup {
-				h.TB.Errorf("%s", msg)
+				tb.Errorf("%s", msg)
 			}
 			return
 		}

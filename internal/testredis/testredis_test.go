@@ -41,7 +41,7 @@ func TestSlotHookCatchesCrossSlotScripts(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: mini.Addr()})
 	defer c.Close()
 	rec := &recorder{TB: t}
-	c.AddHook(SlotHook{TB: rec})
+	c.AddHook(SlotHook(rec))
 	ctx := t.Context()
 	c.Eval(ctx, "return 1", []string{"p:{a}:x", "p:{a}:y"})
 	if len(rec.errs) != 0 {

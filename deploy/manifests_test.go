@@ -62,24 +62,8 @@ func render(t *testing.T, dir string) rendered {
 	for _, obj := range objs {
 		kind := obj.GetObjectKind().GroupVersionKind().Kind
 		count[kind]++
-		switch o := obj.(type) {
-		case *corev1.Namespace:
-			r.ns = o
-		case *corev1.ServiceAccount:
-			r.sa = o
-		case *rbacv1.Role:
-			r.role = o
-		case *rbacv1.RoleBinding:
-			r.binding = o
-		case *corev1.ConfigMap:
-			r.cm = o
-		case *appsv1.Deployment:
-			r.dep = o
-		case *corev1.Service:
-			r.svc = o
-		case *policyv1.PodDisruptionBudget:
-			r.pdb = o
-		default:
+		if !(into(&r.ns, obj) || into(&r.sa, obj) || into(&r.role, obj) || into(&r.binding, obj) ||
+			into(&r.cm, obj) || into(&r.dep, obj) || into(&r.svc, obj) || into(&r.pdb, obj)) {
 			// Nothing cluster-wide (no ClusterRole, no ClusterRoleBinding) and
 			// nothing unexpected.
 			t.Errorf("%s renders a %s: not part of the deployment", dir, obj.GetObjectKind().GroupVersionKind())
@@ -94,6 +78,15 @@ func render(t *testing.T, dir string) rendered {
 		t.Fatalf("%s is missing an object: %+v", dir, r)
 	}
 	return r
+}
+
+// into stores obj in *field when obj is of the field's type, and says whether it was.
+func into[T any](field *T, obj any) bool {
+	o, ok := obj.(T)
+	if ok {
+		*field = o
+	}
+	return ok
 }
 
 func TestBase(t *testing.T) {

@@ -16,15 +16,7 @@ import (
 	"github.com/warmpool/warmpool/internal/testpg"
 )
 
-func mustOpen(tb testing.TB, dsn string) *Store {
-	tb.Helper()
-	s, err := Open(context.Background(), dsn)
-	if err != nil {
-		tb.Fatalf("Open: %v", err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	return s
-}
+func mustOpen(tb testing.TB, dsn string) *Store { return storetest.MustOpen(tb, Open, dsn) }
 
 func TestContract(t *testing.T) {
 	storetest.Run(t, func(tb testing.TB) storetest.Opener {

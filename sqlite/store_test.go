@@ -21,15 +21,7 @@ import (
 	"github.com/warmpool/warmpool/internal/storetest"
 )
 
-func mustOpen(tb testing.TB, dsn string) *Store {
-	tb.Helper()
-	s, err := Open(context.Background(), dsn)
-	if err != nil {
-		tb.Fatalf("Open(%q): %v", dsn, err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	return s
-}
+func mustOpen(tb testing.TB, dsn string) *Store { return storetest.MustOpen(tb, Open, dsn) }
 
 func fileDSN(tb testing.TB) string {
 	tb.Helper()

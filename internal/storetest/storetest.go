@@ -48,6 +48,18 @@ func Run(t *testing.T, newDB NewDB) {
 	}
 }
 
+// MustOpen opens the store of dsn with open, fails the test on an error, and closes
+// the store when the test ends.
+func MustOpen[S warmpool.ConfigStore](tb testing.TB, open func(context.Context, string) (S, error), dsn string) S {
+	tb.Helper()
+	s, err := open(context.Background(), dsn)
+	if err != nil {
+		tb.Fatalf("Open: %v", err) // not the DSN: it may hold a password
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // Config decodes doc the way the HTTP layer does: defaults filled, validated.
 func Config(tb testing.TB, doc string) warmpool.ScopeConfig {
 	tb.Helper()

@@ -10,19 +10,14 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/invariant"
@@ -54,35 +49,11 @@ const (
 	callTimeout = 20 * time.Second
 )
 
-// redisServer is one redis-server process on a fixed loopback port.
-type redisServer struct {
-	port int
-	dir  string
-	cmd  *exec.Cmd
-	done chan struct{}
-	// admin is a connection as the default user, for faults and snapshots.
-	admin *redis.Client
-}
-
-// startRedisServer starts redis-server on port (no persistence) with extra arguments,
-// and creates the warmpool ACL user of the README in it.
-func startRedisServer(t *testing.T, dir string, port int, extra ...string) *redisServer {
+// startRigRedis starts the rig's redis-server and creates the warmpool ACL user of the
+// README in it.
+func startRigRedis(t *testing.T, dir string, port int, extra ...string) *redisServer {
 	t.Helper()
-	args := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", filepath.Join(dir, fmt.Sprintf("redis-%d.log", port))}, extra...)
-	cmd := exec.Command("redis-server", args...)
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("redis-server: %v (install redis-server)", err)
-	}
-	r := &redisServer{port: port, dir: dir, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(r.done) }()
-	t.Cleanup(r.kill)
-	r.admin = redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
-	t.Cleanup(func() { _ = r.admin.Close() })
-	waitFor(t, 10*time.Second, "redis-server answers", func() bool {
-		return r.admin.Ping(context.Background()).Err() == nil
-	})
+	r := startRedisServer(t, dir, port, extra...)
 	acl := strings.Fields(aclLine(t))
 	cmdArgs := make([]any, 0, len(acl))
 	for _, f := range acl {
@@ -94,28 +65,9 @@ func startRedisServer(t *testing.T, dir string, port int, extra ...string) *redi
 	return r
 }
 
-func (r *redisServer) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
-
 // url is the --redis URL of the replicas: the ACL user.
 func (r *redisServer) url() string {
 	return fmt.Sprintf("redis://warmpool:%s@127.0.0.1:%d/0", aclPassword, r.port)
-}
-
-func (r *redisServer) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	if err := r.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("redis-server %v: %v", sig, err)
-	}
-}
-
-func (r *redisServer) kill() {
-	select {
-	case <-r.done:
-	default:
-		_ = r.cmd.Process.Signal(syscall.SIGCONT)
-		_ = r.cmd.Process.Kill()
-		<-r.done
-	}
 }
 
 // aclLine is the ACL SETUSER line of the README: the replicas run under exactly what
@@ -188,7 +140,7 @@ func newRig(t *testing.T, extra ...string) *rig {
 	r := &rig{t: t, bin: warmpoolBin(t), dir: dir, podDir: filepath.Join(dir, "pods"),
 		store: filepath.Join(dir, "config.db"), extra: extra,
 		scopes: map[string]scopeState{}, ledger: map[string]held{}}
-	r.redis = startRedisServer(t, dir, freePort(t))
+	r.redis = startRigRedis(t, dir, freePort(t))
 	r.useRedis(r.redis)
 	pods, err := fakepod.NewShared(r.podDir)
 	if err != nil {
@@ -536,7 +488,7 @@ func (r *rig) driverViolations(scope string, s lua.Snapshot) []string {
 // waitSnap waits until a snapshot of scope satisfies cond.
 func (r *rig) waitSnap(scope, what string, within time.Duration, cond func(lua.Snapshot) bool) {
 	r.t.Helper()
-	waitFor(r.t, within, what, func() bool {
+	eventually(r.t, within, what, func() bool {
 		s, err := r.snap(scope)
 		return err == nil && cond(s)
 	})
@@ -553,26 +505,4 @@ func logCount(rep *faultReplica, substr string) int {
 		}
 	}
 	return n
-}
-
-// waitFor polls cond until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	_, port, _ := strings.Cut(freeAddr(t), ":")
-	p, err := strconv.Atoi(port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }

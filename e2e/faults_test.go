@@ -173,7 +173,7 @@ func caseKillDuringSweeps(t *testing.T, res *caseResult) {
 	w := r.watch("c")
 	const line = "autoscale: deploying warm pods"
 	var victim *faultReplica
-	waitFor(t, 20*time.Second, "a replica's autoscale job deploys warm pods", func() bool {
+	eventually(t, 20*time.Second, "a replica's autoscale job deploys warm pods", func() bool {
 		for _, rep := range r.replicas {
 			if logCount(rep, line) > 0 {
 				victim = rep
@@ -232,7 +232,7 @@ func caseStopLeaseHolder(t *testing.T, res *caseResult) {
 	if la.err != nil {
 		t.Errorf("the stopped leader's route: %s", la)
 	}
-	waitFor(t, 10*time.Second, "the late leader gives up its deploy", func() bool { return logCount(holder, "result=failed") > 0 })
+	eventually(t, 10*time.Second, "the late leader gives up its deploy", func() bool { return logCount(holder, "result=failed") > 0 })
 	finish(r, res, w, resumed, 30*time.Second, "d")
 	cancelled := logCount(holder, "deploy lease lost; the deploy was cancelled")
 	fenced := logCount(holder, "result=failed") - cancelled
@@ -295,7 +295,7 @@ func caseRedisPaused(t *testing.T, res *caseResult, sigstop bool) {
 			PodID  string `json:"pod_id"`
 		}
 		var a answer
-		waitFor(t, 20*time.Second, "the hold is served on retry", func() bool {
+		eventually(t, 20*time.Second, "the hold is served on retry", func() bool {
 			a = r.call(rep, http.MethodPost, "/v1/scopes/e/pods/acquire", `{"request_id":"hold-1"}`)
 			return a.err == nil && a.status == http.StatusOK
 		})
@@ -309,7 +309,7 @@ func caseRedisPaused(t *testing.T, res *caseResult, sigstop bool) {
 	if again := hold(r.replicas[2]); again != first {
 		t.Errorf("the same request id made a second hold: %s, then %s", first, again)
 	}
-	waitFor(t, 20*time.Second, "the route is served on retry", func() bool {
+	eventually(t, 20*time.Second, "the route is served on retry", func() bool {
 		_, a := r.route(r.replicas[2], "e", "during", "route-1")
 		return a.err == nil && a.status == http.StatusOK
 	})
@@ -354,12 +354,12 @@ func caseRedisRestartedEmpty(t *testing.T, res *caseResult) {
 	p2 := r.routeRetry(2, "f", "f3", 10*time.Second).PodID
 	w := r.watch("f")
 	r.redis.kill()
-	r.redis = startRedisServer(t, r.dir, r.redis.port)
+	r.redis = startRigRedis(t, r.dir, r.redis.port)
 	r.useRedis(r.redis)
 	restarted := time.Now()
 	refused := map[string]int{}
 	var after binding
-	waitFor(t, 20*time.Second, "a new session is served after the rebuild", func() bool {
+	eventually(t, 20*time.Second, "a new session is served after the rebuild", func() bool {
 		b, a := r.route(r.replicas[1], "f", "f4", "")
 		if a.err == nil && a.status == http.StatusOK {
 			after = b
@@ -407,12 +407,12 @@ func caseFailover(t *testing.T, res *caseResult) {
 	const ttl = 10 * time.Second
 	ctx := context.Background()
 	r := newRig(t)
-	replica := startRedisServer(t, r.dir, freePort(t), "--replicaof", "127.0.0.1", strconv.Itoa(r.redis.port))
+	replica := startRigRedis(t, r.dir, freePort(t), "--replicaof", "127.0.0.1", strconv.Itoa(r.redis.port))
 	r.scope("h", fmt.Sprintf(`"max_concurrency":8,"pod_concurrency":2,"session_ttl_s":%d`, int(ttl.Seconds())), 10)
 	p1 := r.routeRetry(0, "h", "h1", 10*time.Second).PodID
 	// The primary took a new replication id when the replica attached; reconcile
 	// records it, and the replica gets the record.
-	waitFor(t, 10*time.Second, "the replica has the pool and the primary's replication id", func() bool {
+	eventually(t, 10*time.Second, "the replica has the pool and the primary's replication id", func() bool {
 		n, err := r.redis.admin.Do(ctx, "WAIT", 1, 1000).Int()
 		recorded, gerr := replica.admin.Get(ctx, rigPrefix+"replid").Result()
 		info, ierr := r.redis.admin.Info(ctx, "replication").Result()

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,7 +32,7 @@ import (
 type cluster struct {
 	t        *testing.T
 	bin, dir string
-	redis    *redisProc
+	redis    *redisServer
 	redisURL string
 	store    string // --store of every replica
 	replicas []*replica
@@ -43,39 +42,6 @@ type cluster struct {
 type replica struct {
 	name, addr string
 	proc       *proc
-}
-
-type redisProc struct {
-	port int
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func startRedis(t *testing.T, dir string, port int) *redisProc {
-	t.Helper()
-	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--save", "", "--appendonly", "no", "--dir", dir)
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("redis-server: %v (install redis-server)", err)
-	}
-	r := &redisProc{port: port, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(r.done) }()
-	t.Cleanup(r.kill)
-	eventually(t, 10*time.Second, "redis-server answers", func() bool {
-		out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "ping").Output()
-		return err == nil && strings.TrimSpace(string(out)) == "PONG"
-	})
-	return r
-}
-
-func (r *redisProc) kill() {
-	select {
-	case <-r.done:
-	default:
-		_ = r.cmd.Process.Kill()
-		<-r.done
-	}
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -94,10 +60,8 @@ func newCluster(t *testing.T) *cluster {
 	if addrs := os.Getenv("REDIS_CLUSTER_ADDRS"); addrs != "" {
 		c.redisURL = addrs
 	} else {
-		_, port, _ := strings.Cut(freeAddr(t), ":")
-		p, _ := strconv.Atoi(port)
-		c.redis = startRedis(t, c.dir, p)
-		c.redisURL = fmt.Sprintf("redis://127.0.0.1:%d/0", p)
+		c.redis = startRedisServer(t, c.dir, freePort(t))
+		c.redisURL = "redis://" + c.redis.addr() + "/0"
 	}
 	for i := 1; i <= 3; i++ {
 		r := &replica{name: fmt.Sprintf("r%d", i), addr: freeAddr(t)}
@@ -298,7 +262,7 @@ func TestMultiReplica(t *testing.T) {
 			t.Fatal("no pods before the restart")
 		}
 		c.redis.kill()
-		c.redis = startRedis(c.t, c.dir, c.redis.port)
+		c.redis = startRedisServer(c.t, c.dir, c.redis.port)
 		eventually(t, 20*time.Second, "pods adopted back after the data loss", func() bool {
 			p, st := pool(t, c.lb, "multi")
 			return st == http.StatusOK && len(p.Pods) == len(before.Pods)

@@ -21,6 +21,37 @@ type ScopeRecord struct {
 	DeployVer string
 }
 
+// Published is what ScopePublish writes of rec into the scope's config hash: content,
+// the fields that say what the config is (its deploy fingerprint and every pool value
+// routing uses), each a field and its value, which a second publish of one version
+// must bring unchanged; and the deploy spec and the whole config as JSON.
+func (rec ScopeRecord) Published() (content [][2]string, deploy, config string, err error) {
+	d, err := json.Marshal(rec.Config.Deploy)
+	if err != nil {
+		return nil, "", "", err
+	}
+	full, err := json.Marshal(rec.Config)
+	if err != nil {
+		return nil, "", "", err
+	}
+	p := rec.Config.Pool
+	ms := func(s int) string { return strconv.FormatInt(int64(s)*1000, 10) }
+	content = [][2]string{
+		{"deploy_ver", rec.DeployVer},
+		{"max_pods", strconv.Itoa(p.MaxPods())},
+		{"parallel", strconv.Itoa(p.ParallelDeploys())},
+		{"pod_concurrency", strconv.Itoa(p.PodConcurrency)},
+		{"min_idle", strconv.Itoa(p.MinIdlePods)},
+		{"pod_ttl_ms", ms(p.PodTTLS)},
+		{"session_ttl_ms", ms(p.SessionTTLS)},
+		{"queue_size", strconv.Itoa(p.QueueSize)},
+		{"wait_ms", ms(p.WaitTimeoutS)},
+		{"hold_ttl_ms", ms(p.HoldTTLS)},
+		{"ready_ms", ms(rec.Config.Deploy.ReadyTimeoutS)},
+	}
+	return content, string(d), string(full), nil
+}
+
 // ErrPublishConflict is in the chain of the error ScopePublish returns when the
 // scope's version is published already with other content: two replicas stored
 // different configs under one version, so they do not share one config store. The
@@ -35,38 +66,22 @@ var ErrPublishConflict = errors.New("published already with other content")
 // the middle of a rebuild.
 func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 	k := s.keys.Scope(rec.ScopeID)
-	deploy, err := json.Marshal(rec.Config.Deploy)
+	content, deploy, full, err := rec.Published()
 	if err != nil {
 		return err
 	}
-	full, err := json.Marshal(rec.Config)
-	if err != nil {
-		return err
-	}
-	p := rec.Config.Pool
 	epoch, err := s.rdb.Get(ctx, s.keys.Epoch()).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return s.redisErr(ctx, err)
 	}
-	// What the config is: its deploy fingerprint and every pool value routing uses.
-	content := []any{
-		"deploy_ver", rec.DeployVer,
-		"max_pods", p.MaxPods(),
-		"parallel", p.ParallelDeploys(),
-		"pod_concurrency", p.PodConcurrency,
-		"min_idle", p.MinIdlePods,
-		"pod_ttl_ms", int64(p.PodTTLS) * 1000,
-		"session_ttl_ms", int64(p.SessionTTLS) * 1000,
-		"queue_size", p.QueueSize,
-		"wait_ms", int64(p.WaitTimeoutS) * 1000,
-		"hold_ttl_ms", int64(p.HoldTTLS) * 1000,
-		"ready_ms", int64(rec.Config.Deploy.ReadyTimeoutS) * 1000,
+	args := []any{rec.Version, epoch, len(content)}
+	for _, kv := range content {
+		args = append(args, kv[0], kv[1])
 	}
-	args := append([]any{rec.Version, epoch, len(content) / 2}, content...)
 	args = append(args,
 		"version", rec.Version,
-		"deploy", string(deploy),
-		"config", string(full),
+		"deploy", deploy,
+		"config", full,
 	)
 	r, err := s.call(ctx, scopePublish, rec.ScopeID, []string{k.Config, k.Epoch}, args...)
 	if err != nil {
@@ -91,11 +106,11 @@ func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 	return nil
 }
 
-// valueOf is the value of field in a field, value, ... list.
-func valueOf(pairs []any, field string) any {
-	for i := 0; i+1 < len(pairs); i += 2 {
-		if pairs[i] == field {
-			return pairs[i+1]
+// valueOf is the value of field among content's pairs, or nil.
+func valueOf(content [][2]string, field string) any {
+	for _, kv := range content {
+		if kv[0] == field {
+			return kv[1]
 		}
 	}
 	return nil

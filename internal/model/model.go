@@ -111,27 +111,9 @@ func decodePod(id, raw string) (warmpool.Pod, error) {
 
 // Publish models lua.Store.ScopePublish with a live keyspace.
 func (s *Scope) Publish(rec lua.ScopeRecord) error {
-	deploy, err := json.Marshal(rec.Config.Deploy)
+	content, deploy, full, err := rec.Published()
 	if err != nil {
 		return err
-	}
-	full, err := json.Marshal(rec.Config)
-	if err != nil {
-		return err
-	}
-	p := rec.Config.Pool
-	content := [][2]string{
-		{"deploy_ver", rec.DeployVer},
-		{"max_pods", strconv.Itoa(p.MaxPods())},
-		{"parallel", strconv.Itoa(p.ParallelDeploys())},
-		{"pod_concurrency", strconv.Itoa(p.PodConcurrency)},
-		{"min_idle", strconv.Itoa(p.MinIdlePods)},
-		{"pod_ttl_ms", strconv.FormatInt(int64(p.PodTTLS)*1000, 10)},
-		{"session_ttl_ms", strconv.FormatInt(int64(p.SessionTTLS)*1000, 10)},
-		{"queue_size", strconv.Itoa(p.QueueSize)},
-		{"wait_ms", strconv.FormatInt(int64(p.WaitTimeoutS)*1000, 10)},
-		{"hold_ttl_ms", strconv.FormatInt(int64(p.HoldTTLS)*1000, 10)},
-		{"ready_ms", strconv.FormatInt(int64(rec.Config.Deploy.ReadyTimeoutS)*1000, 10)},
 	}
 	if s.config != nil {
 		cur := s.cfgInt("version")
@@ -152,8 +134,8 @@ func (s *Scope) Publish(rec lua.ScopeRecord) error {
 		s.config[kv[0]] = kv[1]
 	}
 	s.config["version"] = strconv.FormatInt(rec.Version, 10)
-	s.config["deploy"] = string(deploy)
-	s.config["config"] = string(full)
+	s.config["deploy"] = deploy
+	s.config["config"] = full
 	s.epoch = true
 	return nil
 }

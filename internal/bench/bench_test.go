@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseInfo(t *testing.T) {
+	st := parseInfo("# Commandstats\r\ncmdstat_evalsha:calls=12,usec=345,usec_per_call=28.75\r\ncmdstat_zrangebyscore:calls=3,usec=9\r\n" +
+		"# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:2.250000\r\n# Memory\r\nused_memory:1048576\r\nused_memory_human:1.00M\r\n")
+	if st.Calls["evalsha"] != 12 || st.Calls["zrangebyscore"] != 3 || len(st.Calls) != 2 {
+		t.Errorf("calls = %v", st.Calls)
+	}
+	if st.CPU != 3750*time.Millisecond {
+		t.Errorf("cpu = %v, want 3.75s", st.CPU)
+	}
+	if st.UsedMemory != 1<<20 {
+		t.Errorf("used_memory = %d", st.UsedMemory)
+	}
+}
+
+func TestSeries(t *testing.T) {
+	before, err := parseSeries(strings.NewReader(`# HELP x
+warmpool_sweeper_lock_held_seconds_bucket{sweep="due:0",le="0.001"} 1
+warmpool_sweeper_lock_held_seconds_bucket{sweep="due:0",le="0.01"} 1
+warmpool_sweeper_lock_held_seconds_bucket{sweep="due:0",le="+Inf"} 1
+warmpool_sweeper_lock_held_seconds_count{sweep="due:0"} 1
+warmpool_sweeper_lock_held_seconds_sum{sweep="due:0"} 0.0005
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseSeries(strings.NewReader(`warmpool_sweeper_lock_held_seconds_bucket{sweep="due:0",le="0.001"} 2
+warmpool_sweeper_lock_held_seconds_bucket{sweep="due:0",le="0.01"} 3
+warmpool_sweeper_lock_held_seconds_bucket{sweep="due:0",le="+Inf"} 3
+warmpool_sweeper_lock_held_seconds_count{sweep="due:0"} 3
+warmpool_sweeper_lock_held_seconds_sum{sweep="due:0"} 0.0105
+warmpool_sweeper_lock_held_seconds_bucket{sweep="watch",le="0.001"} 0
+warmpool_sweeper_lock_held_seconds_bucket{sweep="watch",le="0.01"} 0
+warmpool_sweeper_lock_held_seconds_bucket{sweep="watch",le="+Inf"} 1
+warmpool_sweeper_lock_held_seconds_count{sweep="watch"} 1
+warmpool_redis_script_duration_seconds_count{script="pod_health"} 7
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.delta(before)
+	if n := d.sum("warmpool_sweeper_lock_held_seconds_count", `sweep="due`); n != 2 {
+		t.Errorf("due runs = %v, want 2", n)
+	}
+	if s := d.sum("warmpool_sweeper_lock_held_seconds_sum", `sweep="due`); math.Abs(s-0.01) > 1e-9 {
+		t.Errorf("due seconds = %v, want 0.01", s)
+	}
+	if m := d.histMax("warmpool_sweeper_lock_held_seconds", `sweep="due`); m != 0.01 {
+		t.Errorf("due max bound = %v, want 0.01", m)
+	}
+	if m := d.histMax("warmpool_sweeper_lock_held_seconds", `sweep="watch`); !math.IsInf(m, 1) {
+		t.Errorf("watch max bound = %v, want +Inf", m)
+	}
+	if got := d.byLabel("warmpool_redis_script_duration_seconds_count", "script"); got["pod_health"] != 7 {
+		t.Errorf("scripts = %v", got)
+	}
+}
+
+func TestSteps(t *testing.T) {
+	for _, c := range []struct {
+		n, k int
+		want []int
+	}{
+		{10000, 4, []int{2500, 5000, 7500, 10000}},
+		{3, 10, []int{2, 3}},
+		{1, 10, nil},
+	} {
+		if got := steps(c.n, c.k); !slices.Equal(got, c.want) {
+			t.Errorf("steps(%d, %d) = %v, want %v", c.n, c.k, got, c.want)
+		}
+	}
+}
+
+// smokeBins returns the warmpool binary (WARMPOOL_BIN, which make test builds) and a
+// freshly built routebaseline, or skips the test when it cannot run here.
+func smokeBins(t *testing.T) (warmpoolBin, baselineBin string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts servers")
+	}
+	warmpoolBin = os.Getenv("WARMPOOL_BIN")
+	if _, err := os.Stat(warmpoolBin); warmpoolBin == "" || err != nil {
+		t.Skip("WARMPOOL_BIN is not a built warmpool binary (make test builds one)")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not installed")
+	}
+	baselineBin = filepath.Join(t.TempDir(), "routebaseline")
+	if out, err := exec.Command("go", "build", "-o", baselineBin, "../../scripts/routebaseline").CombinedOutput(); err != nil {
+		t.Fatalf("go build routebaseline: %v\n%s", err, out)
+	}
+	return warmpoolBin, baselineBin
+}
+
+// TestSmoke runs the scale benchmark and the baseline comparison at a tiny size, for
+// seconds (windows of a little more than one sweep tick): every figure the tables
+// report must have been measured.
+func TestSmoke(t *testing.T) {
+	bin, baselineBin := smokeBins(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	res, err := Scale(ctx, ScaleConfig{Bin: bin, RedisScript: "../../scripts/redis.sh", Dir: dir, Sizes: []int{20}, Pods: 1, Sessions: 2,
+		Idle: 2500 * time.Millisecond, Route: time.Second, Rate: 200, Workers: 4, PassSize: 20, RSSSessions: 200, RSSHold: 2500 * time.Millisecond,
+		SettleHorizon: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sz := res.Sizes[0]
+	if sz.BytesPerScope <= sz.ConfigBytesPerScope || sz.ConfigBytesPerScope <= 0 {
+		t.Errorf("bytes per scope: config %v, with pods and sessions %v", sz.ConfigBytesPerScope, sz.BytesPerScope)
+	}
+	for _, p := range []*Phase{sz.Idle, sz.Routing, res.Pass.Off, res.Pass.On, res.RSS.Hold} {
+		if p.CommandsPS <= 0 || p.RSS <= 0 || p.UsedMemory <= 0 || len(p.Commands) == 0 {
+			t.Errorf("%s: commands %v/s %v, RSS %d, used_memory %d", p.Name, p.CommandsPS, p.Commands, p.RSS, p.UsedMemory)
+		}
+	}
+	if r := sz.Routing.Route; r.Routes == 0 || r.Errors > 0 || r.P99Ms <= 0 || sz.Routing.ReplicaCPU <= 0 {
+		t.Errorf("routing: %+v, replica CPU %vs", r, sz.Routing.ReplicaCPU)
+	}
+	if sz.Routing.Scripts["session_route"] <= 0 {
+		t.Errorf("routing scripts = %v, want session_route", sz.Routing.Scripts)
+	}
+	if sz.Idle.Sweeps["due"].Runs == 0 {
+		t.Errorf("idle sweeps = %v, want due runs", sz.Idle.Sweeps)
+	}
+	if res.Pass.Off.Sweeps["due"].Runs != 0 || res.Pass.On.Sweeps["reconcile"].Runs == 0 {
+		t.Errorf("sweeps off %v; full passes %v", res.Pass.Off.Sweeps, res.Pass.On.Sweeps)
+	}
+	if st := res.RSS.Steps; len(st) < 3 || st[len(st)-1].Sessions != 200 || res.RSS.BytesPerSession <= 0 {
+		t.Errorf("RSS steps %v, bytes per session %v", st, res.RSS.BytesPerSession)
+	}
+	var md bytes.Buffer
+	res.WriteMarkdown(&md)
+	if !strings.Contains(md.String(), "| 20 | idle |") {
+		t.Errorf("markdown lacks the idle row:\n%s", md.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "results.json")); err != nil {
+		t.Error(err)
+	}
+
+	b, err := Baseline(ctx, BaselineConfig{Bin: bin, BaselineBin: baselineBin, RedisScript: "../../scripts/redis.sh", Dir: t.TempDir(),
+		Scopes: 2, Sessions: 4, Duration: time.Second, Workers: 2, Rounds: 1, SettleHorizon: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.ReplicaUs <= 0 || b.BaselineUs <= 0 || b.RedisUs <= 0 || b.Baseline[0].Route.Routes == 0 {
+		t.Errorf("baseline: %+v", b)
+	}
+}

@@ -1,0 +1,213 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/warmpool/warmpool"
+)
+
+// client calls one replica (or the baseline handler) over keep-alive connections.
+type client struct {
+	base string
+	hc   *http.Client
+}
+
+func newClient(base string, conns int) *client {
+	tr := &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns, DisableCompression: true}
+	return &client{base: base, hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+}
+
+// do sends one JSON call and fails on any answer but 200.
+func (c *client) do(ctx context.Context, method, path string, body any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	return nil
+}
+
+// Population is what a setup creates: Scopes scopes named Prefix + index, each with
+// Pods pods holding Sessions sessions named "s" + index between them.
+type Population struct {
+	Prefix   string
+	Scopes   int
+	Pods     int
+	Sessions int
+}
+
+func (p Population) scope(i int) string   { return fmt.Sprintf("%s%d", p.Prefix, i) }
+func (p Population) session(j int) string { return fmt.Sprintf("s%d", j) }
+
+// podConcurrency is the pod_concurrency that packs Sessions sessions on Pods pods.
+func (p Population) podConcurrency() int { return max(1, (p.Sessions+p.Pods-1)/p.Pods) }
+
+// config is the scopes' config: max_pods = Pods, nothing expires while measured, no
+// warm pool kept, no queue.
+func (p Population) config() warmpool.ScopeConfig {
+	c := warmpool.DefaultScopeConfig()
+	pc := p.podConcurrency()
+	c.Pool.PodConcurrency = pc
+	c.Pool.MaxConcurrency = pc * p.Pods
+	c.Pool.MinIdlePods = 0
+	c.Pool.PodTTLS = 86400
+	c.Pool.SessionTTLS = 86400
+	c.Pool.QueueSize = 0
+	c.Pool.WaitTimeoutS = 0
+	return c
+}
+
+// parallel runs fn(i) for i in [0, n) on workers goroutines; the first error stops it.
+func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := fn(ctx, i); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// putConfigs stores every scope's config through the API.
+func (c *client) putConfigs(ctx context.Context, p Population, workers int) error {
+	cfg := p.config()
+	return parallel(ctx, p.Scopes, workers, func(ctx context.Context, i int) error {
+		return c.do(ctx, http.MethodPut, "/v1/scopes/"+p.scope(i)+"/config", cfg)
+	})
+}
+
+// routeAll binds every session of every scope, one scope's sessions in order, so
+// that the first fit fills the pods one after the other.
+func (c *client) routeAll(ctx context.Context, p Population, workers int) error {
+	return parallel(ctx, p.Scopes, workers, func(ctx context.Context, i int) error {
+		for j := range p.Sessions {
+			if err := c.route(ctx, p.scope(i), p.session(j)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (c *client) route(ctx context.Context, scope, session string) error {
+	return c.do(ctx, http.MethodPost, "/v1/scopes/"+scope+"/sessions", map[string]string{"session_id": session})
+}
+
+// RouteStats is what a run of affinity routes measured.
+type RouteStats struct {
+	Routes int `json:"routes"`
+	Errors int `json:"errors"`
+	// FirstError is the first failure, when there was one.
+	FirstError string  `json:"first_error,omitempty"`
+	Seconds    float64 `json:"seconds"`
+	// P50Ms and P99Ms are latency quantiles of the routes answered 200.
+	P50Ms float64 `json:"p50_ms"`
+	P99Ms float64 `json:"p99_ms"`
+	MaxMs float64 `json:"max_ms"`
+}
+
+// routeLoad routes bound sessions of p, picked at random, for d: at rate calls per
+// second (0 = flat out) with workers concurrent calls. Each is an affinity route:
+// the session keeps its pod.
+func (c *client) routeLoad(ctx context.Context, p Population, d time.Duration, rate float64, workers int) RouteStats {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var ticks <-chan time.Time
+	if rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / rate))
+		defer t.Stop()
+		ticks = t.C
+	}
+	var mu sync.Mutex
+	var st RouteStats
+	var lat []time.Duration
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			var mine []time.Duration
+			errs, first := 0, ""
+			for {
+				if ticks != nil {
+					select {
+					case <-ctx.Done():
+					case <-ticks:
+					}
+				}
+				if ctx.Err() != nil {
+					break
+				}
+				scope, session := p.scope(rand.IntN(p.Scopes)), p.session(rand.IntN(max(p.Sessions, 1)))
+				t0 := time.Now()
+				err := c.route(ctx, scope, session)
+				switch {
+				case err == nil:
+					mine = append(mine, time.Since(t0))
+				case ctx.Err() == nil:
+					errs++
+					if first == "" {
+						first = err.Error()
+					}
+				}
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			st.Errors += errs
+			if st.FirstError == "" {
+				st.FirstError = first
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	st.Seconds = time.Since(start).Seconds()
+	st.Routes = len(lat)
+	slices.Sort(lat)
+	q := func(f float64) float64 {
+		if len(lat) == 0 {
+			return 0
+		}
+		return float64(lat[min(len(lat)-1, int(f*float64(len(lat))))]) / float64(time.Millisecond)
+	}
+	st.P50Ms, st.P99Ms = q(0.50), q(0.99)
+	if len(lat) > 0 {
+		st.MaxMs = float64(lat[len(lat)-1]) / float64(time.Millisecond)
+	}
+	return st
+}

@@ -1,0 +1,176 @@
+// Command wpbench runs the measurements of docs/performance.md that need more than
+// `warmpool loadtest`:
+//
+//	wpbench scale      the scale benchmark (make scale): S scopes × P pods × N sessions
+//	                   on a fresh redis-server and replica per size; an idle phase and a
+//	                   phase of steady routing; route latency with full passes against
+//	                   sweeps off; the replica's RSS from 0 to 100,000 sessions
+//	wpbench baseline   warmpool's CPU per warm route against the bare handler of
+//	                   scripts/routebaseline on the same Redis keys
+//	wpbench script F   print the source Redis runs for lua/F (lua.Sources)
+//
+// Flags default to the environment variables named in their help.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/warmpool/warmpool/internal/bench"
+	"github.com/warmpool/warmpool/lua"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wpbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("usage: wpbench scale|baseline|script FILE [flags]")
+	}
+	switch args[0] {
+	case "script":
+		if len(args) != 2 {
+			return fmt.Errorf("usage: wpbench script FILE (one of %s)", strings.Join(scriptNames(), ", "))
+		}
+		src, ok := lua.Sources[args[1]]
+		if !ok {
+			return fmt.Errorf("no script %q (one of %s)", args[1], strings.Join(scriptNames(), ", "))
+		}
+		_, err := io.WriteString(stdout, src)
+		return err
+	case "scale":
+		return scale(ctx, args[1:], getenv, stdout, stderr)
+	case "baseline":
+		return baseline(ctx, args[1:], getenv, stdout, stderr)
+	}
+	return fmt.Errorf("unknown command %q: want scale, baseline or script", args[0])
+}
+
+func scriptNames() []string {
+	var names []string
+	for n := range lua.Sources {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// common adds the flags both measurements take.
+func common(fs *flag.FlagSet, getenv func(string) string, bin, redisSh, out *string) {
+	fs.StringVar(bin, "bin", or(getenv("WARMPOOL_BIN"), "bin/warmpool"), "warmpool binary [WARMPOOL_BIN]")
+	fs.StringVar(redisSh, "redis-script", "scripts/redis.sh", "scripts/redis.sh, which starts the throwaway redis-server")
+	fs.StringVar(out, "out", getenv("SCALE_OUT"), "directory for the servers' files and the JSON results (default: a new temporary one) [SCALE_OUT]")
+}
+
+func or(v, d string) string {
+	if v == "" {
+		return d
+	}
+	return v
+}
+
+func outDir(dir string) (string, error) {
+	if dir != "" {
+		return dir, os.MkdirAll(dir, 0o755)
+	}
+	return os.MkdirTemp("", "wpbench.")
+}
+
+func scale(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("scale", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c bench.ScaleConfig
+	var sizes string
+	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
+	fs.StringVar(&sizes, "sizes", or(getenv("SCALE_SIZES"), "1000,10000,50000"), "scope counts S, comma-separated [SCALE_SIZES]")
+	fs.IntVar(&c.Pods, "pods", envInt(getenv, "SCALE_PODS", bench.DefaultPods), "pods per scope P [SCALE_PODS]")
+	fs.IntVar(&c.Sessions, "sessions", envInt(getenv, "SCALE_SESSIONS", bench.DefaultSessions), "sessions per scope N (at least P) [SCALE_SESSIONS]")
+	fs.DurationVar(&c.Idle, "idle", envDur(getenv, "SCALE_IDLE", bench.DefaultIdle), "length of the idle phase [SCALE_IDLE]")
+	fs.DurationVar(&c.Route, "route", envDur(getenv, "SCALE_ROUTE", bench.DefaultRoute), "length of the routing phase [SCALE_ROUTE]")
+	fs.Float64Var(&c.Rate, "rate", float64(envInt(getenv, "SCALE_RATE", bench.DefaultRate)), "affinity routes per second while routing [SCALE_RATE]")
+	fs.IntVar(&c.Workers, "workers", envInt(getenv, "SCALE_WORKERS", bench.DefaultWorkers), "concurrent calls of the setup and of the routing [SCALE_WORKERS]")
+	fs.IntVar(&c.PassSize, "pass-size", envInt(getenv, "SCALE_PASS", bench.DefaultPassSize), "S of the full-pass comparison; negative: skip it [SCALE_PASS]")
+	fs.IntVar(&c.RSSSessions, "rss-sessions", envInt(getenv, "SCALE_RSS", bench.DefaultRSSSessions), "sessions of the RSS run; negative: skip it [SCALE_RSS]")
+	fs.DurationVar(&c.RSSHold, "rss-hold", envDur(getenv, "SCALE_RSS_HOLD", bench.DefaultRSSHold), "how long the RSS run holds its sessions [SCALE_RSS_HOLD]")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for s := range strings.SplitSeq(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("--sizes %q: want positive integers, comma-separated", sizes)
+		}
+		c.Sizes = append(c.Sizes, n)
+	}
+	if c.Sessions < c.Pods {
+		return fmt.Errorf("--sessions %d: at least --pods (%d): the pods are deployed by the sessions' routes", c.Sessions, c.Pods)
+	}
+	var err error
+	if c.Dir, err = outDir(c.Dir); err != nil {
+		return err
+	}
+	c.Log = stderr
+	fmt.Fprintf(stderr, "wpbench scale: files in %s\n", c.Dir)
+	res, err := bench.Scale(ctx, c)
+	if res != nil {
+		res.WriteMarkdown(stdout)
+	}
+	return err
+}
+
+func baseline(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c bench.BaselineConfig
+	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
+	fs.StringVar(&c.BaselineBin, "baseline-bin", "bin/routebaseline", "the routebaseline binary (go build -o bin/routebaseline ./scripts/routebaseline)")
+	fs.IntVar(&c.Scopes, "scopes", bench.DefaultBaselineScopes, "scopes, one pod each")
+	fs.IntVar(&c.Sessions, "sessions", bench.DefaultBaselineSessions, "sessions per scope")
+	fs.DurationVar(&c.Duration, "duration", envDur(getenv, "DUR", bench.DefaultBaselineDuration), "length of each measured run [DUR]")
+	fs.IntVar(&c.Workers, "workers", bench.DefaultBaselineWorkers, "concurrent routes")
+	fs.Float64Var(&c.Rate, "rate", 0, "routes per second (0: flat out)")
+	fs.IntVar(&c.Rounds, "rounds", bench.DefaultBaselineRounds, "runs of each, alternating")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if c.Dir, err = outDir(c.Dir); err != nil {
+		return err
+	}
+	c.Log = stderr
+	res, err := bench.Baseline(ctx, c)
+	if res != nil && err == nil {
+		res.WriteText(stdout)
+	}
+	return err
+}
+
+func envInt(getenv func(string) string, name string, d int) int {
+	if n, err := strconv.Atoi(getenv(name)); err == nil {
+		return n
+	}
+	return d
+}
+
+func envDur(getenv func(string) string, name string, d time.Duration) time.Duration {
+	if v, err := time.ParseDuration(getenv(name)); err == nil {
+		return v
+	}
+	return d
+}

@@ -5,7 +5,7 @@ PKGS    := ./...
 # Tests that start the built binary find it here.
 export WARMPOOL_BIN := $(CURDIR)/$(BIN)
 
-.PHONY: all build run test unit soak bench lint e2e faults image image-test clean
+.PHONY: all build run test unit soak bench scale lint e2e faults image image-test clean
 
 all: lint test
 
@@ -39,6 +39,14 @@ soak:
 ## bench: benchmarks against a real redis-server
 bench:
 	scripts/with-redis.sh $(GO) test -run '^$$' -bench . -benchmem -count=1 ./rm/ ./sm/ ./server/
+
+## scale: the scale benchmark (docs/performance.md): for each size (SCALE_SIZES, default
+## 1000,10000,50000 scopes of one pod and one session) a throwaway redis-server and one
+## fake-driver replica, an idle window and a window of steady routing (SCALE_IDLE,
+## SCALE_ROUTE: 60s each), then route latency during full passes against sweeps off, and
+## the RSS from 0 to 100,000 sessions; the tables on stdout. Not part of make test.
+scale: build
+	scripts/perf.sh scale
 
 ## lint: formatting, vet, and no client-go in the tests of the packages that do not
 ## drive Kubernetes (only k8s/, cmd/warmpool and e2e/ may link k8s.io packages)

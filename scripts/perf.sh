@@ -2,22 +2,40 @@
 # perf.sh [OUTDIR] — the measurements of docs/performance.md, all on loopback, each run
 # bounded (seconds): a throwaway redis-server, one `warmpool serve` on it with the fake
 # driver (deploy delay $DELAY), then
-#   1. redis-benchmark running session_route.lua as the server loads it (lua/_lib.lua
-#      and lua/_guard.lua prepended) with EVALSHA, on a scope with warm pods, a new
-#      session per call;
+#   1. redis-benchmark running session_route.lua as the server loads it (the source of
+#      lua.Sources, printed by `wpbench script`) with EVALSHA, on a scope with warm pods,
+#      a new session per call;
 #   2. `warmpool loadtest` warm route mode (HTTP, one replica) flat out, redis-benchmark
 #      again, then HTTP at half the redis-benchmark rate and at half the HTTP rate;
 #   3. cold bursts of N = max_concurrency with deploy delay $DELAY;
 #   4. RSS of a replica holding $HOLD sessions (loadtest warm hold mode), on the
-#      redis-server and with the embedded Redis.
+#      redis-server and with the embedded Redis;
+#   5. the warm-route baseline (`perf.sh baseline` alone): warmpool's CPU per affinity
+#      route against the bare handler of scripts/routebaseline on the same Redis keys.
 # The benchmark's scopes are made under another key prefix by a replica stopped before
 # it runs, so no sweeper reads their (many) sessions during the other measurements.
 # Environment: WARMPOOL_BIN (default bin/warmpool), DUR (5s), DELAY (500ms),
 # HOLD (10000 sessions, held for HOLD_DUR, 20s; EMB_DUR, 40s, on the embedded Redis), CONC (16 concurrent clients of
 # redis-benchmark), BENCH_N (90000).
+#
+# perf.sh scale [OUTDIR] — the scale benchmark (make scale): `wpbench scale`, sizes and
+# lengths from SCALE_SIZES, SCALE_IDLE, SCALE_ROUTE, SCALE_RATE, SCALE_PASS, SCALE_RSS
+# (see `bin/wpbench scale -h`). perf.sh baseline [OUTDIR] — step 5 alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${WARMPOOL_BIN:-bin/warmpool}
+mode=all
+case ${1:-} in
+scale | baseline) mode=$1; shift ;;
+esac
+go build -o bin/wpbench ./scripts/wpbench
+go build -o bin/routebaseline ./scripts/routebaseline
+if [ "$mode" = scale ]; then
+  exec bin/wpbench scale -bin "$BIN" ${1:+-out "$1"}
+fi
+if [ "$mode" = baseline ]; then
+  exec bin/wpbench baseline -bin "$BIN" -baseline-bin bin/routebaseline ${1:+-out "$1"}
+fi
 DUR=${DUR:-5s}
 DELAY=${DELAY:-500ms}
 HOLD=${HOLD:-10000}
@@ -105,14 +123,14 @@ wait "$SPID" || true
 serve main --redis "redis://$addr/0" --driver fake --fake-deploy-delay "$DELAY"
 echo "replica: $URL (pid $SPID) on redis $addr, sweep interval 2s (default); $(rss "$SPID")"
 
-# The script as lua.go builds a guarded one: TrimSpace(_lib.lua) "\n\n"
-# TrimSpace(_guard.lua) "\n\n" TrimSpace(session_route.lua) "\n".
-script=$(printf '%s\n\n%s\n\n%s\n' "$(cat lua/_lib.lua)" "$(cat lua/_guard.lua)" "$(cat lua/session_route.lua)")
-sha=$(redis-cli -p "$port" SCRIPT LOAD "$script")
+# The script as the server loads it (lua.Sources): the helpers, the deadline guard and
+# the due notes assembled around session_route.lua.
+sha=$(redis-cli -p "$port" SCRIPT LOAD "$(bin/wpbench script session_route.lua)")
 now=$(($(date +%s%N) / 1000000))
 keys() {
   local k="bench:{$1}:"
-  echo "${k}epoch ${k}config ${k}pods ${k}podver ${k}podinfo ${k}slots ${k}idle ${k}sessions ${k}sexp ${k}claims ${k}claimpod ${k}waiters ${k}idem:route: ${k}queue ${k}qseq ${k}wake"
+  # session_route.lua's 16 KEYS, then the config and due keys lua.Store appends
+  echo "${k}epoch ${k}config ${k}pods ${k}podver ${k}podinfo ${k}slots ${k}idle ${k}sessions ${k}sexp ${k}claims ${k}claimpod ${k}waiters ${k}idem:route: ${k}queue ${k}qseq ${k}wake ${k}config ${k}due"
 }
 # bench SCOPE — one redis-benchmark run on SCOPE; prints "rps p50 p95 p99 max" (ms) and
 # the CPU seconds redis-server used.
@@ -121,15 +139,15 @@ bench() {
   c0=$(cpu "$rpid")
   # shellcheck disable=SC2046
   line=$(redis-benchmark -p "$port" -c "$CONC" -n "$BENCH_N" -r 1000000000 --csv \
-    EVALSHA "$sha" 16 $(keys "$1") "$now" "b:__rand_int__" "" 0 0 "" 0 "$now" PUBLISH 0 | tail -1)
+    EVALSHA "$sha" 18 $(keys "$1") "$now" "b:__rand_int__" "" 0 0 "" 0 "$now" PUBLISH 0 | tail -1)
   c1=$(cpu "$rpid")
   echo "$line" | tr -d '"' | awk -F, -v c="$(awk -v a="$c0" -v b="$c1" 'BEGIN {print b - a}')" \
     '{n = NF; print $(n-6), "req/s  p50", $(n-3), "p95", $(n-2), "p99", $(n-1), "max", $n, "ms  redis-server CPU", c, "s"}'
 }
 rpsof() { awk '{print $1}'; }
 # shellcheck disable=SC2046
-echo "one call: $(redis-cli -p "$port" EVALSHA "$sha" 16 $(keys perf-bench1) "$now" probe-1 "" 0 0 "" 0 "$now" PUBLISH 0 | head -2 | tr '\n' ' ')"
-echo "redis-benchmark -p $port -c $CONC -n $BENCH_N -r 1000000000 --csv EVALSHA $sha 16 $(keys SCOPE) $now b:__rand_int__ '' 0 0 '' 0 $now PUBLISH 0"
+echo "one call: $(redis-cli -p "$port" EVALSHA "$sha" 18 $(keys perf-bench1) "$now" probe-1 "" 0 0 "" 0 "$now" PUBLISH 0 | head -2 | tr '\n' ' ')"
+echo "redis-benchmark -p $port -c $CONC -n $BENCH_N -r 1000000000 --csv EVALSHA $sha 18 $(keys SCOPE) $now b:__rand_int__ '' 0 0 '' 0 $now PUBLISH 0"
 b1=$(bench perf-bench1)
 echo "run 1: $b1"
 rps1=$(echo "$b1" | rpsof)
@@ -185,5 +203,11 @@ serve embedded --dev --driver fake
 echo "replica: $URL (pid $SPID); before: $(rss "$SPID")"
 # the embedded Redis routes slower: give it time to reach $HOLD sessions
 watchrss "$SPID" lt "${hold[@]}" --duration "$EMB_DUR" --out "$out/hold-embedded" | grep -E 'requests in|route |touch |VmRSS|NOTE'
+kill "$SPID"
+wait "$SPID" || true
+
+# --- 5. the warm-route baseline -------------------------------------------------------------
+say "warm route: warmpool's CPU per route against the bare handler of scripts/routebaseline"
+bin/wpbench baseline -bin "$BIN" -baseline-bin bin/routebaseline -out "$out/baseline"
 echo
 echo "reports in $out"

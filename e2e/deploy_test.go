@@ -22,6 +22,7 @@ import (
 
 	"github.com/warmpool/warmpool/internal/manifests"
 	"github.com/warmpool/warmpool/internal/testpg"
+	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/sm"
 )
 
@@ -48,6 +49,7 @@ func TestDeploymentProcesses(t *testing.T) {
 	if redisAddr == "" {
 		t.Skip("REDIS_ADDR is not set: run under scripts/with-redis.sh (make test does)")
 	}
+	testredis.EnsureACLUser(t)
 	storeDSN := testpg.DSN(t)
 	bin := warmpoolBin(t)
 
@@ -84,7 +86,7 @@ func TestDeploymentProcesses(t *testing.T) {
 	}
 	token, adminToken := randomHex(t), randomHex(t)
 	secret := map[string]string{
-		"redis-url":   "redis://" + redisAddr + "/0",
+		"redis-url":   testredis.UserURL(redisAddr),
 		"store-dsn":   storeDSN,
 		"auth-token":  token,
 		"admin-token": adminToken,

@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -33,8 +31,7 @@ import (
 // invariants are checked on.
 
 const (
-	rigPrefix   = "wp:"
-	aclPassword = "faults-acl-pw"
+	rigPrefix = "wp:"
 	// Settings of every replica: short leases and graces, so that a case's leftovers
 	// expire within seconds.
 	rigLease       = 2 * time.Second
@@ -48,42 +45,6 @@ const (
 	// callTimeout bounds every HTTP call of the rig; no answer within it is a hang.
 	callTimeout = 20 * time.Second
 )
-
-// startRigRedis starts the rig's redis-server and creates the warmpool ACL user of the
-// README in it.
-func startRigRedis(t *testing.T, dir string, port int, extra ...string) *redisServer {
-	t.Helper()
-	r := startRedisServer(t, dir, port, extra...)
-	acl := strings.Fields(aclLine(t))
-	cmdArgs := make([]any, 0, len(acl))
-	for _, f := range acl {
-		cmdArgs = append(cmdArgs, strings.ReplaceAll(f, "PASSWORD", aclPassword))
-	}
-	if err := r.admin.Do(context.Background(), cmdArgs...).Err(); err != nil {
-		t.Fatalf("%s: %v", strings.Join(acl, " "), err)
-	}
-	return r
-}
-
-// url is the --redis URL of the replicas: the ACL user.
-func (r *redisServer) url() string {
-	return fmt.Sprintf("redis://warmpool:%s@127.0.0.1:%d/0", aclPassword, r.port)
-}
-
-// aclLine is the ACL SETUSER line of the README: the replicas run under exactly what
-// the operators are told to create.
-func aclLine(t *testing.T) string {
-	t.Helper()
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	line := regexp.MustCompile(`(?m)^ACL SETUSER warmpool .*$`).Find(readme)
-	if line == nil {
-		t.Fatal("README.md has no line starting `ACL SETUSER warmpool `")
-	}
-	return string(line)
-}
 
 // faultReplica is one `warmpool serve` process.
 type faultReplica struct {
@@ -140,7 +101,7 @@ func newRig(t *testing.T, extra ...string) *rig {
 	r := &rig{t: t, bin: warmpoolBin(t), dir: dir, podDir: filepath.Join(dir, "pods"),
 		store: filepath.Join(dir, "config.db"), extra: extra,
 		scopes: map[string]scopeState{}, ledger: map[string]held{}}
-	r.redis = startRigRedis(t, dir, freePort(t))
+	r.redis = startRedisServer(t, dir, freePort(t))
 	r.useRedis(r.redis)
 	pods, err := fakepod.NewShared(r.podDir)
 	if err != nil {

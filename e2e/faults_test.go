@@ -354,7 +354,7 @@ func caseRedisRestartedEmpty(t *testing.T, res *caseResult) {
 	p2 := r.routeRetry(2, "f", "f3", 10*time.Second).PodID
 	w := r.watch("f")
 	r.redis.kill()
-	r.redis = startRigRedis(t, r.dir, r.redis.port)
+	r.redis = startRedisServer(t, r.dir, r.redis.port)
 	r.useRedis(r.redis)
 	restarted := time.Now()
 	refused := map[string]int{}
@@ -407,7 +407,7 @@ func caseFailover(t *testing.T, res *caseResult) {
 	const ttl = 10 * time.Second
 	ctx := context.Background()
 	r := newRig(t)
-	replica := startRigRedis(t, r.dir, freePort(t), "--replicaof", "127.0.0.1", strconv.Itoa(r.redis.port))
+	replica := startRedisServer(t, r.dir, freePort(t), "--replicaof", "127.0.0.1", strconv.Itoa(r.redis.port))
 	r.scope("h", fmt.Sprintf(`"max_concurrency":8,"pod_concurrency":2,"session_ttl_s":%d`, int(ttl.Seconds())), 10)
 	p1 := r.routeRetry(0, "h", "h1", 10*time.Second).PodID
 	// The primary took a new replication id when the replica attached; reconcile

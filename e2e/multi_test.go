@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/internal/testpg"
+	"github.com/warmpool/warmpool/internal/testredis"
 )
 
 // The multi-replica e2e: a real redis-server, three `warmpool serve` processes with the
@@ -58,10 +59,11 @@ func newCluster(t *testing.T) *cluster {
 		t.Logf("config store: a shared SQLite file (%s is not set)", testpg.EnvDSN)
 	}
 	if addrs := os.Getenv("REDIS_CLUSTER_ADDRS"); addrs != "" {
-		c.redisURL = addrs
+		testredis.EnsureACLUser(t)
+		c.redisURL = testredis.ClusterUserURL()
 	} else {
 		c.redis = startRedisServer(t, c.dir, freePort(t))
-		c.redisURL = "redis://" + c.redis.addr() + "/0"
+		c.redisURL = c.redis.url()
 	}
 	for i := 1; i <= 3; i++ {
 		r := &replica{name: fmt.Sprintf("r%d", i), addr: freeAddr(t)}
@@ -78,7 +80,7 @@ func (c *cluster) start(t *testing.T, r *replica) {
 	r.proc = startServe(c.t, c.bin, "serve", "--listen", r.addr, "--redis", c.redisURL,
 		"--store", c.store, "--driver", "local",
 		"--local-state-dir", filepath.Join(c.dir, "pods"), "--instance-id", r.name,
-		"--prefix", "e2e:", "--sweep-interval", "500ms", "--deploy-lease", "3s")
+		"--prefix", "wp:e2e:", "--sweep-interval", "500ms", "--deploy-lease", "3s")
 	r.proc.waitReady(t, "http://"+r.addr, 30*time.Second)
 }
 

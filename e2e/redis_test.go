@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/warmpool/warmpool/internal/testredis"
 )
 
 // redisServer is one redis-server process on a fixed loopback port, without
@@ -29,7 +31,8 @@ type redisServer struct {
 }
 
 // startRedisServer starts redis-server on port with extra arguments, its log in dir,
-// and waits until it answers; it is killed when the test ends.
+// waits until it answers and creates the README's ACL user in it, as whom the
+// replicas connect (url); it is killed when the test ends.
 func startRedisServer(t *testing.T, dir string, port int, extra ...string) *redisServer {
 	t.Helper()
 	args := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
@@ -47,10 +50,16 @@ func startRedisServer(t *testing.T, dir string, port int, extra ...string) *redi
 	eventually(t, 10*time.Second, "redis-server answers", func() bool {
 		return r.admin.Ping(context.Background()).Err() == nil
 	})
+	if err := testredis.CreateACLUser(context.Background(), r.admin, testredis.ACLPassword); err != nil {
+		t.Fatal(err)
+	}
 	return r
 }
 
 func (r *redisServer) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
+
+// url is the --redis URL of the replicas: the README's ACL user.
+func (r *redisServer) url() string { return testredis.UserURL(r.addr()) }
 
 func (r *redisServer) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()

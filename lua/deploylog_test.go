@@ -31,7 +31,7 @@ func TestDeployLog(t *testing.T) {
 	if !got[0].At.Equal(start.Add(time.Duration(newest)*time.Second)) || got[0].Took != time.Duration(newest)*time.Millisecond || got[0].Result != "ok" {
 		t.Fatalf("newest entry: %+v", got[0])
 	}
-	if ttl := r.Client.PTTL(ctx, s.Keys().Scope("d").DeployLog).Val(); ttl <= 0 || ttl > DeployLogTTL {
+	if ttl := r.Admin.PTTL(ctx, s.Keys().Scope("d").DeployLog).Val(); ttl <= 0 || ttl > DeployLogTTL {
 		t.Fatalf("TTL %v, want up to %v", ttl, DeployLogTTL)
 	}
 }

@@ -65,7 +65,7 @@ func TestFailoverFailsTheKeyspaceClosed(t *testing.T) {
 	if _, err := e.store.Bootstrap(ctx, "epoch-2"); err != nil {
 		t.Fatal(err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), OnConnect: lua.FailoverCheck(e.r.Prefix, slog.New(slog.DiscardHandler))})
+	c := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), Username: testredis.ACLUser, Password: testredis.ACLPassword, OnConnect: lua.FailoverCheck(e.r.Prefix, slog.New(slog.DiscardHandler))})
 	defer c.Close()
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)

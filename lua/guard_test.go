@@ -48,7 +48,7 @@ func TestGuardRefusesCallsPastTheirDeadline(t *testing.T) {
 			t.Errorf("%s past its deadline answered %v, want [DEADLINE]", name, v)
 		}
 	}
-	n, err := r.Client.Keys(ctx, r.Prefix+"*").Result()
+	n, err := r.Admin.Keys(ctx, r.Prefix+"*").Result()
 	if err != nil || len(n) != 0 {
 		t.Fatalf("refused calls wrote %v (%v)", n, err)
 	}

@@ -56,7 +56,7 @@ func TestNothingDoneAfterAnError(t *testing.T) {
 	}
 	ctx := context.Background()
 	rs := testredis.StartServer(t)
-	e := mustEnv(t, withRedisURL(rs.URL(), "pause:"))
+	e := mustEnv(t, withRedisURL(rs.URL(), "wp:pause:"))
 	e.putScope("p", scopeCfg(4, 2, 4, 10)) // max_pods 2
 	first := e.route("p", "s1")            // one pod, one of its two slots free
 	e.route("p", "s0")                     // and every script the calls below run is loaded

@@ -1161,7 +1161,7 @@ func testServiceRedisLost(t *testing.T, cs kubernetes.Interface, ns string) {
 	// Every key of the deployment goes, as with a restart without persistence.
 	ctx := context.Background()
 	var keys []string
-	iter := s.redis.Client.Scan(ctx, 0, s.redis.Prefix+"*", 1000).Iterator()
+	iter := s.redis.Admin.Scan(ctx, 0, s.redis.Prefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {
 		keys = append(keys, iter.Val())
 	}
@@ -1169,7 +1169,7 @@ func testServiceRedisLost(t *testing.T, cs kubernetes.Interface, ns string) {
 		t.Fatalf("scan: %d keys, %v", len(keys), err)
 	}
 	for _, k := range keys {
-		if err := s.redis.Client.Del(ctx, k).Err(); err != nil {
+		if err := s.redis.Admin.Del(ctx, k).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

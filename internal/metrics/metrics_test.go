@@ -56,7 +56,7 @@ func TestDeletedScopeSeriesDropped(t *testing.T) {
 	}
 	// What a scope deletion leaves: the scope is no longer published.
 	k := store.Keys()
-	if err := r.Client.SRem(context.Background(), k.Scopes(), "gone").Err(); err != nil {
+	if err := r.Admin.SRem(context.Background(), k.Scopes(), "gone").Err(); err != nil {
 		t.Fatal(err)
 	}
 	count() // the scrape that finds the scope gone drops its series

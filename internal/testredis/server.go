@@ -47,6 +47,7 @@ func StartServer(tb testing.TB) *Server {
 		go func() { _ = s.cmd.Wait(); close(s.done) }()
 		if s.await() {
 			tb.Cleanup(s.kill)
+			s.createUser(tb)
 			return s
 		}
 		s.kill() // the port was taken meanwhile: try another
@@ -77,13 +78,26 @@ func (s *Server) await() bool {
 	return false
 }
 
+// createUser creates the README's ACL user, whom URL names.
+func (s *Server) createUser(tb testing.TB) {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: 1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := CreateACLUser(ctx, c, ACLPassword); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 func (s *Server) kill() {
 	_ = s.cmd.Process.Signal(syscall.SIGCONT)
 	_ = s.cmd.Process.Kill()
 	<-s.done
 }
 
-// Clients is the number of client connections the server has, this one's included.
+// Clients is the number of client connections the server has, this one's included
+// (made as the default user).
 func (s *Server) Clients(tb testing.TB) int {
 	tb.Helper()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: 1})
@@ -97,8 +111,8 @@ func (s *Server) Clients(tb testing.TB) int {
 	return strings.Count(list, "\n")
 }
 
-// URL is the server's redis:// URL.
-func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+// URL is the server's redis:// URL for warmpool's connection: the README's ACL user.
+func (s *Server) URL() string { return UserURL(s.Addr) }
 
 // Pause stops the server process (SIGSTOP): connections stay open and what clients
 // send waits in the kernel until Resume.

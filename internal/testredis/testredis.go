@@ -1,8 +1,9 @@
 // Package testredis gives tests a Redis: miniredis by default, a real redis-server when
 // REDIS_ADDR is set (make test sets it), a Redis Cluster when REDIS_CLUSTER_ADDRS is
-// set (host:port,host:port,…). Each call gets its own key prefix, so tests run
-// in parallel on one server, and every script call is checked to keep its keys in one
-// cluster slot.
+// set (host:port,host:port,…). Each call gets its own key prefix under wp:, so tests
+// run in parallel on one server, and every script call is checked to keep its keys in
+// one cluster slot. On a real Redis, warmpool's connection is the README's ACL user
+// (acl.go).
 package testredis
 
 import (
@@ -22,7 +23,13 @@ import (
 
 // Redis is a client with its own key prefix.
 type Redis struct {
+	// Client is warmpool's connection: on a real Redis it connects as the README's ACL
+	// user, so a command the README's line does not allow fails with NOPERM.
 	Client redis.UniversalClient
+	// Admin connects as the default user, for the set-up, inspection and cleanup that
+	// need commands the ACL user lacks (SCAN, TTL, FLUSHDB, DEBUG …). On miniredis both
+	// clients are the same.
+	Admin  redis.UniversalClient
 	Prefix string
 	// Mini is the miniredis server when no real one is configured.
 	Mini *miniredis.Miniredis
@@ -34,63 +41,127 @@ func Real() bool { return os.Getenv("REDIS_ADDR") != "" || Cluster() }
 // Cluster reports whether tests run against a Redis Cluster.
 func Cluster() bool { return os.Getenv("REDIS_CLUSTER_ADDRS") != "" }
 
-// New returns a Redis for one test; it is cleaned up with the test.
+// New returns a Redis for one test; it is cleaned up with the test. Its keys are under
+// wp:, the keys the README's ACL user may touch.
 func New(tb testing.TB) *Redis {
 	tb.Helper()
-	r := &Redis{Prefix: "t" + warmpool.NewID()[:12] + ":"}
+	r := &Redis{Prefix: "wp:t" + warmpool.NewID()[:12] + ":"}
 	if !Real() {
 		r.Mini = miniredis.RunT(tb)
+		r.Client = r.dial(false)
+		r.Admin = r.Client
+	} else {
+		r.Admin = r.dial(false)
+		if err := ensureACLUser(r.Admin); err != nil {
+			tb.Fatal(err)
+		}
+		r.Client = r.dial(true)
 	}
-	r.Client = r.dial()
 	r.Client.AddHook(SlotHook(tb))
 	tb.Cleanup(func() {
 		if r.Mini == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			r.ForEachServer(ctx, func(ctx context.Context, c *redis.Client) error {
-				iter := c.Scan(ctx, 0, r.Prefix+"*", 1000).Iterator()
-				for iter.Next(ctx) {
-					c.Del(ctx, iter.Val())
-				}
-				return nil
-			})
+			_ = r.DeleteAll(ctx)
+			_ = r.Admin.Close()
 		}
 		_ = r.Client.Close()
 	})
 	return r
 }
 
+// users records the servers where this process created the ACL user: once each.
+var users sync.Map
+
+// EnsureACLUser creates the README's ACL user on the configured real Redis (REDIS_ADDR,
+// or every master of REDIS_CLUSTER_ADDRS), for tests that hand its URL to processes.
+func EnsureACLUser(tb testing.TB) {
+	tb.Helper()
+	if !Real() {
+		tb.Fatal("EnsureACLUser needs a real Redis: set REDIS_ADDR or REDIS_CLUSTER_ADDRS")
+	}
+	admin := (&Redis{}).dial(false)
+	defer admin.Close()
+	if err := ensureACLUser(admin); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// ensureACLUser creates the README's ACL user on the test server (every master of a
+// cluster) through admin, once per process.
+func ensureACLUser(admin redis.UniversalClient) error {
+	key := os.Getenv("REDIS_ADDR") + "|" + os.Getenv("REDIS_CLUSTER_ADDRS")
+	once, _ := users.LoadOrStore(key, sync.OnceValue(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return forEachServer(ctx, admin, func(ctx context.Context, c *redis.Client) error {
+			return CreateACLUser(ctx, c, ACLPassword)
+		})
+	}))
+	return once.(func() error)()
+}
+
 // dial opens a client of the test's server, with the options a replica uses (one
-// retry, bounded dials).
-func (r *Redis) dial() redis.UniversalClient {
+// retry, bounded dials); asUser connects as the README's ACL user.
+func (r *Redis) dial(asUser bool) redis.UniversalClient {
+	var user, password string
+	if asUser {
+		user, password = ACLUser, ACLPassword
+	}
 	if addrs := os.Getenv("REDIS_CLUSTER_ADDRS"); addrs != "" {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ","), DialTimeout: 2 * time.Second, MaxRetries: 1})
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ","), Username: user, Password: password,
+			DialTimeout: 2 * time.Second, MaxRetries: 1})
 	}
 	addr := os.Getenv("REDIS_ADDR")
 	if r.Mini != nil {
 		addr = r.Mini.Addr()
 	}
-	return redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 2 * time.Second, MaxRetries: 1})
+	return redis.NewClient(&redis.Options{Addr: addr, Username: user, Password: password, DialTimeout: 2 * time.Second, MaxRetries: 1})
 }
 
-// NewClient opens another client of the same server, as another replica would; it is
-// closed with the test.
+// NewClient opens another client of the same server as warmpool's connection (the ACL
+// user on a real Redis), as another replica would; it is closed with the test.
 func (r *Redis) NewClient(tb testing.TB) redis.UniversalClient {
-	c := r.dial()
+	c := r.dial(r.Mini == nil)
 	c.AddHook(SlotHook(tb))
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
-// ForEachServer runs fn on the one server, or on every master of a cluster.
+// URL is a redis:// URL of the test's one server (not a cluster) for warmpool's own
+// connection: the ACL user on a real Redis.
+func (r *Redis) URL() string {
+	if r.Mini != nil {
+		return "redis://" + r.Mini.Addr() + "/0"
+	}
+	return UserURL(os.Getenv("REDIS_ADDR"))
+}
+
+// UserURL is the redis:// URL of the README's ACL user on the server at addr.
+func UserURL(addr string) string {
+	return "redis://" + ACLUser + ":" + ACLPassword + "@" + addr + "/0"
+}
+
+// ClusterUserURL is the --redis URL of the README's ACL user on the Redis Cluster of
+// REDIS_CLUSTER_ADDRS.
+func ClusterUserURL() string {
+	return "redis+cluster://" + ACLUser + ":" + ACLPassword + "@" + os.Getenv("REDIS_CLUSTER_ADDRS")
+}
+
+// ForEachServer runs fn on the one server, or on every master of a cluster, through
+// the admin connection.
 func (r *Redis) ForEachServer(ctx context.Context, fn func(ctx context.Context, c *redis.Client) error) error {
-	switch c := r.Client.(type) {
+	return forEachServer(ctx, r.Admin, fn)
+}
+
+func forEachServer(ctx context.Context, client redis.UniversalClient, fn func(ctx context.Context, c *redis.Client) error) error {
+	switch c := client.(type) {
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, fn)
 	case *redis.Client:
 		return fn(ctx, c)
 	}
-	return fmt.Errorf("unexpected client %T", r.Client)
+	return fmt.Errorf("unexpected client %T", client)
 }
 
 // DeleteAll deletes every key of this test's prefix, as a Redis that lost its data

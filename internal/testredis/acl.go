@@ -1,0 +1,82 @@
+package testredis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Tests on a real Redis run warmpool's code as the ACL user the README tells operators
+// to create, with exactly the README's `ACL SETUSER warmpool …` line: a command
+// warmpool sends that the line does not allow fails its test with NOPERM. Set-up,
+// inspection and cleanup that need more (SCAN, FLUSHDB, DEBUG, CLIENT PAUSE, CONFIG …)
+// use a connection as the default user.
+
+const (
+	// ACLUser is the user the README's ACL line creates.
+	ACLUser = "warmpool"
+	// ACLPassword is the password tests give that user in place of the line's PASSWORD.
+	ACLPassword = "warmpool-tests"
+)
+
+var aclLine = regexp.MustCompile(`(?m)^ACL SETUSER warmpool .*$`)
+
+// ACLLine returns the README's `ACL SETUSER warmpool …` line, read from README.md at
+// the root of the module the tests run in.
+func ACLLine() (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		return "", err
+	}
+	line := aclLine.Find(readme)
+	if line == nil {
+		return "", errors.New("README.md has no line starting `ACL SETUSER warmpool `")
+	}
+	return string(line), nil
+}
+
+// CreateACLUser runs the README's ACL line on c (a connection allowed to change ACLs),
+// with password in place of PASSWORD. Running it again leaves the same user.
+func CreateACLUser(ctx context.Context, c *redis.Client, password string) error {
+	line, err := ACLLine()
+	if err != nil {
+		return err
+	}
+	fields := strings.Fields(line)
+	args := make([]any, 0, len(fields))
+	for _, f := range fields {
+		args = append(args, strings.ReplaceAll(f, "PASSWORD", password))
+	}
+	if err := c.Do(ctx, args...).Err(); err != nil {
+		return fmt.Errorf("%s: %w", line, err)
+	}
+	return nil
+}
+
+// moduleRoot is the nearest directory, from the working directory up, with a go.mod.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}

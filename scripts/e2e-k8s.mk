@@ -12,7 +12,7 @@ K8S_CACHE ?= $(HOME)/.cache/warmpool-k8s
 E2E_K8S_FLAGS ?= -count=1 -timeout 10m
 
 .PHONY: e2e-k8s k8s-up k8s-down
-e2e-k8s:
+e2e-k8s: build
 	@trap 'bash scripts/k8s-down.sh "$(K8S_CACHE)"' EXIT INT TERM; \
 	out=$$(bash scripts/k8s-up.sh "$(K8S_CACHE)") || exit 1; \
 	kc=$$(printf '%s\n' "$$out" | tail -n 1); \

@@ -124,7 +124,7 @@ type service struct {
 	t      *testing.T
 	redis  *testredis.Redis
 	srv    *server.Server
-	ts     *httptest.Server
+	base   string // http://host:port of the replica
 	ns     string
 	driver *k8s.Kubernetes
 	client *http.Client
@@ -178,7 +178,7 @@ func mustService(t *testing.T, cs kubernetes.Interface, ns string, o serviceOpts
 	}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	return &service{t: t, redis: r, srv: srv, ts: ts, ns: ns, driver: d, client: &http.Client{Timeout: 60 * time.Second}}
+	return &service{t: t, redis: r, srv: srv, base: ts.URL, ns: ns, driver: d, client: &http.Client{Timeout: 60 * time.Second}}
 }
 
 // deleteManagedPods removes every managed pod of ns at once (grace 0), so a namespace
@@ -227,7 +227,7 @@ func (s *service) call(method, path, body string) reply {
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, s.ts.URL+path, rd)
+	req, err := http.NewRequest(method, s.base+path, rd)
 	if err != nil {
 		r.err = err
 		return r

@@ -139,6 +139,23 @@ func scrape(ctx context.Context, hc *http.Client, url string) (series, error) {
 	return parseSeries(resp.Body)
 }
 
+// fullScrape reads a whole /metrics page and returns its size.
+func fullScrape(ctx context.Context, url string) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Minute}).Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return io.Copy(io.Discard, resp.Body)
+}
+
 // parseSeries reads Prometheus text format (comments skipped, no timestamps).
 func parseSeries(r io.Reader) (series, error) {
 	s := series{}

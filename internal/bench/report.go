@@ -84,10 +84,11 @@ func (r *ScaleResults) WriteMarkdown(w io.Writer) {
 				p.RedisCPU, d.MeanMs, d.MaxMs, route, mb(p.RSS), p.LoadAvg)
 		}
 	}
-	fmt.Fprintln(w, "\n| S | configs stored | sessions bound | Redis bytes per scope: config / with pods and sessions | scopes due within a minute, 3 min after the setup |")
-	fmt.Fprintln(w, "|---|---|---|---|---|")
+	fmt.Fprintln(w, "\n| S | configs stored | sessions bound | Redis bytes per scope: config / with pods and sessions | scopes still due within a minute after 3 min | one /metrics scrape |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, s := range r.Sizes {
-		fmt.Fprintf(w, "| %d | %.1f s | %.1f s | %.0f / %.0f | %d |\n", s.Scopes, s.ConfigSeconds, s.RouteSeconds, s.ConfigBytesPerScope, s.BytesPerScope, s.Unsettled)
+		fmt.Fprintf(w, "| %d | %.1f s | %.1f s | %.0f / %.0f | %d | %.1f MB in %.1f s |\n", s.Scopes, s.ConfigSeconds, s.RouteSeconds,
+			s.ConfigBytesPerScope, s.BytesPerScope, s.Unsettled, mb(s.MetricsBytes), s.MetricsSeconds)
 	}
 	fmt.Fprintln(w, "\nWhere the commands and the sweep time go (per second; scripts as the replica counted its calls):")
 	fmt.Fprintln(w)

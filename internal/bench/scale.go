@@ -34,6 +34,7 @@ const (
 	settleTimeout      = 3 * time.Minute
 	// DefaultSettleHorizon outlasts the claims the setup's cold routes note.
 	DefaultSettleHorizon = time.Minute
+	DefaultScrapePause   = 5 * time.Second
 	// probeCommands is what one health probe of a live pod costs Redis, as INFO
 	// counts commands (those a script runs included): the EVALSHA of pod_health.lua,
 	// the deadline guard's TIME, its ZSCORE and HDEL.
@@ -68,6 +69,10 @@ type ScaleConfig struct {
 	// SettleHorizon: before a window opens, no scope may be due this soon (negative:
 	// none may be due now); DefaultSettleHorizon when zero.
 	SettleHorizon time.Duration
+	// ScrapePause is how long a window waits after the scrape of /metrics before it,
+	// for the replica to collect the scrape's garbage (negative: not at all);
+	// DefaultScrapePause when zero.
+	ScrapePause time.Duration
 	// Log gets progress lines.
 	Log io.Writer
 }
@@ -96,6 +101,9 @@ func (c *ScaleConfig) fill() {
 	posD(&c.RSSHold, DefaultRSSHold)
 	if c.SettleHorizon == 0 {
 		c.SettleHorizon = DefaultSettleHorizon
+	}
+	if c.ScrapePause == 0 {
+		c.ScrapePause = DefaultScrapePause
 	}
 	if c.Rate == 0 {
 		c.Rate = DefaultRate
@@ -130,9 +138,12 @@ type Size struct {
 	ConfigBytesPerScope float64 `json:"config_bytes_per_scope"`
 	BytesPerScope       float64 `json:"bytes_per_scope"`
 	// Unsettled counts scopes still due when the idle phase began (0 normally).
-	Unsettled int    `json:"unsettled"`
-	Idle      *Phase `json:"idle"`
-	Routing   *Phase `json:"routing"`
+	Unsettled int `json:"unsettled"`
+	// MetricsSeconds and MetricsBytes: one whole scrape of /metrics after the phases.
+	MetricsSeconds float64 `json:"metrics_scrape_seconds"`
+	MetricsBytes   int64   `json:"metrics_scrape_bytes"`
+	Idle           *Phase  `json:"idle"`
+	Routing        *Phase  `json:"routing"`
 }
 
 // Phase is what one measured window cost.
@@ -205,6 +216,11 @@ type env struct {
 	cl      *client
 	// bare: the process under measurement serves no /metrics (the baseline).
 	bare bool
+	// metrics is the last scrape of the replica's window metrics, taken at metricsAt.
+	metrics   series
+	metricsAt time.Time
+	// pause lets the replica collect the garbage of a scrape before a window opens.
+	pause time.Duration
 }
 
 func (c *ScaleConfig) start(ctx context.Context, name string, flags ...string) (*env, error) {
@@ -221,7 +237,7 @@ func (c *ScaleConfig) start(ctx context.Context, name string, flags ...string) (
 		r.stop()
 		return nil, err
 	}
-	return &env{redis: r, replica: p, hc: &http.Client{Timeout: 2 * time.Minute}, cl: newClient(p.URL, c.Workers+8)}, nil
+	return &env{redis: r, replica: p, hc: &http.Client{Timeout: 5 * time.Minute}, cl: newClient(p.URL, c.Workers+8), pause: max(c.ScrapePause, 0)}, nil
 }
 
 func (e *env) stop() {
@@ -229,43 +245,62 @@ func (e *env) stop() {
 	e.redis.stop()
 }
 
-// sample is the counters at one end of a window.
+// sample is Redis's and the process's counters at one end of a window.
 type sample struct {
-	at      time.Time
-	cpu     time.Duration
-	redis   redisStats
-	metrics series
+	at    time.Time
+	cpu   time.Duration
+	redis redisStats
 }
 
-// take reads every counter. The /metrics scrape reads every scope's pool from Redis,
-// so it runs outside the window: first at its start, last at its end.
-func (e *env) take(ctx context.Context, start bool) (sample, error) {
-	var s sample
-	var err error
-	scrapeIt := func() {
-		if err == nil && !e.bare {
-			s.metrics, err = scrape(ctx, e.hc, e.replica.URL+"/metrics")
+func (e *env) take(ctx context.Context) (sample, error) {
+	st, err := readRedis(ctx, e.redis.rdb)
+	if err != nil {
+		return sample{}, err
+	}
+	cpu, err := procCPU(e.replica.PID)
+	return sample{at: time.Now(), cpu: cpu, redis: st}, err
+}
+
+// scrapedMetrics are the only metric families a window reads: /metrics gathers every
+// scope's pool gauges and per-scope series, which at tens of thousands of scopes
+// takes seconds and hundreds of megabytes, so a scrape stays out of every window and
+// its text is cut down to these.
+var scrapedMetrics = []string{"warmpool_sweeper_runs_total", "warmpool_sweeper_lock_held_seconds", "warmpool_redis_script_duration_seconds"}
+
+// scrapeMetrics reads the metric families of a window into e.metrics.
+func (e *env) scrapeMetrics(ctx context.Context) error {
+	u := e.replica.URL + "/metrics?"
+	for i, n := range scrapedMetrics {
+		if i > 0 {
+			u += "&"
+		}
+		u += "name[]=" + n
+	}
+	m, err := scrape(ctx, e.hc, u)
+	e.metrics, e.metricsAt = m, time.Now()
+	return err
+}
+
+// measure runs work (nil: the window stays idle for d) between two samples. The
+// replica's counters come from the scrapes around the window (the last one of the
+// window before, if any), so their rates are over a little more than the window.
+func (e *env) measure(ctx context.Context, name string, d time.Duration, work func(ctx context.Context) RouteStats) (*Phase, error) {
+	var before series
+	var beforeAt time.Time
+	if !e.bare {
+		if e.metrics == nil {
+			if err := e.scrapeMetrics(ctx); err != nil {
+				return nil, err
+			}
+		}
+		before, beforeAt = e.metrics, e.metricsAt
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(e.pause):
 		}
 	}
-	if start {
-		scrapeIt()
-	}
-	if err == nil {
-		s.redis, err = readRedis(ctx, e.redis.rdb)
-	}
-	if err == nil {
-		s.cpu, err = procCPU(e.replica.PID)
-	}
-	s.at = time.Now()
-	if !start {
-		scrapeIt()
-	}
-	return s, err
-}
-
-// measure runs work (nil: the window stays idle for d) between two samples.
-func (e *env) measure(ctx context.Context, name string, d time.Duration, work func(ctx context.Context) RouteStats) (*Phase, error) {
-	a, err := e.take(ctx, true)
+	a, err := e.take(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +315,11 @@ func (e *env) measure(ctx context.Context, name string, d time.Duration, work fu
 		case <-time.After(d):
 		}
 	}
-	b, err := e.take(ctx, false)
+	b, err := e.take(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rss, err := procRSS(e.replica.PID)
 	if err != nil {
 		return nil, err
 	}
@@ -298,10 +337,17 @@ func (e *env) measure(ctx context.Context, name string, d time.Duration, work fu
 			ph.CommandsPS += v
 		}
 	}
-	m := b.metrics.delta(a.metrics)
+	ph.RSS = rss
+	if e.bare {
+		return ph, nil
+	}
+	if err := e.scrapeMetrics(ctx); err != nil {
+		return nil, err
+	}
+	m, mSeconds := e.metrics.delta(before), e.metricsAt.Sub(beforeAt).Seconds()
 	for script, n := range m.byLabel("warmpool_redis_script_duration_seconds_count", "script") {
 		if n > 0 {
-			ph.Scripts[script] = n / ph.Seconds
+			ph.Scripts[script] = n / mSeconds
 		}
 	}
 	ph.ProbesPS = ph.Scripts["pod_health"]
@@ -316,8 +362,7 @@ func (e *env) measure(ctx context.Context, name string, d time.Duration, work fu
 		}
 		ph.Sweeps[kind] = st
 	}
-	ph.RSS, err = procRSS(e.replica.PID)
-	return ph, err
+	return ph, nil
 }
 
 // settle waits until no scope is due within horizon, at most settleTimeout, and
@@ -447,6 +492,12 @@ func (c *ScaleConfig) size(ctx context.Context, n int) (*Size, error) {
 		return nil, err
 	}
 	c.logf("  %s", sz.Routing.oneLine())
+	t := time.Now()
+	if sz.MetricsBytes, err = fullScrape(ctx, e.replica.URL+"/metrics"); err != nil {
+		return nil, err
+	}
+	sz.MetricsSeconds = time.Since(t).Seconds()
+	c.logf("  a whole /metrics scrape: %.1f MB in %.1fs", mb(sz.MetricsBytes), sz.MetricsSeconds)
 	return sz, nil
 }
 

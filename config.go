@@ -56,6 +56,10 @@ type PoolConfig struct {
 	MaxParallelDeploys int `json:"max_parallel_deploys"`
 	// HoldTTLS is how long a pod handed out by acquire stays held without a touch.
 	HoldTTLS int `json:"hold_ttl_s"`
+	// ProbePeriodS is how often each pod's health endpoint is probed, like a
+	// Kubernetes readiness probe's period; each pod's probes keep their own offset
+	// within the period, so the probes of many pods spread over it.
+	ProbePeriodS int `json:"probe_period_s"`
 }
 
 // The defaults of every scope field, defined here and nowhere else.
@@ -77,6 +81,7 @@ const (
 	DefaultWaitTimeoutS       = 10
 	DefaultMaxParallelDeploys = 0
 	DefaultHoldTTLS           = 300
+	DefaultProbePeriodS       = 10
 )
 
 // Limits on scope fields.
@@ -87,6 +92,7 @@ const (
 	MaxQueueSize      = 100000
 	MaxWaitTimeoutS   = 600
 	MaxTTLS           = 30 * 24 * 3600
+	MaxProbePeriodS   = 3600
 	maxListLen        = 64
 	maxStringLen      = 1024
 )
@@ -114,6 +120,7 @@ var scopeDefaults = ScopeConfig{
 		WaitTimeoutS:       DefaultWaitTimeoutS,
 		MaxParallelDeploys: DefaultMaxParallelDeploys,
 		HoldTTLS:           DefaultHoldTTLS,
+		ProbePeriodS:       DefaultProbePeriodS,
 	},
 }
 
@@ -565,6 +572,9 @@ func (c ScopeConfig) check(faults *fieldErrors) {
 	}
 	if p.HoldTTLS < 1 || p.HoldTTLS > MaxTTLS {
 		bad("pool.hold_ttl_s", "must be between 1 and %d, got %d", MaxTTLS, p.HoldTTLS)
+	}
+	if p.ProbePeriodS < 1 || p.ProbePeriodS > MaxProbePeriodS {
+		bad("pool.probe_period_s", "must be between 1 and %d, got %d", MaxProbePeriodS, p.ProbePeriodS)
 	}
 }
 

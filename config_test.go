@@ -129,6 +129,10 @@ func TestValidate(t *testing.T) {
 		{"hold ttl 0", func(c *ScopeConfig) { c.Pool.HoldTTLS = 0 }, "pool.hold_ttl_s", false},
 		{"hold ttl over max", func(c *ScopeConfig) { c.Pool.HoldTTLS = MaxTTLS + 1 }, "pool.hold_ttl_s", false},
 		{"hold ttl 1", func(c *ScopeConfig) { c.Pool.HoldTTLS = 1 }, "", false},
+		{"probe period 0", func(c *ScopeConfig) { c.Pool.ProbePeriodS = 0 }, "pool.probe_period_s", false},
+		{"probe period 1", func(c *ScopeConfig) { c.Pool.ProbePeriodS = 1 }, "", false},
+		{"probe period max", func(c *ScopeConfig) { c.Pool.ProbePeriodS = MaxProbePeriodS }, "", false},
+		{"probe period over max", func(c *ScopeConfig) { c.Pool.ProbePeriodS = MaxProbePeriodS + 1 }, "pool.probe_period_s", false},
 		{"queue size negative", func(c *ScopeConfig) { c.Pool.QueueSize = -1 }, "pool.queue_size", false},
 		{"queue size over max", func(c *ScopeConfig) { c.Pool.QueueSize = MaxQueueSize + 1 }, "pool.queue_size", false},
 		{"queue size 0", func(c *ScopeConfig) { c.Pool.QueueSize = 0 }, "", false},
@@ -446,7 +450,8 @@ func TestDeployVer(t *testing.T) {
 
 	t.Run("pool only is class B", func(t *testing.T) {
 		got := mustDecode(t, `{"pool":{"max_concurrency":20,"pod_concurrency":4,"min_idle_pods":2,"pod_ttl_s":60,
-			"session_ttl_s":60,"queue_size":0,"wait_timeout_s":0,"max_parallel_deploys":1,"hold_ttl_s":30}}`)
+			"session_ttl_s":60,"queue_size":0,"wait_timeout_s":0,"max_parallel_deploys":1,"hold_ttl_s":30,
+			"probe_period_s":3}}`)
 		if v := got.Deploy.DeployVer(); v != base {
 			t.Errorf("pool change moved deploy_ver %s -> %s", base, v)
 		}
@@ -486,6 +491,9 @@ func TestLoadScopeConfig(t *testing.T) {
 		}
 		if got.Pool.HoldTTLS != DefaultHoldTTLS {
 			t.Errorf("hold_ttl_s of a document written before it existed = %d, want %d", got.Pool.HoldTTLS, DefaultHoldTTLS)
+		}
+		if got.Pool.ProbePeriodS != DefaultProbePeriodS {
+			t.Errorf("probe_period_s of a document written before it existed = %d, want %d", got.Pool.ProbePeriodS, DefaultProbePeriodS)
 		}
 	})
 	t.Run("newer document", func(t *testing.T) {

@@ -188,3 +188,15 @@ var ErrPoolFull = errors.New("scope is at max_pods")
 type NamespaceWatcher interface {
 	WatchNamespace(ctx context.Context, namespace string) error
 }
+
+// DeathNotifier is implemented by drivers that learn of a pod's death as it happens
+// (k8s.Kubernetes from its informers' events, localpod from a process's exit, fakepod
+// from Kill and Delete): the sweeper buries such a pod at once instead of finding it
+// at its next look at the driver's list.
+type DeathNotifier interface {
+	// OnDeath makes the driver call fn with each pod it learns is dead or gone (Dead
+	// set, Ready false), from now on for its whole life. A pod may be reported more
+	// than once, and pods the caller never registered are reported too. fn must not
+	// block.
+	OnDeath(fn func(Pod))
+}

@@ -168,9 +168,13 @@ type Kubernetes struct {
 	caches map[string]*nsCache // namespace -> pod informer
 	nodes  *nodeCache          // nil until the first namespace starts
 	timers map[*time.Timer]struct{}
+	deaths []func(warmpool.Pod) // OnDeath's functions; replaced, never changed in place
 }
 
-var _ warmpool.PodDriver = (*Kubernetes)(nil)
+var (
+	_ warmpool.PodDriver     = (*Kubernetes)(nil)
+	_ warmpool.DeathNotifier = (*Kubernetes)(nil)
+)
 
 // NewKubernetes returns a driver that talks to the API server through client. Informers
 // start lazily (on the first Deploy, List or WatchNamespace of a namespace); Close stops

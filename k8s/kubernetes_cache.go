@@ -106,13 +106,11 @@ func (k *Kubernetes) cacheFor(ns string) *nsCache {
 		c.lastErr.Store(&err)
 		k.log.Warn("pod informer: list/watch failed", logNamespace, ns, logErr, err)
 	})
-	if k.cfg.OnPod != nil {
-		_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { k.notify(obj, false) },
-			UpdateFunc: func(_, obj any) { k.notify(obj, false) },
-			DeleteFunc: func(obj any) { k.notify(obj, true) },
-		})
-	}
+	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { k.notify(obj, false) },
+		UpdateFunc: func(_, obj any) { k.notify(obj, false) },
+		DeleteFunc: func(obj any) { k.notify(obj, true) },
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	c.factory.StartWithContext(ctx)
@@ -141,30 +139,28 @@ func (k *Kubernetes) startNodes() *nodeCache {
 		}
 		k.log.Warn("node informer: list/watch failed", logErr, err)
 	})
-	if k.cfg.OnPod != nil {
-		// A node that goes away or changes state re-judges its pods at once.
-		_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			UpdateFunc: func(old, cur any) {
-				o, ok1 := old.(*corev1.Node)
-				n, ok2 := cur.(*corev1.Node)
-				if !ok1 || !ok2 || (nodeReadyStatus(o) == nodeReadyStatus(n) && n.DeletionTimestamp == nil) {
-					return
-				}
+	// A node that goes away or changes state re-judges its pods at once.
+	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*corev1.Node)
+			n, ok2 := cur.(*corev1.Node)
+			if !ok1 || !ok2 || (nodeReadyStatus(o) == nodeReadyStatus(n) && n.DeletionTimestamp == nil) {
+				return
+			}
+			k.notifyNode(n.Name)
+			if nodeReadyStatus(n) != corev1.ConditionTrue {
+				k.afterGrace(n.Name) // NotReady turns into node-lost once the grace is over
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if n, ok := obj.(*corev1.Node); ok {
 				k.notifyNode(n.Name)
-				if nodeReadyStatus(n) != corev1.ConditionTrue {
-					k.afterGrace(n.Name) // NotReady turns into node-lost once the grace is over
-				}
-			},
-			DeleteFunc: func(obj any) {
-				if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-					obj = t.Obj
-				}
-				if n, ok := obj.(*corev1.Node); ok {
-					k.notifyNode(n.Name)
-				}
-			},
-		})
-	}
+			}
+		},
+	})
 	c.factory.StartWithContext(ctx)
 	return c
 }
@@ -196,7 +192,8 @@ func (k *Kubernetes) afterGrace(node string) {
 	k.timers[t] = struct{}{}
 }
 
-// notifyNode hands every cached pod on node to Config.OnPod again.
+// notifyNode hands every cached pod on node to Config.OnPod and, if dead, to the
+// OnDeath functions again.
 func (k *Kubernetes) notifyNode(node string) {
 	k.mu.Lock()
 	caches := make([]*nsCache, 0, len(k.caches))
@@ -215,8 +212,15 @@ func (k *Kubernetes) notifyNode(node string) {
 	}
 }
 
-// notify hands one informer event to Config.OnPod.
+// notify hands one informer event to Config.OnPod, and a dead or deleted pod to the
+// OnDeath functions.
 func (k *Kubernetes) notify(obj any, deleted bool) {
+	k.mu.Lock()
+	deaths := k.deaths
+	k.mu.Unlock()
+	if k.cfg.OnPod == nil && len(deaths) == 0 {
+		return
+	}
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
@@ -229,7 +233,24 @@ func (k *Kubernetes) notify(obj any, deleted bool) {
 		wp.Ready = false
 		wp.Dead = DeathDeleted + ": pod is gone"
 	}
-	k.cfg.OnPod(wp)
+	if k.cfg.OnPod != nil {
+		k.cfg.OnPod(wp)
+	}
+	if wp.Dead != "" {
+		for _, fn := range deaths {
+			fn(wp)
+		}
+	}
+}
+
+// OnDeath makes the informers report each managed pod that dies or is deleted to fn
+// (Dead set, Ready false): a pod that fails, is evicted, or loses its node (after
+// NodeLostGrace, judged from the node informer), and a pod deleted by anyone. A dead
+// pod is reported again on each update and resync of it until it is deleted.
+func (k *Kubernetes) OnDeath(fn func(warmpool.Pod)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.deaths = append(k.deaths[:len(k.deaths):len(k.deaths)], fn)
 }
 
 // view is warmpool's view of a cached pod, with Ready and Dead filled.

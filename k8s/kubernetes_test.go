@@ -679,6 +679,8 @@ func TestKubernetesList(t *testing.T) {
 
 	events := make(chan warmpool.Pod, 100)
 	k := mustKube(t, cs, func(c *Config) { c.OnPod = func(p warmpool.Pod) { events <- p } })
+	deaths := make(chan warmpool.Pod, 100)
+	k.OnDeath(func(p warmpool.Pod) { deaths <- p })
 	pods, err := k.List(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -729,6 +731,15 @@ func TestKubernetesList(t *testing.T) {
 		t.Fatal(err)
 	}
 	for ev := range events {
+		if ev.ID == alive.Name && strings.HasPrefix(ev.Dead, DeathDeleted) {
+			break
+		}
+	}
+	// OnDeath hears of the dead pods and of the deletion, and of nothing alive.
+	for ev := range deaths {
+		if ev.Dead == "" || ev.Ready || ev.ScopeID == "pending" || ev.ScopeID == "late" {
+			t.Fatalf("OnDeath reported a live pod: %+v", ev)
+		}
 		if ev.ID == alive.Name && strings.HasPrefix(ev.Dead, DeathDeleted) {
 			break
 		}

@@ -237,17 +237,39 @@ func checkListOrder(t *testing.T, h *Harness) {
 }
 
 // checkDeadPod: a pod that dies behind the driver's back is listed Dead and not Ready,
-// its probe fails, and Delete still removes it.
+// its probe fails, and Delete still removes it. A driver that reports deaths
+// (warmpool.DeathNotifier) reports it dead and not Ready.
 func checkDeadPod(t *testing.T, h *Harness) {
 	if h.Kill == nil {
 		t.Fatal("the harness cannot kill a pod (Harness.Kill)")
 	}
 	ctx := testCtx(t)
+	var mu sync.Mutex
+	var reported []warmpool.Pod
+	dn, notifies := h.Driver.(warmpool.DeathNotifier)
+	if notifies {
+		dn.OnDeath(func(p warmpool.Pod) { mu.Lock(); reported = append(reported, p); mu.Unlock() })
+	}
 	pod, err := h.Driver.Deploy(ctx, h.request(t, "dt_dead", 1))
 	if err != nil {
 		t.Fatalf("Deploy: %v", err)
 	}
 	h.Kill(t, pod)
+	if notifies {
+		h.await(t, "OnDeath reports the killed pod", func() (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range reported {
+				if p.ID == pod.ID {
+					if p.Dead == "" || p.Ready || p.ScopeID != pod.ScopeID {
+						t.Fatalf("OnDeath reported %+v, want it dead, not Ready, of scope %s", p, pod.ScopeID)
+					}
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("reported %+v", reported)
+		})
+	}
 	h.await(t, "List reports the killed pod dead", func() (bool, string) {
 		pods := h.list(t, ctx, pod.ScopeID)
 		for _, p := range pods {

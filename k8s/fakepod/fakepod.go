@@ -55,9 +55,13 @@ type Driver struct {
 	changed chan struct{} // closed and replaced on every change, for waiters
 	done    chan struct{} // closed by Close
 	closed  bool
+	deaths  []func(warmpool.Pod)
 }
 
-var _ warmpool.PodDriver = (*Driver)(nil)
+var (
+	_ warmpool.PodDriver     = (*Driver)(nil)
+	_ warmpool.DeathNotifier = (*Driver)(nil)
+)
 
 // New returns an empty Driver whose pods exist only inside it: a second server
 // process with its own fake driver sees none of them (and its sweeper takes them for
@@ -177,6 +181,22 @@ func (f *Driver) Kill(podID, reason string) {
 	e.Dead, e.Ready = reason, false
 	mustNot(f.reg.put(e))
 	f.notifyLocked()
+	f.reportLocked(e.pod())
+}
+
+// OnDeath makes Kill and Delete (of this Driver, not of another process sharing its
+// directory) report the pod to fn, dead and not Ready.
+func (f *Driver) OnDeath(fn func(warmpool.Pod)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deaths = append(f.deaths, fn)
+}
+
+// reportLocked hands a dead pod to every OnDeath function; f.mu is held.
+func (f *Driver) reportLocked(p warmpool.Pod) {
+	for _, fn := range f.deaths {
+		fn(p)
+	}
 }
 
 // mustNot panics on an error of a test knob that has no error to return.
@@ -515,8 +535,17 @@ func (f *Driver) Delete(ctx context.Context, pod warmpool.Pod) error {
 	f.deleted = append(f.deleted, pod.ID)
 	delete(f.probes, pod.ID)
 	f.notifyLocked()
-	if err := f.reg.remove(pod.ID); err != nil {
+	e, ok, err := f.reg.get(pod.ID)
+	if err == nil {
+		err = f.reg.remove(pod.ID)
+	}
+	if err != nil {
 		return fmt.Errorf("fake driver: delete %s: %w", pod.ID, err)
+	}
+	if ok {
+		p := e.pod()
+		p.Ready, p.Dead = false, "deleted"
+		f.reportLocked(p)
 	}
 	return nil
 }

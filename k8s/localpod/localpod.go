@@ -87,9 +87,13 @@ type Driver struct {
 	closed  bool
 	deploys sync.WaitGroup // Deploy calls in flight
 	reapers sync.WaitGroup // one per started process
+	deaths  []func(warmpool.Pod)
 }
 
-var _ warmpool.PodDriver = (*Driver)(nil)
+var (
+	_ warmpool.PodDriver     = (*Driver)(nil)
+	_ warmpool.DeathNotifier = (*Driver)(nil)
+)
 
 // podProc is one pod process started by this Driver.
 type podProc struct {
@@ -332,8 +336,38 @@ func (l *Driver) start(name string, args []string, specEnv map[string]string) (*
 		defer l.reapers.Done()
 		p.err = cmd.Wait() // reaps the child: no zombies
 		close(p.exited)
+		l.reportExit(p)
 	}()
 	return p, nil
+}
+
+// OnDeath makes the driver report to fn each of its own pods whose process ends
+// (killed, crashed, or stopped by Delete), as it is reaped. Pods of other server
+// processes sharing StateDir are seen dead by List only.
+func (l *Driver) OnDeath(fn func(warmpool.Pod)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.deaths = append(l.deaths[:len(l.deaths):len(l.deaths)], fn)
+}
+
+// reportExit hands a pod whose process was reaped to the OnDeath functions, if it is
+// a pod of this driver (the process of a deploy in flight is not a pod yet).
+func (l *Driver) reportExit(p *podProc) {
+	l.mu.Lock()
+	owned, deaths := l.procs[p.name] == p, l.deaths
+	l.mu.Unlock()
+	if !owned || len(deaths) == 0 {
+		return
+	}
+	rec, err := l.readRecord(p.name)
+	if err != nil || rec.PID != p.pid {
+		return
+	}
+	pod := rec.Pod
+	pod.Ready, pod.Dead = false, p.exitReason()
+	for _, fn := range deaths {
+		fn(pod)
+	}
 }
 
 // forget drops p from the processes of this driver, once it is stopped.

@@ -60,6 +60,19 @@ func (k Keyspace) DueIndex(shard int) string {
 	return k.prefix + "due:{" + strconv.Itoa(shard) + "}"
 }
 
+// ProbeWindow is the end of the last probe window of a shard's watch (STRING, ms): the
+// next run probes the pods whose probe times fall after it. It shares the shard's hash
+// tag with DueIndex and Failing.
+func (k Keyspace) ProbeWindow(shard int) string {
+	return k.prefix + "probed:{" + strconv.Itoa(shard) + "}"
+}
+
+// Failing is the set of a shard's pods whose last probe failed ("<scope> <pod>"):
+// only their recoveries are written to Redis, so a healthy pod's probes write nothing.
+func (k Keyspace) Failing(shard int) string {
+	return k.prefix + "failing:{" + strconv.Itoa(shard) + "}"
+}
+
 // WakeChannel is the pub/sub channel that wakes the waiters of a scope.
 func (k Keyspace) WakeChannel(scope string) string { return k.Scope(scope).Wake }
 

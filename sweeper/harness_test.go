@@ -13,6 +13,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/replicatest"
+	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/sm"
@@ -44,6 +45,8 @@ type harness struct {
 type options struct {
 	sweep sweeper.Config
 	sm    sm.Config
+	// driver, when set, makes the replica's driver of the harness's fake one.
+	driver func(*fakepod.Driver) warmpool.PodDriver
 }
 
 func newHarness(t *testing.T, opts ...func(*options)) *harness {
@@ -63,7 +66,11 @@ func newHarness(t *testing.T, opts ...func(*options)) *harness {
 		defer h.mu.Unlock()
 		h.observed[event+"/"+outcome]++
 	}
-	r := h.Replica(replicatest.Config{Clock: h.Clock, SM: o.sm, Sweeper: o.sweep})
+	var driver warmpool.PodDriver
+	if o.driver != nil {
+		driver = o.driver(h.Fake)
+	}
+	r := h.Replica(replicatest.Config{Clock: h.Clock, SM: o.sm, Sweeper: o.sweep, Driver: driver})
 	h.client, h.rm, h.sm, h.sw = r.Client, r.RM, r.SM, r.Sweeper
 	return h
 }

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,9 +28,8 @@ const (
 	// many Intervals (5 minutes at the default Interval).
 	DefaultFullPassTicks = 150
 	// DefaultDueBatch bounds the scopes one tick of a shard looks at.
-	DefaultDueBatch  = 1000
-	probeConcurrency = 8
-	noteTTL          = 30 * time.Second
+	DefaultDueBatch = 1000
+	noteTTL         = 30 * time.Second
 )
 
 // Config tunes the jobs; zero fields take the defaults.
@@ -41,7 +39,8 @@ type Config struct {
 	// pods past pod_ttl_s or of an old deploy_ver, pools below min_idle_pods), and the
 	// default interval of watch.
 	Interval time.Duration
-	// Watch is the interval of the watch job (dead pods and health probes).
+	// Watch is the interval of the watch jobs (dead pods and health probes; each pod
+	// is probed once per its scope's pool.probe_period_s, at its own offset).
 	Watch time.Duration
 	// Reconcile is the interval of the full pass over every scope: reconcile with the
 	// driver and the config store, and every scope's due time computed again (the
@@ -107,6 +106,7 @@ type Sweeper struct {
 	log      *slog.Logger
 	// reconciles counts Repair calls, to run the recount every RepairEvery-th.
 	reconciles atomic.Uint64
+	watch      *watchState
 }
 
 // fill gives every field left out its default; a job's interval defaults to Interval.
@@ -130,8 +130,12 @@ func (c *Config) fill() {
 // session managers (as Pools and Sessions), the pod driver and the config store.
 func New(store *lua.Store, pools Pools, sessions Sessions, driver warmpool.PodDriver, configs warmpool.ConfigStore, cfg Config) *Sweeper {
 	cfg.fill()
-	return &Sweeper{store: store, pools: pools, sessions: sessions, driver: driver, configs: configs, cfg: cfg, clock: cfg.Clock,
-		log: cfg.Logger.With("component", "sweeper")}
+	s := &Sweeper{store: store, pools: pools, sessions: sessions, driver: driver, configs: configs, cfg: cfg, clock: cfg.Clock,
+		log: cfg.Logger.With("component", "sweeper"), watch: newWatchState()}
+	if n, ok := driver.(warmpool.DeathNotifier); ok {
+		n.OnDeath(s.watch.report)
+	}
+	return s
 }
 
 // ReconcileJob is the full pass: reconcile (which also rebuilds a keyspace that lost
@@ -146,17 +150,20 @@ func (s *Sweeper) ReconcileJob() Job {
 // the job lock of that name).
 func DueJobName(shard int) string { return "due:" + strconv.Itoa(shard) }
 
-// Jobs lists the jobs with their intervals, for a Runner: the full pass, watch, and
-// one due job per shard of the due index, each under its own lease, so that replicas
-// share the shards.
+// Jobs lists the jobs with their intervals, for a Runner: the full pass, and one due
+// job and one watch job per shard of the due index, each under its own lease, so that
+// replicas share the shards. A shard's watch job also runs as soon as the driver
+// reports a death in the shard.
 func (s *Sweeper) Jobs() []Job {
-	jobs := []Job{
-		s.ReconcileJob(),
-		{Name: "watch", Interval: s.cfg.Watch, Run: s.Watch},
-	}
+	jobs := []Job{s.ReconcileJob()}
 	for shard := range lua.DueShards {
 		jobs = append(jobs, Job{Name: DueJobName(shard), Interval: s.cfg.Interval, Run: func(ctx context.Context) error {
 			return s.SweepShard(ctx, shard)
+		}})
+	}
+	for shard := range lua.DueShards {
+		jobs = append(jobs, Job{Name: WatchJobName(shard), Interval: s.cfg.Watch, Wake: s.watch.wake[shard], Run: func(ctx context.Context) error {
+			return s.WatchShard(ctx, shard)
 		}})
 	}
 	return jobs
@@ -345,61 +352,6 @@ func (s *Sweeper) bury(ctx context.Context, scope string, pod warmpool.Pod, reas
 	s.log.Info("pod buried", "scope", scope, "pod", pod.ID, "reason", reason, "sessions_released", len(sessions))
 	s.fixed(ctx, outcome)
 	s.sessions.Wake(ctx, scope)
-}
-
-// Watch buries registered pods the driver reports dead or gone, and pods whose health
-// probe failed HealthFailThreshold times in a row.
-func (s *Sweeper) Watch(ctx context.Context) error {
-	listed, err := s.listPods(ctx)
-	if err != nil {
-		return fmt.Errorf("watch: list pods: %w", err)
-	}
-	byID := make(map[string]warmpool.Pod, len(listed))
-	for _, p := range listed {
-		byID[p.ID] = p
-	}
-	now := s.clock.Now()
-	sem := make(chan struct{}, probeConcurrency)
-	var wg sync.WaitGroup
-	err = s.forScopes(ctx, func(scope string) error {
-		snap, err := s.store.PoolSnapshot(ctx, scope)
-		if err != nil {
-			return err
-		}
-		for _, p := range snap.Pods {
-			d, ok := byID[p.Pod.ID]
-			switch {
-			case !ok && now.Sub(p.RegisteredAt) >= s.cfg.GhostGrace:
-				s.bury(ctx, scope, p.Pod, "gone from the driver", "dead")
-			case !ok:
-			case d.Dead != "":
-				s.bury(ctx, scope, p.Pod, d.Dead, "dead")
-			default:
-				wg.Add(1)
-				sem <- struct{}{}
-				go func() {
-					defer wg.Done()
-					defer func() { <-sem }()
-					s.probe(ctx, scope, p.Pod)
-				}()
-			}
-		}
-		return nil
-	})
-	wg.Wait()
-	return err
-}
-
-func (s *Sweeper) probe(ctx context.Context, scope string, pod warmpool.Pod) {
-	perr := s.driver.Probe(ctx, pod)
-	if ctx.Err() != nil {
-		return
-	}
-	n, err := s.store.PodHealth(ctx, scope, pod.ID, perr == nil)
-	if err != nil || n < s.cfg.HealthFailThreshold {
-		return
-	}
-	s.bury(ctx, scope, pod, fmt.Sprintf("health probe failed %d times in a row: %v", n, perr), "unhealthy")
 }
 
 // listPods lists the driver's pods, first naming every stored scope's namespace to a

@@ -23,7 +23,9 @@ const DefaultLockLease = 15 * time.Second
 type Job struct {
 	Name     string
 	Interval time.Duration
-	Run      func(ctx context.Context) error
+	// Wake, when set, runs the job between its ticks: a receive on it is a run.
+	Wake <-chan struct{}
+	Run  func(ctx context.Context) error
 }
 
 // Runner runs jobs on their tickers, each only while holding its lock.
@@ -73,6 +75,7 @@ func (r *Runner) Run(ctx context.Context) {
 				case <-ctx.Done():
 					return
 				case <-t.C:
+				case <-j.Wake:
 				}
 				r.RunOnce(ctx, j)
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/replicatest"
+	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sweeper"
@@ -450,8 +451,9 @@ func TestWatchBuriesUnhealthyAfterThreshold(t *testing.T) {
 			h.addPod("a", "p1", 101)
 			h.addPod("a", "p2", 102)
 			h.route("a", "s1") // on p1
-			watch := func() {
+			watch := func() { // one probe period on: each pod is probed once
 				t.Helper()
+				h.Clock.Advance(warmpool.DefaultProbePeriodS * time.Second)
 				if err := h.sw.Watch(ctx); err != nil {
 					t.Fatal(err)
 				}
@@ -499,34 +501,43 @@ func TestWatchBuriesUnhealthyAfterThreshold(t *testing.T) {
 	}
 }
 
-// A registered pod missing from the driver's list is purged only after GhostGrace
-// (the list may lag behind a pod that just registered).
-func TestWatchPurgesMissingPodAfterGhostGrace(t *testing.T) {
-	h := newHarness(t)
+// A registered pod that leaves the driver's list is buried at the next watch, also
+// with a driver that reports no deaths; one the driver never listed is left to the full
+// pass (TestReconcilePurgesGhosts): watch reads no scope's pool.
+func TestWatchBuriesPodGoneFromTheList(t *testing.T) {
+	h := newHarness(t, func(o *options) {
+		o.driver = func(f *fakepod.Driver) warmpool.PodDriver { return silentDriver{f} }
+	})
 	h.Scope("a", 4, 2)
 	ctx := t.Context()
+	h.addPod("a", "p1", 1)
 	h.addGhost("a", "ghost", 7)
-	h.route("a", "s1") // on the ghost
-	for _, step := range []time.Duration{0, sweeper.DefaultGhostGrace - time.Millisecond} {
-		h.Clock.Advance(step)
-		if err := h.sw.Watch(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := podState(h.Snap("a"), "ghost"); !ok {
-			t.Fatalf("ghost purged %s after it registered, grace %s", step, sweeper.DefaultGhostGrace)
-		}
-	}
-	h.Clock.Advance(time.Millisecond)
+	h.route("a", "s1") // on p1
 	if err := h.sw.Watch(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := podState(h.Check("a", true), "ghost"); ok {
-		t.Fatal("ghost not purged after the grace")
+	h.Clock.Advance(time.Hour)
+	if err := h.Fake.Delete(ctx, h.driverPod("p1")); err != nil { // behind the sweeper's back
+		t.Fatal(err)
+	}
+	if err := h.sw.Watch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := h.Check("a", true)
+	if _, ok := podState(s, "p1"); ok || h.observedCount("dead") != 1 {
+		t.Fatalf("p1 left the list and is still registered (observed %v)", h.observedAll())
 	}
 	if touched, _ := h.sm.Touch(ctx, "a", "s1"); touched {
-		t.Fatal("the ghost's session is still live")
+		t.Fatal("the session of the pod that left is still live")
+	}
+	if _, ok := podState(s, "ghost"); !ok {
+		t.Fatal("watch purged a pod the driver never listed: it read the pool")
 	}
 }
+
+// silentDriver is the harness's fake driver without its death reports: the sweeper
+// learns of deaths from its list alone.
+type silentDriver struct{ warmpool.PodDriver }
 
 // ---- reconcile ----
 

@@ -1,0 +1,89 @@
+package lua
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// PodRef names one pod of one scope.
+type PodRef struct {
+	Scope string
+	Pod   string
+}
+
+func (r PodRef) member() string { return r.Scope + " " + r.Pod }
+
+// ProbeWindow moves the end of shard's probe window to now and returns the previous
+// end (zero when there was none: the shard's first run, or Redis lost it), and the pods
+// of the shard whose last probe failed. The shard's watch runs under its lease, so one
+// caller at a time moves the window. Errors: STORE_UNAVAILABLE.
+func (s *Store) ProbeWindow(ctx context.Context, shard int, now time.Time) (time.Time, []PodRef, error) {
+	pipe := s.rdb.Pipeline()
+	prev := pipe.SetArgs(ctx, s.keys.ProbeWindow(shard), ms(now), redis.SetArgs{Get: true})
+	members := pipe.SMembers(ctx, s.keys.Failing(shard))
+	_, _ = pipe.Exec(ctx) // each command's own error is read below
+	if err := prev.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return time.Time{}, nil, s.redisErr(ctx, err)
+	}
+	if err := members.Err(); err != nil {
+		return time.Time{}, nil, s.redisErr(ctx, err)
+	}
+	var since time.Time
+	if v, err := prev.Result(); err == nil {
+		if t, perr := strconv.ParseInt(v, 10, 64); perr == nil {
+			since = time.UnixMilli(t)
+		}
+	}
+	refs := make([]PodRef, 0, len(members.Val()))
+	for _, m := range members.Val() {
+		if scope, pod, ok := strings.Cut(m, " "); ok {
+			refs = append(refs, PodRef{Scope: scope, Pod: pod})
+		}
+	}
+	return since, refs, nil
+}
+
+// MarkFailing adds a pod to its shard's set of pods whose last probe failed, before
+// the failure is counted (pod_health.lua), so that a count is never left without an
+// entry that makes its recovery reset it. Errors: STORE_UNAVAILABLE.
+func (s *Store) MarkFailing(ctx context.Context, ref PodRef) error {
+	if err := s.rdb.SAdd(ctx, s.keys.Failing(DueShard(ref.Scope)), ref.member()).Err(); err != nil {
+		return s.redisErr(ctx, err)
+	}
+	return nil
+}
+
+// ClearFailing takes pods of one shard out of its set of failing pods: they recovered
+// (their count was reset) or are gone. Errors: STORE_UNAVAILABLE.
+func (s *Store) ClearFailing(ctx context.Context, shard int, refs []PodRef) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	members := make([]any, len(refs))
+	for i, r := range refs {
+		members[i] = r.member()
+	}
+	if err := s.rdb.SRem(ctx, s.keys.Failing(shard), members...).Err(); err != nil {
+		return s.redisErr(ctx, err)
+	}
+	return nil
+}
+
+// PodKnown reports whether the pod is registered in its scope's pool (a read only):
+// the sweeper buries a pod the driver reports dead only when Redis knows it.
+// Errors: STORE_UNAVAILABLE.
+func (s *Store) PodKnown(ctx context.Context, scope, pod string) (bool, error) {
+	err := s.rdb.ZScore(ctx, s.keys.Scope(scope).Pods, pod).Err()
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, redis.Nil):
+		return false, nil
+	}
+	return false, s.redisErr(ctx, err)
+}

@@ -1,0 +1,319 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/lua"
+)
+
+const (
+	probeConcurrency = 8
+	// listShare: the watch jobs of the shards, which tick together, share one list of
+	// the driver's pods when it is at most this old (and no death came in since).
+	listShare = 250 * time.Millisecond
+	// periodsRefresh is how often the watch reads the scopes' probe periods (and
+	// namespaces) from the config store again.
+	periodsRefresh = 30 * time.Second
+)
+
+// WatchJobName is the name of the watch job of a shard of the due index (its lease is
+// the job lock of that name).
+func WatchJobName(shard int) string { return "watch:" + fmt.Sprint(shard) }
+
+// watchState is what a replica keeps between its runs of the watch jobs. Nothing in it
+// needs to survive the replica or to agree across replicas: the probe window and the
+// failing pods are in Redis, and what a replica has not seen the full pass finds.
+type watchState struct {
+	// listMu is held while the driver is listed (which may wait for a cache), so the
+	// shards' jobs share one list; mu guards the fields and is never held long.
+	listMu sync.Mutex
+	mu     sync.Mutex
+	// reported are the deaths the driver reported, per shard, by pod id, not yet
+	// handled by a run of that shard here.
+	reported [lua.DueShards]map[string]warmpool.Pod
+	// seen are the pods of each shard at this replica's last run of it (nil before the
+	// first), with Dead as then.
+	seen [lua.DueShards]map[string]warmpool.Pod
+	wake [lua.DueShards]chan struct{}
+
+	list   []warmpool.Pod
+	listAt time.Time // zero: the list is stale
+	// deathsSeen counts the reports: a list begun before one is not shared.
+	deathsSeen uint64
+
+	periods   map[string]time.Duration // scope -> probe period, from the config store
+	periodsAt time.Time
+}
+
+func newWatchState() *watchState {
+	w := &watchState{}
+	for i := range w.wake {
+		w.wake[i] = make(chan struct{}, 1)
+		w.reported[i] = map[string]warmpool.Pod{}
+	}
+	return w
+}
+
+// report takes a death from the driver (warmpool.DeathNotifier): the pod's shard's
+// watch job runs at once, on a fresh list.
+func (w *watchState) report(p warmpool.Pod) {
+	shard := lua.DueShard(p.ScopeID)
+	w.mu.Lock()
+	w.reported[shard][p.ID] = p
+	w.listAt = time.Time{}
+	w.deathsSeen++
+	w.mu.Unlock()
+	select {
+	case w.wake[shard] <- struct{}{}:
+	default:
+	}
+}
+
+// deaths returns the pods of a shard to bury if Redis knows them: those the driver
+// reported, those listed dead that were not at the last run, and those listed then
+// and gone now. It remembers cur for the next run.
+func (w *watchState) deaths(shard int, cur map[string]warmpool.Pod) []warmpool.Pod {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	found := w.reported[shard]
+	w.reported[shard] = map[string]warmpool.Pod{}
+	prev := w.seen[shard]
+	for id, p := range cur {
+		if was, ok := prev[id]; p.Dead != "" && (!ok || was.Dead == "") {
+			found[id] = p
+		}
+	}
+	for id, p := range prev {
+		if _, ok := cur[id]; !ok && p.Dead == "" {
+			p.Ready, p.Dead = false, "gone from the driver"
+			found[id] = p
+		}
+	}
+	w.seen[shard] = cur
+	out := make([]warmpool.Pod, 0, len(found))
+	for _, p := range found {
+		out = append(out, p)
+	}
+	return out
+}
+
+// retry puts back deaths that could not be handled, for the next run of their shard.
+func (w *watchState) retry(shard int, pods []warmpool.Pod) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range pods {
+		w.reported[shard][p.ID] = p
+	}
+}
+
+// Watch runs the watch of every shard once, on a fresh list of the driver's pods (the
+// jobs run it shard by shard, WatchShard).
+func (s *Sweeper) Watch(ctx context.Context) error {
+	listed, periods, err := s.watchList(ctx, true)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for shard := range lua.DueShards {
+		errs = append(errs, s.watchShard(ctx, shard, listed, periods))
+	}
+	return errors.Join(errs...)
+}
+
+// WatchShard is the watch of one shard of the due index: it buries the registered pods
+// of the shard's scopes that the driver reported dead, lists dead, or no longer lists,
+// and probes each live pod once per its scope's probe period, burying a pod whose
+// probe failed HealthFailThreshold times in a row. It reads no scope's pool: the
+// driver's list says which pods there are, and a pod Redis has that the driver never
+// listed is the full pass's (Reconcile) to purge.
+func (s *Sweeper) WatchShard(ctx context.Context, shard int) error {
+	listed, periods, err := s.watchList(ctx, false)
+	if err != nil {
+		return err
+	}
+	return s.watchShard(ctx, shard, listed, periods)
+}
+
+// watchList returns the driver's pods (the list the shards' jobs of one tick share,
+// unless fresh) and the scopes' probe periods.
+func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([]warmpool.Pod, map[string]time.Duration, error) {
+	w := s.watch
+	w.listMu.Lock()
+	defer w.listMu.Unlock()
+	now := s.clock.Now()
+	w.mu.Lock()
+	list, listAt, gen := w.list, w.listAt, w.deathsSeen
+	periods, stale := w.periods, w.periods == nil || now.Sub(w.periodsAt) >= periodsRefresh || now.Before(w.periodsAt)
+	w.mu.Unlock()
+	if stale {
+		var err error
+		if periods, err = s.readPeriods(ctx); err != nil {
+			return nil, nil, fmt.Errorf("watch: config store: %w", err)
+		}
+		w.mu.Lock()
+		w.periods, w.periodsAt = periods, now
+		w.mu.Unlock()
+	}
+	if fresh || listAt.IsZero() || time.Since(listAt) > listShare {
+		start := time.Now()
+		var err error
+		if list, err = s.driver.List(ctx); err != nil {
+			return nil, nil, fmt.Errorf("watch: list pods: %w", err)
+		}
+		w.mu.Lock()
+		if w.deathsSeen == gen {
+			w.list, w.listAt = list, start
+		}
+		w.mu.Unlock()
+	}
+	return list, periods, nil
+}
+
+// readPeriods reads every scope's probe period from the config store, and names every
+// scope's namespace to a driver that lists only the namespaces it knows of (after a
+// restart its list would otherwise miss live pods).
+func (s *Sweeper) readPeriods(ctx context.Context) (map[string]time.Duration, error) {
+	all, err := s.configs.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nw, names := s.driver.(warmpool.NamespaceWatcher)
+	periods := make(map[string]time.Duration, len(all))
+	seen := map[string]bool{}
+	for _, c := range all {
+		periods[c.ScopeID] = time.Duration(c.Config.Pool.ProbePeriodS) * time.Second
+		if ns := c.Config.Deploy.Namespace; names && !seen[ns] {
+			seen[ns] = true
+			if err := nw.WatchNamespace(ctx, ns); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return periods, nil
+}
+
+func (s *Sweeper) watchShard(ctx context.Context, shard int, listed []warmpool.Pod, periods map[string]time.Duration) error {
+	cur := map[string]warmpool.Pod{}
+	for _, p := range listed {
+		if lua.DueShard(p.ScopeID) == shard {
+			cur[p.ID] = p
+		}
+	}
+	var failed []warmpool.Pod
+	var errs []error
+	for _, p := range s.watch.deaths(shard, cur) {
+		if err := s.buryDead(ctx, p); err != nil {
+			failed = append(failed, p)
+			errs = append(errs, err)
+		}
+	}
+	s.watch.retry(shard, failed)
+	return errors.Join(append(errs, s.probeShard(ctx, shard, cur, periods))...)
+}
+
+// buryDead buries a pod the driver reports dead or gone, if Redis knows it: other pods
+// (a deploy that failed, an orphan) are the deploy's or the full pass's.
+func (s *Sweeper) buryDead(ctx context.Context, p warmpool.Pod) error {
+	known, err := s.store.PodKnown(ctx, p.ScopeID, p.ID)
+	if err != nil || !known {
+		return err
+	}
+	s.bury(ctx, p.ScopeID, p, p.Dead, "dead")
+	return nil
+}
+
+// probeShard probes the live pods of a shard whose probe time falls in the window
+// from the end of the shard's last window to now. A pod's probe times are its own
+// offset within its probe period (a hash of its id) plus whole periods, so each pod is
+// probed once per period and the probes of many pods spread evenly over it. Only a
+// failure, and the first pass after failures, is written to Redis.
+func (s *Sweeper) probeShard(ctx context.Context, shard int, cur map[string]warmpool.Pod, periods map[string]time.Duration) error {
+	now := s.clock.Now()
+	since, failing, err := s.store.ProbeWindow(ctx, shard, now)
+	if err != nil {
+		return err
+	}
+	if since.IsZero() || since.After(now) {
+		since = now.Add(-s.cfg.Watch) // a shard's first window: one tick
+	}
+	wasFailing := make(map[string]bool, len(failing))
+	var gone []lua.PodRef
+	for _, r := range failing {
+		if p, ok := cur[r.Pod]; ok && p.Dead == "" {
+			wasFailing[r.Pod] = true
+		} else {
+			gone = append(gone, r)
+		}
+	}
+	var mu sync.Mutex
+	var recovered []lua.PodRef
+	sem := make(chan struct{}, probeConcurrency)
+	var wg sync.WaitGroup
+	for _, p := range cur {
+		period, ok := periods[p.ScopeID]
+		if !ok {
+			period = warmpool.DefaultProbePeriodS * time.Second
+		}
+		if p.Dead != "" || !probeDue(p.ID, period, since, now) {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if s.probe(ctx, p, wasFailing[p.ID]) {
+				mu.Lock()
+				recovered = append(recovered, lua.PodRef{Scope: p.ScopeID, Pod: p.ID})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return s.store.ClearFailing(ctx, shard, append(gone, recovered...))
+}
+
+// probeDue reports whether a pod probed every period at its own offset has a probe
+// time in (from, to].
+func probeDue(pod string, period time.Duration, from, to time.Time) bool {
+	p := max(period.Milliseconds(), 1)
+	f, t := from.UnixMilli(), to.UnixMilli()
+	if t-f >= p {
+		return true
+	}
+	h := fnv.New64a()
+	h.Write([]byte(pod))
+	offset := int64(h.Sum64() % uint64(p))
+	next := f - ((f-offset)%p+p)%p + p // the first probe time after f
+	return next <= t
+}
+
+// probe probes one pod. A failure is counted in Redis (pod_health.lua) and buries the
+// pod at HealthFailThreshold in a row; a pass writes only when the pod was failing,
+// and reports whether it reset the count.
+func (s *Sweeper) probe(ctx context.Context, pod warmpool.Pod, failing bool) (recovered bool) {
+	perr := s.driver.Probe(ctx, pod)
+	if ctx.Err() != nil || (perr == nil && !failing) {
+		return false
+	}
+	if perr == nil {
+		_, err := s.store.PodHealth(ctx, pod.ScopeID, pod.ID, true)
+		return err == nil
+	}
+	if err := s.store.MarkFailing(ctx, lua.PodRef{Scope: pod.ScopeID, Pod: pod.ID}); err != nil {
+		s.log.Warn("watch: probe failure not recorded", "scope", pod.ScopeID, "pod", pod.ID, "err", err)
+		return false
+	}
+	n, err := s.store.PodHealth(ctx, pod.ScopeID, pod.ID, false)
+	if err != nil || n < s.cfg.HealthFailThreshold {
+		return false
+	}
+	s.bury(ctx, pod.ScopeID, pod, fmt.Sprintf("health probe failed %d times in a row: %v", n, perr), "unhealthy")
+	return false
+}

@@ -11,7 +11,9 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
+	"github.com/warmpool/warmpool/sweeper"
 )
 
 // pausedCalls are sent while Redis is paused; each changes state when it runs.
@@ -132,7 +134,7 @@ func TestFakeReplicasKeepEachOthersPods(t *testing.T) {
 	rs.a.putScope("f", scopeCfg(4, 2, 0, 1))
 	pod := rs.a.route("f", "s1")["pod_id"] // deployed by a's driver
 	rs.clock.Advance(2 * time.Minute)      // past the ghost and orphan graces
-	for _, job := range []string{"watch", "reconcile"} {
+	for _, job := range []string{sweeper.WatchJobName(lua.DueShard("f")), "reconcile"} {
 		if !rs.b.srv.Runner.RunOnce(ctx, jobNamed(t, rs.b.srv, job)) {
 			t.Fatalf("%s did not run on b", job)
 		}

@@ -451,7 +451,8 @@ func TestWatchBuriesUnhealthyAfterThreshold(t *testing.T) {
 			h.addPod("a", "p1", 101)
 			h.addPod("a", "p2", 102)
 			h.route("a", "s1") // on p1
-			watch := func() {  // one probe period on: each pod is probed once
+			// One probe period on: each pod is probed once.
+			watch := func() {
 				t.Helper()
 				h.Clock.Advance(warmpool.DefaultProbePeriodS * time.Second)
 				if err := h.sw.Watch(ctx); err != nil {

@@ -137,8 +137,9 @@ func (e *engine) ping(ctx context.Context) error {
 // putScope stores a scope config with pool; the deploy fields keep their defaults.
 func (e *engine) putScope(ctx context.Context, scope string, pool warmpool.PoolConfig) error {
 	cfg := warmpool.DefaultScopeConfig()
-	// The scenarios hold no pod through acquire: the hold TTL stays the scope default.
-	pool.HoldTTLS = cfg.Pool.HoldTTLS
+	// The scenarios hold no pod through acquire and set no probe period: those stay
+	// the scope defaults.
+	pool.HoldTTLS, pool.ProbePeriodS = cfg.Pool.HoldTTLS, cfg.Pool.ProbePeriodS
 	cfg.Pool = pool
 	a := e.cl.do(ctx, http.MethodPut, "/v1/scopes/"+scope+"/config", cfg)
 	if !a.ok() {

@@ -95,6 +95,7 @@ func variants(pool warmpool.PoolConfig) []warmpool.ScopeConfig {
 		c := warmpool.DefaultScopeConfig()
 		c.Deploy.Image, c.Deploy.ReadyTimeoutS = image, 10
 		c.Pool = pool
+		c.Pool.ProbePeriodS = warmpool.DefaultProbePeriodS // no script reads it
 		if i == 2 {
 			c.Pool.QueueSize = 0
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"sync"
 	"time"
 
@@ -24,7 +25,7 @@ const (
 
 // WatchJobName is the name of the watch job of a shard of the due index (its lease is
 // the job lock of that name).
-func WatchJobName(shard int) string { return "watch:" + fmt.Sprint(shard) }
+func WatchJobName(shard int) string { return "watch:" + strconv.Itoa(shard) }
 
 // watchState is what a replica keeps between its runs of the watch jobs. Nothing in it
 // needs to survive the replica or to agree across replicas: the probe window and the

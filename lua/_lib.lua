@@ -47,9 +47,15 @@ local function note_due(t)
   due.cur, due.noted = t, t
 end
 
--- note_idle notes a pod gone idle at now: reclaim looks at it when pod_ttl_s has passed.
+-- note_idle notes a pod gone idle at now: reclaim looks at it when pod_ttl_s has passed,
+-- or at once in a deleted scope, whose pods are deleted as they go idle.
 local function note_idle(now)
-  if due.key then
+  if not due.key then
+    return
+  end
+  if redis.call('HEXISTS', due.config, 'deleted') == 1 then
+    note_due(now)
+  else
     note_due(now + tonumber(redis.call('HGET', due.config, 'pod_ttl_ms') or '0'))
   end
 end
@@ -70,10 +76,17 @@ local function due_reply(r)
   return r
 end
 
--- scope_config reads fields of the scope's published config (config HASH), checking
--- first that the scope is known and that Redis still has its data (epoch STRING).
--- Returns the fields, or nil and the answer to give: {"NO_SCOPE"} | {"EPOCH_LOST"}.
-local function scope_config(epoch, config, ...)
+-- Deleted scopes. Deleting a scope marks its config HASH with a "deleted" field (the
+-- version deleted) and retires its pods: their podver entry becomes RETIRED, which is
+-- never a scope's deploy_ver, so they are never handed out again, as pods of an old
+-- deploy_ver. The sessions and holds already on them go on until they end.
+local RETIRED = 'retired'
+
+-- published_config reads fields of the scope's published config (config HASH), deleted
+-- or not, checking first that the scope is known and that Redis still has its data
+-- (epoch STRING). Returns the fields, or nil and the answer to give: {"NO_SCOPE"} |
+-- {"EPOCH_LOST"}.
+local function published_config(epoch, config, ...)
   local cfg = redis.call('HMGET', config, ...)
   if not cfg[1] then
     return nil, {'NO_SCOPE'}
@@ -82,6 +95,16 @@ local function scope_config(epoch, config, ...)
     return nil, {'EPOCH_LOST'}
   end
   return cfg
+end
+
+-- scope_config is published_config for a live scope: a deleted one answers
+-- {"NO_SCOPE"} too, so it takes no new session, hold or deploy.
+local function scope_config(epoch, config, ...)
+  local cfg, refused = published_config(epoch, config, ...)
+  if cfg and redis.call('HEXISTS', config, 'deleted') == 1 then
+    return nil, {'NO_SCOPE'}
+  end
+  return cfg, refused
 end
 
 -- handoff describes where the slots a script frees go: ver is the scope's current

@@ -1,6 +1,7 @@
 -- hold_release.lua: release a hold (a claim handed out by acquire) on its pod. Its slot
 -- goes to the oldest waiter, or is freed (the pod idle if it was the last). Holds past
 -- their deadline are dropped first, so an expired hold is not found.
+-- A deleted scope's holds go on until they end, so this works on it too.
 -- KEYS[1]  {s}:epoch     STRING scope epoch
 -- KEYS[2]  {s}:config    HASH   published scope config
 -- KEYS[3]  {s}:pods      ZSET   pod id -> registered at (ms)
@@ -19,7 +20,7 @@
 -- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
 -- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[1])
-local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver')
+local cfg, refused = published_config(KEYS[1], KEYS[2], 'deploy_ver')
 if not cfg then
   return refused
 end

@@ -1,5 +1,6 @@
 -- hold_touch.lua: extend a live hold on its pod to now + hold_ttl_s; acquire uses it to
 -- turn the claim it handed out into a hold.
+-- A deleted scope's holds go on until they end, so this works on it too.
 -- KEYS[1] {s}:epoch     STRING scope epoch
 -- KEYS[2] {s}:config    HASH   published scope config
 -- KEYS[3] {s}:claims    ZSET   claim id -> deadline (ms)
@@ -12,7 +13,7 @@
 -- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
 -- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[1])
-local cfg, refused = scope_config(KEYS[1], KEYS[2], 'hold_ttl_ms')
+local cfg, refused = published_config(KEYS[1], KEYS[2], 'hold_ttl_ms')
 if not cfg then
   return refused
 end

@@ -69,6 +69,8 @@ var (
 	waiterLeave    = notes(load("waiter_leave.lua", unguarded))
 	scopePublish   = notes(load("scope_publish.lua", guarded))
 	scopeRepair    = notes(load("scope_repair.lua", guarded))
+	scopeDelete    = notes(load("scope_delete.lua", guarded))
+	scopeForget    = load("scope_forget.lua", guarded)
 	scopeDue       = load("scope_due.lua", unguarded)
 )
 

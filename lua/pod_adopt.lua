@@ -22,13 +22,14 @@
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] deploy_ver  ARGV[4] pod JSON
 -- ARGV[5] "1" when the pod's sessions are unknown, "0" when it has none
 -- Returns {"adopted"} | {"known"} | {"full"} (no room under max_pods)
---       | {"gone"} (purged lately: it is being deleted, not adopted) | {"NO_SCOPE"}
+--       | {"gone"} (purged lately: it is being deleted, not adopted)
+--       | {"NO_SCOPE"} (also for a deleted scope)
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 -- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
 -- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
-local cfg = redis.call('HMGET', KEYS[1], 'max_pods', 'pod_concurrency', 'session_ttl_ms')
-if not cfg[1] then
+local cfg = redis.call('HMGET', KEYS[1], 'max_pods', 'pod_concurrency', 'session_ttl_ms', 'deleted')
+if not cfg[1] or cfg[4] then
   return {'NO_SCOPE'}
 end
 local pod = ARGV[2]

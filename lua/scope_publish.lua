@@ -4,7 +4,9 @@
 -- different configs under one version, so they do not share one config store, and
 -- letting either win would split them silently. A field the published hash lacks (a
 -- field a newer release added) is not compared. A new scope gets its epoch key when
--- the keyspace is live, so it is routable at once.
+-- the keyspace is live, so it is routable at once. A scope deleted at this version or
+-- a later one stays deleted (a sync that read the store before the delete publishes
+-- late); a newer version makes it live again, its pods of before staying retired.
 -- KEYS[1] {s}:config  HASH   published scope config
 -- KEYS[2] {s}:epoch   STRING scope epoch
 -- ARGV[1] version  ARGV[2] global epoch ("" while the keyspace is being rebuilt)
@@ -12,6 +14,7 @@
 --         equal version); the rest are derived from them
 -- ARGV[4..] field, value, ... of the config hash
 -- Returns {"published"} | {"newer"} (a newer version is there) |
+--         {"deleted"} (the scope is deleted at this version or a later one) |
 --         {"conflict", field, published value} (same version, other content)
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
@@ -19,6 +22,10 @@
 -- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local cur = redis.call('HGET', KEYS[1], 'version')
 local version = tonumber(ARGV[1])
+local deleted = redis.call('HGET', KEYS[1], 'deleted')
+if deleted and tonumber(deleted) >= version then
+  return {'deleted'}
+end
 if cur then
   cur = tonumber(cur)
   if cur > version then
@@ -39,6 +46,7 @@ for i = 4, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
 redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('HDEL', KEYS[1], 'deleted')
 if ARGV[2] ~= '' then
   redis.call('SET', KEYS[2], ARGV[2], 'NX')
 end

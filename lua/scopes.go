@@ -19,6 +19,9 @@ type ScopeRecord struct {
 	Config    warmpool.ScopeConfig
 	Version   int64
 	DeployVer string
+	// Deleted is set (by ScopeAny only) when the scope is deleted: it takes nothing
+	// new, and its pods are deleted as they go idle.
+	Deleted bool
 }
 
 // Published is what ScopePublish writes of rec into the scope's config hash: content,
@@ -51,6 +54,10 @@ func (rec ScopeRecord) Published() (content [][2]string, deploy, config string, 
 	}
 	return content, string(d), string(full), nil
 }
+
+// RetiredVer is what the pool records as the deploy_ver of a retired pod (one of a
+// deleted scope, PodState.Retired): never a scope's deploy_ver (_lib.lua's RETIRED).
+const RetiredVer = "retired"
 
 // ErrPublishConflict is in the chain of the error ScopePublish returns when the
 // scope's version is published already with other content: two replicas stored
@@ -87,8 +94,12 @@ func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 	if err != nil {
 		return err
 	}
-	// "newer": a newer version was there, which is as good.
-	if r.oneOf(0, "published", "newer", "conflict") == "conflict" {
+	// "newer": a newer version was there, which is as good. "deleted": the scope was
+	// deleted at this version or a later one, which the store says too by now.
+	switch r.oneOf(0, "published", "newer", "deleted", "conflict") {
+	case "deleted":
+		return r.err()
+	case "conflict":
 		field, have := r.str(1), r.str(2)
 		if err := r.err(); err != nil {
 			return err
@@ -116,10 +127,21 @@ func valueOf(content [][2]string, field string) any {
 	return nil
 }
 
-// Scope reads the published config of a scope. Errors: SCOPE_NOT_FOUND,
-// STORE_UNAVAILABLE (also when Redis lost its data).
+// Scope reads the published config of a live scope. Errors: SCOPE_NOT_FOUND (also
+// for a deleted scope), STORE_UNAVAILABLE (also when Redis lost its data).
 func (s *Store) Scope(ctx context.Context, scope string) (ScopeRecord, error) {
-	v, err := s.rdb.HMGet(ctx, s.keys.Scope(scope).Config, "config", "version", "deploy_ver").Result()
+	rec, err := s.ScopeAny(ctx, scope)
+	if err == nil && rec.Deleted {
+		return ScopeRecord{}, s.noScope(ctx, scope)
+	}
+	return rec, err
+}
+
+// ScopeAny reads the published config of a scope, live or deleted (Deleted set); a
+// deleted scope that was forgotten (ScopeForget) is not found. Errors:
+// SCOPE_NOT_FOUND, STORE_UNAVAILABLE (also when Redis lost its data).
+func (s *Store) ScopeAny(ctx context.Context, scope string) (ScopeRecord, error) {
+	v, err := s.rdb.HMGet(ctx, s.keys.Scope(scope).Config, "config", "version", "deploy_ver", "deleted").Result()
 	if err != nil {
 		return ScopeRecord{}, s.redisErr(ctx, err)
 	}
@@ -136,7 +158,71 @@ func (s *Store) Scope(ctx context.Context, scope string) (ScopeRecord, error) {
 		return ScopeRecord{}, fmt.Errorf("scope %q: published version: %w", scope, err)
 	}
 	rec.DeployVer, _ = v[2].(string)
+	rec.Deleted = v[3] != nil
 	return rec, nil
+}
+
+// ScopeDelete runs scope_delete.lua: the scope, deleted at version (the latest stored),
+// takes nothing new from now on, on every replica; its pods are retired and deleted
+// as they go idle (the sweeper's due work, or Drain). It returns how many pods the
+// scope had. Errors: SCOPE_NOT_FOUND (not published, deleted already, or a version
+// newer than version is published: the scope stays), STORE_UNAVAILABLE. The
+// followers of its deploys in flight find a note until noteDeadline.
+func (s *Store) ScopeDelete(ctx context.Context, scope string, version int64, noteDeadline time.Time) (int, error) {
+	k := s.keys.Scope(scope)
+	r, err := s.call(ctx, scopeDelete, scope,
+		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Waiters, k.Queue, k.Wake, k.DeployStats},
+		version, ms(noteDeadline), s.publishCmd(), Broadcast)
+	if err != nil {
+		return 0, err
+	}
+	switch r.oneOf(0, "deleted", "unknown", "newer") {
+	case "unknown":
+		return 0, warmpool.Errorf(warmpool.CodeScopeNotFound, "scope %q is not published, or deleted already", scope)
+	case "newer":
+		return 0, warmpool.Errorf(warmpool.CodeScopeNotFound, "scope %q has a version newer than v%d published", scope, version)
+	}
+	n := r.count(1)
+	return n, r.err()
+}
+
+// ScopeForget runs scope_forget.lua: a deleted scope with no pod, deploy or claim live
+// at now left loses every key but its tombstone, and leaves the global index. It
+// reports whether it did; a live scope, or one with something left, is kept. Errors:
+// STORE_UNAVAILABLE.
+func (s *Store) ScopeForget(ctx context.Context, scope string, now time.Time) (bool, error) {
+	k := s.keys.Scope(scope)
+	r, err := s.call(ctx, scopeForget, scope, []string{k.Config, k.Pods, k.Deploying, k.Claims,
+		k.Epoch, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Followers, k.ClaimPod, k.Sessions, k.SessExp,
+		k.Waiters, k.Queue, k.QSeq, k.Health, k.DeployStats, k.Due, k.DeployLog}, ms(now))
+	if err != nil {
+		return false, err
+	}
+	if r.oneOf(0, "forgotten", "live", "busy") != "forgotten" {
+		return false, r.err()
+	}
+	if err := r.err(); err != nil {
+		return false, err
+	}
+	index := s.keys.Scopes()
+	if err := s.rdb.SRem(ctx, index, scope).Err(); err != nil {
+		return true, s.redisErr(ctx, err)
+	}
+	if err := s.rdb.ZRem(ctx, s.keys.DueIndex(DueShard(scope)), scope).Err(); err != nil {
+		return true, s.redisErr(ctx, err)
+	}
+	// A publish that made the scope live again between the script and SRem added it
+	// to the index before SRem took it out: it goes back.
+	live, err := s.rdb.HExists(ctx, k.Config, "config").Result()
+	if err != nil {
+		return true, s.redisErr(ctx, err)
+	}
+	if live {
+		if err := s.rdb.SAdd(ctx, index, scope).Err(); err != nil {
+			return true, s.redisErr(ctx, err)
+		}
+	}
+	return true, nil
 }
 
 // ScopeIDs lists the published scopes.

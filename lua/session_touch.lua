@@ -1,5 +1,6 @@
 -- session_touch.lua: refresh a live session's TTL; an expired one is evicted here (its
 -- slot goes to the oldest waiter, or is freed and the pod idle if it was the last).
+-- A deleted scope's sessions go on until they end, so this works on it too.
 -- KEYS[1]  {s}:epoch     STRING scope epoch
 -- KEYS[2]  {s}:config    HASH   published scope config
 -- KEYS[3]  {s}:pods      ZSET   pod id -> registered at (ms)
@@ -21,7 +22,7 @@
 -- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
 -- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[1])
-local cfg, refused = scope_config(KEYS[1], KEYS[2], 'session_ttl_ms', 'deploy_ver')
+local cfg, refused = published_config(KEYS[1], KEYS[2], 'session_ttl_ms', 'deploy_ver')
 if not cfg then
   return refused
 end

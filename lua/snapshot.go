@@ -21,6 +21,9 @@ type PodState struct {
 	// Claims counts the claims that hold a slot on the pod.
 	Claims int
 	Idle   bool
+	// Retired: the pod is of a deleted scope (RetiredVer), even when a later version
+	// made the scope live again: it is never handed out again, and goes when idle.
+	Retired bool
 	// IdleSince is set for idle pods.
 	IdleSince time.Time
 	// RegisteredAt is when the pod was registered (or adopted).
@@ -69,6 +72,7 @@ func (s *Store) snapshot(ctx context.Context, scope string, full bool) (Snapshot
 	pipe := s.rdb.TxPipeline()
 	pods := pipe.ZRangeWithScores(ctx, k.Pods, 0, -1)
 	info := pipe.HGetAll(ctx, k.PodInfo)
+	podver := pipe.HGetAll(ctx, k.PodVer)
 	slots := pipe.HGetAll(ctx, k.Slots)
 	idle := pipe.ZRangeWithScores(ctx, k.Idle, 0, -1)
 	deploys := pipe.ZRangeWithScores(ctx, k.Deploying, 0, -1)
@@ -95,7 +99,7 @@ func (s *Store) snapshot(ctx context.Context, scope string, full bool) (Snapshot
 		ClaimPod:  claimpod.Val(),
 		Queued:    int(queued.Val()),
 	}
-	snap.Pods = podStates(scope, pods.Val(), info.Val(), slots.Val(), zmap(idle.Val()), snap.ClaimPod)
+	snap.Pods = podStates(scope, pods.Val(), info.Val(), podver.Val(), slots.Val(), zmap(idle.Val()), snap.ClaimPod)
 	if full {
 		snap.Claims = zmap(claims.Val())
 		snap.Sessions = sessions.Val()
@@ -120,7 +124,7 @@ func zmap(zs []redis.Z) map[string]time.Time {
 
 // podStates builds the pods in registration order; a pod whose record is unreadable
 // still shows, by its id.
-func podStates(scope string, pods []redis.Z, info, slots map[string]string, idleSince map[string]time.Time, claimPod map[string]string) []PodState {
+func podStates(scope string, pods []redis.Z, info, podver, slots map[string]string, idleSince map[string]time.Time, claimPod map[string]string) []PodState {
 	claims := map[string]int{} // a failed follower's "!reason" note names no pod
 	for _, pod := range claimPod {
 		claims[pod]++
@@ -134,7 +138,8 @@ func podStates(scope string, pods []redis.Z, info, slots map[string]string, idle
 		}
 		n, _ := strconv.Atoi(slots[id]) // no count yet: 0
 		since, isIdle := idleSince[id]
-		out = append(out, PodState{Pod: p, Slots: n, Claims: claims[id], Idle: isIdle, IdleSince: since, RegisteredAt: time.UnixMilli(int64(z.Score))})
+		out = append(out, PodState{Pod: p, Slots: n, Claims: claims[id], Idle: isIdle, Retired: podver[id] == RetiredVer, IdleSince: since,
+			RegisteredAt: time.UnixMilli(int64(z.Score))})
 	}
 	return out
 }
@@ -155,8 +160,8 @@ type ScopeCounts struct {
 	Waiters   int64
 }
 
-// Counts reads the pool sizes of every published scope in one pipeline; its cost grows
-// with the number of scopes and pods, not with sessions.
+// Counts reads the pool sizes of every published scope in one pipeline, deleted ones
+// left out; its cost grows with the number of scopes and pods, not with sessions.
 func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
 	ids, err := s.ScopeIDs(ctx)
 	if err != nil {
@@ -173,7 +178,7 @@ func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
 	for i, id := range ids {
 		k := s.keys.Scope(id)
 		all[i] = cmds{
-			cfg:       pipe.HMGet(ctx, k.Config, "deploy_ver", "version", "max_pods"),
+			cfg:       pipe.HMGet(ctx, k.Config, "deploy_ver", "version", "max_pods", "deleted"),
 			podver:    pipe.HVals(ctx, k.PodVer),
 			pods:      pipe.ZCard(ctx, k.Pods),
 			idle:      pipe.ZCard(ctx, k.Idle),
@@ -193,6 +198,9 @@ func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
 		ver, _ := v[0].(string)
 		if ver == "" {
 			continue // listed but never published (or lost): reconcile repairs the index
+		}
+		if v[3] != nil {
+			continue // deleted: its pods are on their way out
 		}
 		version, _ := v[1].(string)
 		n, _ := strconv.ParseInt(version, 10, 64)

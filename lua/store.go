@@ -99,11 +99,16 @@ const GrantTTL = 5 * time.Second
 // handoffArgs are the last ARGV of every script that frees slots: the deadline of a
 // grant made now and the command that publishes on the scope's wake-up channel.
 func (s *Store) handoffArgs(now time.Time) []any {
-	cmd := "PUBLISH"
+	return []any{ms(now.Add(GrantTTL)), s.publishCmd()}
+}
+
+// publishCmd is the command that publishes on a scope's wake-up channel: SPUBLISH on a
+// Cluster, else PUBLISH.
+func (s *Store) publishCmd() string {
 	if s.cluster() {
-		cmd = "SPUBLISH"
+		return "SPUBLISH"
 	}
-	return []any{ms(now.Add(GrantTTL)), cmd}
+	return "PUBLISH"
 }
 
 // cluster reports whether Redis is a Cluster, where wake-ups use sharded pub/sub.

@@ -112,15 +112,47 @@ func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfi
 	return stored, nil
 }
 
-// latestSQL selects the latest version of scopes: the row scope_heads points at.
+// Delete marks the scope deleted at its latest version (warmpool.ConfigStore).
+// Errors: SCOPE_NOT_FOUND (unknown, or deleted already), STORE_UNAVAILABLE, or
+// ctx.Err().
+func (s *Store) Delete(ctx context.Context, scopeID string) (warmpool.StoredConfig, error) {
+	op := fmt.Sprintf("delete %q", scopeID)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
+	defer tx.Rollback() // no-op after Commit
+	// The scope's head row, locked until Commit: a concurrent Put of the scope waits,
+	// and then makes it live again at the next version.
+	if _, err := tx.ExecContext(ctx, `SELECT version FROM scope_heads WHERE scope_id = $1 FOR UPDATE`, scopeID); err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
+	sc, err := s.Reader.Delete(ctx, tx, scopeID, `
+		INSERT INTO scope_deletions (scope_id, version) VALUES ($1, $2)
+		ON CONFLICT (scope_id) DO UPDATE SET version = excluded.version`)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+		return warmpool.StoredConfig{}, err
+	}
+	if err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
+	return sc, nil
+}
+
+// latestSQL selects the latest version of live scopes: the row scope_heads points at,
+// unless scope_deletions has the scope deleted at that version or a later one.
 const latestSQL = `SELECT v.scope_id, v.version, v.deploy_ver, v.config_json, v.created_at
 	FROM scope_heads AS h
-	JOIN scope_versions AS v ON v.scope_id = h.scope_id AND v.version = h.version`
+	JOIN scope_versions AS v ON v.scope_id = h.scope_id AND v.version = h.version
+	WHERE NOT EXISTS (SELECT 1 FROM scope_deletions AS d WHERE d.scope_id = h.scope_id AND d.version >= h.version)`
 
 // reader is the store's sqlstore.Reader, in PostgreSQL's dialect.
 func reader(db *sql.DB) sqlstore.Reader {
 	return sqlstore.NewReader(db, failure,
-		latestSQL+` WHERE h.scope_id = $1`,
+		latestSQL+` AND h.scope_id = $1`,
 		latestSQL+` ORDER BY h.scope_id`,
 		`SELECT scope_id, version, deploy_ver, config_json, created_at
 			FROM scope_versions WHERE scope_id = $1 ORDER BY version`)

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -23,19 +25,29 @@ import (
 // syncLease bounds how long a crashed sync blocks the next one.
 const syncLease = 30 * time.Second
 
-// Service stores and publishes scope configs.
+// Service stores and publishes scope configs, and deletes scopes.
 type Service struct {
 	store   warmpool.ConfigStore
 	redis   *lua.Store
+	pods    Pods
 	log     *slog.Logger
 	observe func(event, outcome string)
 }
 
-// New returns a Service over the config store and Redis. observe, when set, is told
-// of a publish refused because another replica published the same version with other
-// content ("config_publish", "conflict").
-func New(store warmpool.ConfigStore, redis *lua.Store, log *slog.Logger, observe func(event, outcome string)) *Service {
-	return &Service{store: store, redis: redis, log: defaults.Logger(log).With("component", "scopes"), observe: defaults.Observer(observe)}
+// Pods is what the config service needs of the resource manager (rm.Manager) to delete
+// a scope.
+type Pods interface {
+	// DeleteScope deletes a scope in Redis that the config store has deleted at
+	// version, and its idle pods (every pod with force). It returns how many pods the
+	// scope had. Errors: SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
+	DeleteScope(ctx context.Context, scope string, version int64, force bool) (int, error)
+}
+
+// New returns a Service over the config store, Redis and the pods. observe, when set,
+// is told of a publish refused because another replica published the same version
+// with other content ("config_publish", "conflict").
+func New(store warmpool.ConfigStore, redis *lua.Store, pods Pods, log *slog.Logger, observe func(event, outcome string)) *Service {
+	return &Service{store: store, redis: redis, pods: pods, log: defaults.Logger(log).With("component", "scopes"), observe: defaults.Observer(observe)}
 }
 
 // Put normalizes cfg (filling its defaults), stores it as the scope's next version
@@ -78,6 +90,40 @@ func (s *Service) History(ctx context.Context, scope string) ([]warmpool.StoredC
 		return nil, err
 	}
 	return s.store.History(ctx, scope)
+}
+
+// Deleted is the answer of a scope deletion: the scope and how many pods it had (all
+// of them go: idle ones at once, busy ones when their last session or hold ends, every
+// one at once with force).
+type Deleted struct {
+	ScopeID string `json:"scope_id"`
+	Pods    int    `json:"pods"`
+}
+
+// Delete deletes a scope: the config store keeps its history (a later Put starts at
+// the next version), and from the answer on no replica routes to it, acquires or
+// reports it. Errors: VALIDATION, SCOPE_NOT_FOUND (unknown, or deleted already),
+// STORE_UNAVAILABLE (stored as deleted; reconcile finishes the rest).
+func (s *Service) Delete(ctx context.Context, scope string, force bool) (Deleted, error) {
+	if err := warmpool.CheckScopeID(scope); err != nil {
+		return Deleted{}, err
+	}
+	last, err := s.store.Delete(ctx, scope)
+	if err != nil {
+		return Deleted{}, err
+	}
+	n, err := s.pods.DeleteScope(ctx, scope, last.Version, force)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+		// Never published, or a newer version already is (a Put right after this
+		// delete): Redis has nothing of this version to delete.
+		s.log.Info("scope deleted in the config store; Redis had nothing of it to delete", "scope", scope, "version", last.Version, "err", err)
+		return Deleted{ScopeID: scope}, nil
+	}
+	if err != nil {
+		return Deleted{}, fmt.Errorf("delete %q v%d (stored as deleted; reconcile finishes it): %w", scope, last.Version, err)
+	}
+	s.log.Info("scope deleted", "scope", scope, "version", last.Version, "pods", n, "force", force)
+	return Deleted{ScopeID: scope, Pods: n}, nil
 }
 
 // publish publishes a stored config. A conflict (the version is published with other
@@ -135,8 +181,9 @@ func (s *Service) publishAll(ctx context.Context) (int, error) {
 	return len(all), nil
 }
 
-// Routes adds the config routes of SPEC §3 to r, which is mounted at /v1 behind
-// httpx.Auth: writing a config and a sync are admin calls.
+// Routes adds the config routes of SPEC §3 and the scope deletion of §10 to r, which
+// is mounted at /v1 behind httpx.Auth: writing a config, a sync and a deletion are
+// admin calls.
 func (s *Service) Routes(r chi.Router) {
 	h := httpx.Adapter(s.log)
 	admin := r.With(httpx.RequireAdmin(s.log))
@@ -144,6 +191,26 @@ func (s *Service) Routes(r chi.Router) {
 	r.Method(http.MethodGet, "/scopes/{scope}/config", h(s.handleGet))
 	r.Method(http.MethodGet, "/scopes/{scope}/config/history", h(s.handleHistory))
 	admin.Method(http.MethodPost, "/config/sync", h(s.handleSync))
+	admin.Method(http.MethodDelete, "/scopes/{scope}", h(s.handleDelete))
+}
+
+// handleDelete answers DELETE /v1/scopes/{scope}[?force=true].
+func (s *Service) handleDelete(w http.ResponseWriter, r *http.Request) error {
+	scope, err := httpx.Scope(r)
+	if err != nil {
+		return err
+	}
+	force := false
+	if v := r.URL.Query()["force"]; len(v) > 0 {
+		if force, err = strconv.ParseBool(v[len(v)-1]); err != nil || len(v) > 1 {
+			return warmpool.Errorf(warmpool.CodeValidation, "force: want one true or false, got %q", strings.Join(v, ","))
+		}
+	}
+	d, err := s.Delete(r.Context(), scope, force)
+	if err != nil {
+		return err
+	}
+	return httpx.OK(w, d)
 }
 
 type putResponse struct {

@@ -324,7 +324,7 @@ func (s *Server) build(ctx context.Context) error {
 	smc := cfg.SM
 	smc.Clock, smc.Logger, smc.Observe, smc.ObserveRoute = cfg.Clock, s.log, s.metrics.Observe, s.metrics.ObserveRoute
 	s.SM = sm.New(s.store, s.RM, smc)
-	s.Scopes = scopes.New(s.configs, s.store, s.log, s.metrics.Observe)
+	s.Scopes = scopes.New(s.configs, s.store, s.RM, s.log, s.metrics.Observe)
 	swc := cfg.Sweep
 	swc.Clock, swc.Logger, swc.Observe, swc.OnFix = cfg.Clock, s.log, s.metrics.Observe, s.metrics.ObserveFix
 	s.Sweeper = sweeper.New(s.store, s.RM, s.SM, s.driver, s.configs, swc)

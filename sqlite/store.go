@@ -194,7 +194,44 @@ func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfi
 	return stored, nil
 }
 
+// Delete marks the scope deleted at its latest version (warmpool.ConfigStore).
+// Errors: SCOPE_NOT_FOUND (unknown, or deleted already), STORE_UNAVAILABLE, or
+// ctx.Err().
+func (s *Store) Delete(ctx context.Context, scopeID string) (warmpool.StoredConfig, error) {
+	op := fmt.Sprintf("delete %q", scopeID)
+	select {
+	case s.writeSem <- struct{}{}:
+	case <-ctx.Done():
+		return warmpool.StoredConfig{}, failure(ctx, op, ctx.Err())
+	}
+	defer func() { <-s.writeSem }()
+	// BEGIN IMMEDIATE: no Put of the scope comes between reading its latest version
+	// and marking it.
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
+	defer tx.Rollback() // no-op after Commit
+	sc, err := s.Reader.Delete(ctx, tx, scopeID, `
+		INSERT INTO scope_deletions (scope_id, version) VALUES (?1, ?2)
+		ON CONFLICT (scope_id) DO UPDATE SET version = excluded.version`)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+		return warmpool.StoredConfig{}, err
+	}
+	if err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
+	return sc, nil
+}
+
 const selectColumns = `scope_id, version, deploy_ver, config_json, created_at`
+
+// live keeps the rows of s (scope_versions) that are not deleted: a scope is deleted
+// while its scope_deletions row is at its latest version or later.
+const live = `NOT EXISTS (SELECT 1 FROM scope_deletions AS d WHERE d.scope_id = s.scope_id AND d.version >= s.version)`
 
 // listSQL selects the latest row of every scope. The grouped sub-query reads only the
 // primary key index (not the config documents of old versions); each latest row is
@@ -202,12 +239,13 @@ const selectColumns = `scope_id, version, deploy_ver, config_json, created_at`
 const listSQL = `SELECT s.scope_id, s.version, s.deploy_ver, s.config_json, s.created_at
 	FROM (SELECT scope_id, MAX(version) AS version FROM scope_versions GROUP BY scope_id) AS m
 	JOIN scope_versions AS s ON s.scope_id = m.scope_id AND s.version = m.version
+	WHERE ` + live + `
 	ORDER BY s.scope_id`
 
 // reader is the store's sqlstore.Reader, in SQLite's dialect.
 func reader(db *sql.DB) sqlstore.Reader {
 	return sqlstore.NewReader(db, failure,
-		`SELECT `+selectColumns+` FROM scope_versions WHERE scope_id = ? ORDER BY version DESC LIMIT 1`,
+		`SELECT `+selectColumns+` FROM scope_versions AS s WHERE scope_id = ? AND `+live+` ORDER BY version DESC LIMIT 1`,
 		listSQL,
 		`SELECT `+selectColumns+` FROM scope_versions WHERE scope_id = ? ORDER BY version`)
 }

@@ -81,6 +81,13 @@ type Pools interface {
 	// bound, and returns how many it started. Errors: SCOPE_NOT_FOUND,
 	// STORE_UNAVAILABLE.
 	Fill(ctx context.Context, scope string) (int, error)
+	// Drain deletes the idle retired pods of a scope (a deleted scope's), and forgets
+	// the scope's keys when it is deleted and nothing of it is left. It returns how
+	// many pods it deleted. Errors: STORE_UNAVAILABLE.
+	Drain(ctx context.Context, scope string, force bool) (int, error)
+	// DeleteScope deletes a scope in Redis that the config store has deleted at
+	// version. Errors: SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
+	DeleteScope(ctx context.Context, scope string, version int64, force bool) (int, error)
 }
 
 // Sessions is what the jobs need of the session manager (sm.Manager).
@@ -254,9 +261,10 @@ func (s *Sweeper) forScopes(ctx context.Context, fn func(scope string) error) er
 	return errors.Join(errs...)
 }
 
-// pool reads a scope's published record and a snapshot of its pool.
+// pool reads a scope's published record (a deleted scope's too) and a snapshot of its
+// pool.
 func (s *Sweeper) pool(ctx context.Context, scope string) (lua.ScopeRecord, lua.Snapshot, error) {
-	rec, err := s.store.Scope(ctx, scope)
+	rec, err := s.store.ScopeAny(ctx, scope)
 	if err != nil {
 		return lua.ScopeRecord{}, lua.Snapshot{}, err
 	}
@@ -281,8 +289,9 @@ func (s *Sweeper) fillScope(ctx context.Context, scope string) error {
 	return err
 }
 
-// Reclaim deletes idle pods of an old deploy_ver at once, and idle pods idle for
-// pod_ttl_s or longer beyond the newest min_idle_pods. A pod that got a session since
+// Reclaim deletes idle pods of an old deploy_ver (or retired: of the scope's deleted
+// life) at once, and idle pods idle for pod_ttl_s or longer beyond the newest
+// min_idle_pods; a deleted scope's idle pods all go, and its keys once none is left. A pod that got a session since
 // it was looked at is left alone (the purge re-checks its idle time atomically).
 func (s *Sweeper) Reclaim(ctx context.Context) error {
 	now := s.clock.Now()
@@ -294,10 +303,19 @@ func (s *Sweeper) reclaimScope(ctx context.Context, scope string, now time.Time)
 	if err != nil {
 		return err
 	}
+	if rec.Deleted {
+		n, err := s.pools.Drain(ctx, scope, false)
+		for range n {
+			s.fixed(ctx, "reclaimed")
+		}
+		return err
+	}
 	var current []lua.PodState
 	for _, p := range snap.Pods {
 		switch {
 		case !p.Idle:
+		case p.Retired:
+			s.retire(ctx, scope, p, "of the scope's deleted life")
 		case p.Pod.DeployVer != rec.DeployVer:
 			s.retire(ctx, scope, p, "old deploy_ver "+p.Pod.DeployVer)
 		default:
@@ -529,6 +547,8 @@ func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Po
 	switch {
 	case p.Dead != "":
 		s.deleteOrphan(ctx, p, "dead: "+p.Dead)
+	case rec.Deleted:
+		s.deleteOrphan(ctx, p, "its scope is deleted")
 	case !p.Ready:
 		if now.Sub(time.UnixMilli(p.CreatedAt)) >= s.cfg.OrphanGrace {
 			s.deleteOrphan(ctx, p, "never became ready")
@@ -592,7 +612,54 @@ func (s *Sweeper) republishStale(ctx context.Context) (lost map[string]bool, err
 		s.log.Info("reconcile published a scope's stored config", "scope", c.ScopeID, "version", c.Version)
 		s.fixed(ctx, "republished")
 	}
-	return lost, nil
+	return lost, s.deleteStale(ctx, all)
+}
+
+// deleteStale deletes in Redis the scopes that the config store has deleted and Redis
+// still serves (a delete that was stored and then failed to reach Redis). stored is
+// the store's list of live scopes; a scope Redis has that the store never had is left
+// alone.
+func (s *Sweeper) deleteStale(ctx context.Context, stored []warmpool.StoredConfig) error {
+	live := map[string]bool{}
+	for _, c := range stored {
+		live[c.ScopeID] = true
+	}
+	ids, err := s.store.ScopeIDs(ctx)
+	if err != nil {
+		return err
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if live[id] {
+			continue
+		}
+		if _, err := s.store.Scope(ctx, id); warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+			continue
+		} else if err != nil {
+			return err
+		}
+		// History before Get: a Put that makes the scope live again after Get
+		// publishes a version newer than the last one read here, which the delete then
+		// leaves alone.
+		hist, err := s.configs.History(ctx, id)
+		if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+			continue
+		} else if err != nil {
+			return err
+		}
+		if _, err := s.configs.Get(ctx, id); err == nil {
+			continue
+		} else if warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+			return err
+		}
+		version := hist[len(hist)-1].Version
+		if _, err := s.pools.DeleteScope(ctx, id, version, false); err != nil && warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+			return err
+		}
+		s.log.Info("reconcile deleted a scope the config store has deleted", "scope", id, "version", version)
+		s.fixed(ctx, "deleted_scope")
+	}
+	return nil
 }
 
 // publish publishes a stored config; a conflict (another replica published this

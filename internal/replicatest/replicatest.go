@@ -70,7 +70,9 @@ func New(tb testing.TB, opts ...Option) *Harness {
 		o(h)
 	}
 	if h.Configs != nil {
-		h.Scopes = scopes.New(h.Configs, h.Store, nil, nil)
+		pods := rm.New(h.Store, h.Fake, rm.Config{Clock: h.Clock})
+		tb.Cleanup(pods.Close)
+		h.Scopes = scopes.New(h.Configs, h.Store, pods, nil, nil)
 	}
 	tb.Cleanup(func() { _ = h.Fake.Close() })
 	if _, err := h.Store.Bootstrap(context.Background(), "e1"); err != nil {

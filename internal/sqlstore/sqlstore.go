@@ -102,8 +102,9 @@ type Reader struct {
 // NewReader returns the Reader of a store on db. Each query selects scope_id,
 // version, deploy_ver, config_json and created_at (a timestamp, or unix
 // milliseconds): getSQL the latest version of the scope given as its one argument,
-// listSQL the latest version of every scope by scope id, historySQL every version of
-// the scope given, oldest first. failure classifies database errors.
+// listSQL the latest version of every scope by scope id (both leaving out a deleted
+// scope: one whose latest version is no newer than its scope_deletions row),
+// historySQL every version of the scope given, oldest first. failure classifies database errors.
 func NewReader(db *sql.DB, failure func(ctx context.Context, op string, err error) error, getSQL, listSQL, historySQL string) Reader {
 	return Reader{db: db, failure: failure, getSQL: getSQL, listSQL: listSQL, historySQL: historySQL}
 }
@@ -122,6 +123,25 @@ func (r *Reader) Get(ctx context.Context, scopeID string) (warmpool.StoredConfig
 	}
 	if err != nil {
 		return warmpool.StoredConfig{}, r.failure(ctx, fmt.Sprintf("get %q", scopeID), err)
+	}
+	return sc, nil
+}
+
+// Delete marks the scope deleted in tx, which the caller opened (holding what keeps a
+// concurrent Put of the scope out) and commits: it reads the latest version of the live
+// scope with the Reader's get query, then runs mark with the scope id and that version
+// as its arguments. It returns the version deleted. Errors: SCOPE_NOT_FOUND, or the
+// database's error for the store to classify.
+func (r *Reader) Delete(ctx context.Context, tx *sql.Tx, scopeID, mark string) (warmpool.StoredConfig, error) {
+	sc, err := scanConfig(tx.QueryRowContext(ctx, r.getSQL, scopeID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return warmpool.StoredConfig{}, NotFound(scopeID)
+	}
+	if err != nil {
+		return warmpool.StoredConfig{}, err
+	}
+	if _, err := tx.ExecContext(ctx, mark, scopeID, sc.Version); err != nil {
+		return warmpool.StoredConfig{}, err
 	}
 	return sc, nil
 }

@@ -37,6 +37,8 @@ func Run(t *testing.T, newDB NewDB) {
 		{"PutRejectsBadScopeID", testPutRejectsBadScopeID},
 		{"PutWhatGetReturned", testPutWhatGetReturned},
 		{"UnknownScope", testUnknownScope},
+		{"DeleteKeepsHistory", testDelete},
+		{"DeleteRacesPut", testDeleteRacesPut},
 		{"OtherInstanceSeesWrites", testOtherInstanceSees},
 		{"ConcurrentWritersTwoInstances", testConcurrentWriters},
 		{"ClosedStore", testClosedStore},
@@ -242,6 +244,114 @@ func testUnknownScope(t *testing.T, open Opener) {
 	Put(t, s, "other", Config(t, `{}`))
 	_, err = s.Get(ctx, "nope")
 	WantCode(t, err, warmpool.CodeScopeNotFound)
+	_, err = s.Delete(ctx, "nope")
+	WantCode(t, err, warmpool.CodeScopeNotFound)
+}
+
+// A deleted scope is gone from Get and List, on every instance, while its history
+// stays; deleting it again is SCOPE_NOT_FOUND; the next Put makes it live again at the
+// next version.
+func testDelete(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s, other := open(t), open(t)
+	Put(t, s, "scope", Config(t, `{}`))
+	v2 := Put(t, s, "scope", Config(t, `{"pool":{"max_concurrency":4}}`))
+	Put(t, s, "kept", Config(t, `{}`))
+
+	got, err := s.Delete(ctx, "scope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, v2) {
+		t.Errorf("Delete = %+v, want the latest version %+v", got, v2)
+	}
+	for name, st := range map[string]warmpool.ConfigStore{"same": s, "other": other} {
+		_, err = st.Get(ctx, "scope")
+		WantCode(t, err, warmpool.CodeScopeNotFound)
+		list, err := st.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 1 || list[0].ScopeID != "kept" {
+			t.Errorf("%s instance: List after the delete = %+v, want only kept", name, list)
+		}
+		hist, err := st.History(ctx, "scope")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hist) != 2 || hist[1].Version != 2 {
+			t.Errorf("%s instance: History after the delete has %d versions, want both", name, len(hist))
+		}
+	}
+	_, err = other.Delete(ctx, "scope")
+	WantCode(t, err, warmpool.CodeScopeNotFound)
+
+	v3 := Put(t, other, "scope", Config(t, `{}`))
+	if v3.Version != 3 {
+		t.Errorf("Put after the delete: version %d, want 3", v3.Version)
+	}
+	if got, err := s.Get(ctx, "scope"); err != nil || got.Version != 3 {
+		t.Errorf("Get after the new Put = v%d, %v; want v3", got.Version, err)
+	}
+	if list, err := s.List(ctx); err != nil || len(list) != 2 {
+		t.Errorf("List after the new Put = %+v, %v; want kept and scope", list, err)
+	}
+	if got, err := s.Delete(ctx, "scope"); err != nil || got.Version != 3 {
+		t.Errorf("second delete = v%d, %v; want v3", got.Version, err)
+	}
+	_, err = s.Get(ctx, "scope")
+	WantCode(t, err, warmpool.CodeScopeNotFound)
+}
+
+// Deletes and Puts of one scope through two instances at once: each Put is a new
+// version, every Delete that succeeds deleted the latest version at its time, and the
+// scope ends live exactly when the last write was a Put.
+func testDeleteRacesPut(t *testing.T, open Opener) {
+	ctx := context.Background()
+	a, b := open(t), open(t)
+	Put(t, a, "scope", Config(t, `{}`))
+	const n = 10
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var deleted []int64
+	for i := range n {
+		wg.Go(func() {
+			st := a
+			if i%2 == 1 {
+				st = b
+			}
+			if _, err := st.Put(ctx, "scope", Config(t, `{}`)); err != nil {
+				t.Error(err)
+			}
+			sc, err := st.Delete(ctx, "scope")
+			if err != nil && warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+				t.Error(err)
+			}
+			if err == nil {
+				mu.Lock()
+				deleted = append(deleted, sc.Version)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	hist, err := a.History(ctx, "scope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != n+1 {
+		t.Fatalf("History has %d versions, want %d", len(hist), n+1)
+	}
+	if len(deleted) == 0 || slices.Contains(deleted, 0) {
+		t.Fatalf("deletes returned %v: want at least one, each a version", deleted)
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(deleted)))) != len(deleted) {
+		t.Errorf("one version deleted twice: %v", deleted)
+	}
+	// Every goroutine deleted after its own Put, so the last write was a delete.
+	if _, err := a.Get(ctx, "scope"); warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+		t.Errorf("after the race Get = %v, want SCOPE_NOT_FOUND", err)
+	}
 }
 
 // A config PUT on one replica is what every other replica reads next: no cache
@@ -359,6 +469,8 @@ func testClosedStore(t *testing.T, open Opener) {
 	WantCode(t, err, warmpool.CodeStoreUnavailable)
 	_, err = s.History(ctx, "scope")
 	WantCode(t, err, warmpool.CodeStoreUnavailable)
+	_, err = s.Delete(ctx, "scope")
+	WantCode(t, err, warmpool.CodeStoreUnavailable)
 }
 
 // A caller that gave up is not an outage: its cancellation comes back as ctx.Err(),
@@ -372,6 +484,7 @@ func testCancelledContext(t *testing.T, open Opener) {
 		"get":     func() error { _, err := s.Get(ctx, "scope"); return err },
 		"list":    func() error { _, err := s.List(ctx); return err },
 		"history": func() error { _, err := s.History(ctx, "scope"); return err },
+		"delete":  func() error { _, err := s.Delete(ctx, "scope"); return err },
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {

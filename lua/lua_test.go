@@ -45,6 +45,9 @@ func TestEveryFileHasAHeader(t *testing.T) {
 			t.Errorf("%s does not open with '-- %s: <what it does>'", name, name)
 		}
 		for _, want := range []string{"-- KEYS[1]", "-- ARGV[1]", "-- Returns"} {
+			if want == "-- ARGV[1]" && strings.Contains(src, "\n-- ARGV none\n") {
+				continue // a script without arguments says so
+			}
 			if !strings.Contains(src, want) {
 				t.Errorf("%s header lacks %q", name, want)
 			}

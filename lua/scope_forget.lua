@@ -7,18 +7,17 @@
 -- KEYS[1]  {s}:config     HASH   published scope config
 -- KEYS[2]  {s}:pods       ZSET   pod id -> registered at (ms)
 -- KEYS[3]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
--- KEYS[4]  {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[5..] every other key of the scope, deleted (see Store.ScopeForget)
--- ARGV[1] now (ms)
--- Returns {"forgotten"} | {"live"} (not deleted, or live again) | {"busy"} (pods,
--- deploys or live claims left)
+-- KEYS[4..] every other key of the scope, deleted (see Store.ScopeForget)
+-- ARGV none
+-- Returns {"forgotten"} | {"live"} (not deleted, or live again) | {"busy"} (pods
+-- or deploys left)
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 local cfg = redis.call('HMGET', KEYS[1], 'version', 'deleted')
 if not cfg[2] then
   return {'live'}
 end
-if redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) + redis.call('ZCOUNT', KEYS[4], '(' .. ARGV[1], '+inf') > 0 then
+if redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) > 0 then
   return {'busy'}
 end
 for i = 2, #KEYS do

@@ -186,15 +186,15 @@ func (s *Store) ScopeDelete(ctx context.Context, scope string, version int64, no
 	return n, r.err()
 }
 
-// ScopeForget runs scope_forget.lua: a deleted scope with no pod, deploy or claim live
-// at now left loses every key but its tombstone, and leaves the global index. It
-// reports whether it did; a live scope, or one with something left, is kept. Errors:
+// ScopeForget runs scope_forget.lua: a deleted scope with no pod and no deploy left
+// loses every key but its tombstone, and leaves the global index. It reports whether
+// it did; a live scope, or one with something left, is kept. Errors:
 // STORE_UNAVAILABLE.
-func (s *Store) ScopeForget(ctx context.Context, scope string, now time.Time) (bool, error) {
+func (s *Store) ScopeForget(ctx context.Context, scope string) (bool, error) {
 	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, scopeForget, scope, []string{k.Config, k.Pods, k.Deploying, k.Claims,
-		k.Epoch, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Followers, k.ClaimPod, k.Sessions, k.SessExp,
-		k.Waiters, k.Queue, k.QSeq, k.Health, k.DeployStats, k.Due, k.DeployLog}, ms(now))
+	r, err := s.call(ctx, scopeForget, scope, []string{k.Config, k.Pods, k.Deploying,
+		k.Claims, k.Epoch, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Followers, k.ClaimPod, k.Sessions, k.SessExp,
+		k.Waiters, k.Queue, k.QSeq, k.Health, k.DeployStats, k.Due, k.DeployLog})
 	if err != nil {
 		return false, err
 	}

@@ -66,7 +66,7 @@ func (m *Manager) Drain(ctx context.Context, scope string, force bool) (int, err
 	if len(errs) > 0 {
 		return deleted, errors.Join(errs...)
 	}
-	if _, err := m.store.ScopeForget(ctx, scope, m.clock.Now()); err != nil {
+	if _, err := m.store.ScopeForget(ctx, scope); err != nil {
 		return deleted, err
 	}
 	return deleted, nil

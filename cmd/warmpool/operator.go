@@ -31,6 +31,7 @@ const requestTimeout = 30 * time.Second
 // opFlags are the flags every operator command takes.
 type opFlags struct {
 	server, token, output, file string
+	force                       bool
 }
 
 // operator runs the sub-commands that call a server's HTTP API, and version. scopes is
@@ -41,11 +42,12 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.server, "server", envOr(getenv, "WARMPOOL_SERVER", "http://127.0.0.1:8080"), "server URL [WARMPOOL_SERVER]")
 	fs.StringVar(&f.token, "token", cmp.Or(getenv("WARMPOOL_ADMIN_TOKEN"), getenv("WARMPOOL_AUTH_TOKEN")),
-		"bearer token; scope put and sync need the admin token [WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN]")
+		"bearer token; scope put, scope delete and sync need the admin token [WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN]")
 	def := defaultOutput(stdout)
 	fs.StringVar(&f.output, "o", def, "output format: table, json or yaml (default: table on a terminal, json otherwise)")
 	fs.StringVar(&f.output, "output", def, "the same as -o")
 	fs.StringVar(&f.file, "f", "", "scope put: the config file, JSON or YAML (- for stdin)")
+	fs.BoolVar(&f.force, "force", false, "scope delete: delete every pod now, busy ones too (their sessions and holds end)")
 	// Flags may follow the positional arguments ("scope put NAME -f FILE").
 	var pos []string
 	for len(args) > 0 {
@@ -88,6 +90,14 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 		}
 		return c.write(ctx, out, http.MethodPut, scopePath(pos[1])+"/config", body, func(v map[string]any) string {
 			return fmt.Sprintf("scope/%s configured: version %v, deploy_ver %v", pos[1], v["version"], v["deploy_ver"])
+		})
+	case cmd == "scope" && sub == "delete" && len(pos) == 2:
+		path := scopePath(pos[1])
+		if f.force {
+			path += "?force=true"
+		}
+		return c.write(ctx, out, http.MethodDelete, path, nil, func(v map[string]any) string {
+			return fmt.Sprintf("scope/%s deleted: %v pods going", pos[1], v["pods"])
 		})
 	case cmd == "session" && sub == "end" && len(pos) == 3:
 		return c.write(ctx, out, http.MethodDelete, scopePath(pos[1])+"/sessions/"+url.PathEscape(pos[2]), nil, func(v map[string]any) string {

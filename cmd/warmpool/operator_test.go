@@ -160,6 +160,34 @@ func TestScopeCommands(t *testing.T) {
 	if synced.Scopes != 1 {
 		t.Fatalf("sync: %+v", synced)
 	}
+
+	// delete: the scope is gone from list and get, its history stays; deleting it
+	// again is not found; a later put starts at the next version.
+	if out := c.ok("scope", "delete", "a", "-o", "table"); out != "scope/a deleted: 0 pods going\n" {
+		t.Fatalf("scope delete (table): %q", out)
+	}
+	c.fails(exitNotFound, []string{"scope", "get", "a"}, "SCOPE_NOT_FOUND")
+	c.fails(exitNotFound, []string{"scope", "delete", "a", "--force"}, "404 SCOPE_NOT_FOUND")
+	c.json(&list, "scope", "list")
+	if len(list.Scopes) != 0 {
+		t.Fatalf("scope list after the delete: %+v", list)
+	}
+	c.json(&hist, "scope", "history", "a")
+	if len(hist.Versions) != 2 {
+		t.Fatalf("scope history after the delete: %+v", hist)
+	}
+	c.json(&put, "scope", "put", "a", "-f", jsonFile)
+	if put.Version != 3 {
+		t.Fatalf("scope put after the delete: %+v", put)
+	}
+	var deleted struct {
+		ScopeID string `json:"scope_id"`
+		Pods    *int   `json:"pods"`
+	}
+	c.json(&deleted, "scope", "delete", "a", "--force")
+	if deleted.ScopeID != "a" || deleted.Pods == nil || *deleted.Pods != 0 {
+		t.Fatalf("scope delete --force (json): %+v", deleted)
+	}
 }
 
 // Every fault of a config file is reported at once, each with its full path.
@@ -227,6 +255,7 @@ func TestExitStatuses(t *testing.T) {
 	c.ok("scope", "list")
 	c.fails(exitUnauthorized, []string{"scope", "put", "a", "-f", cfg}, "403 FORBIDDEN")
 	c.fails(exitUnauthorized, []string{"sync"}, "403 FORBIDDEN")
+	c.fails(exitUnauthorized, []string{"scope", "delete", "a"}, "403 FORBIDDEN")
 	c.env["WARMPOOL_ADMIN_TOKEN"] = "adm"
 	c.ok("scope", "put", "a", "-f", cfg)
 	c.fails(exitNotFound, []string{"scope", "get", "b"}, "SCOPE_NOT_FOUND")
@@ -236,6 +265,7 @@ func TestExitStatuses(t *testing.T) {
 	for _, args := range [][]string{
 		{"pool"}, {"scopes", "extra"}, {"scope", "frobnicate", "a"}, {"session", "end", "a"},
 		{"scope", "list", "-o", "xml"}, {"scope", "put", "a"}, {"scope", "list", "--nope"},
+		{"scope", "delete"}, {"scope", "delete", "a", "b"},
 	} {
 		c.fails(2, args)
 	}

@@ -101,6 +101,12 @@ func TestDeleteScope(t *testing.T) {
 	if len(list) != 1 || list[0].(map[string]any)["scope_id"] != "kept" {
 		t.Fatalf("GET /v1/scopes after the delete: %v, want kept only", list)
 	}
+	// The first scrape after the delete drops the scope's counters and histograms
+	// (and has no gauge of it); the next has none of its series.
+	e.do(http.MethodGet, "/metrics", nil)
+	if m := e.do(http.MethodGet, "/metrics", nil); strings.Contains(string(m.raw), `scope="gone"`) || !strings.Contains(string(m.raw), `warmpool_pods{scope="kept"`) {
+		t.Fatalf("metrics after the delete still have series of the deleted scope, or none of kept:\n%s", m.raw)
+	}
 	if h := e.ok(http.MethodGet, "/v1/scopes/gone/config/history", nil)["versions"].([]any); len(h) != 2 {
 		t.Fatalf("history after the delete has %d versions, want 2", len(h))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/lua"
@@ -77,5 +78,82 @@ func TestScopePublishConflict(t *testing.T) {
 		c.Pool.MinIdlePods = 1
 	})); err != nil {
 		t.Fatalf("v2 again where the published hash lacks min_idle: %v", err)
+	}
+}
+
+// A deleted scope takes no acquire, and stays deleted against a late publish of its
+// version; its deploy in flight is fenced and its follower told; its pods are retired.
+// It is forgotten only once no pod is left, keeping its tombstone, and the next version
+// makes it live again with the old pod still retired. A delete of an older version
+// than the published one leaves the scope live.
+func TestScopeDeleteAndForget(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	lead := e.acquire("c1")
+	pod, _, err := e.register(lead, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inFlight := e.acquire("c2")
+	follower := e.acquire("c3")
+	if inFlight.Kind != lua.AcquireDeploy || follower.Kind != lua.AcquireFollower {
+		t.Fatalf("acquires: %+v, %+v; want a deploy and its follower", inFlight, follower)
+	}
+
+	if _, err := e.store.ScopeDelete(ctx, e.scope, e.version-1, e.now); warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+		t.Fatalf("delete of an older version than the published one: %v, want SCOPE_NOT_FOUND", err)
+	}
+	n, err := e.store.ScopeDelete(ctx, e.scope, e.version, e.now.Add(time.Minute))
+	if err != nil || n != 1 {
+		t.Fatalf("delete = %d, %v; want 1 pod", n, err)
+	}
+	if _, err := e.store.Scope(ctx, e.scope); warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+		t.Fatalf("Scope of a deleted scope: %v", err)
+	}
+	if rec, err := e.store.ScopeAny(ctx, e.scope); err != nil || !rec.Deleted {
+		t.Fatalf("ScopeAny of a deleted scope: %+v, %v", rec, err)
+	}
+	_, err = e.store.PodAcquire(ctx, e.scope, lua.AcquireArgs{Now: e.now, Claim: "c4", ClaimDeadline: e.now.Add(time.Minute), LeaseDeadline: e.now.Add(time.Minute)})
+	if warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+		t.Fatalf("acquire on a deleted scope: %v", err)
+	}
+	if _, _, err := e.register(inFlight, ""); !errors.Is(err, lua.ErrFenced) {
+		t.Fatalf("register of a deploy in flight at the delete: %v, want ErrFenced", err)
+	}
+	if snap := e.snap(); !snap.Pods[0].Retired || snap.ClaimPod["c3"] == "" || snap.ClaimPod["c3"][0] != '!' {
+		t.Fatalf("after the delete: %+v, want the pod retired and the follower told", snap)
+	}
+	if _, err := e.store.ScopeDelete(ctx, e.scope, e.version, e.now); warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+		t.Fatalf("second delete: %v, want SCOPE_NOT_FOUND", err)
+	}
+	e.version-- // the same version again, as a sync that read the store before the delete
+	e.publish(nil)
+	if _, err := e.store.Scope(ctx, e.scope); warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+		t.Fatalf("a late publish of the deleted version made the scope live: %v", err)
+	}
+
+	if done, err := e.store.ScopeForget(ctx, e.scope); err != nil || done {
+		t.Fatalf("forget with a pod left = %v, %v; want kept", done, err)
+	}
+	if _, err := e.store.PodPurge(ctx, e.scope, pod.ID, "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := e.store.ScopeForget(ctx, e.scope); err != nil || !done {
+		t.Fatalf("forget with nothing left = %v, %v; want forgotten", done, err)
+	}
+	if ids, err := e.store.ScopeIDs(ctx); err != nil || len(ids) != 0 {
+		t.Fatalf("index after forget: %v, %v", ids, err)
+	}
+
+	e.publish(nil)
+	if rec, err := e.store.Scope(ctx, e.scope); err != nil || rec.Version != e.version {
+		t.Fatalf("the next version: %+v, %v; want live at v%d", rec, err, e.version)
+	}
+	if ids, err := e.store.ScopeIDs(ctx); err != nil || len(ids) != 1 {
+		t.Fatalf("index after the next version: %v, %v", ids, err)
+	}
+	if done, err := e.store.ScopeForget(ctx, e.scope); err != nil || done {
+		t.Fatalf("forget of a live scope = %v, %v; want kept", done, err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/invariant"
 	"github.com/warmpool/warmpool/internal/testserver"
@@ -42,7 +44,12 @@ func checkInvariants(tb testing.TB, store *lua.Store, scope string, cfg warmpool
 // themselves (a purged pod's tombstone, a session's lock, answer caches).
 func scopeKeys(tb testing.TB, e *env, scope string) []string {
 	tb.Helper()
-	all, err := e.r.Client.Keys(context.Background(), e.r.Prefix+"{"+scope+"}:*").Result()
+	var all []string
+	err := e.r.ForEachServer(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		ks, err := c.Keys(ctx, e.r.Prefix+"{"+scope+"}:*").Result()
+		all = append(all, ks...)
+		return err
+	})
 	if err != nil {
 		tb.Fatal(err)
 	}

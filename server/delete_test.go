@@ -282,3 +282,27 @@ func TestPutAfterDeleteLeavesOldPodsRetired(t *testing.T) {
 		t.Fatalf("pool has %d pods, want the new one only", n)
 	}
 }
+
+// A route waiting in the queue of a scope that is deleted learns at once that the
+// scope is gone (404), instead of waiting out wait_timeout_s.
+func TestDeleteScopeWakesItsWaiters(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.putScope("full", scopeCfg(1, 1, 4, 30))
+	e.route("full", "s1")
+	waited := make(chan resp, 1)
+	go func() {
+		waited <- e.do(http.MethodPost, "/v1/scopes/full/sessions", map[string]string{"session_id": "s2"})
+	}()
+	eventually(t, 10*time.Second, "the second route to queue", func() bool { return num(t, e.pool("full"), "waiters") == 1 })
+	e.ok(http.MethodDelete, "/v1/scopes/full", nil)
+	select {
+	case r := <-waited:
+		e.wantErr(r, http.StatusNotFound, warmpool.CodeScopeNotFound)
+		if r.took > 10*time.Second {
+			t.Fatalf("the waiter took %s to learn the scope was deleted", r.took)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter did not return after the delete")
+	}
+}

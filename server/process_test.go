@@ -184,9 +184,7 @@ func TestShutdownGrace(t *testing.T) {
 func TestSlowBodiesAreCut(t *testing.T) {
 	t.Parallel()
 	const readTimeout = 500 * time.Millisecond
-	e := mustEnv(t, withReadTimeout(readTimeout))
-	e.putScope("ok", scopeCfg(4, 2, 0, 1))
-	r := e.run(t)
+	_, r := runWithReadTimeout(t, readTimeout)
 	const n = 50
 	var wg sync.WaitGroup
 	results := make(chan string, n)
@@ -215,6 +213,14 @@ func TestSlowBodiesAreCut(t *testing.T) {
 		t.Fatalf("%d trickling clients held the server %v (read timeout %v)", n, took, readTimeout)
 	}
 	t.Logf("%d trickling clients cut within %v (read timeout %v)", n, took.Round(time.Millisecond), readTimeout)
+}
+
+// runWithReadTimeout runs a replica whose read timeout is d, with a scope "ok".
+func runWithReadTimeout(t *testing.T, d time.Duration) (*env, *running) {
+	t.Helper()
+	e := mustEnv(t, withReadTimeout(d))
+	e.putScope("ok", scopeCfg(4, 2, 0, 1))
+	return e, e.run(t)
 }
 
 // trickle sends a route call whose body comes one byte every 100ms and returns the
@@ -253,9 +259,7 @@ func trickle(addr, body string) string {
 func TestChunkedHeaderPlainBody(t *testing.T) {
 	t.Parallel()
 	const readTimeout = 500 * time.Millisecond
-	e := mustEnv(t, withReadTimeout(readTimeout))
-	e.putScope("ok", scopeCfg(4, 2, 0, 1))
-	r := e.run(t)
+	e, r := runWithReadTimeout(t, readTimeout)
 	for _, body := range []string{`{"session_id":"c1"}`, "{\"session_id\":\"c2\"}\r\n"} {
 		conn, err := net.Dial("tcp", r.addr)
 		if err != nil {

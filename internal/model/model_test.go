@@ -290,18 +290,8 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			wantPod, wantN := s.model.ClaimRelease(c, w.now)
 			w.same("claim_release", []any{pod, n}, []any{wantPod, wantN}, gotErr, nil)
 		}),
-		"hold_touch": step("hold_touch", func(s *side) {
-			c, pod := s.hold(w.t)
-			got, gotErr := w.store.HoldTouch(ctx, s.id, c, pod, w.now)
-			want, wantErr := s.model.HoldTouch(c, pod, w.now)
-			w.same("hold_touch", got, want, gotErr, wantErr)
-		}),
-		"hold_release": step("hold_release", func(s *side) {
-			c, pod := s.hold(w.t)
-			got, gotErr := w.store.HoldRelease(ctx, s.id, c, pod, w.now)
-			want, wantErr := s.model.HoldRelease(c, pod, w.now)
-			w.same("hold_release", got, want, gotErr, wantErr)
-		}),
+		"hold_touch":   step("hold_touch", onHold(w, "hold_touch", w.store.HoldTouch, (*model.Scope).HoldTouch)),
+		"hold_release": step("hold_release", onHold(w, "hold_release", w.store.HoldRelease, (*model.Scope).HoldRelease)),
 		"session_route": step("session_route", func(s *side) {
 			a := lua.RouteArgs{Now: w.now, Session: rapid.SampledFrom(s.sessions).Draw(w.t, "session"), IdemTTL: time.Hour}
 			if rapid.Bool().Draw(w.t, "with claim") {
@@ -318,24 +308,9 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			want, wantErr := s.model.SessionRoute(a)
 			w.same("session_route", got, want, gotErr, wantErr)
 		}),
-		"session_touch": step("session_touch", func(s *side) {
-			sid := s.session(w.t)
-			got, gotErr := w.store.SessionTouch(ctx, s.id, sid, w.now)
-			want, wantErr := s.model.SessionTouch(sid, w.now)
-			w.same("session_touch", got, want, gotErr, wantErr)
-		}),
-		"session_end": step("session_end", func(s *side) {
-			sid := s.session(w.t)
-			got, gotErr := w.store.SessionEnd(ctx, s.id, sid, w.now)
-			want, wantErr := s.model.SessionEnd(sid, w.now)
-			w.same("session_end", got, want, gotErr, wantErr)
-		}),
-		"session_get": step("session_get", func(s *side) {
-			sid := s.session(w.t)
-			got, gotErr := w.store.SessionGet(ctx, s.id, sid, w.now)
-			want, wantErr := s.model.SessionGet(sid, w.now)
-			w.same("session_get", got, want, gotErr, wantErr)
-		}),
+		"session_touch": step("session_touch", onSession(w, "session_touch", w.store.SessionTouch, (*model.Scope).SessionTouch)),
+		"session_end":   step("session_end", onSession(w, "session_end", w.store.SessionEnd, (*model.Scope).SessionEnd)),
+		"session_get":   step("session_get", onSession(w, "session_get", w.store.SessionGet, (*model.Scope).SessionGet)),
 		"session_evict": step("session_evict", func(s *side) {
 			limit := rapid.IntRange(1, 4).Draw(w.t, "limit")
 			gotN, gotC, gotErr := w.store.SessionEvict(ctx, s.id, w.now, limit)
@@ -567,6 +542,30 @@ func (s *side) hold(t *rapid.T) (claim, pod string) {
 }
 
 // same fails the run when Redis's answer differs from the model's.
+// onSession is the step of a script on one session of the scope: the store and the
+// model must answer it alike.
+func onSession[T any](w *world, name string, store func(ctx context.Context, scope, session string, now time.Time) (T, error),
+	model func(m *model.Scope, session string, now time.Time) (T, error)) func(*side) {
+	return func(s *side) {
+		sid := s.session(w.t)
+		got, gotErr := store(context.Background(), s.id, sid, w.now)
+		want, wantErr := model(s.model, sid, w.now)
+		w.same(name, got, want, gotErr, wantErr)
+	}
+}
+
+// onHold is the step of a script on one hold of a pod: the store and the model must
+// answer it alike.
+func onHold[T any](w *world, name string, store func(ctx context.Context, scope, hold, pod string, now time.Time) (T, error),
+	model func(m *model.Scope, hold, pod string, now time.Time) (T, error)) func(*side) {
+	return func(s *side) {
+		hold, pod := s.hold(w.t)
+		got, gotErr := store(context.Background(), s.id, hold, pod, w.now)
+		want, wantErr := model(s.model, hold, pod, w.now)
+		w.same(name, got, want, gotErr, wantErr)
+	}
+}
+
 func (w *world) same(what string, got, want any, gotErr, wantErr error) {
 	w.t.Helper()
 	w.seen[what+": "+outcome(got, gotErr)]++

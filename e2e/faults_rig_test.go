@@ -101,7 +101,7 @@ func newRig(t *testing.T, extra ...string) *rig {
 	r := &rig{t: t, bin: warmpoolBin(t), dir: dir, podDir: filepath.Join(dir, "pods"),
 		store: filepath.Join(dir, "config.db"), extra: extra,
 		scopes: map[string]scopeState{}, ledger: map[string]held{}}
-	r.redis = startRedisServer(t, dir, freePort(t))
+	r.redis = startRedisServer(t, freePort(t))
 	r.useRedis(r.redis)
 	pods, err := fakepod.NewShared(r.podDir)
 	if err != nil {
@@ -132,7 +132,7 @@ func (r *rig) useRedis(s *redisServer) {
 }
 
 func (r *rig) startProc(rep *faultReplica) *proc {
-	args := []string{"serve", "--listen", rep.addr, "--redis", r.redis.url(), "--store", r.store,
+	args := []string{"serve", "--listen", rep.addr, "--redis", r.redis.URL(), "--store", r.store,
 		"--driver", "fake", "--fake-state-dir", r.podDir, "--instance-id", rep.name, "--prefix", rigPrefix,
 		"--sweep-interval", rigSweep.String(), "--reconcile-interval", rigReconcile.String(), "--deploy-lease", rigLease.String(), "--claim-ttl", rigClaimTTL.String(),
 		"--job-lease", rigJobLease.String(), "--orphan-grace", rigOrphanGrace.String(), "--ghost-grace", rigOrphanGrace.String(),

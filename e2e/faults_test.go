@@ -252,7 +252,7 @@ func caseRedisPaused(t *testing.T, res *caseResult, sigstop bool) {
 	r.routeRetry(0, "e", "before", 10*time.Second)
 	start := time.Now()
 	if sigstop {
-		r.redis.signal(t, syscall.SIGSTOP)
+		r.redis.Pause(t)
 	} else if err := r.redis.admin.Do(context.Background(), "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func caseRedisPaused(t *testing.T, res *caseResult, sigstop bool) {
 		time.Sleep(20 * time.Millisecond) // the pause is the fault: it lasts its length
 	}
 	if sigstop {
-		r.redis.signal(t, syscall.SIGCONT)
+		r.redis.Resume(t)
 	}
 	resumed := time.Now()
 	hold := func(rep *faultReplica) string {
@@ -353,8 +353,8 @@ func caseRedisRestartedEmpty(t *testing.T, res *caseResult) {
 	}
 	p2 := r.routeRetry(2, "f", "f3", 10*time.Second).PodID
 	w := r.watch("f")
-	r.redis.kill()
-	r.redis = startRedisServer(t, r.dir, r.redis.port)
+	r.redis.Kill()
+	r.redis = startRedisServer(t, r.redis.port)
 	r.useRedis(r.redis)
 	restarted := time.Now()
 	refused := map[string]int{}
@@ -407,7 +407,7 @@ func caseFailover(t *testing.T, res *caseResult) {
 	const ttl = 10 * time.Second
 	ctx := context.Background()
 	r := newRig(t)
-	replica := startRedisServer(t, r.dir, freePort(t), "--replicaof", "127.0.0.1", strconv.Itoa(r.redis.port))
+	replica := startRedisServer(t, freePort(t), "--replicaof", "127.0.0.1", strconv.Itoa(r.redis.port))
 	r.scope("h", fmt.Sprintf(`"max_concurrency":8,"pod_concurrency":2,"session_ttl_s":%d`, int(ttl.Seconds())), 10)
 	p1 := r.routeRetry(0, "h", "h1", 10*time.Second).PodID
 	// The primary took a new replication id when the replica attached; reconcile
@@ -431,7 +431,7 @@ func caseFailover(t *testing.T, res *caseResult) {
 		t.Fatal(err)
 	}
 	promoted := time.Now()
-	r.redis.kill()
+	r.redis.Kill()
 	r.redis = replica
 	r.useRedis(replica)
 	w := r.watch("h")

@@ -62,8 +62,8 @@ func newCluster(t *testing.T) *cluster {
 		testredis.EnsureACLUser(t)
 		c.redisURL = testredis.ClusterUserURL()
 	} else {
-		c.redis = startRedisServer(t, c.dir, freePort(t))
-		c.redisURL = c.redis.url()
+		c.redis = startRedisServer(t, freePort(t))
+		c.redisURL = c.redis.URL()
 	}
 	for i := 1; i <= 3; i++ {
 		r := &replica{name: fmt.Sprintf("r%d", i), addr: freeAddr(t)}
@@ -263,8 +263,8 @@ func TestMultiReplica(t *testing.T) {
 		if len(before.Pods) == 0 {
 			t.Fatal("no pods before the restart")
 		}
-		c.redis.kill()
-		c.redis = startRedisServer(c.t, c.dir, c.redis.port)
+		c.redis.Kill()
+		c.redis = startRedisServer(c.t, c.redis.port)
 		eventually(t, 20*time.Second, "pods adopted back after the data loss", func() bool {
 			p, st := pool(t, c.lb, "multi")
 			return st == http.StatusOK && len(p.Pods) == len(before.Pods)

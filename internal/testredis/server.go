@@ -24,36 +24,60 @@ type Server struct {
 	done chan struct{}
 }
 
-// StartServer starts a redis-server without persistence on a free loopback port; it is
-// killed with the test. The test fails when redis-server is not installed.
+// StartServer starts a redis-server without persistence on a free loopback port, with
+// the README's ACL user; it is killed with the test. The test fails when redis-server
+// is not installed.
 func StartServer(tb testing.TB) *Server {
 	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		tb.Fatal("redis-server is missing (Debian: apt-get install redis-server)")
-	}
-	dir := tb.TempDir()
 	for range 5 {
 		port, err := freePort()
 		if err != nil {
 			tb.Fatal(err)
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{})}
-		s.cmd = exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
-			"--save", "", "--appendonly", "no", "--dir", dir)
-		if err := s.cmd.Start(); err != nil {
-			tb.Fatal(err)
-		}
-		go func() { _ = s.cmd.Wait(); close(s.done) }()
-		if s.await() {
-			tb.Cleanup(s.kill)
-			s.createUser(tb)
+		if s := start(tb, port); s != nil {
 			return s
 		}
-		s.kill() // the port was taken meanwhile: try another
+		// The port was taken meanwhile: try another.
 	}
 	tb.Fatal("redis-server did not start")
 	return nil
+}
+
+// StartServerAt starts a redis-server as StartServer does, on port (again on the port
+// of one killed before, say) with extra arguments such as --replicaof; the test fails
+// when it does not answer.
+func StartServerAt(tb testing.TB, port int, extra ...string) *Server {
+	tb.Helper()
+	s := start(tb, port, extra...)
+	if s == nil {
+		tb.Fatalf("redis-server on port %d did not start", port)
+	}
+	return s
+}
+
+// start starts a redis-server on port and returns it once it answers, with the ACL
+// user created, or nil when it does not answer.
+func start(tb testing.TB, port int, extra ...string) *Server {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatal("redis-server is missing (Debian: apt-get install redis-server)")
+	}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{})}
+	args := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--save", "", "--appendonly", "no", "--dir", tb.TempDir()}, extra...)
+	s.cmd = exec.Command(bin, args...)
+	if err := s.cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	go func() { _ = s.cmd.Wait(); close(s.done) }()
+	if !s.await() {
+		s.Kill()
+		return nil
+	}
+	tb.Cleanup(s.Kill)
+	s.createUser(tb)
+	return s
 }
 
 // await reports whether the server answers PING within 10 seconds.
@@ -90,7 +114,8 @@ func (s *Server) createUser(tb testing.TB) {
 	}
 }
 
-func (s *Server) kill() {
+// Kill ends the server at once, a paused one too, and waits until it is gone.
+func (s *Server) Kill() {
 	_ = s.cmd.Process.Signal(syscall.SIGCONT)
 	_ = s.cmd.Process.Kill()
 	<-s.done

@@ -291,18 +291,6 @@ func hasKeys(tb testing.TB, m map[string]any, want ...string) {
 	}
 }
 
-// eventually polls cond every 10ms until it holds or the deadline passes.
-func eventually(tb testing.TB, within time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // scopeCfg is a scope config with fast deploys and the given pool numbers.
 func scopeCfg(maxConc, podConc, queue, waitS int) string {
 	return fmt.Sprintf(`{"deploy":{"ready_timeout_s":10},"pool":{"max_concurrency":%d,"pod_concurrency":%d,"queue_size":%d,"wait_timeout_s":%d}}`,

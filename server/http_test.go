@@ -17,6 +17,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
@@ -456,7 +457,7 @@ func TestQueueFullAndWake(t *testing.T) {
 		defer wg.Done()
 		queued = e.do(http.MethodPost, "/v1/scopes/q/sessions", `{"session_id":"s2"}`)
 	}()
-	eventually(t, 5*time.Second, "s2 queued", func() bool { return num(t, e.pool("q"), "waiters") == 1 })
+	await.True(t, 5*time.Second, "s2 queued", func() bool { return num(t, e.pool("q"), "waiters") == 1 })
 
 	// ... so s3 finds the queue full at once.
 	r := e.do(http.MethodPost, "/v1/scopes/q/sessions", `{"session_id":"s3"}`)
@@ -585,7 +586,7 @@ func TestStoreUnavailableRedisDown(t *testing.T) {
 	if err := mini.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "ready again", func() bool { return e.do(http.MethodGet, "/readyz", nil).status == http.StatusOK })
+	await.True(t, 10*time.Second, "ready again", func() bool { return e.do(http.MethodGet, "/readyz", nil).status == http.StatusOK })
 	if got := e.route("ok", "s1"); got["pod_id"] != b["pod_id"] || got["new"] != false {
 		t.Fatalf("s1 after Redis came back: %v, want %v bound already (keys %v, pool %v)", got, b, mini.Keys(), e.do(http.MethodGet, "/v1/scopes/ok/pool", nil))
 	}
@@ -894,7 +895,7 @@ func TestPoolShape(t *testing.T) {
 		defer wg.Done()
 		routes[1] = e.do(http.MethodPost, "/v1/scopes/p/sessions", `{"session_id":"s2"}`)
 	}()
-	eventually(t, 5*time.Second, "one placeholder and one follower", func() bool {
+	await.True(t, 5*time.Second, "one placeholder and one follower", func() bool {
 		p := e.pool("p")
 		return num(t, p, "placeholders") == 1 && num(t, p, "followers") == 1
 	})

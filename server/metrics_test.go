@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/testserver"
 	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
@@ -112,16 +113,16 @@ func TestRouteMetrics(t *testing.T) {
 		go func() { defer wg.Done(); e.route("obs", session) }()
 	}
 	routeAsync("s3")
-	eventually(t, 5*time.Second, "the second deploy starts", func() bool { return e.fake.InFlight() == 1 })
+	await.True(t, 5*time.Second, "the second deploy starts", func() bool { return e.fake.InFlight() == 1 })
 	routeAsync("s4")
-	eventually(t, 5*time.Second, "s4 follows the deploy", func() bool { return num(t, e.pool("obs"), "followers") == 1 })
+	await.True(t, 5*time.Second, "s4 follows the deploy", func() bool { return num(t, e.pool("obs"), "followers") == 1 })
 	release()
 	wg.Wait()
 
 	// Both pods are full and the scope is at max_pods: s5 waits in the queue until
 	// s1 ends.
 	routeAsync("s5")
-	eventually(t, 5*time.Second, "s5 queues", func() bool { return num(t, e.pool("obs"), "waiters") == 1 })
+	await.True(t, 5*time.Second, "s5 queues", func() bool { return num(t, e.pool("obs"), "waiters") == 1 })
 	e.ok(http.MethodDelete, "/v1/scopes/obs/sessions/s1", nil)
 	wg.Wait()
 	e.do(http.MethodPost, "/v1/scopes/nope/sessions", `{"session_id":"x"}`) // SCOPE_NOT_FOUND

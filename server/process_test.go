@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/server"
 )
 
@@ -87,7 +88,7 @@ func TestDrain(t *testing.T) {
 
 	start := time.Now()
 	r.stop()
-	eventually(t, 200*time.Millisecond, "readyz answers 503", func() bool {
+	await.True(t, 200*time.Millisecond, "readyz answers 503", func() bool {
 		res, body, err := send(http.MethodGet, r.base+"/readyz", "")
 		return err == nil && res.StatusCode == http.StatusServiceUnavailable && strings.Contains(body, `"draining"`)
 	})
@@ -142,11 +143,11 @@ func TestShutdownGrace(t *testing.T) {
 				res, _, err := send(http.MethodPost, r.base+"/v1/scopes/ok/sessions", `{"session_id":"slow"}`)
 				routed <- answer{res, err}
 			}()
-			eventually(t, 5*time.Second, "the deploy is in flight", func() bool { return num(t, e.pool("ok"), "placeholders") == 1 })
+			await.True(t, 5*time.Second, "the deploy is in flight", func() bool { return num(t, e.pool("ok"), "placeholders") == 1 })
 			start := time.Now()
 			r.stop()
 			if c.finishes {
-				eventually(t, 5*time.Second, "the listener is closed", func() bool {
+				await.True(t, 5*time.Second, "the listener is closed", func() bool {
 					conn, err := net.Dial("tcp", r.addr)
 					if err == nil {
 						conn.Close()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/server"
 )
@@ -50,7 +51,7 @@ func redisServer(t *testing.T, port int, args ...string) {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
-	eventually(t, 10*time.Second, "redis-server listens", func() bool {
+	await.True(t, 10*time.Second, "redis-server listens", func() bool {
 		conn, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err == nil {
 			conn.Close()
@@ -178,7 +179,7 @@ func TestRedisClusterTLSAndACL(t *testing.T) {
 	if err := admin.ClusterAddSlotsRange(ctx, 0, 16383).Err(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the cluster is ok", func() bool {
+	await.True(t, 10*time.Second, "the cluster is ok", func() bool {
 		info, err := admin.ClusterInfo(ctx).Result()
 		return err == nil && strings.Contains(info, "cluster_state:ok")
 	})

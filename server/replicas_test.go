@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/invariant"
 	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/internal/testserver"
@@ -141,7 +142,7 @@ func (rs *replicas) check(scope string, settled bool, versions ...string) {
 // or waiter left, then checks the invariants as settled.
 func (rs *replicas) settle(scope string, versions ...string) {
 	rs.t.Helper()
-	eventually(rs.t, 5*time.Second, scope+": placeholders, followers and waiters back to 0", func() bool {
+	await.True(rs.t, 5*time.Second, scope+": placeholders, followers and waiters back to 0", func() bool {
 		for _, e := range []*env{rs.a, rs.b} {
 			p := e.pool(scope)
 			if num(rs.t, p, "placeholders") != 0 || num(rs.t, p, "followers") != 0 || num(rs.t, p, "waiters") != 0 {
@@ -222,7 +223,7 @@ func routeReq(e *env, scope, session string, hdrs ...header) resp {
 // awaitPool waits until cond holds on the scope's pool as replica e reports it.
 func awaitPool(t *testing.T, e *env, scope, what string, cond func(p map[string]any) bool) {
 	t.Helper()
-	eventually(t, 5*time.Second, what, func() bool { return cond(e.pool(scope)) })
+	await.True(t, 5*time.Second, what, func() bool { return cond(e.pool(scope)) })
 }
 
 // holdDeploys holds the fake's deploys until the returned function (also run at
@@ -710,10 +711,10 @@ func (l *runLog) ran(job, outcome string) int {
 	return n
 }
 
-// sweepLocks returns the job lock keys present in Redis.
-func (rs *replicas) sweepLocks() []string {
+// noLocksLeft fails the test when a job lock key is still in Redis.
+func (rs *replicas) noLocksLeft() {
 	rs.t.Helper()
-	var out []string
+	var left []string
 	for _, j := range rs.a.srv.Sweeper.Jobs() {
 		key := rs.store.Keys().Lock("sweep:" + j.Name)
 		n, err := rs.r.Client.Exists(context.Background(), key).Result()
@@ -721,10 +722,12 @@ func (rs *replicas) sweepLocks() []string {
 			rs.t.Fatal(err)
 		}
 		if n > 0 {
-			out = append(out, key)
+			left = append(left, key)
 		}
 	}
-	return out
+	if len(left) != 0 {
+		rs.t.Fatalf("locks left behind: %v", left)
+	}
 }
 
 // Case 10, sweeper mutual exclusion: while another holder has a job's lock
@@ -797,9 +800,7 @@ func TestReplicaSweeperMutualExclusion(t *testing.T) {
 	if o := logs[1].outcomes(); o["ok"] != len(jobs) {
 		t.Fatalf("B's run outcomes %v", o)
 	}
-	if l := rs.sweepLocks(); len(l) != 0 {
-		t.Fatalf("locks left behind: %v", l)
-	}
+	rs.noLocksLeft()
 	rs.settle("sw")
 }
 
@@ -869,9 +870,7 @@ func TestReplicaConcurrentSweepsConverge(t *testing.T) {
 		}
 	}
 	converged("after one concurrent round")
-	if l := rs.sweepLocks(); len(l) != 0 {
-		t.Fatalf("locks left behind: %v", l)
-	}
+	rs.noLocksLeft()
 
 	// Both Runners on their tickers (20ms) until each replica has run every job a few
 	// more times.
@@ -881,7 +880,7 @@ func TestReplicaConcurrentSweepsConverge(t *testing.T) {
 		running.Add(1)
 		go func() { defer running.Done(); e.srv.Runner.Run(runCtx) }()
 	}
-	eventually(t, 10*time.Second, "every job run 3 more times", func() bool {
+	await.True(t, 10*time.Second, "every job run 3 more times", func() bool {
 		for _, j := range rs.a.srv.Sweeper.Jobs() {
 			if logs[0].ran(j.Name, "ok")+logs[1].ran(j.Name, "ok") < 4 {
 				return false
@@ -897,9 +896,7 @@ func TestReplicaConcurrentSweepsConverge(t *testing.T) {
 	cancel()
 	running.Wait()
 	converged("after the Runners ran side by side")
-	if l := rs.sweepLocks(); len(l) != 0 {
-		t.Fatalf("locks left behind by stopped Runners: %v", l)
-	}
+	rs.noLocksLeft()
 	rs.settle("conv")
 }
 

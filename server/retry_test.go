@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/server"
 )
 
@@ -25,7 +26,7 @@ func TestRetryAfterFromDeployEstimate(t *testing.T) {
 	go func() {
 		done <- e.do(http.MethodPost, "/v1/scopes/slow/sessions", `{"session_id":"s2"}`)
 	}()
-	eventually(t, 5*time.Second, "the second deploy starts", func() bool { return e.fake.InFlight() == 1 })
+	await.True(t, 5*time.Second, "the second deploy starts", func() bool { return e.fake.InFlight() == 1 })
 
 	r := e.do(http.MethodPost, "/v1/scopes/slow/sessions", `{"session_id":"s3"}`)
 	eo := e.wantErr(r, http.StatusServiceUnavailable, warmpool.CodeNoPodAvailable)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/demoagent"
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/k8s/drivertest"
 	"github.com/warmpool/warmpool/k8s/localpod"
 )
@@ -196,18 +197,6 @@ func runningNotZombie(t *testing.T, pid int) bool {
 	return ok && !strings.HasPrefix(rest, "Z")
 }
 
-// eventually polls cond until it holds; the poll interval is not synchronisation.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -273,7 +262,7 @@ func TestLocalSharedStateDir(t *testing.T) {
 	if err := b.Delete(ctx, podA); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a's pod process to be reaped", func() bool { return gone(pidA) })
+	await.True(t, 30*time.Second, "a's pod process to be reaped", func() bool { return gone(pidA) })
 	if got := ids(mustList(t, a)); !slices.Equal(got, []string{podB.ID}) {
 		t.Fatalf("a lists %v after b deleted its pod, want only %s", got, podB.ID)
 	}
@@ -310,7 +299,7 @@ func TestLocalCloseStopsEverything(t *testing.T) {
 		_, err := l.Deploy(ctx, startReq)
 		starting <- err
 	}()
-	eventually(t, "the third pod to be registered", func() bool { return len(mustList(t, l)) == 3 })
+	await.True(t, 30*time.Second, "the third pod to be registered", func() bool { return len(mustList(t, l)) == 3 })
 
 	if err := l.Close(); err != nil {
 		t.Fatal(err)

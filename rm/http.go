@@ -1,6 +1,7 @@
 package rm
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -16,8 +17,12 @@ func (m *Manager) Routes(r chi.Router) {
 	h := httpx.Adapter(m.log)
 	r.Method(http.MethodGet, "/scopes", h(m.handleScopes))
 	r.Method(http.MethodPost, "/scopes/{scope}/pods/acquire", h(m.handleAcquire))
-	r.Method(http.MethodPost, "/scopes/{scope}/pods/{pod}/release", h(m.handleRelease))
-	r.Method(http.MethodPost, "/scopes/{scope}/pods/{pod}/touch", h(m.handleTouch))
+	// Release: 200 {"released": true, "idle"}; touch: 200 {"hold_until"}; either
+	// HOLD_NOT_FOUND.
+	r.Method(http.MethodPost, "/scopes/{scope}/pods/{pod}/release", h(onHold(m.ReleaseHold,
+		func(idle bool) any { return map[string]bool{"released": true, "idle": idle} })))
+	r.Method(http.MethodPost, "/scopes/{scope}/pods/{pod}/touch", h(onHold(m.TouchHold,
+		func(until time.Time) any { return map[string]string{"hold_until": holdTime(until)} })))
 	r.Method(http.MethodGet, "/scopes/{scope}/pool", h(m.handlePool))
 }
 
@@ -65,48 +70,31 @@ type holdRequest struct {
 	HoldID string `json:"hold_id"`
 }
 
-// onHold reads the scope, the pod and the hold id of a release or a touch.
-func onHold(w http.ResponseWriter, r *http.Request) (scope, pod, hold string, err error) {
-	if scope, err = httpx.Scope(r); err != nil {
-		return "", "", "", err
+// onHold serves a release or a touch of a hold: the scope, the pod and the hold id
+// are read and validated, then call runs and its result is answered as reply(result).
+func onHold[T any](call func(ctx context.Context, scope, pod, hold string) (T, error), reply func(T) any) httpx.Handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		scope, err := httpx.Scope(r)
+		if err != nil {
+			return err
+		}
+		pod, err := httpx.Param(r, "pod", warmpool.ValidPodID, "a DNS-1123 name")
+		if err != nil {
+			return err
+		}
+		var req holdRequest
+		if err := httpx.Decode(w, r, &req, false); err != nil {
+			return err
+		}
+		if !warmpool.ValidRequestID(req.HoldID) {
+			return warmpool.Errorf(warmpool.CodeValidation, "hold_id: required, 1-128 chars of [A-Za-z0-9._:/+=-]")
+		}
+		v, err := call(r.Context(), scope, pod, req.HoldID)
+		if err != nil {
+			return err
+		}
+		return httpx.OK(w, reply(v))
 	}
-	if pod, err = httpx.Param(r, "pod", warmpool.ValidPodID, "a DNS-1123 name"); err != nil {
-		return "", "", "", err
-	}
-	var req holdRequest
-	if err := httpx.Decode(w, r, &req, false); err != nil {
-		return "", "", "", err
-	}
-	if !warmpool.ValidRequestID(req.HoldID) {
-		return "", "", "", warmpool.Errorf(warmpool.CodeValidation, "hold_id: required, 1-128 chars of [A-Za-z0-9._:/+=-]")
-	}
-	return scope, pod, req.HoldID, nil
-}
-
-// handleRelease releases a hold: 200 {"released": true, "idle"}, or HOLD_NOT_FOUND.
-func (m *Manager) handleRelease(w http.ResponseWriter, r *http.Request) error {
-	scope, pod, hold, err := onHold(w, r)
-	if err != nil {
-		return err
-	}
-	idle, err := m.ReleaseHold(r.Context(), scope, pod, hold)
-	if err != nil {
-		return err
-	}
-	return httpx.OK(w, map[string]bool{"released": true, "idle": idle})
-}
-
-// handleTouch extends a hold: 200 {"hold_until"}, or HOLD_NOT_FOUND.
-func (m *Manager) handleTouch(w http.ResponseWriter, r *http.Request) error {
-	scope, pod, hold, err := onHold(w, r)
-	if err != nil {
-		return err
-	}
-	until, err := m.TouchHold(r.Context(), scope, pod, hold)
-	if err != nil {
-		return err
-	}
-	return httpx.OK(w, map[string]string{"hold_until": holdTime(until)})
 }
 
 type poolPod struct {

@@ -188,8 +188,13 @@ func (s *Service) Routes(r chi.Router) {
 	h := httpx.Adapter(s.log)
 	admin := r.With(httpx.RequireAdmin(s.log))
 	admin.Method(http.MethodPut, "/scopes/{scope}/config", h(s.handlePut))
-	r.Method(http.MethodGet, "/scopes/{scope}/config", h(s.handleGet))
-	r.Method(http.MethodGet, "/scopes/{scope}/config/history", h(s.handleHistory))
+	r.Method(http.MethodGet, "/scopes/{scope}/config", h(httpx.OnScope(s.store.Get,
+		func(_ string, c warmpool.StoredConfig) any { return c })))
+	// Every version, oldest first.
+	r.Method(http.MethodGet, "/scopes/{scope}/config/history", h(httpx.OnScope(s.store.History,
+		func(scope string, versions []warmpool.StoredConfig) any {
+			return historyResponse{ScopeID: scope, Versions: versions}
+		})))
 	admin.Method(http.MethodPost, "/config/sync", h(s.handleSync))
 	admin.Method(http.MethodDelete, "/scopes/{scope}", h(s.handleDelete))
 }
@@ -240,35 +245,9 @@ func (s *Service) handlePut(w http.ResponseWriter, r *http.Request) error {
 	return httpx.OK(w, putResponse{ScopeID: scope, Version: stored.Version, DeployVer: stored.DeployVer})
 }
 
-func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) error {
-	scope, err := httpx.Scope(r)
-	if err != nil {
-		return err
-	}
-	stored, err := s.store.Get(r.Context(), scope)
-	if err != nil {
-		return err
-	}
-	return httpx.OK(w, stored)
-}
-
 type historyResponse struct {
 	ScopeID  string                  `json:"scope_id"`
 	Versions []warmpool.StoredConfig `json:"versions"`
-}
-
-// handleHistory answers GET /v1/scopes/{scope}/config/history: every version, oldest
-// first.
-func (s *Service) handleHistory(w http.ResponseWriter, r *http.Request) error {
-	scope, err := httpx.Scope(r)
-	if err != nil {
-		return err
-	}
-	versions, err := s.store.History(r.Context(), scope)
-	if err != nil {
-		return err
-	}
-	return httpx.OK(w, historyResponse{ScopeID: scope, Versions: versions})
 }
 
 // handleSync answers POST /v1/config/sync.

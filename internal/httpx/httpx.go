@@ -148,6 +148,22 @@ func Session(r *http.Request) (string, error) {
 	return Param(r, "session", warmpool.ValidSessionID, "^[A-Za-z0-9._:-]{1,128}$")
 }
 
+// OnScope serves a call on the scope the URL names ({scope}): the id is validated,
+// then call runs and its result is answered as reply(scope, result).
+func OnScope[T any](call func(ctx context.Context, scope string) (T, error), reply func(scope string, v T) any) Handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		scope, err := Scope(r)
+		if err != nil {
+			return err
+		}
+		v, err := call(r.Context(), scope)
+		if err != nil {
+			return err
+		}
+		return OK(w, reply(scope, v))
+	}
+}
+
 // Recover turns a panic in a handler into an INTERNAL envelope instead of a dropped
 // connection; WriteError logs the panic with its request id.
 func Recover(log *slog.Logger) func(http.Handler) http.Handler {

@@ -68,9 +68,7 @@ var (
 // pods that are gone).
 func New() *Driver {
 	f := &Driver{}
-	f.mu.Lock()
-	f.initLocked()
-	f.mu.Unlock()
+	f.lock()()
 	return f
 }
 
@@ -84,10 +82,16 @@ func NewShared(dir string) (*Driver, error) {
 		return nil, fmt.Errorf("fake driver: state dir: %w", err)
 	}
 	f := &Driver{reg: dirRegistry(dir)}
+	f.lock()()
+	return f, nil
+}
+
+// lock takes f.mu, with the zero value made usable, and returns its unlock:
+// defer f.lock()().
+func (f *Driver) lock() (unlock func()) {
 	f.mu.Lock()
 	f.initLocked()
-	f.mu.Unlock()
-	return f, nil
+	return f.mu.Unlock
 }
 
 // initLocked makes the zero value usable; f.mu is held.
@@ -128,9 +132,7 @@ func (f *Driver) FailNext(n int, msg string) {
 // flight; a deploy held past its ready timeout fails, as a stuck pod would. Holds nest: deploys run again once every release has been called. Calling
 // release more than once is harmless.
 func (f *Driver) Hold() (release func()) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.initLocked()
+	defer f.lock()()
 	if f.holds == 0 {
 		f.holdCh = make(chan struct{})
 	}
@@ -152,9 +154,7 @@ func (f *Driver) Hold() (release func()) {
 
 // SetProbe makes Probe of podID return err; nil makes the pod healthy again.
 func (f *Driver) SetProbe(podID string, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.initLocked()
+	defer f.lock()()
 	if err == nil {
 		delete(f.probes, podID)
 	} else {
@@ -167,9 +167,7 @@ func (f *Driver) SetProbe(podID string, err error) {
 // List reports it Dead and not Ready, Probe fails, and it stays listed until deleted.
 // Killing an unknown pod does nothing.
 func (f *Driver) Kill(podID, reason string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.initLocked()
+	defer f.lock()()
 	e, ok, err := f.reg.get(podID)
 	if !ok || err != nil {
 		mustNot(err)
@@ -210,9 +208,7 @@ func mustNot(err error) {
 // pods another replica (or an earlier life of the service) created. Empty URLs and
 // CreatedAt are filled; the pod is Ready unless Dead is set.
 func (f *Driver) AddExternal(pod warmpool.Pod) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.initLocked()
+	defer f.lock()()
 	if pod.SSEURL == "" {
 		pod.SSEURL = fakeURL(pod.ID, warmpool.DefaultSSEPath)
 	}
@@ -236,9 +232,7 @@ func (f *Driver) Pods() []warmpool.Pod {
 
 // pods returns every pod, oldest first, with Ready and Dead filled.
 func (f *Driver) pods() ([]warmpool.Pod, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.initLocked()
+	defer f.lock()()
 	all, err := f.reg.all()
 	if err != nil {
 		return nil, fmt.Errorf("fake driver: list: %w", err)
@@ -323,9 +317,7 @@ func (f *Driver) Deleted() []string {
 // or ending, a pod added, killed or deleted, a hold released). Tests await a condition
 // with it instead of sleeping: take the channel, check the condition, then wait on it.
 func (f *Driver) Changed() <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.initLocked()
+	defer f.lock()()
 	return f.changed
 }
 
@@ -346,9 +338,7 @@ func (f *Driver) WaitInFlight(ctx context.Context, n int) error {
 
 // Close makes in-flight and later deploys fail with DEPLOY_FAILED; the pods stay.
 func (f *Driver) Close() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.initLocked()
+	defer f.lock()()
 	if !f.closed {
 		f.closed = true
 		close(f.done)
@@ -529,9 +519,7 @@ func (f *Driver) Delete(ctx context.Context, pod warmpool.Pod) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.initLocked()
+	defer f.lock()()
 	f.deleted = append(f.deleted, pod.ID)
 	delete(f.probes, pod.ID)
 	f.notifyLocked()
@@ -565,9 +553,7 @@ func (f *Driver) Probe(ctx context.Context, pod warmpool.Pod) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.initLocked()
+	defer f.lock()()
 	e, ok, err := f.reg.get(pod.ID)
 	p := e.pod()
 	switch {

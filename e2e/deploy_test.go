@@ -288,6 +288,8 @@ func get(url string) int {
 	return resp.StatusCode
 }
 
+// request sends one request, with an Authorization header when auth is set, and
+// returns the status and body; the test fails when no answer comes.
 func request(t *testing.T, method, url, auth, body string) (int, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

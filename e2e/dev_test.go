@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/syncbuf"
 	"github.com/warmpool/warmpool/sm"
 )
@@ -107,7 +107,7 @@ func TestDevServer(t *testing.T) {
 		t.Fatalf("panic in the log:\n%s", p.stderr.String())
 	}
 	health := strings.TrimSuffix(first.SSEURL, "/sse") + "/health"
-	eventually(t, 5*time.Second, "the pod at "+health+" stops answering", func() bool {
+	await.True(t, 5*time.Second, "the pod at "+health+" stops answering", func() bool {
 		c := http.Client{Timeout: time.Second}
 		resp, err := c.Get(health)
 		if err != nil {
@@ -247,25 +247,11 @@ func getPool(t *testing.T, base, scope string) poolStatus {
 // call sends one request and decodes the JSON answer into out; it returns the status.
 func call(t *testing.T, method, url, body string, out any) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
+	status, raw := request(t, method, url, "", body)
 	if err := json.Unmarshal(raw, out); err != nil {
-		t.Fatalf("%s %s: %d %s: %v", method, url, resp.StatusCode, raw, err)
+		t.Fatalf("%s %s: %d %s: %v", method, url, status, raw, err)
 	}
-	return resp.StatusCode
+	return status
 }
 
 // readSSE reads the pod's event stream until it has seen the hello event naming pod
@@ -545,17 +531,5 @@ func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

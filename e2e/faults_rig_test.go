@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/invariant"
 	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
@@ -449,7 +450,7 @@ func (r *rig) driverViolations(scope string, s lua.Snapshot) []string {
 // waitSnap waits until a snapshot of scope satisfies cond.
 func (r *rig) waitSnap(scope, what string, within time.Duration, cond func(lua.Snapshot) bool) {
 	r.t.Helper()
-	eventually(r.t, within, what, func() bool {
+	await.True(r.t, within, what, func() bool {
 		s, err := r.snap(scope)
 		return err == nil && cond(s)
 	})

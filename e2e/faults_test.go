@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 )
@@ -98,6 +99,17 @@ func finish(r *rig, res *caseResult, w *watcher, faultEnd time.Time, within time
 	res.Operations = r.ops.Load()
 }
 
+// noAdoptedHolds reports whether no slot is held for a session lost with Redis's data
+// (pod_adopt.lua's claims "adopted:<pod>:<n>").
+func noAdoptedHolds(s lua.Snapshot) bool {
+	for c := range s.ClaimPod {
+		if strings.HasPrefix(c, "adopted:") {
+			return false
+		}
+	}
+	return true
+}
+
 // goRoute routes in the background; the channel yields the answer.
 func goRoute(r *rig, rep *faultReplica, scope, session string) <-chan answer {
 	ch := make(chan answer, 1)
@@ -173,7 +185,7 @@ func caseKillDuringSweeps(t *testing.T, res *caseResult) {
 	w := r.watch("c")
 	const line = "autoscale: deploying warm pods"
 	var victim *faultReplica
-	eventually(t, 20*time.Second, "a replica's autoscale job deploys warm pods", func() bool {
+	await.True(t, 20*time.Second, "a replica's autoscale job deploys warm pods", func() bool {
 		for _, rep := range r.replicas {
 			if logCount(rep, line) > 0 {
 				victim = rep
@@ -232,7 +244,7 @@ func caseStopLeaseHolder(t *testing.T, res *caseResult) {
 	if la.err != nil {
 		t.Errorf("the stopped leader's route: %s", la)
 	}
-	eventually(t, 10*time.Second, "the late leader gives up its deploy", func() bool { return logCount(holder, "result=failed") > 0 })
+	await.True(t, 10*time.Second, "the late leader gives up its deploy", func() bool { return logCount(holder, "result=failed") > 0 })
 	finish(r, res, w, resumed, 30*time.Second, "d")
 	cancelled := logCount(holder, "deploy lease lost; the deploy was cancelled")
 	fenced := logCount(holder, "result=failed") - cancelled
@@ -295,7 +307,7 @@ func caseRedisPaused(t *testing.T, res *caseResult, sigstop bool) {
 			PodID  string `json:"pod_id"`
 		}
 		var a answer
-		eventually(t, 20*time.Second, "the hold is served on retry", func() bool {
+		await.True(t, 20*time.Second, "the hold is served on retry", func() bool {
 			a = r.call(rep, http.MethodPost, "/v1/scopes/e/pods/acquire", `{"request_id":"hold-1"}`)
 			return a.err == nil && a.status == http.StatusOK
 		})
@@ -309,7 +321,7 @@ func caseRedisPaused(t *testing.T, res *caseResult, sigstop bool) {
 	if again := hold(r.replicas[2]); again != first {
 		t.Errorf("the same request id made a second hold: %s, then %s", first, again)
 	}
-	eventually(t, 20*time.Second, "the route is served on retry", func() bool {
+	await.True(t, 20*time.Second, "the route is served on retry", func() bool {
 		_, a := r.route(r.replicas[2], "e", "during", "route-1")
 		return a.err == nil && a.status == http.StatusOK
 	})
@@ -359,7 +371,7 @@ func caseRedisRestartedEmpty(t *testing.T, res *caseResult) {
 	restarted := time.Now()
 	refused := map[string]int{}
 	var after binding
-	eventually(t, 20*time.Second, "a new session is served after the rebuild", func() bool {
+	await.True(t, 20*time.Second, "a new session is served after the rebuild", func() bool {
 		b, a := r.route(r.replicas[1], "f", "f4", "")
 		if a.err == nil && a.status == http.StatusOK {
 			after = b
@@ -390,14 +402,7 @@ func caseRedisRestartedEmpty(t *testing.T, res *caseResult) {
 	}
 	// The lost sessions end when session_ttl_s passes without a touch; their pods'
 	// slots are held until then, and freed after.
-	r.waitSnap("f", "the held slots of the rebuilt pods expire", 3*ttl, func(s lua.Snapshot) bool {
-		for c := range s.ClaimPod {
-			if strings.HasPrefix(c, "adopted:") {
-				return false
-			}
-		}
-		return true
-	})
+	r.waitSnap("f", "the held slots of the rebuilt pods expire", 3*ttl, noAdoptedHolds)
 	finish(r, res, w, restarted, 20*time.Second, "f")
 	res.Notes = fmt.Sprintf("answers before the rebuild: %v; first new session served %v after the restart, on a new pod; both pods with lost sessions kept, held until session_ttl_s",
 		refused, recovered.Round(time.Millisecond))
@@ -412,7 +417,7 @@ func caseFailover(t *testing.T, res *caseResult) {
 	p1 := r.routeRetry(0, "h", "h1", 10*time.Second).PodID
 	// The primary took a new replication id when the replica attached; reconcile
 	// records it, and the replica gets the record.
-	eventually(t, 10*time.Second, "the replica has the pool and the primary's replication id", func() bool {
+	await.True(t, 10*time.Second, "the replica has the pool and the primary's replication id", func() bool {
 		n, err := r.redis.admin.Do(ctx, "WAIT", 1, 1000).Int()
 		recorded, gerr := replica.admin.Get(ctx, rigPrefix+"replid").Result()
 		info, ierr := r.redis.admin.Info(ctx, "replication").Result()
@@ -457,14 +462,7 @@ func caseFailover(t *testing.T, res *caseResult) {
 	}
 	// The lost sessions end when session_ttl_s passes without a touch; the held slots
 	// are freed then.
-	r.waitSnap("h", "the held slots expire", 3*ttl, func(s lua.Snapshot) bool {
-		for c := range s.ClaimPod {
-			if strings.HasPrefix(c, "adopted:") {
-				return false
-			}
-		}
-		return true
-	})
+	r.waitSnap("h", "the held slots expire", 3*ttl, noAdoptedHolds)
 	finish(r, res, w, promoted, 20*time.Second, "h")
 	res.Notes = fmt.Sprintf("failover reported %d time(s); new sessions served %v after the promotion, on %v; pods with lost sessions %s, %s (held until session_ttl_s)",
 		detected, recovered.Round(time.Millisecond), placed, p1, p2)

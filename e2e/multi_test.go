@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/testpg"
 	"github.com/warmpool/warmpool/internal/testredis"
 )
@@ -135,7 +136,7 @@ backend be
 	go func() { _ = cmd.Wait(); close(done) }()
 	c.t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
 	base := "http://" + lb
-	eventually(c.t, 10*time.Second, "haproxy serves", func() bool {
+	await.True(c.t, 10*time.Second, "haproxy serves", func() bool {
 		resp, err := http.Get(base + "/healthz")
 		if err != nil {
 			return false
@@ -237,7 +238,7 @@ func TestMultiReplica(t *testing.T) {
 		victim := c.replicas[0]
 		go try(http.MethodPost, "http://"+victim.addr+"/v1/scopes/slow/sessions", `{"session_id":"doomed"}`)
 		other := "http://" + c.replicas[1].addr
-		eventually(t, 10*time.Second, "the deploy is in flight", func() bool {
+		await.True(t, 10*time.Second, "the deploy is in flight", func() bool {
 			p, _ := pool(t, other, "slow")
 			return p.Placeholders == 1
 		})
@@ -245,7 +246,7 @@ func TestMultiReplica(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-victim.proc.done
-		eventually(t, 15*time.Second, "the dead replica's lease expired and its half-made pod is gone", func() bool {
+		await.True(t, 15*time.Second, "the dead replica's lease expired and its half-made pod is gone", func() bool {
 			p, st := pool(t, other, "slow")
 			return st == http.StatusOK && p.Placeholders == 0 && p.Followers == 0 && len(p.Pods) == 0
 		})
@@ -265,7 +266,7 @@ func TestMultiReplica(t *testing.T) {
 		}
 		c.redis.Kill()
 		c.redis = startRedisServer(c.t, c.redis.port)
-		eventually(t, 20*time.Second, "pods adopted back after the data loss", func() bool {
+		await.True(t, 20*time.Second, "pods adopted back after the data loss", func() bool {
 			p, st := pool(t, c.lb, "multi")
 			return st == http.StatusOK && len(p.Pods) == len(before.Pods)
 		})
@@ -324,7 +325,7 @@ func TestMultiReplica(t *testing.T) {
 			c.start(t, r)
 			// Let traffic run on the restarted replica set before the next restart.
 			target := ok.Load() + 100
-			eventually(t, 30*time.Second, "traffic flows after the restart", func() bool { return ok.Load() >= target || failed.Load() > 0 })
+			await.True(t, 30*time.Second, "traffic flows after the restart", func() bool { return ok.Load() >= target || failed.Load() > 0 })
 		}
 		close(stop)
 		wg.Wait()

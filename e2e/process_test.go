@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/sm"
 )
 
@@ -37,7 +38,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	}
 	start := time.Now()
 	c := http.Client{Timeout: 2 * time.Second}
-	eventually(t, 500*time.Millisecond, "/readyz answers 503 after SIGTERM", func() bool {
+	await.True(t, 500*time.Millisecond, "/readyz answers 503 after SIGTERM", func() bool {
 		resp, err := c.Get(base + "/readyz")
 		if err != nil {
 			return false

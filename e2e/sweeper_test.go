@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/warmpool/warmpool/internal/await"
 )
 
 // TestSweepersKeepThePoolWarm runs the binary (--dev: the embedded Redis) with the
@@ -53,7 +55,7 @@ func TestSweepersKeepThePoolWarm(t *testing.T) {
 
 	v1 := put(`{"pool":{"min_idle_pods":2,"max_concurrency":8,"pod_concurrency":2}}`)
 	var first map[string]bool
-	eventually(t, 20*time.Second, "two idle pods of the first version", func() bool {
+	await.True(t, 20*time.Second, "two idle pods of the first version", func() bool {
 		first = idle(v1)
 		return len(first) == 2
 	})
@@ -63,7 +65,7 @@ func TestSweepersKeepThePoolWarm(t *testing.T) {
 		t.Fatal("changing deploy.env did not change deploy_ver")
 	}
 	var second map[string]bool
-	eventually(t, 20*time.Second, "old idle pods gone, two idle pods of the new version", func() bool {
+	await.True(t, 20*time.Second, "old idle pods gone, two idle pods of the new version", func() bool {
 		second = idle(v2)
 		return len(second) == 2
 	})
@@ -91,7 +93,7 @@ func TestSweepersKeepThePoolWarm(t *testing.T) {
 	if err := syscall.Kill(rec.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the killed pod buried and replaced", func() bool {
+	await.True(t, 20*time.Second, "the killed pod buried and replaced", func() bool {
 		now := idle(v2)
 		return len(now) == 2 && !now[victim]
 	})

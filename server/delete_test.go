@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/invariant"
 	"github.com/warmpool/warmpool/internal/testserver"
 	"github.com/warmpool/warmpool/lua"
@@ -294,7 +295,7 @@ func TestDeleteScopeWakesItsWaiters(t *testing.T) {
 	go func() {
 		waited <- e.do(http.MethodPost, "/v1/scopes/full/sessions", map[string]string{"session_id": "s2"})
 	}()
-	eventually(t, 10*time.Second, "the second route to queue", func() bool { return num(t, e.pool("full"), "waiters") == 1 })
+	await.True(t, 10*time.Second, "the second route to queue", func() bool { return num(t, e.pool("full"), "waiters") == 1 })
 	e.ok(http.MethodDelete, "/v1/scopes/full", nil)
 	select {
 	case r := <-waited:

@@ -484,6 +484,12 @@ func (c ScopeConfig) Validate() error {
 func (c ScopeConfig) check(faults *fieldErrors) {
 	d, p := c.Deploy, c.Pool
 	bad := faults.add
+	// between adds a fault unless lo <= v <= hi.
+	between := func(field string, v, lo, hi int) {
+		if v < lo || v > hi {
+			bad(field, "must be between %d and %d, got %d", lo, hi, v)
+		}
+	}
 	if d.Image == "" || len(d.Image) > maxStringLen || !imageRe.MatchString(d.Image) {
 		bad("deploy.image", "must be an image reference without spaces or control characters, 1-%d chars", maxStringLen)
 	}
@@ -493,18 +499,14 @@ func (c ScopeConfig) check(faults *fieldErrors) {
 	if !dnsLabelRe.MatchString(d.ContainerName) {
 		bad("deploy.container_name", "must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63 chars)")
 	}
-	if d.Port < 1 || d.Port > 65535 {
-		bad("deploy.port", "must be between 1 and 65535, got %d", d.Port)
-	}
+	between("deploy.port", d.Port, 1, 65535)
 	if !httpPathRe.MatchString(d.SSEPath) {
 		bad("deploy.sse_path", "must be an absolute URL path")
 	}
 	if !httpPathRe.MatchString(d.HealthPath) {
 		bad("deploy.health_path", "must be an absolute URL path")
 	}
-	if d.ReadyTimeoutS < 1 || d.ReadyTimeoutS > MaxReadyTimeoutS {
-		bad("deploy.ready_timeout_s", "must be between 1 and %d, got %d", MaxReadyTimeoutS, d.ReadyTimeoutS)
-	}
+	between("deploy.ready_timeout_s", d.ReadyTimeoutS, 1, MaxReadyTimeoutS)
 	if !quantityRe.MatchString(d.Resources.CPU) {
 		bad("deploy.resources.cpu", "must be a quantity such as 500m or 2, got %q", d.Resources.CPU)
 	}
@@ -558,24 +560,12 @@ func (c ScopeConfig) check(faults *fieldErrors) {
 			bad("pool.max_parallel_deploys", "must be between 0 (no limit below max_pods) and max_pods (%d), got %d", p.MaxPods(), p.MaxParallelDeploys)
 		}
 	}
-	if p.PodTTLS < 1 || p.PodTTLS > MaxTTLS {
-		bad("pool.pod_ttl_s", "must be between 1 and %d, got %d", MaxTTLS, p.PodTTLS)
-	}
-	if p.SessionTTLS < 1 || p.SessionTTLS > MaxTTLS {
-		bad("pool.session_ttl_s", "must be between 1 and %d, got %d", MaxTTLS, p.SessionTTLS)
-	}
-	if p.QueueSize < 0 || p.QueueSize > MaxQueueSize {
-		bad("pool.queue_size", "must be between 0 and %d, got %d", MaxQueueSize, p.QueueSize)
-	}
-	if p.WaitTimeoutS < 0 || p.WaitTimeoutS > MaxWaitTimeoutS {
-		bad("pool.wait_timeout_s", "must be between 0 and %d, got %d", MaxWaitTimeoutS, p.WaitTimeoutS)
-	}
-	if p.HoldTTLS < 1 || p.HoldTTLS > MaxTTLS {
-		bad("pool.hold_ttl_s", "must be between 1 and %d, got %d", MaxTTLS, p.HoldTTLS)
-	}
-	if p.ProbePeriodS < 1 || p.ProbePeriodS > MaxProbePeriodS {
-		bad("pool.probe_period_s", "must be between 1 and %d, got %d", MaxProbePeriodS, p.ProbePeriodS)
-	}
+	between("pool.pod_ttl_s", p.PodTTLS, 1, MaxTTLS)
+	between("pool.session_ttl_s", p.SessionTTLS, 1, MaxTTLS)
+	between("pool.queue_size", p.QueueSize, 0, MaxQueueSize)
+	between("pool.wait_timeout_s", p.WaitTimeoutS, 0, MaxWaitTimeoutS)
+	between("pool.hold_ttl_s", p.HoldTTLS, 1, MaxTTLS)
+	between("pool.probe_period_s", p.ProbePeriodS, 1, MaxProbePeriodS)
 }
 
 // MaxPods is ceil(max_concurrency / pod_concurrency): the most pods (plus deploys in

@@ -23,12 +23,11 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: read migrations: %w", err)
 	}
-	select {
-	case s.writeSem <- struct{}{}:
-	case <-ctx.Done():
-		return failure(ctx, "migrate", ctx.Err())
+	release, err := s.writeTurn(ctx, "migrate")
+	if err != nil {
+		return err
 	}
-	defer func() { <-s.writeSem }()
+	defer release()
 
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {

@@ -41,6 +41,17 @@ type Store struct {
 
 var _ warmpool.ConfigStore = (*Store)(nil)
 
+// writeTurn waits for this process's turn to write (writeSem), or for ctx to end, and
+// returns what gives the turn back.
+func (s *Store) writeTurn(ctx context.Context, op string) (release func(), err error) {
+	select {
+	case s.writeSem <- struct{}{}:
+		return func() { <-s.writeSem }, nil
+	case <-ctx.Done():
+		return nil, failure(ctx, op, ctx.Err())
+	}
+}
+
 // Open opens (creating it if need be) and migrates the database named by dsn: a file
 // path such as "warmpool.db", a "file:" URI, or ":memory:". Unless the DSN sets them
 // itself, it turns on WAL (files only), busy_timeout and foreign keys; it always makes
@@ -164,12 +175,11 @@ func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfi
 	}
 	op := fmt.Sprintf("put %q", scopeID)
 
-	select {
-	case s.writeSem <- struct{}{}:
-	case <-ctx.Done():
-		return warmpool.StoredConfig{}, failure(ctx, op, ctx.Err())
+	release, err := s.writeTurn(ctx, op)
+	if err != nil {
+		return warmpool.StoredConfig{}, err
 	}
-	defer func() { <-s.writeSem }()
+	defer release()
 
 	// BEGIN IMMEDIATE (the DSN's _txlock): the write lock is held from the first read,
 	// so the max version cannot change between reading it and inserting after it.
@@ -199,12 +209,11 @@ func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfi
 // ctx.Err().
 func (s *Store) Delete(ctx context.Context, scopeID string) (warmpool.StoredConfig, error) {
 	op := fmt.Sprintf("delete %q", scopeID)
-	select {
-	case s.writeSem <- struct{}{}:
-	case <-ctx.Done():
-		return warmpool.StoredConfig{}, failure(ctx, op, ctx.Err())
+	release, err := s.writeTurn(ctx, op)
+	if err != nil {
+		return warmpool.StoredConfig{}, err
 	}
-	defer func() { <-s.writeSem }()
+	defer release()
 	// BEGIN IMMEDIATE: no Put of the scope comes between reading its latest version
 	// and marking it.
 	tx, err := s.db.BeginTx(ctx, nil)

@@ -275,6 +275,15 @@ func (h *harness) flush() {
 	}
 }
 
+// expireLease makes the lease on key run out now, as it would at its end.
+func (h *harness) expireLease(key string) {
+	h.t.Helper()
+	if err := h.Redis.Client.PExpire(context.Background(), key, time.Millisecond).Err(); err != nil {
+		h.t.Fatal(err)
+	}
+	h.passLease(key, time.Millisecond)
+}
+
 // passLease lets a PX lease of d on key run out: miniredis's time only moves when
 // told; a real server's moves by itself.
 func (h *harness) passLease(key string, d time.Duration) {

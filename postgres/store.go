@@ -116,30 +116,11 @@ func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfi
 // Errors: SCOPE_NOT_FOUND (unknown, or deleted already), STORE_UNAVAILABLE, or
 // ctx.Err().
 func (s *Store) Delete(ctx context.Context, scopeID string) (warmpool.StoredConfig, error) {
-	op := fmt.Sprintf("delete %q", scopeID)
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return warmpool.StoredConfig{}, failure(ctx, op, err)
-	}
-	defer tx.Rollback() // no-op after Commit
 	// The scope's head row, locked until Commit: a concurrent Put of the scope waits,
 	// and then makes it live again at the next version.
-	if _, err := tx.ExecContext(ctx, `SELECT version FROM scope_heads WHERE scope_id = $1 FOR UPDATE`, scopeID); err != nil {
-		return warmpool.StoredConfig{}, failure(ctx, op, err)
-	}
-	sc, err := s.Reader.Delete(ctx, tx, scopeID, `
+	return s.Reader.Delete(ctx, scopeID, `SELECT version FROM scope_heads WHERE scope_id = $1 FOR UPDATE`, `
 		INSERT INTO scope_deletions (scope_id, version) VALUES ($1, $2)
 		ON CONFLICT (scope_id) DO UPDATE SET version = excluded.version`)
-	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
-		return warmpool.StoredConfig{}, err
-	}
-	if err != nil {
-		return warmpool.StoredConfig{}, failure(ctx, op, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return warmpool.StoredConfig{}, failure(ctx, op, err)
-	}
-	return sc, nil
 }
 
 // latestSQL selects the latest version of live scopes: the row scope_heads points at,

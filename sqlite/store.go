@@ -208,32 +208,16 @@ func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfi
 // Errors: SCOPE_NOT_FOUND (unknown, or deleted already), STORE_UNAVAILABLE, or
 // ctx.Err().
 func (s *Store) Delete(ctx context.Context, scopeID string) (warmpool.StoredConfig, error) {
-	op := fmt.Sprintf("delete %q", scopeID)
-	release, err := s.writeTurn(ctx, op)
+	release, err := s.writeTurn(ctx, fmt.Sprintf("delete %q", scopeID))
 	if err != nil {
 		return warmpool.StoredConfig{}, err
 	}
 	defer release()
-	// BEGIN IMMEDIATE: no Put of the scope comes between reading its latest version
-	// and marking it.
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return warmpool.StoredConfig{}, failure(ctx, op, err)
-	}
-	defer tx.Rollback() // no-op after Commit
-	sc, err := s.Reader.Delete(ctx, tx, scopeID, `
+	// BEGIN IMMEDIATE (the DSN's _txlock) locks the database from the first read: no
+	// Put of the scope comes between reading its latest version and marking it.
+	return s.Reader.Delete(ctx, scopeID, "", `
 		INSERT INTO scope_deletions (scope_id, version) VALUES (?1, ?2)
 		ON CONFLICT (scope_id) DO UPDATE SET version = excluded.version`)
-	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
-		return warmpool.StoredConfig{}, err
-	}
-	if err != nil {
-		return warmpool.StoredConfig{}, failure(ctx, op, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return warmpool.StoredConfig{}, failure(ctx, op, err)
-	}
-	return sc, nil
 }
 
 const selectColumns = `scope_id, version, deploy_ver, config_json, created_at`

@@ -127,21 +127,37 @@ func (r *Reader) Get(ctx context.Context, scopeID string) (warmpool.StoredConfig
 	return sc, nil
 }
 
-// Delete marks the scope deleted in tx, which the caller opened (holding what keeps a
-// concurrent Put of the scope out) and commits: it reads the latest version of the live
-// scope with the Reader's get query, then runs mark with the scope id and that version
-// as its arguments. It returns the version deleted. Errors: SCOPE_NOT_FOUND, or the
-// database's error for the store to classify.
-func (r *Reader) Delete(ctx context.Context, tx *sql.Tx, scopeID, mark string) (warmpool.StoredConfig, error) {
+// Delete marks the scope deleted at its latest version, in one transaction: lock,
+// unless empty, runs first with the scope id as its argument, to keep a concurrent Put
+// of the scope out until the commit (a store whose transactions lock the whole
+// database passes ""); then the latest version of the live scope is read with the
+// Reader's get query, and mark runs with the scope id and that version as its
+// arguments. It returns the version deleted. Errors: SCOPE_NOT_FOUND, what the store's
+// failure makes of a database error, or ctx.Err().
+func (r *Reader) Delete(ctx context.Context, scopeID, lock, mark string) (warmpool.StoredConfig, error) {
+	op := fmt.Sprintf("delete %q", scopeID)
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return warmpool.StoredConfig{}, r.failure(ctx, op, err)
+	}
+	defer tx.Rollback() // no-op after Commit
+	if lock != "" {
+		if _, err := tx.ExecContext(ctx, lock, scopeID); err != nil {
+			return warmpool.StoredConfig{}, r.failure(ctx, op, err)
+		}
+	}
 	sc, err := scanConfig(tx.QueryRowContext(ctx, r.getSQL, scopeID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return warmpool.StoredConfig{}, NotFound(scopeID)
 	}
 	if err != nil {
-		return warmpool.StoredConfig{}, err
+		return warmpool.StoredConfig{}, r.failure(ctx, op, err)
 	}
 	if _, err := tx.ExecContext(ctx, mark, scopeID, sc.Version); err != nil {
-		return warmpool.StoredConfig{}, err
+		return warmpool.StoredConfig{}, r.failure(ctx, op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return warmpool.StoredConfig{}, r.failure(ctx, op, err)
 	}
 	return sc, nil
 }

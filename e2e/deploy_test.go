@@ -45,11 +45,9 @@ func TestDeploymentProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
 	}
-	redisAddr := os.Getenv("REDIS_ADDR")
-	if redisAddr == "" {
+	if os.Getenv("REDIS_ADDR") == "" {
 		t.Skip("REDIS_ADDR is not set: run under scripts/with-redis.sh (make test does)")
 	}
-	testredis.EnsureACLUser(t)
 	storeDSN := testpg.DSN(t)
 	bin := warmpoolBin(t)
 
@@ -86,7 +84,7 @@ func TestDeploymentProcesses(t *testing.T) {
 	}
 	token, adminToken := randomHex(t), randomHex(t)
 	secret := map[string]string{
-		"redis-url":   testredis.UserURL(redisAddr),
+		"redis-url":   redisURL(t, c, configMaps),
 		"store-dsn":   storeDSN,
 		"auth-token":  token,
 		"admin-token": adminToken,
@@ -320,4 +318,30 @@ func randomHex(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
+}
+
+// redisURL is the --redis URL of the README's ACL user for the key prefix the
+// rendered container is given (WARMPOOL_PREFIX from its ConfigMaps or env, wp: when
+// none): a deployment with its own prefix gets a user of its own.
+func redisURL(t *testing.T, c corev1.Container, configMaps map[string]*corev1.ConfigMap) string {
+	prefix := "wp:"
+	for _, from := range c.EnvFrom {
+		key, ok := strings.CutPrefix("WARMPOOL_PREFIX", from.Prefix)
+		if !ok || from.ConfigMapRef == nil || configMaps[from.ConfigMapRef.Name] == nil {
+			continue
+		}
+		if v, ok := configMaps[from.ConfigMapRef.Name].Data[key]; ok {
+			prefix = v
+		}
+	}
+	for _, e := range c.Env {
+		if e.Name == "WARMPOOL_PREFIX" && e.ValueFrom == nil {
+			prefix = e.Value
+		}
+	}
+	if prefix == "wp:" {
+		testredis.EnsureACLUser(t)
+		return testredis.UserURL(os.Getenv("REDIS_ADDR"))
+	}
+	return testredis.PrefixUserURL(t, prefix)
 }

@@ -48,13 +48,30 @@ func ACLLine() (string, error) {
 // CreateACLUser runs the README's ACL line on c (a connection allowed to change ACLs),
 // with password in place of PASSWORD. Running it again leaves the same user.
 func CreateACLUser(ctx context.Context, c *redis.Client, password string) error {
+	return createACLUser(ctx, c, ACLUser, password, "wp:")
+}
+
+// CreatePrefixUser runs the README's ACL line on c for a deployment with another
+// --prefix, as the README tells its operators to: the user is named user and its key
+// and channel patterns are prefix's instead of wp:'s.
+func CreatePrefixUser(ctx context.Context, c *redis.Client, user, password, prefix string) error {
+	return createACLUser(ctx, c, user, password, prefix)
+}
+
+func createACLUser(ctx context.Context, c *redis.Client, user, password, prefix string) error {
 	line, err := ACLLine()
 	if err != nil {
 		return err
 	}
 	fields := strings.Fields(line)
 	args := make([]any, 0, len(fields))
-	for _, f := range fields {
+	for i, f := range fields {
+		switch {
+		case i == 2:
+			f = user
+		case f == "~wp:*" || f == "&wp:*":
+			f = f[:1] + prefix + "*"
+		}
 		args = append(args, strings.ReplaceAll(f, "PASSWORD", password))
 	}
 	if err := c.Do(ctx, args...).Err(); err != nil {

@@ -142,6 +142,24 @@ func UserURL(addr string) string {
 	return "redis://" + ACLUser + ":" + ACLPassword + "@" + addr + "/0"
 }
 
+// PrefixUserURL creates on the test server of REDIS_ADDR the README's ACL user for a
+// deployment whose --prefix is prefix (see CreatePrefixUser), and returns its --redis
+// URL.
+func PrefixUserURL(tb testing.TB, prefix string) string {
+	tb.Helper()
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		tb.Fatal("PrefixUserURL needs a real Redis: set REDIS_ADDR")
+	}
+	user := ACLUser + "-" + strings.Trim(prefix, ":")
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	defer admin.Close()
+	if err := CreatePrefixUser(context.Background(), admin, user, ACLPassword, prefix); err != nil {
+		tb.Fatal(err)
+	}
+	return "redis://" + user + ":" + ACLPassword + "@" + addr + "/0"
+}
+
 // ClusterUserURL is the --redis URL of the README's ACL user on the Redis Cluster of
 // REDIS_CLUSTER_ADDRS.
 func ClusterUserURL() string {

@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -97,18 +98,22 @@ func scale(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs.SetOutput(stderr)
 	var c bench.ScaleConfig
 	var sizes string
+	env := &envs{getenv: getenv}
 	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
 	fs.StringVar(&sizes, "sizes", or(getenv("SCALE_SIZES"), "1000,10000,50000"), "scope counts S, comma-separated [SCALE_SIZES]")
-	fs.IntVar(&c.Pods, "pods", envInt(getenv, "SCALE_PODS", bench.DefaultPods), "pods per scope P [SCALE_PODS]")
-	fs.IntVar(&c.Sessions, "sessions", envInt(getenv, "SCALE_SESSIONS", bench.DefaultSessions), "sessions per scope N (at least P) [SCALE_SESSIONS]")
-	fs.DurationVar(&c.Idle, "idle", envDur(getenv, "SCALE_IDLE", bench.DefaultIdle), "length of the idle phase [SCALE_IDLE]")
-	fs.DurationVar(&c.Route, "route", envDur(getenv, "SCALE_ROUTE", bench.DefaultRoute), "length of the routing phase [SCALE_ROUTE]")
-	fs.Float64Var(&c.Rate, "rate", float64(envInt(getenv, "SCALE_RATE", bench.DefaultRate)), "affinity routes per second while routing [SCALE_RATE]")
-	fs.IntVar(&c.Workers, "workers", envInt(getenv, "SCALE_WORKERS", bench.DefaultWorkers), "concurrent calls of the setup and of the routing [SCALE_WORKERS]")
-	fs.IntVar(&c.PassSize, "pass-size", envInt(getenv, "SCALE_PASS", bench.DefaultPassSize), "S of the full-pass comparison; negative: skip it [SCALE_PASS]")
-	fs.IntVar(&c.RSSSessions, "rss-sessions", envInt(getenv, "SCALE_RSS", bench.DefaultRSSSessions), "sessions of the RSS run; negative: skip it [SCALE_RSS]")
-	fs.DurationVar(&c.RSSHold, "rss-hold", envDur(getenv, "SCALE_RSS_HOLD", bench.DefaultRSSHold), "how long the RSS run holds its sessions [SCALE_RSS_HOLD]")
+	fs.IntVar(&c.Pods, "pods", env.int("SCALE_PODS", bench.DefaultPods), "pods per scope P [SCALE_PODS]")
+	fs.IntVar(&c.Sessions, "sessions", env.int("SCALE_SESSIONS", bench.DefaultSessions), "sessions per scope N (at least P) [SCALE_SESSIONS]")
+	fs.DurationVar(&c.Idle, "idle", env.dur("SCALE_IDLE", bench.DefaultIdle), "length of the idle phase [SCALE_IDLE]")
+	fs.DurationVar(&c.Route, "route", env.dur("SCALE_ROUTE", bench.DefaultRoute), "length of the routing phase [SCALE_ROUTE]")
+	fs.Float64Var(&c.Rate, "rate", float64(env.int("SCALE_RATE", bench.DefaultRate)), "affinity routes per second while routing [SCALE_RATE]")
+	fs.IntVar(&c.Workers, "workers", env.int("SCALE_WORKERS", bench.DefaultWorkers), "concurrent calls of the setup and of the routing [SCALE_WORKERS]")
+	fs.IntVar(&c.PassSize, "pass-size", env.int("SCALE_PASS", bench.DefaultPassSize), "S of the full-pass comparison; negative: skip it [SCALE_PASS]")
+	fs.IntVar(&c.RSSSessions, "rss-sessions", env.int("SCALE_RSS", bench.DefaultRSSSessions), "sessions of the RSS run; negative: skip it [SCALE_RSS]")
+	fs.DurationVar(&c.RSSHold, "rss-hold", env.dur("SCALE_RSS_HOLD", bench.DefaultRSSHold), "how long the RSS run holds its sessions [SCALE_RSS_HOLD]")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := env.err(); err != nil {
 		return err
 	}
 	for s := range strings.SplitSeq(sizes, ",") {
@@ -138,15 +143,19 @@ func baseline(ctx context.Context, args []string, getenv func(string) string, st
 	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c bench.BaselineConfig
+	env := &envs{getenv: getenv}
 	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
 	fs.StringVar(&c.BaselineBin, "baseline-bin", "bin/routebaseline", "the routebaseline binary (go build -o bin/routebaseline ./scripts/routebaseline)")
 	fs.IntVar(&c.Scopes, "scopes", bench.DefaultBaselineScopes, "scopes, one pod each")
 	fs.IntVar(&c.Sessions, "sessions", bench.DefaultBaselineSessions, "sessions per scope")
-	fs.DurationVar(&c.Duration, "duration", envDur(getenv, "DUR", bench.DefaultBaselineDuration), "length of each measured run [DUR]")
+	fs.DurationVar(&c.Duration, "duration", env.dur("DUR", bench.DefaultBaselineDuration), "length of each measured run [DUR]")
 	fs.IntVar(&c.Workers, "workers", bench.DefaultBaselineWorkers, "concurrent routes")
 	fs.Float64Var(&c.Rate, "rate", 0, "routes per second (0: flat out)")
 	fs.IntVar(&c.Rounds, "rounds", bench.DefaultBaselineRounds, "runs of each, alternating")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := env.err(); err != nil {
 		return err
 	}
 	var err error
@@ -161,16 +170,42 @@ func baseline(ctx context.Context, args []string, getenv func(string) string, st
 	return err
 }
 
-func envInt(getenv func(string) string, name string, d int) int {
-	if n, err := strconv.Atoi(getenv(name)); err == nil {
-		return n
-	}
-	return d
+// envs collects the environment variables that did not parse, so that a typo stops
+// the run instead of measuring the defaults.
+type envs struct {
+	getenv func(string) string
+	bad    []string
 }
 
-func envDur(getenv func(string) string, name string, d time.Duration) time.Duration {
-	if v, err := time.ParseDuration(getenv(name)); err == nil {
-		return v
+func (e *envs) int(name string, d int) int {
+	v := e.getenv(name)
+	if v == "" {
+		return d
 	}
-	return d
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		e.bad = append(e.bad, fmt.Sprintf("%s=%q: want an integer", name, v))
+		return d
+	}
+	return n
+}
+
+func (e *envs) dur(name string, d time.Duration) time.Duration {
+	v := e.getenv(name)
+	if v == "" {
+		return d
+	}
+	t, err := time.ParseDuration(v)
+	if err != nil {
+		e.bad = append(e.bad, fmt.Sprintf("%s=%q: want a duration such as 60s", name, v))
+		return d
+	}
+	return t
+}
+
+func (e *envs) err() error {
+	if len(e.bad) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(e.bad, "; "))
 }

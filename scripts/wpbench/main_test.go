@@ -1,0 +1,32 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/warmpool/warmpool/lua"
+)
+
+func TestScriptPrintsTheSourceRedisRuns(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"script", "session_route.lua"}, func(string) string { return "" }, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != lua.Sources["session_route.lua"] {
+		t.Errorf("printed %d bytes, want lua.Sources[session_route.lua] (%d bytes)", out.Len(), len(lua.Sources["session_route.lua"]))
+	}
+	if err := run(context.Background(), []string{"script", "nope.lua"}, func(string) string { return "" }, &out, &out); err == nil {
+		t.Error("an unknown script printed nothing and no error")
+	}
+}
+
+func TestBadEnvironmentStopsTheRun(t *testing.T) {
+	env := map[string]string{"SCALE_IDLE": "60", "SCALE_PODS": "one"}
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"scale"}, func(k string) string { return env[k] }, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "SCALE_IDLE") || !strings.Contains(err.Error(), "SCALE_PODS") {
+		t.Fatalf("err = %v, want both bad variables named", err)
+	}
+}

@@ -102,13 +102,18 @@ type Deleted struct {
 
 // Delete deletes a scope: the config store keeps its history (a later Put starts at
 // the next version), and from the answer on no replica routes to it, acquires or
-// reports it. Errors: VALIDATION, SCOPE_NOT_FOUND (unknown, or deleted already),
-// STORE_UNAVAILABLE (stored as deleted; reconcile finishes the rest).
+// reports it. A retry of a delete that the config store took but Redis did not (it
+// answered STORE_UNAVAILABLE) finishes it. Errors: VALIDATION, SCOPE_NOT_FOUND
+// (unknown, or deleted already), STORE_UNAVAILABLE (stored as deleted; a retry or
+// reconcile finishes the rest).
 func (s *Service) Delete(ctx context.Context, scope string, force bool) (Deleted, error) {
 	if err := warmpool.CheckScopeID(scope); err != nil {
 		return Deleted{}, err
 	}
 	last, err := s.store.Delete(ctx, scope)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+		return s.finishDelete(ctx, scope, force, err)
+	}
 	if err != nil {
 		return Deleted{}, err
 	}
@@ -123,6 +128,37 @@ func (s *Service) Delete(ctx context.Context, scope string, force bool) (Deleted
 		return Deleted{}, fmt.Errorf("delete %q v%d (stored as deleted; reconcile finishes it): %w", scope, last.Version, err)
 	}
 	s.log.Info("scope deleted", "scope", scope, "version", last.Version, "pods", n, "force", force)
+	return Deleted{ScopeID: scope, Pods: n}, nil
+}
+
+// finishDelete answers a delete of a scope the config store has no live version of
+// (notFound): when its latest stored version is deleted but Redis still has it live
+// (an earlier delete failed after the store took it), it deletes it in Redis now, as
+// that delete would have; otherwise the answer is notFound.
+func (s *Service) finishDelete(ctx context.Context, scope string, force bool, notFound error) (Deleted, error) {
+	hist, err := s.store.History(ctx, scope)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound || (err == nil && len(hist) == 0) {
+		return Deleted{}, notFound
+	}
+	if err != nil {
+		return Deleted{}, err
+	}
+	last := hist[len(hist)-1]
+	rec, err := s.redis.Scope(ctx, scope)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound || (err == nil && rec.Version != last.Version) {
+		return Deleted{}, notFound
+	}
+	if err != nil {
+		return Deleted{}, err
+	}
+	n, err := s.pods.DeleteScope(ctx, scope, last.Version, force)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+		return Deleted{}, notFound
+	}
+	if err != nil {
+		return Deleted{}, fmt.Errorf("delete %q v%d (stored as deleted; reconcile finishes it): %w", scope, last.Version, err)
+	}
+	s.log.Info("scope deleted: a stored delete finished in Redis", "scope", scope, "version", last.Version, "pods", n, "force", force)
 	return Deleted{ScopeID: scope, Pods: n}, nil
 }
 

@@ -257,6 +257,27 @@ func TestReconcileFinishesAStoredDelete(t *testing.T) {
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/half/sessions", map[string]string{"session_id": "s2"}), http.StatusNotFound, warmpool.CodeScopeNotFound)
 }
 
+// A delete the config store took but Redis did not (it answered 503) is finished by
+// its retry: the retry answers 200 with the scope's pods, and the scope stops routing
+// at once, not at the next reconcile. A third delete is 404.
+func TestDeleteRetryFinishesAStoredDelete(t *testing.T) {
+	t.Parallel()
+	b := testserver.NewBacking(t)
+	srv, ts := testserver.Serve(t, b.Config("replica"))
+	e := &env{t: t, srv: srv, ts: ts, r: b.Redis, fake: b.Fake, client: &http.Client{Timeout: 30 * time.Second}}
+	e.putScope("half", scopeCfg(4, 1, 0, 1))
+	e.route("half", "s1")
+	if _, err := b.Store.Delete(context.Background(), "half"); err != nil {
+		t.Fatal(err)
+	}
+	got := e.ok(http.MethodDelete, "/v1/scopes/half", nil)
+	if got["scope_id"] != "half" || num(t, got, "pods") != 1 {
+		t.Fatalf("the retried delete answered %v, want scope half with 1 pod", got)
+	}
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/half/sessions", map[string]string{"session_id": "s2"}), http.StatusNotFound, warmpool.CodeScopeNotFound)
+	e.wantErr(e.do(http.MethodDelete, "/v1/scopes/half", nil), http.StatusNotFound, warmpool.CodeScopeNotFound)
+}
+
 // A pod still busy when its scope was deleted stays retired when a PUT makes the scope
 // live again, with the same deploy: a new session goes to a new pod, never to it, and
 // it is deleted once its session ends.

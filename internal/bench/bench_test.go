@@ -115,7 +115,7 @@ func TestSmoke(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	res, err := Scale(ctx, ScaleConfig{Bin: bin, RedisScript: "../../scripts/redis.sh", Dir: dir, Sizes: []int{20}, Pods: 1, Sessions: 2,
-		Idle: 2500 * time.Millisecond, Route: time.Second, Rate: 200, Workers: 4, PassSize: 20, RSSSessions: 200, RSSHold: 2500 * time.Millisecond,
+		Idle: 2500 * time.Millisecond, Route: 2500 * time.Millisecond, Rate: 200, Workers: 4, PassSize: 20, RSSSessions: 200, RSSHold: 2500 * time.Millisecond,
 		SettleHorizon: -1, ScrapePause: -1})
 	if err != nil {
 		t.Fatal(err)

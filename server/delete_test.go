@@ -237,31 +237,11 @@ func TestDeleteScopeOnEveryReplica(t *testing.T) {
 	}
 }
 
-// A delete stored in the config store that never reached Redis (Redis failed after the
-// store wrote it) is finished by reconcile: the scope stops routing.
-func TestReconcileFinishesAStoredDelete(t *testing.T) {
-	t.Parallel()
-	b := testserver.NewBacking(t)
-	srv, ts := testserver.Serve(t, b.Config("replica"))
-	e := &env{t: t, srv: srv, ts: ts, r: b.Redis, fake: b.Fake, client: &http.Client{Timeout: 30 * time.Second}}
-	e.putScope("half", scopeCfg(4, 1, 0, 1))
-	e.route("half", "s1")
-	ctx := context.Background()
-	if _, err := b.Store.Delete(ctx, "half"); err != nil {
-		t.Fatal(err)
-	}
-	e.route("half", "s1") // Redis still serves it
-	if !srv.Runner.RunOnce(ctx, srv.Sweeper.ReconcileJob()) {
-		t.Fatal("reconcile did not run")
-	}
-	e.wantErr(e.do(http.MethodPost, "/v1/scopes/half/sessions", map[string]string{"session_id": "s2"}), http.StatusNotFound, warmpool.CodeScopeNotFound)
-}
-
-// A delete the config store took but Redis did not (it answered 503) is finished by
-// its retry: the retry answers 200 with the scope's pods, and the scope stops routing
-// at once, not at the next reconcile. A third delete is 404.
-func TestDeleteRetryFinishesAStoredDelete(t *testing.T) {
-	t.Parallel()
+// halfDeleted serves a replica whose scope "half" (one pod, one session) is deleted in
+// the config store only, as when Redis failed after the store took a delete (the call
+// answered 503): Redis still routes to it.
+func halfDeleted(t *testing.T) *env {
+	t.Helper()
 	b := testserver.NewBacking(t)
 	srv, ts := testserver.Serve(t, b.Config("replica"))
 	e := &env{t: t, srv: srv, ts: ts, r: b.Redis, fake: b.Fake, client: &http.Client{Timeout: 30 * time.Second}}
@@ -270,6 +250,27 @@ func TestDeleteRetryFinishesAStoredDelete(t *testing.T) {
 	if _, err := b.Store.Delete(context.Background(), "half"); err != nil {
 		t.Fatal(err)
 	}
+	e.route("half", "s1")
+	return e
+}
+
+// A stored delete that never reached Redis is finished by reconcile: the scope stops
+// routing.
+func TestReconcileFinishesAStoredDelete(t *testing.T) {
+	t.Parallel()
+	e := halfDeleted(t)
+	if !e.srv.Runner.RunOnce(context.Background(), e.srv.Sweeper.ReconcileJob()) {
+		t.Fatal("reconcile did not run")
+	}
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/half/sessions", map[string]string{"session_id": "s2"}), http.StatusNotFound, warmpool.CodeScopeNotFound)
+}
+
+// A stored delete that never reached Redis is finished by the DELETE's retry: it
+// answers 200 with the scope's pods, and the scope stops routing at once, not at the
+// next reconcile. A third delete is 404.
+func TestDeleteRetryFinishesAStoredDelete(t *testing.T) {
+	t.Parallel()
+	e := halfDeleted(t)
 	got := e.ok(http.MethodDelete, "/v1/scopes/half", nil)
 	if got["scope_id"] != "half" || num(t, got, "pods") != 1 {
 		t.Fatalf("the retried delete answered %v, want scope half with 1 pod", got)

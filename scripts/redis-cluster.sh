@@ -65,6 +65,11 @@ stop)
     exe=$(readlink "/proc/$pid/exe" 2>/dev/null | xargs -r basename)
     case $exe in redis-server|redis-check-rdb) kill "$pid" 2>/dev/null || true ;; esac
   done < "$dir/cluster.pids"
+  # a node writes nodes.conf and its log while it shuts down: wait for every one to be
+  # gone, so that the caller can remove DIR
+  while read -r pid; do
+    for _ in $(seq 50); do readlink "/proc/$pid/exe" >/dev/null 2>&1 || break; sleep 0.1; done
+  done < "$dir/cluster.pids"
   rm -f "$dir/cluster.pids"
   ;;
 *) echo "usage: redis-cluster.sh start|stop DIR" >&2; exit 2 ;;

@@ -18,11 +18,16 @@ run: build
 
 ## test: every test on a real redis-server and a real PostgreSQL server started (and
 ## stopped) for the run, after the Redis-facing packages on miniredis (the same suite,
-## both servers)
+## both servers). The tests that start warmpool processes run a -race build of it
+## (RACE_BIN), which also shares every compiled package with the -race tests; go vet
+## runs in make lint, not a second time here.
 REDIS_PKGS := ./lua/ ./rm/ ./sm/ ./sweeper/
-test: build
-	$(GO) test -race -count=1 -short $(REDIS_PKGS)
-	scripts/with-postgres.sh scripts/with-redis.sh $(GO) test -race -count=1 $(PKGS)
+RACE_BIN   := bin/warmpool-race
+test:
+	$(GO) build -race -o $(RACE_BIN) ./cmd/warmpool
+	$(GO) test -race -vet=off -count=1 -short $(REDIS_PKGS)
+	WARMPOOL_BIN=$(CURDIR)/$(RACE_BIN) scripts/with-postgres.sh scripts/with-redis.sh \
+		$(GO) test -race -vet=off -count=1 $(PKGS)
 
 ## unit: the fast tests only, on miniredis
 unit:

@@ -332,6 +332,9 @@ func operator(t *testing.T, bin string, args ...string) (stdout, stderr string, 
 	default:
 		t.Fatalf("warmpool %v: %v", args, err)
 	}
+	if raced(e.String()) {
+		t.Errorf("warmpool %v reported a data race:\n%s", args, e.String())
+	}
 	return o.String(), e.String(), code
 }
 
@@ -408,11 +411,19 @@ func startProc(t *testing.T, bin string, env []string, args ...string) *proc {
 			_ = cmd.Process.Kill() // its pods die with it (Pdeathsig)
 			<-p.done
 		}
-		if t.Failed() {
+		if raced(p.stderr.String()) {
+			t.Errorf("%s %v reported a data race (it is a -race build):\n%s", bin, args, p.stderr.String())
+		} else if t.Failed() {
 			t.Logf("server stderr:\n%s", p.stderr.String())
 		}
 	})
 	return p
+}
+
+// raced tells whether a process's stderr holds a report of the race detector, which
+// make test's -race build of the binary writes when it sees one.
+func raced(stderr string) bool {
+	return strings.Contains(stderr, "WARNING: DATA RACE")
 }
 
 // waitReady polls /readyz until it answers 200.

@@ -100,7 +100,9 @@ func smokeBins(t *testing.T) (warmpoolBin, baselineBin string) {
 		t.Skip("redis-server is not installed")
 	}
 	baselineBin = filepath.Join(t.TempDir(), "routebaseline")
-	if out, err := exec.Command("go", "build", "-o", baselineBin, "../../scripts/routebaseline").CombinedOutput(); err != nil {
+	// -race like make test's warmpool build: the smoke test checks that every figure is
+	// measured, not what it is, and a race build reuses the packages the tests compiled.
+	if out, err := exec.Command("go", "build", "-race", "-o", baselineBin, "../../scripts/routebaseline").CombinedOutput(); err != nil {
 		t.Fatalf("go build routebaseline: %v\n%s", err, out)
 	}
 	return warmpoolBin, baselineBin

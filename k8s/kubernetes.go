@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/warmpool/warmpool"
 )
@@ -158,7 +158,7 @@ type PhaseEvent struct {
 // Deploy receives a normalized spec (warmpool.ScopeConfig.Normalize) and fills no
 // defaults; only the namespace falls back to Config.Namespace, the driver's own.
 type Kubernetes struct {
-	client kubernetes.Interface
+	client corev1client.CoreV1Interface
 	cfg    Config
 	log    *slog.Logger
 	http   *http.Client
@@ -176,10 +176,10 @@ var (
 	_ warmpool.DeathNotifier = (*Kubernetes)(nil)
 )
 
-// NewKubernetes returns a driver that talks to the API server through client. Informers
-// start lazily (on the first Deploy, List or WatchNamespace of a namespace); Close stops
-// them.
-func NewKubernetes(client kubernetes.Interface, cfg Config) *Kubernetes {
+// NewKubernetes returns a driver that talks to the API server through client, a core/v1
+// client (NewClient's, or a clientset's CoreV1()). Informers start lazily (on the first
+// Deploy, List or WatchNamespace of a namespace); Close stops them.
+func NewKubernetes(client corev1client.CoreV1Interface, cfg Config) *Kubernetes {
 	cfg.fill()
 	return &Kubernetes{
 		client: client,
@@ -300,7 +300,7 @@ func deployFailed(format string, args ...any) error {
 // retried under a fresh name a bounded number of times.
 func (d *deployment) create(ctx context.Context) (*corev1.Pod, error) {
 	k := d.k
-	pods := k.client.CoreV1().Pods(d.ns)
+	pods := k.client.Pods(d.ns)
 	d.name = warmpool.PodName(d.req.ScopeID, d.req.Fence)
 	base := d.name
 	for clashes := 0; ; {
@@ -446,7 +446,7 @@ func kubeState(p *corev1.Pod) string {
 // Get, so no state change is missed.
 func (d *deployment) await(ctx context.Context, p *corev1.Pod) (*corev1.Pod, error) {
 	k := d.k
-	pods := k.client.CoreV1().Pods(d.ns)
+	pods := k.client.Pods(d.ns)
 	var graceC <-chan time.Time
 	var graceT *time.Timer
 	defer func() {
@@ -614,7 +614,7 @@ func (k *Kubernetes) Delete(ctx context.Context, pod warmpool.Pod) error {
 func (k *Kubernetes) deletePod(ctx context.Context, ns, name string, pre *metav1.Preconditions) error {
 	grace := int64(k.cfg.DeleteGrace / time.Second)
 	err := k.call(ctx, func(ctx context.Context) error {
-		return k.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: pre})
+		return k.client.Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: pre})
 	})
 	if apierrors.IsNotFound(err) {
 		return nil

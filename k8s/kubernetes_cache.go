@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -25,39 +27,58 @@ var ErrClosed = errors.New("k8s: driver closed")
 // managedSelector selects the pods warmpool manages.
 var managedSelector = labels.SelectorFromSet(labels.Set{warmpool.LabelManagedBy: warmpool.ManagedByValue}).String()
 
-// nsCache is the shared pod informer of one namespace, label-selected on managed-by.
-type nsCache struct {
-	ns       string
-	factory  informers.SharedInformerFactory
-	informer cache.SharedIndexInformer
-	lister   corelisters.PodLister
+// running is the lifetime of one started informer.
+type running struct {
 	cancel   context.CancelFunc
-	lastErr  atomic.Pointer[error] // the informer's last list/watch error
+	done     chan struct{} // closed when the informer has stopped
 	stopOnce sync.Once
 }
 
-func (c *nsCache) stop() {
-	c.stopOnce.Do(func() {
-		c.cancel()
-		c.factory.Shutdown()
+// run runs informer until stop (or cancel) is called.
+func (r *running) run(informer cache.SharedIndexInformer) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel, r.done = cancel, make(chan struct{})
+	go func() {
+		defer close(r.done)
+		informer.RunWithContext(ctx)
+	}()
+}
+
+// stop stops the informer and waits for it to return.
+func (r *running) stop() {
+	r.stopOnce.Do(func() {
+		r.cancel()
+		<-r.done
 	})
+}
+
+// nsCache is the pod informer of one namespace, label-selected on managed-by.
+type nsCache struct {
+	running
+	ns       string
+	informer cache.SharedIndexInformer
+	lister   corelisters.PodLister
+	lastErr  atomic.Pointer[error] // the informer's last list/watch error
 }
 
 // nodeCache is the node informer: node loss is judged from its cache, never by polling.
 type nodeCache struct {
-	factory   informers.SharedInformerFactory
+	running
 	informer  cache.SharedIndexInformer
 	lister    corelisters.NodeLister
-	cancel    context.CancelFunc
 	forbidden atomic.Bool
-	stopOnce  sync.Once
 }
 
-func (c *nodeCache) stop() {
-	c.stopOnce.Do(func() {
-		c.cancel()
-		c.factory.Shutdown()
-	})
+// newInformer builds the informer of one core/v1 resource the way client-go's informer
+// factory does (resync ResyncPeriod, a namespace index besides indexers), listing and
+// watching through lw.
+func (k *Kubernetes) newInformer(lw *cache.ListWatch, obj runtime.Object, indexers cache.Indexers) cache.SharedIndexInformer {
+	all := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	maps.Copy(all, indexers)
+	return cache.NewSharedIndexInformerWithOptions(
+		// The client says whether the reflector may list by watch (a fake client cannot).
+		cache.ToListWatcherWithWatchListSemantics(lw, k.client), obj,
+		cache.SharedIndexInformerOptions{ResyncPeriod: k.cfg.ResyncPeriod, Indexers: all})
 }
 
 // node looks up a node in the cache. known is false when the cache cannot tell (not
@@ -91,17 +112,23 @@ func (k *Kubernetes) cacheFor(ns string) *nsCache {
 		k.nodes = k.startNodes()
 	}
 	c := &nsCache{ns: ns}
-	c.factory = informers.NewSharedInformerFactoryWithOptions(k.client, k.cfg.ResyncPeriod,
-		informers.WithNamespace(ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managedSelector }))
-	pods := c.factory.Core().V1().Pods()
-	c.informer, c.lister = pods.Informer(), pods.Lister()
-	_ = c.informer.AddIndexers(cache.Indexers{nodeIndex: func(obj any) ([]string, error) {
+	pods := k.client.Pods(ns)
+	c.informer = k.newInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = managedSelector
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = managedSelector
+			return pods.Watch(ctx, o)
+		},
+	}, &corev1.Pod{}, cache.Indexers{nodeIndex: func(obj any) ([]string, error) {
 		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
 			return []string{p.Spec.NodeName}, nil
 		}
 		return nil, nil
 	}})
+	c.lister = corelisters.NewPodLister(c.informer.GetIndexer())
 	_ = c.informer.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
 		c.lastErr.Store(&err)
 		k.log.Warn("pod informer: list/watch failed", logNamespace, ns, logErr, err)
@@ -111,9 +138,7 @@ func (k *Kubernetes) cacheFor(ns string) *nsCache {
 		UpdateFunc: func(_, obj any) { k.notify(obj, false) },
 		DeleteFunc: func(obj any) { k.notify(obj, true) },
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	c.factory.StartWithContext(ctx)
+	c.run(c.informer)
 	k.caches[ns] = c
 	k.log.Info("pod informer started", logNamespace, ns)
 	return c
@@ -124,17 +149,22 @@ func (k *Kubernetes) cacheFor(ns string) *nsCache {
 // then seen through the pods' own status (eviction, deletion by the node controller).
 func (k *Kubernetes) startNodes() *nodeCache {
 	c := &nodeCache{}
-	c.factory = informers.NewSharedInformerFactoryWithOptions(k.client, k.cfg.ResyncPeriod)
-	nodes := c.factory.Core().V1().Nodes()
-	c.informer, c.lister = nodes.Informer(), nodes.Lister()
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
+	nodes := k.client.Nodes()
+	c.informer = k.newInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return nodes.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return nodes.Watch(ctx, o)
+		},
+	}, &corev1.Node{}, nil)
+	c.lister = corelisters.NewNodeLister(c.informer.GetIndexer())
 	_ = c.informer.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
 		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
 			if !c.forbidden.Swap(true) {
 				k.log.Warn("nodes cannot be read; node loss is judged from pod status only", logErr, err)
 			}
-			cancel()
+			c.cancel()
 			return
 		}
 		k.log.Warn("node informer: list/watch failed", logErr, err)
@@ -161,7 +191,7 @@ func (k *Kubernetes) startNodes() *nodeCache {
 			}
 		},
 	})
-	c.factory.StartWithContext(ctx)
+	c.run(c.informer)
 	return c
 }
 

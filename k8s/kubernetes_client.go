@@ -5,7 +5,7 @@ import (
 	"os"
 	"strings"
 
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -31,16 +31,16 @@ type ClientOptions struct {
 	UserAgent string
 }
 
-// NewClient builds a clientset from opts. It also returns the namespace the config
-// implies — the kubeconfig context's namespace ("default" if it names none), or
-// in-cluster the pod's own — or ""
+// NewClient builds a client of the core/v1 API group (pods and nodes are all the driver
+// uses) from opts. It also returns the namespace the config implies — the kubeconfig
+// context's namespace ("default" if it names none), or in-cluster the pod's own — or ""
 // when there is none, as the fallback for --namespace.
-func NewClient(opts ClientOptions) (kubernetes.Interface, string, error) {
+func NewClient(opts ClientOptions) (corev1client.CoreV1Interface, string, error) {
 	cfg, ns, err := RESTConfig(opts)
 	if err != nil {
 		return nil, "", err
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := corev1client.NewForConfig(cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("kubernetes client: %w", err)
 	}

@@ -18,11 +18,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/warmpool/warmpool"
@@ -33,7 +33,7 @@ var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // mustKube returns a driver on cs with fast test timings, closed at cleanup.
-func mustKube(t *testing.T, cs *fake.Clientset, mutate func(*Config)) *Kubernetes {
+func mustKube(t *testing.T, cs *fakeClient, mutate func(*Config)) *Kubernetes {
 	t.Helper()
 	cfg := Config{
 		Namespace:          "wp",
@@ -45,7 +45,7 @@ func mustKube(t *testing.T, cs *fake.Clientset, mutate func(*Config)) *Kubernete
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	k := NewKubernetes(cs, cfg)
+	k := NewKubernetes(cs.CoreV1(), cfg)
 	t.Cleanup(func() { _ = k.Close() })
 	return k
 }
@@ -83,7 +83,7 @@ func waitingStatus(reason string) corev1.PodStatus {
 // kubelet plays the node for the fake clientset: each pod that appears is passed to
 // script, and the pod it returns (nil: leave it alone) is written back. It stops at
 // cleanup.
-func kubelet(t *testing.T, cs *fake.Clientset, script func(p *corev1.Pod) *corev1.Pod) {
+func kubelet(t *testing.T, cs *fakeClient, script func(p *corev1.Pod) *corev1.Pod) {
 	t.Helper()
 	w, err := cs.CoreV1().Pods("").Watch(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -109,9 +109,9 @@ func kubelet(t *testing.T, cs *fake.Clientset, script func(p *corev1.Pod) *corev
 
 // readyClientset is a fake clientset holding objs whose kubelet makes every new pod
 // Running and Ready on node-1 with IP ip.
-func readyClientset(t *testing.T, ip string, objs ...runtime.Object) *fake.Clientset {
+func readyClientset(t *testing.T, ip string, objs ...runtime.Object) *fakeClient {
 	t.Helper()
-	cs := fake.NewClientset(objs...)
+	cs := newFakeClient(objs...)
 	kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod { return schedule(p, "node-1", readyStatus(ip)) })
 	return cs
 }
@@ -123,7 +123,7 @@ func schedule(p *corev1.Pod, node string, st corev1.PodStatus) *corev1.Pod {
 	return p
 }
 
-func podCount(t *testing.T, cs *fake.Clientset, ns string) int {
+func podCount(t *testing.T, cs *fakeClient, ns string) int {
 	t.Helper()
 	l, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -347,7 +347,7 @@ func TestKubernetesDeployClash(t *testing.T) {
 	}
 
 	// Every fresh name clashes too: bounded, then DEPLOY_FAILED.
-	cs2 := fake.NewClientset()
+	cs2 := newFakeClient()
 	failPods(cs2, "create", apierrors.NewAlreadyExists(podsGVR.GroupResource(), "x"))
 	cs2.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, other.DeepCopy(), nil
@@ -369,7 +369,7 @@ func isDeployWatch(a k8stesting.Action) bool {
 	return ok && strings.Contains(w.GetWatchRestrictions().Fields.String(), "metadata.name")
 }
 
-func countActions(cs *fake.Clientset, verb string) int {
+func countActions(cs *fakeClient, verb string) int {
 	n := 0
 	for _, a := range cs.Actions() {
 		if a.GetVerb() == verb && a.GetResource().Resource == "pods" {
@@ -381,7 +381,7 @@ func countActions(cs *fake.Clientset, verb string) int {
 
 // failPods makes every pod call of verb on cs fail with err; the counter counts the
 // attempts.
-func failPods(cs *fake.Clientset, verb string, err error) *atomic.Int32 {
+func failPods(cs *fakeClient, verb string, err error) *atomic.Int32 {
 	var n atomic.Int32
 	cs.PrependReactor(verb, "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		n.Add(1)
@@ -412,7 +412,7 @@ func TestKubernetesRetries(t *testing.T) {
 		}
 	})
 	t.Run("403 not retried", func(t *testing.T) {
-		cs := fake.NewClientset()
+		cs := newFakeClient()
 		n := failPods(cs, "create", apierrors.NewForbidden(podsGVR.GroupResource(), "x", errors.New("rbac says no")))
 		k := mustKube(t, cs, nil)
 		_, err := k.Deploy(context.Background(), kubeReq("r", 1))
@@ -424,7 +424,7 @@ func TestKubernetesRetries(t *testing.T) {
 		}
 	})
 	t.Run("retries bounded", func(t *testing.T) {
-		cs := fake.NewClientset()
+		cs := newFakeClient()
 		n := failPods(cs, "delete", apierrors.NewServiceUnavailable("down"))
 		k := mustKube(t, cs, func(c *Config) { c.Retries = 2 })
 		if err := k.Delete(context.Background(), warmpool.Pod{ID: "p"}); !apierrors.IsServiceUnavailable(err) {
@@ -491,7 +491,7 @@ func TestKubernetesDeployEarlyFailure(t *testing.T) {
 		{"deleted", nil, "deleted"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := fake.NewClientset()
+			cs := newFakeClient()
 			if tc.script != nil {
 				kubelet(t, cs, tc.script)
 			} else {
@@ -538,7 +538,7 @@ func TestKubernetesDeployEarlyFailure(t *testing.T) {
 // TestKubernetesUnschedulableGrace: a pod reported unschedulable once and then
 // scheduled within the grace is not failed.
 func TestKubernetesUnschedulableGrace(t *testing.T) {
-	cs := fake.NewClientset()
+	cs := newFakeClient()
 	kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod {
 		p.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
 			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}}
@@ -675,7 +675,7 @@ func TestKubernetesList(t *testing.T) {
 		Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 	n2 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
 		Type: corev1.NodeReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Hour))}}}}
-	cs := fake.NewClientset(alive, failed, orphaned, sick, pending, foreign, n1, n2)
+	cs := newFakeClient(alive, failed, orphaned, sick, pending, foreign, n1, n2)
 
 	events := make(chan warmpool.Pod, 100)
 	k := mustKube(t, cs, func(c *Config) { c.OnPod = func(p warmpool.Pod) { events <- p } })
@@ -788,7 +788,7 @@ func TestKubernetesListNodesForbidden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := fake.NewClientset(schedule(p, "unknown-node", readyStatus("127.1.0.1")))
+	cs := newFakeClient(schedule(p, "unknown-node", readyStatus("127.1.0.1")))
 	cs.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "", errors.New("no"))
 	})
@@ -800,7 +800,7 @@ func TestKubernetesListNodesForbidden(t *testing.T) {
 }
 
 func TestKubernetesListCacheNotSynced(t *testing.T) {
-	cs := fake.NewClientset()
+	cs := newFakeClient()
 	failPods(cs, "list", apierrors.NewForbidden(podsGVR.GroupResource(), "", errors.New("rbac says no")))
 	k := mustKube(t, cs, func(c *Config) { c.CacheSyncTimeout = 300 * time.Millisecond; c.DisableNodeWatch = true })
 	if _, err := k.List(context.Background()); err == nil || !strings.Contains(err.Error(), "not synced") {
@@ -808,9 +808,65 @@ func TestKubernetesListCacheNotSynced(t *testing.T) {
 	}
 }
 
+// TestKubernetesInformers: the pod informer lists and watches only managed pods of its
+// namespace, the node informer every node, and both resync every ResyncPeriod.
+func TestKubernetesInformers(t *testing.T) {
+	p, err := newAgentPod(kubeReq("inf", 1), warmpool.PodName("inf", 1), "wp", time.Now(), podExtras{grace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := newFakeClient(schedule(p, "n1", readyStatus("127.1.0.1")))
+	seen := make(chan warmpool.Pod, 100)
+	k := mustKube(t, cs, func(c *Config) {
+		c.ResyncPeriod = time.Second // client-go's least
+		c.OnPod = func(p warmpool.Pod) { seen <- p }
+	})
+	if _, err := k.List(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing changes, yet the pod comes back after its add: the resync.
+	timeout := time.After(10 * time.Second)
+	for i := range 2 {
+		select {
+		case p := <-seen:
+			if p.ID != warmpool.PodName("inf", 1) {
+				t.Fatalf("OnPod saw %+v", p)
+			}
+		case <-timeout:
+			t.Fatalf("OnPod saw the pod %d times in 10s; want its add and a resync", i)
+		}
+	}
+	verbs := map[string]int{}
+	for _, a := range cs.Actions() {
+		if (a.GetVerb() != "list" && a.GetVerb() != "watch") || isDeployWatch(a) {
+			continue
+		}
+		sel := labels.Everything()
+		switch a := a.(type) {
+		case k8stesting.ListAction:
+			sel = a.GetListRestrictions().Labels
+		case k8stesting.WatchAction:
+			sel = a.GetWatchRestrictions().Labels
+		}
+		res := a.GetResource().Resource
+		verbs[res+" "+a.GetVerb()]++
+		switch {
+		case res == "pods" && (a.GetNamespace() != "wp" || sel.String() != managedSelector):
+			t.Errorf("pod informer %s in namespace %q selecting %q; want %q in wp", a.GetVerb(), a.GetNamespace(), sel, managedSelector)
+		case res == "nodes" && (a.GetNamespace() != "" || !sel.Empty()):
+			t.Errorf("node informer %s in namespace %q selecting %q; want every node", a.GetVerb(), a.GetNamespace(), sel)
+		}
+	}
+	for _, want := range []string{"pods list", "pods watch", "nodes list", "nodes watch"} {
+		if verbs[want] == 0 {
+			t.Errorf("no %s by the informers: %v", want, verbs)
+		}
+	}
+}
+
 // TestKubernetesDelete: Delete gives the pod the configured grace period.
 func TestKubernetesDelete(t *testing.T) {
-	cs := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1", Namespace: "wp"}})
+	cs := newFakeClient(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1", Namespace: "wp"}})
 	k := mustKube(t, cs, nil)
 	if err := k.Delete(context.Background(), warmpool.Pod{ID: "p1"}); err != nil {
 		t.Fatal(err)
@@ -843,7 +899,7 @@ func TestKubernetesProbe(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(block)
-	k := mustKube(t, fake.NewClientset(), func(c *Config) { c.ProbeTimeout = 200 * time.Millisecond })
+	k := mustKube(t, newFakeClient(), func(c *Config) { c.ProbeTimeout = 200 * time.Millisecond })
 	ctx := context.Background()
 	if err := k.Probe(ctx, warmpool.Pod{ID: "p", HealthURL: srv.URL + "/health"}); err != nil {
 		t.Errorf("healthy: %v", err)

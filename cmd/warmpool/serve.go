@@ -38,14 +38,14 @@ type kubeOptions struct {
 // kubernetesDriver is the factory of `--driver kubernetes`. It is registered here,
 // not in the server package, so that only this binary links client-go.
 func (o kubeOptions) kubernetesDriver(log *slog.Logger, clock warmpool.Clock) (warmpool.PodDriver, error) {
-	cs, ns, err := k8s.NewClient(k8s.ClientOptions{Kubeconfig: o.kubeconfig, QPS: float32(o.qps), Burst: o.burst})
+	client, ns, err := k8s.NewClient(k8s.ClientOptions{Kubeconfig: o.kubeconfig, QPS: float32(o.qps), Burst: o.burst})
 	if err != nil {
 		return nil, err
 	}
 	if o.namespace != "" {
 		ns = o.namespace
 	}
-	return k8s.NewKubernetes(cs, k8s.Config{Namespace: ns, Logger: log, Clock: clock}), nil
+	return k8s.NewKubernetes(client, k8s.Config{Namespace: ns, Logger: log, Clock: clock}), nil
 }
 
 // serveFlags declares the serve flags, writing into cfg and o. Every flag also reads

@@ -226,7 +226,7 @@ func mustDriver(t *testing.T, cs kubernetes.Interface, ns string, mutate func(*k
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	d := k8s.NewKubernetes(cs, cfg)
+	d := k8s.NewKubernetes(cs.CoreV1(), cfg)
 	t.Cleanup(func() { _ = d.Close() })
 	return d
 }

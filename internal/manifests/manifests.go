@@ -14,9 +14,13 @@ import (
 	"io"
 	"os/exec"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes/scheme"
 )
 
 // Kustomize is the module path and version of the kustomize that renders when
@@ -58,8 +62,25 @@ func Documents(rendered []byte) ([][]byte, error) {
 	}
 }
 
+// decoder knows the API groups deploy/ renders: core/v1 (Namespace, ServiceAccount,
+// ConfigMap, Service), apps/v1 (Deployment), rbac/v1 (Role, RoleBinding) and policy/v1
+// (PodDisruptionBudget). Registering only these keeps the other groups' types out of
+// every build that decodes manifests.
+var decoder = func() runtime.Decoder {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		corev1.AddToScheme, appsv1.AddToScheme, rbacv1.AddToScheme, policyv1.AddToScheme,
+	} {
+		if err := add(scheme); err != nil {
+			panic(err)
+		}
+	}
+	return serializer.NewCodecFactory(scheme).UniversalDeserializer()
+}()
+
 // Decode decodes each document of rendered YAML into the typed object of its kind
-// (apps/v1 Deployment, v1 Service, …).
+// (apps/v1 Deployment, v1 Service, …). A kind outside the groups deploy/ uses (core,
+// apps, rbac, policy) is an error naming the document.
 func Decode(rendered []byte) ([]runtime.Object, error) {
 	docs, err := Documents(rendered)
 	if err != nil {
@@ -67,7 +88,7 @@ func Decode(rendered []byte) ([]runtime.Object, error) {
 	}
 	objs := make([]runtime.Object, 0, len(docs))
 	for _, doc := range docs {
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		obj, _, err := decoder.Decode(doc, nil, nil)
 		if err != nil {
 			line, _, _ := bytes.Cut(bytes.TrimSpace(doc), []byte("\n"))
 			return nil, fmt.Errorf("decode %q: %w", line, err)

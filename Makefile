@@ -54,13 +54,18 @@ scale: build
 	scripts/perf.sh scale
 
 ## lint: formatting, vet, and no client-go in the tests of the packages that do not
-## drive Kubernetes (only k8s/, cmd/warmpool and e2e/ may link k8s.io packages)
+## drive Kubernetes (only k8s/, cmd/warmpool and e2e/ may link k8s.io packages); those
+## that do link client-go's core/v1 client, never the clientset, informers or fake
+## clientset of every API group (only e2e/k8s, built for make e2e-k8s, uses the clientset)
 NO_K8S_PKGS := ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/testserver/
+K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./internal/manifests/ ./deploy/ ./e2e/
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	@for p in $(NO_K8S_PKGS); do out=$$($(GO) list -test -deps $$p | grep '^k8s\.io/'); \
 		if [ -n "$$out" ]; then echo "$$p links k8s.io packages in its tests, e.g.:"; echo "$$out" | head -3; exit 1; fi; done
+	@out=$$($(GO) list -test -deps $(K8S_PKGS) | grep -E '^k8s\.io/client-go/(informers|kubernetes|kubernetes/fake)$$'); \
+		if [ -n "$$out" ]; then echo "$(K8S_PKGS) link all of client-go's API groups through:"; echo "$$out"; exit 1; fi
 
 ## e2e: three replicas behind haproxy on one redis-server, then on a 3-master Redis
 ## Cluster, together with the whole Redis-facing suite; the replicas share one

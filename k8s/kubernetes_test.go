@@ -80,7 +80,7 @@ func waitingStatus(reason string) corev1.PodStatus {
 	}
 }
 
-// kubelet plays the node for the fake clientset: each pod that appears is passed to
+// kubelet plays the node for the fake client: each pod that appears is passed to
 // script, and the pod it returns (nil: leave it alone) is written back. It stops at
 // cleanup.
 func kubelet(t *testing.T, cs *fakeClient, script func(p *corev1.Pod) *corev1.Pod) {
@@ -107,9 +107,9 @@ func kubelet(t *testing.T, cs *fakeClient, script func(p *corev1.Pod) *corev1.Po
 	t.Cleanup(func() { w.Stop(); <-done })
 }
 
-// readyClientset is a fake clientset holding objs whose kubelet makes every new pod
+// readyClient is a fake client holding objs whose kubelet makes every new pod
 // Running and Ready on node-1 with IP ip.
-func readyClientset(t *testing.T, ip string, objs ...runtime.Object) *fakeClient {
+func readyClient(t *testing.T, ip string, objs ...runtime.Object) *fakeClient {
 	t.Helper()
 	cs := newFakeClient(objs...)
 	kubelet(t, cs, func(p *corev1.Pod) *corev1.Pod { return schedule(p, "node-1", readyStatus(ip)) })
@@ -255,7 +255,7 @@ func TestKubernetesScopeLabelValue(t *testing.T) {
 }
 
 func TestKubernetesDeployReady(t *testing.T) {
-	cs := readyClientset(t, "127.1.0.5")
+	cs := readyClient(t, "127.1.0.5")
 	var mu sync.Mutex
 	var phases []DeployPhase
 	k := mustKube(t, cs, func(c *Config) {
@@ -303,7 +303,7 @@ func TestKubernetesDeployReady(t *testing.T) {
 // TestKubernetesDeployDuplicate: a create that reached the server but whose answer was
 // lost is retried, meets AlreadyExists with our own labels, and waits for that pod.
 func TestKubernetesDeployDuplicate(t *testing.T) {
-	cs := readyClientset(t, "127.1.0.6")
+	cs := readyClient(t, "127.1.0.6")
 	var creates atomic.Int32
 	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if creates.Add(1) > 1 {
@@ -332,7 +332,7 @@ func TestKubernetesDeployClash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := readyClientset(t, "127.1.0.7", other)
+	cs := readyClient(t, "127.1.0.7", other)
 	k := mustKube(t, cs, nil)
 	pod, err := k.Deploy(context.Background(), kubeReq("clash", 4))
 	if err != nil {
@@ -392,7 +392,7 @@ func failPods(cs *fakeClient, verb string, err error) *atomic.Int32 {
 
 func TestKubernetesRetries(t *testing.T) {
 	t.Run("transient create retried", func(t *testing.T) {
-		cs := readyClientset(t, "127.1.0.8")
+		cs := readyClient(t, "127.1.0.8")
 		var n atomic.Int32
 		cs.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 			switch n.Add(1) {
@@ -579,7 +579,7 @@ func TestKubernetesUnschedulableGrace(t *testing.T) {
 // TestKubernetesWatchResync: a watch that closes (or expires) mid-wait is resumed
 // after a Get, and the state change it carried is not lost.
 func TestKubernetesWatchResync(t *testing.T) {
-	cs := readyClientset(t, "127.1.0.4")
+	cs := readyClient(t, "127.1.0.4")
 	var watches atomic.Int32
 	cs.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
 		if isDeployWatch(a) && watches.Add(1) == 1 { // the deploy's first watch: expire it at once

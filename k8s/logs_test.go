@@ -16,7 +16,7 @@ import (
 func TestDeployLogsCarryRequestID(t *testing.T) {
 	var out syncbuf.Buffer
 	log := slog.New(httpx.LogHandler(slog.NewJSONHandler(&out, nil)))
-	k := mustKube(t, readyClientset(t, "127.1.0.6"), func(c *Config) { c.Logger = log })
+	k := mustKube(t, readyClient(t, "127.1.0.6"), func(c *Config) { c.Logger = log })
 	ctx := httpx.WithRequestID(context.Background(), "req-77")
 	if _, err := k.Deploy(ctx, kubeReq("s1", 1)); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,8 @@ const (
 	DefaultUnschedulableGrace = 5 * time.Second
 	DefaultResyncPeriod       = 5 * time.Minute
 	DefaultCacheSyncTimeout   = 30 * time.Second
+	DefaultCleanupTimeout     = 30 * time.Second
+	DefaultCreateSettle       = 2 * time.Second
 	// DefaultNameRetries bounds the new names tried after genuine name clashes.
 	DefaultNameRetries = 3
 	maxRetryBackoff    = 3 * time.Second
@@ -65,6 +68,16 @@ type Config struct {
 	CacheSyncTimeout time.Duration
 	// NameRetries bounds the fresh names tried after genuine 409 name clashes.
 	NameRetries int
+	// CleanupTimeout bounds how long a failed deploy keeps trying to delete its pod
+	// while the API server does not answer. The deploy, and so its scope's deploy slot,
+	// is held meanwhile: a pod left alive would otherwise be joined by the next
+	// deploy's once the server is back, more than max_pods. Past it, reconcile deletes
+	// what is left.
+	CleanupTimeout time.Duration
+	// CreateSettle is how long after a create that got no answer the driver looks
+	// again for its pod when it found none: a server that was stopped may apply the
+	// create only after it answers again.
+	CreateSettle time.Duration
 	// NodeSelector, when set, is put on every pod (e.g. a dedicated node pool).
 	NodeSelector map[string]string
 	// PodAnnotations are added to every pod (e.g. for a mesh or the autoscaler); they
@@ -97,6 +110,8 @@ func (c *Config) fill() {
 	setDefault(&c.ResyncPeriod, DefaultResyncPeriod)
 	setDefault(&c.CacheSyncTimeout, DefaultCacheSyncTimeout)
 	setDefault(&c.NameRetries, DefaultNameRetries)
+	setDefault(&c.CleanupTimeout, DefaultCleanupTimeout)
+	setDefault(&c.CreateSettle, DefaultCreateSettle)
 	switch {
 	case c.Retries == 0:
 		c.Retries = DefaultRetries
@@ -251,8 +266,8 @@ func (k *Kubernetes) Deploy(ctx context.Context, req warmpool.DeployRequest) (wa
 		err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s/%s not ready after %s%s", ns, d.name, timeout, kubeMsg(d.last))
 	}
 	d.phase(PhaseFailed, err.Error())
-	if d.owns {
-		k.cleanup(context.WithoutCancel(ctx), ns, d.name, d.uid)
+	if d.owns || d.maybe {
+		k.cleanup(context.WithoutCancel(ctx), d)
 	}
 	log.WarnContext(ctx, "deploy failed", logPod, d.name, logErr, err)
 	return warmpool.Pod{}, err
@@ -267,6 +282,7 @@ type deployment struct {
 	ns    string
 	name  string
 	owns  bool      // a pod was created (or adopted) and must go if the deploy fails
+	maybe bool      // a create got no answer: the server may have made (or yet make) the pod
 	uid   types.UID // its UID, when the server gave one
 	start time.Time
 
@@ -319,6 +335,7 @@ func (d *deployment) create(ctx context.Context) (*corev1.Pod, error) {
 			return created, nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
+			d.maybe = d.maybe || transient(err) || ctx.Err() != nil
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -585,17 +602,62 @@ func metaOf(obj any) (string, error) {
 	return "", errors.New("no metadata")
 }
 
-// cleanup deletes the pod a failed deploy owns; the UID precondition keeps it from
-// deleting a different pod that took the name meanwhile.
-func (k *Kubernetes) cleanup(ctx context.Context, ns, name string, uid types.UID) {
-	var pre *metav1.Preconditions
-	if uid != "" {
-		pre = &metav1.Preconditions{UID: &uid}
+// cleanup deletes the pod of a failed deploy and returns once the API server has
+// confirmed that no pod of the deploy is left alive, or after CleanupTimeout (then the
+// pod is logged, and reconcile deletes it). A pod the server never named to us (the
+// create got no answer) is looked for by name, and looked for once more after
+// CreateSettle when it was not found.
+func (k *Kubernetes) cleanup(ctx context.Context, d *deployment) {
+	ctx, cancel := context.WithTimeout(ctx, k.cfg.CleanupTimeout)
+	defer cancel()
+	lookAgain := d.uid == ""
+	backoff := k.cfg.RetryBackoff
+	for {
+		notFound, err := k.deleteOwn(ctx, d)
+		if err == nil && !(notFound && lookAgain) {
+			return
+		}
+		pause := backoff
+		if err == nil {
+			lookAgain, pause = false, k.cfg.CreateSettle
+		} else {
+			backoff = min(2*backoff, maxRetryBackoff)
+		}
+		select {
+		case <-ctx.Done():
+			k.log.ErrorContext(ctx, "pod of a failed deploy not confirmed deleted; reconcile deletes it", logPod, d.name, logNamespace, d.ns, logErr, cmp.Or(err, ctx.Err()))
+			return
+		case <-time.After(pause):
+		}
 	}
-	err := k.deletePod(ctx, ns, name, pre)
-	if err != nil && !apierrors.IsConflict(err) {
-		k.log.ErrorContext(ctx, "delete pod of a failed deploy", logPod, name, logNamespace, ns, logErr, err)
+}
+
+// deleteOwn deletes the pod of d: by its UID when the server gave one, else the pod of
+// its name when that is d's own (kubeOwnPod). notFound says no pod of d's name was
+// there; a pod of that name that is not d's is left alone.
+func (k *Kubernetes) deleteOwn(ctx context.Context, d *deployment) (notFound bool, err error) {
+	uid := d.uid
+	if uid == "" {
+		var p *corev1.Pod
+		err := k.call(ctx, func(ctx context.Context) (err error) {
+			p, err = k.client.Pods(d.ns).Get(ctx, d.name, metav1.GetOptions{})
+			return err
+		})
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case err != nil:
+			return false, err
+		case !kubeOwnPod(p, d.req):
+			return false, nil
+		}
+		uid = p.UID
 	}
+	err = k.deletePod(ctx, d.ns, d.name, &metav1.Preconditions{UID: &uid})
+	if apierrors.IsConflict(err) { // the name now holds another pod: ours is gone
+		return false, nil
+	}
+	return false, err
 }
 
 // Delete removes the pod with the configured grace period. A pod that is already gone is

@@ -949,3 +949,83 @@ current-context: x
 		t.Error("missing kubeconfig: no error")
 	}
 }
+
+// A failed deploy returns only once its pod is gone: the deploy slot it holds keeps a
+// next deploy from adding a pod beside one the API server still has.
+func TestKubernetesFailedDeployCleanup(t *testing.T) {
+	short := func(c *Config) {
+		c.Retries, c.CreateSettle, c.CleanupTimeout = -1, 20*time.Millisecond, 5*time.Second
+	}
+	t.Run("a create without an answer, applied late", func(t *testing.T) {
+		cs := newFakeClient()
+		req := kubeReq("late", 3)
+		name := warmpool.PodName(req.ScopeID, req.Fence)
+		late, err := newAgentPod(req, name, "wp", time.Now(), podExtras{grace: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		failPods(cs, "create", apierrors.NewServerTimeout(podsGVR.GroupResource(), "create", 1))
+		var gets atomic.Int32
+		cs.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if gets.Add(1) > 1 {
+				return false, nil, nil
+			}
+			// The server answers that there is no such pod, then applies the create
+			// it was sent while it did not answer.
+			if err := cs.Tracker().Add(late); err != nil {
+				t.Error(err)
+			}
+			return true, nil, apierrors.NewNotFound(podsGVR.GroupResource(), name)
+		})
+		k := mustKube(t, cs, short)
+		_, err = k.Deploy(context.Background(), req)
+		if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed {
+			t.Fatalf("deploy: %v, want DEPLOY_FAILED", err)
+		}
+		if n := podCount(t, cs, "wp"); n != 0 || gets.Load() != 2 {
+			t.Errorf("after the failed deploy: %d pods, %d gets; want the late pod deleted after a second look", n, gets.Load())
+		}
+	})
+	neverReady := func(t *testing.T, deletes func(cs *fakeClient) *atomic.Int32, mutate func(*Config)) (*fakeClient, *atomic.Int32, error) {
+		cs := newFakeClient()
+		n := deletes(cs)
+		k := mustKube(t, cs, mutate)
+		req := kubeReq("stuck", 4)
+		req.Spec.ReadyTimeoutS = 1
+		_, err := k.Deploy(context.Background(), req)
+		return cs, n, err
+	}
+	t.Run("its delete retried until the server answers", func(t *testing.T) {
+		cs, n, err := neverReady(t, func(cs *fakeClient) *atomic.Int32 {
+			var n atomic.Int32
+			cs.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if n.Add(1) <= 3 {
+					return true, nil, apierrors.NewServiceUnavailable("stopped")
+				}
+				return false, nil, nil
+			})
+			return &n
+		}, short)
+		if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed {
+			t.Fatalf("deploy: %v, want DEPLOY_FAILED", err)
+		}
+		if c := podCount(t, cs, "wp"); c != 0 || n.Load() != 4 {
+			t.Errorf("after the failed deploy: %d pods, %d deletes; want 0 after 4", c, n.Load())
+		}
+	})
+	t.Run("for CleanupTimeout at most", func(t *testing.T) {
+		start := time.Now()
+		cs, n, err := neverReady(t, func(cs *fakeClient) *atomic.Int32 {
+			return failPods(cs, "delete", apierrors.NewServiceUnavailable("stopped"))
+		}, func(c *Config) { short(c); c.CleanupTimeout = 300 * time.Millisecond })
+		if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed {
+			t.Fatalf("deploy: %v, want DEPLOY_FAILED", err)
+		}
+		if took := time.Since(start); took > 1*time.Second+300*time.Millisecond+time.Second {
+			t.Errorf("deploy returned after %s: the cleanup is not bounded", took)
+		}
+		if c := podCount(t, cs, "wp"); c != 1 || n.Load() < 2 {
+			t.Errorf("%d pods, %d deletes; want the pod left after retries", c, n.Load())
+		}
+	})
+}

@@ -21,7 +21,9 @@ func sysProcAttr() *syscall.SysProcAttr {
 // procAlive reports whether pid still runs the demo agent of pod name. A recorded PID
 // may have been reused by an unrelated process once the pod died, so the command line
 // must still hold both the "demo-agent" word and the pod name. A zombie has an empty
-// command line and counts as gone. When it is not alive, why says what was found.
+// command line and counts as gone; so does a process in the middle of an exec (also an
+// empty command line, for a moment) or a kernel thread, which run something else. When
+// it is not alive, why says what was found.
 func procAlive(pid int, name string) (alive bool, why string) {
 	if pid <= 1 {
 		return false, fmt.Sprintf("no process recorded (pid %d)", pid)
@@ -32,7 +34,7 @@ func procAlive(pid int, name string) (alive bool, why string) {
 		return false, "process gone"
 	case err != nil:
 		return false, "process unreadable: " + err.Error()
-	case len(b) == 0:
+	case len(b) == 0 && zombie(pid):
 		return false, "process exited"
 	}
 	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
@@ -40,4 +42,18 @@ func procAlive(pid int, name string) (alive bool, why string) {
 		return false, fmt.Sprintf("process gone (pid %d now runs something else)", pid)
 	}
 	return true, ""
+}
+
+// zombie reports whether pid has exited and waits to be reaped: state Z (or X) in
+// /proc/PID/stat, whose state follows the command name in parentheses.
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true // gone meanwhile
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	return b[i+2] == 'Z' || b[i+2] == 'X'
 }

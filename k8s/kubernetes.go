@@ -21,6 +21,7 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/defaults"
 )
 
 // Defaults of Config, in one place.
@@ -100,37 +101,27 @@ type Config struct {
 }
 
 func (c *Config) fill() {
-	setDefault(&c.Namespace, DefaultNamespace)
-	setDefault(&c.APITimeout, DefaultAPITimeout)
-	setDefault(&c.RetryBackoff, DefaultRetryBackoff)
-	setDefault(&c.ProbeTimeout, DefaultProbeTimeout)
-	setDefault(&c.DeleteGrace, DefaultDeleteGrace)
-	setDefault(&c.NodeLostGrace, DefaultNodeLostGrace)
-	setDefault(&c.UnschedulableGrace, DefaultUnschedulableGrace)
-	setDefault(&c.ResyncPeriod, DefaultResyncPeriod)
-	setDefault(&c.CacheSyncTimeout, DefaultCacheSyncTimeout)
-	setDefault(&c.NameRetries, DefaultNameRetries)
-	setDefault(&c.CleanupTimeout, DefaultCleanupTimeout)
-	setDefault(&c.CreateSettle, DefaultCreateSettle)
+	if c.Namespace == "" {
+		c.Namespace = DefaultNamespace
+	}
+	defaults.Positive(&c.APITimeout, DefaultAPITimeout)
+	defaults.Positive(&c.RetryBackoff, DefaultRetryBackoff)
+	defaults.Positive(&c.ProbeTimeout, DefaultProbeTimeout)
+	defaults.Positive(&c.DeleteGrace, DefaultDeleteGrace)
+	defaults.Positive(&c.NodeLostGrace, DefaultNodeLostGrace)
+	defaults.Positive(&c.UnschedulableGrace, DefaultUnschedulableGrace)
+	defaults.Positive(&c.ResyncPeriod, DefaultResyncPeriod)
+	defaults.Positive(&c.CacheSyncTimeout, DefaultCacheSyncTimeout)
+	defaults.Positive(&c.NameRetries, DefaultNameRetries)
+	defaults.Positive(&c.CleanupTimeout, DefaultCleanupTimeout)
+	defaults.Positive(&c.CreateSettle, DefaultCreateSettle)
 	switch {
 	case c.Retries == 0:
 		c.Retries = DefaultRetries
 	case c.Retries < 0:
 		c.Retries = 0
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Clock == nil {
-		c.Clock = warmpool.SystemClock{}
-	}
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
+	c.Logger, c.Clock = defaults.Logger(c.Logger), defaults.Clock(c.Clock)
 }
 
 // DeployPhase names a step of a deploy, reported through Config.OnPhase.

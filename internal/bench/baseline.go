@@ -6,6 +6,8 @@ import (
 	"io"
 	"path/filepath"
 	"time"
+
+	"github.com/warmpool/warmpool/internal/defaults"
 )
 
 // Defaults of BaselineConfig.
@@ -60,18 +62,11 @@ type BaselineResults struct {
 
 // Baseline runs the comparison and writes baseline.json to cfg.Dir.
 func Baseline(ctx context.Context, cfg BaselineConfig) (*BaselineResults, error) {
-	pos := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	pos(&cfg.Scopes, DefaultBaselineScopes)
-	pos(&cfg.Sessions, DefaultBaselineSessions)
-	pos(&cfg.Workers, DefaultBaselineWorkers)
-	pos(&cfg.Rounds, DefaultBaselineRounds)
-	if cfg.Duration <= 0 {
-		cfg.Duration = DefaultBaselineDuration
-	}
+	defaults.Positive(&cfg.Scopes, DefaultBaselineScopes)
+	defaults.Positive(&cfg.Sessions, DefaultBaselineSessions)
+	defaults.Positive(&cfg.Workers, DefaultBaselineWorkers)
+	defaults.Positive(&cfg.Rounds, DefaultBaselineRounds)
+	defaults.Positive(&cfg.Duration, DefaultBaselineDuration)
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -78,27 +79,17 @@ type ScaleConfig struct {
 }
 
 func (c *ScaleConfig) fill() {
-	pos := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	posD := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
 	if len(c.Sizes) == 0 {
 		c.Sizes = DefaultSizes
 	}
-	pos(&c.Pods, DefaultPods)
-	pos(&c.Sessions, DefaultSessions)
-	pos(&c.Workers, DefaultWorkers)
-	pos(&c.PassSize, DefaultPassSize)
-	pos(&c.RSSSessions, DefaultRSSSessions)
-	posD(&c.Idle, DefaultIdle)
-	posD(&c.Route, DefaultRoute)
-	posD(&c.RSSHold, DefaultRSSHold)
+	defaults.Positive(&c.Pods, DefaultPods)
+	defaults.Positive(&c.Sessions, DefaultSessions)
+	defaults.Positive(&c.Workers, DefaultWorkers)
+	defaults.Positive(&c.PassSize, DefaultPassSize)
+	defaults.Positive(&c.RSSSessions, DefaultRSSSessions)
+	defaults.Positive(&c.Idle, DefaultIdle)
+	defaults.Positive(&c.Route, DefaultRoute)
+	defaults.Positive(&c.RSSHold, DefaultRSSHold)
 	if c.SettleHorizon == 0 {
 		c.SettleHorizon = DefaultSettleHorizon
 	}

@@ -15,8 +15,9 @@ type StoredConfig struct {
 }
 
 // ConfigStore keeps scope configs durably. Every Put is a new version; older versions
-// stay as history, also when the scope is deleted. Configs go in normalized (ScopeConfig.Normalize) and come out
-// normalized (LoadScopeConfig): a store fills no default of its own.
+// stay as history, also when the scope is deleted. Configs go in normalized
+// (ScopeConfig.Normalize) and come out normalized (LoadScopeConfig): a store fills no
+// default of its own.
 type ConfigStore interface {
 	// Put stores cfg, which must be normalized, as the scope's next version.
 	// Errors: STORE_UNAVAILABLE.

@@ -376,22 +376,35 @@ func (s *Sweeper) bury(ctx context.Context, scope string, pod warmpool.Pod, reas
 // driver that lists only the namespaces it knows of: after a restart its List would
 // otherwise miss live pods, and reconcile would take them for ghosts.
 func (s *Sweeper) listPods(ctx context.Context) ([]warmpool.Pod, error) {
-	if w, ok := s.driver.(warmpool.NamespaceWatcher); ok {
+	if _, ok := s.driver.(warmpool.NamespaceWatcher); ok {
 		all, err := s.configs.List(ctx)
 		if err != nil {
 			return nil, err
 		}
-		seen := map[string]bool{}
-		for _, c := range all {
-			if ns := c.Config.Deploy.Namespace; !seen[ns] {
-				seen[ns] = true
-				if err := w.WatchNamespace(ctx, ns); err != nil {
-					return nil, err
-				}
-			}
+		if err := s.watchNamespaces(ctx, all); err != nil {
+			return nil, err
 		}
 	}
 	return s.driver.List(ctx)
+}
+
+// watchNamespaces names the namespace of every scope of stored to a driver that lists
+// only the namespaces it knows of; it does nothing for other drivers.
+func (s *Sweeper) watchNamespaces(ctx context.Context, stored []warmpool.StoredConfig) error {
+	w, ok := s.driver.(warmpool.NamespaceWatcher)
+	if !ok {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, c := range stored {
+		if ns := c.Config.Deploy.Namespace; !seen[ns] {
+			seen[ns] = true
+			if err := w.WatchNamespace(ctx, ns); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // ExpireSessions evicts sessions past session_ttl_s in every scope and wakes waiters.

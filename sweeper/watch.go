@@ -184,17 +184,12 @@ func (s *Sweeper) readPeriods(ctx context.Context) (map[string]time.Duration, er
 	if err != nil {
 		return nil, err
 	}
-	nw, names := s.driver.(warmpool.NamespaceWatcher)
 	periods := make(map[string]time.Duration, len(all))
-	seen := map[string]bool{}
 	for _, c := range all {
 		periods[c.ScopeID] = time.Duration(c.Config.Pool.ProbePeriodS) * time.Second
-		if ns := c.Config.Deploy.Namespace; names && !seen[ns] {
-			seen[ns] = true
-			if err := nw.WatchNamespace(ctx, ns); err != nil {
-				return nil, err
-			}
-		}
+	}
+	if err := s.watchNamespaces(ctx, all); err != nil {
+		return nil, err
 	}
 	return periods, nil
 }

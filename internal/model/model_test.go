@@ -541,15 +541,14 @@ func (s *side) hold(t *rapid.T) (claim, pod string) {
 	return claim, pick(t, "pod", s.pods)
 }
 
-// same fails the run when Redis's answer differs from the model's.
 // onSession is the step of a script on one session of the scope: the store and the
 // model must answer it alike.
 func onSession[T any](w *world, name string, store func(ctx context.Context, scope, session string, now time.Time) (T, error),
-	model func(m *model.Scope, session string, now time.Time) (T, error)) func(*side) {
+	ref func(m *model.Scope, session string, now time.Time) (T, error)) func(*side) {
 	return func(s *side) {
 		sid := s.session(w.t)
 		got, gotErr := store(context.Background(), s.id, sid, w.now)
-		want, wantErr := model(s.model, sid, w.now)
+		want, wantErr := ref(s.model, sid, w.now)
 		w.same(name, got, want, gotErr, wantErr)
 	}
 }
@@ -557,15 +556,16 @@ func onSession[T any](w *world, name string, store func(ctx context.Context, sco
 // onHold is the step of a script on one hold of a pod: the store and the model must
 // answer it alike.
 func onHold[T any](w *world, name string, store func(ctx context.Context, scope, hold, pod string, now time.Time) (T, error),
-	model func(m *model.Scope, hold, pod string, now time.Time) (T, error)) func(*side) {
+	ref func(m *model.Scope, hold, pod string, now time.Time) (T, error)) func(*side) {
 	return func(s *side) {
 		hold, pod := s.hold(w.t)
 		got, gotErr := store(context.Background(), s.id, hold, pod, w.now)
-		want, wantErr := model(s.model, hold, pod, w.now)
+		want, wantErr := ref(s.model, hold, pod, w.now)
 		w.same(name, got, want, gotErr, wantErr)
 	}
 }
 
+// same fails the run when Redis's answer differs from the model's.
 func (w *world) same(what string, got, want any, gotErr, wantErr error) {
 	w.t.Helper()
 	w.seen[what+": "+outcome(got, gotErr)]++

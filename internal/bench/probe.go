@@ -122,8 +122,8 @@ func parseInfo(txt string) redisStats {
 // written ("name{a=\"b\"}").
 type series map[string]float64
 
-// scrape reads a /metrics page.
-func scrape(ctx context.Context, hc *http.Client, url string) (series, error) {
+// get GETs url and returns the body of a 200 answer; the caller closes it.
+func get(ctx context.Context, hc *http.Client, url string) (io.ReadCloser, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -132,28 +132,31 @@ func scrape(ctx context.Context, hc *http.Client, url string) (series, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
 		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	return parseSeries(resp.Body)
+	return resp.Body, nil
+}
+
+// scrape reads a /metrics page.
+func scrape(ctx context.Context, hc *http.Client, url string) (series, error) {
+	body, err := get(ctx, hc, url)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	return parseSeries(body)
 }
 
 // fullScrape reads a whole /metrics page and returns its size.
 func fullScrape(ctx context.Context, url string) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, err := get(ctx, &http.Client{Timeout: 10 * time.Minute}, url)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := (&http.Client{Timeout: 10 * time.Minute}).Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return io.Copy(io.Discard, resp.Body)
+	defer body.Close()
+	return io.Copy(io.Discard, body)
 }
 
 // parseSeries reads Prometheus text format (comments skipped, no timestamps).

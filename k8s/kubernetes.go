@@ -597,7 +597,8 @@ func metaOf(obj any) (string, error) {
 // confirmed that no pod of the deploy is left alive, or after CleanupTimeout (then the
 // pod is logged, and reconcile deletes it). A pod the server never named to us (the
 // create got no answer) is looked for by name, and looked for once more after
-// CreateSettle when it was not found.
+// CreateSettle when it was not found. Only a transient error (no answer, 5xx, 429) is
+// retried: a final one (403, …) would only answer the same until the timeout.
 func (k *Kubernetes) cleanup(ctx context.Context, d *deployment) {
 	ctx, cancel := context.WithTimeout(ctx, k.cfg.CleanupTimeout)
 	defer cancel()
@@ -606,6 +607,10 @@ func (k *Kubernetes) cleanup(ctx context.Context, d *deployment) {
 	for {
 		notFound, err := k.deleteOwn(ctx, d)
 		if err == nil && !(notFound && lookAgain) {
+			return
+		}
+		if err != nil && !transient(err) { // a final answer (403, …): asking again changes nothing
+			k.log.ErrorContext(ctx, "pod of a failed deploy not deleted; reconcile deletes it", logPod, d.name, logNamespace, d.ns, logErr, err)
 			return
 		}
 		pause := backoff

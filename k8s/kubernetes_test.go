@@ -1013,6 +1013,17 @@ func TestKubernetesFailedDeployCleanup(t *testing.T) {
 			t.Errorf("after the failed deploy: %d pods, %d deletes; want 0 after 4", c, n.Load())
 		}
 	})
+	t.Run("not retried on a final answer", func(t *testing.T) {
+		cs, n, err := neverReady(t, func(cs *fakeClient) *atomic.Int32 {
+			return failPods(cs, "delete", apierrors.NewForbidden(podsGVR.GroupResource(), "x", errors.New("rbac says no")))
+		}, short)
+		if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed {
+			t.Fatalf("deploy: %v, want DEPLOY_FAILED", err)
+		}
+		if c := podCount(t, cs, "wp"); c != 1 || n.Load() != 1 {
+			t.Errorf("%d pods, %d deletes; want the pod left after one refused delete", c, n.Load())
+		}
+	})
 	t.Run("for CleanupTimeout at most", func(t *testing.T) {
 		start := time.Now()
 		cs, n, err := neverReady(t, func(cs *fakeClient) *atomic.Int32 {

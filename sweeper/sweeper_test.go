@@ -436,6 +436,27 @@ func TestWatchBuriesDeadPods(t *testing.T) {
 	}
 }
 
+// A config store that does not answer does not stop the watch: the refresh of the
+// probe periods fails, and a dead pod is still buried.
+func TestWatchWithoutTheConfigStore(t *testing.T) {
+	h := newHarness(t)
+	h.Scope("a", 4, 2)
+	dead := h.route("a", "s1").PodID
+	if err := h.Configs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Configs.List(t.Context()); err == nil {
+		t.Fatal("the closed config store still lists")
+	}
+	h.Fake.Kill(dead, "OOMKilled")
+	if err := h.sw.Watch(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := podState(h.Check("a", true), dead); ok || !h.deleted(dead) {
+		t.Fatalf("dead pod %s: registered %v, deleted %v", dead, ok, h.Fake.Deleted())
+	}
+}
+
 // A pod whose probe fails is buried after exactly HealthFailThreshold failed watch
 // runs in a row; a passing probe starts the count again.
 func TestWatchBuriesUnhealthyAfterThreshold(t *testing.T) {

@@ -153,13 +153,17 @@ func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([]warmpool.Pod, ma
 	periods, stale := w.periods, w.periods == nil || now.Sub(w.periodsAt) >= periodsRefresh || now.Before(w.periodsAt)
 	w.mu.Unlock()
 	if stale {
-		var err error
-		if periods, err = s.readPeriods(ctx); err != nil {
-			return nil, nil, fmt.Errorf("watch: config store: %w", err)
+		// A config store that does not answer must not stop the watch: dead pods are
+		// still buried, and probed at the periods last read (the default for scopes not
+		// read yet); the next tick tries the store again.
+		if read, err := s.readPeriods(ctx); err != nil {
+			s.log.Warn("watch: probe periods not refreshed; the last ones kept", "err", err)
+		} else {
+			periods = read
+			w.mu.Lock()
+			w.periods, w.periodsAt = periods, now
+			w.mu.Unlock()
 		}
-		w.mu.Lock()
-		w.periods, w.periodsAt = periods, now
-		w.mu.Unlock()
 	}
 	if fresh || listAt.IsZero() || time.Since(listAt) > listShare {
 		start := time.Now()

@@ -132,9 +132,12 @@ func (s *Service) Delete(ctx context.Context, scope string, force bool) (Deleted
 }
 
 // finishDelete answers a delete of a scope the config store has no live version of
-// (notFound): when its latest stored version is deleted but Redis still has it live
-// (an earlier delete failed after the store took it), it deletes it in Redis now, as
-// that delete would have; otherwise the answer is notFound.
+// (notFound): when its latest stored version is deleted, it deletes that version in
+// Redis, as an earlier delete that failed after the store took it would have;
+// scope_delete.lua answers SCOPE_NOT_FOUND, and so does this, when Redis has it deleted
+// already or a newer version published. History is read before Get, like reconcile
+// does: a Put that makes the scope live again in between is found live (404), never
+// taken for a deleted version and deleted in Redis while the store serves it.
 func (s *Service) finishDelete(ctx context.Context, scope string, force bool, notFound error) (Deleted, error) {
 	hist, err := s.store.History(ctx, scope)
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound || (err == nil && len(hist) == 0) {
@@ -143,14 +146,12 @@ func (s *Service) finishDelete(ctx context.Context, scope string, force bool, no
 	if err != nil {
 		return Deleted{}, err
 	}
-	last := hist[len(hist)-1]
-	rec, err := s.redis.Scope(ctx, scope)
-	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound || (err == nil && rec.Version != last.Version) {
+	if _, err := s.store.Get(ctx, scope); err == nil {
 		return Deleted{}, notFound
-	}
-	if err != nil {
+	} else if warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
 		return Deleted{}, err
 	}
+	last := hist[len(hist)-1]
 	n, err := s.pods.DeleteScope(ctx, scope, last.Version, force)
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
 		return Deleted{}, notFound

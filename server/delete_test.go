@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,13 +238,31 @@ func TestDeleteScopeOnEveryReplica(t *testing.T) {
 	}
 }
 
+// historyHook is a config store that runs its armed function (once) before its next
+// History: a write that lands between a caller's reads.
+type historyHook struct {
+	warmpool.ConfigStore
+	before atomic.Pointer[func()]
+}
+
+// History runs the armed function, if any, then reads the history.
+func (h *historyHook) History(ctx context.Context, scope string) ([]warmpool.StoredConfig, error) {
+	if f := h.before.Swap(nil); f != nil {
+		(*f)()
+	}
+	return h.ConfigStore.History(ctx, scope)
+}
+
 // halfDeleted serves a replica whose scope "half" (one pod, one session) is deleted in
 // the config store only, as when Redis failed after the store took a delete (the call
-// answered 503): Redis still routes to it.
-func halfDeleted(t *testing.T) *env {
+// answered 503): Redis still routes to it. The replica's config store is the hook.
+func halfDeleted(t *testing.T) (*env, *historyHook) {
 	t.Helper()
 	b := testserver.NewBacking(t)
-	srv, ts := testserver.Serve(t, b.Config("replica"))
+	hook := &historyHook{ConfigStore: b.Store}
+	cfg := b.Config("replica")
+	cfg.Store = hook
+	srv, ts := testserver.Serve(t, cfg)
 	e := &env{t: t, srv: srv, ts: ts, r: b.Redis, fake: b.Fake, client: &http.Client{Timeout: 30 * time.Second}}
 	e.putScope("half", scopeCfg(4, 1, 0, 1))
 	e.route("half", "s1")
@@ -251,14 +270,14 @@ func halfDeleted(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e.route("half", "s1")
-	return e
+	return e, hook
 }
 
 // A stored delete that never reached Redis is finished by reconcile: the scope stops
 // routing.
 func TestReconcileFinishesAStoredDelete(t *testing.T) {
 	t.Parallel()
-	e := halfDeleted(t)
+	e, _ := halfDeleted(t)
 	if !e.srv.Runner.RunOnce(context.Background(), e.srv.Sweeper.ReconcileJob()) {
 		t.Fatal("reconcile did not run")
 	}
@@ -270,13 +289,37 @@ func TestReconcileFinishesAStoredDelete(t *testing.T) {
 // next reconcile. A third delete is 404.
 func TestDeleteRetryFinishesAStoredDelete(t *testing.T) {
 	t.Parallel()
-	e := halfDeleted(t)
+	e, _ := halfDeleted(t)
 	got := e.ok(http.MethodDelete, "/v1/scopes/half", nil)
 	if got["scope_id"] != "half" || num(t, got, "pods") != 1 {
 		t.Fatalf("the retried delete answered %v, want scope half with 1 pod", got)
 	}
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/half/sessions", map[string]string{"session_id": "s2"}), http.StatusNotFound, warmpool.CodeScopeNotFound)
 	e.wantErr(e.do(http.MethodDelete, "/v1/scopes/half", nil), http.StatusNotFound, warmpool.CodeScopeNotFound)
+}
+
+// A PUT that makes a half-deleted scope live again while a DELETE retry reads its
+// history wins: the retry answers 404 and the new version routes. (The retry must not
+// take the new version for the deleted one and delete it in Redis while the config
+// store serves it.)
+func TestDeleteRetryLeavesAScopeLiveAgain(t *testing.T) {
+	t.Parallel()
+	e, hook := halfDeleted(t)
+	cfg := configOf(t, scopeCfg(4, 1, 0, 1))
+	put := make(chan error, 1)
+	again := func() {
+		_, err := e.srv.Scopes.Put(context.Background(), "half", cfg)
+		put <- err
+	}
+	hook.before.Store(&again)
+	e.wantErr(e.do(http.MethodDelete, "/v1/scopes/half", nil), http.StatusNotFound, warmpool.CodeScopeNotFound)
+	if err := <-put; err != nil {
+		t.Fatalf("the PUT during the retry: %v", err)
+	}
+	if got := e.ok(http.MethodGet, "/v1/scopes/half/config", nil); num(t, got, "version") != 2 {
+		t.Fatalf("config after the PUT: %v, want version 2", got)
+	}
+	e.route("half", "s2")
 }
 
 // A pod still busy when its scope was deleted stays retired when a PUT makes the scope

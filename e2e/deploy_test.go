@@ -116,18 +116,7 @@ func TestDeploymentProcesses(t *testing.T) {
 			if p == nil || p.HTTPGet == nil {
 				t.Fatalf("container has no HTTP probe: %+v", p)
 			}
-			url := r.base + p.HTTPGet.Path
-			deadline := time.Now().Add(60 * time.Second)
-			for status := get(url); status != http.StatusOK; status = get(url) {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: GET %s = %d, not 200 within 60s; stderr:\n%s", r.name, url, status, r.proc.stderr.String())
-				}
-				select {
-				case <-r.proc.done:
-					t.Fatalf("%s exited (%v); stderr:\n%s", r.name, r.proc.cmd.ProcessState, r.proc.stderr.String())
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
+			r.proc.waitOK(t, r.base+p.HTTPGet.Path, 60*time.Second)
 		}
 		r.ready = time.Since(start)
 		t.Logf("%s: readiness %s and liveness %s answer 200, %v after the start of all %d",
@@ -276,6 +265,7 @@ func knownSettings(t *testing.T, bin string, env []string) {
 	}
 }
 
+// get is the status of one GET of url, 0 when no answer comes within 2 seconds.
 func get(url string) int {
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get(url)

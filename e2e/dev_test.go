@@ -429,23 +429,22 @@ func raced(stderr string) bool {
 // waitReady polls /readyz until it answers 200.
 func (p *proc) waitReady(t *testing.T, base string, within time.Duration) {
 	t.Helper()
-	c := http.Client{Timeout: 2 * time.Second}
+	p.waitOK(t, base+"/readyz", within)
+}
+
+// waitOK polls url until it answers 200; the test fails when the process exits first
+// or within passes.
+func (p *proc) waitOK(t *testing.T, url string, within time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(within)
-	for {
-		resp, err := c.Get(base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
+	for status := get(url); status != http.StatusOK; status = get(url) {
 		select {
 		case <-p.done:
-			t.Fatalf("server exited before it was ready (%v); stderr:\n%s", p.cmd.ProcessState, p.stderr.String())
+			t.Fatalf("server exited before GET %s answered 200 (%v); stderr:\n%s", url, p.cmd.ProcessState, p.stderr.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not ready within %s; stderr:\n%s", within, p.stderr.String())
+			t.Fatalf("GET %s = %d, not 200 within %s; stderr:\n%s", url, status, within, p.stderr.String())
 		}
 	}
 }

@@ -14,7 +14,7 @@ pm() { podman --storage-driver vfs "$@"; }
 fail() { echo "image-test: FAIL: $*" >&2; exit 1; }
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/warmpool-image.XXXXXX")
-cid= pid=
+cid='' pid=''
 cleanup() {
   [ -z "$pid" ] || { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
   [ -z "$cid" ] || pm rm "$cid" >/dev/null 2>&1 || true

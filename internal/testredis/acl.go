@@ -25,11 +25,11 @@ const (
 	ACLPassword = "warmpool-tests"
 )
 
-var aclLine = regexp.MustCompile(`(?m)^ACL SETUSER warmpool .*$`)
+var aclLinePattern = regexp.MustCompile(`(?m)^ACL SETUSER warmpool .*$`)
 
-// ACLLine returns the README's `ACL SETUSER warmpool …` line, read from README.md at
+// aclLine returns the README's `ACL SETUSER warmpool …` line, read from README.md at
 // the root of the module the tests run in.
-func ACLLine() (string, error) {
+func aclLine() (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
@@ -38,28 +38,19 @@ func ACLLine() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	line := aclLine.Find(readme)
+	line := aclLinePattern.Find(readme)
 	if line == nil {
 		return "", errors.New("README.md has no line starting `ACL SETUSER warmpool `")
 	}
 	return string(line), nil
 }
 
-// CreateACLUser runs the README's ACL line on c (a connection allowed to change ACLs),
-// with password in place of PASSWORD. Running it again leaves the same user.
-func CreateACLUser(ctx context.Context, c *redis.Client, password string) error {
-	return createACLUser(ctx, c, ACLUser, password, "wp:")
-}
-
-// CreatePrefixUser runs the README's ACL line on c for a deployment with another
-// --prefix, as the README tells its operators to: the user is named user and its key
-// and channel patterns are prefix's instead of wp:'s.
-func CreatePrefixUser(ctx context.Context, c *redis.Client, user, password, prefix string) error {
-	return createACLUser(ctx, c, user, password, prefix)
-}
-
-func createACLUser(ctx context.Context, c *redis.Client, user, password, prefix string) error {
-	line, err := ACLLine()
+// setUser runs the README's ACL line on c (a connection allowed to change ACLs) for a
+// deployment whose --prefix is prefix, as the README tells its operators to: the user
+// is named user, its password is ACLPassword, and its key and channel patterns are
+// prefix's instead of wp:'s. Running it again leaves the same user.
+func setUser(ctx context.Context, c *redis.Client, user, prefix string) error {
+	line, err := aclLine()
 	if err != nil {
 		return err
 	}
@@ -72,7 +63,7 @@ func createACLUser(ctx context.Context, c *redis.Client, user, password, prefix 
 		case f == "~wp:*" || f == "&wp:*":
 			f = f[:1] + prefix + "*"
 		}
-		args = append(args, strings.ReplaceAll(f, "PASSWORD", password))
+		args = append(args, strings.ReplaceAll(f, "PASSWORD", ACLPassword))
 	}
 	if err := c.Do(ctx, args...).Err(); err != nil {
 		return fmt.Errorf("%s: %w", line, err)

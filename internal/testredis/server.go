@@ -109,7 +109,7 @@ func (s *Server) createUser(tb testing.TB) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := CreateACLUser(ctx, c, ACLPassword); err != nil {
+	if err := setUser(ctx, c, ACLUser, "wp:"); err != nil {
 		tb.Fatal(err)
 	}
 }

@@ -95,7 +95,7 @@ func ensureACLUser(admin redis.UniversalClient) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return forEachServer(ctx, admin, func(ctx context.Context, c *redis.Client) error {
-			return CreateACLUser(ctx, c, ACLPassword)
+			return setUser(ctx, c, ACLUser, "wp:")
 		})
 	}))
 	return once.(func() error)()
@@ -143,8 +143,7 @@ func UserURL(addr string) string {
 }
 
 // PrefixUserURL creates on the test server of REDIS_ADDR the README's ACL user for a
-// deployment whose --prefix is prefix (see CreatePrefixUser), and returns its --redis
-// URL.
+// deployment whose --prefix is prefix (see setUser), and returns its --redis URL.
 func PrefixUserURL(tb testing.TB, prefix string) string {
 	tb.Helper()
 	addr := os.Getenv("REDIS_ADDR")
@@ -154,7 +153,9 @@ func PrefixUserURL(tb testing.TB, prefix string) string {
 	user := ACLUser + "-" + strings.Trim(prefix, ":")
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	defer admin.Close()
-	if err := CreatePrefixUser(context.Background(), admin, user, ACLPassword, prefix); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := setUser(ctx, admin, user, prefix); err != nil {
 		tb.Fatal(err)
 	}
 	return "redis://" + user + ":" + ACLPassword + "@" + addr + "/0"

@@ -1,10 +1,16 @@
 package testredis
 
 import (
+	"context"
+	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/warmpool/warmpool"
 )
 
 func TestSlot(t *testing.T) {
@@ -51,4 +57,29 @@ func TestSlotHookCatchesCrossSlotScripts(t *testing.T) {
 	if len(rec.errs) != 1 {
 		t.Fatalf("cross-slot keys not reported (errors %v)", rec.errs)
 	}
+}
+
+// The README's ACL line, run for another --prefix, gives that prefix's keys and none of
+// wp:'s.
+func TestPrefixUser(t *testing.T) {
+	if os.Getenv("REDIS_ADDR") == "" {
+		t.Skip("needs a real Redis: REDIS_ADDR")
+	}
+	opts, err := redis.ParseURL(PrefixUserURL(t, "other:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opts)
+	defer c.Close()
+	ctx := context.Background()
+	key := "other:t" + warmpool.NewID()[:12]
+	if err := c.Set(ctx, key, "v", time.Minute).Err(); err != nil {
+		t.Fatalf("SET %s as %s: %v", key, opts.Username, err)
+	}
+	if err := c.Set(ctx, "wp:"+key, "v", time.Minute).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("SET wp:%s as %s: %v, want NOPERM", key, opts.Username, err)
+	}
+	admin := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer admin.Close()
+	admin.Del(ctx, key)
 }

@@ -132,12 +132,12 @@ func (s *Service) Delete(ctx context.Context, scope string, force bool) (Deleted
 }
 
 // finishDelete answers a delete of a scope the config store has no live version of
-// (notFound): when its latest stored version is deleted, it deletes that version in
-// Redis, as an earlier delete that failed after the store took it would have;
-// scope_delete.lua answers SCOPE_NOT_FOUND, and so does this, when Redis has it deleted
-// already or a newer version published. History is read before Get, like reconcile
-// does: a Put that makes the scope live again in between is found live (404), never
-// taken for a deleted version and deleted in Redis while the store serves it.
+// (notFound): when its latest stored version is deleted and Redis still has that
+// version live, it deletes it in Redis, as an earlier delete that failed after the
+// store took it would have; otherwise the answer is notFound. History is read before
+// Get, like reconcile does: a Put that makes the scope live again in between is found
+// live (404), never taken for a deleted version and deleted in Redis while the store
+// serves it.
 func (s *Service) finishDelete(ctx context.Context, scope string, force bool, notFound error) (Deleted, error) {
 	hist, err := s.store.History(ctx, scope)
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound || (err == nil && len(hist) == 0) {
@@ -152,6 +152,15 @@ func (s *Service) finishDelete(ctx context.Context, scope string, force bool, no
 		return Deleted{}, err
 	}
 	last := hist[len(hist)-1]
+	// Redis must still have that very version live: a scope deleted and forgotten
+	// there already answers 404, not the error of a script run on its tombstone.
+	rec, err := s.redis.Scope(ctx, scope)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound || (err == nil && rec.Version != last.Version) {
+		return Deleted{}, notFound
+	}
+	if err != nil {
+		return Deleted{}, err
+	}
 	n, err := s.pods.DeleteScope(ctx, scope, last.Version, force)
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
 		return Deleted{}, notFound

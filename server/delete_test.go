@@ -350,18 +350,35 @@ func TestPutAfterDeleteLeavesOldPodsRetired(t *testing.T) {
 }
 
 // A route waiting in the queue of a scope that is deleted learns at once that the
-// scope is gone (404), instead of waiting out wait_timeout_s.
+// scope is gone (404), instead of waiting out wait_timeout_s. The delete drops every
+// waiter, a crashed replica's leftover too (SPEC §6.5: nothing leaks): the waiter and
+// queue keys are gone as soon as it answers, and once the scope's last pod is gone
+// only its tombstone is left.
 func TestDeleteScopeWakesItsWaiters(t *testing.T) {
 	t.Parallel()
 	e := mustEnv(t)
 	e.putScope("full", scopeCfg(1, 1, 4, 30))
 	e.route("full", "s1")
+	// A waiter of a replica that died while it waited: its entries stay until their
+	// deadline, an hour away.
+	k := e.srv.Store().Keys().Scope("full")
+	ctx := context.Background()
+	deadline := float64(e.clock.Now().Add(time.Hour).UnixMilli())
+	if err := e.r.Client.ZAdd(ctx, k.Waiters, redis.Z{Score: deadline, Member: "crashed"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.r.Client.ZAdd(ctx, k.Queue, redis.Z{Score: 0, Member: "crashed"}).Err(); err != nil {
+		t.Fatal(err)
+	}
 	waited := make(chan resp, 1)
 	go func() {
 		waited <- e.do(http.MethodPost, "/v1/scopes/full/sessions", map[string]string{"session_id": "s2"})
 	}()
-	await.True(t, 10*time.Second, "the second route to queue", func() bool { return num(t, e.pool("full"), "waiters") == 1 })
+	await.True(t, 10*time.Second, "the second route to queue", func() bool { return num(t, e.pool("full"), "waiters") == 2 })
 	e.ok(http.MethodDelete, "/v1/scopes/full", nil)
+	if left := scopeKeys(t, e, "full"); slices.Contains(left, "waiters") || slices.Contains(left, "queue") {
+		t.Fatalf("keys once the delete answered: %v, want no waiters and no queue", left)
+	}
 	select {
 	case r := <-waited:
 		e.wantErr(r, http.StatusNotFound, warmpool.CodeScopeNotFound)
@@ -370,5 +387,10 @@ func TestDeleteScopeWakesItsWaiters(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the waiter did not return after the delete")
+	}
+	e.ok(http.MethodDelete, "/v1/scopes/full/sessions/s1", nil)
+	sweep(t, e.srv, "full")
+	if left := scopeKeys(t, e, "full"); !slices.Equal(left, []string{"config", "fence"}) {
+		t.Fatalf("keys of the deleted scope once its pod is gone: %v, want the tombstone (config, fence)", left)
 	}
 }

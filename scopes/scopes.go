@@ -132,44 +132,59 @@ func (s *Service) Delete(ctx context.Context, scope string, force bool) (Deleted
 }
 
 // finishDelete answers a delete of a scope the config store has no live version of
-// (notFound): when its latest stored version is deleted and Redis still has that
-// version live, it deletes it in Redis, as an earlier delete that failed after the
-// store took it would have; otherwise the answer is notFound. History is read before
-// Get, like reconcile does: a Put that makes the scope live again in between is found
-// live (404), never taken for a deleted version and deleted in Redis while the store
-// serves it.
+// (notFound): when Redis still serves the version the store deleted, it deletes it in
+// Redis, as an earlier delete that failed after the store took it would have;
+// otherwise the answer is notFound.
 func (s *Service) finishDelete(ctx context.Context, scope string, force bool, notFound error) (Deleted, error) {
-	hist, err := s.store.History(ctx, scope)
-	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound || (err == nil && len(hist) == 0) {
-		return Deleted{}, notFound
-	}
+	version, ok, err := DeletedLive(ctx, s.store, s.redis, scope)
 	if err != nil {
 		return Deleted{}, err
 	}
-	if _, err := s.store.Get(ctx, scope); err == nil {
-		return Deleted{}, notFound
-	} else if warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
-		return Deleted{}, err
-	}
-	last := hist[len(hist)-1]
-	// Redis must still have that very version live: a scope deleted and forgotten
-	// there already answers 404, not the error of a script run on its tombstone.
-	rec, err := s.redis.Scope(ctx, scope)
-	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound || (err == nil && rec.Version != last.Version) {
+	if !ok {
 		return Deleted{}, notFound
 	}
-	if err != nil {
-		return Deleted{}, err
-	}
-	n, err := s.pods.DeleteScope(ctx, scope, last.Version, force)
+	n, err := s.pods.DeleteScope(ctx, scope, version, force)
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
 		return Deleted{}, notFound
 	}
 	if err != nil {
-		return Deleted{}, fmt.Errorf("delete %q v%d (stored as deleted; reconcile finishes it): %w", scope, last.Version, err)
+		return Deleted{}, fmt.Errorf("delete %q v%d (stored as deleted; reconcile finishes it): %w", scope, version, err)
 	}
-	s.log.Info("scope deleted: a stored delete finished in Redis", "scope", scope, "version", last.Version, "pods", n, "force", force)
+	s.log.Info("scope deleted: a stored delete finished in Redis", "scope", scope, "version", version, "pods", n, "force", force)
 	return Deleted{ScopeID: scope, Pods: n}, nil
+}
+
+// DeletedLive reports whether Redis still serves a scope that the config store has
+// deleted (a delete the store took and Redis did not), and the deleted version, the
+// latest stored: the one to delete in Redis. Redis serves it at that version or an
+// older one (a Put stored but never published before the delete). History is read
+// before Get: a Put that makes the scope live again in between is found live, never
+// taken for a deleted version and deleted in Redis while the store serves it; a Put
+// after Get publishes a newer version, which the delete in Redis then leaves alone.
+// A scope deleted in Redis already (its tombstone) is not served. Errors:
+// STORE_UNAVAILABLE.
+func DeletedLive(ctx context.Context, store warmpool.ConfigStore, redis *lua.Store, scope string) (version int64, ok bool, err error) {
+	hist, err := store.History(ctx, scope)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound || (err == nil && len(hist) == 0) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if _, err := store.Get(ctx, scope); err == nil {
+		return 0, false, nil
+	} else if warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+		return 0, false, err
+	}
+	version = hist[len(hist)-1].Version
+	rec, err := redis.Scope(ctx, scope)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return version, rec.Version <= version, nil
 }
 
 // publish publishes a stored config. A conflict (the version is published with other

@@ -255,8 +255,10 @@ func (h *historyHook) History(ctx context.Context, scope string) ([]warmpool.Sto
 
 // halfDeleted serves a replica whose scope "half" (one pod, one session) is deleted in
 // the config store only, as when Redis failed after the store took a delete (the call
-// answered 503): Redis still routes to it. The replica's config store is the hook.
-func halfDeleted(t *testing.T) (*env, *historyHook) {
+// answered 503): Redis still routes to it. With unpublished, a second version was
+// stored before the delete but never published (Redis failed for that PUT too): Redis
+// serves the first. The replica's config store is the hook.
+func halfDeleted(t *testing.T, unpublished bool) (*env, *historyHook) {
 	t.Helper()
 	b := testserver.NewBacking(t)
 	hook := &historyHook{ConfigStore: b.Store}
@@ -266,6 +268,11 @@ func halfDeleted(t *testing.T) (*env, *historyHook) {
 	e := &env{t: t, srv: srv, ts: ts, r: b.Redis, fake: b.Fake, client: &http.Client{Timeout: 30 * time.Second}}
 	e.putScope("half", scopeCfg(4, 1, 0, 1))
 	e.route("half", "s1")
+	if unpublished {
+		if _, err := b.Store.Put(context.Background(), "half", configOf(t, scopeCfg(4, 1, 0, 2))); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := b.Store.Delete(context.Background(), "half"); err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +284,7 @@ func halfDeleted(t *testing.T) (*env, *historyHook) {
 // routing.
 func TestReconcileFinishesAStoredDelete(t *testing.T) {
 	t.Parallel()
-	e, _ := halfDeleted(t)
+	e, _ := halfDeleted(t, false)
 	if !e.srv.Runner.RunOnce(context.Background(), e.srv.Sweeper.ReconcileJob()) {
 		t.Fatal("reconcile did not run")
 	}
@@ -289,7 +296,7 @@ func TestReconcileFinishesAStoredDelete(t *testing.T) {
 // next reconcile. A third delete is 404.
 func TestDeleteRetryFinishesAStoredDelete(t *testing.T) {
 	t.Parallel()
-	e, _ := halfDeleted(t)
+	e, _ := halfDeleted(t, false)
 	got := e.ok(http.MethodDelete, "/v1/scopes/half", nil)
 	if got["scope_id"] != "half" || num(t, got, "pods") != 1 {
 		t.Fatalf("the retried delete answered %v, want scope half with 1 pod", got)
@@ -298,13 +305,26 @@ func TestDeleteRetryFinishesAStoredDelete(t *testing.T) {
 	e.wantErr(e.do(http.MethodDelete, "/v1/scopes/half", nil), http.StatusNotFound, warmpool.CodeScopeNotFound)
 }
 
+// The retry finishes a stored delete of a version Redis never had too, deleting the
+// older version Redis serves: a retry that answered 404 left the scope routing until
+// the next reconcile.
+func TestDeleteRetryFinishesAnUnpublishedVersion(t *testing.T) {
+	t.Parallel()
+	e, _ := halfDeleted(t, true)
+	got := e.ok(http.MethodDelete, "/v1/scopes/half", nil)
+	if got["scope_id"] != "half" || num(t, got, "pods") != 1 {
+		t.Fatalf("the retried delete answered %v, want scope half with 1 pod", got)
+	}
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/half/sessions", map[string]string{"session_id": "s2"}), http.StatusNotFound, warmpool.CodeScopeNotFound)
+}
+
 // A PUT that makes a half-deleted scope live again while a DELETE retry reads its
 // history wins: the retry answers 404 and the new version routes. (The retry must not
 // take the new version for the deleted one and delete it in Redis while the config
 // store serves it.)
 func TestDeleteRetryLeavesAScopeLiveAgain(t *testing.T) {
 	t.Parallel()
-	e, hook := halfDeleted(t)
+	e, hook := halfDeleted(t, false)
 	cfg := configOf(t, scopeCfg(4, 1, 0, 1))
 	put := make(chan error, 1)
 	again := func() {

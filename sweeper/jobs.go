@@ -14,6 +14,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/scopes"
 )
 
 // Defaults of Config.
@@ -646,27 +647,16 @@ func (s *Sweeper) deleteStale(ctx context.Context, stored []warmpool.StoredConfi
 		if live[id] {
 			continue
 		}
-		if _, err := s.store.Scope(ctx, id); warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+		version, ok, err := scopes.DeletedLive(ctx, s.configs, s.store, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			continue
+		}
+		if _, err := s.pools.DeleteScope(ctx, id, version, false); warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+			continue // a Put made it live again meanwhile
 		} else if err != nil {
-			return err
-		}
-		// History before Get: a Put that makes the scope live again after Get
-		// publishes a version newer than the last one read here, which the delete then
-		// leaves alone.
-		hist, err := s.configs.History(ctx, id)
-		if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
-			continue
-		} else if err != nil {
-			return err
-		}
-		if _, err := s.configs.Get(ctx, id); err == nil {
-			continue
-		} else if warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
-			return err
-		}
-		version := hist[len(hist)-1].Version
-		if _, err := s.pools.DeleteScope(ctx, id, version, false); err != nil && warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
 			return err
 		}
 		s.log.Info("reconcile deleted a scope the config store has deleted", "scope", id, "version", version)

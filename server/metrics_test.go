@@ -116,6 +116,7 @@ func TestRouteMetrics(t *testing.T) {
 	await.True(t, 5*time.Second, "the second deploy starts", func() bool { return e.fake.InFlight() == 1 })
 	routeAsync("s4")
 	await.True(t, 5*time.Second, "s4 follows the deploy", func() bool { return num(t, e.pool("obs"), "followers") == 1 })
+	checkGauges(t, g, "obs", "while s3's deploy runs with s4 its follower", map[string]float64{"warmpool_placeholders": 1, "warmpool_followers": 1, "warmpool_waiters": 0})
 	release()
 	wg.Wait()
 
@@ -123,6 +124,7 @@ func TestRouteMetrics(t *testing.T) {
 	// s1 ends.
 	routeAsync("s5")
 	await.True(t, 5*time.Second, "s5 queues", func() bool { return num(t, e.pool("obs"), "waiters") == 1 })
+	checkGauges(t, g, "obs", "while s5 waits", map[string]float64{"warmpool_placeholders": 0, "warmpool_followers": 0, "warmpool_waiters": 1})
 	e.ok(http.MethodDelete, "/v1/scopes/obs/sessions/s1", nil)
 	wg.Wait()
 	e.do(http.MethodPost, "/v1/scopes/nope/sessions", `{"session_id":"x"}`) // SCOPE_NOT_FOUND
@@ -188,6 +190,16 @@ func TestRouteMetrics(t *testing.T) {
 	}
 	if n, err := testutil.GatherAndCount(g, "warmpool_build_info"); err != nil || n != 1 {
 		t.Errorf("warmpool_build_info: %d series (%v), want 1", n, err)
+	}
+}
+
+// checkGauges compares the scope's gauges of a scrape now with want.
+func checkGauges(tb testing.TB, g prometheus.Gatherer, scope, when string, want map[string]float64) {
+	tb.Helper()
+	for name, v := range want {
+		if got := sample(tb, g, name, map[string]string{"scope": scope}); got != v {
+			tb.Errorf("%s: %s{scope=%q} = %v, want %v", when, name, scope, got, v)
+		}
 	}
 }
 

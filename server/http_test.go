@@ -1148,7 +1148,7 @@ func TestPoolPage(t *testing.T) {
 	e.wantErr(e.do(http.MethodGet, "/v1/ui/state", nil, header{"Authorization", "Bearer gw"}), http.StatusForbidden, warmpool.CodeForbidden)
 
 	admin := header{"Authorization", "Bearer adm"}
-	e.ok(http.MethodPut, "/v1/scopes/u/config", scopeCfg(4, 2, 0, 1), admin)
+	e.ok(http.MethodPut, "/v1/scopes/u/config", scopeCfg(4, 2, 1, 10), admin)
 	e.ok(http.MethodPost, "/v1/scopes/u/sessions", `{"session_id":"s1"}`, admin)
 	st := e.ok(http.MethodGet, "/v1/ui/state", nil, admin)
 	keys(t, st, "instance_id", "now", "scopes")
@@ -1167,4 +1167,33 @@ func TestPoolPage(t *testing.T) {
 	if d := deploys[0].(map[string]any); d["result"] != "ok" {
 		t.Fatalf("deploy: %v", d)
 	}
+
+	// A deploy in flight with its follower, then a route in the queue: the page counts
+	// them.
+	e.token = "adm"
+	counts := func(when string, placeholders, followers, waiters int) {
+		t.Helper()
+		u := e.ok(http.MethodGet, "/v1/ui/state", nil)["scopes"].([]any)[0].(map[string]any)
+		if num(t, u, "placeholders") != placeholders || num(t, u, "followers") != followers || num(t, u, "waiters") != waiters {
+			t.Fatalf("%s: scope u %v, want %d placeholders, %d followers, %d waiters", when, u, placeholders, followers, waiters)
+		}
+	}
+	e.route("u", "s2")
+	release := e.fake.Hold()
+	var wg sync.WaitGroup
+	routeAsync := func(session string) {
+		wg.Go(func() { e.route("u", session) })
+	}
+	routeAsync("s3")
+	await.True(t, 5*time.Second, "the second deploy starts", func() bool { return e.fake.InFlight() == 1 })
+	routeAsync("s4")
+	await.True(t, 5*time.Second, "s4 follows the deploy", func() bool { return num(t, e.pool("u"), "followers") == 1 })
+	counts("a deploy in flight", 1, 1, 0)
+	release()
+	wg.Wait()
+	routeAsync("s5")
+	await.True(t, 5*time.Second, "s5 queues", func() bool { return num(t, e.pool("u"), "waiters") == 1 })
+	counts("a route queued", 0, 0, 1)
+	e.ok(http.MethodDelete, "/v1/scopes/u/sessions/s1", nil)
+	wg.Wait()
 }

@@ -3,13 +3,19 @@ package server_test
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/syncbuf"
+	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
 )
 
@@ -98,5 +104,31 @@ func TestRequestIDs(t *testing.T) {
 		if n := len(logs.find(t, map[string]any{"msg": "http", "request_id": id, "level": level})); n != 1 {
 			t.Errorf("%d access lines of %s at %s, want 1:\n%v", n, id, level, logs.find(t, map[string]any{"request_id": id}))
 		}
+	}
+}
+
+// TestSessionLogsCarryRequestID: a line the session manager logs during a call carries
+// the call's request id: here the warning of a route whose wait timed out and whose
+// leave of the queue Redis then refused (the waiter_leave script answers an error).
+func TestSessionLogsCarryRequestID(t *testing.T) {
+	t.Parallel()
+	logs := &logBuffer{}
+	leave := lua.Scripts["waiter_leave.lua"].Hash()
+	refuse := func(c *server.Config) {
+		c.Clock = warmpool.SystemClock{}
+		c.Redis.AddHook(testredis.EachCommand(func(cmd redis.Cmder) {
+			if args := cmd.Args(); len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && args[1] == leave {
+				args[0], args[1] = "eval", "return redis.error_reply('injected: waiter_leave refused')"
+			}
+		}))
+	}
+	e := mustEnv(t, withLogs(logs), refuse)
+	e.putScope("sm-ids", scopeCfg(1, 1, 1, 1))
+	e.route("sm-ids", "s1")
+	r := e.do(http.MethodPost, "/v1/scopes/sm-ids/sessions", `{"session_id":"s2"}`, header{"X-Request-Id", "r-wait"})
+	e.wantErr(r, http.StatusGatewayTimeout, warmpool.CodeWaitTimeout)
+	lines := logs.find(t, map[string]any{"msg": "waiter not removed; it expires by its deadline", "component": "sm"})
+	if len(lines) != 1 || lines[0]["request_id"] != "r-wait" || lines[0]["scope"] != "sm-ids" {
+		t.Fatalf("the session manager's lines of the failed leave: %v, want one with request_id r-wait", lines)
 	}
 }

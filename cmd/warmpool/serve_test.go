@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"strings"
 	"testing"
@@ -144,6 +145,27 @@ func TestExitCodes(t *testing.T) {
 		var out bytes.Buffer
 		if got := exitCode(c.err, &out); got != c.code || (out.Len() > 0) != c.printed {
 			t.Errorf("%v: exit %d, printed %q; want %d, printed %v", c.err, got, out.String(), c.code, c.printed)
+		}
+	}
+}
+
+// serve logs JSON lines by default and text with --dev; --log-format wins over both.
+func TestLogFormat(t *testing.T) {
+	for _, c := range []struct {
+		format string
+		dev    bool
+		json   bool
+	}{
+		{"", false, true}, {"", true, false}, {"json", true, true}, {"text", false, false},
+	} {
+		var out bytes.Buffer
+		log, err := newLogger(&out, "info", c.format, c.dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Info("hello", "k", "v")
+		if got := json.Valid(bytes.TrimSpace(out.Bytes())); got != c.json {
+			t.Errorf("--log-format %q, --dev %v: logged %q; JSON %v, want %v", c.format, c.dev, out.String(), got, c.json)
 		}
 	}
 }

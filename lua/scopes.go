@@ -235,8 +235,9 @@ func (s *Store) ScopeIDs(ctx context.Context) ([]string, error) {
 }
 
 // Bootstrap writes the global epoch when it is missing and gives every published scope
-// its epoch key. Call it on an empty Redis, or after a rebuild restored the pool.
-// It returns whether the keyspace was already live.
+// its epoch key, in one pipeline (each full pass calls it: a round trip per scope
+// would be a pass's longest stretch without a pause). Call it on an empty Redis, or
+// after a rebuild restored the pool. It returns whether the keyspace was already live.
 func (s *Store) Bootstrap(ctx context.Context, epoch string) (bool, error) {
 	fresh, err := s.rdb.SetNX(ctx, s.keys.Epoch(), epoch, 0).Result()
 	if err != nil {
@@ -250,10 +251,12 @@ func (s *Store) Bootstrap(ctx context.Context, epoch string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	pipe := s.rdb.Pipeline()
 	for _, id := range ids {
-		if err := s.rdb.SetNX(ctx, s.keys.Scope(id).Epoch, cur, 0).Err(); err != nil {
-			return false, s.redisErr(ctx, err)
-		}
+		pipe.SetNX(ctx, s.keys.Scope(id).Epoch, cur, 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, s.redisErr(ctx, err)
 	}
 	return !fresh, nil
 }

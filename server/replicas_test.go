@@ -93,7 +93,7 @@ func newReplicas(t *testing.T, opts ...envOption) *replicas {
 		cfg := b.Config(id)
 		cfg.Redis = r.NewClient(t) // each replica has its own connections
 		cfg.Store, cfg.Clock = rs.configs, rs.clock
-		cfg.Sweep = sweeper.Config{Interval: 20 * time.Millisecond, Reconcile: 20 * time.Millisecond}
+		cfg.Sweep = sweeper.Config{Interval: 20 * time.Millisecond, Reconcile: 20 * time.Millisecond, PassDuty: 1}
 		for _, o := range opts {
 			o(&cfg)
 		}

@@ -61,6 +61,10 @@ func newHarness(t *testing.T, opts ...func(*options)) *harness {
 	}
 	t.Cleanup(func() { _ = configs.Close() })
 	h := &harness{Harness: replicatest.New(t, replicatest.WithConfigs(configs)), t: t, observed: map[string]int{}}
+	// The full pass runs flat out unless a test paces it.
+	if o.sweep.PassDuty == 0 {
+		o.sweep.PassDuty = 1
+	}
 	o.sweep.Observe = func(event, outcome string) {
 		h.mu.Lock()
 		defer h.mu.Unlock()

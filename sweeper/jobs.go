@@ -30,6 +30,8 @@ const (
 	DefaultFullPassTicks = 150
 	// DefaultDueBatch bounds the scopes one tick of a shard looks at.
 	DefaultDueBatch = 1000
+	// DefaultPassDuty: the full pass works a tenth of its wall time.
+	DefaultPassDuty = 0.1
 	noteTTL         = 30 * time.Second
 )
 
@@ -47,6 +49,13 @@ type Config struct {
 	// driver and the config store, and every scope's due time computed again (the
 	// safety net of the due index); DefaultFullPassTicks Intervals when zero.
 	Reconcile time.Duration
+	// PassDuty paces the full pass run as a job: the share of its wall time it works.
+	// After each scope it waits (1-PassDuty)/PassDuty times as long as the scope took,
+	// so it keeps at most PassDuty of a core (and of Redis) busy on any machine and
+	// lasts 1/PassDuty times its work; a pass longer than Reconcile is followed at once
+	// by the next. A pass that rebuilds a keyspace that lost its data runs flat out.
+	// DefaultPassDuty when zero; 1 or more: flat out.
+	PassDuty float64
 	// DueBatch bounds the scopes one tick of a shard looks at.
 	DueBatch int
 	// HealthFailThreshold is how many probes in a row a pod may fail before it is
@@ -115,6 +124,10 @@ type Sweeper struct {
 	// reconciles counts Repair calls, to run the recount every RepairEvery-th.
 	reconciles atomic.Uint64
 	watch      *watchState
+	// paceNow and paceWait time the full pass's steps and wait out its pace: the wall
+	// clock (not Clock: the pace is of real work) and a timer.
+	paceNow  func() time.Time
+	paceWait func(ctx context.Context, d time.Duration) error
 }
 
 // fill gives every field left out its default; a job's interval defaults to Interval.
@@ -132,6 +145,7 @@ func (c *Config) fill() {
 	defaults.Positive(&c.Interval, DefaultInterval)
 	defaults.Positive(&c.Watch, c.Interval)
 	defaults.Positive(&c.Reconcile, DefaultFullPassTicks*c.Interval)
+	defaults.Positive(&c.PassDuty, DefaultPassDuty)
 }
 
 // New returns the jobs over the given parts of a replica: its Redis, the resource and
@@ -139,7 +153,7 @@ func (c *Config) fill() {
 func New(store *lua.Store, pools Pools, sessions Sessions, driver warmpool.PodDriver, configs warmpool.ConfigStore, cfg Config) *Sweeper {
 	cfg.fill()
 	s := &Sweeper{store: store, pools: pools, sessions: sessions, driver: driver, configs: configs, cfg: cfg, clock: cfg.Clock,
-		log: cfg.Logger.With("component", "sweeper"), watch: newWatchState()}
+		log: cfg.Logger.With("component", "sweeper"), watch: newWatchState(), paceNow: time.Now, paceWait: sleep}
 	if n, ok := driver.(warmpool.DeathNotifier); ok {
 		n.OnDeath(s.watch.report)
 	}
@@ -147,10 +161,11 @@ func New(store *lua.Store, pools Pools, sessions Sessions, driver warmpool.PodDr
 }
 
 // ReconcileJob is the full pass: reconcile (which also rebuilds a keyspace that lost
-// its data), then every scope's due time computed again.
+// its data), then every scope's due time computed again, paced to PassDuty.
 func (s *Sweeper) ReconcileJob() Job {
 	return Job{Name: "reconcile", Interval: s.cfg.Reconcile, Run: func(ctx context.Context) error {
-		return errors.Join(s.Reconcile(ctx), s.Reindex(ctx))
+		p := s.newPacer()
+		return errors.Join(s.reconcile(ctx, p), s.reindex(ctx, p))
 	}}
 }
 
@@ -236,15 +251,18 @@ func (s *Sweeper) sweepScope(ctx context.Context, scope string, now time.Time) e
 // Reindex computes every scope's due time again from its state and indexes it: the
 // safety net of the due index, which a replica that died between a script and its
 // index write leaves behind.
-func (s *Sweeper) Reindex(ctx context.Context) error {
-	return s.forScopes(ctx, func(scope string) error {
+func (s *Sweeper) Reindex(ctx context.Context) error { return s.reindex(ctx, nil) }
+
+func (s *Sweeper) reindex(ctx context.Context, p *pacer) error {
+	return s.forScopes(ctx, p, func(scope string) error {
 		_, _, err := s.store.ScopeDue(ctx, scope, s.clock.Now())
 		return err
 	})
 }
 
-// forScopes runs fn for every published scope, on until every scope was tried.
-func (s *Sweeper) forScopes(ctx context.Context, fn func(scope string) error) error {
+// forScopes runs fn for every published scope, on until every scope was tried, each
+// after p's wait for what came before.
+func (s *Sweeper) forScopes(ctx context.Context, p *pacer, fn func(scope string) error) error {
 	ids, err := s.store.ScopeIDs(ctx)
 	if err != nil {
 		return err
@@ -254,6 +272,9 @@ func (s *Sweeper) forScopes(ctx context.Context, fn func(scope string) error) er
 	for _, id := range ids {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if err := p.step(ctx); err != nil {
+			return err
 		}
 		if err := fn(id); err != nil && warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
 			errs = append(errs, fmt.Errorf("%s: %w", id, err))
@@ -276,7 +297,7 @@ func (s *Sweeper) pool(ctx context.Context, scope string) (lua.ScopeRecord, lua.
 // Autoscale keeps min_idle_pods warm idle pods of the current version in every scope,
 // within max_pods and the parallel-deploy bound (the placeholder script decides).
 func (s *Sweeper) Autoscale(ctx context.Context) error {
-	return s.forScopes(ctx, func(scope string) error { return s.fillScope(ctx, scope) })
+	return s.forScopes(ctx, nil, func(scope string) error { return s.fillScope(ctx, scope) })
 }
 
 func (s *Sweeper) fillScope(ctx context.Context, scope string) error {
@@ -296,7 +317,7 @@ func (s *Sweeper) fillScope(ctx context.Context, scope string) error {
 // it was looked at is left alone (the purge re-checks its idle time atomically).
 func (s *Sweeper) Reclaim(ctx context.Context) error {
 	now := s.clock.Now()
-	return s.forScopes(ctx, func(scope string) error { return s.reclaimScope(ctx, scope, now) })
+	return s.forScopes(ctx, nil, func(scope string) error { return s.reclaimScope(ctx, scope, now) })
 }
 
 func (s *Sweeper) reclaimScope(ctx context.Context, scope string, now time.Time) error {
@@ -410,7 +431,7 @@ func (s *Sweeper) watchNamespaces(ctx context.Context, stored []warmpool.StoredC
 
 // ExpireSessions evicts sessions past session_ttl_s in every scope and wakes waiters.
 func (s *Sweeper) ExpireSessions(ctx context.Context) error {
-	return s.forScopes(ctx, func(scope string) error { return s.expireScope(ctx, scope) })
+	return s.forScopes(ctx, nil, func(scope string) error { return s.expireScope(ctx, scope) })
 }
 
 func (s *Sweeper) expireScope(ctx context.Context, scope string) error {
@@ -433,8 +454,10 @@ func (s *Sweeper) expireScope(ctx context.Context, scope string) error {
 // pods Redis does not know are adopted (ready, of the current version, within
 // max_pods) or deleted; pods Redis knows but the driver lacks are purged; expired
 // leases, room entries, claims and waiters go; and every derived count is recomputed
-// from the sessions and claims.
-func (s *Sweeper) Reconcile(ctx context.Context) error {
+// from the sessions and claims. It runs flat out; the job paces it.
+func (s *Sweeper) Reconcile(ctx context.Context) error { return s.reconcile(ctx, nil) }
+
+func (s *Sweeper) reconcile(ctx context.Context, p *pacer) error {
 	failover, err := s.store.CheckFailover(ctx)
 	if err != nil {
 		return err
@@ -448,12 +471,14 @@ func (s *Sweeper) Reconcile(ctx context.Context) error {
 		return err
 	}
 	if !live {
+		// Until the due index is rebuilt too, no scope's due work is found.
+		p.flatOut()
 		return s.Rebuild(ctx)
 	}
 	if err := s.store.RecordReplicationID(ctx, false); err != nil {
 		return err
 	}
-	lost, err := s.republishStale(ctx)
+	lost, err := s.republishStale(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -469,7 +494,7 @@ func (s *Sweeper) Reconcile(ctx context.Context) error {
 		byScope[p.ScopeID] = append(byScope[p.ScopeID], p)
 	}
 	published := map[string]bool{}
-	err = s.forScopes(ctx, func(scope string) error {
+	err = s.forScopes(ctx, p, func(scope string) error {
 		published[scope] = true
 		rec, snap, err := s.pool(ctx, scope)
 		if err != nil {
@@ -499,7 +524,7 @@ func (s *Sweeper) Reconcile(ctx context.Context) error {
 		}
 		return nil
 	})
-	if rerr := s.Repair(ctx); rerr != nil {
+	if rerr := s.repair(ctx, p); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
 	// A scope published while the keyspace was being rebuilt gets its epoch now.
@@ -524,10 +549,12 @@ func (s *Sweeper) Reconcile(ctx context.Context) error {
 // recomputes its slot counts from the sessions and claims (scope_repair.lua). The
 // recount reads every session, so it runs on the first and then every RepairEvery-th
 // call.
-func (s *Sweeper) Repair(ctx context.Context) error {
+func (s *Sweeper) Repair(ctx context.Context) error { return s.repair(ctx, nil) }
+
+func (s *Sweeper) repair(ctx context.Context, p *pacer) error {
 	recount := (s.reconciles.Add(1)-1)%uint64(s.cfg.RepairEvery) == 0
 	now := s.clock.Now()
-	return s.forScopes(ctx, func(scope string) error {
+	return s.forScopes(ctx, p, func(scope string) error {
 		rep, err := s.store.ScopeRepair(ctx, scope, now, now.Add(noteTTL), recount)
 		if err != nil {
 			return err
@@ -604,13 +631,16 @@ func (s *Sweeper) deleteOrphan(ctx context.Context, p warmpool.Pod, reason strin
 // served from the next reconcile on, not only after a manual sync. It returns the
 // scopes Redis did not have: all of a scope's keys share one slot, so a scope whose
 // config is missing lost its sessions too (a Cluster node restarted empty).
-func (s *Sweeper) republishStale(ctx context.Context) (lost map[string]bool, err error) {
+func (s *Sweeper) republishStale(ctx context.Context, p *pacer) (lost map[string]bool, err error) {
 	all, err := s.configs.List(ctx)
 	if err != nil {
 		return nil, err
 	}
 	lost = map[string]bool{}
 	for _, c := range all {
+		if err := p.step(ctx); err != nil {
+			return nil, err
+		}
 		rec, err := s.store.Scope(ctx, c.ScopeID)
 		switch {
 		case warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound:
@@ -626,14 +656,14 @@ func (s *Sweeper) republishStale(ctx context.Context) (lost map[string]bool, err
 		s.log.Info("reconcile published a scope's stored config", "scope", c.ScopeID, "version", c.Version)
 		s.fixed(ctx, "republished")
 	}
-	return lost, s.deleteStale(ctx, all)
+	return lost, s.deleteStale(ctx, p, all)
 }
 
 // deleteStale deletes in Redis the scopes that the config store has deleted and Redis
 // still serves (a delete that was stored and then failed to reach Redis). stored is
 // the store's list of live scopes; a scope Redis has that the store never had is left
 // alone.
-func (s *Sweeper) deleteStale(ctx context.Context, stored []warmpool.StoredConfig) error {
+func (s *Sweeper) deleteStale(ctx context.Context, p *pacer, stored []warmpool.StoredConfig) error {
 	live := map[string]bool{}
 	for _, c := range stored {
 		live[c.ScopeID] = true
@@ -646,6 +676,9 @@ func (s *Sweeper) deleteStale(ctx context.Context, stored []warmpool.StoredConfi
 	for _, id := range ids {
 		if live[id] {
 			continue
+		}
+		if err := p.step(ctx); err != nil {
+			return err
 		}
 		version, ok, err := scopes.DeletedLive(ctx, s.configs, s.store, id)
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 )
 
 // Positive sets *v to def unless *v is above zero.
-func Positive[T ~int | ~int64](v *T, def T) {
+func Positive[T ~int | ~int64 | ~float64](v *T, def T) {
 	if *v <= 0 {
 		*v = def
 	}

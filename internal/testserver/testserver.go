@@ -15,6 +15,7 @@ import (
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sqlite"
+	"github.com/warmpool/warmpool/sweeper"
 )
 
 // Backing is what the replicas of one test share: Redis under the test's own key
@@ -50,6 +51,8 @@ func (b *Backing) Config(instanceID string) server.Config {
 		Store:      b.Store,
 		InstanceID: instanceID,
 		SM:         sm.Config{Recheck: 50 * time.Millisecond},
+		// The full pass runs flat out: the tests wait for it.
+		Sweep: sweeper.Config{PassDuty: 1},
 	}
 }
 

@@ -135,7 +135,7 @@ func (r *rig) useRedis(s *redisServer) {
 func (r *rig) startProc(rep *faultReplica) *proc {
 	args := []string{"serve", "--listen", rep.addr, "--redis", r.redis.URL(), "--store", r.store,
 		"--driver", "fake", "--fake-state-dir", r.podDir, "--instance-id", rep.name, "--prefix", rigPrefix,
-		"--sweep-interval", rigSweep.String(), "--reconcile-interval", rigReconcile.String(), "--deploy-lease", rigLease.String(), "--claim-ttl", rigClaimTTL.String(),
+		"--sweep-interval", rigSweep.String(), "--reconcile-interval", rigReconcile.String(), "--reconcile-duty", "1", "--deploy-lease", rigLease.String(), "--claim-ttl", rigClaimTTL.String(),
 		"--job-lease", rigJobLease.String(), "--orphan-grace", rigOrphanGrace.String(), "--ghost-grace", rigOrphanGrace.String(),
 		"--drain-delay", "0s", "--log-format", "text"}
 	return startProc(r.t, r.bin, cleanEnv(), append(args, r.extra...)...)

@@ -273,7 +273,7 @@ func startServe(t *testing.T, r *testredis.Redis, ns string) *service {
 		"--store", filepath.Join(t.TempDir(), "config.db"), "--driver", "kubernetes",
 		"--kubeconfig", os.Getenv("WARMPOOL_KUBECONFIG"), "--namespace", ns,
 		"--instance-id", "e2e-stop-"+strconv.Itoa(rand.IntN(1e6)),
-		"--sweep-interval", "250ms", "--reconcile-interval", "1s", "--orphan-grace", "3s", "--ghost-grace", "3s")
+		"--sweep-interval", "250ms", "--reconcile-interval", "1s", "--reconcile-duty", "1", "--orphan-grace", "3s", "--ghost-grace", "3s")
 	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

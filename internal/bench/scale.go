@@ -50,7 +50,8 @@ type ScaleConfig struct {
 	// Bin is the warmpool binary; RedisScript is scripts/redis.sh; Dir holds the
 	// servers' files and results.json.
 	Bin, RedisScript, Dir string
-	// Sizes are the scope counts S, each measured on a fresh Redis and replica.
+	// Sizes are the scope counts S, each measured on a fresh Redis and replica
+	// (DefaultSizes when nil; none when empty).
 	Sizes []int
 	// Pods and Sessions per scope (P and N).
 	Pods, Sessions int
@@ -79,7 +80,7 @@ type ScaleConfig struct {
 }
 
 func (c *ScaleConfig) fill() {
-	if len(c.Sizes) == 0 {
+	if c.Sizes == nil {
 		c.Sizes = DefaultSizes
 	}
 	defaults.Positive(&c.Pods, DefaultPods)

@@ -100,7 +100,7 @@ func scale(ctx context.Context, args []string, getenv func(string) string, stdou
 	var sizes string
 	env := &envs{getenv: getenv}
 	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
-	fs.StringVar(&sizes, "sizes", or(getenv("SCALE_SIZES"), "1000,10000,50000"), "scope counts S, comma-separated [SCALE_SIZES]")
+	fs.StringVar(&sizes, "sizes", or(getenv("SCALE_SIZES"), "1000,10000,50000"), "scope counts S, comma-separated; none: only the full-pass comparison and the RSS run [SCALE_SIZES]")
 	fs.IntVar(&c.Pods, "pods", env.int("SCALE_PODS", bench.DefaultPods), "pods per scope P [SCALE_PODS]")
 	fs.IntVar(&c.Sessions, "sessions", env.int("SCALE_SESSIONS", bench.DefaultSessions), "sessions per scope N (at least P) [SCALE_SESSIONS]")
 	fs.DurationVar(&c.Idle, "idle", env.dur("SCALE_IDLE", bench.DefaultIdle), "length of the idle phase [SCALE_IDLE]")
@@ -116,17 +116,13 @@ func scale(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := env.err(); err != nil {
 		return err
 	}
-	for s := range strings.SplitSeq(sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n <= 0 {
-			return fmt.Errorf("--sizes %q: want positive integers, comma-separated", sizes)
-		}
-		c.Sizes = append(c.Sizes, n)
+	var err error
+	if c.Sizes, err = parseSizes(sizes); err != nil {
+		return err
 	}
 	if c.Sessions < c.Pods {
 		return fmt.Errorf("--sessions %d: at least --pods (%d): the pods are deployed by the sessions' routes", c.Sessions, c.Pods)
 	}
-	var err error
 	if c.Dir, err = outDir(c.Dir); err != nil {
 		return err
 	}
@@ -137,6 +133,22 @@ func scale(ctx context.Context, args []string, getenv func(string) string, stdou
 		res.WriteMarkdown(stdout)
 	}
 	return err
+}
+
+// parseSizes reads --sizes: scope counts, comma-separated, or none (an empty list).
+func parseSizes(sizes string) ([]int, error) {
+	out := []int{}
+	if sizes == "none" {
+		return out, nil
+	}
+	for s := range strings.SplitSeq(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("--sizes %q: want positive integers, comma-separated, or none", sizes)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func baseline(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

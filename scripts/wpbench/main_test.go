@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,5 +29,25 @@ func TestBadEnvironmentStopsTheRun(t *testing.T) {
 	err := run(context.Background(), []string{"scale"}, func(k string) string { return env[k] }, &out, &out)
 	if err == nil || !strings.Contains(err.Error(), "SCALE_IDLE") || !strings.Contains(err.Error(), "SCALE_PODS") {
 		t.Fatalf("err = %v, want both bad variables named", err)
+	}
+}
+
+func TestSizes(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []int
+	}{
+		{"1000, 10000", []int{1000, 10000}},
+		{"none", []int{}},
+	} {
+		got, err := parseSizes(c.in)
+		if err != nil || !slices.Equal(got, c.want) || got == nil {
+			t.Errorf("parseSizes(%q) = %#v, %v; want %#v", c.in, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"", "0", "1k"} {
+		if _, err := parseSizes(bad); err == nil {
+			t.Errorf("parseSizes(%q) accepted", bad)
+		}
 	}
 }

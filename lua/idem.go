@@ -12,9 +12,10 @@ import (
 const pending = ""
 
 // Idempotent runs fn at most once at a time per key across replicas and caches its
-// answer for ttl (idem_claim.lua takes the key, and never after its caller gave up). A repeated call gets the cached answer (replayed = true); a call that
-// arrives while the first one runs waits up to wait for its answer, polling every poll.
-// Errors are not cached, so a retry after a failure runs again.
+// answer for ttl (idem_claim.lua takes the key, and never after its caller gave up). A
+// repeated call gets the cached answer (replayed = true); a call that arrives while the
+// first one runs waits up to wait for its answer, polling every poll. Errors are not
+// cached, so a retry after a failure runs again.
 func (s *Store) Idempotent(ctx context.Context, key string, ttl, wait, poll time.Duration, fn func() ([]byte, error)) (answer []byte, replayed bool, err error) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()

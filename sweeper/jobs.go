@@ -313,8 +313,9 @@ func (s *Sweeper) fillScope(ctx context.Context, scope string) error {
 
 // Reclaim deletes idle pods of an old deploy_ver (or retired: of the scope's deleted
 // life) at once, and idle pods idle for pod_ttl_s or longer beyond the newest
-// min_idle_pods; a deleted scope's idle pods all go, and its keys once none is left. A pod that got a session since
-// it was looked at is left alone (the purge re-checks its idle time atomically).
+// min_idle_pods; a deleted scope's idle pods all go, and its keys once none is left. A
+// pod that got a session since it was looked at is left alone (the purge re-checks its
+// idle time atomically).
 func (s *Sweeper) Reclaim(ctx context.Context) error {
 	now := s.clock.Now()
 	return s.forScopes(ctx, nil, func(scope string) error { return s.reclaimScope(ctx, scope, now) })

@@ -56,12 +56,12 @@ var specAnswers = map[int][]string{
 }
 
 // TestAPIServerStoppedDuringBurst: eight cold routes, the kube-apiserver stopped as
-// soon as Redis holds the burst's first deploy lease (its pod being created), four
-// more routes while it is stopped, then it resumes. Every route answers within answerBound with a pod or a SPEC error; the API
-// server never holds more than max_pods live pods of the scope; after the resume the
-// same process serves new routes (warm and cold) and the scope settles: the SPEC §6
-// invariants with nothing in flight, and the API server's pods exactly Redis's (no
-// orphan).
+// soon as Redis holds the burst's first deploy lease (its pod being created), four more
+// routes while it is stopped, then it resumes. Every route answers within answerBound
+// with a pod or a SPEC error; the API server never holds more than max_pods live pods
+// of the scope; after the resume the same process serves new routes (warm and cold) and
+// the scope settles: the SPEC §6 invariants with nothing in flight, and the API
+// server's pods exactly Redis's (no orphan).
 func TestAPIServerStoppedDuringBurst(t *testing.T) {
 	apiserver := apiserverProcess(t)
 	ns := mustNamespace(t)

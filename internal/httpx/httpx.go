@@ -72,8 +72,8 @@ func OK(w http.ResponseWriter, v any) error {
 }
 
 // WriteError turns any error into the envelope and its status, with a Retry-After
-// header when the error sets retry_after and WWW-Authenticate on a 401. Only INTERNAL is logged, as an error; a
-// caller that went away gets nothing.
+// header when the error sets retry_after and WWW-Authenticate on a 401. Only INTERNAL
+// is logged, as an error; a caller that went away gets nothing.
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var e *warmpool.Error
 	switch {

@@ -39,8 +39,8 @@ type DeployRecord struct {
 // use.
 type Driver struct {
 	// DeployDelay is how long each Deploy takes (after any Hold is released); ctx
-	// cancellation cuts it short, and a delay past the ready timeout fails the deploy. Set it before the first Deploy; SetDeployDelay changes
-	// it while deploys may run.
+	// cancellation cuts it short, and a delay past the ready timeout fails the deploy.
+	// Set it before the first Deploy; SetDeployDelay changes it while deploys may run.
 	DeployDelay time.Duration
 
 	mu      sync.Mutex
@@ -129,8 +129,9 @@ func (f *Driver) FailNext(n int, msg string) {
 
 // Hold makes deploys block (after they have created their not-yet-ready pod) until
 // release is called, so a test can line up concurrent deploys and look at them in
-// flight; a deploy held past its ready timeout fails, as a stuck pod would. Holds nest: deploys run again once every release has been called. Calling
-// release more than once is harmless.
+// flight; a deploy held past its ready timeout fails, as a stuck pod would. Holds nest:
+// deploys run again once every release has been called. Calling release more than once
+// is harmless.
 func (f *Driver) Hold() (release func()) {
 	defer f.lock()()
 	if f.holds == 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/testserver"
 	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
@@ -190,6 +192,10 @@ func TestRouteMetrics(t *testing.T) {
 	}
 	if n, err := testutil.GatherAndCount(g, "warmpool_build_info"); err != nil || n != 1 {
 		t.Errorf("warmpool_build_info: %d series (%v), want 1", n, err)
+	}
+	build := map[string]string{"version": metrics.Version(), "goversion": runtime.Version()}
+	if got := sample(t, g, "warmpool_build_info", build); got != 1 {
+		t.Errorf("warmpool_build_info%v = %v, want 1", build, got)
 	}
 }
 

@@ -2,6 +2,7 @@ package sm_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -130,7 +131,7 @@ func fullScope(t *testing.T, h *replicatest.Harness, m *sm.Manager, queue, waitS
 }
 
 // Issue 3: the waiter queue is bounded. With the scope full and the one queue place
-// taken, the next route fails at once with QUEUE_FULL (503, retry_after) instead of
+// taken, the next route fails at once with QUEUE_FULL (503, retry_after 1) instead of
 // waiting; the queued one is served when a session ends and leaves no entry.
 func TestQueueFullFailsFast(t *testing.T) {
 	h := replicatest.New(t)
@@ -142,6 +143,9 @@ func TestQueueFullFailsFast(t *testing.T) {
 
 	overflow := replicatest.Recv(t, "the overflow route", routeAsync(b, "s", "overflow", ""))
 	wantCode(t, "route with the queue full", overflow.err, warmpool.CodeQueueFull)
+	if e := new(warmpool.Error); !errors.As(overflow.err, &e) || e.RetryAfter != 1 {
+		t.Fatalf("QUEUE_FULL: %v, want retry_after 1 (only NO_POD_AVAILABLE with a deploy in flight waits longer)", overflow.err)
+	}
 	if overflow.took > 500*time.Millisecond {
 		t.Fatalf("QUEUE_FULL took %s; it must not wait (wait_timeout_s is 2)", overflow.took)
 	}

@@ -3,6 +3,8 @@ package server
 import (
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // --redis forms: one server, a Cluster by URL with credentials and TLS, a bare list.
@@ -89,5 +91,36 @@ func TestNewRedisHidesPasswords(t *testing.T) {
 	}
 	if _, err := NewRedis("redis://h:1/0", "/some/ca.pem"); err == nil || !strings.Contains(err.Error(), "TLS") {
 		t.Errorf("--redis-ca with a plain URL: %v, want an error asking for TLS", err)
+	}
+}
+
+// Every connection NewRedis makes gets redisBufferSize buffers, a pipeline's too,
+// unless the URL sizes the pipeline's (go-redis: 32 KiB, and 128 KiB for pipelines).
+func TestRedisBuffers(t *testing.T) {
+	for _, c := range []struct {
+		spec string
+		pipe int
+	}{
+		{"redis://h:1/0", redisBufferSize},
+		{"redis://h:1/0?pipeline_read_buffer_size=65536&pipeline_write_buffer_size=65536", 65536},
+		{"redis+cluster://h1:1,h2:2", redisBufferSize},
+	} {
+		rdb, err := NewRedis(c.spec, "")
+		if err != nil {
+			t.Fatalf("%s: %v", c.spec, err)
+		}
+		var got [4]int
+		switch r := rdb.(type) {
+		case *redis.Client:
+			o := r.Options()
+			got = [4]int{o.ReadBufferSize, o.WriteBufferSize, o.PipelineReadBufferSize, o.PipelineWriteBufferSize}
+		case *redis.ClusterClient:
+			o := r.Options()
+			got = [4]int{o.ReadBufferSize, o.WriteBufferSize, o.PipelineReadBufferSize, o.PipelineWriteBufferSize}
+		}
+		_ = rdb.Close()
+		if want := [4]int{redisBufferSize, redisBufferSize, c.pipe, c.pipe}; got != want {
+			t.Errorf("%s: buffers read, write, pipeline read, pipeline write %v, want %v", c.spec, got, want)
+		}
 	}
 }

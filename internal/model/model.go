@@ -993,3 +993,40 @@ func msOrZero(t time.Time) int64 {
 	}
 	return t.UnixMilli()
 }
+
+// Due models scope_due.lua: when the scope's next sweep work falls due, false when
+// nothing is. That is the earliest session expiry, claim, deploy lease, room entry
+// or waiter deadline; now for an idle pod of another deploy_ver than the scope's; an
+// idle pod of the scope's deploy_ver beyond the newest min_idle_pods pod_ttl_s after
+// it went idle.
+func (s *Scope) Due(now time.Time) (time.Time, bool) {
+	var due int64
+	found := false
+	at := func(t int64) {
+		if !found || t < due {
+			due, found = t, true
+		}
+	}
+	for _, z := range []zset{s.sessExp, s.claims, s.deploys, s.rooms, s.waiters} {
+		if m := z.first(); m != "" {
+			at(z[m])
+		}
+	}
+	if ver, ok := s.config["deploy_ver"]; ok {
+		keep, ttl := s.cfgInt("min_idle"), s.cfgInt("pod_ttl_ms")
+		for _, pod := range s.idle.desc() {
+			switch v, ok := s.podVer[pod]; {
+			case !ok || v != ver:
+				at(ms(now))
+			case keep > 0:
+				keep--
+			default:
+				at(s.idle[pod] + ttl)
+			}
+		}
+	}
+	if !found {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(due), true
+}

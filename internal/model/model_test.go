@@ -627,7 +627,11 @@ func (w *world) compare(after string, changed *side) {
 		if !slices.Equal(got, want) {
 			w.t.Fatalf("after %s on scope %s, scope %s differs (- redis, + model):\n%s", after, changed.id, s.id, lineDiff(got, want))
 		}
-		if s != changed || s.drifted {
+		if s != changed {
+			continue
+		}
+		w.due(s)
+		if s.drifted {
 			continue
 		}
 		var versions []string
@@ -638,6 +642,15 @@ func (w *world) compare(after string, changed *side) {
 			w.t.Fatalf("after %s on scope %s: %s", after, s.id, strings.Join(v, "; "))
 		}
 	}
+}
+
+// due runs scope_due.lua on the scope, as the sweeper does after each visit, and
+// compares the due time it sets with the model's.
+func (w *world) due(s *side) {
+	w.t.Helper()
+	at, ok, err := w.store.ScopeDue(context.Background(), s.id, w.now)
+	wantAt, wantOK := s.model.Due(w.now)
+	w.same("scope_due", []any{at, ok}, []any{wantAt, wantOK}, err, nil)
 }
 
 // lineDiff lists the lines only in got (-) and only in want (+).

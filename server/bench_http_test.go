@@ -6,7 +6,9 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testredis"
@@ -19,6 +21,63 @@ import (
 // route of a new session onto a warm pod, through the router, middleware, JSON and one
 // script call (the session is ended outside the timer's concern, directly).
 func BenchmarkHTTPRouteWarm(b *testing.B) {
+	h := benchServer(b)
+	route := func(id string) {
+		if w := benchRoute(h, id); w.Code != http.StatusOK {
+			b.Fatalf("route: %d %s", w.Code, w.Body)
+		}
+	}
+	route("warmup")
+	i := 0
+	for b.Loop() {
+		i++
+		route("s" + strconv.Itoa(i))
+	}
+}
+
+// BenchmarkHTTPRouteAffinity measures the call `wpbench baseline` compares with the
+// bare handler of scripts/routebaseline: the HTTP route of a session bound already
+// (an affinity route), in process.
+func BenchmarkHTTPRouteAffinity(b *testing.B) {
+	h := benchServer(b)
+	const sessions = 64
+	for i := range sessions {
+		if w := benchRoute(h, "s"+strconv.Itoa(i)); w.Code != http.StatusOK {
+			b.Fatalf("route: %d %s", w.Code, w.Body)
+		}
+	}
+	cpu := cpuTime(b)
+	i := 0
+	for b.Loop() {
+		i++
+		if w := benchRoute(h, "s"+strconv.Itoa(i%sessions)); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"new":false`) {
+			b.Fatalf("route: %d %s", w.Code, w.Body)
+		}
+	}
+	b.ReportMetric(float64((cpuTime(b)-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
+
+// cpuTime is the CPU time the process has used (user and system): per route it is
+// the figure `wpbench baseline` compares, where ns/op is mostly the wait for Redis.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchRoute routes session through h.
+func benchRoute(h http.Handler, session string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/v1/scopes/bench/sessions", strings.NewReader(`{"session_id":"`+session+`"}`))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}
+
+// benchServer is a replica on the test Redis with a scope "bench" of room enough for
+// every session a benchmark routes; it returns the replica's handler.
+func benchServer(b *testing.B) http.Handler {
 	r := testredis.New(b)
 	ctx := context.Background()
 	store, err := sqlite.Open(ctx, ":memory:")
@@ -30,25 +89,11 @@ func BenchmarkHTTPRouteWarm(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer srv.Close()
+	b.Cleanup(func() { _ = srv.Close() })
 	cfg := warmpool.DefaultScopeConfig()
 	cfg.Pool.MaxConcurrency, cfg.Pool.PodConcurrency = 100000, 10000
 	if _, err := srv.Scopes.Put(ctx, "bench", cfg); err != nil {
 		b.Fatal(err)
 	}
-	h := srv.Handler()
-	route := func(id string) {
-		req := httptest.NewRequest(http.MethodPost, "/v1/scopes/bench/sessions", strings.NewReader(`{"session_id":"`+id+`"}`))
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, req)
-		if w.Code != http.StatusOK {
-			b.Fatalf("route: %d %s", w.Code, w.Body)
-		}
-	}
-	route("warmup")
-	i := 0
-	for b.Loop() {
-		i++
-		route("s" + strconv.Itoa(i))
-	}
+	return srv.Handler()
 }

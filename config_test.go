@@ -249,10 +249,10 @@ func TestDecodeRejectsDuplicateKeys(t *testing.T) {
 		B struct{ K int }   `json:"b"`
 		L []struct{ K int } `json:"l"`
 	}
-	if err := DecodeStrict(strings.NewReader(`{"a":{"K":1},"b":{"K":2},"l":[{"K":1},{"K":2}]}`), &v); err != nil {
+	if err := DecodeStrict([]byte(`{"a":{"K":1},"b":{"K":2},"l":[{"K":1},{"K":2}]}`), &v); err != nil {
 		t.Fatalf("same key in different objects: %v", err)
 	}
-	if err := DecodeStrict(strings.NewReader(`{"l":[{"K":1,"K":2}]}`), &v); err == nil || !strings.Contains(err.Error(), "l[0].K: duplicate key") {
+	if err := DecodeStrict([]byte(`{"l":[{"K":1,"K":2}]}`), &v); err == nil || !strings.Contains(err.Error(), "l[0].K: duplicate key") {
 		t.Fatalf("duplicate key in a list element: %v, want VALIDATION naming l[0].K", err)
 	}
 }

@@ -124,7 +124,7 @@ func Decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) erro
 	if allowEmpty && len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
-	return warmpool.DecodeStrict(bytes.NewReader(body), v)
+	return warmpool.DecodeStrict(body, v)
 }
 
 // Param returns a URL parameter checked by valid; a bad one is a VALIDATION error that

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -107,54 +108,34 @@ func FuzzDecodeStrict(f *testing.F) {
 	})
 }
 
-// FuzzIDs checks the id regexps against a plain reading of SPEC §1.
+// FuzzIDs checks the id checks against the patterns of SPEC §1 (scope, session) and
+// of the pod and request ids, as regexps.
 func FuzzIDs(f *testing.F) {
 	for _, seed := range []string{
-		"", "a", "demo", "a-", "-a", "a..b", "A", "s:1", "a\n", "é", "\xff",
+		"", "a", "demo", "a-", "-a", "a..b", "A", "s:1", "a\n", "é", "\xff", "a/b+c=", "p.1-x", "a_b",
 		strings.Repeat("a", 63), strings.Repeat("a", 64), strings.Repeat("a", 128), strings.Repeat("a", 129),
+		strings.Repeat("a", 253), strings.Repeat("a", 254),
 	} {
 		f.Add(seed)
 	}
+	patterns := []struct {
+		name  string
+		valid func(string) bool
+		re    *regexp.Regexp
+	}{
+		{"ValidScopeID", ValidScopeID, regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)},
+		{"ValidSessionID", ValidSessionID, regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)},
+		{"ValidPodID", ValidPodID, regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)},
+		{"ValidRequestID", ValidRequestID, regexp.MustCompile(`^[A-Za-z0-9._:/+=-]{1,128}$`)},
+	}
 	f.Fuzz(func(t *testing.T, id string) {
-		if got, want := ValidScopeID(id), refScopeID(id); got != want {
-			t.Errorf("ValidScopeID(%q) = %v, want %v", id, got, want)
-		}
-		if got, want := ValidSessionID(id), refSessionID(id); got != want {
-			t.Errorf("ValidSessionID(%q) = %v, want %v", id, got, want)
+		for _, p := range patterns {
+			if got, want := p.valid(id), p.re.MatchString(id); got != want {
+				t.Errorf("%s(%q) = %v, want %v", p.name, id, got, want)
+			}
 		}
 		if (CheckScopeID(id) == nil) != ValidScopeID(id) || (CheckSessionID(id) == nil) != ValidSessionID(id) {
 			t.Errorf("Check and Valid disagree on %q", id)
 		}
 	})
-}
-
-// refScopeID: 1-63 bytes of [a-z0-9._-], first and last [a-z0-9].
-func refScopeID(id string) bool {
-	if len(id) < 1 || len(id) > 63 {
-		return false
-	}
-	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !alnum(c) && ((i == 0 || i == len(id)-1) || (c != '.' && c != '_' && c != '-')) {
-			return false
-		}
-	}
-	return true
-}
-
-// refSessionID: 1-128 bytes of [A-Za-z0-9._:-].
-func refSessionID(id string) bool {
-	if len(id) < 1 || len(id) > 128 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '.' || c == '_' || c == ':' || c == '-'
-		if !ok {
-			return false
-		}
-	}
-	return true
 }

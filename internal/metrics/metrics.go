@@ -68,8 +68,23 @@ type Metrics struct {
 	// scoped are the vectors labelled by scope; seen are the scopes they have series
 	// of, so the series of a deleted scope can be dropped.
 	scoped []*prometheus.MetricVec
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	seen   map[string]bool
+	// routeSeries and scriptSeries keep the series each route and script call
+	// updates, so that a call costs a map read instead of two label lookups
+	// (hashing and checking every label value); dropDeleted drops a deleted
+	// scope's routeSeries with its series.
+	routeSeries  map[routeKey]routeSeries
+	scriptSeries map[string]prometheus.Observer
+}
+
+// routeKey names the series of the routes of a scope served with a source.
+type routeKey struct{ scope, source string }
+
+// routeSeries are the series a served route updates.
+type routeSeries struct {
+	count prometheus.Counter
+	took  prometheus.Observer
 }
 
 // New registers warmpool's metrics; store feeds the pool gauges at scrape time.
@@ -121,7 +136,9 @@ func New(store *lua.Store, log *slog.Logger) *Metrics {
 			Name: "warmpool_sweeper_fixes_total",
 			Help: "Repairs the sweeper jobs made, by sweep (the job's name) and fix (reclaimed, dead, unhealthy, adopted, deleted_orphan, ...).",
 		}, []string{labelSweep, labelFix}),
-		seen: map[string]bool{},
+		seen:         map[string]bool{},
+		routeSeries:  map[routeKey]routeSeries{},
+		scriptSeries: map[string]prometheus.Observer{},
 	}
 	m.scoped = []*prometheus.MetricVec{m.routes.MetricVec, m.routeTime.MetricVec, m.routeErrors.MetricVec, m.deploys.MetricVec, m.phases.MetricVec}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -187,6 +204,11 @@ func (m *Metrics) dropDeleted(live map[string]bool) {
 			v.DeletePartialMatch(prometheus.Labels{labelScope: scope})
 		}
 		delete(m.seen, scope)
+		for k := range m.routeSeries {
+			if k.scope == scope {
+				delete(m.routeSeries, k)
+			}
+		}
 	}
 }
 
@@ -206,9 +228,28 @@ func (m *Metrics) ObserveRoute(scope, source string, code warmpool.Code, took ti
 		m.routeErrors.WithLabelValues(scope, string(code)).Inc()
 		return
 	}
-	m.saw(scope)
-	m.routes.WithLabelValues(scope, source).Inc()
-	m.routeTime.WithLabelValues(scope, source).Observe(took.Seconds())
+	rs := m.route(scope, source)
+	rs.count.Inc()
+	rs.took.Observe(took.Seconds())
+}
+
+// route returns the series of the routes of scope served with source, made (and the
+// scope noted, as saw does) on its first route. A route that reads them just before
+// dropDeleted drops them updates series no longer exported, as if it had come before.
+func (m *Metrics) route(scope, source string) routeSeries {
+	k := routeKey{scope, source}
+	m.mu.RLock()
+	rs, ok := m.routeSeries[k]
+	m.mu.RUnlock()
+	if ok {
+		return rs
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seen[scope] = true
+	rs = routeSeries{m.routes.WithLabelValues(scope, source), m.routeTime.WithLabelValues(scope, source)}
+	m.routeSeries[k] = rs
+	return rs
 }
 
 // ObserveDeploy records one finished deploy of a driver.
@@ -225,7 +266,16 @@ func (m *Metrics) ObservePhase(scope, driver, phase string, elapsed time.Duratio
 
 // ObserveScript records one script call; it fits lua.Store.ObserveScripts.
 func (m *Metrics) ObserveScript(script string, took time.Duration) {
-	m.scripts.WithLabelValues(script).Observe(took.Seconds())
+	m.mu.RLock()
+	o, ok := m.scriptSeries[script]
+	m.mu.RUnlock()
+	if !ok {
+		o = m.scripts.WithLabelValues(script)
+		m.mu.Lock()
+		m.scriptSeries[script] = o
+		m.mu.Unlock()
+	}
+	o.Observe(took.Seconds())
 }
 
 // ObserveJob records one run of a sweeper job; it fits sweeper.Runner.OnRun.

@@ -79,4 +79,11 @@ func TestDeletedScopeSeriesDropped(t *testing.T) {
 	if n, err := testutil.GatherAndCount(m.Registry(), "warmpool_route_errors_total"); err != nil || n != 1 {
 		t.Errorf("route errors of unknown scopes: %d series (%v), want 1 under scope \"\"", n, err)
 	}
+	// A scope made again under the name has its route series back from its first
+	// route: the dropped ones are not kept for it.
+	publish(t, store, "gone")
+	m.ObserveRoute("gone", warmpool.SourceWarm, "", time.Millisecond)
+	if n, err := testutil.GatherAndCount(m.Registry(), "warmpool_routes_total", "warmpool_route_duration_seconds"); err != nil || n != 4 {
+		t.Errorf("%d route series (%v) after a route of the scope made again, want 4", n, err)
+	}
 }

@@ -197,8 +197,12 @@ func AccessLog(log *slog.Logger) func(http.Handler) http.Handler {
 			case status >= 400:
 				level = slog.LevelInfo
 			}
-			log.Log(r.Context(), level, "http", "method", r.Method, "path", r.URL.Path, "status", ww.Status(),
-				"took", time.Since(start))
+			// Asked first: the arguments of a line that is not logged cost allocations
+			// on every call (debug lines are off in production).
+			if log.Enabled(r.Context(), level) {
+				log.Log(r.Context(), level, "http", "method", r.Method, "path", r.URL.Path, "status", ww.Status(),
+					"took", time.Since(start))
+			}
 		})
 	}
 }

@@ -150,6 +150,11 @@ func TestSmoke(t *testing.T) {
 		res.RSS.BytesPerSession != float64(st[len(st)-1].UsedMemory-st[1].UsedMemory)/float64(200-st[1].Sessions) {
 		t.Errorf("RSS steps %v, bytes per session %v", st, res.RSS.BytesPerSession)
 	}
+	for _, st := range res.RSS.Steps {
+		if st.Anon <= 0 || st.File <= 0 || st.Anon+st.File > st.RSS {
+			t.Errorf("RSS step %+v: want anonymous and file-backed parts of it", st)
+		}
+	}
 	var md bytes.Buffer
 	res.WriteMarkdown(&md)
 	if !strings.Contains(md.String(), "| 20 | idle |") {

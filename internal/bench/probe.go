@@ -42,7 +42,11 @@ func procCPU(pid int) (time.Duration, error) {
 }
 
 // procRSS is the resident set size of process pid in bytes (VmRSS).
-func procRSS(pid int) (int64, error) {
+func procRSS(pid int) (int64, error) { return procStatus(pid, "VmRSS") }
+
+// procStatus reads a size in kB from /proc/PID/status (VmRSS, RssAnon, RssFile, …),
+// in bytes.
+func procStatus(pid int, field string) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
@@ -50,12 +54,12 @@ func procRSS(pid int) (int64, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return kb << 10, err
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, field)
 }
 
 // loadAvg is the first three fields of /proc/loadavg.

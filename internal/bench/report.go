@@ -118,12 +118,12 @@ func (r *ScaleResults) WriteMarkdown(w io.Writer) {
 	}
 	if rs := r.RSS; rs != nil {
 		fmt.Fprintf(w, "\nReplica RSS while sessions are bound (%d scopes of one pod; full pass every 5 s):\n\n", rs.Scopes)
-		fmt.Fprintln(w, "| sessions | replica RSS MB | Redis used_memory MB |")
-		fmt.Fprintln(w, "|---|---|---|")
+		fmt.Fprintln(w, "| sessions | replica RSS MB | anonymous / file-backed MB | Redis used_memory MB |")
+		fmt.Fprintln(w, "|---|---|---|---|")
 		for _, st := range rs.Steps {
-			fmt.Fprintf(w, "| %d | %.1f | %.1f |\n", st.Sessions, mb(st.RSS), mb(st.UsedMemory))
+			fmt.Fprintf(w, "| %d | %.1f | %.1f / %.1f | %.1f |\n", st.Sessions, mb(st.RSS), mb(st.Anon), mb(st.File), mb(st.UsedMemory))
 		}
-		fmt.Fprintf(w, "| held %.0f s (max sampled) | %.1f | |\n", rs.Hold.Seconds, mb(rs.HoldMaxRSS))
+		fmt.Fprintf(w, "| held %.0f s (max sampled) | %.1f | | |\n", rs.Hold.Seconds, mb(rs.HoldMaxRSS))
 		lo, hi := rs.Steps[0].RSS, rs.HoldMaxRSS
 		for _, st := range rs.Steps {
 			lo, hi = min(lo, st.RSS), max(hi, st.RSS)

@@ -195,8 +195,13 @@ type RSSRun struct {
 
 // RSSSample is one step of an RSS run.
 type RSSSample struct {
-	Sessions   int   `json:"sessions"`
-	RSS        int64 `json:"rss_bytes"`
+	Sessions int   `json:"sessions"`
+	RSS      int64 `json:"rss_bytes"`
+	// Anon and File split RSS: anonymous memory (the Go heap, stacks and runtime)
+	// and pages of mapped files (the binary's code and read-only data, faulted in
+	// as code paths first run).
+	Anon       int64 `json:"rss_anon_bytes"`
+	File       int64 `json:"rss_file_bytes"`
 	UsedMemory int64 `json:"used_memory_bytes"`
 }
 
@@ -547,15 +552,20 @@ func (c *ScaleConfig) rssRun(ctx context.Context) (*RSSRun, error) {
 	}
 	r := &RSSRun{Scopes: rssScopes}
 	step := func(n int) error {
-		rss, err := procRSS(e.replica.PID)
-		if err != nil {
-			return err
+		st := RSSSample{Sessions: n * rssScopes}
+		for field, v := range map[string]*int64{"VmRSS": &st.RSS, "RssAnon": &st.Anon, "RssFile": &st.File} {
+			b, err := procStatus(e.replica.PID, field)
+			if err != nil {
+				return err
+			}
+			*v = b
 		}
 		m, err := readRedis(ctx, e.redis.rdb)
 		if err != nil {
 			return err
 		}
-		r.Steps = append(r.Steps, RSSSample{Sessions: n * rssScopes, RSS: rss, UsedMemory: m.UsedMemory})
+		st.UsedMemory = m.UsedMemory
+		r.Steps = append(r.Steps, st)
 		return nil
 	}
 	if err := step(0); err != nil {

@@ -29,6 +29,7 @@ type Scope struct {
 	id      string
 	config  map[string]string // the published config HASH; nil until published
 	epoch   bool              // the scope's epoch key exists
+	indexed bool              // the scope is in the global index of scopes
 	fence   int64
 	qseq    int64
 	pods    zset              // pod -> registered at
@@ -63,9 +64,13 @@ func NewScope(id string) *Scope {
 // looks like to the scripts that check it.
 func (s *Scope) LoseEpoch() { s.epoch = false }
 
-// Bootstrap models lua.Store.Bootstrap on a live keyspace that lists the scope: its
-// epoch key is written when missing.
-func (s *Scope) Bootstrap() { s.epoch = true }
+// Bootstrap models lua.Store.Bootstrap on a live keyspace: the scope's epoch key is
+// written when missing, if the global index lists the scope.
+func (s *Scope) Bootstrap() {
+	if s.indexed {
+		s.epoch = true
+	}
+}
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
@@ -74,15 +79,40 @@ func (s *Scope) cfgInt(field string) int64 {
 	return n
 }
 
-// refused is what _lib.lua's scope_config answers instead of the config: NO_SCOPE
-// (here SCOPE_NOT_FOUND, the keyspace being live) or EPOCH_LOST; nil when the scripts
-// go on.
-func (s *Scope) refused() error {
-	if s.config == nil {
+// published reports whether the config HASH holds a config: not when the scope was
+// never published, nor when only the tombstone of a forgotten scope is left.
+func (s *Scope) published() bool {
+	_, ok := s.config["deploy_ver"]
+	return ok
+}
+
+// deleted reports whether the scope is deleted (its config HASH has the mark).
+func (s *Scope) deleted() bool {
+	_, ok := s.config["deleted"]
+	return ok
+}
+
+// publishedRefused is what _lib.lua's published_config answers instead of the config,
+// deleted or not: NO_SCOPE (here SCOPE_NOT_FOUND, the keyspace being live) or
+// EPOCH_LOST; nil when the scripts go on.
+func (s *Scope) publishedRefused() error {
+	if !s.published() {
 		return s.noScope()
 	}
 	if !s.epoch {
 		return warmpool.ErrEpochLost
+	}
+	return nil
+}
+
+// refused is what _lib.lua's scope_config answers instead of a live scope's config:
+// publishedRefused's answers, and NO_SCOPE for a deleted scope.
+func (s *Scope) refused() error {
+	if err := s.publishedRefused(); err != nil {
+		return err
+	}
+	if s.deleted() {
+		return s.noScope()
 	}
 	return nil
 }
@@ -115,6 +145,10 @@ func (s *Scope) Publish(rec lua.ScopeRecord) error {
 	if err != nil {
 		return err
 	}
+	if s.deleted() && s.cfgInt("deleted") >= rec.Version {
+		return nil
+	}
+	s.indexed = true
 	if s.config != nil {
 		cur := s.cfgInt("version")
 		if cur > rec.Version {
@@ -136,8 +170,52 @@ func (s *Scope) Publish(rec lua.ScopeRecord) error {
 	s.config["version"] = strconv.FormatInt(rec.Version, 10)
 	s.config["deploy"] = deploy
 	s.config["config"] = full
+	delete(s.config, "deleted")
 	s.epoch = true
 	return nil
+}
+
+// ScopeDelete models lua.Store.ScopeDelete (scope_delete.lua).
+func (s *Scope) ScopeDelete(version int64, noteDeadline time.Time) (int, error) {
+	if !s.epoch {
+		return 0, warmpool.ErrEpochLost
+	}
+	if _, ok := s.config["config"]; !ok || s.deleted() || s.cfgInt("version") > version {
+		return 0, s.noScope()
+	}
+	v := strconv.FormatInt(version, 10)
+	s.config["deleted"], s.config["version"] = v, v
+	for pod := range s.pods {
+		s.podVer[pod] = lua.RetiredVer
+	}
+	for _, d := range s.deploys.asc() {
+		delete(s.deploys, d)
+		s.failFollowers(d, "the scope was deleted", ms(noteDeadline))
+	}
+	clear(s.waiters)
+	clear(s.queue)
+	return len(s.pods), nil
+}
+
+// ScopeForget models lua.Store.ScopeForget (scope_forget.lua): a deleted scope with no
+// pod and no deploy keeps only its tombstone (the config's version and deleted mark),
+// its fencing counter, and what lives outside its keys (tombstones of purged pods,
+// cached route answers); it leaves the global index.
+func (s *Scope) ScopeForget() bool {
+	if !s.deleted() || len(s.pods)+len(s.deploys) > 0 {
+		return false
+	}
+	s.config = map[string]string{"version": s.config["version"], "deleted": s.config["deleted"]}
+	s.epoch, s.indexed, s.qseq = false, false, 0
+	for _, m := range []map[string]string{s.podVer, s.podInfo, s.claimOf, s.sess} {
+		clear(m)
+	}
+	for _, z := range []zset{s.idle, s.rooms, s.claims, s.sessExp, s.waiters, s.queue} {
+		clear(z)
+	}
+	clear(s.slots)
+	clear(s.health)
+	return true
 }
 
 // handoff is _lib.lua's handoff: where freed slots go. ver is the scope's current
@@ -474,7 +552,7 @@ func (s *Scope) PodPlaceholder(now, leaseDeadline, noteDeadline time.Time) (lua.
 
 // PodAdopt models pod_adopt.lua.
 func (s *Scope) PodAdopt(pod warmpool.Pod, now time.Time, sessionsUnknown bool) (string, error) {
-	if s.config == nil {
+	if !s.published() || s.deleted() {
 		return "", s.noScope()
 	}
 	info, err := json.Marshal(pod)
@@ -602,7 +680,7 @@ func (s *Scope) ClaimRelease(claim string, now time.Time) (string, int) {
 
 // HoldTouch models hold_touch.lua.
 func (s *Scope) HoldTouch(hold, pod string, now time.Time) (time.Time, error) {
-	if err := s.refused(); err != nil {
+	if err := s.publishedRefused(); err != nil {
 		return time.Time{}, err
 	}
 	t := ms(now)
@@ -617,7 +695,7 @@ func (s *Scope) HoldTouch(hold, pod string, now time.Time) (time.Time, error) {
 
 // HoldRelease models hold_release.lua.
 func (s *Scope) HoldRelease(hold, pod string, now time.Time) (bool, error) {
-	if err := s.refused(); err != nil {
+	if err := s.publishedRefused(); err != nil {
 		return false, err
 	}
 	q := s.handoff(now)
@@ -758,7 +836,7 @@ func served(kind, flag, pod, info, sid string) (lua.RouteResult, error) {
 
 // SessionTouch models session_touch.lua.
 func (s *Scope) SessionTouch(sid string, now time.Time) (string, error) {
-	if err := s.refused(); err != nil {
+	if err := s.publishedRefused(); err != nil {
 		return "", err
 	}
 	t := ms(now)
@@ -776,7 +854,7 @@ func (s *Scope) SessionTouch(sid string, now time.Time) (string, error) {
 
 // SessionEnd models session_end.lua.
 func (s *Scope) SessionEnd(sid string, now time.Time) (bool, error) {
-	if err := s.refused(); err != nil {
+	if err := s.publishedRefused(); err != nil {
 		return false, err
 	}
 	if _, ok := s.sess[sid]; !ok {
@@ -912,7 +990,8 @@ func (s *Scope) Snapshot() lua.Snapshot {
 		if err != nil {
 			p = warmpool.Pod{ID: id, ScopeID: s.id}
 		}
-		st := lua.PodState{Pod: p, Slots: int(s.slots[id]), Claims: claims[id], RegisteredAt: time.UnixMilli(s.pods[id])}
+		st := lua.PodState{Pod: p, Slots: int(s.slots[id]), Claims: claims[id], RegisteredAt: time.UnixMilli(s.pods[id]),
+			Retired: s.podVer[id] == lua.RetiredVer}
 		if since, ok := s.idle[id]; ok {
 			st.Idle, st.IdleSince = true, time.UnixMilli(since)
 		}
@@ -960,8 +1039,8 @@ func Lines(snap lua.Snapshot) []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	for i, p := range snap.Pods {
-		add("pod %s #%d ver=%s slots=%d claims=%d idle=%v since=%d registered=%d sse=%s",
-			p.Pod.ID, i, p.Pod.DeployVer, p.Slots, p.Claims, p.Idle, msOrZero(p.IdleSince), p.RegisteredAt.UnixMilli(), p.Pod.SSEURL)
+		add("pod %s #%d ver=%s retired=%v slots=%d claims=%d idle=%v since=%d registered=%d sse=%s",
+			p.Pod.ID, i, p.Pod.DeployVer, p.Retired, p.Slots, p.Claims, p.Idle, msOrZero(p.IdleSince), p.RegisteredAt.UnixMilli(), p.Pod.SSEURL)
 	}
 	zs := []struct {
 		name string
@@ -1029,4 +1108,16 @@ func (s *Scope) Due(now time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return time.UnixMilli(due), true
+}
+
+// Record renders what Lines leaves out of the scope's config HASH and keys: its
+// version, its deleted mark, whether it holds a config, and whether the scope has its
+// epoch key and is in the global index.
+func (s *Scope) Record() string {
+	return RecordLine(s.config["version"], s.config["deleted"], s.published(), s.epoch, s.indexed)
+}
+
+// RecordLine is the line Record renders, for the same facts read from Redis.
+func RecordLine(version, deleted string, published, epoch, indexed bool) string {
+	return fmt.Sprintf("version=%s deleted=%s published=%v epoch=%v indexed=%v", version, deleted, published, epoch, indexed)
 }

@@ -27,10 +27,11 @@ import (
 // steps is the length of each run.
 var steps = flag.Int("model.steps", 60, "steps of each run of TestScriptsFollowTheModel")
 
-// TestScriptsFollowTheModel runs random sequences of every pool and session script on
-// two scopes through lua.Store and through the model side by side, and compares their
-// answers and the whole state of both scopes after every step; the SPEC §6 invariants
-// are checked on Redis's state too. make test runs 100 sequences (rapid's default) of
+// TestScriptsFollowTheModel runs random sequences of every pool, session and scope
+// script (publish, delete, forget) on two scopes through lua.Store and through the
+// model side by side, and compares their answers and the whole state of both scopes
+// after every step, then the due time scope_due.lua gives the scope just changed; the
+// SPEC §6 invariants are checked on Redis's state too. make test runs 100 sequences (rapid's default) of
 // 60 steps; make soak runs more and longer ones (-rapid.checks, -model.steps).
 //
 // Each run draws an order of the steps (each as often as its weight) and then each
@@ -76,6 +77,7 @@ var weights = map[string]int{
 	"follower_wait": 2, "pod_placeholder": 2, "deploy_extend": 2, "scope_repair": 2,
 	"session_get": 1, "follower_leave": 1, "waiter_leave": 1, "deploy_abort": 1, "pod_purge": 1, "pod_adopt": 1,
 	"pod_health": 1, "fence_raise": 1, "scope_publish": 1, "epoch_lost": 1, "drift": 1,
+	"scope_delete": 1, "scope_forget": 1,
 }
 
 // The scopes of every run: a has room for three pods of two sessions, deployed two at
@@ -114,7 +116,7 @@ type side struct {
 	model    *model.Scope
 	configs  []warmpool.ScopeConfig
 	current  int
-	version  int64
+	version  int64 // the latest version published or deleted
 	deploys  []deployRef
 	rooms    []roomRef
 	claims   []string
@@ -380,6 +382,31 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			version := s.version + int64(rapid.IntRange(-1, 1).Draw(w.t, "version step"))
 			w.publish(s, variant, version)
 		}),
+		"scope_delete": step("scope_delete", func(s *side) {
+			// the latest stored version, mostly; an older one is refused
+			version := s.version + int64(rapid.IntRange(-1, 1).Draw(w.t, "version step"))
+			note := w.after("note deadline")
+			got, gotErr := w.store.ScopeDelete(ctx, s.id, version, note)
+			want, wantErr := s.model.ScopeDelete(version, note)
+			w.same("scope_delete", got, want, gotErr, wantErr)
+			if gotErr == nil {
+				s.version = max(s.version, version)
+			}
+		}),
+		"scope_forget": step("scope_forget", func(s *side) {
+			// the sweeper deletes a deleted scope's pods as they go idle, then forgets it
+			if rapid.Bool().Draw(w.t, "drain") {
+				for _, p := range s.model.Snapshot().Pods {
+					got, gotErr := w.store.PodPurge(ctx, s.id, p.Pod.ID, "deleted", nil)
+					want, wantErr := s.model.PodPurge(p.Pod.ID, "deleted", nil)
+					slices.Sort(got)
+					slices.Sort(want)
+					w.same("pod_purge to forget", got, want, gotErr, wantErr)
+				}
+			}
+			got, gotErr := w.store.ScopeForget(ctx, s.id)
+			w.same("scope_forget", got, s.model.ScopeForget(), gotErr, nil)
+		}),
 		"drift": step("drift", func(s *side) {
 			k := w.store.Keys().Scope(s.id)
 			var err error
@@ -430,6 +457,9 @@ func (w *world) epochLost(s *side) {
 	_, gotErr = w.store.PodPlaceholder(ctx, s.id, w.now, w.now, w.now)
 	_, wantErr = s.model.PodPlaceholder(w.now, w.now, w.now)
 	w.same("pod_placeholder without epoch", nil, nil, gotErr, wantErr)
+	_, gotErr = w.store.ScopeDelete(ctx, s.id, s.version, w.now)
+	_, wantErr = s.model.ScopeDelete(s.version, w.now)
+	w.same("scope_delete without epoch", nil, nil, gotErr, wantErr)
 	_, _, gotErr = w.store.SessionEvict(ctx, s.id, w.now, 10)
 	_, _, wantErr = s.model.SessionEvict(w.now, 10)
 	w.same("session_evict without epoch", nil, nil, gotErr, wantErr)
@@ -623,7 +653,7 @@ func (w *world) compare(after string, changed *side) {
 		if err != nil {
 			w.t.Fatal(err)
 		}
-		got, want := model.Lines(snap), model.Lines(s.model.Snapshot())
+		got, want := append(model.Lines(snap), w.record(s)), append(model.Lines(s.model.Snapshot()), s.model.Record())
 		if !slices.Equal(got, want) {
 			w.t.Fatalf("after %s on scope %s, scope %s differs (- redis, + model):\n%s", after, changed.id, s.id, lineDiff(got, want))
 		}
@@ -642,6 +672,26 @@ func (w *world) compare(after string, changed *side) {
 			w.t.Fatalf("after %s on scope %s: %s", after, s.id, strings.Join(v, "; "))
 		}
 	}
+}
+
+// record reads what model.Record renders from Redis.
+func (w *world) record(s *side) string {
+	w.t.Helper()
+	ctx, k := context.Background(), w.store.Keys().Scope(s.id)
+	cfg, err := w.r.Client.HMGet(ctx, k.Config, "version", "deleted", "config").Result()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	epoch, err := w.r.Client.Exists(ctx, k.Epoch).Result()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	index, err := w.r.Client.SMembers(ctx, w.store.Keys().Scopes()).Result()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	str := func(v any) string { x, _ := v.(string); return x }
+	return model.RecordLine(str(cfg[0]), str(cfg[1]), cfg[2] != nil, epoch == 1, slices.Contains(index, s.id))
 }
 
 // due runs scope_due.lua on the scope, as the sweeper does after each visit, and

@@ -48,6 +48,7 @@ type Scope struct {
 	health  map[string]int64  // pod -> failed probes in a row
 	gone    map[string]bool   // tombstones of purged pods
 	idem    map[string]string // request id -> cached route answer
+	claimed map[string]string // idempotency key -> "" while its first request runs, then its answer
 }
 
 // NewScope returns the model of a scope that was never published.
@@ -56,7 +57,7 @@ func NewScope(id string) *Scope {
 		id: id, pods: zset{}, podVer: map[string]string{}, podInfo: map[string]string{}, slots: map[string]int64{},
 		idle: zset{}, deploys: zset{}, rooms: zset{}, claims: zset{}, claimOf: map[string]string{},
 		sess: map[string]string{}, sessExp: zset{}, waiters: zset{}, queue: zset{}, health: map[string]int64{},
-		gone: map[string]bool{}, idem: map[string]string{},
+		gone: map[string]bool{}, idem: map[string]string{}, claimed: map[string]string{},
 	}
 }
 
@@ -1120,4 +1121,26 @@ func (s *Scope) Record() string {
 // RecordLine is the line Record renders, for the same facts read from Redis.
 func RecordLine(version, deleted string, published, epoch, indexed bool) string {
 	return fmt.Sprintf("version=%s deleted=%s published=%v epoch=%v indexed=%v", version, deleted, published, epoch, indexed)
+}
+
+// Idempotent models lua.Store.Idempotent (idem_claim.lua) on one idempotency key of
+// the scope, with fn run inline: the first call of a key runs fn and keeps its answer,
+// or forgets the key when fn fails; a later call replays the answer; a call while the
+// first one runs gets NO_POD_AVAILABLE, as when its wait ends (a key's ttl, real time,
+// is taken not to pass).
+func (s *Scope) Idempotent(key string, fn func() ([]byte, error)) ([]byte, bool, error) {
+	if v, ok := s.claimed[key]; ok {
+		if v == "" {
+			return nil, false, warmpool.Errorf(warmpool.CodeNoPodAvailable, "request is still running on another replica")
+		}
+		return []byte(v), true, nil
+	}
+	s.claimed[key] = ""
+	answer, err := fn()
+	if err != nil {
+		delete(s.claimed, key)
+		return nil, false, err
+	}
+	s.claimed[key] = string(answer)
+	return answer, false, nil
 }

@@ -28,7 +28,7 @@ import (
 var steps = flag.Int("model.steps", 60, "steps of each run of TestScriptsFollowTheModel")
 
 // TestScriptsFollowTheModel runs random sequences of every pool, session and scope
-// script (publish, delete, forget) on two scopes through lua.Store and through the
+// script (publish, delete, forget) and of idem_claim on two scopes through lua.Store and through the
 // model side by side, and compares their answers and the whole state of both scopes
 // after every step, then the due time scope_due.lua gives the scope just changed; the
 // SPEC §6 invariants are checked on Redis's state too. make test runs 100 sequences (rapid's default) of
@@ -77,7 +77,7 @@ var weights = map[string]int{
 	"follower_wait": 2, "pod_placeholder": 2, "deploy_extend": 2, "scope_repair": 2,
 	"session_get": 1, "follower_leave": 1, "waiter_leave": 1, "deploy_abort": 1, "pod_purge": 1, "pod_adopt": 1,
 	"pod_health": 1, "fence_raise": 1, "scope_publish": 1, "epoch_lost": 1, "drift": 1,
-	"scope_delete": 1, "scope_forget": 1,
+	"scope_delete": 1, "scope_forget": 1, "idem_claim": 1,
 }
 
 // The scopes of every run: a has room for three pods of two sessions, deployed two at
@@ -406,6 +406,36 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			}
 			got, gotErr := w.store.ScopeForget(ctx, s.id)
 			w.same("scope_forget", got, s.model.ScopeForget(), gotErr, nil)
+		}),
+		"idem_claim": step("idem_claim", func(s *side) {
+			key := w.store.Keys().Scope(s.id).Idem("acquire", rapid.SampledFrom([]string{"q0", "q1", "q2"}).Draw(w.t, "request"))
+			answer := []byte(w.fresh("answer"))
+			var fail error
+			if rapid.IntRange(0, 3).Draw(w.t, "fails") == 0 {
+				fail = warmpool.Errorf(warmpool.CodeInternal, "the first request failed")
+			}
+			// a retry of the id while the first request runs waits for its answer
+			// (here not at all) and is told to retry
+			retry := rapid.Bool().Draw(w.t, "retry while running")
+			won := func() ([]byte, error) {
+				w.t.Fatalf("idem_claim: a retry took the key of a first request still running")
+				return nil, nil
+			}
+			got, gotReplay, gotErr := w.store.Idempotent(ctx, key, time.Hour, time.Millisecond, time.Millisecond, func() ([]byte, error) {
+				if retry {
+					_, _, err := w.store.Idempotent(ctx, key, time.Hour, 0, time.Millisecond, won)
+					w.same("idem_claim while running", nil, nil, err, warmpool.Errorf(warmpool.CodeNoPodAvailable, "running"))
+				}
+				return answer, fail
+			})
+			want, wantReplay, wantErr := s.model.Idempotent(key, func() ([]byte, error) {
+				if retry {
+					_, _, err := s.model.Idempotent(key, won)
+					w.same("idem_claim while running (model)", nil, nil, err, warmpool.Errorf(warmpool.CodeNoPodAvailable, "running"))
+				}
+				return answer, fail
+			})
+			w.same("idem_claim", []any{string(got), gotReplay}, []any{string(want), wantReplay}, gotErr, wantErr)
 		}),
 		"drift": step("drift", func(s *side) {
 			k := w.store.Keys().Scope(s.id)

@@ -173,3 +173,17 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("baseline: %+v", b)
 	}
 }
+
+// A negative PassSize or RSSSessions skips that run; zero takes the default.
+func TestScaleSkipsNegativeRuns(t *testing.T) {
+	c := ScaleConfig{PassSize: -1, RSSSessions: -1}
+	c.fill()
+	if c.PassSize > 0 || c.RSSSessions > 0 {
+		t.Errorf("after fill PassSize %d, RSSSessions %d: want both skipped", c.PassSize, c.RSSSessions)
+	}
+	c = ScaleConfig{}
+	c.fill()
+	if c.PassSize != DefaultPassSize || c.RSSSessions != DefaultRSSSessions {
+		t.Errorf("after fill PassSize %d, RSSSessions %d: want the defaults", c.PassSize, c.RSSSessions)
+	}
+}

@@ -86,8 +86,13 @@ func (c *ScaleConfig) fill() {
 	defaults.Positive(&c.Pods, DefaultPods)
 	defaults.Positive(&c.Sessions, DefaultSessions)
 	defaults.Positive(&c.Workers, DefaultWorkers)
-	defaults.Positive(&c.PassSize, DefaultPassSize)
-	defaults.Positive(&c.RSSSessions, DefaultRSSSessions)
+	// Negative skips the run: only zero takes the default.
+	if c.PassSize == 0 {
+		c.PassSize = DefaultPassSize
+	}
+	if c.RSSSessions == 0 {
+		c.RSSSessions = DefaultRSSSessions
+	}
 	defaults.Positive(&c.Idle, DefaultIdle)
 	defaults.Positive(&c.Route, DefaultRoute)
 	defaults.Positive(&c.RSSHold, DefaultRSSHold)

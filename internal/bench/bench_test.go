@@ -126,7 +126,7 @@ func TestSmoke(t *testing.T) {
 	if sz.BytesPerScope <= sz.ConfigBytesPerScope || sz.ConfigBytesPerScope <= 0 {
 		t.Errorf("bytes per scope: config %v, with pods and sessions %v", sz.ConfigBytesPerScope, sz.BytesPerScope)
 	}
-	for _, p := range []*Phase{sz.Idle, sz.Routing, res.Pass.Off, res.Pass.On, res.RSS.Hold} {
+	for _, p := range []*Phase{sz.Idle, sz.Routing, res.Pass.Off, res.Pass.NoPass, res.Pass.On, res.RSS.Hold} {
 		if p.CommandsPS <= 0 || p.RSS <= 0 || p.UsedMemory <= 0 || len(p.Commands) == 0 {
 			t.Errorf("%s: commands %v/s %v, RSS %d, used_memory %d", p.Name, p.CommandsPS, p.Commands, p.RSS, p.UsedMemory)
 		}
@@ -142,6 +142,9 @@ func TestSmoke(t *testing.T) {
 	}
 	if res.Pass.Off.Sweeps["due"].Runs != 0 || res.Pass.On.Sweeps["reconcile"].Runs == 0 {
 		t.Errorf("sweeps off %v; full passes %v", res.Pass.Off.Sweeps, res.Pass.On.Sweeps)
+	}
+	if np := res.Pass.NoPass.Sweeps; np["due"].Runs == 0 || np["reconcile"].Runs != 0 {
+		t.Errorf("sweeps without the full pass %v, want due runs and no reconcile", np)
 	}
 	// At 200 sessions Redis's used_memory follows its allocator's size classes and the
 	// clients' buffers (it has gone down while sessions were bound) more than the

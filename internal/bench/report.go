@@ -104,7 +104,7 @@ func (r *ScaleResults) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "\nRoute latency at S=%d, %.0f affinity routes/s:\n\n", pc.Scopes, r.Rate)
 		fmt.Fprintln(w, "| sweeps | routes | p50 ms | p99 ms | max ms | replica CPU s | full passes (mean / max ≤ ms) | load avg |")
 		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
-		for _, p := range []*Phase{pc.Off, pc.On} {
+		for _, p := range []*Phase{pc.Off, pc.NoPass, pc.On} {
 			if p == nil || p.Route == nil {
 				continue
 			}
@@ -114,6 +114,9 @@ func (r *ScaleResults) WriteMarkdown(w io.Writer) {
 		}
 		if pc.Off != nil && pc.On != nil && pc.Off.Route.P99Ms > 0 {
 			fmt.Fprintf(w, "\np99 during full passes / p99 with sweeps off: %.2f\n", pc.On.Route.P99Ms/pc.Off.Route.P99Ms)
+		}
+		if pc.NoPass != nil && pc.On != nil && pc.NoPass.Route.P99Ms > 0 {
+			fmt.Fprintf(w, "p99 during full passes / p99 with the other sweeps only: %.2f\n", pc.On.Route.P99Ms/pc.NoPass.Route.P99Ms)
 		}
 	}
 	if rs := r.RSS; rs != nil {

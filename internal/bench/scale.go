@@ -183,6 +183,9 @@ type SweepStats struct {
 type PassCompare struct {
 	Scopes int    `json:"scopes"`
 	Off    *Phase `json:"sweeps_off"`
+	// NoPass sweeps as usual (due and watch jobs) without the full pass, so On's
+	// difference to it is the pass's alone.
+	NoPass *Phase `json:"sweeps_without_pass"`
 	On     *Phase `json:"full_passes"`
 }
 
@@ -503,8 +506,9 @@ func (c *ScaleConfig) size(ctx context.Context, n int) (*Size, error) {
 	return sz, nil
 }
 
-// passCompare measures the routing phase at PassSize scopes twice, each on a fresh
-// setup: with every sweep off, and with the full pass running back to back.
+// passCompare measures the routing phase at PassSize scopes three times, each on a
+// fresh setup: with every sweep off, with the due and watch jobs but no full pass, and
+// with the full pass running back to back besides them.
 func (c *ScaleConfig) passCompare(ctx context.Context) (*PassCompare, error) {
 	pc := &PassCompare{Scopes: c.PassSize}
 	runs := []struct {
@@ -515,6 +519,7 @@ func (c *ScaleConfig) passCompare(ctx context.Context) (*PassCompare, error) {
 		sweeps bool
 	}{
 		{"sweeps-off", []string{"--sweep-interval", "1h"}, &pc.Off, false},
+		{"no-full-pass", []string{"--reconcile-interval", "1h"}, &pc.NoPass, true},
 		{"full-passes", []string{"--reconcile-interval", "1s"}, &pc.On, true},
 	}
 	for _, r := range runs {

@@ -61,20 +61,24 @@ func NewRunner(store *lua.Store, jobs []Job, lease time.Duration, log *slog.Logg
 }
 
 // Run runs every job on its ticker until ctx ends; a job run in progress is cancelled
-// and its lock released.
+// and its lock released. The jobs' ticks are spread evenly over their interval (the
+// i-th of n jobs first ticks i/n of its interval after the start), so that the jobs
+// of one interval, a due and a watch job per shard, do not all wake at once and take
+// the replica's CPU from the requests together.
 func (r *Runner) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, j := range r.jobs {
+	for i, j := range r.jobs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t := time.NewTicker(j.Interval)
+			t := time.NewTimer(j.Interval * time.Duration(i+1) / time.Duration(len(r.jobs)))
 			defer t.Stop()
 			for {
 				select {
 				case <-ctx.Done():
 					return
 				case <-t.C:
+					t.Reset(j.Interval)
 				case <-j.Wake:
 				}
 				r.RunOnce(ctx, j)

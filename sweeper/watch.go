@@ -15,9 +15,6 @@ import (
 
 const (
 	probeConcurrency = 8
-	// listShare: the watch jobs of the shards, which tick together, share one list of
-	// the driver's pods when it is at most this old (and no death came in since).
-	listShare = 250 * time.Millisecond
 	// periodsRefresh is how often the watch reads the scopes' probe periods (and
 	// namespaces) from the config store again.
 	periodsRefresh = 30 * time.Second
@@ -43,7 +40,9 @@ type watchState struct {
 	seen [lua.DueShards]map[string]warmpool.Pod
 	wake [lua.DueShards]chan struct{}
 
-	list   []warmpool.Pod
+	// list is the driver's pods by shard, which the watch jobs of the shards share for
+	// one watch interval (their ticks are spread over it) unless a death came in.
+	list   [lua.DueShards][]warmpool.Pod
 	listAt time.Time // zero: the list is stale
 	// deathsSeen counts the reports: a list begun before one is not shared.
 	deathsSeen uint64
@@ -122,7 +121,7 @@ func (s *Sweeper) Watch(ctx context.Context) error {
 	}
 	var errs []error
 	for shard := range lua.DueShards {
-		errs = append(errs, s.watchShard(ctx, shard, listed, periods))
+		errs = append(errs, s.watchShard(ctx, shard, listed[shard], periods))
 	}
 	return errors.Join(errs...)
 }
@@ -138,12 +137,12 @@ func (s *Sweeper) WatchShard(ctx context.Context, shard int) error {
 	if err != nil {
 		return err
 	}
-	return s.watchShard(ctx, shard, listed, periods)
+	return s.watchShard(ctx, shard, listed[shard], periods)
 }
 
-// watchList returns the driver's pods (the list the shards' jobs of one tick share,
-// unless fresh) and the scopes' probe periods.
-func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([]warmpool.Pod, map[string]time.Duration, error) {
+// watchList returns the driver's pods by shard (the list the shards' jobs of one watch
+// interval share, unless fresh) and the scopes' probe periods.
+func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([lua.DueShards][]warmpool.Pod, map[string]time.Duration, error) {
 	w := s.watch
 	w.listMu.Lock()
 	defer w.listMu.Unlock()
@@ -165,15 +164,19 @@ func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([]warmpool.Pod, ma
 			w.mu.Unlock()
 		}
 	}
-	if fresh || listAt.IsZero() || time.Since(listAt) > listShare {
-		start := time.Now()
-		var err error
-		if list, err = s.driver.List(ctx); err != nil {
-			return nil, nil, fmt.Errorf("watch: list pods: %w", err)
+	if fresh || listAt.IsZero() || now.Sub(listAt) >= s.cfg.Watch || now.Before(listAt) {
+		all, err := s.driver.List(ctx)
+		if err != nil {
+			return [lua.DueShards][]warmpool.Pod{}, nil, fmt.Errorf("watch: list pods: %w", err)
+		}
+		list = [lua.DueShards][]warmpool.Pod{}
+		for _, p := range all {
+			shard := lua.DueShard(p.ScopeID)
+			list[shard] = append(list[shard], p)
 		}
 		w.mu.Lock()
 		if w.deathsSeen == gen {
-			w.list, w.listAt = list, start
+			w.list, w.listAt = list, now
 		}
 		w.mu.Unlock()
 	}
@@ -199,11 +202,9 @@ func (s *Sweeper) readPeriods(ctx context.Context) (map[string]time.Duration, er
 }
 
 func (s *Sweeper) watchShard(ctx context.Context, shard int, listed []warmpool.Pod, periods map[string]time.Duration) error {
-	cur := map[string]warmpool.Pod{}
+	cur := make(map[string]warmpool.Pod, len(listed))
 	for _, p := range listed {
-		if lua.DueShard(p.ScopeID) == shard {
-			cur[p.ID] = p
-		}
+		cur[p.ID] = p
 	}
 	var failed []warmpool.Pod
 	var errs []error

@@ -42,24 +42,37 @@ func procCPU(pid int) (time.Duration, error) {
 }
 
 // procRSS is the resident set size of process pid in bytes (VmRSS).
-func procRSS(pid int) (int64, error) { return procStatus(pid, "VmRSS") }
+func procRSS(pid int) (int64, error) {
+	var rss int64
+	return rss, procStatus(pid, map[string]*int64{"VmRSS": &rss})
+}
 
-// procStatus reads a size in kB from /proc/PID/status (VmRSS, RssAnon, RssFile, …),
-// in bytes.
-func procStatus(pid int, field string) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+// procStatus reads sizes in kB from one read of /proc/PID/status (VmRSS, RssAnon,
+// RssFile, …) into fields, in bytes: the kernel writes them from the same counters
+// then, so VmRSS is the sum of its parts, which separate reads need not be.
+func procStatus(pid int, fields map[string]*int64) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
+	found := 0
+	for line := range strings.Lines(string(b)) {
+		name, v, ok := strings.Cut(line, ":")
+		dst := fields[name]
+		if !ok || dst == nil {
+			continue
 		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			return fmt.Errorf("/proc/%d/status: %s: %w", pid, name, err)
+		}
+		*dst = kb << 10
+		found++
 	}
-	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, field)
+	if found < len(fields) {
+		return fmt.Errorf("/proc/%d/status: %d of %d fields found", pid, found, len(fields))
+	}
+	return nil
 }
 
 // loadAvg is the first three fields of /proc/loadavg.

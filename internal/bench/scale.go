@@ -563,12 +563,8 @@ func (c *ScaleConfig) rssRun(ctx context.Context) (*RSSRun, error) {
 	r := &RSSRun{Scopes: rssScopes}
 	step := func(n int) error {
 		st := RSSSample{Sessions: n * rssScopes}
-		for field, v := range map[string]*int64{"VmRSS": &st.RSS, "RssAnon": &st.Anon, "RssFile": &st.File} {
-			b, err := procStatus(e.replica.PID, field)
-			if err != nil {
-				return err
-			}
-			*v = b
+		if err := procStatus(e.replica.PID, map[string]*int64{"VmRSS": &st.RSS, "RssAnon": &st.Anon, "RssFile": &st.File}); err != nil {
+			return err
 		}
 		m, err := readRedis(ctx, e.redis.rdb)
 		if err != nil {

@@ -74,12 +74,9 @@ type Metrics struct {
 	// updates, so that a call costs a map read instead of two label lookups
 	// (hashing and checking every label value); dropDeleted drops a deleted
 	// scope's routeSeries with its series.
-	routeSeries  map[routeKey]routeSeries
+	routeSeries  map[string]map[string]routeSeries // scope -> source -> series
 	scriptSeries map[string]prometheus.Observer
 }
-
-// routeKey names the series of the routes of a scope served with a source.
-type routeKey struct{ scope, source string }
 
 // routeSeries are the series a served route updates.
 type routeSeries struct {
@@ -137,7 +134,7 @@ func New(store *lua.Store, log *slog.Logger) *Metrics {
 			Help: "Repairs the sweeper jobs made, by sweep (the job's name) and fix (reclaimed, dead, unhealthy, adopted, deleted_orphan, ...).",
 		}, []string{labelSweep, labelFix}),
 		seen:         map[string]bool{},
-		routeSeries:  map[routeKey]routeSeries{},
+		routeSeries:  map[string]map[string]routeSeries{},
 		scriptSeries: map[string]prometheus.Observer{},
 	}
 	m.scoped = []*prometheus.MetricVec{m.routes.MetricVec, m.routeTime.MetricVec, m.routeErrors.MetricVec, m.deploys.MetricVec, m.phases.MetricVec}
@@ -204,11 +201,7 @@ func (m *Metrics) dropDeleted(live map[string]bool) {
 			v.DeletePartialMatch(prometheus.Labels{labelScope: scope})
 		}
 		delete(m.seen, scope)
-		for k := range m.routeSeries {
-			if k.scope == scope {
-				delete(m.routeSeries, k)
-			}
-		}
+		delete(m.routeSeries, scope)
 	}
 }
 
@@ -237,9 +230,8 @@ func (m *Metrics) ObserveRoute(scope, source string, code warmpool.Code, took ti
 // scope noted, as saw does) on its first route. A route that reads them just before
 // dropDeleted drops them updates series no longer exported, as if it had come before.
 func (m *Metrics) route(scope, source string) routeSeries {
-	k := routeKey{scope, source}
 	m.mu.RLock()
-	rs, ok := m.routeSeries[k]
+	rs, ok := m.routeSeries[scope][source]
 	m.mu.RUnlock()
 	if ok {
 		return rs
@@ -247,8 +239,11 @@ func (m *Metrics) route(scope, source string) routeSeries {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.seen[scope] = true
+	if m.routeSeries[scope] == nil {
+		m.routeSeries[scope] = map[string]routeSeries{}
+	}
 	rs = routeSeries{m.routes.WithLabelValues(scope, source), m.routeTime.WithLabelValues(scope, source)}
-	m.routeSeries[k] = rs
+	m.routeSeries[scope][source] = rs
 	return rs
 }
 

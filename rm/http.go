@@ -16,7 +16,7 @@ import (
 func (m *Manager) Routes(r chi.Router) {
 	h := httpx.Adapter(m.log)
 	r.Method(http.MethodGet, "/scopes", h(m.handleScopes))
-	r.Method(http.MethodPost, "/scopes/{scope}/pods/acquire", h(m.handleAcquire))
+	r.With(httpx.Waits).Method(http.MethodPost, "/scopes/{scope}/pods/acquire", h(m.handleAcquire))
 	// Release: 200 {"released": true, "idle"}; touch: 200 {"hold_until"}; either
 	// HOLD_NOT_FOUND.
 	r.Method(http.MethodPost, "/scopes/{scope}/pods/{pod}/release", h(onHold(m.ReleaseHold,

@@ -59,22 +59,30 @@ const (
 	// DefaultReadTimeout bounds headers and body: a body of up to 1 MiB has had
 	// time to arrive; a client trickling it is cut off with 400.
 	DefaultReadTimeout = 30 * time.Second
-	// DefaultWriteTimeout fits the longest legitimate call: a route that waits in the
-	// queue for the longest wait_timeout_s, then for a deploy of the longest
-	// ready_timeout_s, plus a margin to write the answer.
-	DefaultWriteTimeout = (warmpool.MaxWaitTimeoutS+warmpool.MaxReadyTimeoutS)*time.Second + 30*time.Second
+	// DefaultCallTimeout bounds a call that does not wait (everything but a session
+	// route and an acquire): its work is cut then and it answers STORE_UNAVAILABLE,
+	// and its answer must be written within httpx.WriteMargin after.
+	DefaultCallTimeout = 30 * time.Second
+	// DefaultWaitTimeout fits the longest legitimate call, a route or an acquire
+	// that waits in the queue for the longest wait_timeout_s, then for a deploy of the
+	// longest ready_timeout_s, plus a margin to write the answer. No other call may
+	// hold its connection that long.
+	DefaultWaitTimeout = (warmpool.MaxWaitTimeoutS+warmpool.MaxReadyTimeoutS)*time.Second + 30*time.Second
 	// DefaultIdleTimeout is how long a kept-alive connection waits for its next
 	// request; longer than the usual load balancer idle timeout (60 s), so that the
 	// balancer, not the replica, closes idle connections.
 	DefaultIdleTimeout = 120 * time.Second
 )
 
-// HTTPTimeouts bound each connection of the HTTP server (net/http's timeouts of the
-// same names); fields not above zero take the defaults.
+// HTTPTimeouts bound each connection and call of the HTTP server; fields not above
+// zero take the defaults. ReadHeader, Read and Idle are net/http's timeouts of the
+// same names; Call bounds a call that does not wait and Wait the answer of one that
+// does (httpx.Bounds), in place of one write timeout for all.
 type HTTPTimeouts struct {
 	ReadHeader time.Duration
 	Read       time.Duration
-	Write      time.Duration
+	Call       time.Duration
+	Wait       time.Duration
 	Idle       time.Duration
 }
 
@@ -194,7 +202,8 @@ func (c *Config) fill() {
 	defaults.Positive(&c.ShutdownGrace, DefaultShutdownGrace)
 	defaults.Positive(&c.HTTP.ReadHeader, DefaultReadHeaderTimeout)
 	defaults.Positive(&c.HTTP.Read, DefaultReadTimeout)
-	defaults.Positive(&c.HTTP.Write, DefaultWriteTimeout)
+	defaults.Positive(&c.HTTP.Call, DefaultCallTimeout)
+	defaults.Positive(&c.HTTP.Wait, DefaultWaitTimeout)
 	defaults.Positive(&c.HTTP.Idle, DefaultIdleTimeout)
 }
 
@@ -444,7 +453,8 @@ func (s *Server) ensureDemoScope(ctx context.Context) error {
 // nothing beside them.
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(httpx.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log), s.closeWhileDraining)
+	r.Use(httpx.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log), s.closeWhileDraining,
+		httpx.Bounds(s.cfg.HTTP.Call, s.cfg.HTTP.Wait), httpx.LimitBody(s.log))
 	r.NotFound(httpx.NotFound)
 	r.MethodNotAllowed(httpx.MethodNotAllowed)
 	s.opsRoutes(r)
@@ -525,8 +535,10 @@ func (s *Server) Store() *lua.Store { return s.store }
 // it built.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	t := s.cfg.HTTP
+	// The write timeout is the bound of a call that does not wait; httpx.Bounds sets
+	// each call's own deadline, and lifts it for the routes that wait.
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read,
-		WriteTimeout: t.Write, IdleTimeout: t.Idle, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+		WriteTimeout: t.Call + httpx.WriteMargin, IdleTimeout: t.Idle, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	jobs, stopJobs := context.WithCancel(context.Background())

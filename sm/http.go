@@ -14,7 +14,7 @@ import (
 // Routes adds the session routes of SPEC §3 to r, which is mounted at /v1.
 func (m *Manager) Routes(r chi.Router) {
 	h := httpx.Adapter(m.log)
-	r.Method(http.MethodPost, "/scopes/{scope}/sessions", h(m.handleRoute))
+	r.With(httpx.Waits).Method(http.MethodPost, "/scopes/{scope}/sessions", h(m.handleRoute))
 	r.Method(http.MethodGet, "/scopes/{scope}/sessions/{session}", h(onSession(m.Get, func(b Binding) any { return b })))
 	r.Method(http.MethodDelete, "/scopes/{scope}/sessions/{session}", h(onSession(m.End, answer("released"))))
 	r.Method(http.MethodPost, "/scopes/{scope}/sessions/{session}/touch", h(onSession(m.Touch, answer("touched"))))

@@ -53,10 +53,13 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 type Handler func(w http.ResponseWriter, r *http.Request) error
 
 // Adapter returns the adapter that serves Handlers: a returned error is written as the
-// envelope (WriteError), and an INTERNAL one is logged to log.
+// envelope (WriteError), and an INTERNAL one is logged to log. Under Bounds, the
+// handler's context ends at the call bound unless the route is marked with Waits.
 func Adapter(log *slog.Logger) func(Handler) http.Handler {
 	return func(h Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			r, cancel := callContext(r)
+			defer cancel()
 			if err := h(w, r); err != nil {
 				WriteError(w, r, log, err)
 			}

@@ -15,7 +15,8 @@ import (
 
 // TestDrainOnSIGTERM runs the binary, settings from WARMPOOL_* variables, and sends it
 // SIGTERM: /readyz answers 503 at once, calls are still served for the drain delay,
-// then the process exits 0, each stage logged as a JSON line.
+// then the process exits 0, each stage logged as a JSON line, and every line the
+// process writes is JSON, its start-up banner included.
 func TestDrainOnSIGTERM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
@@ -73,18 +74,29 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	}
 	t.Logf("%d calls served while draining; exit 0 %v after SIGTERM", served, took.Round(time.Millisecond))
 
-	stages := []string{"draining", "shutting down", "stopped"}
+	// Every line is JSON, the start-up banner included, and stdout has none.
+	stages := []string{"listening", "draining", "shutting down", "stopped"}
 	next := 0
 	for _, line := range strings.Split(strings.TrimSpace(p.stderr.String()), "\n") {
 		var rec struct {
-			Msg string `json:"msg"`
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
 		}
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("log line is not JSON (--log-format json): %q", line)
 		}
+		if rec.Msg == "listening" && rec.Addr != base {
+			t.Fatalf("listening at %q, want %q: %s", rec.Addr, base, line)
+		}
 		if next < len(stages) && strings.HasPrefix(rec.Msg, stages[next]) {
 			next++
 		}
+	}
+	p.mu.Lock()
+	stdout := p.lines
+	p.mu.Unlock()
+	if len(stdout) != 0 {
+		t.Fatalf("stdout with --log-format json: %q, want nothing but JSON log lines on stderr", stdout)
 	}
 	if next != len(stages) {
 		t.Fatalf("log: stage %q missing or out of order; stderr:\n%s", stages[next], p.stderr.String())

@@ -166,13 +166,25 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	addr := "http://" + ln.Addr().String()
-	fmt.Fprintf(stdout, "warmpool %s listening on %s\n", srv.InstanceID(), addr)
+	curl := ""
 	if cfg.Dev {
 		auth := ""
 		if cfg.AuthToken != "" {
 			auth = " -H 'Authorization: Bearer " + cfg.AuthToken + "'"
 		}
-		fmt.Fprintf(stdout, "route a session:\n  curl -s -X POST%s %s/v1/scopes/%s/sessions -d '{\"session_id\":\"s1\"}'\n", auth, addr, server.DemoScope)
+		curl = fmt.Sprintf("curl -s -X POST%s %s/v1/scopes/%s/sessions -d '{\"session_id\":\"s1\"}'", auth, addr, server.DemoScope)
+	}
+	// With JSON logs every line a collector reads is JSON, the banner included.
+	if jsonLogs(o.logFormat, cfg.Dev) {
+		log.Info("listening", "instance", srv.InstanceID(), "addr", addr)
+		if curl != "" {
+			log.Info("route a session", "curl", curl)
+		}
+	} else {
+		fmt.Fprintf(stdout, "warmpool %s listening on %s\n", srv.InstanceID(), addr)
+		if curl != "" {
+			fmt.Fprintf(stdout, "route a session:\n  %s\n", curl)
+		}
 	}
 	return srv.Run(ctx, ln)
 }
@@ -184,14 +196,19 @@ func newLogger(w io.Writer, level, format string, dev bool) (*slog.Logger, error
 		return nil, usageError(fmt.Sprintf("--log-level %q: want debug, info, warn or error", level))
 	}
 	opts := &slog.HandlerOptions{Level: lv}
-	if format == "" && dev {
-		format = "text"
-	}
 	switch format {
-	case "", "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "", "json", "text":
+	default:
+		return nil, usageError(fmt.Sprintf("--log-format %q: want json or text", format))
 	}
-	return nil, usageError(fmt.Sprintf("--log-format %q: want json or text", format))
+	if jsonLogs(format, dev) {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+// jsonLogs reports whether the service logs JSON lines: --log-format json, or no
+// --log-format without --dev. A format newLogger refuses is neither.
+func jsonLogs(format string, dev bool) bool {
+	return format == "json" || (format == "" && !dev)
 }

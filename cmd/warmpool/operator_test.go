@@ -121,14 +121,14 @@ func TestScopeCommands(t *testing.T) {
 		t.Fatalf("scope get -o table:\n%s", table)
 	}
 
-	// history: both versions, oldest first.
+	// history: both versions, newest first.
 	var hist struct {
 		Versions []struct {
 			Version int `json:"version"`
 		} `json:"versions"`
 	}
 	c.json(&hist, "scope", "history", "a")
-	if len(hist.Versions) != 2 || hist.Versions[0].Version != 1 || hist.Versions[1].Version != 2 {
+	if len(hist.Versions) != 2 || hist.Versions[0].Version != 2 || hist.Versions[1].Version != 1 {
 		t.Fatalf("scope history: %+v", hist)
 	}
 	if table := c.ok("scope", "history", "a", "--output", "table"); strings.Count(table, "\n") != 3 {

@@ -245,15 +245,16 @@ func (s *Service) publishAll(ctx context.Context) (int, error) {
 }
 
 // Routes adds the config routes of SPEC §3 and the scope deletion of §10 to r, which
-// is mounted at /v1 behind httpx.Auth: writing a config, a sync and a deletion are
-// admin calls.
+// is mounted at /v1 behind httpx.Auth. Every one is an admin call: writing a config, a
+// sync, a deletion, and reading a config or its history (SPEC §11.5), whose env values
+// a gateway has no need of.
 func (s *Service) Routes(r chi.Router) {
 	h := httpx.Adapter(s.log)
 	admin := r.With(httpx.RequireAdmin(s.log))
 	admin.Method(http.MethodPut, "/scopes/{scope}/config", h(s.handlePut))
-	r.Method(http.MethodGet, "/scopes/{scope}/config", h(httpx.OnScope(s.store.Get,
+	admin.Method(http.MethodGet, "/scopes/{scope}/config", h(httpx.OnScope(s.store.Get,
 		func(_ string, c warmpool.StoredConfig) any { return c })))
-	r.Method(http.MethodGet, "/scopes/{scope}/config/history", h(s.handleHistory))
+	admin.Method(http.MethodGet, "/scopes/{scope}/config/history", h(s.handleHistory))
 	admin.Method(http.MethodPost, "/config/sync", h(s.handleSync))
 	admin.Method(http.MethodDelete, "/scopes/{scope}", h(s.handleDelete))
 }

@@ -96,9 +96,9 @@ operator commands, over the HTTP API:
   warmpool sync                      publish every stored scope to Redis
 
 Operator commands and loadtest take --server URL (WARMPOOL_SERVER, default http://127.0.0.1:8080)
-and --token TOKEN (WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN; scope put, scope delete
-and sync need the admin token when the server has one). Operator commands and version take
--o table|json|yaml: table by default on a terminal, json otherwise.
+and --token TOKEN (WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN; scope get, history, put
+and delete and sync need the admin token when the server has one). Operator commands and
+version take -o table|json|yaml: table by default on a terminal, json otherwise.
 
 exit status: 0 ok, 1 refused by the server, 2 usage, 3 not found, 4 unauthorized or
 forbidden, 5 server unavailable.

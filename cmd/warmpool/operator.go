@@ -42,7 +42,7 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.server, "server", envOr(getenv, "WARMPOOL_SERVER", "http://127.0.0.1:8080"), "server URL [WARMPOOL_SERVER]")
 	fs.StringVar(&f.token, "token", cmp.Or(getenv("WARMPOOL_ADMIN_TOKEN"), getenv("WARMPOOL_AUTH_TOKEN")),
-		"bearer token; scope put, scope delete and sync need the admin token [WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN]")
+		"bearer token; scope get, history, put and delete and sync need the admin token [WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN]")
 	def := defaultOutput(stdout)
 	fs.StringVar(&f.output, "o", def, "output format: table, json or yaml (default: table on a terminal, json otherwise)")
 	fs.StringVar(&f.output, "output", def, "the same as -o")

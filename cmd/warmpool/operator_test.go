@@ -258,6 +258,12 @@ func TestExitStatuses(t *testing.T) {
 	c.fails(exitUnauthorized, []string{"scope", "delete", "a"}, "403 FORBIDDEN")
 	c.env["WARMPOOL_ADMIN_TOKEN"] = "adm"
 	c.ok("scope", "put", "a", "-f", cfg)
+	// Config reads are admin calls: the gateway token may not read a config or its
+	// history (SPEC §11.5).
+	for _, args := range [][]string{{"scope", "get", "a"}, {"scope", "history", "a"}} {
+		c.fails(exitUnauthorized, append(args, "--token", "gw"), "403 FORBIDDEN", "needs the admin token")
+		c.ok(args...)
+	}
 	c.fails(exitNotFound, []string{"scope", "get", "b"}, "SCOPE_NOT_FOUND")
 	c.fails(exitRefused, []string{"scope", "get", "BAD"}, "400 VALIDATION")
 

@@ -87,7 +87,10 @@ operator commands, over the HTTP API:
   warmpool scope list                every scope with pod and session counts (also: scopes)
   warmpool scope get NAME            a scope's stored config
   warmpool scope put NAME -f FILE    store a scope config (JSON or YAML; - for stdin)
-  warmpool scope history NAME        the stored versions of a scope's config, newest first
+  warmpool scope history NAME [--limit N] [--before V] [--all]
+                                     a scope's stored config versions, newest first: one
+                                     page (50; --limit up to 500) and its next_before,
+                                     older ones with --before, every page with --all
   warmpool scope delete NAME [--force]
                                      delete a scope: it takes no new session; idle pods go
                                      now, busy ones when their sessions end (--force: now)

@@ -27,6 +27,9 @@ func TestContract(t *testing.T) {
 	})
 }
 
+// BenchmarkHistory: history pages of 10,000 versions (docs/performance.md).
+func BenchmarkHistory(b *testing.B) { storetest.BenchmarkHistory(b, mustOpen(b, testpg.DSN(b))) }
+
 // Replicas starting together on a fresh database migrate it once; a later start
 // applies nothing and keeps the data.
 func TestMigrationsIdempotent(t *testing.T) {

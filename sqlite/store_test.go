@@ -35,6 +35,9 @@ func TestContract(t *testing.T) {
 	})
 }
 
+// BenchmarkHistory: history pages of 10,000 versions (docs/performance.md).
+func BenchmarkHistory(b *testing.B) { storetest.BenchmarkHistory(b, mustOpen(b, fileDSN(b))) }
+
 // The DSN forms Open takes name one database: a Put through a file: URI is what the
 // plain path reads back.
 func TestDSNForms(t *testing.T) {

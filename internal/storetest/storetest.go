@@ -5,6 +5,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -639,6 +640,41 @@ func testCancelledContext(t *testing.T, open Opener) {
 			if code := warmpool.ErrorCode(err); code == warmpool.CodeStoreUnavailable {
 				t.Errorf("a cancelled caller reported as %s", code)
 			}
+		})
+	}
+}
+
+// BenchmarkHistory measures history pages of a scope with 10,000 versions, each with
+// the env of a real agent: the newest page and one deep in the history, each of the
+// default 50 versions and of the largest 500. It reports the size of the page as the
+// HTTP API answers it (resp-bytes).
+func BenchmarkHistory(b *testing.B, s warmpool.ConfigStore) {
+	const versions = 10000
+	cfg := Config(b, `{"deploy":{"image":"registry.example/agents/support:1.4.2","env":{"OPENAI_API_KEY":"sk-0123456789abcdef0123456789abcdef","REGION":"eu-west-1","LOG_LEVEL":"info"}}}`)
+	for range versions {
+		Put(b, s, "bench", cfg)
+	}
+	for _, c := range []struct {
+		name string
+		q    warmpool.HistoryQuery
+	}{
+		{"newest-50", warmpool.HistoryQuery{Limit: warmpool.DefaultHistoryLimit}},
+		{"deep-50", warmpool.HistoryQuery{Before: 100, Limit: warmpool.DefaultHistoryLimit}},
+		{"newest-500", warmpool.HistoryQuery{Limit: warmpool.MaxHistoryLimit}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var page warmpool.HistoryPage
+			for b.Loop() {
+				var err error
+				if page, err = s.History(context.Background(), "bench", c.q); err != nil {
+					b.Fatal(err)
+				}
+			}
+			raw, err := json.Marshal(map[string]any{"scope_id": "bench", "versions": page.Versions, "next_before": page.NextBefore})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(len(raw)), "resp-bytes")
 		})
 	}
 }

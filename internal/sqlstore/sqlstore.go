@@ -188,30 +188,8 @@ func (r *Reader) History(ctx context.Context, scopeID string, q warmpool.History
 		return warmpool.HistoryPage{}, err
 	}
 	op := fmt.Sprintf("history %q", scopeID)
-	before := q.Before
-	if before == 0 {
-		before = math.MaxInt64
-	}
-	// One row more than the page tells whether older versions remain; it is not
-	// decoded.
-	rows, err := r.db.QueryContext(ctx, r.q.History, scopeID, before, q.Limit+1)
+	page, err := r.page(ctx, scopeID, q)
 	if err != nil {
-		return warmpool.HistoryPage{}, r.failure(ctx, op, err)
-	}
-	defer rows.Close()
-	page := warmpool.HistoryPage{Versions: make([]warmpool.StoredConfig, 0, min(q.Limit, 64))}
-	for rows.Next() {
-		if len(page.Versions) == q.Limit {
-			page.NextBefore = page.Versions[q.Limit-1].Version
-			break
-		}
-		sc, err := scanConfig(rows)
-		if err != nil {
-			return warmpool.HistoryPage{}, r.failure(ctx, op, err)
-		}
-		page.Versions = append(page.Versions, sc)
-	}
-	if err := rows.Err(); err != nil {
 		return warmpool.HistoryPage{}, r.failure(ctx, op, err)
 	}
 	if len(page.Versions) > 0 {
@@ -229,6 +207,35 @@ func (r *Reader) History(ctx context.Context, scopeID string, q warmpool.History
 		}
 	}
 	return warmpool.HistoryPage{}, NotFound(scopeID)
+}
+
+// page reads the page q of the scope's history; its rows are closed when it returns
+// (an in-memory SQLite database has one connection, which the next query needs).
+func (r *Reader) page(ctx context.Context, scopeID string, q warmpool.HistoryQuery) (warmpool.HistoryPage, error) {
+	before := q.Before
+	if before == 0 {
+		before = math.MaxInt64
+	}
+	// One row more than the page tells whether older versions remain; it is not
+	// decoded.
+	rows, err := r.db.QueryContext(ctx, r.q.History, scopeID, before, q.Limit+1)
+	if err != nil {
+		return warmpool.HistoryPage{}, err
+	}
+	defer rows.Close()
+	page := warmpool.HistoryPage{Versions: make([]warmpool.StoredConfig, 0, min(q.Limit, 64))}
+	for rows.Next() {
+		if len(page.Versions) == q.Limit {
+			page.NextBefore = page.Versions[q.Limit-1].Version
+			break
+		}
+		sc, err := scanConfig(rows)
+		if err != nil {
+			return warmpool.HistoryPage{}, err
+		}
+		page.Versions = append(page.Versions, sc)
+	}
+	return page, rows.Err()
 }
 
 func (r *Reader) query(ctx context.Context, op, query string, args ...any) ([]warmpool.StoredConfig, error) {

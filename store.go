@@ -14,6 +14,42 @@ type StoredConfig struct {
 	UpdatedAt time.Time   `json:"updated_at"`
 }
 
+// The page sizes of a scope's history (SPEC §11.5): a caller that names no limit gets
+// DefaultHistoryLimit versions, and none gets more than MaxHistoryLimit at once.
+const (
+	DefaultHistoryLimit = 50
+	MaxHistoryLimit     = 500
+)
+
+// HistoryQuery picks a page of a scope's history, newest first. The store fills no
+// default: the HTTP layer gives Limit DefaultHistoryLimit when the caller names none.
+type HistoryQuery struct {
+	// Before, when not 0, keeps the versions older than it: the NextBefore of the
+	// page before.
+	Before int64
+	// Limit is the most versions of the page, 1 to MaxHistoryLimit.
+	Limit int
+}
+
+// Check refuses a query out of range with VALIDATION naming the parameter.
+func (q HistoryQuery) Check() error {
+	if q.Limit < 1 || q.Limit > MaxHistoryLimit {
+		return Errorf(CodeValidation, "limit: want 1 to %d, got %d", MaxHistoryLimit, q.Limit)
+	}
+	if q.Before < 0 {
+		return Errorf(CodeValidation, "before: want a version (1 or more), got %d", q.Before)
+	}
+	return nil
+}
+
+// HistoryPage is one page of a scope's history.
+type HistoryPage struct {
+	// Versions are the page's versions, newest first; empty (not nil) past the oldest.
+	Versions []StoredConfig
+	// NextBefore is the Before of the next page when older versions remain, else 0.
+	NextBefore int64
+}
+
 // ConfigStore keeps scope configs durably. Every Put is a new version; older versions
 // stay as history, also when the scope is deleted. Configs go in normalized
 // (ScopeConfig.Normalize) and come out normalized (LoadScopeConfig): a store fills no
@@ -27,9 +63,12 @@ type ConfigStore interface {
 	// List returns the latest version of every scope, ordered by scope id.
 	// Errors: STORE_UNAVAILABLE.
 	List(ctx context.Context) ([]StoredConfig, error)
-	// History returns every version of a scope, oldest first, a deleted scope's too.
-	// Errors: SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
-	History(ctx context.Context, scopeID string) ([]StoredConfig, error)
+	// History returns one page of a scope's versions, a deleted scope's too, newest
+	// first: at most q.Limit versions older than q.Before, and NextBefore when older
+	// ones remain. A page is one indexed query whatever the length of the history (a
+	// page past the oldest version, which comes back empty, two). Errors: VALIDATION
+	// (q out of range), SCOPE_NOT_FOUND (no version stored), STORE_UNAVAILABLE.
+	History(ctx context.Context, scopeID string, q HistoryQuery) (HistoryPage, error)
 	// Delete marks the scope deleted at its latest version, which it returns: Get and
 	// List leave it out from then on, History keeps its versions, and the next Put
 	// starts at the next version and makes it live again. Errors: SCOPE_NOT_FOUND

@@ -125,7 +125,7 @@ func TestDeploymentProcesses(t *testing.T) {
 
 	// One service: a config written through one replica is read and routed through
 	// the others, and the Secret's tokens guard the API: the gateway token routes, only
-	// the admin token writes configs.
+	// the admin token writes and reads configs.
 	scope := "deploy-" + randomHex(t)[:8]
 	auth := "Bearer " + token
 	if status, _ := request(t, http.MethodGet, replicas[0].base+"/v1/scopes", "", ""); status != http.StatusUnauthorized {
@@ -140,8 +140,11 @@ func TestDeploymentProcesses(t *testing.T) {
 		t.Fatalf("PUT config through %s: %d %s", replicas[0].name, status, raw)
 	}
 	last := replicas[len(replicas)-1]
+	if status, raw := request(t, http.MethodGet, last.base+"/v1/scopes/"+scope+"/config", auth, ""); status != http.StatusForbidden {
+		t.Errorf("GET config with the gateway token: %d %s, want 403", status, raw)
+	}
 	var got struct{ Version int64 }
-	if status, raw := request(t, http.MethodGet, last.base+"/v1/scopes/"+scope+"/config", auth, ""); status != http.StatusOK || json.Unmarshal(raw, &got) != nil || got.Version != 1 {
+	if status, raw := request(t, http.MethodGet, last.base+"/v1/scopes/"+scope+"/config", "Bearer "+adminToken, ""); status != http.StatusOK || json.Unmarshal(raw, &got) != nil || got.Version != 1 {
 		t.Fatalf("GET config through %s: %d %s", last.name, status, raw)
 	}
 	var b sm.Binding

@@ -130,13 +130,19 @@ const latestSQL = `SELECT v.scope_id, v.version, v.deploy_ver, v.config_json, v.
 	JOIN scope_versions AS v ON v.scope_id = h.scope_id AND v.version = h.version
 	WHERE NOT EXISTS (SELECT 1 FROM scope_deletions AS d WHERE d.scope_id = h.scope_id AND d.version >= h.version)`
 
+// historySQL selects one page of a scope's history: the primary key's index read
+// backwards from the version before, LIMIT rows of it.
+const historySQL = `SELECT scope_id, version, deploy_ver, config_json, created_at
+	FROM scope_versions WHERE scope_id = $1 AND version < $2 ORDER BY version DESC LIMIT $3`
+
 // reader is the store's sqlstore.Reader, in PostgreSQL's dialect.
 func reader(db *sql.DB) sqlstore.Reader {
-	return sqlstore.NewReader(db, failure,
-		latestSQL+` AND h.scope_id = $1`,
-		latestSQL+` ORDER BY h.scope_id`,
-		`SELECT scope_id, version, deploy_ver, config_json, created_at
-			FROM scope_versions WHERE scope_id = $1 ORDER BY version`)
+	return sqlstore.NewReader(db, failure, sqlstore.Queries{
+		Get:     latestSQL + ` AND h.scope_id = $1`,
+		List:    latestSQL + ` ORDER BY h.scope_id`,
+		History: historySQL,
+		Exists:  `SELECT 1 FROM scope_heads WHERE scope_id = $1`,
+	})
 }
 
 // failure classifies a database error of op (sqlstore.Failure): a PostgreSQL error

@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"math"
 	"net"
 	"net/url"
 	"reflect"
@@ -24,6 +26,9 @@ func TestContract(t *testing.T) {
 		return func(tb testing.TB) warmpool.ConfigStore { return mustOpen(tb, dsn) }
 	})
 }
+
+// BenchmarkHistory: history pages of 10,000 versions (docs/performance.md).
+func BenchmarkHistory(b *testing.B) { storetest.BenchmarkHistory(b, mustOpen(b, testpg.DSN(b))) }
 
 // Replicas starting together on a fresh database migrate it once; a later start
 // applies nothing and keeps the data.
@@ -202,4 +207,51 @@ func TestTransient(t *testing.T) {
 			t.Errorf("transient(%s) = %v, want %v", code, got, want)
 		}
 	}
+}
+
+// A history page reads its own rows and one more, backwards along the primary key's
+// index, whatever the length of the history: 51 of 2,000 versions for a page of 50,
+// as PostgreSQL counts them running the query (EXPLAIN ANALYZE) once it knows the
+// table's size.
+func TestHistoryReadsOnePage(t *testing.T) {
+	dsn := testpg.DSN(t)
+	s := mustOpen(t, dsn)
+	testpg.Exec(t, dsn, `INSERT INTO scope_heads (scope_id, version) VALUES ('big', 2000)`)
+	testpg.Exec(t, dsn, `INSERT INTO scope_versions (scope_id, version, deploy_ver, config_json, created_at)
+		SELECT 'big', v, 'dv', '{}', now() FROM generate_series(1, 2000) AS v`)
+	testpg.Exec(t, dsn, `ANALYZE scope_versions`)
+	for _, before := range []int64{math.MaxInt64, 1000} {
+		var raw []byte
+		if err := s.db.QueryRowContext(context.Background(), `EXPLAIN (ANALYZE, FORMAT JSON) `+historySQL, "big", before, 51).Scan(&raw); err != nil {
+			t.Fatal(err)
+		}
+		var plans []struct{ Plan planNode }
+		if err := json.Unmarshal(raw, &plans); err != nil || len(plans) != 1 {
+			t.Fatalf("EXPLAIN: %v\n%s", err, raw)
+		}
+		if read := plans[0].Plan.rowsRead("scope_versions"); read != 51 {
+			t.Errorf("a page of 50 before %d read %d rows of scope_versions, want 51:\n%s", before, read, raw)
+		}
+	}
+}
+
+// planNode is a node of a PostgreSQL query plan in EXPLAIN (ANALYZE, FORMAT JSON).
+type planNode struct {
+	Relation string     `json:"Relation Name"`
+	Rows     int        `json:"Actual Rows"`
+	Removed  int        `json:"Rows Removed by Filter"`
+	Plans    []planNode `json:"Plans"`
+}
+
+// rowsRead is how many rows of table the plan's scans read: those they gave on and
+// those their filters dropped.
+func (n planNode) rowsRead(table string) int {
+	read := 0
+	if n.Relation == table {
+		read = n.Rows + n.Removed
+	}
+	for _, c := range n.Plans {
+		read += c.rowsRead(table)
+	}
+	return read
 }

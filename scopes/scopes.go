@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -83,13 +84,13 @@ func (s *Service) Get(ctx context.Context, scope string) (warmpool.StoredConfig,
 	return s.store.Get(ctx, scope)
 }
 
-// History returns every stored version of a scope, oldest first. Errors:
-// SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
-func (s *Service) History(ctx context.Context, scope string) ([]warmpool.StoredConfig, error) {
+// History returns one page of a scope's stored versions, newest first. Errors:
+// VALIDATION, SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
+func (s *Service) History(ctx context.Context, scope string, q warmpool.HistoryQuery) (warmpool.HistoryPage, error) {
 	if err := warmpool.CheckScopeID(scope); err != nil {
-		return nil, err
+		return warmpool.HistoryPage{}, err
 	}
-	return s.store.History(ctx, scope)
+	return s.store.History(ctx, scope, q)
 }
 
 // Deleted is the answer of a scope deletion: the scope and how many pods it had (all
@@ -157,15 +158,16 @@ func (s *Service) finishDelete(ctx context.Context, scope string, force bool, no
 // DeletedLive reports whether Redis still serves a scope that the config store has
 // deleted (a delete the store took and Redis did not), and the deleted version, the
 // latest stored: the one to delete in Redis. Redis serves it at that version or an
-// older one (a Put stored but never published before the delete). History is read
-// before Get: a Put that makes the scope live again in between is found live, never
-// taken for a deleted version and deleted in Redis while the store serves it; a Put
-// after Get publishes a newer version, which the delete in Redis then leaves alone.
+// older one (a Put stored but never published before the delete). The latest version
+// is read first, as a history page of one, then Get: a Put that makes the scope live
+// again in between is found live, never taken for a deleted version and deleted in
+// Redis while the store serves it; a Put after Get publishes a newer version, which
+// the delete in Redis then leaves alone.
 // A scope deleted in Redis already (its tombstone) is not served. Errors:
 // STORE_UNAVAILABLE.
 func DeletedLive(ctx context.Context, store warmpool.ConfigStore, redis *lua.Store, scope string) (version int64, ok bool, err error) {
-	hist, err := store.History(ctx, scope)
-	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound || (err == nil && len(hist) == 0) {
+	hist, err := store.History(ctx, scope, warmpool.HistoryQuery{Limit: 1})
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound || (err == nil && len(hist.Versions) == 0) {
 		return 0, false, nil
 	}
 	if err != nil {
@@ -176,7 +178,7 @@ func DeletedLive(ctx context.Context, store warmpool.ConfigStore, redis *lua.Sto
 	} else if warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
 		return 0, false, err
 	}
-	version = hist[len(hist)-1].Version
+	version = hist.Versions[0].Version
 	rec, err := redis.Scope(ctx, scope)
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
 		return 0, false, nil
@@ -243,19 +245,16 @@ func (s *Service) publishAll(ctx context.Context) (int, error) {
 }
 
 // Routes adds the config routes of SPEC §3 and the scope deletion of §10 to r, which
-// is mounted at /v1 behind httpx.Auth: writing a config, a sync and a deletion are
-// admin calls.
+// is mounted at /v1 behind httpx.Auth. Every one is an admin call: writing a config, a
+// sync, a deletion, and reading a config or its history (SPEC §11.5), whose env values
+// a gateway has no need of.
 func (s *Service) Routes(r chi.Router) {
 	h := httpx.Adapter(s.log)
 	admin := r.With(httpx.RequireAdmin(s.log))
 	admin.Method(http.MethodPut, "/scopes/{scope}/config", h(s.handlePut))
-	r.Method(http.MethodGet, "/scopes/{scope}/config", h(httpx.OnScope(s.store.Get,
+	admin.Method(http.MethodGet, "/scopes/{scope}/config", h(httpx.OnScope(s.store.Get,
 		func(_ string, c warmpool.StoredConfig) any { return c })))
-	// Every version, oldest first.
-	r.Method(http.MethodGet, "/scopes/{scope}/config/history", h(httpx.OnScope(s.store.History,
-		func(scope string, versions []warmpool.StoredConfig) any {
-			return historyResponse{ScopeID: scope, Versions: versions}
-		})))
+	admin.Method(http.MethodGet, "/scopes/{scope}/config/history", h(s.handleHistory))
 	admin.Method(http.MethodPost, "/config/sync", h(s.handleSync))
 	admin.Method(http.MethodDelete, "/scopes/{scope}", h(s.handleDelete))
 }
@@ -307,8 +306,50 @@ func (s *Service) handlePut(w http.ResponseWriter, r *http.Request) error {
 }
 
 type historyResponse struct {
-	ScopeID  string                  `json:"scope_id"`
-	Versions []warmpool.StoredConfig `json:"versions"`
+	ScopeID    string                  `json:"scope_id"`
+	Versions   []warmpool.StoredConfig `json:"versions"`
+	NextBefore int64                   `json:"next_before,omitempty"`
+}
+
+// handleHistory answers GET /v1/scopes/{scope}/config/history[?limit=N&before=V]: a
+// page of the scope's versions, newest first, with next_before when older ones
+// remain.
+func (s *Service) handleHistory(w http.ResponseWriter, r *http.Request) error {
+	scope, err := httpx.Scope(r)
+	if err != nil {
+		return err
+	}
+	q, err := historyQuery(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	page, err := s.History(r.Context(), scope, q)
+	if err != nil {
+		return err
+	}
+	return httpx.OK(w, historyResponse{ScopeID: scope, Versions: page.Versions, NextBefore: page.NextBefore})
+}
+
+// historyQuery reads a history page's limit (DefaultHistoryLimit when not given)
+// and before from the query; the store checks the limit's range
+// (warmpool.HistoryQuery.Check). Errors: VALIDATION naming the parameter.
+func historyQuery(v url.Values) (warmpool.HistoryQuery, error) {
+	q := warmpool.HistoryQuery{Limit: warmpool.DefaultHistoryLimit}
+	if l, ok := v["limit"]; ok {
+		n, err := strconv.Atoi(l[0])
+		if err != nil || len(l) > 1 {
+			return q, warmpool.Errorf(warmpool.CodeValidation, "limit: want one integer from 1 to %d, got %q", warmpool.MaxHistoryLimit, strings.Join(l, ","))
+		}
+		q.Limit = n
+	}
+	if b, ok := v["before"]; ok {
+		n, err := strconv.ParseInt(b[0], 10, 64)
+		if err != nil || len(b) > 1 || n < 1 {
+			return q, warmpool.Errorf(warmpool.CodeValidation, "before: want one version (an integer of 1 or more), got %q", strings.Join(b, ","))
+		}
+		q.Before = n
+	}
+	return q, nil
 }
 
 // handleSync answers POST /v1/config/sync.

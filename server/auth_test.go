@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -38,11 +39,12 @@ var (
 		{http.MethodDelete, "/v1/scopes/ok/sessions/g1", ""},
 		{http.MethodPost, "/v1/scopes/ok/pods/acquire", `{}`},
 		{http.MethodGet, "/v1/scopes/ok/pool", ""},
-		{http.MethodGet, "/v1/scopes/ok/config", ""},
 	}
 	adminCalls = []apiCall{
 		{http.MethodPut, "/v1/scopes/ok/config", scopeCfg(4, 2, 0, 1)},
 		{http.MethodPost, "/v1/config/sync", ""},
+		{http.MethodGet, "/v1/scopes/ok/config", ""},
+		{http.MethodGet, "/v1/scopes/ok/config/history", ""},
 	}
 )
 
@@ -81,13 +83,66 @@ func TestTwoTokens(t *testing.T) {
 		}
 	}
 	// Only the two admin puts were stored; the refused ones stored nothing.
-	if v := num(t, e.ok(http.MethodGet, "/v1/scopes/ok/config", nil, bearer("gw-token")), "version"); v != 2 {
+	if v := num(t, e.ok(http.MethodGet, "/v1/scopes/ok/config", nil, bearer("admin-token")), "version"); v != 2 {
 		t.Fatalf("config version %d, want 2", v)
 	}
 	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
 		if r := e.do(http.MethodGet, p, nil, noAuth); r.status != http.StatusOK {
 			t.Fatalf("without a token: %v", r)
 		}
+	}
+}
+
+// Config reads are admin calls (SPEC §11.5): a scope's env values (an API key) reach
+// only the admin token. The gateway token gets 403 on the config and on its history,
+// no token 401, and no answer the gateway token or no token gets carries the value:
+// not the scope list, the pool, a route, its binding or an acquire, not the pool
+// page's data (403), /metrics, or the answers that refuse it.
+func TestConfigReadsAreAdmin(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t, withTokens("gw-token", "admin-token"))
+	const secret = "sk-live-0123456789abcdef"
+	e.ok(http.MethodPut, "/v1/scopes/sec/config", `{"deploy":{"ready_timeout_s":10,"env":{"OPENAI_API_KEY":"`+secret+`"}},`+
+		`"pool":{"max_concurrency":4,"pod_concurrency":2}}`, bearer("admin-token"))
+	leaks := func(r resp) {
+		t.Helper()
+		if strings.Contains(string(r.raw), secret) || strings.Contains(fmt.Sprint(r.header), secret) {
+			t.Fatalf("the env value reached a caller without the admin token: %v", r)
+		}
+	}
+	for _, path := range []string{"/v1/scopes/sec/config", "/v1/scopes/sec/config/history", "/v1/scopes/sec/config/history?limit=1&before=2",
+		"/v1/scopes/sec/config/history?limit=bad", "/v1/scopes/nosuch/config"} {
+		r := e.do(http.MethodGet, path, nil, bearer("gw-token"))
+		e.wantErr(r, http.StatusForbidden, warmpool.CodeForbidden, "admin token")
+		leaks(r)
+		r = e.do(http.MethodGet, path, nil, noAuth)
+		e.wantErr(r, http.StatusUnauthorized, warmpool.CodeUnauthorized)
+		leaks(r)
+	}
+	for _, path := range []string{"/v1/scopes/sec/config", "/v1/scopes/sec/config/history"} {
+		if r := e.do(http.MethodGet, path, nil, bearer("admin-token")); r.status != http.StatusOK || !strings.Contains(string(r.raw), secret) {
+			t.Fatalf("the admin token does not read the config: %v", r)
+		}
+	}
+
+	for _, c := range []apiCall{
+		{http.MethodGet, "/v1/scopes", ""},
+		{http.MethodPost, "/v1/scopes/sec/sessions", `{"session_id":"s1"}`},
+		{http.MethodGet, "/v1/scopes/sec/sessions/s1", ""},
+		{http.MethodPost, "/v1/scopes/sec/pods/acquire", `{"request_id":"r1"}`},
+		{http.MethodGet, "/v1/scopes/sec/pool", ""},
+		{http.MethodGet, "/v1/ui/state", ""},
+	} {
+		r := e.do(c.method, c.path, c.body, bearer("gw-token"))
+		if c.path == "/v1/ui/state" {
+			e.wantErr(r, http.StatusForbidden, warmpool.CodeForbidden)
+		} else if r.status != http.StatusOK {
+			t.Fatalf("gateway call: %v", r)
+		}
+		leaks(r)
+	}
+	for _, p := range []string{"/metrics", "/healthz", "/readyz"} {
+		leaks(e.do(http.MethodGet, p, nil, noAuth))
 	}
 }
 

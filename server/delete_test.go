@@ -246,11 +246,11 @@ type historyHook struct {
 }
 
 // History runs the armed function, if any, then reads the history.
-func (h *historyHook) History(ctx context.Context, scope string) ([]warmpool.StoredConfig, error) {
+func (h *historyHook) History(ctx context.Context, scope string, q warmpool.HistoryQuery) (warmpool.HistoryPage, error) {
 	if f := h.before.Swap(nil); f != nil {
 		(*f)()
 	}
-	return h.ConfigStore.History(ctx, scope)
+	return h.ConfigStore.History(ctx, scope, q)
 }
 
 // halfDeleted serves a replica whose scope "half" (one pod, one session) is deleted in

@@ -1106,24 +1106,60 @@ func TestNoInternalOnBadInput(t *testing.T) {
 	}
 }
 
+// The history comes in pages, newest first: 120 versions in pages of 50 are 50, 50
+// and 20, each page but the last with the next_before that fetches the next; no limit
+// is a page of 50.
 func TestConfigHistory(t *testing.T) {
 	t.Parallel()
 	e := mustEnv(t)
 	e.wantErr(e.do(http.MethodGet, "/v1/scopes/h/config/history", nil), http.StatusNotFound, warmpool.CodeScopeNotFound)
-	e.putScope("h", scopeCfg(4, 2, 0, 1))
-	e.putScope("h", scopeCfg(6, 2, 0, 1))
-	got := e.ok(http.MethodGet, "/v1/scopes/h/config/history", nil)
-	keys(t, got, "scope_id", "versions")
-	versions := got["versions"].([]any)
-	if got["scope_id"] != "h" || len(versions) != 2 {
-		t.Fatalf("history: %v", got)
+	e.wantErr(e.do(http.MethodGet, "/v1/scopes/h/config/history?before=10", nil), http.StatusNotFound, warmpool.CodeScopeNotFound)
+	const n = 120
+	for i := 1; i <= n; i++ {
+		e.putScope("h", scopeCfg(i, 1, 0, 1))
 	}
-	for i, v := range versions {
-		v := v.(map[string]any)
-		pool := v["config"].(map[string]any)["pool"].(map[string]any)
-		if num(t, v, "version") != i+1 || num(t, pool, "max_concurrency") != 4+2*i {
-			t.Fatalf("version %d: %v", i+1, v)
+	// page checks a page: the versions from newest down, each the config PUT as that
+	// version, and its next_before (0: none).
+	page := func(path string, newest, count, next int) {
+		t.Helper()
+		got := e.ok(http.MethodGet, path, nil)
+		versions := got["versions"].([]any)
+		if got["scope_id"] != "h" || len(versions) != count {
+			t.Fatalf("%s: %d versions, want %d", path, len(versions), count)
 		}
+		for i, v := range versions {
+			v := v.(map[string]any)
+			pool := v["config"].(map[string]any)["pool"].(map[string]any)
+			if want := newest - i; num(t, v, "version") != want || num(t, pool, "max_concurrency") != want {
+				t.Fatalf("%s: versions[%d] is %v, want version %d", path, i, v, want)
+			}
+		}
+		if _, has := got["next_before"]; has != (next != 0) || (next != 0 && num(t, got, "next_before") != next) {
+			t.Fatalf("%s: next_before %v, want %d (0: none)", path, got["next_before"], next)
+		}
+	}
+	page("/v1/scopes/h/config/history?limit=50", 120, 50, 71)
+	page("/v1/scopes/h/config/history?limit=50&before=71", 70, 50, 21)
+	page("/v1/scopes/h/config/history?before=21&limit=50", 20, 20, 0)
+	page("/v1/scopes/h/config/history", 120, warmpool.DefaultHistoryLimit, 71)
+	page("/v1/scopes/h/config/history?limit=500", 120, n, 0)
+	page("/v1/scopes/h/config/history?before=1", 0, 0, 0)
+}
+
+// A bad limit or before is 400 VALIDATION naming the parameter, before the scope is
+// looked up.
+func TestConfigHistoryBadPage(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.putScope("h", scopeCfg(4, 1, 0, 1))
+	for _, q := range []string{"limit=0", "limit=501", "limit=-1", "limit=ten", "limit=", "limit=1.5", "limit=1&limit=2",
+		"limit=99999999999999999999"} {
+		for _, scope := range []string{"h", "nosuch"} {
+			e.wantErr(e.do(http.MethodGet, "/v1/scopes/"+scope+"/config/history?"+q, nil), http.StatusBadRequest, warmpool.CodeValidation, "limit: ")
+		}
+	}
+	for _, q := range []string{"before=0", "before=-3", "before=v2", "before=", "before=2&before=3", "before=99999999999999999999", "limit=5&before=x"} {
+		e.wantErr(e.do(http.MethodGet, "/v1/scopes/h/config/history?"+q, nil), http.StatusBadRequest, warmpool.CodeValidation, "before: ")
 	}
 }
 

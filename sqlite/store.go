@@ -235,12 +235,19 @@ const listSQL = `SELECT s.scope_id, s.version, s.deploy_ver, s.config_json, s.cr
 	WHERE ` + live + `
 	ORDER BY s.scope_id`
 
+// historySQL selects one page of a scope's history: the primary key's index read
+// backwards from the version before, LIMIT rows of it.
+const historySQL = `SELECT ` + selectColumns + ` FROM scope_versions
+	WHERE scope_id = ?1 AND version < ?2 ORDER BY version DESC LIMIT ?3`
+
 // reader is the store's sqlstore.Reader, in SQLite's dialect.
 func reader(db *sql.DB) sqlstore.Reader {
-	return sqlstore.NewReader(db, failure,
-		`SELECT `+selectColumns+` FROM scope_versions AS s WHERE scope_id = ? AND `+live+` ORDER BY version DESC LIMIT 1`,
-		listSQL,
-		`SELECT `+selectColumns+` FROM scope_versions WHERE scope_id = ? ORDER BY version`)
+	return sqlstore.NewReader(db, failure, sqlstore.Queries{
+		Get:     `SELECT ` + selectColumns + ` FROM scope_versions AS s WHERE scope_id = ? AND ` + live + ` ORDER BY version DESC LIMIT 1`,
+		List:    listSQL,
+		History: historySQL,
+		Exists:  `SELECT 1 FROM scope_versions WHERE scope_id = ? LIMIT 1`,
+	})
 }
 
 // failure classifies a database error of op (sqlstore.Failure): anything but the

@@ -35,6 +35,9 @@ func TestContract(t *testing.T) {
 	})
 }
 
+// BenchmarkHistory: history pages of 10,000 versions (docs/performance.md).
+func BenchmarkHistory(b *testing.B) { storetest.BenchmarkHistory(b, mustOpen(b, fileDSN(b))) }
+
 // The DSN forms Open takes name one database: a Put through a file: URI is what the
 // plain path reads back.
 func TestDSNForms(t *testing.T) {
@@ -264,11 +267,7 @@ func TestMemoryIsOneDatabase(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			hist, err := s.History(context.Background(), "scope")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(hist) != 40 {
+			if hist := storetest.Versions(t, s, "scope"); len(hist) != 40 {
 				t.Errorf("history has %d versions, want 40", len(hist))
 			}
 		})
@@ -293,36 +292,53 @@ func TestBuildDSN(t *testing.T) {
 	}
 }
 
-// The latest-of-every-scope query must not read every history row's config.
-func TestListUsesIndex(t *testing.T) {
-	s := mustOpen(t, ":memory:")
-	rows, err := s.db.QueryContext(context.Background(), `EXPLAIN QUERY PLAN `+listSQL)
+// plan is SQLite's query plan of query, one step a line.
+func plan(t *testing.T, s *Store, query string, args ...any) []string {
+	t.Helper()
+	rows, err := s.db.QueryContext(context.Background(), `EXPLAIN QUERY PLAN `+query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var plan []string
+	var steps []string
 	for rows.Next() {
 		var id, parent, notused int
 		var detail string
 		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
 			t.Fatal(err)
 		}
-		plan = append(plan, detail)
+		steps = append(steps, detail)
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
+	return steps
+}
+
+// The latest-of-every-scope query must not read every history row's config.
+func TestListUsesIndex(t *testing.T) {
+	s := mustOpen(t, ":memory:")
+	steps := plan(t, s, listSQL)
 	// Old versions may only be read through the covering index; the rows returned are
 	// looked up one by one.
 	var searched bool
-	for _, step := range plan {
+	for _, step := range steps {
 		if strings.HasPrefix(step, "SCAN scope_versions") && !strings.Contains(step, "COVERING INDEX") {
 			t.Errorf("List reads every row: %q", step)
 		}
 		searched = searched || strings.HasPrefix(step, "SEARCH s USING INDEX")
 	}
 	if !searched {
-		t.Errorf("List does not look the latest rows up by index:\n%s", strings.Join(plan, "\n"))
+		t.Errorf("List does not look the latest rows up by index:\n%s", strings.Join(steps, "\n"))
+	}
+}
+
+// A history page is one range of the primary key's index read backwards, stopped at its
+// limit: no scan of the scope's rows, no sort of them.
+func TestHistoryUsesIndex(t *testing.T) {
+	s := mustOpen(t, ":memory:")
+	steps := plan(t, s, historySQL, "scope", 100, 51)
+	if len(steps) != 1 || !strings.HasPrefix(steps[0], "SEARCH scope_versions USING ") || !strings.HasSuffix(steps[0], " (scope_id=? AND version<?)") {
+		t.Errorf("a history page is not one search of the primary key:\n%s", strings.Join(steps, "\n"))
 	}
 }

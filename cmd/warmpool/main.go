@@ -87,7 +87,10 @@ operator commands, over the HTTP API:
   warmpool scope list                every scope with pod and session counts (also: scopes)
   warmpool scope get NAME            a scope's stored config
   warmpool scope put NAME -f FILE    store a scope config (JSON or YAML; - for stdin)
-  warmpool scope history NAME        every stored version of a scope's config
+  warmpool scope history NAME [--limit N] [--before V] [--all]
+                                     a scope's stored config versions, newest first: one
+                                     page (50; --limit up to 500) and its next_before,
+                                     older ones with --before, every page with --all
   warmpool scope delete NAME [--force]
                                      delete a scope: it takes no new session; idle pods go
                                      now, busy ones when their sessions end (--force: now)
@@ -96,9 +99,9 @@ operator commands, over the HTTP API:
   warmpool sync                      publish every stored scope to Redis
 
 Operator commands and loadtest take --server URL (WARMPOOL_SERVER, default http://127.0.0.1:8080)
-and --token TOKEN (WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN; scope put, scope delete
-and sync need the admin token when the server has one). Operator commands and version take
--o table|json|yaml: table by default on a terminal, json otherwise.
+and --token TOKEN (WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN; scope get, history, put
+and delete and sync need the admin token when the server has one). Operator commands and
+version take -o table|json|yaml: table by default on a terminal, json otherwise.
 
 exit status: 0 ok, 1 refused by the server, 2 usage, 3 not found, 4 unauthorized or
 forbidden, 5 server unavailable.

@@ -5,16 +5,20 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/warmpool/warmpool"
 )
 
 // Exit statuses of the operator commands (SPEC §10, "CLI"); a usage mistake is 2.
@@ -31,7 +35,30 @@ const requestTimeout = 30 * time.Second
 // opFlags are the flags every operator command takes.
 type opFlags struct {
 	server, token, output, file string
-	force                       bool
+	force, all                  bool
+	limit, before               optInt
+}
+
+// optInt is an integer flag that knows whether it was given.
+type optInt struct {
+	v   int64
+	set bool
+}
+
+func (o *optInt) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.FormatInt(o.v, 10)
+}
+
+func (o *optInt) Set(s string) error {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return errors.New("want an integer")
+	}
+	o.v, o.set = v, true
+	return nil
 }
 
 // operator runs the sub-commands that call a server's HTTP API, and version. scopes is
@@ -42,12 +69,16 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.server, "server", envOr(getenv, "WARMPOOL_SERVER", "http://127.0.0.1:8080"), "server URL [WARMPOOL_SERVER]")
 	fs.StringVar(&f.token, "token", cmp.Or(getenv("WARMPOOL_ADMIN_TOKEN"), getenv("WARMPOOL_AUTH_TOKEN")),
-		"bearer token; scope put, scope delete and sync need the admin token [WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN]")
+		"bearer token; scope get, history, put and delete and sync need the admin token [WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN]")
 	def := defaultOutput(stdout)
 	fs.StringVar(&f.output, "o", def, "output format: table, json or yaml (default: table on a terminal, json otherwise)")
 	fs.StringVar(&f.output, "output", def, "the same as -o")
 	fs.StringVar(&f.file, "f", "", "scope put: the config file, JSON or YAML (- for stdin)")
 	fs.BoolVar(&f.force, "force", false, "scope delete: delete every pod now, busy ones too (their sessions and holds end)")
+	fs.Var(&f.limit, "limit", fmt.Sprintf("scope history: `N` versions a page, 1 to %d (default %d; %d with --all)",
+		warmpool.MaxHistoryLimit, warmpool.DefaultHistoryLimit, warmpool.MaxHistoryLimit))
+	fs.Var(&f.before, "before", "scope history: only versions older than version `V` (the next_before of the page before)")
+	fs.BoolVar(&f.all, "all", false, "scope history: follow next_before to the oldest version (default: one page, the newest)")
 	// Flags may follow the positional arguments ("scope put NAME -f FILE").
 	var pos []string
 	for len(args) > 0 {
@@ -82,7 +113,7 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 	case cmd == "scope" && sub == "get" && len(pos) == 2:
 		return c.read(ctx, out, scopePath(pos[1])+"/config", configTable)
 	case cmd == "scope" && sub == "history" && len(pos) == 2:
-		return c.read(ctx, out, scopePath(pos[1])+"/config/history", historyTable)
+		return c.history(ctx, out, pos[1], f)
 	case cmd == "scope" && sub == "put" && len(pos) == 2:
 		body, err := configFile(f.file, pos[1])
 		if err != nil {
@@ -151,6 +182,56 @@ func (c client) read(ctx context.Context, out printer, path string, table func(m
 		return err
 	}
 	return out.print(v, table)
+}
+
+// history prints one page of a scope's history, newest first, with the next_before
+// that fetches the next; with --all it follows next_before to the oldest version and
+// prints every version as one answer (without next_before). One page is the default:
+// the newest versions are what an operator looks for, and a long history is many
+// pages of configs.
+func (c client) history(ctx context.Context, out printer, scope string, f opFlags) error {
+	q := url.Values{}
+	switch {
+	case f.limit.set:
+		q.Set("limit", f.limit.String())
+	case f.all:
+		q.Set("limit", strconv.Itoa(warmpool.MaxHistoryLimit))
+	}
+	var before int64 // the before of the page asked for; 0: the newest
+	if f.before.set {
+		q.Set("before", f.before.String())
+		before = f.before.v
+	}
+	var all map[string]any
+	for {
+		path := scopePath(scope) + "/config/history"
+		if len(q) > 0 {
+			path += "?" + q.Encode()
+		}
+		v, err := c.call(ctx, http.MethodGet, path, nil)
+		if err != nil {
+			return err
+		}
+		if !f.all {
+			return out.print(v, historyTable)
+		}
+		if all == nil {
+			all = v
+		} else {
+			all["versions"] = append(list(all, "versions"), list(v, "versions")...)
+		}
+		next := field(v, "next_before")
+		if next == "" {
+			delete(all, "next_before")
+			return out.print(all, historyTable)
+		}
+		n, err := strconv.ParseInt(next, 10, 64)
+		if err != nil || n < 1 || (before != 0 && n >= before) {
+			return fmt.Errorf("GET %s: next_before %s does not go back", path, next)
+		}
+		before = n
+		q.Set("before", next)
+	}
 }
 
 // write sends a change and prints the answer: as it is in json and yaml, as the line

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -121,14 +125,14 @@ func TestScopeCommands(t *testing.T) {
 		t.Fatalf("scope get -o table:\n%s", table)
 	}
 
-	// history: both versions, oldest first.
+	// history: both versions, newest first.
 	var hist struct {
 		Versions []struct {
 			Version int `json:"version"`
 		} `json:"versions"`
 	}
 	c.json(&hist, "scope", "history", "a")
-	if len(hist.Versions) != 2 || hist.Versions[0].Version != 1 || hist.Versions[1].Version != 2 {
+	if len(hist.Versions) != 2 || hist.Versions[0].Version != 2 || hist.Versions[1].Version != 1 {
 		t.Fatalf("scope history: %+v", hist)
 	}
 	if table := c.ok("scope", "history", "a", "--output", "table"); strings.Count(table, "\n") != 3 {
@@ -187,6 +191,87 @@ func TestScopeCommands(t *testing.T) {
 	c.json(&deleted, "scope", "delete", "a", "--force")
 	if deleted.ScopeID != "a" || deleted.Pods == nil || *deleted.Pods != 0 {
 		t.Fatalf("scope delete --force (json): %+v", deleted)
+	}
+}
+
+// scope history prints one page, newest first, with the next_before that fetches the
+// next, in each format; --limit and --before pick the page, --all follows every page.
+func TestScopeHistoryPages(t *testing.T) {
+	c := newCLI(t, "", "")
+	const n = 120
+	for i := 1; i <= n; i++ {
+		c.ok("scope", "put", "h", "-f", writeFile(t, "h.json", fmt.Sprintf(`{"pool":{"max_concurrency":%d,"pod_concurrency":1}}`, i)))
+	}
+	type page struct {
+		ScopeID  string `json:"scope_id"`
+		Versions []struct {
+			Version int `json:"version"`
+		} `json:"versions"`
+		NextBefore *int `json:"next_before"`
+	}
+	// want checks a page: versions newest down to oldest, and its next_before (0:
+	// none).
+	want := func(args []string, newest, oldest, next int) {
+		t.Helper()
+		var p page
+		c.json(&p, append([]string{"scope", "history", "h"}, args...)...)
+		if p.ScopeID != "h" || len(p.Versions) != newest-oldest+1 {
+			t.Fatalf("%v: %d versions, want %d to %d", args, len(p.Versions), newest, oldest)
+		}
+		for i, v := range p.Versions {
+			if v.Version != newest-i {
+				t.Fatalf("%v: versions[%d] is %d, want %d", args, i, v.Version, newest-i)
+			}
+		}
+		if (p.NextBefore == nil) != (next == 0) || (p.NextBefore != nil && *p.NextBefore != next) {
+			t.Fatalf("%v: next_before %v, want %d (0: none)", args, p.NextBefore, next)
+		}
+	}
+	want(nil, 120, 71, 71)
+	want([]string{"--limit", "50", "--before", "71"}, 70, 21, 21)
+	want([]string{"--before", "21", "--limit", "50"}, 20, 1, 0)
+	want([]string{"--limit", "7"}, 120, 114, 114)
+	want([]string{"--all"}, 120, 1, 0)
+	want([]string{"--all", "--limit", "7"}, 120, 1, 0)
+	want([]string{"--all", "--before", "21"}, 20, 1, 0)
+
+	var fromYAML page
+	if err := yaml.Unmarshal([]byte(c.ok("scope", "history", "h", "-o", "yaml")), &fromYAML); err != nil ||
+		len(fromYAML.Versions) != 50 || fromYAML.NextBefore == nil || *fromYAML.NextBefore != 71 {
+		t.Fatalf("scope history -o yaml: %+v %v", fromYAML, err)
+	}
+	table := c.ok("scope", "history", "h", "-o", "table")
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if len(lines) != 53 || !strings.HasPrefix(lines[0], "VERSION") || !strings.HasPrefix(lines[1], "120 ") ||
+		!strings.HasPrefix(lines[50], "71 ") || !strings.Contains(lines[52], "next_before 71") || !strings.Contains(lines[52], "--before 71") {
+		t.Fatalf("scope history -o table:\n%s", table)
+	}
+	if table := c.ok("scope", "history", "h", "--before", "21", "-o", "table"); strings.Contains(table, "next_before") || strings.Count(table, "\n") != 21 {
+		t.Fatalf("scope history --before 21 -o table (the last page):\n%s", table)
+	}
+
+	c.fails(exitRefused, []string{"scope", "history", "h", "--limit", "0"}, "400 VALIDATION", "limit: ")
+	c.fails(exitRefused, []string{"scope", "history", "h", "--limit", "501"}, "400 VALIDATION", "limit: ")
+	c.fails(exitRefused, []string{"scope", "history", "h", "--before", "0"}, "400 VALIDATION", "before: ")
+	c.fails(2, []string{"scope", "history", "h", "--limit", "ten"}, "want an integer")
+	c.fails(2, []string{"scope", "history", "h", "--before", "v1"}, "want an integer")
+	c.fails(exitNotFound, []string{"scope", "history", "nosuch", "--all"}, "SCOPE_NOT_FOUND")
+}
+
+// scope history --all stops, with an error, at a server whose next_before does not go
+// back, instead of asking for the same page for ever.
+func TestScopeHistoryAllStops(t *testing.T) {
+	var calls atomic.Int32
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"scope_id":"h","versions":[],"next_before":5}`)
+	}))
+	t.Cleanup(ts.Close)
+	c := &cli{t: t, base: ts.URL, env: map[string]string{"WARMPOOL_SERVER": ts.URL}}
+	c.fails(exitRefused, []string{"scope", "history", "h", "--all"}, "next_before 5 does not go back")
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("%d calls, want 2 (the second page repeats the first's next_before)", n)
 	}
 }
 
@@ -258,6 +343,12 @@ func TestExitStatuses(t *testing.T) {
 	c.fails(exitUnauthorized, []string{"scope", "delete", "a"}, "403 FORBIDDEN")
 	c.env["WARMPOOL_ADMIN_TOKEN"] = "adm"
 	c.ok("scope", "put", "a", "-f", cfg)
+	// Config reads are admin calls: the gateway token may not read a config or its
+	// history (SPEC §11.5).
+	for _, args := range [][]string{{"scope", "get", "a"}, {"scope", "history", "a"}, {"scope", "history", "a", "--all"}} {
+		c.fails(exitUnauthorized, append(args, "--token", "gw"), "403 FORBIDDEN", "needs the admin token")
+		c.ok(args...)
+	}
 	c.fails(exitNotFound, []string{"scope", "get", "b"}, "SCOPE_NOT_FOUND")
 	c.fails(exitRefused, []string{"scope", "get", "BAD"}, "400 VALIDATION")
 

@@ -116,12 +116,18 @@ func configTable(v map[string]any) string {
 	return tabulate(append([]string{"SCOPE"}, configHeader...), [][]string{append([]string{field(v, "scope_id")}, configRow(v)...)})
 }
 
+// historyTable lists a page of versions, newest first, and says how to fetch the
+// next page when older versions remain.
 func historyTable(v map[string]any) string {
 	var rows [][]string
 	for _, c := range list(v, "versions") {
 		rows = append(rows, configRow(c))
 	}
-	return tabulate(configHeader, rows)
+	t := tabulate(configHeader, rows)
+	if next := field(v, "next_before"); next != "" {
+		t += fmt.Sprintf("\nnext_before %s: older versions remain (scope history %s --before %s, or --all)\n", next, field(v, "scope_id"), next)
+	}
+	return t
 }
 
 // poolTable lists the pods, each pod's deploy_ver marked current or old, then the

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/warmpool/warmpool"
@@ -94,19 +95,30 @@ func NewVersion(scopeID string, cfg warmpool.ScopeConfig) (warmpool.StoredConfig
 // Reader reads stored configs for a store, which embeds it: each store gives its
 // database, how it classifies errors, and its queries in its dialect (NewReader).
 type Reader struct {
-	db                          *sql.DB
-	failure                     func(ctx context.Context, op string, err error) error
-	getSQL, listSQL, historySQL string
+	db      *sql.DB
+	failure func(ctx context.Context, op string, err error) error
+	q       Queries
 }
 
-// NewReader returns the Reader of a store on db. Each query selects scope_id,
-// version, deploy_ver, config_json and created_at (a timestamp, or unix
-// milliseconds): getSQL the latest version of the scope given as its one argument,
-// listSQL the latest version of every scope by scope id (both leaving out a deleted
-// scope: one whose latest version is no newer than its scope_deletions row),
-// historySQL every version of the scope given, oldest first. failure classifies database errors.
-func NewReader(db *sql.DB, failure func(ctx context.Context, op string, err error) error, getSQL, listSQL, historySQL string) Reader {
-	return Reader{db: db, failure: failure, getSQL: getSQL, listSQL: listSQL, historySQL: historySQL}
+// Queries are a store's read queries, in its dialect. Get, List and History select
+// scope_id, version, deploy_ver, config_json and created_at (a timestamp, or unix
+// milliseconds).
+type Queries struct {
+	// Get selects the latest version of the scope given as its one argument, List the
+	// latest version of every scope by scope id; both leave out a deleted scope (one
+	// whose latest version is no newer than its scope_deletions row).
+	Get, List string
+	// History selects the versions of the scope given (argument 1) older than
+	// argument 2, newest first, at most argument 3: one range of the primary key
+	// index, read backwards.
+	History string
+	// Exists selects a row when the scope given has any version.
+	Exists string
+}
+
+// NewReader returns the Reader of a store on db. failure classifies database errors.
+func NewReader(db *sql.DB, failure func(ctx context.Context, op string, err error) error, q Queries) Reader {
+	return Reader{db: db, failure: failure, q: q}
 }
 
 // Close closes the database. Calls on a closed store fail with STORE_UNAVAILABLE.
@@ -117,7 +129,7 @@ func (r *Reader) Close() error {
 // Get returns the latest version of the scope. Errors: SCOPE_NOT_FOUND,
 // STORE_UNAVAILABLE, or ctx.Err().
 func (r *Reader) Get(ctx context.Context, scopeID string) (warmpool.StoredConfig, error) {
-	sc, err := scanConfig(r.db.QueryRowContext(ctx, r.getSQL, scopeID))
+	sc, err := scanConfig(r.db.QueryRowContext(ctx, r.q.Get, scopeID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return warmpool.StoredConfig{}, NotFound(scopeID)
 	}
@@ -146,7 +158,7 @@ func (r *Reader) Delete(ctx context.Context, scopeID, lock, mark string) (warmpo
 			return warmpool.StoredConfig{}, r.failure(ctx, op, err)
 		}
 	}
-	sc, err := scanConfig(tx.QueryRowContext(ctx, r.getSQL, scopeID))
+	sc, err := scanConfig(tx.QueryRowContext(ctx, r.q.Get, scopeID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return warmpool.StoredConfig{}, NotFound(scopeID)
 	}
@@ -165,20 +177,65 @@ func (r *Reader) Delete(ctx context.Context, scopeID, lock, mark string) (warmpo
 // List returns the latest version of every scope, by scope id; an empty store gives
 // an empty, non-nil slice. Errors: STORE_UNAVAILABLE, or ctx.Err().
 func (r *Reader) List(ctx context.Context) ([]warmpool.StoredConfig, error) {
-	return r.query(ctx, "list", r.listSQL)
+	return r.query(ctx, "list", r.q.List)
 }
 
-// History returns every version of the scope, oldest first. Errors: SCOPE_NOT_FOUND,
-// STORE_UNAVAILABLE, or ctx.Err().
-func (r *Reader) History(ctx context.Context, scopeID string) ([]warmpool.StoredConfig, error) {
-	out, err := r.query(ctx, fmt.Sprintf("history %q", scopeID), r.historySQL, scopeID)
+// History returns one page of the scope's versions, newest first
+// (warmpool.ConfigStore). Errors: VALIDATION, SCOPE_NOT_FOUND, STORE_UNAVAILABLE, or
+// ctx.Err().
+func (r *Reader) History(ctx context.Context, scopeID string, q warmpool.HistoryQuery) (warmpool.HistoryPage, error) {
+	if err := q.Check(); err != nil {
+		return warmpool.HistoryPage{}, err
+	}
+	op := fmt.Sprintf("history %q", scopeID)
+	page, err := r.page(ctx, scopeID, q)
 	if err != nil {
-		return nil, err
+		return warmpool.HistoryPage{}, r.failure(ctx, op, err)
 	}
-	if len(out) == 0 {
-		return nil, NotFound(scopeID)
+	if len(page.Versions) > 0 {
+		return page, nil
 	}
-	return out, nil
+	if q.Before != 0 {
+		// A page past the oldest version of a scope is empty; an unknown scope is not
+		// found.
+		err := r.db.QueryRowContext(ctx, r.q.Exists, scopeID).Scan(new(int))
+		if err == nil {
+			return page, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return warmpool.HistoryPage{}, r.failure(ctx, op, err)
+		}
+	}
+	return warmpool.HistoryPage{}, NotFound(scopeID)
+}
+
+// page reads the page q of the scope's history; its rows are closed when it returns
+// (an in-memory SQLite database has one connection, which the next query needs).
+func (r *Reader) page(ctx context.Context, scopeID string, q warmpool.HistoryQuery) (warmpool.HistoryPage, error) {
+	before := q.Before
+	if before == 0 {
+		before = math.MaxInt64
+	}
+	// One row more than the page tells whether older versions remain; it is not
+	// decoded.
+	rows, err := r.db.QueryContext(ctx, r.q.History, scopeID, before, q.Limit+1)
+	if err != nil {
+		return warmpool.HistoryPage{}, err
+	}
+	defer rows.Close()
+	page := warmpool.HistoryPage{Versions: make([]warmpool.StoredConfig, 0, min(q.Limit, 64))}
+	for rows.Next() {
+		if len(page.Versions) == q.Limit {
+			page.NextBefore = page.Versions[q.Limit-1].Version
+			break
+		}
+		sc, err := scanConfig(rows)
+		if err != nil {
+			return warmpool.HistoryPage{}, err
+		}
+		page.Versions = append(page.Versions, sc)
+	}
+	return page, rows.Err()
 }
 
 func (r *Reader) query(ctx context.Context, op, query string, args ...any) ([]warmpool.StoredConfig, error) {

@@ -3,6 +3,7 @@ package lua_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -204,7 +205,32 @@ func TestRegisterIsFencedAfterTheLeaseExpired(t *testing.T) {
 	}
 }
 
-func TestExpiredLeaseFailsItsFollowersAndFreesTheScope(t *testing.T) {
+// A deploy aborted as lost sends its followers to try again; one aborted as failed
+// fails them; each with the reason.
+func TestAbortTellsFollowersLostFromFailed(t *testing.T) {
+	for _, lost := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lost=%v", lost), func(t *testing.T) {
+			e := newEnv(t, nil)
+			lead, f := e.acquire("leader"), e.acquire("f1")
+			ctx := context.Background()
+			if n, err := e.store.DeployAbort(ctx, e.scope, lead.Deploy, "why", lost, e.now.Add(time.Minute)); err != nil || n != 1 {
+				t.Fatalf("abort = %d, %v; want 1 follower told", n, err)
+			}
+			want := lua.FollowerFailed
+			if lost {
+				want = lua.FollowerLost
+			}
+			st, err := e.store.FollowerWait(ctx, e.scope, lead.Deploy, f.Room, "f1", e.now)
+			if err != nil || st.State != want || st.Reason != "why" {
+				t.Fatalf("follower after the abort = %+v, %v; want %s, why", st, err, want)
+			}
+		})
+	}
+}
+
+// A follower of a leader that died is told its deploy was lost, not failed: it may
+// deploy in its place (issue 20.7).
+func TestExpiredLeaseSendsItsFollowersBackAndFreesTheScope(t *testing.T) {
 	e := newEnv(t, func(c *warmpool.ScopeConfig) { c.Pool.MaxConcurrency = 2 }) // max_pods 1
 	lead := e.acquire("leader")
 	f := e.acquire("f1")
@@ -216,8 +242,8 @@ func TestExpiredLeaseFailsItsFollowersAndFreesTheScope(t *testing.T) {
 		t.Fatalf("acquire after the lease expired = %+v, want a new deploy", r)
 	}
 	st, err := e.store.FollowerWait(context.Background(), e.scope, lead.Deploy, f.Room, "f1", e.now)
-	if err != nil || st.State != lua.FollowerFailed {
-		t.Fatalf("follower of the dead leader = %+v, %v; want failed", st, err)
+	if err != nil || st.State != lua.FollowerLost || !strings.Contains(st.Reason, "leader is gone") {
+		t.Fatalf("follower of the dead leader = %+v, %v; want lost, naming the leader", st, err)
 	}
 }
 

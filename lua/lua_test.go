@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -202,6 +203,30 @@ func TestRegisterIsFencedAfterTheLeaseExpired(t *testing.T) {
 	ok, err := e.store.DeployExtend(context.Background(), e.scope, lead.Deploy, e.now, e.now.Add(time.Minute))
 	if err != nil || ok {
 		t.Fatalf("extend of an expired lease = %v, %v; want false", ok, err)
+	}
+}
+
+// A register tried again after a try whose answer never came (Redis ran it, the
+// reply was lost) answers ok with the pod's slots and changes nothing, so its leader
+// keeps the pod instead of deleting it (issue 20.7). Before, the second try was
+// FENCED (the first had taken the lease out) and the committed pod was deleted.
+func TestRegisterTriedAgainChangesNothing(t *testing.T) {
+	e := newEnv(t, nil)
+	lead := e.acquire("leader")
+	if f := e.acquire("f1"); f.Kind != lua.AcquireFollower {
+		t.Fatalf("second acquire = %+v, want a follower", f)
+	}
+	_, n, err := e.register(lead, "leader")
+	if err != nil || n != 2 {
+		t.Fatalf("register = %d, %v; want 2 slots", n, err)
+	}
+	before := e.snap()
+	e.now = e.now.Add(time.Second)
+	if _, again, err := e.register(lead, "leader"); err != nil || again != n {
+		t.Fatalf("register tried again = %d, %v; want %d, nil", again, err, n)
+	}
+	if after := e.snap(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("register tried again changed the pool:\n%+v\nwas\n%+v", after, before)
 	}
 }
 

@@ -263,11 +263,11 @@ func (m *Manager) releaseAbandoned(scope, claim string) {
 var errLeaseLost = errors.New("deploy lease lost")
 
 // deploy creates the pod of one deploy lease and registers it, keeping the lease alive
-// while the driver works. Whatever fails, the lease is given up
+// while the driver works and the register runs. Whatever fails, the lease is given up
 // and its followers are told why; a pod not committed is deleted. A deploy that failed
 // (the driver's error: the image, the timeout, the pod died) answers DEPLOY_FAILED and
 // fails its followers. One that was lost (its lease lost, its ready pod's register
-// failed, the replica closing) answers 503 with Retry-After and sends its
+// kept missing Redis, the replica closing) answers 503 with Retry-After and sends its
 // followers to try again. The deploy runs detached from from, the context of the call
 // that started it, but keeps its values (the request id of its log lines). It logs one
 // line with the deploy's phases and reports it to OnDeploy.
@@ -280,32 +280,40 @@ func (m *Manager) deploy(from context.Context, scope, member string, fence int64
 	defer cancel()
 	log := m.log.With("scope", scope, "deploy", member)
 
-	// The driver works under the lease: losing it cancels the deploy.
+	// The driver and the register work under the lease: losing it cancels them.
 	leased, stop := m.store.DeployKeepAlive(ctx, scope, member, m.cfg.Lease, m.clock)
 	start := time.Now()
 	phases := &phaseLog{start: start, times: []PhaseTime{{Phase: warmpool.PhaseLeaseWait, Elapsed: leaseWait}}}
 	pod, err := m.driver.Deploy(leased, warmpool.DeployRequest{ScopeID: scope, DeployVer: spec.DeployVer(), Fence: fence, Spec: spec, OnPhase: phases.add})
-	if lerr := stop(); lerr != nil {
-		// Whatever the driver said is a consequence: the deploy was cancelled because
-		// its lease may be someone else's now.
-		log.WarnContext(ctx, "deploy lease lost; the deploy was cancelled", "err", lerr)
-		err = errLeaseLost
-	}
 	ready := err == nil
 	if ready {
-		now := m.clock.Now()
-		_, err = m.store.PodRegister(ctx, scope, member, pod, leaderClaim, now, now.Add(m.cfg.ClaimTTL))
-		if errors.Is(err, lua.ErrFenced) {
-			err = errLeaseLost
+		err = m.register(leased, log, scope, member, pod, leaderClaim)
+	}
+	lerr := stop()
+	cleanup, done := lua.CleanupContext(ctx)
+	defer done()
+	if ready && err != nil && !errors.Is(err, lua.ErrFenced) {
+		// A try whose answer never came may have committed the pod after all.
+		if known, kerr := m.store.PodKnown(cleanup, scope, pod.ID); kerr == nil && known {
+			log.InfoContext(ctx, "the register's answer was lost, but it committed the pod", "pod", pod.ID, "err", err)
+			err = nil
 		}
 	}
-	if err == nil {
+	switch {
+	case err == nil:
+		// The register took the lease out, so a keep-alive try after it finds the lease
+		// gone: that is the commit, not a loss.
 		m.cfg.Observe("deploy", "ok")
 		m.report(ctx, log, scope, DeployOK, phases, slog.String("pod", pod.ID))
 		return pod, nil
+	case lerr != nil:
+		// Whatever the driver or the register said is a consequence: the deploy was
+		// cancelled because its lease may be someone else's now.
+		log.WarnContext(ctx, "deploy lease lost; the deploy was cancelled", "err", lerr)
+		err = errLeaseLost
+	case errors.Is(err, lua.ErrFenced):
+		err = errLeaseLost
 	}
-	cleanup, done := lua.CleanupContext(ctx)
-	defer done()
 	if pod.ID != "" {
 		if derr := m.driver.Delete(cleanup, pod); derr != nil {
 			log.WarnContext(ctx, "delete of an uncommitted pod failed; reconcile will remove it", "pod", pod.ID, "err", derr)
@@ -327,6 +335,35 @@ func (m *Manager) deploy(from context.Context, scope, member string, fence int64
 		code = warmpool.CodeStoreUnavailable
 	}
 	return warmpool.Pod{}, warmpool.Errorf(code, "deploy of scope %q was lost before its pod was committed: %s; retry", scope, reason).Retry(1)
+}
+
+// register commits a ready pod under its lease. A try that Redis does not answer in
+// time (a stall, or a call it ran after its deadline and so refused) is made again
+// while the lease is held: the keep-alive cancels leased once Redis has been silent
+// from half the lease on, before the lease can run out. The script's own answers
+// (FENCED, EPOCH_LOST) are final.
+func (m *Manager) register(leased context.Context, log *slog.Logger, scope, member string, pod warmpool.Pod, leaderClaim string) error {
+	for tries := 1; ; tries++ {
+		now := m.clock.Now()
+		_, err := m.store.PodRegister(leased, scope, member, pod, leaderClaim, now, now.Add(m.cfg.ClaimTTL))
+		if err == nil || !stalled(err) {
+			return err
+		}
+		if tries == 1 {
+			log.InfoContext(leased, "register of a ready pod missed Redis; trying again while the lease holds", "pod", pod.ID, "err", err)
+		}
+		select {
+		case <-leased.Done():
+			return err
+		case <-time.After(m.cfg.PollInterval):
+		}
+	}
+}
+
+// stalled tells a Redis that did not answer in time (or ran the call too late to
+// count) from an answer: another try may get through.
+func stalled(err error) bool {
+	return warmpool.ErrorCode(err) == warmpool.CodeStoreUnavailable && !errors.Is(err, warmpool.ErrEpochLost)
 }
 
 // report logs the one line of a finished deploy, with its phases, tells OnDeploy and
@@ -386,8 +423,11 @@ func deployReason(ctx context.Context, err error) string {
 
 // follow waits, as a follower, for the pod of a deploy in flight. The slot on it is the
 // follower's (claimed by the register script). A deploy that failed fails the follower;
-// one that was lost answers deployLost, and Acquire tries again. Whatever ends the wait
-// other than the pod, the follower leaves the room and gives back any claim it got.
+// one that was lost answers deployLost, and Acquire tries again. A Redis that does not
+// answer for a while does not end the wait before the leader would give up through the
+// same silence (half the lease): the leader may still register its pod after it.
+// Whatever ends the wait other than the pod, the follower leaves the room and gives
+// back any claim it got.
 func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResult, claim string) (lease warmpool.Lease, err error) {
 	wait := res.RoomDeadline.Sub(m.clock.Now())
 	wctx, cancel := context.WithTimeout(ctx, wait)
@@ -404,11 +444,14 @@ func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResul
 	}()
 	t := time.NewTicker(m.cfg.PollInterval)
 	defer t.Stop()
+	answered := time.Now()
 	for {
 		st, err := m.store.FollowerWait(wctx, scope, res.Deploy, res.Room, claim, m.clock.Now())
 		switch {
 		case err != nil && wctx.Err() == nil:
-			return warmpool.Lease{}, fmt.Errorf("follow deploy of %q: %w", scope, err)
+			if !stalled(err) || time.Since(answered) >= m.cfg.Lease/2 {
+				return warmpool.Lease{}, fmt.Errorf("follow deploy of %q: %w", scope, err)
+			}
 		case err != nil:
 		case st.State == lua.FollowerReady:
 			m.cfg.Observe("acquire", warmpool.SourceFollower)
@@ -417,6 +460,8 @@ func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResul
 			return warmpool.Lease{}, warmpool.Errorf(warmpool.CodeDeployFailed, "the deploy this request waited for failed: %s", st.Reason)
 		case st.State == lua.FollowerLost:
 			return warmpool.Lease{}, &deployLost{reason: st.Reason, until: res.RoomDeadline}
+		default:
+			answered = time.Now()
 		}
 		select {
 		case <-t.C:

@@ -451,6 +451,9 @@ func (s *Scope) PodRegister(deploy string, pod warmpool.Pod, leaderClaim string,
 		return 0, err
 	}
 	t := ms(now)
+	if _, ok := s.pods[pod.ID]; ok {
+		return int(s.slots[pod.ID]), nil
+	}
 	if lease, ok := s.deploys[deploy]; !ok || lease <= t {
 		return 0, lua.ErrFenced
 	}

@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,10 +47,11 @@ type faultCase struct {
 }
 
 var faultCases = []faultCase{
-	{"kill -9 during deploys", "SIGKILL of the replica leading a cold burst's deploys (8 routes, 3 replicas)", caseKillDuringDeploys},
+	{"kill -9 during deploys", "SIGKILL of the replica leading a cold burst's first deploy, 3 routes of the others in its room (8 routes, pod_concurrency 4, 3 replicas)", caseKillDuringDeploys},
 	{"kill -9 during follower waits", "SIGKILL of the replica whose two routes wait as followers of another replica's deploy", caseKillDuringFollowerWaits},
 	{"kill -9 during sweeps", "SIGKILL of the replica whose autoscale job is deploying warm pods", caseKillDuringSweeps},
 	{"SIGSTOP of a lease holder", "SIGSTOP of a deploy leader for 2x its 2s lease, a follower waiting, then SIGCONT", caseStopLeaseHolder},
+	{"Redis SIGSTOP during register", "SIGSTOP of redis-server for 3.5s from a cold deploy's start (10s deploy lease) until after its pod is ready, a follower waiting", caseRedisStoppedDuringRegister},
 	{"Redis CLIENT PAUSE", "CLIENT PAUSE 4000 ALL while routes, holds and touches run", func(t *testing.T, res *caseResult) { caseRedisPaused(t, res, false) }},
 	{"Redis SIGSTOP", "SIGSTOP of redis-server for 4s while routes, holds and touches run", func(t *testing.T, res *caseResult) { caseRedisPaused(t, res, true) }},
 	{"Redis restarted empty", "SIGKILL of redis-server, a new empty one on its port", caseRedisRestartedEmpty},
@@ -110,6 +113,15 @@ func noAdoptedHolds(s lua.Snapshot) bool {
 	return true
 }
 
+// notRetryable appends a violation for a 502 answered where a retry would have served
+// the call (SPEC §11.5: 502 DEPLOY_FAILED only when the deploy itself failed; a lost
+// leader, a lost lease or a Redis stall answers 503 with retry_after).
+func notRetryable(res *caseResult, what string, a answer) {
+	if a.err == nil && a.status == http.StatusBadGateway {
+		res.Violations = append(res.Violations, fmt.Sprintf("%s answered %s: a retry would have served it", what, a))
+	}
+}
+
 // goRoute routes in the background; the channel yields the answer.
 func goRoute(r *rig, rep *faultReplica, scope, session string) <-chan answer {
 	ch := make(chan answer, 1)
@@ -120,38 +132,53 @@ func goRoute(r *rig, rep *faultReplica, scope, session string) <-chan answer {
 	return ch
 }
 
+// caseKillDuringDeploys kills the replica that leads a cold burst's first deploy while
+// three routes of the other replicas wait in its room as followers (and four more on
+// a deploy of their own). Its followers learn of it when its lease ends and deploy in
+// its place: a 502 there is a violation, since a retry would have served the route.
 func caseKillDuringDeploys(t *testing.T, res *caseResult) {
-	r := newRig(t, "--fake-deploy-delay", "1500ms")
-	r.scope("a", `"max_concurrency":8,"pod_concurrency":2,"session_ttl_s":120`, 10)
+	r := newRig(t, "--fake-deploy-delay", "3s")
+	r.scope("a", `"max_concurrency":16,"pod_concurrency":4,"session_ttl_s":120`, 10)
 	w := r.watch("a")
 	victim := r.replicas[0]
-	answers := map[string]<-chan answer{}
-	for i := range 2 {
-		s := fmt.Sprintf("a%d", i)
-		answers[s] = goRoute(r, victim, "a", s)
-	}
-	r.waitSnap("a", "the victim's deploy in flight", 10*time.Second, func(s lua.Snapshot) bool { return len(s.Deploys) >= 1 })
-	for i := 2; i < 8; i++ {
+	answers := map[string]<-chan answer{"a0": goRoute(r, victim, "a", "a0")}
+	r.waitSnap("a", "the victim's deploy in flight", 10*time.Second, func(s lua.Snapshot) bool { return len(s.Deploys) == 1 })
+	for i := 1; i < 8; i++ {
 		s := fmt.Sprintf("a%d", i)
 		answers[s] = goRoute(r, r.replicas[1+i%2], "a", s)
 	}
-	r.waitSnap("a", "deploys of the other replicas in flight too", 10*time.Second, func(s lua.Snapshot) bool { return len(s.Deploys) >= 2 })
+	// The first three fill the victim's room, the fourth leads a deploy, three follow it.
+	r.waitSnap("a", "the other replicas' routes in the rooms", 10*time.Second, func(s lua.Snapshot) bool { return len(s.Deploys) == 2 && len(s.Followers) == 6 })
 	r.kill9(victim)
 	killed := time.Now()
-	retried := 0
+	codes := map[string]int{}
+	slowest := time.Duration(0)
 	for s, ch := range answers {
 		a := <-ch
-		if a.err == nil && a.status == http.StatusOK {
+		if s == "a0" {
+			if a.err == nil {
+				t.Errorf("the route on the killed replica answered: %s", a)
+			}
+			r.routeRetry(1, "a", s, 30*time.Second)
 			continue
 		}
-		if a.err == nil && a.status < 500 {
-			t.Errorf("route %s: %s", s, a)
+		slowest = max(slowest, a.took)
+		if a.err != nil {
+			t.Errorf("route %s on a live replica: %s", s, a)
+			continue
 		}
-		retried++
-		r.routeRetry(1, "a", s, 30*time.Second)
+		codes[strings.TrimSpace(fmt.Sprintf("%d %s", a.status, a.code()))]++
+		notRetryable(res, "route "+s+" on a live replica", a)
+		if a.status != http.StatusOK {
+			if a.status < 500 {
+				t.Errorf("route %s: %s", s, a)
+			}
+			r.routeRetry(1, "a", s, 30*time.Second)
+		}
 	}
 	finish(r, res, w, killed, 30*time.Second, "a")
-	res.Notes = fmt.Sprintf("%d of 8 routes answered by the dead replica or failed with it, all served on retry", retried)
+	res.Notes = fmt.Sprintf("the live replicas' 7 routes, 3 of them in the dead leader's room, answered %v, the slowest after %v; the dead replica's route served on retry",
+		codes, slowest.Round(time.Millisecond))
 }
 
 func caseKillDuringFollowerWaits(t *testing.T, res *caseResult) {
@@ -225,9 +252,11 @@ func caseStopLeaseHolder(t *testing.T, res *caseResult) {
 	}
 	stopped := time.Now()
 	fa := <-follower
+	// The follower learns at the lease's end and deploys in the stopped leader's place.
 	if fa.took > rigLease+3*time.Second {
 		t.Errorf("the follower waited %v for its stopped leader (lease %v)", fa.took, rigLease)
 	}
+	notRetryable(res, "the stopped leader's follower", fa)
 	// Another replica deploys the one pod the scope may have, under a newer fence.
 	r.routeRetry(2, "d", "other", 20*time.Second)
 	if fa.err != nil || fa.status != http.StatusOK {
@@ -244,12 +273,69 @@ func caseStopLeaseHolder(t *testing.T, res *caseResult) {
 	if la.err != nil {
 		t.Errorf("the stopped leader's route: %s", la)
 	}
+	notRetryable(res, "the stopped leader's route", la)
 	await.True(t, 10*time.Second, "the late leader gives up its deploy", func() bool { return logCount(holder, "result=failed") > 0 })
 	finish(r, res, w, resumed, 30*time.Second, "d")
 	cancelled := logCount(holder, "deploy lease lost; the deploy was cancelled")
 	fenced := logCount(holder, "result=failed") - cancelled
-	res.Notes = fmt.Sprintf("follower answered %d after %v; late leader answered %d; its commit refused by the fence %d time(s), cancelled by its lease keep-alive %d time(s)",
-		fa.status, fa.took.Round(time.Millisecond), la.status, fenced, cancelled)
+	res.Notes = fmt.Sprintf("follower answered %d after %v; late leader answered %d %s; its commit refused by the fence %d time(s), cancelled by its lease keep-alive %d time(s)",
+		fa.status, fa.took.Round(time.Millisecond), la.status, la.code(), fenced, cancelled)
+}
+
+// caseRedisStoppedDuringRegister stops redis-server from the start of a cold deploy
+// (a leader and a follower waiting) until after its pod is ready, so that the pod's
+// register meets a stopped Redis. With a 10s deploy lease the stall is shorter than
+// the leader keeps its lease without Redis (half of it): the register is tried again
+// once Redis is back, and both routes get the pod.
+func caseRedisStoppedDuringRegister(t *testing.T, res *caseResult) {
+	const stall = 3500 * time.Millisecond
+	r := newRig(t, "--fake-deploy-delay", "2s", "--deploy-lease", "10s")
+	r.scope("i", `"max_concurrency":4,"pod_concurrency":2,"session_ttl_s":120`, 10)
+	w := r.watch("i")
+	leader := r.replicas[0]
+	lead := goRoute(r, leader, "i", "lead")
+	r.waitSnap("i", "the leader's deploy in flight", 10*time.Second, func(s lua.Snapshot) bool { return len(s.Deploys) == 1 })
+	follower := goRoute(r, r.replicas[1], "i", "follow")
+	r.waitSnap("i", "a follower in the room", 10*time.Second, func(s lua.Snapshot) bool { return len(s.Followers) == 1 })
+	r.redis.Pause(t)
+	stopped := time.Now()
+	await.True(t, 10*time.Second, "the pod ready while Redis is stopped", func() bool {
+		for _, p := range r.pods.Pods() {
+			if p.ScopeID == "i" && p.Ready {
+				return true
+			}
+		}
+		return false
+	})
+	ready := time.Since(stopped)
+	for time.Since(stopped) < stall {
+		time.Sleep(20 * time.Millisecond) // the stall is the fault: it lasts its length
+	}
+	r.redis.Resume(t)
+	resumed := time.Now()
+	pods := map[string]bool{}
+	for name, ch := range map[string]<-chan answer{"the leader's route": lead, "the follower's route": follower} {
+		a := <-ch
+		notRetryable(res, name, a)
+		if a.err != nil || a.status != http.StatusOK {
+			t.Errorf("%s: %s; want the pod registered once Redis is back", name, a)
+			continue
+		}
+		var b binding
+		if err := json.Unmarshal(a.body, &b); err != nil {
+			t.Fatal(err)
+		}
+		pods[b.PodID] = true
+	}
+	if len(pods) > 1 {
+		t.Errorf("leader and follower got pods %v; want one", pods)
+	}
+	retried := logCount(leader, "register of a ready pod missed Redis")
+	if retried == 0 {
+		t.Errorf("the leader's register never missed Redis (pod ready %v into the %v stall): the case did not stop Redis during the register", ready.Round(time.Millisecond), stall)
+	}
+	finish(r, res, w, resumed, 20*time.Second, "i")
+	res.Notes = fmt.Sprintf("pod ready %v into the stall; the register missed Redis and was tried again until Redis was back; leader and follower served on %v", ready.Round(time.Millisecond), slices.Sorted(maps.Keys(pods)))
 }
 
 // caseRedisPaused pauses Redis (CLIENT PAUSE, or SIGSTOP of the server) for 4s while

@@ -6,7 +6,9 @@
 --   slots     HASH  pod id -> sessions + live claims on the pod
 --   idle      ZSET  pod id -> idle since (ms); a pod is idle only with 0 slots
 --   claims    ZSET  claim id -> deadline (ms)
---   claimpod  HASH  claim id -> pod id, or "!reason" when the deploy it waited for failed
+--   claimpod  HASH  claim id -> pod id, or a note for a follower whose deploy ended
+--                   without a pod: "!reason" when it failed, "!lost:reason" when it was
+--                   lost (see fail_followers)
 --   deploying ZSET  deploy member ("<fence>" or "<fence>w") -> lease deadline (ms)
 --   followers ZSET  "<deploy member>|<claim id>" -> deadline (ms)
 --   waiters   ZSET  waiter id -> deadline (ms): every live waiter, served a slot or not
@@ -213,10 +215,21 @@ local function expire_claims(claims, claimpod, pods, slots, idle, now, q)
   return #gone
 end
 
+-- LOST marks the note of a lost deploy: "!" .. LOST .. reason.
+local LOST = 'lost:'
+
 -- fail_followers empties the room of one deploy and leaves each follower a note with
--- the reason, kept until deadline so a polling follower fails fast.
-local function fail_followers(followers, claims, claimpod, member, reason, deadline)
+-- the reason, kept until deadline so a polling follower learns at once. A deploy that
+-- failed (the image, the timeout, the pod died) fails its followers: a retry would fail
+-- alike. One that was lost (lost true: its leader died or lost its lease, or Redis was
+-- too slow for its register) sends them to try again: the next acquire may lead a
+-- deploy of its own.
+local function fail_followers(followers, claims, claimpod, member, reason, deadline, lost)
   local prefix = member .. '|'
+  local note = '!' .. reason
+  if lost then
+    note = '!' .. LOST .. reason
+  end
   local n = 0
   for _, f in ipairs(redis.call('ZRANGE', followers, 0, -1)) do
     if string.sub(f, 1, #prefix) == prefix then
@@ -224,19 +237,20 @@ local function fail_followers(followers, claims, claimpod, member, reason, deadl
       redis.call('ZREM', followers, f)
       redis.call('ZADD', claims, deadline, c)
       note_due(deadline)
-      redis.call('HSET', claimpod, c, '!' .. reason)
+      redis.call('HSET', claimpod, c, note)
       n = n + 1
     end
   end
   return n
 end
 
--- expire_deploys drops deploy leases whose leader stopped extending them (it died) and
--- fails their followers; it also drops room entries past their own deadline.
+-- expire_deploys drops deploy leases whose leader stopped extending them (it died);
+-- their deploys are lost, not failed, so their followers try again. It also drops room
+-- entries past their own deadline.
 local function expire_deploys(deploying, followers, claims, claimpod, now, note_deadline)
   for _, d in ipairs(redis.call('ZRANGEBYSCORE', deploying, '-inf', now)) do
     redis.call('ZREM', deploying, d)
-    fail_followers(followers, claims, claimpod, d, 'the deploy lease expired: its leader is gone', note_deadline)
+    fail_followers(followers, claims, claimpod, d, 'the deploy lease expired: its leader is gone', note_deadline, true)
   end
   redis.call('ZREMRANGEBYSCORE', followers, '-inf', now)
 end
@@ -252,8 +266,8 @@ local function deploy_started(dstats, deploying, member, now)
   redis.call('HSET', dstats, 'start:' .. member, now)
 end
 
--- expire_pool drops the expired claims, then the expired deploy leases (failing their
--- followers) and room entries: the leftovers of crashed callers and leaders.
+-- expire_pool drops the expired claims, then the expired deploy leases (sending their
+-- followers to try again) and room entries: the leftovers of crashed callers and leaders.
 local function expire_pool(pods, slots, idle, deploying, followers, claims, claimpod, now, note_deadline, q)
   expire_claims(claims, claimpod, pods, slots, idle, now, q)
   expire_deploys(deploying, followers, claims, claimpod, now, note_deadline)

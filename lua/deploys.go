@@ -31,11 +31,13 @@ func (s *Store) DeployKeepAlive(ctx context.Context, scope, deploy string, ttl t
 	})
 }
 
-// DeployAbort runs deploy_abort.lua: it gives up a deploy lease and fails its
-// followers with reason. It returns how many followers were failed.
-func (s *Store) DeployAbort(ctx context.Context, scope, deploy, reason string, noteDeadline time.Time) (int, error) {
+// DeployAbort runs deploy_abort.lua: it gives up a deploy lease and tells its
+// followers why: a deploy that failed fails them (FollowerFailed), one that was lost
+// (lost: its lease was lost, or its register kept missing Redis) sends them to try
+// again (FollowerLost). It returns how many followers were told.
+func (s *Store) DeployAbort(ctx context.Context, scope, deploy, reason string, lost bool, noteDeadline time.Time) (int, error) {
 	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, deployAbort, scope, []string{k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.DeployStats}, deploy, reason, ms(noteDeadline))
+	r, err := s.call(ctx, deployAbort, scope, []string{k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.DeployStats}, deploy, reason, ms(noteDeadline), flag(lost))
 	if err != nil {
 		return 0, err
 	}
@@ -45,8 +47,11 @@ func (s *Store) DeployAbort(ctx context.Context, scope, deploy, reason string, n
 
 // Follower states.
 const (
-	FollowerReady   = "ready"
-	FollowerFailed  = "failed"
+	FollowerReady  = "ready"
+	FollowerFailed = "failed"
+	// FollowerLost: the deploy was lost before its pod was committed (its leader died
+	// or lost its lease, or its register kept missing Redis); another try may succeed.
+	FollowerLost    = "lost"
 	FollowerWaiting = "wait"
 )
 
@@ -64,11 +69,11 @@ func (s *Store) FollowerWait(ctx context.Context, scope, deploy, room, claim str
 	if err != nil {
 		return FollowerState{}, err
 	}
-	st := FollowerState{State: r.oneOf(0, FollowerReady, FollowerFailed, FollowerWaiting)}
+	st := FollowerState{State: r.oneOf(0, FollowerReady, FollowerFailed, FollowerLost, FollowerWaiting)}
 	switch st.State {
 	case FollowerReady:
 		st.Pod = r.pod(1, 2)
-	case FollowerFailed:
+	case FollowerFailed, FollowerLost:
 		st.Reason = r.str(1)
 	}
 	return st, r.err()

@@ -1,13 +1,17 @@
--- follower_wait.lua: where a follower stands: its pod arrived, its deploy failed, or
--- it keeps waiting. A follower whose leader's lease expired leaves the room.
+-- follower_wait.lua: where a follower stands: its pod arrived, its deploy failed, its
+-- deploy was lost (a retry may succeed), or it keeps waiting. A follower whose leader's
+-- lease expired leaves the room: that deploy is lost.
 -- KEYS[1] {s}:deploying  ZSET deploy member -> lease deadline (ms)
 -- KEYS[2] {s}:followers  ZSET "<deploy>|<claim>" -> deadline (ms)
--- KEYS[3] {s}:claimpod   HASH claim id -> pod id | "!reason"
+-- KEYS[3] {s}:claimpod   HASH claim id -> pod id | "!reason" | "!lost:reason"
 -- KEYS[4] {s}:podinfo    HASH pod id -> pod JSON
 -- ARGV[1] deploy member  ARGV[2] room member  ARGV[3] claim id  ARGV[4] now (ms)
--- Returns {"ready", pod, pod JSON} | {"failed", reason} | {"wait"}
+-- Returns {"ready", pod, pod JSON} | {"failed", reason} | {"lost", reason} | {"wait"}
 local pod = redis.call('HGET', KEYS[3], ARGV[3])
 if pod then
+  if string.sub(pod, 1, 1 + #LOST) == '!' .. LOST then
+    return {'lost', string.sub(pod, 2 + #LOST)}
+  end
   if string.sub(pod, 1, 1) == '!' then
     return {'failed', string.sub(pod, 2)}
   end
@@ -17,7 +21,7 @@ local now = tonumber(ARGV[4])
 local lease = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not lease or tonumber(lease) <= now then
   redis.call('ZREM', KEYS[2], ARGV[2])
-  return {'failed', 'the deploy lease expired: its leader is gone'}
+  return {'lost', 'the deploy lease expired: its leader is gone'}
 end
 local room = redis.call('ZSCORE', KEYS[2], ARGV[2])
 if not room or tonumber(room) <= now then

@@ -3,8 +3,10 @@ package lua_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -204,7 +206,56 @@ func TestRegisterIsFencedAfterTheLeaseExpired(t *testing.T) {
 	}
 }
 
-func TestExpiredLeaseFailsItsFollowersAndFreesTheScope(t *testing.T) {
+// A register tried again after a try whose answer never came (Redis ran it, the
+// reply was lost) answers ok with the pod's slots and changes nothing, so its leader
+// keeps the pod instead of deleting it (issue 20.7). Before, the second try was
+// FENCED (the first had taken the lease out) and the committed pod was deleted.
+func TestRegisterTriedAgainChangesNothing(t *testing.T) {
+	e := newEnv(t, nil)
+	lead := e.acquire("leader")
+	if f := e.acquire("f1"); f.Kind != lua.AcquireFollower {
+		t.Fatalf("second acquire = %+v, want a follower", f)
+	}
+	_, n, err := e.register(lead, "leader")
+	if err != nil || n != 2 {
+		t.Fatalf("register = %d, %v; want 2 slots", n, err)
+	}
+	before := e.snap()
+	e.now = e.now.Add(time.Second)
+	if _, again, err := e.register(lead, "leader"); err != nil || again != n {
+		t.Fatalf("register tried again = %d, %v; want %d, nil", again, err, n)
+	}
+	if after := e.snap(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("register tried again changed the pool:\n%+v\nwas\n%+v", after, before)
+	}
+}
+
+// A deploy aborted as lost sends its followers to try again; one aborted as failed
+// fails them; each with the reason.
+func TestAbortTellsFollowersLostFromFailed(t *testing.T) {
+	for _, lost := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lost=%v", lost), func(t *testing.T) {
+			e := newEnv(t, nil)
+			lead, f := e.acquire("leader"), e.acquire("f1")
+			ctx := context.Background()
+			if n, err := e.store.DeployAbort(ctx, e.scope, lead.Deploy, "why", lost, e.now.Add(time.Minute)); err != nil || n != 1 {
+				t.Fatalf("abort = %d, %v; want 1 follower told", n, err)
+			}
+			want := lua.FollowerFailed
+			if lost {
+				want = lua.FollowerLost
+			}
+			st, err := e.store.FollowerWait(ctx, e.scope, lead.Deploy, f.Room, "f1", e.now)
+			if err != nil || st.State != want || st.Reason != "why" {
+				t.Fatalf("follower after the abort = %+v, %v; want %s, why", st, err, want)
+			}
+		})
+	}
+}
+
+// A follower of a leader that died is told its deploy was lost, not failed: it may
+// deploy in its place (issue 20.7).
+func TestExpiredLeaseSendsItsFollowersBackAndFreesTheScope(t *testing.T) {
 	e := newEnv(t, func(c *warmpool.ScopeConfig) { c.Pool.MaxConcurrency = 2 }) // max_pods 1
 	lead := e.acquire("leader")
 	f := e.acquire("f1")
@@ -216,8 +267,8 @@ func TestExpiredLeaseFailsItsFollowersAndFreesTheScope(t *testing.T) {
 		t.Fatalf("acquire after the lease expired = %+v, want a new deploy", r)
 	}
 	st, err := e.store.FollowerWait(context.Background(), e.scope, lead.Deploy, f.Room, "f1", e.now)
-	if err != nil || st.State != lua.FollowerFailed {
-		t.Fatalf("follower of the dead leader = %+v, %v; want failed", st, err)
+	if err != nil || st.State != lua.FollowerLost || !strings.Contains(st.Reason, "leader is gone") {
+		t.Fatalf("follower of the dead leader = %+v, %v; want lost, naming the leader", st, err)
 	}
 }
 

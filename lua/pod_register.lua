@@ -22,6 +22,9 @@
 -- ARGV[5] pod JSON  ARGV[6] leader claim id ("" for none)  ARGV[7] claim deadline (ms)
 -- ARGV[8] grant deadline (ms)  ARGV[9] publish command
 -- Returns {"ok", slots} | {"FENCED"} (the lease is gone: commit nothing) | {"EPOCH_LOST"}
+-- A pod the pool has already is answered {"ok", its slots} and nothing changes: its
+-- leader tries the register again when Redis did not answer, and the try it never got
+-- the answer of may have committed it.
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 -- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
@@ -29,6 +32,9 @@
 local now = tonumber(ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'EPOCH_LOST'}
+end
+if redis.call('ZSCORE', KEYS[2], ARGV[3]) then
+  return {'ok', redis.call('HGET', KEYS[5], ARGV[3]) or '0'}
 end
 -- Fencing: only the live holder of this deploy's lease may commit; an expired lease
 -- means the deploy was given up and its number is stale.

@@ -95,8 +95,10 @@ var ErrFenced = errors.New("deploy lease lost before register")
 
 // PodRegister runs pod_register.lua: it commits pod under the deploy lease and hands it
 // to the followers of that deploy and to leaderClaim (when not empty), and its other
-// slots to queued waiters. It returns the slots now claimed on the pod.
-// Errors: ErrFenced, EPOCH_LOST.
+// slots to queued waiters. It returns the slots now claimed on the pod. A pod the pool
+// has already (an earlier try committed it) is answered with its slots, unchanged, so
+// a register whose answer never came may be tried again.
+// Errors: ErrFenced, EPOCH_LOST, STORE_UNAVAILABLE.
 func (s *Store) PodRegister(ctx context.Context, scope, deploy string, pod warmpool.Pod, leaderClaim string, now, claimDeadline time.Time) (int, error) {
 	k := s.keys.Scope(scope)
 	info, err := json.Marshal(pod)

@@ -75,7 +75,8 @@ func (s *Store) ClearFailing(ctx context.Context, shard int, refs []PodRef) erro
 }
 
 // PodKnown reports whether the pod is registered in its scope's pool (a read only):
-// the sweeper buries a pod the driver reports dead only when Redis knows it.
+// the sweeper buries a pod the driver reports dead only when Redis knows it, and a
+// leader whose register got no answer deletes its pod only when Redis does not.
 // Errors: STORE_UNAVAILABLE.
 func (s *Store) PodKnown(ctx context.Context, scope, pod string) (bool, error) {
 	err := s.rdb.ZScore(ctx, s.keys.Scope(scope).Pods, pod).Err()

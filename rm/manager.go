@@ -117,13 +117,56 @@ func (m *Manager) Close() {
 	m.wg.Wait()
 }
 
+// lostTries bounds how often an acquire starts again when the deploy it followed was
+// lost.
+const lostTries = 3
+
 // Acquire hands out a pod of the scope: a warm pod of the current deploy_ver, else the
 // pod of a deploy in flight (as a follower), else a pod it deploys itself (as the
 // leader). The lease carries a claim: a slot reserved on the pod until the caller binds
-// it or ClaimTTL passes.
+// it or ClaimTTL passes. A follower whose deploy was lost (its leader died or lost its
+// lease, or its register kept missing Redis) starts again while its wait has time
+// left: it takes a warm pod, follows another deploy or leads one of its own where
+// max_pods leaves room.
 // Errors: SCOPE_NOT_FOUND, NO_POD_AVAILABLE (max_pods reached, room full, follower
-// timeout), DEPLOY_FAILED, STORE_UNAVAILABLE.
+// timeout, a deploy lost), DEPLOY_FAILED (the deploy itself failed), STORE_UNAVAILABLE.
 func (m *Manager) Acquire(ctx context.Context, scope string) (warmpool.Lease, error) {
+	l, err := m.acquire(ctx, scope)
+	var lost *deployLost
+	if errors.As(err, &lost) {
+		until := lost.until
+		for tries := 1; tries < lostTries && ctx.Err() == nil && m.clock.Now().Before(until); tries++ {
+			m.log.InfoContext(ctx, "the deploy this request followed was lost; acquiring again", "scope", scope, "reason", lost.reason)
+			if l, err = m.acquire(ctx, scope); !errors.As(err, &lost) {
+				break
+			}
+		}
+		switch {
+		case !errors.As(err, &lost):
+		case ctx.Err() != nil:
+			err = ctx.Err()
+		default:
+			err = warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: the deploy this request waited for was lost (%s) and no other took it in time; retry", scope, lost.reason).Retry(1)
+		}
+	}
+	if err != nil && !errors.Is(err, warmpool.ErrPoolFull) {
+		m.cfg.Observe("acquire", "failed")
+	}
+	return l, err
+}
+
+// deployLost is a follower's answer when the deploy it followed was lost before its pod
+// was committed: another try may succeed.
+type deployLost struct {
+	reason string
+	// until is the end of the follower's wait: it tries again only before then.
+	until time.Time
+}
+
+func (e *deployLost) Error() string { return "the deploy followed was lost: " + e.reason }
+
+// acquire is one try of Acquire.
+func (m *Manager) acquire(ctx context.Context, scope string) (warmpool.Lease, error) {
 	asked := time.Now()
 	now := m.clock.Now()
 	claim := warmpool.NewID()
@@ -135,7 +178,6 @@ func (m *Manager) Acquire(ctx context.Context, scope string) (warmpool.Lease, er
 		RoomMargin:    m.cfg.FollowerMargin,
 	})
 	if err != nil {
-		m.cfg.Observe("acquire", "failed")
 		return warmpool.Lease{}, fmt.Errorf("acquire %q: %w", scope, err)
 	}
 	switch res.Kind {
@@ -197,7 +239,6 @@ func (m *Manager) lead(ctx context.Context, scope string, res lua.AcquireResult,
 	select {
 	case r := <-done:
 		if r.err != nil {
-			m.cfg.Observe("acquire", "failed")
 			return warmpool.Lease{}, r.err
 		}
 		m.cfg.Observe("acquire", warmpool.SourceDeployed)
@@ -218,15 +259,18 @@ func (m *Manager) releaseAbandoned(scope, claim string) {
 	}
 }
 
-// Deploy errors.
+// errLeaseLost: the deploy's lease was lost before its pod was committed.
 var errLeaseLost = errors.New("deploy lease lost")
 
 // deploy creates the pod of one deploy lease and registers it, keeping the lease alive
-// while the driver works. Whatever fails, the lease is given up and its followers are
-// told why; a pod created under a lost lease is deleted. The deploy runs detached from
-// from, the context of the call that started it, but keeps its values (the request id
-// of its log lines). It logs one line with the deploy's phases and reports it to
-// OnDeploy.
+// while the driver works and the register runs. Whatever fails, the lease is given up
+// and its followers are told why; a pod not committed is deleted. A deploy that failed
+// (the driver's error: the image, the timeout, the pod died) answers DEPLOY_FAILED and
+// fails its followers. One that was lost (its lease lost, its ready pod's register
+// kept missing Redis, the replica closing) answers 503 with Retry-After and sends its
+// followers to try again. The deploy runs detached from from, the context of the call
+// that started it, but keeps its values (the request id of its log lines). It logs one
+// line with the deploy's phases and reports it to OnDeploy.
 func (m *Manager) deploy(from context.Context, scope, member string, fence int64, spec warmpool.DeploySpec, leaderClaim string, leaseWait time.Duration) (warmpool.Pod, error) {
 	timeout := time.Duration(spec.ReadyTimeoutS)*time.Second + m.cfg.FollowerMargin
 	base, detach := context.WithCancel(context.WithoutCancel(from))
@@ -236,43 +280,90 @@ func (m *Manager) deploy(from context.Context, scope, member string, fence int64
 	defer cancel()
 	log := m.log.With("scope", scope, "deploy", member)
 
-	// The driver works under the lease: losing it cancels the deploy.
+	// The driver and the register work under the lease: losing it cancels them.
 	leased, stop := m.store.DeployKeepAlive(ctx, scope, member, m.cfg.Lease, m.clock)
 	start := time.Now()
 	phases := &phaseLog{start: start, times: []PhaseTime{{Phase: warmpool.PhaseLeaseWait, Elapsed: leaseWait}}}
 	pod, err := m.driver.Deploy(leased, warmpool.DeployRequest{ScopeID: scope, DeployVer: spec.DeployVer(), Fence: fence, Spec: spec, OnPhase: phases.add})
-	if lerr := stop(); lerr != nil {
-		// Whatever the driver said is a consequence: the deploy was cancelled because
-		// its lease may be someone else's now.
+	ready := err == nil
+	if ready {
+		err = m.register(leased, log, scope, member, pod, leaderClaim)
+	}
+	lerr := stop()
+	cleanup, done := lua.CleanupContext(ctx)
+	defer done()
+	if ready && err != nil && !errors.Is(err, lua.ErrFenced) {
+		// A try whose answer never came may have committed the pod after all.
+		if known, kerr := m.store.PodKnown(cleanup, scope, pod.ID); kerr == nil && known {
+			log.InfoContext(ctx, "the register's answer was lost, but it committed the pod", "pod", pod.ID, "err", err)
+			err = nil
+		}
+	}
+	switch {
+	case err == nil:
+		// The register took the lease out, so a keep-alive try after it finds the lease
+		// gone: that is the commit, not a loss.
+		m.cfg.Observe("deploy", "ok")
+		m.report(ctx, log, scope, DeployOK, phases, slog.String("pod", pod.ID))
+		return pod, nil
+	case lerr != nil:
+		// Whatever the driver or the register said is a consequence: the deploy was
+		// cancelled because its lease may be someone else's now.
 		log.WarnContext(ctx, "deploy lease lost; the deploy was cancelled", "err", lerr)
 		err = errLeaseLost
+	case errors.Is(err, lua.ErrFenced):
+		err = errLeaseLost
 	}
-	if err == nil {
-		now := m.clock.Now()
-		_, err = m.store.PodRegister(ctx, scope, member, pod, leaderClaim, now, now.Add(m.cfg.ClaimTTL))
-		if errors.Is(err, lua.ErrFenced) {
-			err = errLeaseLost
+	if pod.ID != "" {
+		if derr := m.driver.Delete(cleanup, pod); derr != nil {
+			log.WarnContext(ctx, "delete of an uncommitted pod failed; reconcile will remove it", "pod", pod.ID, "err", derr)
 		}
 	}
-	if err != nil {
-		cleanup, done := lua.CleanupContext(ctx)
-		defer done()
-		if pod.ID != "" {
-			if derr := m.driver.Delete(cleanup, pod); derr != nil {
-				log.WarnContext(ctx, "delete of an uncommitted pod failed; reconcile will remove it", "pod", pod.ID, "err", derr)
-			}
-		}
-		reason := deployReason(ctx, err)
-		if _, aerr := m.store.DeployAbort(cleanup, scope, member, reason, m.clock.Now().Add(m.cfg.ClaimTTL)); aerr != nil {
-			log.WarnContext(ctx, "abort of a failed deploy failed; its lease expires by itself", "err", aerr)
-		}
-		m.cfg.Observe("deploy", "failed")
-		m.report(ctx, log, scope, DeployFailed, phases, slog.String("err", reason))
+	reason := deployReason(ctx, err)
+	// Nothing after the driver's success is the deploy's fault.
+	lost := ready || errors.Is(err, errLeaseLost) || m.ctx.Err() != nil
+	if _, aerr := m.store.DeployAbort(cleanup, scope, member, reason, lost, m.clock.Now().Add(m.cfg.ClaimTTL)); aerr != nil {
+		log.WarnContext(ctx, "abort of a failed deploy failed; its lease expires by itself", "err", aerr)
+	}
+	m.cfg.Observe("deploy", "failed")
+	m.report(ctx, log, scope, DeployFailed, phases, slog.String("err", reason))
+	if !lost {
 		return warmpool.Pod{}, warmpool.Errorf(warmpool.CodeDeployFailed, "deploy of scope %q failed: %s", scope, reason)
 	}
-	m.cfg.Observe("deploy", "ok")
-	m.report(ctx, log, scope, DeployOK, phases, slog.String("pod", pod.ID))
-	return pod, nil
+	code := warmpool.CodeNoPodAvailable
+	if warmpool.ErrorCode(err) == warmpool.CodeStoreUnavailable {
+		code = warmpool.CodeStoreUnavailable
+	}
+	return warmpool.Pod{}, warmpool.Errorf(code, "deploy of scope %q was lost before its pod was committed: %s; retry", scope, reason).Retry(1)
+}
+
+// register commits a ready pod under its lease. A try that Redis does not answer in
+// time (a stall, or a call it ran after its deadline and so refused) is made again
+// while the lease is held: the keep-alive cancels leased once Redis has been silent
+// from half the lease on, before the lease can run out. The script's own answers
+// (FENCED, EPOCH_LOST) are final.
+func (m *Manager) register(leased context.Context, log *slog.Logger, scope, member string, pod warmpool.Pod, leaderClaim string) error {
+	for tries := 1; ; tries++ {
+		now := m.clock.Now()
+		_, err := m.store.PodRegister(leased, scope, member, pod, leaderClaim, now, now.Add(m.cfg.ClaimTTL))
+		if err == nil || !stalled(err) {
+			return err
+		}
+		if tries == 1 {
+			log.InfoContext(leased, "register of a ready pod missed Redis; trying again while the lease holds", "pod", pod.ID, "err", err)
+		}
+		select {
+		case <-leased.Done():
+			return err
+		case <-time.After(m.cfg.PollInterval):
+		}
+	}
+}
+
+// stalled tells a Redis that did not answer in time (or ran the call too late to
+// count) from an answer: another try may get through.
+func stalled(err error) bool {
+	return warmpool.ErrorCode(err) == warmpool.CodeStoreUnavailable && !errors.Is(err, warmpool.ErrEpochLost)
 }
 
 // report logs the one line of a finished deploy, with its phases, tells OnDeploy and
@@ -323,7 +414,7 @@ func deployReason(ctx context.Context, err error) string {
 	case errors.As(err, &e):
 		return e.Message
 	case errors.Is(err, errLeaseLost):
-		return "the deploy lease was lost (Redis unreachable or too slow)"
+		return "the deploy lease was lost (its leader stalled, or Redis was unreachable or too slow)"
 	case ctx.Err() != nil && context.Cause(ctx) != nil:
 		return context.Cause(ctx).Error()
 	}
@@ -331,8 +422,12 @@ func deployReason(ctx context.Context, err error) string {
 }
 
 // follow waits, as a follower, for the pod of a deploy in flight. The slot on it is the
-// follower's (claimed by the register script). Whatever ends the wait other than the
-// pod, the follower leaves the room and gives back any claim it got.
+// follower's (claimed by the register script). A deploy that failed fails the follower;
+// one that was lost answers deployLost, and Acquire tries again. A Redis that does not
+// answer for a while does not end the wait before the leader would give up through the
+// same silence (half the lease): the leader may still register its pod after it.
+// Whatever ends the wait other than the pod, the follower leaves the room and gives
+// back any claim it got.
 func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResult, claim string) (lease warmpool.Lease, err error) {
 	wait := res.RoomDeadline.Sub(m.clock.Now())
 	wctx, cancel := context.WithTimeout(ctx, wait)
@@ -341,7 +436,6 @@ func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResul
 		if err == nil {
 			return
 		}
-		m.cfg.Observe("acquire", "failed")
 		cleanup, done := lua.CleanupContext(ctx)
 		defer done()
 		if lerr := m.store.FollowerLeave(cleanup, scope, res.Room, claim, m.clock.Now()); lerr != nil {
@@ -350,17 +444,24 @@ func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResul
 	}()
 	t := time.NewTicker(m.cfg.PollInterval)
 	defer t.Stop()
+	answered := time.Now()
 	for {
 		st, err := m.store.FollowerWait(wctx, scope, res.Deploy, res.Room, claim, m.clock.Now())
 		switch {
 		case err != nil && wctx.Err() == nil:
-			return warmpool.Lease{}, fmt.Errorf("follow deploy of %q: %w", scope, err)
+			if !stalled(err) || time.Since(answered) >= m.cfg.Lease/2 {
+				return warmpool.Lease{}, fmt.Errorf("follow deploy of %q: %w", scope, err)
+			}
 		case err != nil:
 		case st.State == lua.FollowerReady:
 			m.cfg.Observe("acquire", warmpool.SourceFollower)
 			return warmpool.Lease{Pod: st.Pod, Source: warmpool.SourceFollower, Claim: claim}, nil
 		case st.State == lua.FollowerFailed:
 			return warmpool.Lease{}, warmpool.Errorf(warmpool.CodeDeployFailed, "the deploy this request waited for failed: %s", st.Reason)
+		case st.State == lua.FollowerLost:
+			return warmpool.Lease{}, &deployLost{reason: st.Reason, until: res.RoomDeadline}
+		default:
+			answered = time.Now()
 		}
 		select {
 		case <-t.C:

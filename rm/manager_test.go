@@ -251,30 +251,100 @@ func TestCrashLeftoversExpire(t *testing.T) {
 	}
 }
 
-// A follower whose leader died (its lease expired) fails fast instead of waiting out the
-// ready timeout.
-func TestFollowerOfADeadLeaderFailsFast(t *testing.T) {
+// A follower whose leader died (its lease expired, with room below max_pods) does not
+// wait out its room and does not fail: at the lease's end it deploys in its place
+// (issue 20.7). Before, it failed with DEPLOY_FAILED ("its leader is gone").
+func TestFollowerOfADeadLeaderDeploysInItsPlace(t *testing.T) {
 	h := replicatest.New(t)
-	h.Scope("s", 2, 2)
+	h.Scope("s", 2, 2) // max_pods 1: the dead leader's lease holds the only place
 	m := manager(h, rm.Config{Clock: h.Clock, Lease: 3 * time.Second})
 	now := h.Clock.Now()
 	if _, err := h.Store.PodAcquire(context.Background(), "s", lua.AcquireArgs{Now: now, Claim: "dead", ClaimDeadline: now.Add(time.Minute), LeaseDeadline: now.Add(3 * time.Second), RoomMargin: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	errc := make(chan error, 1)
-	go func() { _, err := m.Acquire(context.Background(), "s"); errc <- err }()
+	ch := burst(context.Background(), "s", 1, m)
 	replicatest.WaitFor(t, "the follower in the room", func() bool { return len(h.Snap("s").Followers) == 1 })
 	h.Clock.Advance(3 * time.Second)
-	if err := <-errc; warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !contains(err.Error(), "leader is gone") {
-		t.Fatalf("follower of a dead leader: %v, want DEPLOY_FAILED naming the leader", err)
+	o := replicatest.Recv(t, "the follower's answer", ch)
+	if o.err != nil || o.lease.Source != warmpool.SourceDeployed {
+		t.Fatalf("follower of a dead leader: %+v, %v; want a pod it deployed itself", o.lease, o.err)
 	}
-	if s := h.Snap("s"); len(s.Followers) != 0 {
-		t.Fatalf("room entries left: %v", s.Followers)
+	if h.Fake.DeployCount() != 1 {
+		t.Fatalf("deploys = %d, want the one in the dead leader's place", h.Fake.DeployCount())
+	}
+	release(t, m, "s", []outcome{o})
+	h.Settled("s")
+}
+
+// A follower whose deploys keep being lost tries again a bounded number of times, then
+// answers 503 NO_POD_AVAILABLE with Retry-After, never DEPLOY_FAILED, and leaves
+// nothing behind.
+func TestFollowerOfLostDeploysGivesUpWithRetryAfter(t *testing.T) {
+	h := replicatest.New(t)
+	h.Scope("s", 8, 2) // max_pods 4
+	m := manager(h, rm.Config{Clock: h.Clock})
+	ctx := context.Background()
+	now := h.Clock.Now()
+	// Three leaders that took a lease each, one second apart, and died. Each room is
+	// filled while the next leader takes its lease, then left again.
+	var deploys []string
+	var fillers [][2]string
+	for i := range 3 {
+		acquire := func(claim string) lua.AcquireResult {
+			res, err := h.Store.PodAcquire(ctx, "s", lua.AcquireArgs{Now: now, Claim: claim, ClaimDeadline: now.Add(time.Minute),
+				LeaseDeadline: now.Add(time.Duration(i+1) * time.Second), RoomMargin: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		if res := acquire(fmt.Sprintf("dead%d", i)); res.Kind != lua.AcquireDeploy {
+			t.Fatalf("dead leader %d: %+v", i, res)
+		} else {
+			deploys = append(deploys, res.Deploy)
+		}
+		filler := fmt.Sprintf("filler%d", i)
+		if res := acquire(filler); res.Kind != lua.AcquireFollower {
+			t.Fatalf("filler %d: %+v", i, res)
+		} else {
+			fillers = append(fillers, [2]string{res.Room, filler})
+		}
+	}
+	for _, f := range fillers {
+		if err := h.Store.FollowerLeave(ctx, "s", f[0], f[1], now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hold := h.Fake.Hold() // a deploy of the follower's own would be a fourth
+	defer hold()
+	ch := burst(ctx, "s", 1, m)
+	for _, d := range deploys {
+		replicatest.WaitFor(t, "the follower in the room of "+d, func() bool {
+			for f := range h.Snap("s").Followers {
+				if strings.HasPrefix(f, d+"|") {
+					return true
+				}
+			}
+			return false
+		})
+		h.Clock.Advance(time.Second)
+	}
+	o := replicatest.Recv(t, "the follower's answer", ch)
+	var e *warmpool.Error
+	if !errors.As(o.err, &e) || e.Code != warmpool.CodeNoPodAvailable || e.RetryAfter < 1 || !contains(e.Message, "leader is gone") {
+		t.Fatalf("follower of three lost deploys: %+v, %v; want NO_POD_AVAILABLE with retry_after, naming the lost leader", o.lease, o.err)
+	}
+	if h.Fake.DeployCount() != 0 {
+		t.Fatalf("deploys = %d, want none", h.Fake.DeployCount())
+	}
+	if s := h.Snap("s"); len(s.Followers) != 0 || len(s.Claims) != 0 {
+		t.Fatalf("left behind: followers %v, claims %v", s.Followers, s.Claims)
 	}
 }
 
 // A leader whose lease is lost mid-deploy (another replica gave it up) cancels the
-// deploy at once, commits nothing and deletes the pod it made.
+// deploy at once, commits nothing and deletes the pod it made. Its caller gets 503
+// NO_POD_AVAILABLE with Retry-After: the deploy did not fail, a retry may succeed.
 func TestLostLeaseCancelsTheDeploy(t *testing.T) {
 	h := replicatest.New(t)
 	// A ready timeout far beyond the test's patience: only the lost lease can end the
@@ -289,8 +359,9 @@ func TestLostLeaseCancelsTheDeploy(t *testing.T) {
 	h.Clock.Advance(time.Second) // the next extension finds the lease expired
 	select {
 	case err := <-errc:
-		if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !contains(err.Error(), "lease") {
-			t.Fatalf("deploy with a lost lease: %v, want DEPLOY_FAILED naming the lease", err)
+		var e *warmpool.Error
+		if !errors.As(err, &e) || e.Code != warmpool.CodeNoPodAvailable || e.RetryAfter < 1 || !contains(err.Error(), "lease") {
+			t.Fatalf("deploy with a lost lease: %v, want NO_POD_AVAILABLE with retry_after, naming the lease", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the deploy ran on after its lease was lost")

@@ -5,11 +5,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
@@ -148,5 +150,112 @@ func TestFakeReplicasKeepEachOthersPods(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, pod.(string)+".json")); err != nil {
 		t.Fatalf("the pod's file: %v", err)
+	}
+}
+
+// Issue 20.7: Redis stops (SIGSTOP, 3 s) while a leader registers its ready pod and a
+// follower waits for it; the replica's production client gives up on each call after
+// 1 s. A register that misses Redis is tried again while the deploy lease holds: with
+// the default 30 s lease the pod is registered once Redis is back and both routes get
+// it. With a 2 s lease the keep-alive gives up first: the pod is deleted, its lease
+// given up, and the routes answer 503 with Retry-After. Neither answers 502: a retry
+// finishes the work. Before, the leader answered 502 DEPLOY_FAILED (the register ran
+// after its caller's deadline, or not at all) and deleted the ready pod, and the
+// follower gave up at its first poll that Redis did not answer.
+func TestRedisStallDuringRegister(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses a redis-server of its own for seconds; skipped with -short")
+	}
+	for _, tc := range []struct {
+		name       string
+		lease      time.Duration
+		registered bool
+	}{
+		{"registered after the stall", 0, true},
+		{"lease gone before Redis is back", 2 * time.Second, false},
+	} {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			const stall = 3 * time.Second
+			ctx := context.Background()
+			rs := testredis.StartServer(t)
+			e := mustEnv(t, withRedisURL(rs.URL(), "wp:stall:"), func(c *server.Config) { c.RM.Lease = tc.lease })
+			e.putScope("p", scopeCfg(4, 2, 4, 10)) // max_pods 2, two sessions a pod
+			store := e.srv.Store()
+			snap := func() lua.Snapshot {
+				t.Helper()
+				s, err := store.Snapshot(ctx, "p")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			hold := e.fake.Hold()
+			defer hold()
+			answers := make([]resp, 2)
+			var wg sync.WaitGroup
+			for i, session := range []string{"lead", "follow"} {
+				wg.Go(func() {
+					answers[i] = e.do(http.MethodPost, "/v1/scopes/p/sessions", map[string]string{"session_id": session})
+				})
+				if i == 0 {
+					await.True(t, 10*time.Second, "the leader's deploy in flight", func() bool { return e.fake.InFlight() == 1 })
+				}
+			}
+			await.True(t, 10*time.Second, "the follower in the room", func() bool { return len(snap().Followers) == 1 })
+
+			rs.Pause(t)
+			paused := time.Now()
+			hold() // the pod is ready: its register goes to a stopped Redis
+			await.True(t, 10*time.Second, "the driver's deploy returned", func() bool { return e.fake.InFlight() == 0 })
+			for time.Since(paused) < stall {
+				time.Sleep(20 * time.Millisecond) // the stall is the fault: it lasts its length
+			}
+			rs.Resume(t)
+			wg.Wait()
+
+			pods := map[string]bool{}
+			for _, r := range answers {
+				t.Logf("%v after %v", r, r.took.Round(time.Millisecond))
+				switch {
+				case r.status == http.StatusOK:
+					pods[r.obj(t)["pod_id"].(string)] = true
+				case r.status == http.StatusServiceUnavailable:
+					checkEnvelope(t, r) // with Retry-After
+					if tc.registered {
+						t.Errorf("%v: want the pod registered after the stall", r)
+					}
+				default:
+					t.Errorf("%v: want 200, or 503 with Retry-After", r)
+				}
+				if bound := stall + 5*time.Second; r.took > bound {
+					t.Errorf("%v took %v, want within %v", r, r.took, bound)
+				}
+			}
+			if tc.registered && len(pods) != 1 {
+				t.Fatalf("the two routes got pods %v, want the one registered after the stall", pods)
+			}
+			if !tc.registered {
+				// The leftovers of calls Redis never got (a room entry, a lease) expire by
+				// their deadlines; the next routes serve both sessions on a new pod.
+				e.clock.Advance(time.Minute)
+				for _, session := range []string{"lead", "follow"} {
+					pods[e.route("p", session)["pod_id"].(string)] = true
+				}
+			}
+			rec, err := store.Scope(ctx, "p")
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkInvariants(t, store, "p", rec.Config, true)
+			s := snap()
+			var inDriver []string
+			for _, p := range e.fake.Pods() {
+				inDriver = append(inDriver, p.ID)
+			}
+			if len(s.Pods) != 1 || len(inDriver) != 1 || inDriver[0] != s.Pods[0].Pod.ID || len(s.Sessions) != 2 {
+				t.Errorf("pods in Redis %+v, in the driver %v, sessions %v; want one pod, the same, with both sessions", s.Pods, inDriver, s.Sessions)
+			}
+		})
 	}
 }

@@ -40,7 +40,7 @@ type Scope struct {
 	deploys zset              // deploy member -> lease deadline
 	rooms   zset              // "<deploy>|<claim>" -> deadline
 	claims  zset              // claim -> deadline
-	claimOf map[string]string // claim -> pod | "!reason"
+	claimOf map[string]string // claim -> pod | "!reason" | "!lost:reason"
 	sess    map[string]string // session -> pod
 	sessExp zset              // session -> expiry
 	waiters zset              // waiter -> deadline
@@ -191,7 +191,7 @@ func (s *Scope) ScopeDelete(version int64, noteDeadline time.Time) (int, error) 
 	}
 	for _, d := range s.deploys.asc() {
 		delete(s.deploys, d)
-		s.failFollowers(d, "the scope was deleted", ms(noteDeadline))
+		s.failFollowers(d, "the scope was deleted", ms(noteDeadline), false)
 	}
 	clear(s.waiters)
 	clear(s.queue)
@@ -311,14 +311,21 @@ func (s *Scope) expireClaims(now int64, q *handoff) int {
 	return len(gone)
 }
 
-func (s *Scope) failFollowers(member, reason string, deadline int64) int {
+// noteLost marks the note of a lost deploy (LOST in _lib.lua).
+const noteLost = "!lost:"
+
+func (s *Scope) failFollowers(member, reason string, deadline int64, lost bool) int {
 	prefix := member + "|"
+	note := "!" + reason
+	if lost {
+		note = noteLost + reason
+	}
 	n := 0
 	for _, f := range s.rooms.asc() {
 		if c, ok := strings.CutPrefix(f, prefix); ok {
 			delete(s.rooms, f)
 			s.claims[c] = deadline
-			s.claimOf[c] = "!" + reason
+			s.claimOf[c] = note
 			n++
 		}
 	}
@@ -334,7 +341,7 @@ func (s *Scope) expirePool(now, noteDeadline int64, q *handoff) {
 	s.expireClaims(now, q)
 	for _, d := range s.deploys.upTo(now) {
 		delete(s.deploys, d)
-		s.failFollowers(d, reasonLeaderGone, noteDeadline)
+		s.failFollowers(d, reasonLeaderGone, noteDeadline, true)
 	}
 	for _, f := range s.rooms.upTo(now) {
 		delete(s.rooms, f)
@@ -444,6 +451,9 @@ func (s *Scope) PodRegister(deploy string, pod warmpool.Pod, leaderClaim string,
 		return 0, err
 	}
 	t := ms(now)
+	if _, ok := s.pods[pod.ID]; ok {
+		return int(s.slots[pod.ID]), nil
+	}
 	if lease, ok := s.deploys[deploy]; !ok || lease <= t {
 		return 0, lua.ErrFenced
 	}
@@ -638,14 +648,17 @@ func (s *Scope) DeployExtend(deploy string, now, deadline time.Time) bool {
 }
 
 // DeployAbort models deploy_abort.lua.
-func (s *Scope) DeployAbort(deploy, reason string, noteDeadline time.Time) int {
+func (s *Scope) DeployAbort(deploy, reason string, lost bool, noteDeadline time.Time) int {
 	delete(s.deploys, deploy)
-	return s.failFollowers(deploy, reason, ms(noteDeadline))
+	return s.failFollowers(deploy, reason, ms(noteDeadline), lost)
 }
 
 // FollowerWait models follower_wait.lua.
 func (s *Scope) FollowerWait(deploy, room, claim string, now time.Time) (lua.FollowerState, error) {
 	if pod, ok := s.claimOf[claim]; ok {
+		if reason, lost := strings.CutPrefix(pod, noteLost); lost {
+			return lua.FollowerState{State: lua.FollowerLost, Reason: reason}, nil
+		}
 		if reason, failed := strings.CutPrefix(pod, "!"); failed {
 			return lua.FollowerState{State: lua.FollowerFailed, Reason: reason}, nil
 		}
@@ -658,7 +671,7 @@ func (s *Scope) FollowerWait(deploy, room, claim string, now time.Time) (lua.Fol
 	t := ms(now)
 	if lease, ok := s.deploys[deploy]; !ok || lease <= t {
 		delete(s.rooms, room)
-		return lua.FollowerState{State: lua.FollowerFailed, Reason: reasonLeaderGone}, nil
+		return lua.FollowerState{State: lua.FollowerLost, Reason: reasonLeaderGone}, nil
 	}
 	if d, ok := s.rooms[room]; !ok || d <= t {
 		delete(s.rooms, room)

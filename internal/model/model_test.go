@@ -265,8 +265,13 @@ func (w *world) actions() map[string]func(*rapid.T) {
 		"deploy_abort": step("deploy_abort", func(s *side) {
 			d := s.deploy(w.t)
 			note := w.after("note deadline")
-			got, gotErr := w.store.DeployAbort(ctx, s.id, d, "image pull failed", note)
-			w.same("deploy_abort", got, s.model.DeployAbort(d, "image pull failed", note), gotErr, nil)
+			// a deploy that failed, or one that was lost (its lease, its register)
+			reason, lost := "image pull failed", rapid.Bool().Draw(w.t, "lost")
+			if lost {
+				reason = "register missed Redis"
+			}
+			got, gotErr := w.store.DeployAbort(ctx, s.id, d, reason, lost, note)
+			w.same("deploy_abort", got, s.model.DeployAbort(d, reason, lost, note), gotErr, nil)
 		}),
 		"follower_wait": step("follower_wait", func(s *side) {
 			if len(s.rooms) == 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/lua"
 )
@@ -387,20 +388,100 @@ func TestIdempotentRunsOnce(t *testing.T) {
 	calls := 0
 	fn := func() ([]byte, error) { calls++; return []byte(`{"n":1}`), nil }
 	key := e.store.Keys().Scope(e.scope).Idem("x", "r1")
-	a, replayed, err := e.store.Idempotent(ctx, key, time.Minute, time.Second, time.Millisecond, fn)
-	if err != nil || replayed || string(a) != `{"n":1}` {
-		t.Fatalf("first = %s %v %v", a, replayed, err)
+	a, err := e.store.Idempotent(ctx, key, time.Minute, time.Second, time.Millisecond, fn)
+	if err != nil || a.Replayed || string(a.Answer) != `{"n":1}` || a.Unkept != nil {
+		t.Fatalf("first = %+v %v", a, err)
 	}
-	b, replayed, err := e.store.Idempotent(ctx, key, time.Minute, time.Second, time.Millisecond, fn)
-	if err != nil || !replayed || string(b) != string(a) || calls != 1 {
-		t.Fatalf("replay = %s %v %v, calls %d", b, replayed, err, calls)
+	b, err := e.store.Idempotent(ctx, key, time.Minute, time.Second, time.Millisecond, fn)
+	if err != nil || !b.Replayed || string(b.Answer) != string(a.Answer) || calls != 1 {
+		t.Fatalf("replay = %+v %v, calls %d", b, err, calls)
 	}
 	failKey := e.store.Keys().Scope(e.scope).Idem("x", "r2")
 	boom := errors.New("boom")
-	if _, _, err := e.store.Idempotent(ctx, failKey, time.Minute, time.Second, time.Millisecond, func() ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
-		t.Fatalf("err = %v", err)
+	if f, err := e.store.Idempotent(ctx, failKey, time.Minute, time.Second, time.Millisecond, func() ([]byte, error) { return nil, boom }); !errors.Is(err, boom) || f.Unkept != nil {
+		t.Fatalf("err = %v, %+v", err, f)
 	}
-	if _, replayed, err := e.store.Idempotent(ctx, failKey, time.Minute, time.Second, time.Millisecond, fn); err != nil || replayed {
-		t.Fatalf("a failed first run must not be cached: %v %v", replayed, err)
+	if c, err := e.store.Idempotent(ctx, failKey, time.Minute, time.Second, time.Millisecond, fn); err != nil || c.Replayed {
+		t.Fatalf("a failed first run must not be cached: %+v %v", c, err)
 	}
+}
+
+// A first request that outlives its mark (its ttl passes while fn runs, and a retry
+// takes the id) leaves the retry's mark as it is, whether it ends with an answer or an
+// error, and says that its mark was not completed: a third call replays the retry's
+// answer. Guards the token checks of idem_answer.lua and idem_release.lua.
+func TestLateOwnerLeavesTheRetrysMark(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	for _, late := range []struct {
+		name string
+		err  error
+	}{{"answers", nil}, {"fails", errors.New("boom")}} {
+		t.Run(late.name, func(t *testing.T) {
+			key := e.store.Keys().Scope(e.scope).Idem("x", "late-"+late.name)
+			first, err := e.store.Idempotent(ctx, key, 100*time.Millisecond, time.Second, time.Millisecond, func() ([]byte, error) {
+				await.True(t, 5*time.Second, "the first request's mark expires", func() bool {
+					n, err := e.r.Client.Exists(ctx, key).Result()
+					return err == nil && n == 0
+				})
+				retry, err := e.store.Idempotent(ctx, key, time.Minute, time.Second, time.Millisecond, func() ([]byte, error) {
+					return []byte(`{"by":"retry"}`), nil
+				})
+				if err != nil || retry.Replayed || string(retry.Answer) != `{"by":"retry"}` {
+					t.Fatalf("the retry after the mark expired = %+v %v, want its own run", retry, err)
+				}
+				return []byte(`{"by":"late"}`), late.err
+			})
+			if !errors.Is(err, late.err) || first.Unkept == nil {
+				t.Fatalf("the late first request: %+v %v, want %v and its mark not completed", first, err, late.err)
+			}
+			third, err := e.store.Idempotent(ctx, key, time.Minute, time.Second, time.Millisecond, func() ([]byte, error) {
+				return []byte(`{"by":"third"}`), nil
+			})
+			if err != nil || !third.Replayed || string(third.Answer) != `{"by":"retry"}` {
+				t.Fatalf("a third call = %+v %v, want the retry's answer replayed", third, err)
+			}
+		})
+	}
+}
+
+// The mark scripts in a controlled sequence: the owner of an expired mark can neither
+// free nor answer the mark a retry took since; the retry's owner answers it, once;
+// nobody frees an answered mark.
+func TestMarkScriptsCheckTheOwnersToken(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	key := e.store.Keys().Scope(e.scope).Idem("x", "r1")
+	claim := func(token string, ttl time.Duration, want lua.IdemMark) {
+		t.Helper()
+		if got, err := e.store.IdemClaim(ctx, key, token, ttl); err != nil || got.State != want.State || string(got.Answer) != string(want.Answer) {
+			t.Fatalf("claim by %s = %+v %v, want %+v", token, got, err, want)
+		}
+	}
+	check := func(what string, got bool, err error, want bool) {
+		t.Helper()
+		if err != nil || got != want {
+			t.Fatalf("%s = %v %v, want %v", what, got, err, want)
+		}
+	}
+	claim("t1", 50*time.Millisecond, lua.IdemMark{State: lua.IdemWon})
+	await.True(t, 5*time.Second, "t1's mark expires", func() bool {
+		n, err := e.r.Client.Exists(ctx, key).Result()
+		return err == nil && n == 0
+	})
+	claim("t2", time.Minute, lua.IdemMark{State: lua.IdemWon})
+	got, err := e.store.IdemRelease(ctx, key, "t1")
+	check("t1's late release", got, err, false)
+	got, err = e.store.IdemAnswer(ctx, key, "t1", []byte("late"), time.Minute)
+	check("t1's late answer", got, err, false)
+	claim("t3", time.Minute, lua.IdemMark{State: lua.IdemRunning})
+	got, err = e.store.IdemAnswer(ctx, key, "t2", []byte("retry"), time.Minute)
+	check("t2's answer", got, err, true)
+	got, err = e.store.IdemAnswer(ctx, key, "t2", []byte("again"), time.Minute)
+	check("t2's second answer", got, err, false)
+	for _, token := range []string{"t1", "t2"} {
+		got, err = e.store.IdemRelease(ctx, key, token)
+		check(token+"'s release of the answered mark", got, err, false)
+	}
+	claim("t3", time.Minute, lua.IdemMark{State: lua.IdemDone, Answer: []byte("retry")})
 }

@@ -431,18 +431,21 @@ func (m *Manager) Hold(ctx context.Context, scope, requestID string) (Hold, erro
 	// take; the pending mark expires with IdemTTL anyway.
 	wait := time.Duration(warmpool.MaxReadyTimeoutS)*time.Second + m.cfg.FollowerMargin
 	key := m.store.Keys().Scope(scope).Idem("acquire", requestID)
-	raw, _, err := m.store.Idempotent(ctx, key, m.cfg.IdemTTL, wait, m.cfg.PollInterval, func() ([]byte, error) {
+	res, err := m.store.Idempotent(ctx, key, m.cfg.IdemTTL, wait, m.cfg.PollInterval, func() ([]byte, error) {
 		h, err := m.hold(ctx, scope)
 		if err != nil {
 			return nil, err
 		}
 		return json.Marshal(h)
 	})
+	if res.Unkept != nil {
+		m.log.WarnContext(ctx, "acquire's request id mark not completed", "scope", scope, "err", res.Unkept)
+	}
 	if err != nil {
 		return Hold{}, err
 	}
 	var h Hold
-	if err := json.Unmarshal(raw, &h); err != nil {
+	if err := json.Unmarshal(res.Answer, &h); err != nil {
 		return Hold{}, fmt.Errorf("acquire %q: cached answer: %w", scope, err)
 	}
 	return h, nil

@@ -148,7 +148,7 @@ func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (
 	// a second pod.
 	key := m.store.Keys().Scope(scope).Idem("route-run", requestID)
 	source := warmpool.SourceAffinity // unless this call runs the route itself
-	raw, _, err := m.store.Idempotent(ctx, key, m.cfg.IdemTTL, maxRouteWait, m.cfg.Recheck, func() ([]byte, error) {
+	run, err := m.store.Idempotent(ctx, key, m.cfg.IdemTTL, maxRouteWait, m.cfg.Recheck, func() ([]byte, error) {
 		b, err := m.routeOnce(ctx, scope, session, requestID)
 		if err != nil {
 			return nil, err
@@ -156,11 +156,14 @@ func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (
 		source = b.Source
 		return json.Marshal(b)
 	})
+	if run.Unkept != nil {
+		m.log.WarnContext(ctx, "route's request id mark not completed", "scope", scope, "session", session, "err", run.Unkept)
+	}
 	if err != nil {
 		return Binding{}, err
 	}
 	var b Binding
-	if err := json.Unmarshal(raw, &b); err != nil {
+	if err := json.Unmarshal(run.Answer, &b); err != nil {
 		return Binding{}, fmt.Errorf("route %s/%s: cached answer: %w", scope, session, err)
 	}
 	b.Source = source

@@ -48,7 +48,7 @@ type Scope struct {
 	health  map[string]int64  // pod -> failed probes in a row
 	gone    map[string]bool   // tombstones of purged pods
 	idem    map[string]string // request id -> cached route answer
-	claimed map[string]string // idempotency key -> "" while its first request runs, then its answer
+	claimed map[string]string // idempotency key -> "<owner token>\n<answer>", the answer "" while its first request runs
 }
 
 // NewScope returns the model of a scope that was never published.
@@ -1123,24 +1123,65 @@ func RecordLine(version, deleted string, published, epoch, indexed bool) string 
 	return fmt.Sprintf("version=%s deleted=%s published=%v epoch=%v indexed=%v", version, deleted, published, epoch, indexed)
 }
 
-// Idempotent models lua.Store.Idempotent (idem_claim.lua) on one idempotency key of
-// the scope, with fn run inline: the first call of a key runs fn and keeps its answer,
-// or forgets the key when fn fails; a later call replays the answer; a call while the
-// first one runs gets NO_POD_AVAILABLE, as when its wait ends (a key's ttl, real time,
-// is taken not to pass).
-func (s *Scope) Idempotent(key string, fn func() ([]byte, error)) ([]byte, bool, error) {
-	if v, ok := s.claimed[key]; ok {
-		if v == "" {
-			return nil, false, warmpool.Errorf(warmpool.CodeNoPodAvailable, "request is still running on another replica")
-		}
-		return []byte(v), true, nil
+// IdemClaim models idem_claim.lua on one idempotency key of the scope (a key's ttl,
+// real time, is taken not to pass; IdemExpire makes it pass).
+func (s *Scope) IdemClaim(key, token string) lua.IdemMark {
+	mark, ok := s.claimed[key]
+	if !ok {
+		s.claimed[key] = token + "\n"
+		return lua.IdemMark{State: lua.IdemWon}
 	}
-	s.claimed[key] = ""
+	_, answer, _ := strings.Cut(mark, "\n")
+	if answer == "" {
+		return lua.IdemMark{State: lua.IdemRunning}
+	}
+	return lua.IdemMark{State: lua.IdemDone, Answer: []byte(answer)}
+}
+
+// IdemAnswer models idem_answer.lua.
+func (s *Scope) IdemAnswer(key, token string, answer []byte) bool {
+	if s.claimed[key] != token+"\n" {
+		return false
+	}
+	s.claimed[key] = token + "\n" + string(answer)
+	return true
+}
+
+// IdemRelease models idem_release.lua.
+func (s *Scope) IdemRelease(key, token string) bool {
+	if s.claimed[key] != token+"\n" {
+		return false
+	}
+	delete(s.claimed, key)
+	return true
+}
+
+// IdemExpire models the end of an idempotency key's ttl: the key is gone.
+func (s *Scope) IdemExpire(key string) { delete(s.claimed, key) }
+
+// Mark is the idempotency key's value, as Redis holds it; false when there is none.
+func (s *Scope) Mark(key string) (string, bool) {
+	v, ok := s.claimed[key]
+	return v, ok
+}
+
+// Idempotent models lua.Store.Idempotent on one idempotency key of the scope, with fn
+// run inline and token the owner token the store's call took the key under: the
+// first call of a key runs fn and keeps its answer, or frees the key when fn fails; a
+// later call replays the answer; a call while the first one runs gets
+// NO_POD_AVAILABLE, as when its wait ends.
+func (s *Scope) Idempotent(key, token string, fn func() ([]byte, error)) ([]byte, bool, error) {
+	switch m := s.IdemClaim(key, token); m.State {
+	case lua.IdemRunning:
+		return nil, false, warmpool.Errorf(warmpool.CodeNoPodAvailable, "request is still running on another replica")
+	case lua.IdemDone:
+		return m.Answer, true, nil
+	}
 	answer, err := fn()
 	if err != nil {
-		delete(s.claimed, key)
+		s.IdemRelease(key, token)
 		return nil, false, err
 	}
-	s.claimed[key] = string(answer)
+	s.IdemAnswer(key, token, answer)
 	return answer, false, nil
 }

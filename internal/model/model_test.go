@@ -77,7 +77,7 @@ var weights = map[string]int{
 	"follower_wait": 2, "pod_placeholder": 2, "deploy_extend": 2, "scope_repair": 2,
 	"session_get": 1, "follower_leave": 1, "waiter_leave": 1, "deploy_abort": 1, "pod_purge": 1, "pod_adopt": 1,
 	"pod_health": 1, "fence_raise": 1, "scope_publish": 1, "epoch_lost": 1, "drift": 1,
-	"scope_delete": 1, "scope_forget": 1, "idem_claim": 1,
+	"scope_delete": 1, "scope_forget": 1, "idem_claim": 1, "idem_answer": 1, "idem_release": 1, "idem_expire": 1,
 }
 
 // The scopes of every run: a has room for three pods of two sessions, deployed two at
@@ -123,6 +123,7 @@ type side struct {
 	pods     []string
 	sessions []string
 	waiters  []string
+	owners   []markRef // the idempotency marks taken by bare claims, with their owner tokens
 	// drifted is set once a write outside the scripts changed the scope: from then on
 	// its state is compared with the model's, but the invariants may rightly break.
 	drifted bool
@@ -136,6 +137,8 @@ type deployRef struct {
 }
 
 type roomRef struct{ deploy, room, claim string }
+
+type markRef struct{ key, token string }
 
 type world struct {
 	t     *rapid.T
@@ -408,7 +411,18 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			w.same("scope_forget", got, s.model.ScopeForget(), gotErr, nil)
 		}),
 		"idem_claim": step("idem_claim", func(s *side) {
-			key := w.store.Keys().Scope(s.id).Idem("acquire", rapid.SampledFrom([]string{"q0", "q1", "q2"}).Draw(w.t, "request"))
+			key := s.idemKey(w)
+			if rapid.IntRange(0, 2).Draw(w.t, "bare") == 0 {
+				// a first request that takes the mark and runs on (or died): when it
+				// wins, its token is one a later step may answer or release with
+				token := w.fresh("t")
+				got, gotErr := w.store.IdemClaim(ctx, key, token, time.Hour)
+				w.same("idem_claim bare", got, s.model.IdemClaim(key, token), gotErr, nil)
+				if got.State == lua.IdemWon {
+					s.owners = append(s.owners, markRef{key: key, token: token})
+				}
+				return
+			}
 			answer := []byte(w.fresh("answer"))
 			var fail error
 			if rapid.IntRange(0, 3).Draw(w.t, "fails") == 0 {
@@ -421,21 +435,49 @@ func (w *world) actions() map[string]func(*rapid.T) {
 				w.t.Fatalf("idem_claim: a retry took the key of a first request still running")
 				return nil, nil
 			}
-			got, gotReplay, gotErr := w.store.Idempotent(ctx, key, time.Hour, time.Millisecond, time.Millisecond, func() ([]byte, error) {
+			// the owner token the store's first request took the mark under, read
+			// from the mark while it runs
+			var token string
+			got, gotErr := w.store.Idempotent(ctx, key, time.Hour, time.Millisecond, time.Millisecond, func() ([]byte, error) {
+				mark, err := w.r.Client.Get(ctx, key).Result()
+				if err != nil {
+					w.t.Fatalf("idem_claim: the mark of the running first request: %v", err)
+				}
+				token, _, _ = strings.Cut(mark, "\n")
 				if retry {
-					_, _, err := w.store.Idempotent(ctx, key, time.Hour, 0, time.Millisecond, won)
+					_, err := w.store.Idempotent(ctx, key, time.Hour, 0, time.Millisecond, won)
 					w.same("idem_claim while running", nil, nil, err, warmpool.Errorf(warmpool.CodeNoPodAvailable, "running"))
 				}
 				return answer, fail
 			})
-			want, wantReplay, wantErr := s.model.Idempotent(key, func() ([]byte, error) {
+			if got.Unkept != nil {
+				w.t.Fatalf("idem_claim: %v", got.Unkept)
+			}
+			want, wantReplay, wantErr := s.model.Idempotent(key, token, func() ([]byte, error) {
 				if retry {
-					_, _, err := s.model.Idempotent(key, won)
+					_, _, err := s.model.Idempotent(key, "", won)
 					w.same("idem_claim while running (model)", nil, nil, err, warmpool.Errorf(warmpool.CodeNoPodAvailable, "running"))
 				}
 				return answer, fail
 			})
-			w.same("idem_claim", []any{string(got), gotReplay}, []any{string(want), wantReplay}, gotErr, wantErr)
+			w.same("idem_claim", []any{string(got.Answer), got.Replayed}, []any{string(want), wantReplay}, gotErr, wantErr)
+		}),
+		"idem_answer": step("idem_answer", func(s *side) {
+			m, answer := s.owner(w), []byte(w.fresh("answer"))
+			got, gotErr := w.store.IdemAnswer(ctx, m.key, m.token, answer, time.Hour)
+			w.same("idem_answer", got, s.model.IdemAnswer(m.key, m.token, answer), gotErr, nil)
+		}),
+		"idem_release": step("idem_release", func(s *side) {
+			m := s.owner(w)
+			got, gotErr := w.store.IdemRelease(ctx, m.key, m.token)
+			w.same("idem_release", got, s.model.IdemRelease(m.key, m.token), gotErr, nil)
+		}),
+		"idem_expire": step("idem_expire", func(s *side) {
+			// the mark's ttl runs out: a late owner's token no longer holds it
+			key := s.idemKey(w)
+			err := w.r.Client.Del(ctx, key).Err()
+			s.model.IdemExpire(key)
+			w.same("idem_expire", nil, nil, err, nil)
 		}),
 		"drift": step("drift", func(s *side) {
 			k := w.store.Keys().Scope(s.id)
@@ -585,6 +627,23 @@ func (s *side) session(t *rapid.T) string {
 }
 
 // claim draws a claim id.
+// idemRequests are the request ids the idempotency steps use.
+var idemRequests = []string{"q0", "q1", "q2"}
+
+// idemKey draws the idempotency key of one of idemRequests.
+func (s *side) idemKey(w *world) string {
+	return w.store.Keys().Scope(s.id).Idem("acquire", rapid.SampledFrom(idemRequests).Draw(w.t, "request"))
+}
+
+// owner draws a mark a bare claim took, with its owner token (which may have lost the
+// mark since), or now and then a key with a token that never held it.
+func (s *side) owner(w *world) markRef {
+	if len(s.owners) == 0 || rapid.IntRange(0, 3).Draw(w.t, "stranger") == 0 {
+		return markRef{key: s.idemKey(w), token: "unknown-token"}
+	}
+	return rapid.SampledFrom(s.owners).Draw(w.t, "owner")
+}
+
 func (s *side) claim(t *rapid.T) string {
 	if live, _ := s.liveClaims(); len(live) > 0 && rapid.IntRange(0, 3).Draw(t, "live claim") > 0 {
 		return rapid.SampledFrom(live).Draw(t, "claim")
@@ -651,6 +710,8 @@ func outcome(v any, err error) string {
 		return r.Kind
 	case lua.FollowerState:
 		return r.State
+	case lua.IdemMark:
+		return r.State
 	case lua.RepairReport:
 		return fmt.Sprintf("fixed anything %v", r.Any())
 	case string, bool:
@@ -686,6 +747,7 @@ func (w *world) compare(after string, changed *side) {
 		got, want := model.Lines(snap), model.Lines(s.model.Snapshot())
 		if s == changed {
 			got, want = append(got, w.record(s)), append(want, s.model.Record())
+			got, want = append(got, w.marks(s)...), append(want, modelMarks(w, s)...)
 		}
 		if !slices.Equal(got, want) {
 			w.t.Fatalf("after %s on scope %s, scope %s differs (- redis, + model):\n%s", after, changed.id, s.id, lineDiff(got, want))
@@ -721,6 +783,39 @@ func (w *world) record(s *side) string {
 	v := cfg.Val()
 	str := func(v any) string { x, _ := v.(string); return x }
 	return model.RecordLine(str(v[0]), str(v[1]), v[2] != nil, epoch.Val() == 1, slices.Contains(index.Val(), s.id))
+}
+
+// marks renders the idempotency marks of idemRequests as Redis holds them, in one
+// round trip.
+func (w *world) marks(s *side) []string {
+	w.t.Helper()
+	ctx, k := context.Background(), w.store.Keys().Scope(s.id)
+	pipe := w.r.Client.Pipeline()
+	var gets []*redis.StringCmd
+	for _, id := range idemRequests {
+		gets = append(gets, pipe.Get(ctx, k.Idem("acquire", id)))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		w.t.Fatal(err)
+	}
+	var lines []string
+	for i, g := range gets {
+		if v, err := g.Result(); err == nil {
+			lines = append(lines, fmt.Sprintf("mark %s = %q", idemRequests[i], v))
+		}
+	}
+	return lines
+}
+
+// modelMarks renders the model's idempotency marks of idemRequests as marks does.
+func modelMarks(w *world, s *side) []string {
+	var lines []string
+	for _, id := range idemRequests {
+		if v, ok := s.model.Mark(w.store.Keys().Scope(s.id).Idem("acquire", id)); ok {
+			lines = append(lines, fmt.Sprintf("mark %s = %q", id, v))
+		}
+	}
+	return lines
 }
 
 // due runs scope_due.lua on the scope, as the sweeper does after each visit, and

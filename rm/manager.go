@@ -421,8 +421,8 @@ type Hold struct {
 }
 
 // Hold acquires a pod as Acquire does and keeps the claimed slot as a hold. With a
-// request id, a repeated call returns the first answer: the same hold.
-// Errors: as Acquire's.
+// request id, a repeated call returns the first answer: the same hold; a request id
+// used for a route is refused. Errors: as Acquire's, IDEMPOTENCY_MISMATCH.
 func (m *Manager) Hold(ctx context.Context, scope, requestID string) (Hold, error) {
 	if requestID == "" {
 		return m.hold(ctx, scope)
@@ -430,8 +430,8 @@ func (m *Manager) Hold(ctx context.Context, scope, requestID string) (Hold, erro
 	// A repeat waits for the first call's answer at most as long as any deploy may
 	// take; the pending mark expires with IdemTTL anyway.
 	wait := time.Duration(warmpool.MaxReadyTimeoutS)*time.Second + m.cfg.FollowerMargin
-	key := m.store.Keys().Scope(scope).Idem("acquire", requestID)
-	res, err := m.store.Idempotent(ctx, key, m.cfg.IdemTTL, wait, m.cfg.PollInterval, func() ([]byte, error) {
+	req := lua.IdemRequest{Scope: scope, ID: requestID, Fingerprint: lua.AcquireFingerprint}
+	res, err := m.store.Idempotent(ctx, req, m.cfg.IdemTTL, wait, m.cfg.PollInterval, func() ([]byte, error) {
 		h, err := m.hold(ctx, scope)
 		if err != nil {
 			return nil, err

@@ -737,6 +737,21 @@ func TestRouteIdempotency(t *testing.T) {
 	if plain := e.route("i", "s1"); plain["new"] != false || plain["pod_id"] != first["pod_id"] {
 		t.Fatalf("plain second route: %v", plain)
 	}
+	// SPEC §11.5: the request id of alice's route, sent by mallory with another
+	// session (body or header), or for an acquire, is refused and binds nothing;
+	// alice's retry still gets her answer.
+	alice := e.ok(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"alice","request_id":"K"}`)
+	for _, r := range []resp{
+		e.do(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"mallory","request_id":"K"}`),
+		e.do(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"mallory"}`, header{"Idempotency-Key", "K"}),
+		e.do(http.MethodPost, "/v1/scopes/i/pods/acquire", `{"request_id":"K"}`),
+	} {
+		e.wantErr(r, http.StatusUnprocessableEntity, warmpool.CodeIdempotencyMismatch, "request id")
+	}
+	e.wantErr(e.do(http.MethodGet, "/v1/scopes/i/sessions/mallory", nil), http.StatusNotFound, warmpool.CodeSessionNotFound)
+	if retry := e.ok(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"alice"}`, header{"Idempotency-Key", "K"}); fmt.Sprint(retry) != fmt.Sprint(alice) {
+		t.Fatalf("alice's retry: %v, want her answer %v", retry, alice)
+	}
 
 	// The Idempotency-Key header works the same.
 	k1 := e.ok(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"s2"}`, header{"Idempotency-Key", "key-2"})
@@ -767,8 +782,8 @@ func TestRouteIdempotency(t *testing.T) {
 	for _, p := range e.pool("i")["pods"].([]any) {
 		sessions += num(t, p.(map[string]any), "sessions")
 	}
-	if sessions != 3 {
-		t.Fatalf("%d sessions, want 3 (s1, s2, s3)", sessions)
+	if sessions != 4 {
+		t.Fatalf("%d sessions, want 4 (s1, alice, s2, s3)", sessions)
 	}
 	t.Logf("%d deploys for 2 sessions plus 6 concurrent attempts of a third", e.fake.DeployCount())
 }

@@ -244,6 +244,9 @@ func TestBadSessionIDs(t *testing.T) {
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/acquire", `{"request_id":"r1","request_id":"r1"}`), http.StatusBadRequest, warmpool.CodeValidation, "request_id: duplicate key")
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s1"}`, header{"Idempotency-Key", luaID}), http.StatusBadRequest, warmpool.CodeValidation, "request_id")
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/acquire", `{"request_id":"`+strings.Repeat("r", 129)+`"}`), http.StatusBadRequest, warmpool.CodeValidation, "request_id")
+	// SPEC §11.5: a body request_id and another Idempotency-Key on one call.
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s1","request_id":"r1"}`, header{"Idempotency-Key", "r2"}), http.StatusBadRequest, warmpool.CodeValidation, "request_id", "Idempotency-Key")
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/acquire", `{"request_id":"r1"}`, header{"Idempotency-Key", "r2"}), http.StatusBadRequest, warmpool.CodeValidation, "request_id", "Idempotency-Key")
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/BAD_POD/release", `{"hold_id":"h1"}`), http.StatusBadRequest, warmpool.CodeValidation, "pod")
 	for _, body := range []string{`{}`, `{"hold_id":""}`, `{"hold_id":"a b"}`, `{"hold_id":7}`} {
 		for _, verb := range []string{"release", "touch"} {
@@ -758,6 +761,10 @@ func TestRouteIdempotency(t *testing.T) {
 	k2 := e.ok(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"s2"}`, header{"Idempotency-Key", "key-2"})
 	if k1["new"] != true || fmt.Sprint(k1) != fmt.Sprint(k2) {
 		t.Fatalf("header replay: %v then %v", k1, k2)
+	}
+	// The same id in the body and the header is one request id.
+	if both := e.ok(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"s2","request_id":"key-2"}`, header{"Idempotency-Key", "key-2"}); fmt.Sprint(both) != fmt.Sprint(k1) {
+		t.Fatalf("body and header replay: %v, want %v", both, k1)
 	}
 	// Concurrent attempts of one request id get one answer and create one session.
 	// (They are not serialised: each may lead or follow a deploy before one binds and

@@ -9,7 +9,7 @@ import (
 )
 
 // A request id names one request of its scope: an operation and its parameters,
-// written as the request's fingerprint, which the id's keys keep (IdemMark,
+// written as the request's fingerprint, which the id's keys keep (ScopeKeys.IdemMark,
 // RouteAnswer) and every script that claims or replays the id compares. The scope is
 // not in it: it is in the keys, so the same id in another scope is another request.
 
@@ -41,9 +41,9 @@ const (
 	IdemDone = "done"
 )
 
-// IdemMark is idem_claim.lua's answer: the mark's state and, when it is IdemDone, the
-// first request's answer.
-type IdemMark struct {
+// IdemClaimResult is idem_claim.lua's answer: the mark's state and, when it is
+// IdemDone, the first request's answer.
+type IdemClaimResult struct {
 	State  string
 	Answer []byte
 }
@@ -51,21 +51,21 @@ type IdemMark struct {
 // IdemClaim runs idem_claim.lua: it takes the request id's mark for r, a first
 // request, under token for ttl, or reads what an earlier request of the id left there.
 // Errors: IDEMPOTENCY_MISMATCH (the id names another request), STORE_UNAVAILABLE.
-func (s *Store) IdemClaim(ctx context.Context, r IdemRequest, token string, ttl time.Duration) (IdemMark, error) {
+func (s *Store) IdemClaim(ctx context.Context, r IdemRequest, token string, ttl time.Duration) (IdemClaimResult, error) {
 	k := s.keys.Scope(r.Scope)
 	rep, err := s.call(ctx, idemClaim, r.Scope, []string{k.IdemMark(r.ID), k.RouteAnswer(r.ID)}, r.Fingerprint, token, ttl.Milliseconds())
 	if err != nil {
-		return IdemMark{}, err
+		return IdemClaimResult{}, err
 	}
-	m := IdemMark{State: rep.oneOf(0, IdemWon, IdemRunning, IdemDone, "mismatch")}
+	m := IdemClaimResult{State: rep.oneOf(0, IdemWon, IdemRunning, IdemDone, "mismatch")}
 	switch m.State {
 	case IdemDone:
 		m.Answer = []byte(rep.str(1))
 	case "mismatch":
 		if err := rep.err(); err != nil {
-			return IdemMark{}, err
+			return IdemClaimResult{}, err
 		}
-		return IdemMark{}, mismatch(r.Scope, r.ID)
+		return IdemClaimResult{}, mismatch(r.Scope, r.ID)
 	}
 	return m, rep.err()
 }

@@ -535,7 +535,7 @@ func TestMarkScriptsCheckTheOwnersToken(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	req := lua.IdemRequest{Scope: e.scope, ID: "r1", Fingerprint: lua.AcquireFingerprint}
-	claim := func(token string, ttl time.Duration, want lua.IdemMark) {
+	claim := func(token string, ttl time.Duration, want lua.IdemClaimResult) {
 		t.Helper()
 		if got, err := e.store.IdemClaim(ctx, req, token, ttl); err != nil || got.State != want.State || string(got.Answer) != string(want.Answer) {
 			t.Fatalf("claim by %s = %+v %v, want %+v", token, got, err, want)
@@ -547,17 +547,17 @@ func TestMarkScriptsCheckTheOwnersToken(t *testing.T) {
 			t.Fatalf("%s = %v %v, want %v", what, got, err, want)
 		}
 	}
-	claim("t1", 50*time.Millisecond, lua.IdemMark{State: lua.IdemWon})
+	claim("t1", 50*time.Millisecond, lua.IdemClaimResult{State: lua.IdemWon})
 	await.True(t, 5*time.Second, "t1's mark expires", func() bool {
 		n, err := e.r.Client.Exists(ctx, e.store.Keys().Scope(e.scope).IdemMark(req.ID)).Result()
 		return err == nil && n == 0
 	})
-	claim("t2", time.Minute, lua.IdemMark{State: lua.IdemWon})
+	claim("t2", time.Minute, lua.IdemClaimResult{State: lua.IdemWon})
 	got, err := e.store.IdemRelease(ctx, e.scope, req.ID, "t1")
 	check("t1's late release", got, err, false)
 	got, err = e.store.IdemAnswer(ctx, e.scope, req.ID, "t1", []byte("late"), time.Minute)
 	check("t1's late answer", got, err, false)
-	claim("t3", time.Minute, lua.IdemMark{State: lua.IdemRunning})
+	claim("t3", time.Minute, lua.IdemClaimResult{State: lua.IdemRunning})
 	got, err = e.store.IdemAnswer(ctx, e.scope, req.ID, "t2", []byte("retry"), time.Minute)
 	check("t2's answer", got, err, true)
 	got, err = e.store.IdemAnswer(ctx, e.scope, req.ID, "t2", []byte("again"), time.Minute)
@@ -566,5 +566,5 @@ func TestMarkScriptsCheckTheOwnersToken(t *testing.T) {
 		got, err = e.store.IdemRelease(ctx, e.scope, req.ID, token)
 		check(token+"'s release of the answered mark", got, err, false)
 	}
-	claim("t3", time.Minute, lua.IdemMark{State: lua.IdemDone, Answer: []byte("retry")})
+	claim("t3", time.Minute, lua.IdemClaimResult{State: lua.IdemDone, Answer: []byte("retry")})
 }

@@ -708,7 +708,7 @@ func (s *Scope) HoldRelease(hold, pod string, now time.Time) (bool, error) {
 	return hasMember(s.idle, pod), nil
 }
 
-// SessionRoute models session_route.lua; a cached answer never expires here.
+// SessionRoute models session_route.lua; a cached answer expires only by ExpireRouteAnswer.
 func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 	if err := s.refused(); err != nil {
 		return lua.RouteResult{}, err
@@ -1138,20 +1138,20 @@ func otherRequest(v, fp string) bool {
 
 // IdemClaim models idem_claim.lua on one request id of the scope (a key's ttl, real
 // time, is taken not to pass; ExpireMark and ExpireRouteAnswer make it pass).
-func (s *Scope) IdemClaim(requestID, fp, token string) (lua.IdemMark, error) {
+func (s *Scope) IdemClaim(requestID, fp, token string) (lua.IdemClaimResult, error) {
 	mark, marked := s.marks[requestID]
 	cached, ok := s.idem[requestID]
 	if (marked && otherRequest(mark, fp)) || (ok && otherRequest(cached, fp)) {
-		return lua.IdemMark{}, warmpool.Errorf(warmpool.CodeIdempotencyMismatch, "request id %q names another request", requestID)
+		return lua.IdemClaimResult{}, warmpool.Errorf(warmpool.CodeIdempotencyMismatch, "request id %q names another request", requestID)
 	}
 	if !marked {
 		s.marks[requestID] = fp + "\n" + token + "\n"
-		return lua.IdemMark{State: lua.IdemWon}, nil
+		return lua.IdemClaimResult{State: lua.IdemWon}, nil
 	}
 	if answer := strings.SplitN(mark, "\n", 3)[2]; answer != "" {
-		return lua.IdemMark{State: lua.IdemDone, Answer: []byte(answer)}, nil
+		return lua.IdemClaimResult{State: lua.IdemDone, Answer: []byte(answer)}, nil
 	}
-	return lua.IdemMark{State: lua.IdemRunning}, nil
+	return lua.IdemClaimResult{State: lua.IdemRunning}, nil
 }
 
 // running returns the fingerprint of the request id's mark when token owns it and its

@@ -644,7 +644,6 @@ func (s *side) session(t *rapid.T) string {
 	return rapid.SampledFrom(s.sessions).Draw(t, "session")
 }
 
-// claim draws a claim id.
 // idemRequests are the request ids of the routes and the idempotency steps.
 var idemRequests = []string{"r0", "r1", "r2"}
 
@@ -667,6 +666,7 @@ func (s *side) owner(w *world) markRef {
 	return rapid.SampledFrom(s.owners).Draw(w.t, "owner")
 }
 
+// claim draws a claim id.
 func (s *side) claim(t *rapid.T) string {
 	if live, _ := s.liveClaims(); len(live) > 0 && rapid.IntRange(0, 3).Draw(t, "live claim") > 0 {
 		return rapid.SampledFrom(live).Draw(t, "claim")
@@ -733,7 +733,7 @@ func outcome(v any, err error) string {
 		return r.Kind
 	case lua.FollowerState:
 		return r.State
-	case lua.IdemMark:
+	case lua.IdemClaimResult:
 		return r.State
 	case lua.RepairReport:
 		return fmt.Sprintf("fixed anything %v", r.Any())
@@ -819,17 +819,20 @@ func (w *world) marks(s *side) []string {
 		marks = append(marks, pipe.Get(ctx, k.IdemMark(id)))
 		answers = append(answers, pipe.Get(ctx, k.RouteAnswer(id)))
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		w.t.Fatal(err)
-	}
+	_, _ = pipe.Exec(ctx) // each command's error is read below
 	var lines []string
+	line := func(what, id string, get *redis.StringCmd) {
+		v, err := get.Result()
+		switch {
+		case err == nil:
+			lines = append(lines, fmt.Sprintf("%s %s = %q", what, id, v))
+		case !errors.Is(err, redis.Nil):
+			w.t.Fatal(err)
+		}
+	}
 	for i, id := range idemRequests {
-		if v, err := marks[i].Result(); err == nil {
-			lines = append(lines, fmt.Sprintf("mark %s = %q", id, v))
-		}
-		if v, err := answers[i].Result(); err == nil {
-			lines = append(lines, fmt.Sprintf("route answer %s = %q", id, v))
-		}
+		line("mark", id, marks[i])
+		line("route answer", id, answers[i])
 	}
 	return lines
 }

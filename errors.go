@@ -9,7 +9,7 @@ import (
 // Code is one of the error codes of the HTTP contract (SPEC §3).
 type Code string
 
-// The error codes, one per row of the SPEC §3 table and its §10 additions.
+// The error codes, one per row of the SPEC §3 table and its §10 and §11.5 additions.
 const (
 	CodeValidation       Code = "VALIDATION"
 	CodeUnauthorized     Code = "UNAUTHORIZED"
@@ -25,6 +25,11 @@ const (
 	CodeDeployFailed     Code = "DEPLOY_FAILED"
 	CodeStoreUnavailable Code = "STORE_UNAVAILABLE"
 	CodeInternal         Code = "INTERNAL"
+
+	// SPEC §11.5 additions.
+
+	// CodeIdempotencyMismatch: the request id was used before for another request.
+	CodeIdempotencyMismatch Code = "IDEMPOTENCY_MISMATCH"
 )
 
 // statuses are the HTTP statuses of the codes; any other code is a 500.
@@ -42,6 +47,8 @@ var statuses = map[Code]int{
 	CodeStoreUnavailable: http.StatusServiceUnavailable,
 	CodeWaitTimeout:      http.StatusGatewayTimeout,
 	CodeDeployFailed:     http.StatusBadGateway,
+
+	CodeIdempotencyMismatch: http.StatusUnprocessableEntity,
 }
 
 // Status is the HTTP status that goes with the code.

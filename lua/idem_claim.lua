@@ -1,14 +1,27 @@
--- idem_claim.lua: take a request id's idempotency key for its first request, or read
--- what an earlier request of that id left there.
--- KEYS[1] {s}:idem:<kind>:<id>  STRING  "" while the first request runs, then its answer
--- ARGV[1] ttl (ms)
--- Returns {"won"} | {"taken", value} ("" while the first request still runs)
+-- idem_claim.lua: take a request id's mark for its first request, under the caller's
+-- owner token, or read what an earlier request of that id left there; an id that
+-- names another request (another fingerprint, in its mark or a route's answer) is
+-- refused, and nothing changes.
+-- KEYS[1] {s}:idem:run:<id>    STRING  "<fingerprint>\n<owner token>\n<answer>", the
+--                              answer "" while the first request runs; PX ttl
+-- KEYS[2] {s}:idem:route:<id>  STRING  a route's answer, "<fingerprint>\n…"
+--                              (session_route.lua)
+-- ARGV[1] fingerprint  ARGV[2] owner token  ARGV[3] ttl (ms)
+-- Returns {"won"} | {"running"} | {"done", answer} | {"mismatch"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it:
 -- a claim run after its caller gave up (Redis paused with the call queued) would
 -- leave a mark of a first request that runs nowhere, and every retry of the id would
 -- wait on it until the ttl.
-if redis.call('SET', KEYS[1], '', 'NX', 'PX', ARGV[1]) then
+if idem_other(KEYS[1], ARGV[1]) or idem_other(KEYS[2], ARGV[1]) then
+  return {'mismatch'}
+end
+local fp, _, answer = idem_mark(KEYS[1])
+if not fp then
+  redis.call('SET', KEYS[1], ARGV[1] .. '\n' .. ARGV[2] .. '\n', 'PX', ARGV[3])
   return {'won'}
 end
-return {'taken', redis.call('GET', KEYS[1])}
+if answer == '' then
+  return {'running'}
+end
+return {'done', answer}

@@ -170,7 +170,15 @@ func (s ScopeKeys) SessionLock(session string) string {
 	return s.base + "slock:" + session
 }
 
-// Idem is the idempotency cache key of one request of a kind ("acquire", "route").
-func (s ScopeKeys) Idem(kind, requestID string) string {
-	return s.base + "idem:" + kind + ":" + requestID
+// IdemMark is a request id's mark (STRING "<fingerprint>\n<owner token>\n<answer>",
+// the answer "" while the first request runs; PX): the route's slow path and the
+// acquire run once per request id under it, and its answer is replayed.
+func (s ScopeKeys) IdemMark(requestID string) string {
+	return s.base + "idem:run:" + requestID
+}
+
+// RouteAnswer is where session_route.lua keeps the answer of a route with a request
+// id for its replays (STRING "<fingerprint>\n<new flag>\n<pod id>\n<pod JSON>", PX).
+func (s ScopeKeys) RouteAnswer(requestID string) string {
+	return s.base + "idem:route:" + requestID
 }

@@ -40,8 +40,8 @@ type script struct {
 
 // The scripts, one per file; see each file's header for its KEYS, ARGV and result.
 // Guarded scripts refuse a call run after its caller's deadline (_guard.lua); the
-// others only give back or read what a caller holds (a claim, a room entry, a lock)
-// or raise a counter, which is as right late as on time.
+// others only give back, complete or read what a caller holds (a claim, a room entry,
+// a lock, an idempotency mark) or raise a counter, which is as right late as on time.
 var (
 	podAcquire     = notes(load("pod_acquire.lua", guarded))
 	podRegister    = notes(load("pod_register.lua", guarded))
@@ -57,6 +57,8 @@ var (
 	claimRelease   = notes(load("claim_release.lua", unguarded))
 	holdTouch      = notes(load("hold_touch.lua", guarded))
 	idemClaim      = load("idem_claim.lua", guarded)
+	idemAnswer     = load("idem_answer.lua", unguarded)
+	idemRelease    = load("idem_release.lua", unguarded)
 	holdRelease    = notes(load("hold_release.lua", unguarded))
 	lockObtain     = load("lock_obtain.lua", guarded)
 	lockExtend     = load("lock_extend.lua", guarded)

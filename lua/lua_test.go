@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/lua"
 )
@@ -437,21 +438,184 @@ func TestIdempotentRunsOnce(t *testing.T) {
 	ctx := context.Background()
 	calls := 0
 	fn := func() ([]byte, error) { calls++; return []byte(`{"n":1}`), nil }
-	key := e.store.Keys().Scope(e.scope).Idem("x", "r1")
-	a, replayed, err := e.store.Idempotent(ctx, key, time.Minute, time.Second, time.Millisecond, fn)
-	if err != nil || replayed || string(a) != `{"n":1}` {
-		t.Fatalf("first = %s %v %v", a, replayed, err)
+	req := lua.IdemRequest{Scope: e.scope, ID: "r1", Fingerprint: lua.AcquireFingerprint}
+	a, err := e.store.Idempotent(ctx, req, time.Minute, time.Second, time.Millisecond, fn)
+	if err != nil || a.Replayed || string(a.Answer) != `{"n":1}` || a.Unkept != nil {
+		t.Fatalf("first = %+v %v", a, err)
 	}
-	b, replayed, err := e.store.Idempotent(ctx, key, time.Minute, time.Second, time.Millisecond, fn)
-	if err != nil || !replayed || string(b) != string(a) || calls != 1 {
-		t.Fatalf("replay = %s %v %v, calls %d", b, replayed, err, calls)
+	b, err := e.store.Idempotent(ctx, req, time.Minute, time.Second, time.Millisecond, fn)
+	if err != nil || !b.Replayed || string(b.Answer) != string(a.Answer) || calls != 1 {
+		t.Fatalf("replay = %+v %v, calls %d", b, err, calls)
 	}
-	failKey := e.store.Keys().Scope(e.scope).Idem("x", "r2")
+	fail := lua.IdemRequest{Scope: e.scope, ID: "r2", Fingerprint: lua.AcquireFingerprint}
 	boom := errors.New("boom")
-	if _, _, err := e.store.Idempotent(ctx, failKey, time.Minute, time.Second, time.Millisecond, func() ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
-		t.Fatalf("err = %v", err)
+	if f, err := e.store.Idempotent(ctx, fail, time.Minute, time.Second, time.Millisecond, func() ([]byte, error) { return nil, boom }); !errors.Is(err, boom) || f.Unkept != nil {
+		t.Fatalf("err = %v, %+v", err, f)
 	}
-	if _, replayed, err := e.store.Idempotent(ctx, failKey, time.Minute, time.Second, time.Millisecond, fn); err != nil || replayed {
-		t.Fatalf("a failed first run must not be cached: %v %v", replayed, err)
+	if c, err := e.store.Idempotent(ctx, fail, time.Minute, time.Second, time.Millisecond, fn); err != nil || c.Replayed {
+		t.Fatalf("a failed first run must not be cached: %+v %v", c, err)
 	}
+}
+
+// SPEC §11.5: a request id names one request of its scope, its fingerprint (the
+// operation and its parameters). Whichever of the id's keys a request of another
+// fingerprint finds, the running or answered mark or a route's answer, it is
+// IDEMPOTENCY_MISMATCH and changes nothing (a claim it brought is given back); a
+// request of the same fingerprint replays, and the same id in another scope is
+// another request. Guards the fingerprint compares of idem_claim.lua and
+// session_route.lua.
+func TestRequestIDNamesOneRequest(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	pod, _, err := e.register(e.acquire("c1"), "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := func(session, requestID, claim string) (lua.RouteResult, error) {
+		return e.store.SessionRoute(ctx, e.scope, lua.RouteArgs{Now: e.now, Session: session, RequestID: requestID, Claim: claim, IdemTTL: time.Minute})
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		if warmpool.ErrorCode(err) != warmpool.CodeIdempotencyMismatch {
+			t.Fatalf("%s: %v, want IDEMPOTENCY_MISMATCH", what, err)
+		}
+	}
+	acquire := lua.IdemRequest{Scope: e.scope, ID: "r1", Fingerprint: lua.AcquireFingerprint}
+	if m, err := e.store.IdemClaim(ctx, acquire, "t1", time.Minute); err != nil || m.State != lua.IdemWon {
+		t.Fatalf("acquire's claim = %+v %v", m, err)
+	}
+	// The acquire runs: a route with its id is refused, the claim it brought given back.
+	if before := e.snap(); before.Pods[0].Slots != 1 || before.ClaimPod["c1"] != pod.ID {
+		t.Fatalf("before: pods %+v claims %v, want c1 on %s", before.Pods, before.ClaimPod, pod.ID)
+	}
+	_, err = route("alice", "r1", "c1")
+	refused("a route with a running acquire's id", err)
+	_, err = e.store.IdemClaim(ctx, lua.IdemRequest{Scope: e.scope, ID: "r1", Fingerprint: lua.RouteFingerprint("alice")}, "t2", time.Minute)
+	refused("a route's claim of a running acquire's id", err)
+	after := e.snap()
+	if len(after.Sessions) != 0 || len(after.Claims) != 0 || after.Pods[0].Slots != 0 {
+		t.Fatalf("after the refused route: sessions %v claims %v pods %+v; want nothing bound and c1 given back", after.Sessions, after.Claims, after.Pods)
+	}
+	if ok, err := e.store.IdemAnswer(ctx, e.scope, "r1", "t1", []byte(`{"hold":1}`), time.Minute); err != nil || !ok {
+		t.Fatalf("acquire's answer: %v %v", ok, err)
+	}
+	_, err = route("alice", "r1", "")
+	refused("a route with an answered acquire's id", err)
+	if m, err := e.store.IdemClaim(ctx, acquire, "t3", time.Minute); err != nil || m.State != lua.IdemDone || string(m.Answer) != `{"hold":1}` {
+		t.Fatalf("the acquire's retry = %+v %v, want its answer", m, err)
+	}
+
+	// alice's route binds and keeps its answer under r2: mallory's route and an
+	// acquire with r2 are refused, alice's retry replays.
+	first, err := route("alice", "r2", "")
+	if err != nil || first.Kind != lua.RouteNew || first.Pod.ID != pod.ID {
+		t.Fatalf("alice's route = %+v %v", first, err)
+	}
+	_, err = route("mallory", "r2", "")
+	refused("mallory's route with alice's id", err)
+	for _, r := range []lua.IdemRequest{{Scope: e.scope, ID: "r2", Fingerprint: lua.AcquireFingerprint}, {Scope: e.scope, ID: "r2", Fingerprint: lua.RouteFingerprint("mallory")}} {
+		_, err = e.store.IdemClaim(ctx, r, "t4", time.Minute)
+		refused(r.Fingerprint+"'s claim of alice's id", err)
+	}
+	if sessions := e.snap().Sessions; len(sessions) != 1 || sessions["alice"] != pod.ID {
+		t.Fatalf("sessions %v, want alice's alone", sessions)
+	}
+	if again, err := route("alice", "r2", ""); err != nil || again.Kind != lua.RouteReplay || again.Session != "alice" || again.Pod.ID != pod.ID || !again.New {
+		t.Fatalf("alice's retry = %+v %v, want a replay of her answer", again, err)
+	}
+	// A route's claim under its own id, while the route's slow path runs: another
+	// session's route is refused, the same session's goes on.
+	if m, err := e.store.IdemClaim(ctx, lua.IdemRequest{Scope: e.scope, ID: "r3", Fingerprint: lua.RouteFingerprint("bob")}, "t5", time.Minute); err != nil || m.State != lua.IdemWon {
+		t.Fatalf("bob's claim = %+v %v", m, err)
+	}
+	_, err = route("mallory", "r3", "")
+	refused("mallory's route with bob's running id", err)
+	if b, err := route("bob", "r3", ""); err != nil || b.Kind != lua.RouteNew {
+		t.Fatalf("bob's route under his running id = %+v %v, want it bound", b, err)
+	}
+	// The same id in another scope is another request.
+	other := lua.IdemRequest{Scope: "s2", ID: "r2", Fingerprint: lua.AcquireFingerprint}
+	if m, err := e.store.IdemClaim(ctx, other, "t6", time.Minute); err != nil || m.State != lua.IdemWon {
+		t.Fatalf("r2 in another scope = %+v %v, want a first request", m, err)
+	}
+}
+
+// A first request that outlives its mark (its ttl passes while fn runs, and a retry
+// takes the id) leaves the retry's mark as it is, whether it ends with an answer or an
+// error, and says that its mark was not completed: a third call replays the retry's
+// answer. Guards the token checks of idem_answer.lua and idem_release.lua.
+func TestLateOwnerLeavesTheRetrysMark(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	for _, late := range []struct {
+		name string
+		err  error
+	}{{"answers", nil}, {"fails", errors.New("boom")}} {
+		t.Run(late.name, func(t *testing.T) {
+			req := lua.IdemRequest{Scope: e.scope, ID: "late-" + late.name, Fingerprint: lua.AcquireFingerprint}
+			first, err := e.store.Idempotent(ctx, req, 100*time.Millisecond, time.Second, time.Millisecond, func() ([]byte, error) {
+				await.True(t, 5*time.Second, "the first request's mark expires", func() bool {
+					n, err := e.r.Client.Exists(ctx, e.store.Keys().Scope(e.scope).IdemMark(req.ID)).Result()
+					return err == nil && n == 0
+				})
+				retry, err := e.store.Idempotent(ctx, req, time.Minute, time.Second, time.Millisecond, func() ([]byte, error) {
+					return []byte(`{"by":"retry"}`), nil
+				})
+				if err != nil || retry.Replayed || string(retry.Answer) != `{"by":"retry"}` {
+					t.Fatalf("the retry after the mark expired = %+v %v, want its own run", retry, err)
+				}
+				return []byte(`{"by":"late"}`), late.err
+			})
+			if !errors.Is(err, late.err) || first.Unkept == nil {
+				t.Fatalf("the late first request: %+v %v, want %v and its mark not completed", first, err, late.err)
+			}
+			third, err := e.store.Idempotent(ctx, req, time.Minute, time.Second, time.Millisecond, func() ([]byte, error) {
+				return []byte(`{"by":"third"}`), nil
+			})
+			if err != nil || !third.Replayed || string(third.Answer) != `{"by":"retry"}` {
+				t.Fatalf("a third call = %+v %v, want the retry's answer replayed", third, err)
+			}
+		})
+	}
+}
+
+// The mark scripts in a controlled sequence: the owner of an expired mark can neither
+// free nor answer the mark a retry took since; the retry's owner answers it, once;
+// nobody frees an answered mark.
+func TestMarkScriptsCheckTheOwnersToken(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	req := lua.IdemRequest{Scope: e.scope, ID: "r1", Fingerprint: lua.AcquireFingerprint}
+	claim := func(token string, ttl time.Duration, want lua.IdemClaimResult) {
+		t.Helper()
+		if got, err := e.store.IdemClaim(ctx, req, token, ttl); err != nil || got.State != want.State || string(got.Answer) != string(want.Answer) {
+			t.Fatalf("claim by %s = %+v %v, want %+v", token, got, err, want)
+		}
+	}
+	check := func(what string, got bool, err error, want bool) {
+		t.Helper()
+		if err != nil || got != want {
+			t.Fatalf("%s = %v %v, want %v", what, got, err, want)
+		}
+	}
+	claim("t1", 50*time.Millisecond, lua.IdemClaimResult{State: lua.IdemWon})
+	await.True(t, 5*time.Second, "t1's mark expires", func() bool {
+		n, err := e.r.Client.Exists(ctx, e.store.Keys().Scope(e.scope).IdemMark(req.ID)).Result()
+		return err == nil && n == 0
+	})
+	claim("t2", time.Minute, lua.IdemClaimResult{State: lua.IdemWon})
+	got, err := e.store.IdemRelease(ctx, e.scope, req.ID, "t1")
+	check("t1's late release", got, err, false)
+	got, err = e.store.IdemAnswer(ctx, e.scope, req.ID, "t1", []byte("late"), time.Minute)
+	check("t1's late answer", got, err, false)
+	claim("t3", time.Minute, lua.IdemClaimResult{State: lua.IdemRunning})
+	got, err = e.store.IdemAnswer(ctx, e.scope, req.ID, "t2", []byte("retry"), time.Minute)
+	check("t2's answer", got, err, true)
+	got, err = e.store.IdemAnswer(ctx, e.scope, req.ID, "t2", []byte("again"), time.Minute)
+	check("t2's second answer", got, err, false)
+	for _, token := range []string{"t1", "t2"} {
+		got, err = e.store.IdemRelease(ctx, e.scope, req.ID, token)
+		check(token+"'s release of the answered mark", got, err, false)
+	}
+	claim("t3", time.Minute, lua.IdemClaimResult{State: lua.IdemDone, Answer: []byte("retry")})
 }

@@ -103,9 +103,15 @@ func TestMalformedRepliesAreInternalErrors(t *testing.T) {
 			return err
 		}, []any{"0", "1", "0", "0", "0"}, nil},
 		{"idem_claim", func(ctx context.Context) error {
-			_, _, err := s.Idempotent(ctx, "k", time.Minute, time.Second, time.Millisecond, func() ([]byte, error) { return []byte("{}"), nil })
+			_, err := s.IdemClaim(ctx, lua.IdemRequest{Scope: scope, ID: "r", Fingerprint: lua.AcquireFingerprint}, "t", time.Minute)
 			return err
-		}, []any{"taken", "{}"}, [][]any{{"maybe"}}},
+		}, []any{"done", "{}"}, [][]any{{"maybe"}}},
+		{"idem_answer", func(ctx context.Context) error {
+			_, err := s.IdemAnswer(ctx, scope, "r", "t", []byte("{}"), time.Minute)
+			return err
+		}, []any{int64(1)}, [][]any{{"OK"}}},
+		{"idem_release", func(ctx context.Context) error { _, err := s.IdemRelease(ctx, scope, "r", "t"); return err },
+			[]any{int64(0)}, [][]any{{int64(2)}}},
 		{"lock_obtain", func(ctx context.Context) error {
 			_, err := s.Obtain(ctx, s.Keys().Lock("x"), time.Minute)
 			return err

@@ -19,17 +19,20 @@
 -- KEYS[10] {s}:claims    ZSET   claim id -> deadline (ms)
 -- KEYS[11] {s}:claimpod  HASH   claim id -> pod id | "!reason"
 -- KEYS[12] {s}:waiters   ZSET   waiter id -> deadline (ms)
--- KEYS[13] {s}:idem:route:<request id>  STRING cached answer (PX)
+-- KEYS[13] {s}:idem:route:<request id>  STRING cached answer (PX), "<fingerprint>\n<new
+--          flag>\n<pod id>\n<pod JSON>"
 -- KEYS[14] {s}:queue     ZSET   waiter id -> arrival number
 -- KEYS[15] {s}:qseq      STRING arrival counter
 -- KEYS[16] {s}:wake      the scope's wake-up channel
+-- KEYS[17] {s}:idem:run:<request id>  STRING the request id's mark (idem_claim.lua)
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] claim id ("" for none)
--- ARGV[4] "1" when KEYS[13] names a request id  ARGV[5] answer cache TTL (ms)
+-- ARGV[4] the request's fingerprint ("" without a request id)  ARGV[5] answer cache TTL (ms)
 -- ARGV[6] waiter id of the caller ("": it does not queue)
 -- ARGV[7] "1": join the queue when nothing fits, even if nobody waits
 -- ARGV[8] grant deadline (ms)  ARGV[9] publish command
 -- Returns {"bound"|"new"|"replay", new flag "1"/"0", pod id, pod JSON, session id}
--- (a replay answers for the session of the first call)
+--       | {"mismatch"} (the request id names another request: a route of another
+--         session, or an acquire; nothing is bound)
 --       | {"none"} (nothing fits and the caller is not queued: nobody waits, or ARGV[6]
 --         is "") | {"queued", rank (0 = first in line), deadline (ms)}
 --       | {"full", queue_size} | {"no_wait"} (queue_size or wait_timeout_s is 0)
@@ -59,17 +62,22 @@ local function leave(used)
   end
 end
 
-local idem = ARGV[4] == '1'
+local fp = ARGV[4]
+local idem = fp ~= ''
 if idem then
   local cached = redis.call('GET', KEYS[13])
-  if cached then
-    -- a replay binds nothing: a slot handed to this attempt goes back
+  local other = idem_other(KEYS[13], fp) or idem_other(KEYS[17], fp)
+  if cached or other then
+    -- a replay or a refusal binds nothing: a slot handed to this attempt goes back
     if claim ~= '' then
       release_claim(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], claim, now, true, q)
     end
     leave(nil)
-    local flag, first, pod, info = string.match(cached, '^(%d)\n([^\n]*)\n([^\n]*)\n(.*)$')
-    return {'replay', flag, pod, info, first}
+    if other then
+      return {'mismatch'}
+    end
+    local flag, pod, info = string.match(cached, '^[^\n]*\n(%d)\n([^\n]*)\n(.*)$')
+    return {'replay', flag, pod, info, sid}
   end
 end
 local expiry = now + tonumber(cfg[3])
@@ -78,7 +86,7 @@ expire_claims(KEYS[10], KEYS[11], KEYS[3], KEYS[6], KEYS[7], now, q)
 local function answer(kind, flag, pod)
   local info = redis.call('HGET', KEYS[5], pod) or ''
   if idem then
-    redis.call('SET', KEYS[13], flag .. '\n' .. sid .. '\n' .. pod .. '\n' .. info, 'PX', ARGV[5], 'NX')
+    redis.call('SET', KEYS[13], fp .. '\n' .. flag .. '\n' .. pod .. '\n' .. info, 'PX', ARGV[5], 'NX')
   end
   return {kind, flag, pod, info, sid}
 end

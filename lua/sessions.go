@@ -23,6 +23,9 @@ const (
 	// RouteNoWait: the caller had to queue and the scope has no queue (queue_size or
 	// wait_timeout_s is 0).
 	RouteNoWait = "no_wait"
+	// routeMismatch: the request id names another request; SessionRoute answers it as
+	// IDEMPOTENCY_MISMATCH.
+	routeMismatch = "mismatch"
 )
 
 // RouteArgs are the inputs of one route attempt.
@@ -31,7 +34,8 @@ type RouteArgs struct {
 	Session string
 	// Claim, when set, binds the session to the claimed pod.
 	Claim string
-	// RequestID, when set, caches the answer for IdemTTL and replays it.
+	// RequestID, when set, caches the answer for IdemTTL and replays it to a route of
+	// the same session (RouteFingerprint); any other request with the id is refused.
 	RequestID string
 	IdemTTL   time.Duration
 	// Waiter is the caller's place in the queue: it joins under this id when it must
@@ -49,8 +53,7 @@ type RouteResult struct {
 	// first answer did).
 	New bool
 	Pod warmpool.Pod
-	// Session is the session the answer is for: a replay answers for the session of
-	// the first call with its request id.
+	// Session is the session the answer is for.
 	Session string
 	// Rank is the caller's place in the queue (0 = first) and Deadline the end of its
 	// wait (RouteQueued).
@@ -66,18 +69,29 @@ func (r RouteResult) Served() bool {
 // SessionRoute runs session_route.lua: the session's bound pod, else the claimed pod
 // (RM's or the queue's), else a free slot of the current version when no waiter is
 // ahead of the caller (free slots go to the waiters first), else the caller queues.
+// Errors: IDEMPOTENCY_MISMATCH (the request id names another request),
+// SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
 func (s *Store) SessionRoute(ctx context.Context, scope string, a RouteArgs) (RouteResult, error) {
 	k := s.keys.Scope(scope)
+	fp := ""
+	if a.RequestID != "" {
+		fp = RouteFingerprint(a.Session)
+	}
 	r, err := s.call(ctx, sessionRoute, scope,
 		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Claims, k.ClaimPod,
-			k.Waiters, k.Idem("route", a.RequestID), k.Queue, k.QSeq, k.Wake},
-		append([]any{ms(a.Now), a.Session, a.Claim, flag(a.RequestID != ""), a.IdemTTL.Milliseconds(), a.Waiter, flag(a.Join)},
+			k.Waiters, k.RouteAnswer(a.RequestID), k.Queue, k.QSeq, k.Wake, k.IdemMark(a.RequestID)},
+		append([]any{ms(a.Now), a.Session, a.Claim, fp, a.IdemTTL.Milliseconds(), a.Waiter, flag(a.Join)},
 			s.handoffArgs(a.Now)...)...)
 	if err != nil {
 		return RouteResult{}, err
 	}
-	res := RouteResult{Kind: r.oneOf(0, RouteBound, RouteNew, RouteReplay, RouteNone, RouteQueued, RouteFull, RouteNoWait)}
+	res := RouteResult{Kind: r.oneOf(0, RouteBound, RouteNew, RouteReplay, RouteNone, RouteQueued, RouteFull, RouteNoWait, routeMismatch)}
 	switch {
+	case res.Kind == routeMismatch:
+		if err := r.err(); err != nil {
+			return RouteResult{}, err
+		}
+		return RouteResult{}, mismatch(scope, a.RequestID)
 	case res.Served():
 		res.New, res.Pod, res.Session = r.flag(1), r.pod(2, 3), r.str(4)
 	case res.Kind == RouteQueued:

@@ -52,13 +52,14 @@ func (m *Manager) handleAcquire(w http.ResponseWriter, r *http.Request) error {
 	if err := httpx.Decode(w, r, &req, true); err != nil {
 		return err
 	}
-	if req.RequestID == "" {
-		req.RequestID = r.Header.Get("Idempotency-Key")
-	}
-	if err := warmpool.CheckRequestID(req.RequestID); err != nil {
+	requestID, err := httpx.IdempotencyKey(r, req.RequestID)
+	if err != nil {
 		return err
 	}
-	h, err := m.Hold(r.Context(), scope, req.RequestID)
+	if err := warmpool.CheckRequestID(requestID); err != nil {
+		return err
+	}
+	h, err := m.Hold(r.Context(), scope, requestID)
 	if err != nil {
 		return err
 	}

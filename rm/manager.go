@@ -522,8 +522,8 @@ type Hold struct {
 }
 
 // Hold acquires a pod as Acquire does and keeps the claimed slot as a hold. With a
-// request id, a repeated call returns the first answer: the same hold.
-// Errors: as Acquire's.
+// request id, a repeated call returns the first answer: the same hold; a request id
+// used for a route is refused. Errors: as Acquire's, IDEMPOTENCY_MISMATCH.
 func (m *Manager) Hold(ctx context.Context, scope, requestID string) (Hold, error) {
 	if requestID == "" {
 		return m.hold(ctx, scope)
@@ -531,19 +531,22 @@ func (m *Manager) Hold(ctx context.Context, scope, requestID string) (Hold, erro
 	// A repeat waits for the first call's answer at most as long as any deploy may
 	// take; the pending mark expires with IdemTTL anyway.
 	wait := time.Duration(warmpool.MaxReadyTimeoutS)*time.Second + m.cfg.FollowerMargin
-	key := m.store.Keys().Scope(scope).Idem("acquire", requestID)
-	raw, _, err := m.store.Idempotent(ctx, key, m.cfg.IdemTTL, wait, m.cfg.PollInterval, func() ([]byte, error) {
+	req := lua.IdemRequest{Scope: scope, ID: requestID, Fingerprint: lua.AcquireFingerprint}
+	res, err := m.store.Idempotent(ctx, req, m.cfg.IdemTTL, wait, m.cfg.PollInterval, func() ([]byte, error) {
 		h, err := m.hold(ctx, scope)
 		if err != nil {
 			return nil, err
 		}
 		return json.Marshal(h)
 	})
+	if res.Unkept != nil {
+		m.log.WarnContext(ctx, "acquire's request id mark not completed", "scope", scope, "err", res.Unkept)
+	}
 	if err != nil {
 		return Hold{}, err
 	}
 	var h Hold
-	if err := json.Unmarshal(raw, &h); err != nil {
+	if err := json.Unmarshal(res.Answer, &h); err != nil {
 		return Hold{}, fmt.Errorf("acquire %q: cached answer: %w", scope, err)
 	}
 	return h, nil

@@ -390,7 +390,8 @@ func TestNewVersionIsNeverGivenAnOldIdlePod(t *testing.T) {
 	m.ReleaseClaim(ctx, "s", l.Claim)
 }
 
-// A hold's request id makes one hold however often and wherever it is repeated.
+// A hold's request id makes one hold however often and wherever it is repeated, and
+// a route's is refused.
 func TestHoldIsIdempotentAcrossReplicas(t *testing.T) {
 	h := replicatest.New(t)
 	h.Scope("s", 8, 2)
@@ -417,6 +418,19 @@ func TestHoldIsIdempotentAcrossReplicas(t *testing.T) {
 	}
 	if h.Fake.DeployCount() != 1 {
 		t.Fatalf("deploys = %d, want 1 for one request id", h.Fake.DeployCount())
+	}
+	// SPEC §11.5: a request id a route holds (its slow path runs under the id's mark)
+	// is refused to an acquire, which takes nothing.
+	route := lua.IdemRequest{Scope: "s", ID: "route-1", Fingerprint: lua.RouteFingerprint("alice")}
+	if m, err := h.Store.IdemClaim(ctx, route, "t1", time.Minute); err != nil || m.State != lua.IdemWon {
+		t.Fatalf("the route's claim = %+v, %v", m, err)
+	}
+	before := h.Snap("s")
+	if l, err := a.Hold(ctx, "s", "route-1"); warmpool.ErrorCode(err) != warmpool.CodeIdempotencyMismatch {
+		t.Fatalf("acquire with the route's request id = %+v, %v; want IDEMPOTENCY_MISMATCH", l, err)
+	}
+	if after := h.Snap("s"); len(after.Claims) != len(before.Claims) || h.Fake.DeployCount() != 1 {
+		t.Fatalf("the refused acquire left claims %v (before %v) after %d deploys", after.Claims, before.Claims, h.Fake.DeployCount())
 	}
 }
 

@@ -244,6 +244,9 @@ func TestBadSessionIDs(t *testing.T) {
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/acquire", `{"request_id":"r1","request_id":"r1"}`), http.StatusBadRequest, warmpool.CodeValidation, "request_id: duplicate key")
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s1"}`, header{"Idempotency-Key", luaID}), http.StatusBadRequest, warmpool.CodeValidation, "request_id")
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/acquire", `{"request_id":"`+strings.Repeat("r", 129)+`"}`), http.StatusBadRequest, warmpool.CodeValidation, "request_id")
+	// SPEC §11.5: a body request_id and another Idempotency-Key on one call.
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/sessions", `{"session_id":"s1","request_id":"r1"}`, header{"Idempotency-Key", "r2"}), http.StatusBadRequest, warmpool.CodeValidation, "request_id", "Idempotency-Key")
+	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/acquire", `{"request_id":"r1"}`, header{"Idempotency-Key", "r2"}), http.StatusBadRequest, warmpool.CodeValidation, "request_id", "Idempotency-Key")
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/ok/pods/BAD_POD/release", `{"hold_id":"h1"}`), http.StatusBadRequest, warmpool.CodeValidation, "pod")
 	for _, body := range []string{`{}`, `{"hold_id":""}`, `{"hold_id":"a b"}`, `{"hold_id":7}`} {
 		for _, verb := range []string{"release", "touch"} {
@@ -737,12 +740,31 @@ func TestRouteIdempotency(t *testing.T) {
 	if plain := e.route("i", "s1"); plain["new"] != false || plain["pod_id"] != first["pod_id"] {
 		t.Fatalf("plain second route: %v", plain)
 	}
+	// SPEC §11.5: the request id of alice's route, sent by mallory with another
+	// session (body or header), or for an acquire, is refused and binds nothing;
+	// alice's retry still gets her answer.
+	alice := e.ok(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"alice","request_id":"K"}`)
+	for _, r := range []resp{
+		e.do(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"mallory","request_id":"K"}`),
+		e.do(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"mallory"}`, header{"Idempotency-Key", "K"}),
+		e.do(http.MethodPost, "/v1/scopes/i/pods/acquire", `{"request_id":"K"}`),
+	} {
+		e.wantErr(r, http.StatusUnprocessableEntity, warmpool.CodeIdempotencyMismatch, "request id")
+	}
+	e.wantErr(e.do(http.MethodGet, "/v1/scopes/i/sessions/mallory", nil), http.StatusNotFound, warmpool.CodeSessionNotFound)
+	if retry := e.ok(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"alice"}`, header{"Idempotency-Key", "K"}); fmt.Sprint(retry) != fmt.Sprint(alice) {
+		t.Fatalf("alice's retry: %v, want her answer %v", retry, alice)
+	}
 
 	// The Idempotency-Key header works the same.
 	k1 := e.ok(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"s2"}`, header{"Idempotency-Key", "key-2"})
 	k2 := e.ok(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"s2"}`, header{"Idempotency-Key", "key-2"})
 	if k1["new"] != true || fmt.Sprint(k1) != fmt.Sprint(k2) {
 		t.Fatalf("header replay: %v then %v", k1, k2)
+	}
+	// The same id in the body and the header is one request id.
+	if both := e.ok(http.MethodPost, "/v1/scopes/i/sessions", `{"session_id":"s2","request_id":"key-2"}`, header{"Idempotency-Key", "key-2"}); fmt.Sprint(both) != fmt.Sprint(k1) {
+		t.Fatalf("body and header replay: %v, want %v", both, k1)
 	}
 	// Concurrent attempts of one request id get one answer and create one session.
 	// (They are not serialised: each may lead or follow a deploy before one binds and
@@ -767,8 +789,8 @@ func TestRouteIdempotency(t *testing.T) {
 	for _, p := range e.pool("i")["pods"].([]any) {
 		sessions += num(t, p.(map[string]any), "sessions")
 	}
-	if sessions != 3 {
-		t.Fatalf("%d sessions, want 3 (s1, s2, s3)", sessions)
+	if sessions != 4 {
+		t.Fatalf("%d sessions, want 4 (s1, alice, s2, s3)", sessions)
 	}
 	t.Logf("%d deploys for 2 sessions plus 6 concurrent attempts of a third", e.fake.DeployCount())
 }

@@ -48,10 +48,11 @@ func (m *Manager) handleRoute(w http.ResponseWriter, r *http.Request) (err error
 	if req.SessionID == "" {
 		return warmpool.Errorf(warmpool.CodeValidation, "session_id: required")
 	}
-	if req.RequestID == "" {
-		req.RequestID = r.Header.Get("Idempotency-Key")
+	requestID, err := httpx.IdempotencyKey(r, req.RequestID)
+	if err != nil {
+		return err
 	}
-	b, err = m.Route(r.Context(), scope, req.SessionID, req.RequestID)
+	b, err = m.Route(r.Context(), scope, req.SessionID, requestID)
 	if err != nil {
 		return err
 	}

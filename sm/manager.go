@@ -123,10 +123,11 @@ func served(scope string, res lua.RouteResult, source string) Binding {
 // or deployed), else a place in the scope's waiter queue until capacity frees. The
 // queue is fair: while routes wait, a new one queues behind them, and freed capacity
 // goes to the oldest waiter first, on any replica.
-// With a request id, a repeated call returns the first answer. Concurrent routes of one
-// session take one pod: one call at a time looks for it (see routeOnce).
-// Errors: VALIDATION, SCOPE_NOT_FOUND, NO_POD_AVAILABLE, QUEUE_FULL, WAIT_TIMEOUT,
-// DEPLOY_FAILED, STORE_UNAVAILABLE.
+// With a request id, a repeated call returns the first answer, and a call with a
+// request id used for another request (another session, or an acquire) is refused.
+// Concurrent routes of one session take one pod: one call at a time looks for it (see
+// routeOnce). Errors: VALIDATION, SCOPE_NOT_FOUND, IDEMPOTENCY_MISMATCH,
+// NO_POD_AVAILABLE, QUEUE_FULL, WAIT_TIMEOUT, DEPLOY_FAILED, STORE_UNAVAILABLE.
 func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (Binding, error) {
 	if err := errors.Join(checkIDs(scope, session), warmpool.CheckRequestID(requestID)); err != nil {
 		return Binding{}, err
@@ -146,9 +147,9 @@ func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (
 	// The slow path runs once per request id across replicas: a retry that arrives
 	// while the first call deploys or queues waits for its answer instead of taking
 	// a second pod.
-	key := m.store.Keys().Scope(scope).Idem("route-run", requestID)
+	req := lua.IdemRequest{Scope: scope, ID: requestID, Fingerprint: lua.RouteFingerprint(session)}
 	source := warmpool.SourceAffinity // unless this call runs the route itself
-	raw, _, err := m.store.Idempotent(ctx, key, m.cfg.IdemTTL, maxRouteWait, m.cfg.Recheck, func() ([]byte, error) {
+	run, err := m.store.Idempotent(ctx, req, m.cfg.IdemTTL, maxRouteWait, m.cfg.Recheck, func() ([]byte, error) {
 		b, err := m.routeOnce(ctx, scope, session, requestID)
 		if err != nil {
 			return nil, err
@@ -156,11 +157,14 @@ func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (
 		source = b.Source
 		return json.Marshal(b)
 	})
+	if run.Unkept != nil {
+		m.log.WarnContext(ctx, "route's request id mark not completed", "scope", scope, "session", session, "err", run.Unkept)
+	}
 	if err != nil {
 		return Binding{}, err
 	}
 	var b Binding
-	if err := json.Unmarshal(raw, &b); err != nil {
+	if err := json.Unmarshal(run.Answer, &b); err != nil {
 		return Binding{}, fmt.Errorf("route %s/%s: cached answer: %w", scope, session, err)
 	}
 	b.Source = source

@@ -423,8 +423,9 @@ func answer(b sm.Binding) sm.Binding {
 }
 
 // Issue 3: the same request id gets the same answer from any replica, new:true both
-// times, and creates one session; a different session sent with a used request id
-// gets the first answer and binds nothing.
+// times, and creates one session. SPEC §11.5: a different session sent with a used
+// request id is refused with IDEMPOTENCY_MISMATCH and binds nothing (it got the first
+// session's binding before).
 func TestIdempotentReplay(t *testing.T) {
 	h := replicatest.New(t)
 	a, b := replica(h, replicatest.Config{}), replica(h, replicatest.Config{})
@@ -442,15 +443,15 @@ func TestIdempotentReplay(t *testing.T) {
 		}
 	}
 	other, err := b.Route(ctx, "s", "other", "req-1")
-	if err != nil || answer(other) != answer(first) {
-		t.Fatalf("another session with a used request id = %+v, %v; want the first answer %+v", other, err, first)
+	if warmpool.ErrorCode(err) != warmpool.CodeIdempotencyMismatch {
+		t.Fatalf("another session with a used request id = %+v, %v; want IDEMPOTENCY_MISMATCH", other, err)
 	}
 	s := h.Settled("s")
 	if len(s.Sessions) != 1 || s.Sessions["one"] != first.PodID {
 		t.Fatalf("sessions %v, want only one on %s", s.Sessions, first.PodID)
 	}
 	if _, err := a.Get(ctx, "s", "other"); warmpool.ErrorCode(err) != warmpool.CodeSessionNotFound {
-		t.Fatalf("get of the replayed other session: %v, want SESSION_NOT_FOUND", err)
+		t.Fatalf("get of the refused other session: %v, want SESSION_NOT_FOUND", err)
 	}
 	// Without a request id the same session is just bound already.
 	if plain, err := b.Route(ctx, "s", "one", ""); err != nil || plain.New || plain.PodID != first.PodID {
@@ -460,7 +461,8 @@ func TestIdempotentReplay(t *testing.T) {
 
 // The same request id sent to two replicas at once on a cold scope runs once: the
 // second call waits for the first one's answer instead of taking a pod of its own
-// (with pod_concurrency 1 it would have led a second deploy).
+// (with pod_concurrency 1 it would have led a second deploy), and a route of another
+// session with the id is refused while the first call runs.
 func TestIdempotentReplayAcrossReplicasWhileDeploying(t *testing.T) {
 	h := replicatest.New(t)
 	a, b := replica(h, replicatest.Config{}), replica(h, replicatest.Config{})
@@ -474,6 +476,11 @@ func TestIdempotentReplayAcrossReplicasWhileDeploying(t *testing.T) {
 	// script call and a deploy start on loopback.
 	if err := h.Fake.WaitInFlight(ctxTimeout(t, 300*time.Millisecond), 2); err == nil {
 		t.Fatal("the retry started a second deploy while the first call was deploying")
+	}
+	// Meanwhile another session's route with the id is refused, without waiting for
+	// the first call and without a deploy of its own.
+	if o := replicatest.Recv(t, "another session's route on B", routeAsync(b, "s", "other", "req-1")); warmpool.ErrorCode(o.err) != warmpool.CodeIdempotencyMismatch {
+		t.Fatalf("another session's route while the first call deploys = %+v, %v; want IDEMPOTENCY_MISMATCH", o.b, o.err)
 	}
 	hold()
 	x, y := replicatest.Recv(t, "the route on A", ra), replicatest.Recv(t, "the route on B", rb)

@@ -47,8 +47,8 @@ type Scope struct {
 	queue   zset              // waiter -> arrival number
 	health  map[string]int64  // pod -> failed probes in a row
 	gone    map[string]bool   // tombstones of purged pods
-	idem    map[string]string // request id -> cached route answer
-	claimed map[string]string // idempotency key -> "" while its first request runs, then its answer
+	idem    map[string]string // request id -> cached route answer, "<fingerprint>\n<flag>\n<pod>\n<pod JSON>"
+	marks   map[string]string // request id -> its mark, "<fingerprint>\n<owner token>\n<answer>" (answer "" while it runs)
 }
 
 // NewScope returns the model of a scope that was never published.
@@ -57,7 +57,7 @@ func NewScope(id string) *Scope {
 		id: id, pods: zset{}, podVer: map[string]string{}, podInfo: map[string]string{}, slots: map[string]int64{},
 		idle: zset{}, deploys: zset{}, rooms: zset{}, claims: zset{}, claimOf: map[string]string{},
 		sess: map[string]string{}, sessExp: zset{}, waiters: zset{}, queue: zset{}, health: map[string]int64{},
-		gone: map[string]bool{}, idem: map[string]string{}, claimed: map[string]string{},
+		gone: map[string]bool{}, idem: map[string]string{}, marks: map[string]string{},
 	}
 }
 
@@ -721,7 +721,7 @@ func (s *Scope) HoldRelease(hold, pod string, now time.Time) (bool, error) {
 	return hasMember(s.idle, pod), nil
 }
 
-// SessionRoute models session_route.lua; a cached answer never expires here.
+// SessionRoute models session_route.lua; a cached answer expires only by ExpireRouteAnswer.
 func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 	if err := s.refused(); err != nil {
 		return lua.RouteResult{}, err
@@ -740,15 +740,21 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 			s.releaseClaim(waiter, now, q)
 		}
 	}
-	idem := a.RequestID != ""
+	idem, fp := a.RequestID != "", lua.RouteFingerprint(sid)
 	if idem {
-		if cached, ok := s.idem[a.RequestID]; ok {
+		cached, ok := s.idem[a.RequestID]
+		mark, marked := s.marks[a.RequestID]
+		other := (ok && otherRequest(cached, fp)) || (marked && otherRequest(mark, fp))
+		if ok || other {
 			if claim != "" {
 				s.releaseClaim(claim, now, q)
 			}
 			leave("")
+			if other {
+				return lua.RouteResult{}, warmpool.Errorf(warmpool.CodeIdempotencyMismatch, "request id %q names another request", a.RequestID)
+			}
 			parts := strings.SplitN(cached, "\n", 4)
-			return served(lua.RouteReplay, parts[0], parts[2], parts[3], parts[1])
+			return served(lua.RouteReplay, parts[1], parts[2], parts[3], sid)
 		}
 	}
 	expiry := now + s.cfgInt("session_ttl_ms")
@@ -757,7 +763,7 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 	answer := func(kind, flag, pod string) (lua.RouteResult, error) {
 		info := s.podInfo[pod]
 		if _, ok := s.idem[a.RequestID]; idem && !ok {
-			s.idem[a.RequestID] = flag + "\n" + sid + "\n" + pod + "\n" + info
+			s.idem[a.RequestID] = fp + "\n" + flag + "\n" + pod + "\n" + info
 		}
 		return served(kind, flag, pod, info, sid)
 	}
@@ -1136,24 +1142,99 @@ func RecordLine(version, deleted string, published, epoch, indexed bool) string 
 	return fmt.Sprintf("version=%s deleted=%s published=%v epoch=%v indexed=%v", version, deleted, published, epoch, indexed)
 }
 
-// Idempotent models lua.Store.Idempotent (idem_claim.lua) on one idempotency key of
-// the scope, with fn run inline: the first call of a key runs fn and keeps its answer,
-// or forgets the key when fn fails; a later call replays the answer; a call while the
-// first one runs gets NO_POD_AVAILABLE, as when its wait ends (a key's ttl, real time,
-// is taken not to pass).
-func (s *Scope) Idempotent(key string, fn func() ([]byte, error)) ([]byte, bool, error) {
-	if v, ok := s.claimed[key]; ok {
-		if v == "" {
-			return nil, false, warmpool.Errorf(warmpool.CodeNoPodAvailable, "request is still running on another replica")
-		}
-		return []byte(v), true, nil
+// otherRequest reports whether v, a request id's mark or route answer, names a request
+// of another fingerprint than fp.
+func otherRequest(v, fp string) bool {
+	first, _, _ := strings.Cut(v, "\n")
+	return first != fp
+}
+
+// IdemClaim models idem_claim.lua on one request id of the scope (a key's ttl, real
+// time, is taken not to pass; ExpireMark and ExpireRouteAnswer make it pass).
+func (s *Scope) IdemClaim(requestID, fp, token string) (lua.IdemClaimResult, error) {
+	mark, marked := s.marks[requestID]
+	cached, ok := s.idem[requestID]
+	if (marked && otherRequest(mark, fp)) || (ok && otherRequest(cached, fp)) {
+		return lua.IdemClaimResult{}, warmpool.Errorf(warmpool.CodeIdempotencyMismatch, "request id %q names another request", requestID)
 	}
-	s.claimed[key] = ""
+	if !marked {
+		s.marks[requestID] = fp + "\n" + token + "\n"
+		return lua.IdemClaimResult{State: lua.IdemWon}, nil
+	}
+	if answer := strings.SplitN(mark, "\n", 3)[2]; answer != "" {
+		return lua.IdemClaimResult{State: lua.IdemDone, Answer: []byte(answer)}, nil
+	}
+	return lua.IdemClaimResult{State: lua.IdemRunning}, nil
+}
+
+// running returns the fingerprint of the request id's mark when token owns it and its
+// request still runs.
+func (s *Scope) running(requestID, token string) (string, bool) {
+	parts := strings.SplitN(s.marks[requestID], "\n", 3)
+	if len(parts) != 3 || parts[1] != token || parts[2] != "" {
+		return "", false
+	}
+	return parts[0], true
+}
+
+// IdemAnswer models idem_answer.lua.
+func (s *Scope) IdemAnswer(requestID, token string, answer []byte) bool {
+	fp, ok := s.running(requestID, token)
+	if ok {
+		s.marks[requestID] = fp + "\n" + token + "\n" + string(answer)
+	}
+	return ok
+}
+
+// IdemRelease models idem_release.lua.
+func (s *Scope) IdemRelease(requestID, token string) bool {
+	_, ok := s.running(requestID, token)
+	if ok {
+		delete(s.marks, requestID)
+	}
+	return ok
+}
+
+// ExpireMark models the end of a request id's mark's ttl: the mark is gone.
+func (s *Scope) ExpireMark(requestID string) { delete(s.marks, requestID) }
+
+// ExpireRouteAnswer models the end of a route answer's ttl: the answer is gone.
+func (s *Scope) ExpireRouteAnswer(requestID string) { delete(s.idem, requestID) }
+
+// Mark is the request id's mark, as Redis holds it; false when there is none.
+func (s *Scope) Mark(requestID string) (string, bool) {
+	v, ok := s.marks[requestID]
+	return v, ok
+}
+
+// RouteAnswer is the request id's cached route answer, as Redis holds it; false when
+// there is none.
+func (s *Scope) RouteAnswer(requestID string) (string, bool) {
+	v, ok := s.idem[requestID]
+	return v, ok
+}
+
+// Idempotent models lua.Store.Idempotent on one request id of the scope, with fn run
+// inline and token the owner token the store's call took the mark under: the first
+// call of an id runs fn and keeps its answer, or frees the mark when fn fails; a later
+// call of the same fingerprint replays the answer, one of another fingerprint is
+// refused; a call while the first one runs gets NO_POD_AVAILABLE, as when its wait
+// ends.
+func (s *Scope) Idempotent(requestID, fp, token string, fn func() ([]byte, error)) ([]byte, bool, error) {
+	m, err := s.IdemClaim(requestID, fp, token)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case m.State == lua.IdemRunning:
+		return nil, false, warmpool.Errorf(warmpool.CodeNoPodAvailable, "request is still running on another replica")
+	case m.State == lua.IdemDone:
+		return m.Answer, true, nil
+	}
 	answer, err := fn()
 	if err != nil {
-		delete(s.claimed, key)
+		s.IdemRelease(requestID, token)
 		return nil, false, err
 	}
-	s.claimed[key] = string(answer)
+	s.IdemAnswer(requestID, token, answer)
 	return answer, false, nil
 }

@@ -77,7 +77,7 @@ var weights = map[string]int{
 	"follower_wait": 2, "pod_placeholder": 2, "deploy_extend": 2, "scope_repair": 2,
 	"session_get": 1, "follower_leave": 1, "waiter_leave": 1, "deploy_abort": 1, "pod_purge": 1, "pod_adopt": 1,
 	"pod_health": 1, "fence_raise": 1, "scope_publish": 1, "epoch_lost": 1, "drift": 1,
-	"scope_delete": 1, "scope_forget": 1, "idem_claim": 1,
+	"scope_delete": 1, "scope_forget": 1, "idem_claim": 1, "idem_answer": 1, "idem_release": 1, "idem_expire": 1,
 }
 
 // The scopes of every run: a has room for three pods of two sessions, deployed two at
@@ -123,6 +123,7 @@ type side struct {
 	pods     []string
 	sessions []string
 	waiters  []string
+	owners   []markRef // the idempotency marks taken by bare claims, with their owner tokens
 	// drifted is set once a write outside the scripts changed the scope: from then on
 	// its state is compared with the model's, but the invariants may rightly break.
 	drifted bool
@@ -136,6 +137,8 @@ type deployRef struct {
 }
 
 type roomRef struct{ deploy, room, claim string }
+
+type markRef struct{ request, token string }
 
 type world struct {
 	t     *rapid.T
@@ -309,7 +312,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 				a.Join = rapid.Bool().Draw(w.t, "join")
 			}
 			if rapid.IntRange(0, 3).Draw(w.t, "idempotent") == 0 {
-				a.RequestID = rapid.SampledFrom([]string{"r0", "r1", "r2"}).Draw(w.t, "request")
+				a.RequestID = rapid.SampledFrom(idemRequests).Draw(w.t, "request")
 			}
 			got, gotErr := w.store.SessionRoute(ctx, s.id, a)
 			want, wantErr := s.model.SessionRoute(a)
@@ -413,34 +416,91 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			w.same("scope_forget", got, s.model.ScopeForget(), gotErr, nil)
 		}),
 		"idem_claim": step("idem_claim", func(s *side) {
-			key := w.store.Keys().Scope(s.id).Idem("acquire", rapid.SampledFrom([]string{"q0", "q1", "q2"}).Draw(w.t, "request"))
+			// an acquire, or the slow path of a route, with one of the request ids
+			// the routes use too
+			r := s.idemRequest(w)
+			if rapid.IntRange(0, 2).Draw(w.t, "bare") == 0 {
+				// a first request that takes the mark and runs on (or died): when it
+				// wins, its token is one a later step may answer or release with
+				token := w.fresh("t")
+				got, gotErr := w.store.IdemClaim(ctx, r, token, time.Hour)
+				want, wantErr := s.model.IdemClaim(r.ID, r.Fingerprint, token)
+				w.same("idem_claim bare", got, want, gotErr, wantErr)
+				if got.State == lua.IdemWon {
+					s.owners = append(s.owners, markRef{request: r.ID, token: token})
+				}
+				return
+			}
 			answer := []byte(w.fresh("answer"))
 			var fail error
 			if rapid.IntRange(0, 3).Draw(w.t, "fails") == 0 {
 				fail = warmpool.Errorf(warmpool.CodeInternal, "the first request failed")
 			}
 			// a retry of the id while the first request runs waits for its answer
-			// (here not at all) and is told to retry
-			retry := rapid.Bool().Draw(w.t, "retry while running")
+			// (here not at all) and is told to retry; a request of another
+			// fingerprint with the id is refused
+			var retry *lua.IdemRequest
+			if rapid.Bool().Draw(w.t, "retry while running") {
+				retry = &r
+				if rapid.Bool().Draw(w.t, "another request") {
+					other := s.idemRequest(w)
+					other.ID = r.ID
+					retry = &other
+				}
+			}
 			won := func() ([]byte, error) {
-				w.t.Fatalf("idem_claim: a retry took the key of a first request still running")
+				w.t.Fatalf("idem_claim: a retry took the mark of a first request still running")
 				return nil, nil
 			}
-			got, gotReplay, gotErr := w.store.Idempotent(ctx, key, time.Hour, time.Millisecond, time.Millisecond, func() ([]byte, error) {
-				if retry {
-					_, _, err := w.store.Idempotent(ctx, key, time.Hour, 0, time.Millisecond, won)
-					w.same("idem_claim while running", nil, nil, err, warmpool.Errorf(warmpool.CodeNoPodAvailable, "running"))
+			// the owner token the store's first request took the mark under, read
+			// from the mark while it runs
+			var token string
+			var retryErr error
+			got, gotErr := w.store.Idempotent(ctx, r, time.Hour, time.Millisecond, time.Millisecond, func() ([]byte, error) {
+				mark, err := w.r.Client.Get(ctx, w.store.Keys().Scope(s.id).IdemMark(r.ID)).Result()
+				if err != nil {
+					w.t.Fatalf("idem_claim: the mark of the running first request: %v", err)
+				}
+				token = strings.SplitN(mark, "\n", 3)[1]
+				if retry != nil {
+					_, retryErr = w.store.Idempotent(ctx, *retry, time.Hour, 0, time.Millisecond, won)
 				}
 				return answer, fail
 			})
-			want, wantReplay, wantErr := s.model.Idempotent(key, func() ([]byte, error) {
-				if retry {
-					_, _, err := s.model.Idempotent(key, won)
-					w.same("idem_claim while running (model)", nil, nil, err, warmpool.Errorf(warmpool.CodeNoPodAvailable, "running"))
+			if got.Unkept != nil {
+				w.t.Fatalf("idem_claim: %v", got.Unkept)
+			}
+			want, wantReplay, wantErr := s.model.Idempotent(r.ID, r.Fingerprint, token, func() ([]byte, error) {
+				if retry != nil {
+					_, _, err := s.model.Idempotent(retry.ID, retry.Fingerprint, "", won)
+					w.same("idem_claim while running", nil, nil, retryErr, err)
 				}
 				return answer, fail
 			})
-			w.same("idem_claim", []any{string(got), gotReplay}, []any{string(want), wantReplay}, gotErr, wantErr)
+			w.same("idem_claim", []any{string(got.Answer), got.Replayed}, []any{string(want), wantReplay}, gotErr, wantErr)
+		}),
+		"idem_answer": step("idem_answer", func(s *side) {
+			m, answer := s.owner(w), []byte(w.fresh("answer"))
+			got, gotErr := w.store.IdemAnswer(ctx, s.id, m.request, m.token, answer, time.Hour)
+			w.same("idem_answer", got, s.model.IdemAnswer(m.request, m.token, answer), gotErr, nil)
+		}),
+		"idem_release": step("idem_release", func(s *side) {
+			m := s.owner(w)
+			got, gotErr := w.store.IdemRelease(ctx, s.id, m.request, m.token)
+			w.same("idem_release", got, s.model.IdemRelease(m.request, m.token), gotErr, nil)
+		}),
+		"idem_expire": step("idem_expire", func(s *side) {
+			// a mark's or a route answer's ttl runs out: a late owner's token no
+			// longer holds the mark, and the id is free for another request
+			id, k := rapid.SampledFrom(idemRequests).Draw(w.t, "request"), w.store.Keys().Scope(s.id)
+			key := k.IdemMark(id)
+			if rapid.Bool().Draw(w.t, "route answer") {
+				key = k.RouteAnswer(id)
+				s.model.ExpireRouteAnswer(id)
+			} else {
+				s.model.ExpireMark(id)
+			}
+			w.same("idem_expire", nil, nil, w.r.Client.Del(ctx, key).Err(), nil)
 		}),
 		"drift": step("drift", func(s *side) {
 			k := w.store.Keys().Scope(s.id)
@@ -589,6 +649,28 @@ func (s *side) session(t *rapid.T) string {
 	return rapid.SampledFrom(s.sessions).Draw(t, "session")
 }
 
+// idemRequests are the request ids of the routes and the idempotency steps.
+var idemRequests = []string{"r0", "r1", "r2"}
+
+// idemRequest draws a request with one of idemRequests: an acquire or a route of one
+// of the scope's sessions.
+func (s *side) idemRequest(w *world) lua.IdemRequest {
+	r := lua.IdemRequest{Scope: s.id, ID: rapid.SampledFrom(idemRequests).Draw(w.t, "request"), Fingerprint: lua.AcquireFingerprint}
+	if rapid.Bool().Draw(w.t, "route") {
+		r.Fingerprint = lua.RouteFingerprint(rapid.SampledFrom(s.sessions).Draw(w.t, "session"))
+	}
+	return r
+}
+
+// owner draws a mark a bare claim took, with its owner token (which may have lost the
+// mark since), or now and then a request id with a token that never held it.
+func (s *side) owner(w *world) markRef {
+	if len(s.owners) == 0 || rapid.IntRange(0, 3).Draw(w.t, "stranger") == 0 {
+		return markRef{request: rapid.SampledFrom(idemRequests).Draw(w.t, "request"), token: "unknown-token"}
+	}
+	return rapid.SampledFrom(s.owners).Draw(w.t, "owner")
+}
+
 // claim draws a claim id.
 func (s *side) claim(t *rapid.T) string {
 	if live, _ := s.liveClaims(); len(live) > 0 && rapid.IntRange(0, 3).Draw(t, "live claim") > 0 {
@@ -656,6 +738,8 @@ func outcome(v any, err error) string {
 		return r.Kind
 	case lua.FollowerState:
 		return r.State
+	case lua.IdemClaimResult:
+		return r.State
 	case lua.RepairReport:
 		return fmt.Sprintf("fixed anything %v", r.Any())
 	case string, bool:
@@ -691,6 +775,7 @@ func (w *world) compare(after string, changed *side) {
 		got, want := model.Lines(snap), model.Lines(s.model.Snapshot())
 		if s == changed {
 			got, want = append(got, w.record(s)), append(want, s.model.Record())
+			got, want = append(got, w.marks(s)...), append(want, modelMarks(s)...)
 		}
 		if !slices.Equal(got, want) {
 			w.t.Fatalf("after %s on scope %s, scope %s differs (- redis, + model):\n%s", after, changed.id, s.id, lineDiff(got, want))
@@ -726,6 +811,49 @@ func (w *world) record(s *side) string {
 	v := cfg.Val()
 	str := func(v any) string { x, _ := v.(string); return x }
 	return model.RecordLine(str(v[0]), str(v[1]), v[2] != nil, epoch.Val() == 1, slices.Contains(index.Val(), s.id))
+}
+
+// marks renders the marks and cached route answers of idemRequests as Redis holds
+// them, in one round trip.
+func (w *world) marks(s *side) []string {
+	w.t.Helper()
+	ctx, k := context.Background(), w.store.Keys().Scope(s.id)
+	pipe := w.r.Client.Pipeline()
+	var marks, answers []*redis.StringCmd
+	for _, id := range idemRequests {
+		marks = append(marks, pipe.Get(ctx, k.IdemMark(id)))
+		answers = append(answers, pipe.Get(ctx, k.RouteAnswer(id)))
+	}
+	_, _ = pipe.Exec(ctx) // each command's error is read below
+	var lines []string
+	line := func(what, id string, get *redis.StringCmd) {
+		v, err := get.Result()
+		switch {
+		case err == nil:
+			lines = append(lines, fmt.Sprintf("%s %s = %q", what, id, v))
+		case !errors.Is(err, redis.Nil):
+			w.t.Fatal(err)
+		}
+	}
+	for i, id := range idemRequests {
+		line("mark", id, marks[i])
+		line("route answer", id, answers[i])
+	}
+	return lines
+}
+
+// modelMarks renders the model's marks and route answers of idemRequests as marks does.
+func modelMarks(s *side) []string {
+	var lines []string
+	for _, id := range idemRequests {
+		if v, ok := s.model.Mark(id); ok {
+			lines = append(lines, fmt.Sprintf("mark %s = %q", id, v))
+		}
+		if v, ok := s.model.RouteAnswer(id); ok {
+			lines = append(lines, fmt.Sprintf("route answer %s = %q", id, v))
+		}
+	}
+	return lines
 }
 
 // due runs scope_due.lua on the scope, as the sweeper does after each visit, and

@@ -1,0 +1,13 @@
+-- idem_release.lua: free a request id's mark after its first request failed, so that
+-- a retry runs again; only for the mark's owner while it runs: a first request that
+-- outlived its mark (the ttl passed and a retry took the id) leaves the retry's mark
+-- as it is.
+-- KEYS[1] {s}:idem:run:<id>  STRING  "<fingerprint>\n<owner token>\n<answer>"
+--                            (idem_claim.lua)
+-- ARGV[1] owner token
+-- Returns 1 when freed, 0 when the mark is not the caller's running one.
+local _, owner, answer = idem_mark(KEYS[1])
+if owner ~= ARGV[1] or answer ~= '' then
+  return 0
+end
+return redis.call('DEL', KEYS[1])

@@ -45,11 +45,16 @@ repeat() { local i; for ((i = 0; i < $2; i++)); do printf '%s' "$1"; done; }
 key=$(repeat k 30)
 # 9,990 nested objects with 30-character keys, as a route body.
 { repeat "{\"$key\":" 9990; printf '1'; repeat '}' 9990; } >"$dir/route.json"
+# The same under session_id: a key a route has, so the nesting is read.
+{ printf '{"session_id":'; cat "$dir/route.json"; printf '}'; } >"$dir/route-field.json"
+# What reading a body of that size costs: {} and spaces.
+{ printf '{}'; repeat ' ' $(( $(stat -c %s "$dir/route.json") - 2 )); } >"$dir/route-flat.json"
 # 9,999 levels of {"deploy": as a scope config.
 { repeat '{"deploy":' 9999; printf '1'; repeat '}' 9999; } >"$dir/put.json"
 
 printf '| body | bytes | answer | RSS before | peak RSS | CPU per request |\n|---|---|---|---|---|---|\n'
-for b in "POST /v1/scopes/demo/sessions route.json" "PUT /v1/scopes/demo/config put.json"; do
+for b in "POST /v1/scopes/demo/sessions route-flat.json" "POST /v1/scopes/demo/sessions route.json" "POST /v1/scopes/demo/sessions route-field.json" \
+  "PUT /v1/scopes/demo/config put.json"; do
   read -r method path file <<<"$b"
   start_replica
   rss=$(kb VmRSS)
@@ -61,9 +66,9 @@ for b in "POST /v1/scopes/demo/sessions route.json" "PUT /v1/scopes/demo/config 
   done
   cpu=$(echo "($(cpu_ms) - $cpu) / $n" | bc -l)
   code=$(jq -r .error.code "$dir/answer" 2>/dev/null || echo '?')
-  printf '| %s %s | %d | %s %s | %.1f MB | %.1f MB | %.1f ms |\n' "$method" "$path" "$(stat -c %s "$dir/$file")" \
-    "$answer" "$code" "$(echo "$rss / 1024" | bc -l)" "$(echo "$(kb VmHWM) / 1024" | bc -l)" \
-    "$cpu"
-  jq -r .error.message "$dir/answer" | cut -c1-150 >&2
+  msg=$(jq -r .error.message "$dir/answer" 2>/dev/null | cut -c1-56)
+  printf '| %s %s %s | %d | %s %s `%s` | %.1f MB | %.1f MB | %.1f ms |\n' "$method" "$path" "$file" \
+    "$(stat -c %s "$dir/$file")" "$answer" "$code" "$msg" "$(echo "$rss / 1024" | bc -l)" \
+    "$(echo "$(kb VmHWM) / 1024" | bc -l)" "$cpu"
   stop_replica
 done

@@ -134,7 +134,8 @@ func DefaultScopeConfig() ScopeConfig {
 }
 
 // DecodeScopeConfig reads a scope config document strictly (unknown fields are
-// rejected and named) and normalizes it: this is how a config enters the system from
+// rejected and named, field names match exactly, a key given twice and nesting deeper
+// than 32 levels are refused, as by DecodeStrict) and normalizes it: this is how a config enters the system from
 // outside (the HTTP API, the CLI). A field the document omits takes its default as
 // it decodes; one that is blank or null is filled by Normalize. Every error is a
 // VALIDATION *Error; a document with several faults gets them all at once, each named

@@ -134,7 +134,8 @@ func DefaultScopeConfig() ScopeConfig {
 }
 
 // DecodeScopeConfig reads a scope config document strictly (unknown fields are
-// rejected and named) and normalizes it: this is how a config enters the system from
+// rejected and named, field names match exactly, a key given twice and nesting deeper
+// than 32 levels are refused, as by DecodeStrict) and normalizes it: this is how a config enters the system from
 // outside (the HTTP API, the CLI). A field the document omits takes its default as
 // it decodes; one that is blank or null is filled by Normalize. Every error is a
 // VALIDATION *Error; a document with several faults gets them all at once, each named
@@ -193,16 +194,13 @@ func decodeFields(raw json.RawMessage, v reflect.Value, path string, faults *fie
 	}
 	t := v.Type()
 	for _, key := range slices.Sorted(maps.Keys(obj)) {
-		name := key
-		if name == "" {
-			name = `""`
-		}
+		name := keyName([]byte(key))
 		if path != "" {
 			name = path + "." + name
 		}
 		i := fieldIndex(t, key)
 		if i < 0 {
-			faults.add(name, "unknown field")
+			faults.add(name, "%s", unknownField([]byte(key), shapeOf(t)))
 			continue
 		}
 		decodeFields(obj[key], v.Field(i), name, faults)
@@ -210,19 +208,14 @@ func decodeFields(raw json.RawMessage, v reflect.Value, path string, faults *fie
 }
 
 // fieldIndex is the index of the field of struct type t that the JSON key names (its
-// tag, matched exactly, else case-insensitively as encoding/json does), or -1.
+// tag, matched exactly: SPEC §11.5 folds no case), or -1.
 func fieldIndex(t reflect.Type, key string) int {
-	fold := -1
 	for i := range t.NumField() {
-		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if tag == key {
+		if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); tag == key {
 			return i
 		}
-		if fold < 0 && strings.EqualFold(tag, key) {
-			fold = i
-		}
 	}
-	return fold
+	return -1
 }
 
 // typeFault says why a JSON value did not decode into a Go value of type t.
@@ -271,196 +264,6 @@ func LoadScopeConfig(doc []byte) (ScopeConfig, error) {
 		return ScopeConfig{}, err
 	}
 	return cfg, nil
-}
-
-// DecodeStrict decodes the JSON object doc into v: unknown fields, a key given twice
-// in one object, a document that is not an object and trailing data are VALIDATION
-// errors naming what is wrong.
-func DecodeStrict(doc []byte, v any) error {
-	if !plainObject(doc) {
-		raw, err := readObject(bytes.NewReader(doc))
-		if err != nil {
-			return err
-		}
-		doc = raw
-	}
-	return decodeKnown(doc, v)
-}
-
-// decodeKnown decodes the JSON object doc into v, naming a field v does not have.
-func decodeKnown(doc []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return JSONError(err)
-	}
-	return nil
-}
-
-// plainObject reports whether doc is one well-formed JSON object, in ASCII without
-// escapes, whose string literals (keys and values) are at most 8 and all different:
-// readObject finds nothing wrong with such a document (no key can appear twice), so
-// the small bodies of the hot calls skip its token-by-token walk.
-func plainObject(doc []byte) bool {
-	for _, c := range doc {
-		if c == '\\' || c >= 0x80 {
-			return false
-		}
-	}
-	t := bytes.TrimSpace(doc)
-	if len(t) == 0 || t[0] != '{' || !json.Valid(t) {
-		return false
-	}
-	var seen [8][]byte
-	n := 0
-	for {
-		start := bytes.IndexByte(t, '"')
-		if start < 0 {
-			return true
-		}
-		t = t[start+1:]
-		end := bytes.IndexByte(t, '"') // no escapes: the closing quote
-		lit := t[:end]
-		t = t[end+1:]
-		if n == len(seen) {
-			return false
-		}
-		for _, s := range seen[:n] {
-			if bytes.Equal(s, lit) {
-				return false
-			}
-		}
-		seen[n] = lit
-		n++
-	}
-}
-
-// readObject reads one JSON object from r: malformed JSON, trailing data, a document
-// that is not an object and a key given twice in one object are VALIDATION errors.
-func readObject(r io.Reader) (json.RawMessage, error) {
-	dec := json.NewDecoder(r)
-	var raw json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		return nil, JSONError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, Errorf(CodeValidation, "body: trailing data after the JSON document")
-	}
-	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
-		return nil, Errorf(CodeValidation, "body: expected a JSON object")
-	}
-	if key := duplicateKey(raw); key != "" {
-		return nil, Errorf(CodeValidation, "%s: duplicate key", key)
-	}
-	return raw, nil
-}
-
-// duplicateKey returns the path ("pool.queue_size", "deploy.env.A", "l[0].k") of the
-// first key that appears twice in one object of the well-formed JSON document doc, or
-// "" when every key is unique. encoding/json would keep the last value silently, and
-// the sender's intent is unknown.
-func duplicateKey(doc []byte) string {
-	type level struct {
-		path   string
-		seen   map[string]bool // nil for a list
-		key    string          // the key whose value comes next (objects)
-		index  int             // the index of the next element (lists)
-		getKey bool            // an object expects a key next
-	}
-	child := func(l *level) string {
-		if l.seen == nil {
-			return fmt.Sprintf("%s[%d]", l.path, l.index)
-		}
-		k := l.key
-		if k == "" {
-			k = `""`
-		}
-		if l.path == "" {
-			return k
-		}
-		return l.path + "." + k
-	}
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	var stack []*level
-	// done moves the innermost level past the value that just ended.
-	done := func() {
-		if n := len(stack); n > 0 {
-			if l := stack[n-1]; l.seen == nil {
-				l.index++
-			} else {
-				l.getKey = true
-			}
-		}
-	}
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return "" // EOF, or malformed: the decoder proper reports that
-		}
-		var top *level
-		if n := len(stack); n > 0 {
-			top = stack[n-1]
-		}
-		if top != nil && top.seen != nil && top.getKey {
-			if d, ok := tok.(json.Delim); ok && d == '}' {
-				stack = stack[:len(stack)-1]
-				done()
-				continue
-			}
-			key, _ := tok.(string)
-			top.key, top.getKey = key, false
-			if top.seen[key] {
-				return child(top)
-			}
-			top.seen[key] = true
-			continue
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			path := ""
-			if top != nil {
-				path = child(top)
-			}
-			l := &level{path: path}
-			if tok == json.Delim('{') {
-				l.seen, l.getKey = map[string]bool{}, true
-			}
-			stack = append(stack, l)
-		case json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			done()
-		default:
-			done()
-		}
-	}
-}
-
-// JSONError turns an encoding/json error into a VALIDATION *Error that names the field.
-func JSONError(err error) *Error {
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		if field == "" {
-			field = "body"
-		}
-		return Errorf(CodeValidation, "%s: expected %s, got JSON %s", field, typeErr.Type, typeErr.Value)
-	case errors.As(err, &syntaxErr):
-		return Errorf(CodeValidation, "body: malformed JSON at offset %d: %v", syntaxErr.Offset, syntaxErr)
-	case errors.Is(err, io.EOF):
-		return Errorf(CodeValidation, "body: empty, expected a JSON object")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return Errorf(CodeValidation, "body: truncated JSON")
-	}
-	msg := err.Error()
-	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		if f = strings.Trim(f, `"`); f == "" {
-			f = `""`
-		}
-		return Errorf(CodeValidation, "%s: unknown field", f)
-	}
-	return Errorf(CodeValidation, "body: %s", strings.TrimPrefix(msg, "json: "))
 }
 
 var (

@@ -92,6 +92,19 @@ func newEnv(t *testing.T, mutate func(*warmpool.ScopeConfig)) *env {
 	return e
 }
 
+// awaitExpiry waits until key, set with a TTL of ttl, has expired: a real server's
+// time moves by itself, miniredis's only when told.
+func (e *env) awaitExpiry(tb testing.TB, key string, ttl time.Duration) {
+	tb.Helper()
+	if e.r.Mini != nil {
+		e.r.Mini.FastForward(ttl)
+	}
+	await.True(tb, 5*time.Second, key+" expires", func() bool {
+		n, err := e.r.Client.Exists(context.Background(), key).Result()
+		return err == nil && n == 0
+	})
+}
+
 // publish publishes the scope's next version: the test config, changed by mutate.
 func (e *env) publish(mutate func(*warmpool.ScopeConfig)) {
 	cfg := warmpool.DefaultScopeConfig()
@@ -554,10 +567,7 @@ func TestLateOwnerLeavesTheRetrysMark(t *testing.T) {
 		t.Run(late.name, func(t *testing.T) {
 			req := lua.IdemRequest{Scope: e.scope, ID: "late-" + late.name, Fingerprint: lua.AcquireFingerprint}
 			first, err := e.store.Idempotent(ctx, req, 100*time.Millisecond, time.Second, time.Millisecond, func() ([]byte, error) {
-				await.True(t, 5*time.Second, "the first request's mark expires", func() bool {
-					n, err := e.r.Client.Exists(ctx, e.store.Keys().Scope(e.scope).IdemMark(req.ID)).Result()
-					return err == nil && n == 0
-				})
+				e.awaitExpiry(t, e.store.Keys().Scope(e.scope).IdemMark(req.ID), 100*time.Millisecond)
 				retry, err := e.store.Idempotent(ctx, req, time.Minute, time.Second, time.Millisecond, func() ([]byte, error) {
 					return []byte(`{"by":"retry"}`), nil
 				})
@@ -599,10 +609,7 @@ func TestMarkScriptsCheckTheOwnersToken(t *testing.T) {
 		}
 	}
 	claim("t1", 50*time.Millisecond, lua.IdemClaimResult{State: lua.IdemWon})
-	await.True(t, 5*time.Second, "t1's mark expires", func() bool {
-		n, err := e.r.Client.Exists(ctx, e.store.Keys().Scope(e.scope).IdemMark(req.ID)).Result()
-		return err == nil && n == 0
-	})
+	e.awaitExpiry(t, e.store.Keys().Scope(e.scope).IdemMark(req.ID), 50*time.Millisecond)
 	claim("t2", time.Minute, lua.IdemClaimResult{State: lua.IdemWon})
 	got, err := e.store.IdemRelease(ctx, e.scope, req.ID, "t1")
 	check("t1's late release", got, err, false)

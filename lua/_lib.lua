@@ -107,13 +107,27 @@ local function scope_config(epoch, config, ...)
   return cfg, refused
 end
 
--- handoff describes where the slots a script frees go: ver is the scope's current
--- deploy_ver (only its pods' slots are handed on), then the keys podver, claims, claimpod,
--- waiters, queue and wake, the script's now, the deadline of a grant and the publish
--- command (PUBLISH, or SPUBLISH on a cluster).
-local function handoff(ver, podver, claims, claimpod, waiters, queue, wake, now, grant_deadline, publish)
-  return {ver = ver, podver = podver, claims = claims, claimpod = claimpod, waiters = waiters, queue = queue,
-    wake = wake, now = now, grant_deadline = grant_deadline, publish = publish}
+-- Lowered capacity. A class B change that lowers pod_concurrency touches no pod: the
+-- slots taken before stay, so a pod may hold more than the new limit. New placement
+-- follows the new limit at once: a pod with pod_concurrency slots or more takes no new
+-- session, claim, hold, follower or grant, and a slot freed on a pod that is still at
+-- the limit or over it after the slot is gone is not handed on (hand_off) but freed, so
+-- the pod drains to the limit; only then are its freed slots handed on again.
+
+-- NO_SLOT is the note (claimpod) of a follower that its deploy's pod had no slot for:
+-- pod_concurrency was lowered while it deployed, below what its room had let in. The
+-- follower acquires again (follower_wait.lua answers "retry").
+local NO_SLOT = '!no slot left for it on the pod: pod_concurrency was lowered while it deployed'
+
+-- handoff describes where the slots a script frees go: config is the scope's config
+-- HASH (its deploy_ver, the only version whose pods' slots are handed on, and its
+-- pod_concurrency), then the keys podver, claims, claimpod, waiters, queue and wake,
+-- the script's now, the deadline of a grant and the publish command (PUBLISH, or
+-- SPUBLISH on a cluster).
+local function handoff(config, podver, claims, claimpod, waiters, queue, wake, now, grant_deadline, publish)
+  local cfg = redis.call('HMGET', config, 'deploy_ver', 'pod_concurrency')
+  return {ver = cfg[1], pc = tonumber(cfg[2]), podver = podver, claims = claims, claimpod = claimpod, waiters = waiters,
+    queue = queue, wake = wake, now = now, grant_deadline = grant_deadline, publish = publish}
 end
 
 -- drop_waiters drops the waiters past their deadline (from the queue too).
@@ -149,10 +163,12 @@ local function grant(q, w, pod)
   redis.call(q.publish, q.wake, w)
 end
 
--- hand_off passes a slot being freed on pod to the oldest live waiter when the pod is of
--- the current deploy_ver. Returns true when it did (the slot stays counted).
-local function hand_off(q, pod)
-  if not q or not q.ver or redis.call('HGET', q.podver, pod) ~= q.ver then
+-- hand_off passes a slot being freed on pod, which holds n slots with it, to the oldest
+-- live waiter when the pod is of the current deploy_ver and not over pod_concurrency
+-- (n at most the limit: handed on, the slot keeps n). Returns true when it did (the
+-- slot stays counted).
+local function hand_off(q, pod, n)
+  if not q or not q.ver or n > q.pc or redis.call('HGET', q.podver, pod) ~= q.ver then
     return false
   end
   local w = next_waiter(q)
@@ -170,8 +186,9 @@ local function free_slot(pods, slots, idle, pod, now, idle_on_zero, q)
   if not redis.call('ZSCORE', pods, pod) then
     return -1
   end
-  if hand_off(q, pod) then
-    return tonumber(redis.call('HGET', slots, pod))
+  local held = tonumber(redis.call('HGET', slots, pod) or '0')
+  if hand_off(q, pod, held) then
+    return held
   end
   local n = redis.call('HINCRBY', slots, pod, -1)
   if n <= 0 then

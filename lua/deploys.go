@@ -48,6 +48,9 @@ const (
 	FollowerReady   = "ready"
 	FollowerFailed  = "failed"
 	FollowerWaiting = "wait"
+	// FollowerRetry: the pod registered with no slot left for the follower
+	// (pod_concurrency was lowered while it deployed); it acquires again.
+	FollowerRetry = "retry"
 )
 
 // FollowerState is follower_wait.lua's answer.
@@ -64,7 +67,7 @@ func (s *Store) FollowerWait(ctx context.Context, scope, deploy, room, claim str
 	if err != nil {
 		return FollowerState{}, err
 	}
-	st := FollowerState{State: r.oneOf(0, FollowerReady, FollowerFailed, FollowerWaiting)}
+	st := FollowerState{State: r.oneOf(0, FollowerReady, FollowerFailed, FollowerWaiting, FollowerRetry)}
 	switch st.State {
 	case FollowerReady:
 		st.Pod = r.pod(1, 2)

@@ -35,7 +35,7 @@ if not cfg then
   return refused
 end
 local ver, max_pods, parallel, pc = cfg[1], tonumber(cfg[2]), tonumber(cfg[3]), tonumber(cfg[4])
-local q = handoff(ver, KEYS[4], KEYS[10], KEYS[11], KEYS[13], KEYS[14], KEYS[15], now, ARGV[6], ARGV[7])
+local q = handoff(KEYS[2], KEYS[4], KEYS[10], KEYS[11], KEYS[13], KEYS[14], KEYS[15], now, ARGV[6], ARGV[7])
 expire_pool(KEYS[3], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], now, ARGV[3], q)
 
 -- 1. Warm: the most recently idled pod of the current version (older ones age out).

@@ -31,7 +31,7 @@ if not cfg then
   return refused
 end
 local ver, max_pods, parallel, min_idle = cfg[1], tonumber(cfg[2]), tonumber(cfg[3]), tonumber(cfg[4])
-local q = handoff(ver, KEYS[4], KEYS[9], KEYS[10], KEYS[12], KEYS[13], KEYS[14], now, ARGV[4], ARGV[5])
+local q = handoff(KEYS[2], KEYS[4], KEYS[9], KEYS[10], KEYS[12], KEYS[13], KEYS[14], now, ARGV[4], ARGV[5])
 expire_pool(KEYS[3], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], now, ARGV[3], q)
 
 local warm = 0

@@ -45,7 +45,7 @@ if not cfg then
   return refused
 end
 local ver, pc = cfg[1], tonumber(cfg[2])
-local q = handoff(ver, KEYS[4], KEYS[10], KEYS[11], KEYS[12], KEYS[14], KEYS[16], now, ARGV[8], ARGV[9])
+local q = handoff(KEYS[2], KEYS[4], KEYS[10], KEYS[11], KEYS[12], KEYS[14], KEYS[16], now, ARGV[8], ARGV[9])
 
 -- leave takes the caller out of the queue; a slot handed to it other than used goes on.
 local function leave(used)

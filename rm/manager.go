@@ -332,21 +332,27 @@ func deployReason(ctx context.Context, err error) string {
 
 // follow waits, as a follower, for the pod of a deploy in flight. The slot on it is the
 // follower's (claimed by the register script). Whatever ends the wait other than the
-// pod, the follower leaves the room and gives back any claim it got.
+// pod, the follower leaves the room and gives back any claim it got. A follower the
+// pod had no slot left for (pod_concurrency was lowered while it deployed) acquires
+// again, under the new limits.
 func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResult, claim string) (lease warmpool.Lease, err error) {
 	wait := res.RoomDeadline.Sub(m.clock.Now())
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	defer func() {
-		if err == nil {
-			return
-		}
-		m.cfg.Observe("acquire", "failed")
+	leave := func() {
 		cleanup, done := lua.CleanupContext(ctx)
 		defer done()
 		if lerr := m.store.FollowerLeave(cleanup, scope, res.Room, claim, m.clock.Now()); lerr != nil {
 			m.log.WarnContext(ctx, "follower could not leave its room; its entry expires by its deadline", "scope", scope, "err", lerr)
 		}
+	}
+	again := false
+	defer func() {
+		if err == nil || again {
+			return
+		}
+		m.cfg.Observe("acquire", "failed")
+		leave()
 	}()
 	t := time.NewTicker(m.cfg.PollInterval)
 	defer t.Stop()
@@ -361,6 +367,10 @@ func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResul
 			return warmpool.Lease{Pod: st.Pod, Source: warmpool.SourceFollower, Claim: claim}, nil
 		case st.State == lua.FollowerFailed:
 			return warmpool.Lease{}, warmpool.Errorf(warmpool.CodeDeployFailed, "the deploy this request waited for failed: %s", st.Reason)
+		case st.State == lua.FollowerRetry:
+			leave()
+			again = true
+			return m.Acquire(ctx, scope)
 		}
 		select {
 		case <-t.C:

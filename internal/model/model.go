@@ -220,15 +220,16 @@ func (s *Scope) ScopeForget() bool {
 }
 
 // handoff is _lib.lua's handoff: where freed slots go. ver is the scope's current
-// deploy_ver ("" with no config: nothing is handed on).
+// deploy_ver ("" with no config: nothing is handed on), pc its pod_concurrency.
 type handoff struct {
 	ver   string
+	pc    int64
 	now   int64
 	grant int64
 }
 
 func (s *Scope) handoff(now time.Time) *handoff {
-	return &handoff{ver: s.config["deploy_ver"], now: ms(now), grant: ms(now.Add(lua.GrantTTL))}
+	return &handoff{ver: s.config["deploy_ver"], pc: s.cfgInt("pod_concurrency"), now: ms(now), grant: ms(now.Add(lua.GrantTTL))}
 }
 
 func (s *Scope) dropWaiters(q *handoff) {
@@ -257,8 +258,10 @@ func (s *Scope) grant(q *handoff, w, pod string) {
 	s.claimOf[w] = pod
 }
 
-func (s *Scope) handOff(q *handoff, pod string) bool {
-	if q == nil || q.ver == "" {
+// handOff passes a slot being freed on pod, which holds n slots with it, to the oldest
+// waiter: only on a pod of the current version that is not over pod_concurrency.
+func (s *Scope) handOff(q *handoff, pod string, n int64) bool {
+	if q == nil || q.ver == "" || n > q.pc {
 		return false
 	}
 	if v, ok := s.podVer[pod]; !ok || v != q.ver {
@@ -276,8 +279,8 @@ func (s *Scope) freeSlot(pod string, now int64, idleOnZero bool, q *handoff) int
 	if _, ok := s.pods[pod]; !ok {
 		return -1
 	}
-	if s.handOff(q, pod) {
-		return s.slots[pod]
+	if held := s.slots[pod]; s.handOff(q, pod, held) {
+		return held
 	}
 	s.slots[pod]--
 	n := s.slots[pod]
@@ -328,6 +331,8 @@ func (s *Scope) failFollowers(member, reason string, deadline int64) int {
 const (
 	reasonLeaderGone = "the deploy lease expired: its leader is gone"
 	reasonRoomTimout = "timed out waiting for the deploy"
+	// noSlot is _lib.lua's NO_SLOT: the note of a follower its pod had no slot for.
+	noSlot = "!no slot left for it on the pod: pod_concurrency was lowered while it deployed"
 )
 
 func (s *Scope) expirePool(now, noteDeadline int64, q *handoff) {
@@ -451,23 +456,27 @@ func (s *Scope) PodRegister(deploy string, pod warmpool.Pod, leaderClaim string,
 	s.pods[pod.ID] = t
 	s.podVer[pod.ID] = pod.DeployVer
 	s.podInfo[pod.ID] = string(info)
-	n := int64(0)
-	for _, f := range s.rooms.asc() {
-		if c, ok := strings.CutPrefix(f, deploy+"|"); ok {
-			delete(s.rooms, f)
-			s.claims[c] = ms(claimDeadline)
-			s.claimOf[c] = pod.ID
-			n++
-		}
-	}
+	pc, n := s.cfgInt("pod_concurrency"), int64(0)
 	if leaderClaim != "" {
 		s.claims[leaderClaim] = ms(claimDeadline)
 		s.claimOf[leaderClaim] = pod.ID
 		n++
 	}
+	for _, f := range s.rooms.asc() {
+		if c, ok := strings.CutPrefix(f, deploy+"|"); ok {
+			delete(s.rooms, f)
+			s.claims[c] = ms(claimDeadline)
+			if n < pc {
+				s.claimOf[c] = pod.ID
+				n++
+			} else {
+				s.claimOf[c] = noSlot
+			}
+		}
+	}
 	if ver, ok := s.config["deploy_ver"]; ok && ver == pod.DeployVer {
 		q := s.handoff(now)
-		for n < s.cfgInt("pod_concurrency") {
+		for n < pc {
 			w := s.nextWaiter(q)
 			if w == "" {
 				break
@@ -646,6 +655,9 @@ func (s *Scope) DeployAbort(deploy, reason string, noteDeadline time.Time) int {
 // FollowerWait models follower_wait.lua.
 func (s *Scope) FollowerWait(deploy, room, claim string, now time.Time) (lua.FollowerState, error) {
 	if pod, ok := s.claimOf[claim]; ok {
+		if pod == noSlot {
+			return lua.FollowerState{State: lua.FollowerRetry}, nil
+		}
 		if reason, failed := strings.CutPrefix(pod, "!"); failed {
 			return lua.FollowerState{State: lua.FollowerFailed, Reason: reason}, nil
 		}
@@ -977,7 +989,7 @@ func (s *Scope) Snapshot() lua.Snapshot {
 	snap := lua.Snapshot{
 		Deploys: times(s.deploys), Followers: times(s.rooms), ClaimPod: copyMap(s.claimOf), Queued: len(s.waiters),
 		Claims: times(s.claims), Sessions: copyMap(s.sess), SessExp: times(s.sessExp), Waiters: times(s.waiters),
-		Queue: map[string]int64{}, Fence: s.fence,
+		Queue: map[string]int64{}, Fence: s.fence, Version: s.cfgInt("version"),
 	}
 	for w, n := range s.queue {
 		snap.Queue[w] = n

@@ -56,7 +56,7 @@ redis.call('HSET', KEYS[4], pod, ARGV[5])
 -- The leader's claim first, then the followers in the room's order, up to
 -- pod_concurrency: a follower let in before a change lowered it gets no slot on a pod
 -- at the limit, but a note that sends it to acquire again (NO_SLOT).
-local cfg = redis.call('HMGET', KEYS[11], 'deploy_ver', 'pod_concurrency')
+local cfg = redis.call('HMGET', KEYS[11], 'deploy_ver', 'pod_concurrency', 'max_pods')
 local pc = tonumber(cfg[2])
 local n = 0
 if ARGV[6] ~= '' then
@@ -78,7 +78,8 @@ for _, f in ipairs(redis.call('ZRANGE', KEYS[8], 0, -1)) do
     end
   end
 end
-if cfg[1] == ARGV[4] then
+-- its free slots go to waiters, unless it is beyond max_pods (lowered since it started)
+if cfg[1] == ARGV[4] and not surplus_pods(cfg[1], tonumber(cfg[3]), KEYS[2], KEYS[3], KEYS[6])[pod] then
   local q = handoff(KEYS[11], KEYS[3], KEYS[9], KEYS[10], KEYS[12], KEYS[13], KEYS[14], now, ARGV[8], ARGV[9])
   while n < pc do
     local w = next_waiter(q)
@@ -92,7 +93,7 @@ end
 redis.call('HSET', KEYS[5], pod, n)
 if n == 0 then
   redis.call('ZADD', KEYS[6], now, pod)
-  note_idle(now)
+  note_idle(now, KEYS[2])
 end
 if n > 0 then
   note_due(ARGV[7])

@@ -92,7 +92,7 @@ var weights = map[string]int{
 // capacityWeights are the steps of TestLoweredCapacityFollowsTheModel.
 var capacityWeights = map[string]int{
 	"session_route": 6, "session_end": 4, "claim_release": 2, "waiter_leave": 1,
-	"pod_acquire": 2, "pod_register": 2, "follower_wait": 2, "scope_capacity": 3,
+	"pod_acquire": 2, "pod_register": 2, "follower_wait": 2, "pod_placeholder": 1, "scope_capacity": 3,
 }
 
 // The scopes of every run: a has room for three pods of two sessions, deployed two at
@@ -100,7 +100,7 @@ var capacityWeights = map[string]int{
 // its queue fills within a few steps. A step lets about a second pass on average, so
 // sessions, holds, waits and grants live for a few steps to a few dozen. Each scope
 // also has a class B change of its capacity: a lowered to two pods of one session, b
-// raised to one pod of two (and published back, a lowering).
+// raised to two pods of two (and published back, a lowering).
 var scopeConfigs = map[string][2]warmpool.PoolConfig{
 	"a": {
 		{MaxConcurrency: 6, PodConcurrency: 2, MinIdlePods: 1, PodTTLS: 60, SessionTTLS: 30, QueueSize: 2, WaitTimeoutS: 10, HoldTTLS: 15, MaxParallelDeploys: 2},
@@ -108,7 +108,7 @@ var scopeConfigs = map[string][2]warmpool.PoolConfig{
 	},
 	"b": {
 		{MaxConcurrency: 1, PodConcurrency: 1, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10},
-		{MaxConcurrency: 3, PodConcurrency: 3, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10},
+		{MaxConcurrency: 4, PodConcurrency: 2, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10},
 	},
 }
 

@@ -111,3 +111,35 @@ func TestLoweredPodConcurrencyDrainsOverFullPods(t *testing.T) {
 		}
 	}
 }
+
+// Issue 20 point 8: a class B change that raises the limits gives their room at once.
+// Two pods of one session are full and a route waits in the queue; pod_concurrency 1 →
+// 2 serves the waiter on one of the two pods (its next pass finds the free slot) and
+// then a new route on the other, with no deploy.
+func TestRaisedCapacityServesAtOnce(t *testing.T) {
+	h := replicatest.New(t)
+	queue := func(c *warmpool.ScopeConfig) { c.Pool.QueueSize, c.Pool.WaitTimeoutS = 2, 30 }
+	h.Scope("s", 2, 1, queue)
+	m := replica(h, replicatest.Config{})
+	old := fill(t, "s", "old", 2, m)
+	queued := routeAsync(m, "s", "waiting", "")
+	replicatest.WaitFor(t, "the route queued", func() bool { return len(h.Snap("s").Queue) == 1 })
+
+	h.Scope("s", 4, 2, queue)
+	r := replicatest.Recv(t, "the queued route", queued)
+	if r.err != nil || (r.b.PodID != old[0].PodID && r.b.PodID != old[1].PodID) {
+		t.Fatalf("queued route = %+v, %v; want a slot of an existing pod", r.b, r.err)
+	}
+	b := mustRoute(t, m, "s", "new")
+	if b.PodID == r.b.PodID || (b.PodID != old[0].PodID && b.PodID != old[1].PodID) {
+		t.Fatalf("new route on %s; want the other existing pod", b.PodID)
+	}
+	if n := h.Fake.DeployCount(); n != 2 {
+		t.Fatalf("%d deploys, want still 2", n)
+	}
+	for _, p := range h.Check("s", false).Pods {
+		if p.Slots != 2 {
+			t.Fatalf("pod %s has %d slots, want 2", p.Pod.ID, p.Slots)
+		}
+	}
+}

@@ -2,9 +2,10 @@
 -- the sweeper looked at the scope: the earliest session expiry, claim, deploy lease,
 -- room entry or waiter deadline; an idle pod of an old deploy_ver, or beyond max_pods
 -- (surplus_pods), at once; an idle pod of the current one (beyond the newest
--- min_idle_pods, which are kept) when pod_ttl_s has passed. Scripts only move the due time earlier (note_due in _lib.lua); this is
--- the one script that moves it later, reading the state it is computed from in the
--- same step, so a note made before it is counted and one made after it is kept.
+-- min_idle_pods, which are kept) when pod_ttl_s has passed. Scripts only move the due
+-- time earlier (note_due in _lib.lua); this is the one script that moves it later,
+-- reading the state it is computed from in the same step, so a note made before it is
+-- counted and one made after it is kept.
 -- KEYS[1] {s}:config     HASH   published scope config
 -- KEYS[2] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[3] {s}:sexp       ZSET   session id -> expiry (ms)

@@ -6,8 +6,9 @@
 -- is left fits a caller that is not queued. A caller that gets nothing while others
 -- wait, or that asks to (ARGV[7]), joins the queue behind them (bounded by queue_size).
 -- Gate and bind are one step, so a pod never exceeds pod_concurrency (one over it
--- after a lowering takes none), and a pod beyond max_pods takes none either. A caller that is
--- served leaves the queue; a slot handed to it and not used goes on to the next waiter.
+-- after a lowering takes none), and a pod beyond max_pods takes none either. A caller
+-- that is served leaves the queue; a slot handed to it and not used goes on to the next
+-- waiter.
 -- KEYS[1]  {s}:epoch     STRING scope epoch
 -- KEYS[2]  {s}:config    HASH   published scope config
 -- KEYS[3]  {s}:pods      ZSET   pod id -> registered at (ms)

@@ -71,12 +71,14 @@ local function note_due(t)
 end
 
 -- note_idle notes a pod gone idle at now: reclaim looks at it when pod_ttl_s has passed,
--- or at once in a deleted scope, whose pods are deleted as they go idle.
-local function note_idle(now)
+-- or at once in a deleted scope, whose pods are deleted as they go idle, and in a scope
+-- with more pods (the ZSET pods) than max_pods, whose idle pods may be surplus.
+local function note_idle(now, pods)
   if not due.key then
     return
   end
-  if redis.call('HEXISTS', due.config, 'deleted') == 1 then
+  if redis.call('HEXISTS', due.config, 'deleted') == 1
+    or redis.call('ZCARD', pods) > tonumber(redis.call('HGET', due.config, 'max_pods') or '0') then
     note_due(now)
   else
     note_due(now + tonumber(redis.call('HGET', due.config, 'pod_ttl_ms') or '0'))
@@ -130,13 +132,75 @@ local function scope_config(epoch, config, ...)
   return cfg, refused
 end
 
--- handoff describes where the slots a script frees go: ver is the scope's current
--- deploy_ver (only its pods' slots are handed on), then the keys podver, claims, claimpod,
--- waiters, queue and wake, the script's now, the deadline of a grant and the publish
--- command (PUBLISH, or SPUBLISH on a cluster).
-local function handoff(ver, podver, claims, claimpod, waiters, queue, wake, now, grant_deadline, publish)
-  return {ver = ver, podver = podver, claims = claims, claimpod = claimpod, waiters = waiters, queue = queue,
-    wake = wake, now = now, grant_deadline = grant_deadline, publish = publish}
+-- Lowered capacity. A class B change that lowers pod_concurrency touches no pod: the
+-- slots taken before stay, so a pod may hold more than the new limit. New placement
+-- follows the new limit at once: a pod with pod_concurrency slots or more takes no new
+-- session, claim, hold, follower or grant, and a slot freed on a pod that is still at
+-- the limit or over it after the slot is gone is not handed on (hand_off) but freed, so
+-- the pod drains to the limit; only then are its freed slots handed on again.
+
+-- A change that lowers max_pods touches no pod either: a scope may keep more pods than
+-- max_pods. No deploy starts, no pod is adopted and no follower joins a room while pods
+-- + deploys are at max_pods or over, and the pods beyond max_pods are surplus
+-- (surplus_pods): they take no new session, claim, hold or grant, and go when idle
+-- (the due sweep deletes an idle surplus pod at once; it is not kept warm, nor counted
+-- toward min_idle_pods).
+
+-- surplus_pods is the set of the current version's pods beyond max_pods (pod -> true),
+-- empty while the scope has at most max_pods pods. The pods of another deploy_ver
+-- count first (they take nothing and go as they empty anyway), then the current
+-- version's idle pods, the first to go idle first, then its busy pods, the last
+-- registered first: the surplus are those most nearly gone.
+local function surplus_pods(ver, max_pods, pods, podver, idle)
+  local set = {}
+  local excess = redis.call('ZCARD', pods) - max_pods
+  if excess <= 0 then
+    return set
+  end
+  local current = {}
+  for _, pod in ipairs(redis.call('ZRANGE', pods, 0, -1)) do
+    if redis.call('HGET', podver, pod) == ver then
+      current[#current + 1] = pod
+    else
+      excess = excess - 1
+    end
+  end
+  for _, pod in ipairs(redis.call('ZRANGE', idle, 0, -1)) do
+    if excess <= 0 then
+      return set
+    end
+    if redis.call('HGET', podver, pod) == ver then
+      set[pod] = true
+      excess = excess - 1
+    end
+  end
+  for i = #current, 1, -1 do
+    if excess <= 0 then
+      return set
+    end
+    if not set[current[i]] then
+      set[current[i]] = true
+      excess = excess - 1
+    end
+  end
+  return set
+end
+
+-- NO_SLOT is the note (claimpod) of a follower that its deploy's pod had no slot for:
+-- pod_concurrency was lowered while it deployed, below what its room had let in. The
+-- follower acquires again (follower_wait.lua answers "retry").
+local NO_SLOT = '!no slot left for it on the pod: pod_concurrency was lowered while it deployed'
+
+-- handoff describes where the slots a script frees go: config is the scope's config
+-- HASH (its deploy_ver, the only version whose pods' slots are handed on, its
+-- pod_concurrency and max_pods), then the keys podver, claims, claimpod, waiters, queue
+-- and wake, the script's now, the deadline of a grant and the publish command
+-- (PUBLISH, or SPUBLISH on a cluster).
+local function handoff(config, podver, claims, claimpod, waiters, queue, wake, now, grant_deadline, publish)
+  local cfg = redis.call('HMGET', config, 'deploy_ver', 'pod_concurrency', 'max_pods')
+  return {ver = cfg[1], pc = tonumber(cfg[2]), max_pods = tonumber(cfg[3]), podver = podver, claims = claims,
+    claimpod = claimpod, waiters = waiters, queue = queue, wake = wake, now = now, grant_deadline = grant_deadline,
+    publish = publish}
 end
 
 -- drop_waiters drops the waiters past their deadline (from the queue too).
@@ -172,10 +236,15 @@ local function grant(q, w, pod)
   redis.call(q.publish, q.wake, w)
 end
 
--- hand_off passes a slot being freed on pod to the oldest live waiter when the pod is of
--- the current deploy_ver. Returns true when it did (the slot stays counted).
-local function hand_off(q, pod)
-  if not q or not q.ver or redis.call('HGET', q.podver, pod) ~= q.ver then
+-- hand_off passes a slot being freed on pod, which holds n slots with it, to the oldest
+-- live waiter when the pod is of the current deploy_ver, not over pod_concurrency (n at
+-- most the limit: handed on, the slot keeps n) and not beyond max_pods (pods and idle
+-- are the scope's keys). Returns true when it did (the slot stays counted).
+local function hand_off(q, pods, idle, pod, n)
+  if not q or not q.ver or n > q.pc or redis.call('HGET', q.podver, pod) ~= q.ver then
+    return false
+  end
+  if surplus_pods(q.ver, q.max_pods, pods, q.podver, idle)[pod] then
     return false
   end
   local w = next_waiter(q)
@@ -193,8 +262,9 @@ local function free_slot(pods, slots, idle, pod, now, idle_on_zero, q)
   if not redis.call('ZSCORE', pods, pod) then
     return -1
   end
-  if hand_off(q, pod) then
-    return tonumber(redis.call('HGET', slots, pod))
+  local held = tonumber(redis.call('HGET', slots, pod) or '0')
+  if hand_off(q, pods, idle, pod, held) then
+    return held
   end
   local n = redis.call('HINCRBY', slots, pod, -1)
   if n <= 0 then
@@ -202,7 +272,7 @@ local function free_slot(pods, slots, idle, pod, now, idle_on_zero, q)
     redis.call('HSET', slots, pod, 0)
     if idle_on_zero then
       if redis.call('ZADD', idle, 'NX', now, pod) == 1 then
-        note_idle(now)
+        note_idle(now, pods)
       end
     end
   end

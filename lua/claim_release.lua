@@ -15,6 +15,6 @@
 -- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
 -- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[2])
-local q = handoff(redis.call('HGET', KEYS[6], 'deploy_ver'), KEYS[7], KEYS[1], KEYS[2], KEYS[8], KEYS[9], KEYS[10], now, ARGV[3], ARGV[4])
+local q = handoff(KEYS[6], KEYS[7], KEYS[1], KEYS[2], KEYS[8], KEYS[9], KEYS[10], now, ARGV[3], ARGV[4])
 local pod, n = release_claim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], now, true, q)
 return {pod, tostring(n)}

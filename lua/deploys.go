@@ -53,6 +53,9 @@ const (
 	// or lost its lease, or its register kept missing Redis); another try may succeed.
 	FollowerLost    = "lost"
 	FollowerWaiting = "wait"
+	// FollowerRetry: the pod registered with no slot left for the follower
+	// (pod_concurrency was lowered while it deployed); it acquires again.
+	FollowerRetry = "retry"
 )
 
 // FollowerState is follower_wait.lua's answer.
@@ -69,7 +72,7 @@ func (s *Store) FollowerWait(ctx context.Context, scope, deploy, room, claim str
 	if err != nil {
 		return FollowerState{}, err
 	}
-	st := FollowerState{State: r.oneOf(0, FollowerReady, FollowerFailed, FollowerLost, FollowerWaiting)}
+	st := FollowerState{State: r.oneOf(0, FollowerReady, FollowerFailed, FollowerLost, FollowerWaiting, FollowerRetry)}
 	switch st.State {
 	case FollowerReady:
 		st.Pod = r.pod(1, 2)

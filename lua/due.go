@@ -54,7 +54,7 @@ func (s *Store) DueScopes(ctx context.Context, shard int, now time.Time, limit i
 func (s *Store) ScopeDue(ctx context.Context, scope string, now time.Time) (time.Time, bool, error) {
 	k := s.keys.Scope(scope)
 	r, err := s.call(ctx, scopeDue, scope,
-		[]string{k.Config, k.Due, k.SessExp, k.Claims, k.Deploying, k.Followers, k.Waiters, k.Idle, k.PodVer}, ms(now))
+		[]string{k.Config, k.Due, k.SessExp, k.Claims, k.Deploying, k.Followers, k.Waiters, k.Idle, k.PodVer, k.Pods}, ms(now))
 	if err != nil {
 		return time.Time{}, false, err
 	}

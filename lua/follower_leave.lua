@@ -18,6 +18,6 @@
 -- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[3])
 local was = redis.call('ZREM', KEYS[1], ARGV[1])
-local q = handoff(redis.call('HGET', KEYS[7], 'deploy_ver'), KEYS[8], KEYS[2], KEYS[3], KEYS[9], KEYS[10], KEYS[11], now, ARGV[4], ARGV[5])
+local q = handoff(KEYS[7], KEYS[8], KEYS[2], KEYS[3], KEYS[9], KEYS[10], KEYS[11], now, ARGV[4], ARGV[5])
 release_claim(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[2], now, true, q)
 return was

@@ -1,14 +1,19 @@
 -- follower_wait.lua: where a follower stands: its pod arrived, its deploy failed, its
--- deploy was lost (a retry may succeed), or it keeps waiting. A follower whose leader's
--- lease expired leaves the room: that deploy is lost.
+-- deploy was lost (a retry may succeed), its pod had no slot left for it (NO_SLOT: it
+-- acquires again), or it keeps waiting. A follower whose leader's lease expired leaves
+-- the room: that deploy is lost.
 -- KEYS[1] {s}:deploying  ZSET deploy member -> lease deadline (ms)
 -- KEYS[2] {s}:followers  ZSET "<deploy>|<claim>" -> deadline (ms)
 -- KEYS[3] {s}:claimpod   HASH claim id -> pod id | "!reason" | "!lost:reason"
 -- KEYS[4] {s}:podinfo    HASH pod id -> pod JSON
 -- ARGV[1] deploy member  ARGV[2] room member  ARGV[3] claim id  ARGV[4] now (ms)
--- Returns {"ready", pod, pod JSON} | {"failed", reason} | {"lost", reason} | {"wait"}
+-- Returns {"ready", pod, pod JSON} | {"failed", reason} | {"lost", reason} | {"retry"}
+--   | {"wait"}
 local pod = redis.call('HGET', KEYS[3], ARGV[3])
 if pod then
+  if pod == NO_SLOT then
+    return {'retry'}
+  end
   if string.sub(pod, 1, 1 + #LOST) == '!' .. LOST then
     return {'lost', string.sub(pod, 2 + #LOST)}
   end

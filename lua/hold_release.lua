@@ -24,7 +24,7 @@ local cfg, refused = published_config(KEYS[1], KEYS[2], 'deploy_ver')
 if not cfg then
   return refused
 end
-local q = handoff(cfg[1], KEYS[4], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], now, ARGV[4], ARGV[5])
+local q = handoff(KEYS[2], KEYS[4], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], now, ARGV[4], ARGV[5])
 expire_claims(KEYS[7], KEYS[8], KEYS[3], KEYS[5], KEYS[6], now, q)
 if redis.call('HGET', KEYS[8], ARGV[2]) ~= ARGV[3] then
   return {'unknown'}

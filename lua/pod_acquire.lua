@@ -35,12 +35,14 @@ if not cfg then
   return refused
 end
 local ver, max_pods, parallel, pc = cfg[1], tonumber(cfg[2]), tonumber(cfg[3]), tonumber(cfg[4])
-local q = handoff(ver, KEYS[4], KEYS[10], KEYS[11], KEYS[13], KEYS[14], KEYS[15], now, ARGV[6], ARGV[7])
+local q = handoff(KEYS[2], KEYS[4], KEYS[10], KEYS[11], KEYS[13], KEYS[14], KEYS[15], now, ARGV[6], ARGV[7])
 expire_pool(KEYS[3], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], now, ARGV[3], q)
 
--- 1. Warm: the most recently idled pod of the current version (older ones age out).
+-- 1. Warm: the most recently idled pod of the current version (older ones age out),
+-- not one beyond max_pods.
+local surplus = surplus_pods(ver, max_pods, KEYS[3], KEYS[4], KEYS[7])
 for _, pod in ipairs(redis.call('ZREVRANGE', KEYS[7], 0, -1)) do
-  if redis.call('HGET', KEYS[4], pod) == ver then
+  if redis.call('HGET', KEYS[4], pod) == ver and not surplus[pod] then
     redis.call('ZREM', KEYS[7], pod)
     redis.call('HINCRBY', KEYS[6], pod, 1)
     redis.call('ZADD', KEYS[10], ARGV[3], claim)
@@ -51,38 +53,41 @@ for _, pod in ipairs(redis.call('ZREVRANGE', KEYS[7], 0, -1)) do
   end
 end
 
--- 2. Follow: the oldest deploy in flight whose room has space. The follower gate adds
--- first and removes itself when over capacity, never checking before adding.
+-- 2. Follow: the oldest deploy in flight whose room has space, unless pods + deploys
+-- are over max_pods (lowered since). The follower gate adds first and removes itself
+-- when over capacity, never checking before adding.
 local deploys = redis.call('ZRANGE', KEYS[8], 0, -1)
 table.sort(deploys, function(a, b) return tonumber(string.match(a, '^%d+')) < tonumber(string.match(b, '^%d+')) end)
 local rooms = redis.call('ZRANGE', KEYS[9], 0, -1)
-for _, d in ipairs(deploys) do
-  -- a warm-pool deploy has no leader session, so its whole pod is room
-  local cap = pc - 1
-  if string.sub(d, -1) == 'w' then
-    cap = pc
-  end
-  if cap > 0 then
-    local member = d .. '|' .. claim
-    local deadline = now + tonumber(cfg[6]) + tonumber(ARGV[5])
-    redis.call('ZADD', KEYS[9], deadline, member)
-    local prefix = d .. '|'
-    local n = 1
-    for _, f in ipairs(rooms) do
-      if string.sub(f, 1, #prefix) == prefix then
-        n = n + 1
+local npods = redis.call('ZCARD', KEYS[3])
+if npods + #deploys <= max_pods then
+  for _, d in ipairs(deploys) do
+    -- a warm-pool deploy has no leader session, so its whole pod is room
+    local cap = pc - 1
+    if string.sub(d, -1) == 'w' then
+      cap = pc
+    end
+    if cap > 0 then
+      local member = d .. '|' .. claim
+      local deadline = now + tonumber(cfg[6]) + tonumber(ARGV[5])
+      redis.call('ZADD', KEYS[9], deadline, member)
+      local prefix = d .. '|'
+      local n = 1
+      for _, f in ipairs(rooms) do
+        if string.sub(f, 1, #prefix) == prefix then
+          n = n + 1
+        end
       end
+      if n <= cap then
+        note_due(deadline)
+        return {'follower', d, member, tostring(deadline)}
+      end
+      redis.call('ZREM', KEYS[9], member)
     end
-    if n <= cap then
-      note_due(deadline)
-      return {'follower', d, member, tostring(deadline)}
-    end
-    redis.call('ZREM', KEYS[9], member)
   end
 end
 
 -- 3. Lead: a new deploy while pods + deploys stay within max_pods and the parallel bound.
-local npods = redis.call('ZCARD', KEYS[3])
 if npods + #deploys < max_pods and #deploys < parallel then
   local fence = redis.call('INCR', KEYS[12])
   local member = tostring(fence)

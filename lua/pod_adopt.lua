@@ -70,7 +70,7 @@ redis.call('HSET', KEYS[4], pod, ARGV[4])
 if ARGV[5] ~= '1' then
   redis.call('HSET', KEYS[5], pod, 0)
   redis.call('ZADD', KEYS[6], now, pod)
-  note_idle(now)
+  note_idle(now, KEYS[2])
   return {'adopted'}
 end
 for n = 1, pc do

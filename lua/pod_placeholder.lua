@@ -31,12 +31,14 @@ if not cfg then
   return refused
 end
 local ver, max_pods, parallel, min_idle = cfg[1], tonumber(cfg[2]), tonumber(cfg[3]), tonumber(cfg[4])
-local q = handoff(ver, KEYS[4], KEYS[9], KEYS[10], KEYS[12], KEYS[13], KEYS[14], now, ARGV[4], ARGV[5])
+local q = handoff(KEYS[2], KEYS[4], KEYS[9], KEYS[10], KEYS[12], KEYS[13], KEYS[14], now, ARGV[4], ARGV[5])
 expire_pool(KEYS[3], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], now, ARGV[3], q)
 
+-- an idle pod beyond max_pods is not kept warm: it does not count
+local surplus = surplus_pods(ver, max_pods, KEYS[3], KEYS[4], KEYS[6])
 local warm = 0
 for _, pod in ipairs(redis.call('ZRANGE', KEYS[6], 0, -1)) do
-  if redis.call('HGET', KEYS[4], pod) == ver then
+  if redis.call('HGET', KEYS[4], pod) == ver and not surplus[pod] then
     warm = warm + 1
   end
 end

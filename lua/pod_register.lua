@@ -1,5 +1,6 @@
 -- pod_register.lua: commit a deployed pod under its deploy lease. The pod goes to the
--- leader's claim and its followers' claims (their slots are theirs); when it is of the
+-- leader's claim and its followers' claims (their slots are theirs), up to
+-- pod_concurrency (a follower beyond it gets the NO_SLOT note); when it is of the
 -- current deploy_ver, its other slots go to queued waiters, oldest first; a pod nobody
 -- takes goes idle. The deploy's time, from its start to now, moves the scope's deploy
 -- time estimate (an exponentially weighted moving average, weight 0.3 for the newest).
@@ -58,26 +59,35 @@ redis.call('ZADD', KEYS[2], now, pod)
 redis.call('HSET', KEYS[3], pod, ARGV[4])
 redis.call('HSET', KEYS[4], pod, ARGV[5])
 
+-- The leader's claim first, then the followers in the room's order, up to
+-- pod_concurrency: a follower let in before a change lowered it gets no slot on a pod
+-- at the limit, but a note that sends it to acquire again (NO_SLOT).
+local cfg = redis.call('HMGET', KEYS[11], 'deploy_ver', 'pod_concurrency', 'max_pods')
+local pc = tonumber(cfg[2])
 local n = 0
+if ARGV[6] ~= '' then
+  redis.call('ZADD', KEYS[9], ARGV[7], ARGV[6])
+  redis.call('HSET', KEYS[10], ARGV[6], pod)
+  n = n + 1
+end
 local prefix = ARGV[2] .. '|'
 for _, f in ipairs(redis.call('ZRANGE', KEYS[8], 0, -1)) do
   if string.sub(f, 1, #prefix) == prefix then
     local c = string.sub(f, #prefix + 1)
     redis.call('ZREM', KEYS[8], f)
     redis.call('ZADD', KEYS[9], ARGV[7], c)
-    redis.call('HSET', KEYS[10], c, pod)
-    n = n + 1
+    if n < pc then
+      redis.call('HSET', KEYS[10], c, pod)
+      n = n + 1
+    else
+      redis.call('HSET', KEYS[10], c, NO_SLOT)
+    end
   end
 end
-if ARGV[6] ~= '' then
-  redis.call('ZADD', KEYS[9], ARGV[7], ARGV[6])
-  redis.call('HSET', KEYS[10], ARGV[6], pod)
-  n = n + 1
-end
-local cfg = redis.call('HMGET', KEYS[11], 'deploy_ver', 'pod_concurrency')
-if cfg[1] == ARGV[4] then
-  local q = handoff(cfg[1], KEYS[3], KEYS[9], KEYS[10], KEYS[12], KEYS[13], KEYS[14], now, ARGV[8], ARGV[9])
-  while n < tonumber(cfg[2]) do
+-- its free slots go to waiters, unless it is beyond max_pods (lowered since it started)
+if cfg[1] == ARGV[4] and not surplus_pods(cfg[1], tonumber(cfg[3]), KEYS[2], KEYS[3], KEYS[6])[pod] then
+  local q = handoff(KEYS[11], KEYS[3], KEYS[9], KEYS[10], KEYS[12], KEYS[13], KEYS[14], now, ARGV[8], ARGV[9])
+  while n < pc do
     local w = next_waiter(q)
     if not w then
       break
@@ -89,7 +99,7 @@ end
 redis.call('HSET', KEYS[5], pod, n)
 if n == 0 then
   redis.call('ZADD', KEYS[6], now, pod)
-  note_idle(now)
+  note_idle(now, KEYS[2])
 end
 if n > 0 then
   note_due(ARGV[7])

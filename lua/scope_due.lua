@@ -1,10 +1,11 @@
 -- scope_due.lua: set the scope's due time to when its next sweep work falls due, after
 -- the sweeper looked at the scope: the earliest session expiry, claim, deploy lease,
--- room entry or waiter deadline; an idle pod of an old deploy_ver at once; an idle pod
--- of the current one (beyond the newest min_idle_pods, which are kept) when pod_ttl_s
--- has passed. Scripts only move the due time earlier (note_due in _lib.lua); this is
--- the one script that moves it later, reading the state it is computed from in the
--- same step, so a note made before it is counted and one made after it is kept.
+-- room entry or waiter deadline; an idle pod of an old deploy_ver, or beyond max_pods
+-- (surplus_pods), at once; an idle pod of the current one (beyond the newest
+-- min_idle_pods, which are kept) when pod_ttl_s has passed. Scripts only move the due
+-- time earlier (note_due in _lib.lua); this is the one script that moves it later,
+-- reading the state it is computed from in the same step, so a note made before it is
+-- counted and one made after it is kept.
 -- KEYS[1] {s}:config     HASH   published scope config
 -- KEYS[2] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[3] {s}:sexp       ZSET   session id -> expiry (ms)
@@ -14,6 +15,7 @@
 -- KEYS[7] {s}:waiters    ZSET   waiter id -> deadline (ms)
 -- KEYS[8] {s}:idle       ZSET   pod id -> idle since (ms)
 -- KEYS[9] {s}:podver     HASH   pod id -> deploy_ver
+-- KEYS[10] {s}:pods      ZSET   pod id -> registered at (ms)
 -- ARGV[1] now (ms)
 -- Returns the due time (ms, as a string), or "" when nothing is due (the key is deleted:
 -- an unknown scope has nothing due either).
@@ -31,12 +33,13 @@ for i = 3, 7 do
     at(first[2])
   end
 end
-local cfg = redis.call('HMGET', KEYS[1], 'deploy_ver', 'min_idle', 'pod_ttl_ms')
+local cfg = redis.call('HMGET', KEYS[1], 'deploy_ver', 'min_idle', 'pod_ttl_ms', 'max_pods')
 if cfg[1] then
   local keep, ttl = tonumber(cfg[2]), tonumber(cfg[3])
+  local surplus = surplus_pods(cfg[1], tonumber(cfg[4]), KEYS[10], KEYS[9], KEYS[8])
   local idle = redis.call('ZREVRANGE', KEYS[8], 0, -1, 'WITHSCORES')
   for i = 1, #idle, 2 do
-    if redis.call('HGET', KEYS[9], idle[i]) ~= cfg[1] then
+    if redis.call('HGET', KEYS[9], idle[i]) ~= cfg[1] or surplus[idle[i]] then
       at(now)
     elseif keep > 0 then
       keep = keep - 1

@@ -34,7 +34,7 @@ end
 local now = tonumber(ARGV[1])
 local deploys = redis.call('ZCOUNT', KEYS[5], '-inf', now)
 local waiters = redis.call('ZCOUNT', KEYS[11], '-inf', now)
-local q = handoff(redis.call('HGET', KEYS[12], 'deploy_ver'), KEYS[13], KEYS[7], KEYS[8], KEYS[11], KEYS[14], KEYS[15], now, ARGV[4], ARGV[5])
+local q = handoff(KEYS[12], KEYS[13], KEYS[7], KEYS[8], KEYS[11], KEYS[14], KEYS[15], now, ARGV[4], ARGV[5])
 expire_pool(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], now, ARGV[2], q)
 drop_waiters(q)
 for _, w in ipairs(redis.call('ZRANGE', KEYS[14], 0, -1)) do

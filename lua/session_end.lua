@@ -29,6 +29,6 @@ end
 if not redis.call('HGET', KEYS[6], ARGV[2]) then
   return {'unknown'}
 end
-local q = handoff(cfg[1], KEYS[9], KEYS[10], KEYS[11], KEYS[8], KEYS[12], KEYS[13], now, ARGV[3], ARGV[4])
+local q = handoff(KEYS[2], KEYS[9], KEYS[10], KEYS[11], KEYS[8], KEYS[12], KEYS[13], now, ARGV[3], ARGV[4])
 local pod = evict_session(KEYS[6], KEYS[7], KEYS[3], KEYS[4], KEYS[5], ARGV[2], now, q)
 return {'released', pod}

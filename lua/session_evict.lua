@@ -26,7 +26,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'EPOCH_LOST'}
 end
 local now = tonumber(ARGV[1])
-local q = handoff(redis.call('HGET', KEYS[8], 'deploy_ver'), KEYS[9], KEYS[10], KEYS[11], KEYS[7], KEYS[12], KEYS[13], now, ARGV[3], ARGV[4])
+local q = handoff(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[7], KEYS[12], KEYS[13], now, ARGV[3], ARGV[4])
 local gone = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 for _, sid in ipairs(gone) do
   evict_session(KEYS[5], KEYS[6], KEYS[2], KEYS[3], KEYS[4], sid, now, q)

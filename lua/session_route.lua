@@ -5,8 +5,10 @@
 -- the queue first, oldest waiter first (this caller when its turn comes), and only what
 -- is left fits a caller that is not queued. A caller that gets nothing while others
 -- wait, or that asks to (ARGV[7]), joins the queue behind them (bounded by queue_size).
--- Gate and bind are one step, so a pod never exceeds pod_concurrency. A caller that is
--- served leaves the queue; a slot handed to it and not used goes on to the next waiter.
+-- Gate and bind are one step, so a pod never exceeds pod_concurrency (one over it
+-- after a lowering takes none), and a pod beyond max_pods takes none either. A caller
+-- that is served leaves the queue; a slot handed to it and not used goes on to the next
+-- waiter.
 -- KEYS[1]  {s}:epoch     STRING scope epoch
 -- KEYS[2]  {s}:config    HASH   published scope config
 -- KEYS[3]  {s}:pods      ZSET   pod id -> registered at (ms)
@@ -43,12 +45,12 @@
 -- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[1])
 local sid, claim, waiter = ARGV[2], ARGV[3], ARGV[6]
-local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver', 'pod_concurrency', 'session_ttl_ms', 'queue_size', 'wait_ms')
+local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver', 'pod_concurrency', 'session_ttl_ms', 'queue_size', 'wait_ms', 'max_pods')
 if not cfg then
   return refused
 end
 local ver, pc = cfg[1], tonumber(cfg[2])
-local q = handoff(ver, KEYS[4], KEYS[10], KEYS[11], KEYS[12], KEYS[14], KEYS[16], now, ARGV[8], ARGV[9])
+local q = handoff(KEYS[2], KEYS[4], KEYS[10], KEYS[11], KEYS[12], KEYS[14], KEYS[16], now, ARGV[8], ARGV[9])
 
 -- leave takes the caller out of the queue; a slot handed to it other than used goes on.
 local function leave(used)
@@ -133,9 +135,10 @@ for _, c in ipairs({claim, waiter}) do
 end
 
 -- Free slots go to the waiters in order of arrival; the caller takes one when its turn
--- comes or when nobody (else) waits.
+-- comes or when nobody (else) waits. A pod beyond max_pods takes none.
+local surplus = surplus_pods(ver, tonumber(cfg[6]), KEYS[3], KEYS[4], KEYS[7])
 for _, pod in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-  if redis.call('HGET', KEYS[4], pod) == ver then
+  if redis.call('HGET', KEYS[4], pod) == ver and not surplus[pod] then
     local n = tonumber(redis.call('HGET', KEYS[6], pod) or '0')
     while n < pc do
       local w = next_waiter(q)

@@ -22,7 +22,7 @@
 -- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
 -- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
 local now = tonumber(ARGV[1])
-local cfg, refused = published_config(KEYS[1], KEYS[2], 'session_ttl_ms', 'deploy_ver')
+local cfg, refused = published_config(KEYS[1], KEYS[2], 'session_ttl_ms')
 if not cfg then
   return refused
 end
@@ -34,6 +34,6 @@ if tonumber(e) > now then
   redis.call('ZADD', KEYS[7], now + tonumber(cfg[1]), ARGV[2])
   return {'touched'}
 end
-local q = handoff(cfg[2], KEYS[9], KEYS[10], KEYS[11], KEYS[8], KEYS[12], KEYS[13], now, ARGV[3], ARGV[4])
+local q = handoff(KEYS[2], KEYS[9], KEYS[10], KEYS[11], KEYS[8], KEYS[12], KEYS[13], now, ARGV[3], ARGV[4])
 evict_session(KEYS[6], KEYS[7], KEYS[3], KEYS[4], KEYS[5], ARGV[2], now, q)
 return {'expired'}

@@ -52,6 +52,9 @@ type Snapshot struct {
 	// Queue holds the waiters still without a slot, by arrival number.
 	Queue map[string]int64
 	Fence int64
+	// Version is the version of the scope's published config (0: none), read with the
+	// rest, so that a check knows which config the state was under.
+	Version int64
 }
 
 // Snapshot reads the whole state of a scope at once, every session included: for
@@ -81,7 +84,7 @@ func (s *Store) snapshot(ctx context.Context, scope string, full bool) (Snapshot
 	queued := pipe.ZCard(ctx, k.Waiters)
 	var claims, sexp, waiters, queue *redis.ZSliceCmd
 	var sessions *redis.MapStringStringCmd
-	var fence *redis.StringCmd
+	var fence, version *redis.StringCmd
 	if full {
 		claims = pipe.ZRangeWithScores(ctx, k.Claims, 0, -1)
 		sessions = pipe.HGetAll(ctx, k.Sessions)
@@ -89,6 +92,7 @@ func (s *Store) snapshot(ctx context.Context, scope string, full bool) (Snapshot
 		waiters = pipe.ZRangeWithScores(ctx, k.Waiters, 0, -1)
 		queue = pipe.ZRangeWithScores(ctx, k.Queue, 0, -1)
 		fence = pipe.Get(ctx, k.Fence)
+		version = pipe.HGet(ctx, k.Config, "version")
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Snapshot{}, s.redisErr(ctx, err)
@@ -109,7 +113,8 @@ func (s *Store) snapshot(ctx context.Context, scope string, full bool) (Snapshot
 		for _, z := range queue.Val() {
 			snap.Queue[fmt.Sprint(z.Member)] = int64(z.Score)
 		}
-		snap.Fence, _ = strconv.ParseInt(fence.Val(), 10, 64) // no counter yet: 0
+		snap.Fence, _ = strconv.ParseInt(fence.Val(), 10, 64)     // no counter yet: 0
+		snap.Version, _ = strconv.ParseInt(version.Val(), 10, 64) // no config: 0
 	}
 	return snap, nil
 }

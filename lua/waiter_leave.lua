@@ -17,6 +17,6 @@
 local now = tonumber(ARGV[2])
 local was = redis.call('ZREM', KEYS[8], ARGV[1])
 redis.call('ZREM', KEYS[9], ARGV[1])
-local q = handoff(redis.call('HGET', KEYS[1], 'deploy_ver'), KEYS[3], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], now, ARGV[3], ARGV[4])
+local q = handoff(KEYS[1], KEYS[3], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], now, ARGV[3], ARGV[4])
 release_claim(KEYS[6], KEYS[7], KEYS[2], KEYS[4], KEYS[5], ARGV[1], now, true, q)
 return was

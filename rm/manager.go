@@ -427,7 +427,9 @@ func deployReason(ctx context.Context, err error) string {
 // answer for a while does not end the wait before the leader would give up through the
 // same silence (half the lease): the leader may still register its pod after it.
 // Whatever ends the wait other than the pod, the follower leaves the room and gives
-// back any claim it got.
+// back any claim it got. A follower its pod had no slot left for (pod_concurrency
+// was lowered while it deployed) is told so as for a lost deploy, and Acquire tries
+// again under the new limits.
 func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResult, claim string) (lease warmpool.Lease, err error) {
 	wait := res.RoomDeadline.Sub(m.clock.Now())
 	wctx, cancel := context.WithTimeout(ctx, wait)
@@ -460,6 +462,8 @@ func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResul
 			return warmpool.Lease{}, warmpool.Errorf(warmpool.CodeDeployFailed, "the deploy this request waited for failed: %s", st.Reason)
 		case st.State == lua.FollowerLost:
 			return warmpool.Lease{}, &deployLost{reason: st.Reason, until: res.RoomDeadline}
+		case st.State == lua.FollowerRetry:
+			return warmpool.Lease{}, &deployLost{reason: "its pod had no slot left: pod_concurrency was lowered", until: res.RoomDeadline}
 		default:
 			answered = time.Now()
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -312,8 +313,8 @@ func (s *Sweeper) fillScope(ctx context.Context, scope string) error {
 }
 
 // Reclaim deletes idle pods of an old deploy_ver (or retired: of the scope's deleted
-// life) at once, and idle pods idle for pod_ttl_s or longer beyond the newest
-// min_idle_pods; a deleted scope's idle pods all go, and its keys once none is left. A
+// life) and idle pods beyond max_pods at once, and idle pods idle for pod_ttl_s or
+// longer beyond the newest min_idle_pods; a deleted scope's idle pods all go, and its keys once none is left. A
 // pod that got a session since it was looked at is left alone (the purge re-checks its
 // idle time atomically).
 func (s *Sweeper) Reclaim(ctx context.Context) error {
@@ -333,20 +334,38 @@ func (s *Sweeper) reclaimScope(ctx context.Context, scope string, now time.Time)
 		}
 		return err
 	}
+	// Pods beyond max_pods (a class B change lowered it) go as they idle: the pods of
+	// another version count first, then the current version's idle pods, the first to
+	// go idle first (surplus_pods in lua/_lib.lua, which keeps them from new sessions).
+	excess := len(snap.Pods) - rec.Config.Pool.MaxPods()
 	var current []lua.PodState
 	for _, p := range snap.Pods {
+		old := p.Retired || p.Pod.DeployVer != rec.DeployVer
+		if old {
+			excess--
+		}
 		switch {
 		case !p.Idle:
 		case p.Retired:
 			s.retire(ctx, scope, p, "of the scope's deleted life")
-		case p.Pod.DeployVer != rec.DeployVer:
+		case old:
 			s.retire(ctx, scope, p, "old deploy_ver "+p.Pod.DeployVer)
 		default:
 			current = append(current, p)
 		}
 	}
+	sort.Slice(current, func(i, j int) bool {
+		if !current[i].IdleSince.Equal(current[j].IdleSince) {
+			return current[i].IdleSince.Before(current[j].IdleSince)
+		}
+		return current[i].Pod.ID < current[j].Pod.ID
+	})
+	for excess > 0 && len(current) > 0 {
+		s.retire(ctx, scope, current[0], "beyond max_pods")
+		current, excess = current[1:], excess-1
+	}
 	// The newest idle pods are the min_idle_pods kept warm.
-	sort.Slice(current, func(i, j int) bool { return current[i].IdleSince.After(current[j].IdleSince) })
+	slices.Reverse(current)
 	ttl := time.Duration(rec.Config.Pool.PodTTLS) * time.Second
 	for i, p := range current {
 		if i >= rec.Config.Pool.MinIdlePods && now.Sub(p.IdleSince) >= ttl {

@@ -21,17 +21,41 @@ import (
 // grant: the claim named after it) has left the queue. A grant is a claim, so its slot
 // counts on its pod like any other (invariants 1 and 3).
 func Violations(s lua.Snapshot, cfg warmpool.ScopeConfig, versions []string, settled bool) []string {
-	var out []string
-	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
-	pc, maxPods := cfg.Pool.PodConcurrency, cfg.Pool.MaxPods()
+	return append(limits(s, cfg.Pool), others(s, versions, settled)...)
+}
 
+// limits checks invariants 1 and 2 against one config's limits.
+func limits(s lua.Snapshot, p warmpool.PoolConfig) []string {
+	var out []string
+	pc, maxPods := p.PodConcurrency, p.MaxPods()
 	// 2. pods + placeholders <= max_pods
 	if n := len(s.Pods) + len(s.Deploys); n > maxPods {
-		bad("inv2: %d pods + %d deploys > max_pods %d", len(s.Pods), len(s.Deploys), maxPods)
+		out = append(out, fmt.Sprintf("inv2: %d pods + %d deploys > max_pods %d", len(s.Pods), len(s.Deploys), maxPods))
 	}
-	sessionsOn := map[string]int{}
-	for sess, pod := range s.Sessions {
-		sessionsOn[pod]++
+	sessionsOn := sessionsOn(s)
+	for _, p := range s.Pods {
+		// 1. sessions (and all slots) <= pod_concurrency
+		if sess := sessionsOn[p.Pod.ID]; sess > pc || p.Slots > pc {
+			out = append(out, fmt.Sprintf("inv1: pod %s has %d sessions, %d slots > pod_concurrency %d", p.Pod.ID, sess, p.Slots, pc))
+		}
+	}
+	return out
+}
+
+func sessionsOn(s lua.Snapshot) map[string]int {
+	n := map[string]int{}
+	for _, pod := range s.Sessions {
+		n[pod]++
+	}
+	return n
+}
+
+// others checks every invariant but 1 and 2, which depend on the config's limits.
+func others(s lua.Snapshot, versions []string, settled bool) []string {
+	var out []string
+	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	sessionsOn := sessionsOn(s)
+	for sess := range s.Sessions {
 		if _, ok := s.SessExp[sess]; !ok {
 			bad("inv3: session %s has no expiry", sess)
 		}
@@ -49,10 +73,6 @@ func Violations(s lua.Snapshot, cfg warmpool.ScopeConfig, versions []string, set
 	for _, p := range s.Pods {
 		registered[p.Pod.ID] = p
 		sess := sessionsOn[p.Pod.ID]
-		// 1. sessions (and all slots) <= pod_concurrency
-		if sess > pc || p.Slots > pc {
-			bad("inv1: pod %s has %d sessions, %d slots > pod_concurrency %d", p.Pod.ID, sess, p.Slots, pc)
-		}
 		// 3. the slot count agrees with the sessions and claims that point at the pod
 		if p.Slots != sess+claimsOn[p.Pod.ID] {
 			bad("inv3: pod %s counts %d slots but has %d sessions + %d claims", p.Pod.ID, p.Slots, sess, claimsOn[p.Pod.ID])

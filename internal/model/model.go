@@ -220,15 +220,53 @@ func (s *Scope) ScopeForget() bool {
 }
 
 // handoff is _lib.lua's handoff: where freed slots go. ver is the scope's current
-// deploy_ver ("" with no config: nothing is handed on).
+// deploy_ver ("" with no config: nothing is handed on), pc and maxPods its limits.
 type handoff struct {
-	ver   string
-	now   int64
-	grant int64
+	ver     string
+	pc      int64
+	maxPods int64
+	now     int64
+	grant   int64
 }
 
 func (s *Scope) handoff(now time.Time) *handoff {
-	return &handoff{ver: s.config["deploy_ver"], now: ms(now), grant: ms(now.Add(lua.GrantTTL))}
+	return &handoff{ver: s.config["deploy_ver"], pc: s.cfgInt("pod_concurrency"), maxPods: s.cfgInt("max_pods"),
+		now: ms(now), grant: ms(now.Add(lua.GrantTTL))}
+}
+
+// surplus is _lib.lua's surplus_pods: the current version's pods beyond max_pods. The
+// pods of another version count first, then the current version's idle pods (the
+// first to go idle first), then its busy ones (the last registered first).
+func (s *Scope) surplus(ver string, maxPods int64) map[string]bool {
+	set := map[string]bool{}
+	excess := int64(len(s.pods)) - maxPods
+	if excess <= 0 {
+		return set
+	}
+	var current []string
+	for _, pod := range s.pods.asc() {
+		if v, ok := s.podVer[pod]; ok && v == ver {
+			current = append(current, pod)
+		} else {
+			excess--
+		}
+	}
+	for _, pod := range s.idle.asc() {
+		if excess <= 0 {
+			return set
+		}
+		if v, ok := s.podVer[pod]; ok && v == ver {
+			set[pod] = true
+			excess--
+		}
+	}
+	for i := len(current) - 1; i >= 0 && excess > 0; i-- {
+		if !set[current[i]] {
+			set[current[i]] = true
+			excess--
+		}
+	}
+	return set
 }
 
 func (s *Scope) dropWaiters(q *handoff) {
@@ -257,11 +295,14 @@ func (s *Scope) grant(q *handoff, w, pod string) {
 	s.claimOf[w] = pod
 }
 
-func (s *Scope) handOff(q *handoff, pod string) bool {
-	if q == nil || q.ver == "" {
+// handOff passes a slot being freed on pod, which holds n slots with it, to the oldest
+// waiter: only on a pod of the current version that is not over pod_concurrency nor
+// beyond max_pods.
+func (s *Scope) handOff(q *handoff, pod string, n int64) bool {
+	if q == nil || q.ver == "" || n > q.pc {
 		return false
 	}
-	if v, ok := s.podVer[pod]; !ok || v != q.ver {
+	if v, ok := s.podVer[pod]; !ok || v != q.ver || s.surplus(q.ver, q.maxPods)[pod] {
 		return false
 	}
 	w := s.nextWaiter(q)
@@ -276,8 +317,8 @@ func (s *Scope) freeSlot(pod string, now int64, idleOnZero bool, q *handoff) int
 	if _, ok := s.pods[pod]; !ok {
 		return -1
 	}
-	if s.handOff(q, pod) {
-		return s.slots[pod]
+	if held := s.slots[pod]; s.handOff(q, pod, held) {
+		return held
 	}
 	s.slots[pod]--
 	n := s.slots[pod]
@@ -335,6 +376,8 @@ func (s *Scope) failFollowers(member, reason string, deadline int64, lost bool) 
 const (
 	reasonLeaderGone = "the deploy lease expired: its leader is gone"
 	reasonRoomTimout = "timed out waiting for the deploy"
+	// noSlot is _lib.lua's NO_SLOT: the note of a follower its pod had no slot for.
+	noSlot = "!no slot left for it on the pod: pod_concurrency was lowered while it deployed"
 )
 
 func (s *Scope) expirePool(now, noteDeadline int64, q *handoff) {
@@ -382,8 +425,10 @@ func (s *Scope) PodAcquire(a lua.AcquireArgs) (lua.AcquireResult, error) {
 	q := s.handoff(a.Now)
 	s.expirePool(now, ms(a.ClaimDeadline), q)
 
+	maxPods := s.cfgInt("max_pods")
+	surplus := s.surplus(ver, maxPods)
 	for _, pod := range s.idle.desc() {
-		if s.podVer[pod] == ver {
+		if s.podVer[pod] == ver && !surplus[pod] {
 			delete(s.idle, pod)
 			s.slots[pod]++
 			s.claims[claim] = ms(a.ClaimDeadline)
@@ -400,6 +445,9 @@ func (s *Scope) PodAcquire(a lua.AcquireArgs) (lua.AcquireResult, error) {
 	numbered := append([]string(nil), deploys...)
 	sortByNumber(numbered)
 	rooms := s.rooms.asc()
+	if int64(len(s.pods)+len(deploys)) > maxPods {
+		numbered = nil
+	}
 	for _, d := range numbered {
 		capacity := pc - 1
 		if strings.HasSuffix(d, "w") {
@@ -423,7 +471,7 @@ func (s *Scope) PodAcquire(a lua.AcquireArgs) (lua.AcquireResult, error) {
 		delete(s.rooms, member)
 	}
 
-	if int64(len(s.pods)+len(deploys)) < s.cfgInt("max_pods") && int64(len(deploys)) < s.cfgInt("parallel") {
+	if int64(len(s.pods)+len(deploys)) < maxPods && int64(len(deploys)) < s.cfgInt("parallel") {
 		s.fence++
 		member := strconv.FormatInt(s.fence, 10)
 		s.deploys[member] = ms(a.LeaseDeadline)
@@ -461,23 +509,27 @@ func (s *Scope) PodRegister(deploy string, pod warmpool.Pod, leaderClaim string,
 	s.pods[pod.ID] = t
 	s.podVer[pod.ID] = pod.DeployVer
 	s.podInfo[pod.ID] = string(info)
-	n := int64(0)
-	for _, f := range s.rooms.asc() {
-		if c, ok := strings.CutPrefix(f, deploy+"|"); ok {
-			delete(s.rooms, f)
-			s.claims[c] = ms(claimDeadline)
-			s.claimOf[c] = pod.ID
-			n++
-		}
-	}
+	pc, n := s.cfgInt("pod_concurrency"), int64(0)
 	if leaderClaim != "" {
 		s.claims[leaderClaim] = ms(claimDeadline)
 		s.claimOf[leaderClaim] = pod.ID
 		n++
 	}
-	if ver, ok := s.config["deploy_ver"]; ok && ver == pod.DeployVer {
+	for _, f := range s.rooms.asc() {
+		if c, ok := strings.CutPrefix(f, deploy+"|"); ok {
+			delete(s.rooms, f)
+			s.claims[c] = ms(claimDeadline)
+			if n < pc {
+				s.claimOf[c] = pod.ID
+				n++
+			} else {
+				s.claimOf[c] = noSlot
+			}
+		}
+	}
+	if ver, ok := s.config["deploy_ver"]; ok && ver == pod.DeployVer && !s.surplus(ver, s.cfgInt("max_pods"))[pod.ID] {
 		q := s.handoff(now)
-		for n < s.cfgInt("pod_concurrency") {
+		for n < pc {
 			w := s.nextWaiter(q)
 			if w == "" {
 				break
@@ -535,9 +587,10 @@ func (s *Scope) PodPlaceholder(now, leaseDeadline, noteDeadline time.Time) (lua.
 	ver := s.config["deploy_ver"]
 	q := s.handoff(now)
 	s.expirePool(ms(now), ms(noteDeadline), q)
+	surplus := s.surplus(ver, s.cfgInt("max_pods"))
 	warm := int64(0)
 	for pod := range s.idle {
-		if s.podVer[pod] == ver {
+		if s.podVer[pod] == ver && !surplus[pod] {
 			warm++
 		}
 	}
@@ -656,6 +709,9 @@ func (s *Scope) DeployAbort(deploy, reason string, lost bool, noteDeadline time.
 // FollowerWait models follower_wait.lua.
 func (s *Scope) FollowerWait(deploy, room, claim string, now time.Time) (lua.FollowerState, error) {
 	if pod, ok := s.claimOf[claim]; ok {
+		if pod == noSlot {
+			return lua.FollowerState{State: lua.FollowerRetry}, nil
+		}
 		if reason, lost := strings.CutPrefix(pod, noteLost); lost {
 			return lua.FollowerState{State: lua.FollowerLost, Reason: reason}, nil
 		}
@@ -802,8 +858,9 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 		}
 	}
 
+	surplus := s.surplus(ver, s.cfgInt("max_pods"))
 	for _, pod := range s.pods.asc() {
-		if s.podVer[pod] != ver {
+		if s.podVer[pod] != ver || surplus[pod] {
 			continue
 		}
 		for n := s.slots[pod]; n < pc; n++ {
@@ -996,7 +1053,7 @@ func (s *Scope) Snapshot() lua.Snapshot {
 	snap := lua.Snapshot{
 		Deploys: times(s.deploys), Followers: times(s.rooms), ClaimPod: copyMap(s.claimOf), Queued: len(s.waiters),
 		Claims: times(s.claims), Sessions: copyMap(s.sess), SessExp: times(s.sessExp), Waiters: times(s.waiters),
-		Queue: map[string]int64{}, Fence: s.fence,
+		Queue: map[string]int64{}, Fence: s.fence, Version: s.cfgInt("version"),
 	}
 	for w, n := range s.queue {
 		snap.Queue[w] = n
@@ -1095,9 +1152,9 @@ func msOrZero(t time.Time) int64 {
 
 // Due models scope_due.lua: when the scope's next sweep work falls due, false when
 // nothing is. That is the earliest session expiry, claim, deploy lease, room entry
-// or waiter deadline; now for an idle pod of another deploy_ver than the scope's; an
-// idle pod of the scope's deploy_ver beyond the newest min_idle_pods pod_ttl_s after
-// it went idle.
+// or waiter deadline; now for an idle pod of another deploy_ver than the scope's or
+// beyond max_pods; an idle pod of the scope's deploy_ver beyond the newest
+// min_idle_pods pod_ttl_s after it went idle.
 func (s *Scope) Due(now time.Time) (time.Time, bool) {
 	var due int64
 	found := false
@@ -1113,9 +1170,10 @@ func (s *Scope) Due(now time.Time) (time.Time, bool) {
 	}
 	if ver, ok := s.config["deploy_ver"]; ok {
 		keep, ttl := s.cfgInt("min_idle"), s.cfgInt("pod_ttl_ms")
+		surplus := s.surplus(ver, s.cfgInt("max_pods"))
 		for _, pod := range s.idle.desc() {
 			switch v, ok := s.podVer[pod]; {
-			case !ok || v != ver:
+			case !ok || v != ver || surplus[pod]:
 				at(ms(now))
 			case keep > 0:
 				keep--

@@ -37,7 +37,15 @@ var steps = flag.Int("model.steps", 60, "steps of each run of TestScriptsFollowT
 // Each run draws an order of the steps (each as often as its weight) and then each
 // step from it: rapid favours the first entries of a list, so every run leans on a few
 // steps of its own, and over many runs every step gets its turn.
-func TestScriptsFollowTheModel(t *testing.T) {
+func TestScriptsFollowTheModel(t *testing.T) { runModel(t, weights) }
+
+// TestLoweredCapacityFollowsTheModel is TestScriptsFollowTheModel on the steps that
+// fill pods, free their slots, queue and change the scopes' capacity back and forth:
+// pods and rooms filled under one limit meet a lower one, with waiters queued, within
+// a few steps of every run, where the whole mix meets it in few runs.
+func TestLoweredCapacityFollowsTheModel(t *testing.T) { runModel(t, capacityWeights) }
+
+func runModel(t *testing.T, weights map[string]int) {
 	if !testredis.Real() && os.Getenv("CI") != "" {
 		t.Fatal("REDIS_ADDR is not set: in CI the model runs against a real redis-server (scripts/with-redis.sh)")
 	}
@@ -70,37 +78,56 @@ func TestScriptsFollowTheModel(t *testing.T) {
 // weights say how often each step comes, roughly as callers make them: routes,
 // acquires and registers often, the steps that take a scope apart (a new config, a
 // lost epoch, a purge, an aborted deploy, a stray or lost write for reconcile to
-// repair) now and then.
+// repair) now and then; a change of capacity a little more often, so that pods and
+// rooms filled under one limit meet the other.
 var weights = map[string]int{
 	"session_route": 6, "pod_acquire": 4, "pod_register": 4,
 	"session_touch": 2, "session_end": 2, "session_evict": 2, "claim_release": 2, "hold_touch": 2, "hold_release": 2,
-	"follower_wait": 2, "pod_placeholder": 2, "deploy_extend": 2, "scope_repair": 2,
+	"follower_wait": 4, "pod_placeholder": 2, "deploy_extend": 2, "scope_repair": 2,
 	"session_get": 1, "follower_leave": 1, "waiter_leave": 1, "deploy_abort": 1, "pod_purge": 1, "pod_adopt": 1,
-	"pod_health": 1, "fence_raise": 1, "scope_publish": 1, "epoch_lost": 1, "drift": 1,
+	"pod_health": 1, "fence_raise": 1, "scope_publish": 1, "scope_capacity": 3, "epoch_lost": 1, "drift": 1,
 	"scope_delete": 1, "scope_forget": 1, "idem_claim": 1, "idem_answer": 1, "idem_release": 1, "idem_expire": 1,
+}
+
+// capacityWeights are the steps of TestLoweredCapacityFollowsTheModel.
+var capacityWeights = map[string]int{
+	"session_route": 6, "session_end": 4, "claim_release": 2, "waiter_leave": 1,
+	"pod_acquire": 2, "pod_register": 2, "follower_wait": 2, "pod_placeholder": 1, "scope_capacity": 3,
 }
 
 // The scopes of every run: a has room for three pods of two sessions, deployed two at
 // a time, a short queue and a warm pool of one; b has one pod of one session, so that
 // its queue fills within a few steps. A step lets about a second pass on average, so
-// sessions, holds, waits and grants live for a few steps to a few dozen.
-var scopeConfigs = map[string]warmpool.PoolConfig{
-	"a": {MaxConcurrency: 6, PodConcurrency: 2, MinIdlePods: 1, PodTTLS: 60, SessionTTLS: 30, QueueSize: 2, WaitTimeoutS: 10, HoldTTLS: 15, MaxParallelDeploys: 2},
-	"b": {MaxConcurrency: 1, PodConcurrency: 1, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10},
+// sessions, holds, waits and grants live for a few steps to a few dozen. Each scope
+// also has a class B change of its capacity: a lowered to two pods of one session, b
+// raised to two pods of two (and published back, a lowering).
+var scopeConfigs = map[string][2]warmpool.PoolConfig{
+	"a": {
+		{MaxConcurrency: 6, PodConcurrency: 2, MinIdlePods: 1, PodTTLS: 60, SessionTTLS: 30, QueueSize: 2, WaitTimeoutS: 10, HoldTTLS: 15, MaxParallelDeploys: 2},
+		{MaxConcurrency: 2, PodConcurrency: 1, MinIdlePods: 1, PodTTLS: 60, SessionTTLS: 30, QueueSize: 2, WaitTimeoutS: 10, HoldTTLS: 15, MaxParallelDeploys: 2},
+	},
+	"b": {
+		{MaxConcurrency: 1, PodConcurrency: 1, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10},
+		{MaxConcurrency: 4, PodConcurrency: 2, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10},
+	},
 }
 
 // variants are the configs a scope is published with in turn: the first, a new image
-// (class A: a new deploy_ver) and no queue (class B).
-func variants(pool warmpool.PoolConfig) []warmpool.ScopeConfig {
+// (class A: a new deploy_ver), no queue (class B) and other capacity (class B: lowered
+// or raised).
+func variants(pools [2]warmpool.PoolConfig) []warmpool.ScopeConfig {
 	var out []warmpool.ScopeConfig
-	for i, image := range []string{"agent:1", "agent:2", "agent:1"} {
+	for i, image := range []string{"agent:1", "agent:2", "agent:1", "agent:1"} {
 		c := warmpool.DefaultScopeConfig()
 		c.Deploy.Image, c.Deploy.ReadyTimeoutS = image, 10
-		c.Pool = pool
-		c.Pool.ProbePeriodS = warmpool.DefaultProbePeriodS // no script reads it
-		if i == 2 {
+		c.Pool = pools[0]
+		switch i {
+		case 2:
 			c.Pool.QueueSize = 0
+		case 3:
+			c.Pool = pools[1]
 		}
+		c.Pool.ProbePeriodS = warmpool.DefaultProbePeriodS // no script reads it
 		if err := c.Normalize(); err != nil {
 			panic(err)
 		}
@@ -127,6 +154,10 @@ type side struct {
 	// drifted is set once a write outside the scripts changed the scope: from then on
 	// its state is compared with the model's, but the invariants may rightly break.
 	drifted bool
+	// pools is the pool config in force at every version published or deleted, and
+	// capacity follows the scope's snapshots through its changes (invariants 1 and 2).
+	pools    map[int64]warmpool.PoolConfig
+	capacity invariant.Capacity
 }
 
 type deployRef struct {
@@ -154,7 +185,7 @@ type world struct {
 func newWorld(t *rapid.T, r *testredis.Redis, prefix string, seen map[string]int) *world {
 	w := &world{t: t, r: r, store: lua.NewStore(r.Client, prefix), now: time.UnixMilli(1_700_000_000_000), seen: seen}
 	for _, id := range []string{"a", "b"} {
-		s := &side{id: id, model: model.NewScope(id), configs: variants(scopeConfigs[id]),
+		s := &side{id: id, model: model.NewScope(id), configs: variants(scopeConfigs[id]), pools: map[int64]warmpool.PoolConfig{},
 			sessions: []string{"s0", "s1", "s2", "s3", "s4"}, waiters: []string{"w0", "w1", "w2", "w3"}}
 		w.sides = append(w.sides, s)
 		w.publish(s, 0, 1)
@@ -176,6 +207,7 @@ func (w *world) publish(s *side, variant int, version int64) {
 	w.same("scope_publish", nil, nil, got, want)
 	if got == nil && version > s.version {
 		s.current, s.version = variant, version
+		s.pools[version] = cfg.Pool
 	}
 }
 
@@ -211,6 +243,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			s := w.sides[rapid.IntRange(0, len(w.sides)-1).Draw(t, "scope")]
 			f(s)
 			w.compare(name, s)
+
 		}
 	}
 	return map[string]func(*rapid.T){
@@ -390,6 +423,14 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			version := s.version + int64(rapid.IntRange(-1, 1).Draw(w.t, "version step"))
 			w.publish(s, variant, version)
 		}),
+		"scope_capacity": step("scope_capacity", func(s *side) {
+			// the next version with the other capacity: a lowering or a raise (class B)
+			variant := 3
+			if s.current == 3 {
+				variant = 0
+			}
+			w.publish(s, variant, s.version+1)
+		}),
 		"scope_delete": step("scope_delete", func(s *side) {
 			// the latest stored version, mostly; an older one is refused
 			version := s.version + int64(rapid.IntRange(-1, 1).Draw(w.t, "version step"))
@@ -399,6 +440,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			w.same("scope_delete", got, want, gotErr, wantErr)
 			if gotErr == nil {
 				s.version = max(s.version, version)
+				s.pools[version] = s.configs[s.current].Pool
 			}
 		}),
 		"scope_forget": step("scope_forget", func(s *side) {
@@ -615,12 +657,14 @@ func (s *side) deploy(t *rapid.T) string {
 	return pick(t, "deploy", all)
 }
 
-// room draws a follower.
+// room draws a follower, mostly one still waiting or with an answer to learn (its
+// claim holds a pod or a note).
 func (s *side) room(t *rapid.T) roomRef {
-	live := s.model.Snapshot().Followers
+	snap := s.model.Snapshot()
 	var waiting []roomRef
 	for _, f := range s.rooms {
-		if _, ok := live[f.room]; ok {
+		_, live := snap.Followers[f.room]
+		if _, told := snap.ClaimPod[f.claim]; live || told {
 			waiting = append(waiting, f)
 		}
 	}
@@ -791,7 +835,7 @@ func (w *world) compare(after string, changed *side) {
 		for _, c := range s.configs {
 			versions = append(versions, c.Deploy.DeployVer())
 		}
-		if v := invariant.Violations(snap, s.configs[s.current], versions, false); len(v) > 0 {
+		if v := s.capacity.Violations(snap, s.pools, versions, false); len(v) > 0 {
 			w.t.Fatalf("after %s on scope %s: %s", after, s.id, strings.Join(v, "; "))
 		}
 	}

@@ -8,6 +8,7 @@ package replicatest
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -45,7 +46,12 @@ type Harness struct {
 
 	mu       sync.Mutex
 	current  map[string]warmpool.StoredConfig
-	versions map[string][]string // every deploy_ver published for a scope, oldest first
+	versions map[string][]string                      // every deploy_ver published for a scope, oldest first
+	pools    map[string]map[int64]warmpool.PoolConfig // every version's pool config
+
+	// checkMu makes Check's snapshots and checks one sequence, in order.
+	checkMu sync.Mutex
+	checks  map[string]*invariant.Capacity
 }
 
 // Option shapes a Harness.
@@ -65,6 +71,7 @@ func New(tb testing.TB, opts ...Option) *Harness {
 	h := &Harness{
 		TB: tb, Redis: r, Store: lua.NewStore(r.Client, r.Prefix), Fake: fakepod.New(), Clock: testredis.NewClock(),
 		current: map[string]warmpool.StoredConfig{}, versions: map[string][]string{},
+		pools: map[string]map[int64]warmpool.PoolConfig{}, checks: map[string]*invariant.Capacity{},
 	}
 	for _, o := range opts {
 		o(h)
@@ -126,6 +133,10 @@ func (h *Harness) track(stored warmpool.StoredConfig) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.current[stored.ScopeID] = stored
+	if h.pools[stored.ScopeID] == nil {
+		h.pools[stored.ScopeID] = map[int64]warmpool.PoolConfig{}
+	}
+	h.pools[stored.ScopeID][stored.Version] = stored.Config.Pool
 	if v := h.versions[stored.ScopeID]; len(v) == 0 || v[len(v)-1] != stored.DeployVer {
 		h.versions[stored.ScopeID] = append(v, stored.DeployVer)
 	}
@@ -208,23 +219,34 @@ func (h *Harness) Snap(scope string) lua.Snapshot {
 	return s
 }
 
-// Violations lists the SPEC §6 invariants a snapshot of scope breaks, checked against
-// the scope's current config; sessions may sit on a pod of any deploy_ver the scope
-// had (tests that change versions assert invariant 6 for new sessions themselves).
-// With settled, work in flight and leftovers are violations too.
-func (h *Harness) Violations(scope string, s lua.Snapshot, settled bool) []string {
+// violations lists the SPEC §6 invariants a snapshot of scope breaks, the next of the
+// sequence c follows: invariants 1 and 2 against the config of every version the
+// snapshot may have been under (a lowered pod_concurrency or max_pods lets what was
+// placed before drain, see invariant.Capacity), the others as invariant.Violations
+// checks them; sessions may sit on a pod of any deploy_ver the scope had (tests that
+// change versions assert invariant 6 for new sessions themselves). With settled, work
+// in flight and leftovers are violations too.
+func (h *Harness) violations(scope string, s lua.Snapshot, settled bool, c *invariant.Capacity) []string {
 	h.mu.Lock()
-	cfg, vers := h.current[scope].Config, slices.Clone(h.versions[scope])
+	pools, vers := maps.Clone(h.pools[scope]), slices.Clone(h.versions[scope])
 	h.mu.Unlock()
-	return invariant.Violations(s, cfg, vers, settled)
+	return c.Violations(s, pools, vers, settled)
 }
 
 // Check fails the test (without stopping it) for every invariant a snapshot of scope
-// breaks, and returns the snapshot.
+// breaks, and returns the snapshot. The snapshots of Check are one sequence: a pod
+// over a lowered pod_concurrency must not gain a slot from one Check to the next.
 func (h *Harness) Check(scope string, settled bool) lua.Snapshot {
 	h.TB.Helper()
+	h.checkMu.Lock()
+	defer h.checkMu.Unlock()
+	c := h.checks[scope]
+	if c == nil {
+		c = &invariant.Capacity{}
+		h.checks[scope] = c
+	}
 	s := h.Snap(scope)
-	for _, v := range h.Violations(scope, s, settled) {
+	for _, v := range h.violations(scope, s, settled, c) {
 		h.TB.Errorf("%s: %s", scope, v)
 	}
 	return s
@@ -237,10 +259,17 @@ func (h *Harness) Settled(scope string) lua.Snapshot {
 }
 
 // Watch checks the scopes' invariants on consistent snapshots over and over until
-// Stop, so that a violation that lasts only a moment is seen too.
+// Stop, so that a violation that lasts only a moment is seen too. Its snapshots are a
+// sequence of their own.
 func (h *Harness) Watch(scopes ...string) *invariant.Watcher {
+	checks := map[string]*invariant.Capacity{}
 	return invariant.Watch(h.Store, func(scope string, s lua.Snapshot) []string {
-		return h.Violations(scope, s, false)
+		c := checks[scope]
+		if c == nil {
+			c = &invariant.Capacity{}
+			checks[scope] = c
+		}
+		return h.violations(scope, s, false, c)
 	}, scopes...)
 }
 

@@ -139,9 +139,11 @@ func (p *process) stop() {
 	_ = p.cmd.Wait()
 }
 
-// startReplica runs `warmpool serve` with the fake driver on r, plus extra flags.
+// startReplica runs `warmpool serve` with the fake driver on r, plus extra flags. Its
+// logs are text, so that it prints the URL it listens on to stdout whatever the level
+// (with JSON logs that line is an info record, and the level here is warn).
 func startReplica(ctx context.Context, bin, dir, name string, r *redisServer, extra ...string) (*process, error) {
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--redis", "redis://" + r.Addr + "/0",
-		"--store", filepath.Join(dir, name+".db"), "--driver", "fake", "--log-level", "warn"}, extra...)
+		"--store", filepath.Join(dir, name+".db"), "--driver", "fake", "--log-level", "warn", "--log-format", "text"}, extra...)
 	return startProcess(ctx, bin, args, filepath.Join(dir, name+".log"), "/readyz")
 }

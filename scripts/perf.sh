@@ -60,7 +60,7 @@ say() { echo; echo "### $*"; }
 serve() {
   local name=$1
   shift
-  "$BIN" serve --listen 127.0.0.1:0 --store "$work/$name.db" --log-level warn "$@" \
+  "$BIN" serve --listen 127.0.0.1:0 --store "$work/$name.db" --log-level warn --log-format text "$@" \
     >"$work/$name.out" 2>"$work/$name.err" &
   SPID=$!
   pids+=("$SPID")

@@ -107,6 +107,10 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// HTTP bounds the connections of Run's HTTP server.
 	HTTP HTTPTimeouts
+	// Metrics tunes the metrics: the scopes whose histograms carry their scope
+	// (`--metrics-scope-detail`), the bound on scrapes served at once and their
+	// timeout; zero fields take the metrics package's defaults.
+	Metrics metrics.Config
 	// Prefix of every Redis key; the keyspace fills its default (lua.DefaultPrefix).
 	Prefix string
 	Dev    bool
@@ -293,7 +297,11 @@ func (s *Server) build(ctx context.Context) error {
 		s.closers = append(s.closers, st.Close)
 	}
 
-	s.metrics = metrics.New(s.store, s.log)
+	mc := cfg.Metrics
+	mc.Logger = s.log
+	if s.metrics, err = metrics.New(s.store, mc); err != nil {
+		return fmt.Errorf("--metrics-scope-detail: %w", err)
+	}
 	s.store.ObserveScripts(s.metrics.ObserveScript)
 
 	// Pod driver.
@@ -509,7 +517,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Metrics gathers the replica's metrics, as /metrics serves them.
-func (s *Server) Metrics() prometheus.Gatherer { return s.metrics.Registry() }
+func (s *Server) Metrics() prometheus.Gatherer { return s.metrics }
 
 // InstanceID names the replica.
 func (s *Server) InstanceID() string { return s.cfg.InstanceID }

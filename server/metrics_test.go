@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -516,6 +518,59 @@ func TestMetricsSlowReaders(t *testing.T) {
 	}
 	if n := answered["HTTP/1.1 503 Service Unavailable"]; n < slow-2*metrics.DefaultScrapes || n+answered["HTTP/1.1 200 OK"] != slow {
 		t.Errorf("the slow readers were answered %v, want 503 but for the few that took the slots", answered)
+	}
+}
+
+// TestMetricsListen serves /metrics alone on a listener of its own (SPEC §11.5): there
+// it answers and nothing else does; the main listener has no /metrics; both close
+// when the replica shuts down.
+func TestMetricsListen(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t, func(c *server.Config) { c.MetricsListen = "127.0.0.1:0" })
+	e.putScope("ml", scopeCfg(2, 1, 0, 1))
+	e.route("ml", "s1")
+	r := e.run(t)
+	addr := e.srv.MetricsAddr()
+	if addr == "" || addr == r.addr {
+		t.Fatalf("metrics address %q (main %s): want a listener of its own", addr, r.addr)
+	}
+	m := get(t, "http://"+addr+"/metrics", "Accept-Encoding", "gzip")
+	if m.status != http.StatusOK || m.header.Get("Content-Encoding") != "gzip" || m.header.Get("X-Request-Id") == "" {
+		t.Fatalf("/metrics on the metrics listener: %v %v", m, m.header)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(m.raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := io.ReadAll(zr)
+	if err != nil || !strings.Contains(string(text), `warmpool_routes_total{scope="ml",source="deployed"} 1`) {
+		t.Fatalf("gzipped metrics (%v):\n%s", err, text)
+	}
+	e.wantErr(e.do(http.MethodGet, "/metrics", nil), http.StatusNotFound, "NOT_FOUND")
+	for _, p := range []string{"/healthz", "/readyz", "/openapi.yaml", "/ui", "/v1/scopes", "/v1/scopes/ml/pool"} {
+		if res, body, err := send(http.MethodGet, "http://"+addr+p, ""); err != nil || res.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s on the metrics listener: %v %s %v, want 404", p, res, body, err)
+		}
+	}
+	if res, body, err := send(http.MethodPost, "http://"+addr+"/metrics", ""); err != nil || res.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /metrics on the metrics listener: %v %s %v, want 405", res, body, err)
+	}
+	if res, _, err := send(http.MethodGet, r.base+"/healthz", ""); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("healthz on the main listener: %v %v", res, err)
+	}
+	r.stop()
+	select {
+	case err := <-r.done:
+		r.done <- err
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatal("the metrics listener is still open after Run returned")
 	}
 }
 

@@ -27,6 +27,7 @@ const (
 	DefaultScrapeGap    = 2 * time.Second
 	DefaultMetricsRoute = 10 * time.Second
 	DefaultScrapeLoops  = 4
+	DefaultRouteRounds  = 3
 	DefaultSlowReaders  = 50
 	DefaultSlowHold     = 15 * time.Second
 	DefaultSlowRecover  = 15 * time.Second
@@ -49,9 +50,12 @@ type MetricsConfig struct {
 	Scrapes   int
 	ScrapeGap time.Duration
 	// Route is the length of each window of warm routes; Loops the scrape loops
-	// (each one scrape after the other, as Prometheus asks: gzip) of the second.
-	Route time.Duration
-	Loops int
+	// (each one scrape after the other, as Prometheus asks: gzip) of every second
+	// window; Rounds the pairs of windows, alone and with the loops in turn, so that
+	// the machine's load weighs on both alike.
+	Route  time.Duration
+	Loops  int
+	Rounds int
 	// Slow connections send GET /metrics and never read, for SlowHold; the RSS is
 	// sampled then and for SlowRecover after they are closed.
 	Slow                  int
@@ -68,6 +72,7 @@ func (c *MetricsConfig) fill() {
 	defaults.Positive(&c.ScrapeGap, DefaultScrapeGap)
 	defaults.Positive(&c.Route, DefaultMetricsRoute)
 	defaults.Positive(&c.Loops, DefaultScrapeLoops)
+	defaults.Positive(&c.Rounds, DefaultRouteRounds)
 	defaults.Positive(&c.Slow, DefaultSlowReaders)
 	defaults.Positive(&c.SlowHold, DefaultSlowHold)
 	defaults.Positive(&c.SlowRecover, DefaultSlowRecover)
@@ -98,7 +103,8 @@ type MetricsResults struct {
 	ScrapeWallMs  float64 `json:"scrape_wall_max_ms"`
 	IdleCPUMs     float64 `json:"idle_replica_cpu_ms_per_s"`
 	// Routes are warm routes flat out alone; RoutesLoops with the scrape loops, which
-	// made LoopScrapes scrapes, by status ("200", "503", "error").
+	// made LoopScrapes scrapes, by status ("200", "503", "error"): every round's
+	// together (their p99 the worst round's).
 	Routes      RouteStats     `json:"routes"`
 	RoutesLoops RouteStats     `json:"routes_with_loops"`
 	LoopScrapes map[string]int `json:"loop_scrapes"`
@@ -145,13 +151,20 @@ func Metrics(ctx context.Context, cfg MetricsConfig) (*MetricsResults, error) {
 		return nil, err
 	}
 	sc.logf("  a scrape costs %.1f ms of replica CPU and %.1f ms of Redis CPU (longest %.0f ms; idle %.1f ms/s)", res.ScrapeCPUMs, res.ScrapeRedisMs, res.ScrapeWallMs, res.IdleCPUMs)
-	res.Routes = e.cl.routeLoad(ctx, p, cfg.Route, 0, cfg.Workers)
-	res.RoutesLoops, res.LoopScrapes = cfg.routesWithLoops(ctx, e, p, u)
+	res.LoopScrapes = map[string]int{}
+	for range cfg.Rounds {
+		res.Routes.add(e.cl.routeLoad(ctx, p, cfg.Route, 0, cfg.Workers))
+		rs, scrapes := cfg.routesWithLoops(ctx, e, p, u)
+		res.RoutesLoops.add(rs)
+		for st, n := range scrapes {
+			res.LoopScrapes[st] += n
+		}
+	}
 	if res.Routes.Routes > 0 {
 		res.RouteRatio = (float64(res.RoutesLoops.Routes) / res.RoutesLoops.Seconds) / (float64(res.Routes.Routes) / res.Routes.Seconds)
 	}
-	sc.logf("  warm routes flat out: %.0f/s alone, %.0f/s with %d scrape loops (%v scrapes): ratio %.2f", float64(res.Routes.Routes)/res.Routes.Seconds,
-		float64(res.RoutesLoops.Routes)/res.RoutesLoops.Seconds, cfg.Loops, res.LoopScrapes, res.RouteRatio)
+	sc.logf("  warm routes flat out, %d rounds: %.0f/s alone, %.0f/s with %d scrape loops (%v scrapes): ratio %.2f", cfg.Rounds,
+		float64(res.Routes.Routes)/res.Routes.Seconds, float64(res.RoutesLoops.Routes)/res.RoutesLoops.Seconds, cfg.Loops, res.LoopScrapes, res.RouteRatio)
 	if err := cfg.slowReaders(ctx, e, res); err != nil {
 		return nil, err
 	}
@@ -263,6 +276,17 @@ func (c *MetricsConfig) scrapeCPU(ctx context.Context, e *env, u string, res *Me
 	res.ScrapeWallMs = float64(longest) / float64(time.Millisecond)
 	res.IdleCPUMs = idle.Seconds() * 1000 / idleSecs
 	return nil
+}
+
+// add sums the routes of another window into s.
+func (s *RouteStats) add(o RouteStats) {
+	s.Routes += o.Routes
+	s.Errors += o.Errors
+	s.Seconds += o.Seconds
+	if s.FirstError == "" {
+		s.FirstError = o.FirstError
+	}
+	s.P50Ms, s.P99Ms, s.MaxMs = max(s.P50Ms, o.P50Ms), max(s.P99Ms, o.P99Ms), max(s.MaxMs, o.MaxMs)
 }
 
 // routesWithLoops routes flat out for Route while Loops scrape loops run.

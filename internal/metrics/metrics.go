@@ -14,7 +14,10 @@ import (
 	"path"
 	"runtime"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,9 +104,9 @@ type Metrics struct {
 	log   *slog.Logger
 
 	reg          *prometheus.Registry
-	routes       *prometheus.CounterVec
+	routes       *scopeCounter
 	routeTime    *prometheus.HistogramVec
-	routeErrors  *prometheus.CounterVec
+	routeErrors  *scopeCounter
 	deploys      *prometheus.HistogramVec
 	phases       *prometheus.HistogramVec
 	scripts      *prometheus.HistogramVec
@@ -113,8 +116,9 @@ type Metrics struct {
 	jobFixes     *prometheus.CounterVec
 	scrapeErrors prometheus.Counter
 
-	// scoped are the vectors labelled by scope; seen are the scopes they have series
-	// of, so the series of a deleted scope can be dropped.
+	// scoped are the histograms when they carry scope; seen are the scopes the
+	// counters and those have series of, so the series of a deleted scope can be
+	// dropped.
 	scoped []*prometheus.MetricVec
 	mu     sync.RWMutex
 	seen   map[string]bool
@@ -131,7 +135,7 @@ type Metrics struct {
 
 // routeSeries are the series a served route updates.
 type routeSeries struct {
-	count prometheus.Counter
+	count *atomic.Int64
 	took  prometheus.Observer
 }
 
@@ -155,19 +159,15 @@ func New(store *lua.Store, cfg Config) (*Metrics, error) {
 		store: store,
 		log:   cfg.Logger,
 		reg:   prometheus.NewRegistry(),
-		routes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "warmpool_routes_total",
-			Help: "Session routes served, by scope and how the pod was found (affinity, warm, follower, deployed, queued).",
-		}, []string{labelScope, labelSource}),
+		routes: newScopeCounter("warmpool_routes_total",
+			"Session routes served, by scope and how the pod was found (affinity, warm, follower, deployed, queued).", labelSource),
 		routeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warmpool_route_duration_seconds",
 			Help:    "Latency of the session routes served, by source (and by scope for the scopes of --metrics-scope-detail, \"\" for the others).",
 			Buckets: latencyBuckets,
 		}, hist(labelSource)),
-		routeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "warmpool_route_errors_total",
-			Help: "Session routes that failed, by scope and error code (scope empty for VALIDATION and SCOPE_NOT_FOUND).",
-		}, []string{labelScope, labelCode}),
+		routeErrors: newScopeCounter("warmpool_route_errors_total",
+			"Session routes that failed, by scope and error code (scope empty for VALIDATION and SCOPE_NOT_FOUND).", labelCode),
 		deploys: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warmpool_deploy_duration_seconds",
 			Help:    "Duration of deploys from the start of the driver's work to the pod's registration or the failure, by driver and result (ok, failed), and by scope for the scopes of --metrics-scope-detail.",
@@ -208,9 +208,8 @@ func New(store *lua.Store, cfg Config) (*Metrics, error) {
 		routeSeries:  map[string]map[string]routeSeries{},
 		scriptSeries: map[string]prometheus.Observer{},
 	}
-	m.scoped = []*prometheus.MetricVec{m.routes.MetricVec, m.routeErrors.MetricVec}
 	if cfg.ScopeDetail != "" {
-		m.scoped = append(m.scoped, m.routeTime.MetricVec, m.deploys.MetricVec, m.phases.MetricVec)
+		m.scoped = []*prometheus.MetricVec{m.routeTime.MetricVec, m.deploys.MetricVec, m.phases.MetricVec}
 	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "warmpool_build_info",
@@ -218,7 +217,7 @@ func New(store *lua.Store, cfg Config) (*Metrics, error) {
 		ConstLabels: prometheus.Labels{"version": Version(), "goversion": runtime.Version()},
 	})
 	build.Set(1)
-	m.reg.MustRegister(m.routes, m.routeTime, m.routeErrors, m.deploys, m.phases, m.scripts, m.events,
+	m.reg.MustRegister(m.routeTime, m.deploys, m.phases, m.scripts, m.events,
 		m.jobRuns, m.jobHeld, m.jobFixes, build, m.scrapeErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.serving.init(cfg.Scrapes)
@@ -247,11 +246,26 @@ func Version() string {
 // it, and gathers every metric, sorted by name: what /metrics serves. Metrics is
 // so a prometheus.Gatherer.
 func (m *Metrics) Gather() ([]*dto.MetricFamily, error) {
+	scoped, fams, err := m.gather()
+	for _, f := range scoped {
+		fams = append(fams, f.family())
+	}
+	slices.SortFunc(fams, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
+	return fams, err
+}
+
+// gather reads the families labelled by scope, sorted by name, first (the pool read
+// drops the series of deleted scopes), then the registry's.
+func (m *Metrics) gather() ([]*scopedFamily, []*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), PoolReadTimeout)
 	defer cancel()
-	pool := m.pool(ctx)
+	// A family without series is left out, as the registry leaves out a vector
+	// without children.
+	scoped := slices.DeleteFunc(append(m.pool(ctx), m.routes.family(), m.routeErrors.family()),
+		func(f *scopedFamily) bool { return f.n == 0 })
+	slices.SortFunc(scoped, func(a, b *scopedFamily) int { return strings.Compare(a.name, b.name) })
 	fams, err := m.reg.Gather()
-	return merge(fams, pool), err
+	return scoped, fams, err
 }
 
 // scopeLabel is the scope label value of a histogram series of scope: its name when
@@ -291,6 +305,8 @@ func (m *Metrics) dropDeleted(live map[string]bool) {
 		for _, v := range m.scoped {
 			v.DeletePartialMatch(prometheus.Labels{labelScope: scope})
 		}
+		m.routes.drop(scope)
+		m.routeErrors.drop(scope)
 		delete(m.seen, scope)
 		delete(m.routeSeries, scope)
 	}
@@ -309,11 +325,11 @@ func (m *Metrics) ObserveRoute(scope, source string, code warmpool.Code, took ti
 			scope = "" // a name nobody configured: no series of its own
 		}
 		m.saw(scope)
-		m.routeErrors.WithLabelValues(scope, string(code)).Inc()
+		m.routeErrors.counter(scope, string(code)).Add(1)
 		return
 	}
 	rs := m.route(scope, source)
-	rs.count.Inc()
+	rs.count.Add(1)
 	rs.took.Observe(took.Seconds())
 }
 
@@ -333,7 +349,7 @@ func (m *Metrics) route(scope, source string) routeSeries {
 	if m.routeSeries[scope] == nil {
 		m.routeSeries[scope] = map[string]routeSeries{}
 	}
-	rs = routeSeries{m.routes.WithLabelValues(scope, source), m.routeTime.WithLabelValues(m.hist(scope, source)...)}
+	rs = routeSeries{m.routes.counter(scope, source), m.routeTime.WithLabelValues(m.hist(scope, source)...)}
 	m.routeSeries[scope][source] = rs
 	return rs
 }

@@ -49,14 +49,22 @@ type exposition struct {
 	gz       []byte
 }
 
+// gzipWriters keep the compressors of the renderings (a megabyte of state each).
+var gzipWriters = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed) // a valid level: no error
+	return zw
+}}
+
 // gzipped is text compressed, made once, by the first scrape that asks for it.
 func (x *exposition) gzipped() []byte {
 	x.gzOnce.Do(func() {
 		var b bytes.Buffer
 		b.Grow(len(x.text) / 8)
-		zw, _ := gzip.NewWriterLevel(&b, gzip.BestSpeed) // a valid level: no error
-		_, _ = zw.Write(x.text)                          // a bytes.Buffer takes every write
+		zw := gzipWriters.Get().(*gzip.Writer)
+		zw.Reset(&b)
+		_, _ = zw.Write(x.text) // a bytes.Buffer takes every write
 		_ = zw.Close()
+		gzipWriters.Put(zw)
 		x.gz = b.Bytes()
 	})
 	return x.gz
@@ -186,10 +194,10 @@ func (m *Metrics) renderInto(r *rendering) {
 	close(r.done)
 }
 
-// render gathers every metric and writes it in the text format into one buffer of
-// about the last rendering's size.
+// render gathers every metric and writes it in the text format, in the order of the
+// families' names, into one buffer of about the last rendering's size.
 func (m *Metrics) render(size int) *exposition {
-	fams, err := m.Gather()
+	scoped, fams, err := m.gather()
 	if err != nil {
 		// A collector's inconsistent series: the families gathered are still
 		// served, as promhttp's ContinueOnError does.
@@ -197,15 +205,25 @@ func (m *Metrics) render(size int) *exposition {
 	}
 	var b bytes.Buffer
 	b.Grow(size + size/8)
-	x := &exposition{families: make(map[string][2]int, len(fams))}
-	for _, f := range fams {
+	x := &exposition{families: make(map[string][2]int, len(fams)+len(scoped))}
+	for len(fams) > 0 || len(scoped) > 0 {
 		start := b.Len()
-		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
-			m.log.Error("metric family not written", "family", f.GetName(), "err", err)
-			b.Truncate(start)
-			continue
+		var name string
+		if len(scoped) > 0 && (len(fams) == 0 || scoped[0].name < fams[0].GetName()) {
+			name = scoped[0].name
+			scoped[0].text(&b)
+			scoped = scoped[1:]
+		} else {
+			f := fams[0]
+			fams = fams[1:]
+			name = f.GetName()
+			if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
+				m.log.Error("metric family not written", "family", name, "err", err)
+				b.Truncate(start)
+				continue
+			}
 		}
-		x.families[f.GetName()] = [2]int{start, b.Len()}
+		x.families[name] = [2]int{start, b.Len()}
 	}
 	x.text, x.at = b.Bytes(), time.Now()
 	return x

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
@@ -127,5 +129,62 @@ func TestScrapeEncodings(t *testing.T) {
 	if !strings.HasPrefix(string(some), want) || !strings.Contains(string(some), `warmpool_max_pods{scope="b"} 4`) ||
 		strings.Contains(string(some), "warmpool_sessions") || strings.Contains(string(some), "go_") {
 		t.Errorf("name[] of two families:\n%s", some)
+	}
+}
+
+// The text a scrape gets is the gathering (Gather) in the text format: the families
+// labelled by scope, which the rendering writes itself, as expfmt writes the messages
+// Gather gives, labels escaped, scopes with a detail and without, an empty scope.
+func TestTextIsTheGathering(t *testing.T) {
+	t.Parallel()
+	r := testredis.New(t)
+	store := lua.NewStore(r.Client, r.Prefix)
+	for _, scope := range []string{"a", "b", "team-c"} {
+		publish(t, store, scope)
+	}
+	m := newMetrics(t, store, metrics.Config{ScopeDetail: "team-*", Share: time.Hour})
+	for _, scope := range []string{"a", "team-c"} {
+		m.ObserveRoute(scope, warmpool.SourceDeployed, "", time.Second)
+		m.ObserveRoute(scope, warmpool.SourceAffinity, "", time.Millisecond)
+		m.ObserveDeploy(scope, "fake", "ok", time.Second)
+	}
+	m.ObserveRoute("b", "", warmpool.CodeNoPodAvailable, time.Millisecond)
+	m.ObserveRoute(`bad"name\`, "", warmpool.CodeValidation, time.Millisecond)
+	m.ObserveRoute("a", "", "WEIRD\"\\\nCODE", time.Millisecond)
+	ts := httptest.NewServer(m.Handler())
+	defer ts.Close()
+	_, text := scrape(t, ts.URL)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	parsed, err := parser.TextToMetricFamilies(bytes.NewReader(text))
+	if err != nil {
+		t.Fatalf("the text does not parse: %v\n%s", err, text)
+	}
+	gathered, err := m.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Go's and the process's own metrics move between the two.
+	own := func(name string) bool { return strings.HasPrefix(name, "warmpool_") }
+	var want, got bytes.Buffer
+	n := 0
+	for _, f := range gathered {
+		if !own(f.GetName()) {
+			continue
+		}
+		n++
+		if _, err := expfmt.MetricFamilyToText(&want, f); err != nil {
+			t.Fatal(err)
+		}
+		p, ok := parsed[f.GetName()]
+		if !ok {
+			t.Errorf("%s gathered, not in the text", f.GetName())
+			continue
+		}
+		if _, err := expfmt.MetricFamilyToText(&got, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n < 10 || got.String() != want.String() {
+		t.Errorf("the text of %d families, encoded again:\n%s\nwant the gathering's:\n%s", n, got.String(), want.String())
 	}
 }

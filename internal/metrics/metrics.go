@@ -294,10 +294,13 @@ func (m *Metrics) saw(scope string) {
 }
 
 // dropDeleted drops the series of the scopes not in live (deleted ones): their
-// counters would otherwise be exported for the life of the process.
+// counters would otherwise be exported for the life of the process. The counters are
+// swept whole, so one made for a scope just as it was dropped goes at the next call.
 func (m *Metrics) dropDeleted(live map[string]bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.routes.keep(live)
+	m.routeErrors.keep(live)
 	for scope := range m.seen {
 		if scope == "" || live[scope] {
 			continue
@@ -305,8 +308,6 @@ func (m *Metrics) dropDeleted(live map[string]bool) {
 		for _, v := range m.scoped {
 			v.DeletePartialMatch(prometheus.Labels{labelScope: scope})
 		}
-		m.routes.drop(scope)
-		m.routeErrors.drop(scope)
 		delete(m.seen, scope)
 		delete(m.routeSeries, scope)
 	}

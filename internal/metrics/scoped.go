@@ -171,11 +171,16 @@ func (c *scopeCounter) counter(scope, value string) *atomic.Int64 {
 	return n
 }
 
-// drop forgets scope's counters.
-func (c *scopeCounter) drop(scope string) {
+// keep forgets the counters of the scopes not in live, but those of scope "" (the
+// route errors of names that are no scope).
+func (c *scopeCounter) keep(live map[string]bool) {
 	c.mu.Lock()
-	delete(c.byScope, scope)
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	for scope := range c.byScope {
+		if scope != "" && !live[scope] {
+			delete(c.byScope, scope)
+		}
+	}
 }
 
 // family is the counters now, sorted by scope and value.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,16 +155,53 @@ func TestMonitoringMetricsExist(t *testing.T) {
 		t.Fatalf("only %d warmpool metrics named by the dashboard and alerts", len(used))
 	}
 	for name := range used {
-		if !exported[name] {
+		if exported[name] == nil {
 			t.Errorf("%s is named by the dashboard or the alerts but no replica exports it", name)
 		}
 	}
 }
 
+// selector finds a metric's label matchers in a query: the name, and what is between
+// the braces.
+var (
+	selector = regexp.MustCompile(`\b(warmpool_[a-z0-9_]+)\{([^}]*)\}`)
+	matcher  = regexp.MustCompile(`([a-z_]+)\s*(=~|!~|!=|=)`)
+)
+
+// TestMonitoringLabelsExist requires every label a query of the dashboard or the
+// alerts matches on to be one of the metric's labels as a replica exports them
+// (without --metrics-scope-detail), so that a panel does not filter the histograms by
+// a scope they no longer carry (SPEC §11.4).
+func TestMonitoringLabelsExist(t *testing.T) {
+	exported := exportedSeries(t)
+	var exprs []string
+	for _, g := range ruleGroups(t) {
+		for _, r := range g.(map[string]any)["rules"].([]any) {
+			exprs = append(exprs, r.(map[string]any)["expr"].(string))
+		}
+	}
+	exprs = append(exprs, dashboardExprs(t)...)
+	n := 0
+	for _, expr := range exprs {
+		for _, sel := range selector.FindAllStringSubmatch(expr, -1) {
+			labels := exported[sel[1]]
+			for _, m := range matcher.FindAllStringSubmatch(sel[2], -1) {
+				n++
+				if !labels[m[1]] {
+					t.Errorf("%s matches %s on label %q, which it does not have (it has %v)", expr, sel[1], m[1], labels)
+				}
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("only %d label matchers found in the dashboard and the alerts", n)
+	}
+}
+
 // exportedSeries names every series name a replica exports once each of its metrics
-// has a value: the metrics registry fed one observation of each kind and a published
-// scope for the pool gauges.
-func exportedSeries(t *testing.T) map[string]bool {
+// has a value, with its label names: the metrics fed one observation of each kind
+// and a published scope for the pool gauges.
+func exportedSeries(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	r := testredis.New(t)
 	store := lua.NewStore(r.Client, r.Prefix)
@@ -176,7 +212,10 @@ func exportedSeries(t *testing.T) map[string]bool {
 	if err := store.ScopePublish(context.Background(), lua.ScopeRecord{ScopeID: "s", Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
 		t.Fatal(err)
 	}
-	m := metrics.New(store, slog.New(slog.DiscardHandler))
+	m, err := metrics.New(store, metrics.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	m.ObserveRoute("s", warmpool.SourceWarm, "", time.Millisecond)
 	m.ObserveRoute("s", "", warmpool.CodeQueueFull, time.Millisecond)
 	m.ObserveDeploy("s", "fake", "ok", time.Second)
@@ -185,17 +224,28 @@ func exportedSeries(t *testing.T) map[string]bool {
 	m.Observe("queue", "queued")
 	m.ObserveJob("reclaim", "ok", time.Millisecond)
 	m.ObserveFix("reclaim", "reclaimed")
-	fams, err := m.Registry().Gather()
+	fams, err := m.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := map[string]bool{}
+	names := map[string]map[string]bool{}
 	for _, f := range fams {
-		names[f.GetName()] = true
-		if f.GetType() == dto.MetricType_HISTOGRAM {
-			for _, s := range []string{"_bucket", "_count", "_sum"} {
-				names[f.GetName()+s] = true
+		labels := map[string]bool{}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = true
 			}
+		}
+		names[f.GetName()] = labels
+		if f.GetType() == dto.MetricType_HISTOGRAM {
+			for _, s := range []string{"_count", "_sum"} {
+				names[f.GetName()+s] = labels
+			}
+			bucket := map[string]bool{"le": true}
+			for l := range labels {
+				bucket[l] = true
+			}
+			names[f.GetName()+"_bucket"] = bucket
 		}
 	}
 	var list []string

@@ -1018,7 +1018,7 @@ func TestOperations(t *testing.T) {
 	text := string(r.raw)
 	for _, want := range []string{
 		`warmpool_routes_total{scope="m",source="deployed"} 1`,
-		`warmpool_route_duration_seconds_count{scope="m",source="deployed"} 1`,
+		`warmpool_route_duration_seconds_count{source="deployed"} 1`,
 		`warmpool_route_errors_total{code="NO_POD_AVAILABLE",scope="m"} 1`,
 		`warmpool_pods{scope="m",state="busy"} 1`,
 		`warmpool_pods{scope="m",state="idle"} 0`,

@@ -1,13 +1,21 @@
 package server_test
 
 import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,8 +148,10 @@ func TestRouteMetrics(t *testing.T) {
 		if got := sample(t, g, "warmpool_routes_total", labels); got != want {
 			t.Errorf("warmpool_routes_total%v = %v, want %v", labels, got, want)
 		}
-		if got := sample(t, g, "warmpool_route_duration_seconds", labels); got != want {
-			t.Errorf("warmpool_route_duration_seconds%v counts %v, want %v", labels, got, want)
+		// SPEC §11.4: the histograms carry no scope.
+		bySource := map[string]string{"source": source}
+		if got := sample(t, g, "warmpool_route_duration_seconds", bySource); got != want {
+			t.Errorf("warmpool_route_duration_seconds%v counts %v, want %v", bySource, got, want)
 		}
 	}
 	if got := sample(t, g, "warmpool_route_errors_total", map[string]string{"scope": "", "code": "SCOPE_NOT_FOUND"}); got != 1 {
@@ -152,7 +162,7 @@ func TestRouteMetrics(t *testing.T) {
 	}
 
 	fake := func(kv ...string) map[string]string {
-		m := map[string]string{"scope": "obs", "driver": "fake"}
+		m := map[string]string{"driver": "fake"}
 		for i := 0; i < len(kv); i += 2 {
 			m[kv[i]] = kv[i+1]
 		}
@@ -289,7 +299,7 @@ func TestRegisteredDriver(t *testing.T) {
 	}
 	e.putScope("reg", scopeCfg(4, 1, 2, 10))
 	e.route("reg", "s1")
-	labels := map[string]string{"scope": "reg", "driver": "inmemory", "result": "ok"}
+	labels := map[string]string{"driver": "inmemory", "result": "ok"}
 	if got := sample(t, e.srv.Metrics(), "warmpool_deploy_duration_seconds", labels); got != 1 {
 		t.Errorf("deploys recorded under %v: %v, want 1", labels, got)
 	}
@@ -300,5 +310,315 @@ func TestRegisteredDriver(t *testing.T) {
 	_, err := server.New(context.Background(), cfg)
 	if want := `--driver "kubernetes": want local, inmemory or fake`; err == nil || err.Error() != want {
 		t.Errorf("an unregistered driver: err %v, want %q", err, want)
+	}
+}
+
+// withMetrics sets the replica's metrics config.
+func withMetrics(mc metrics.Config) envOption {
+	return func(c *server.Config) { c.Metrics = mc }
+}
+
+// get makes one GET of url on a connection of its own, with the request headers hdrs
+// (name, value pairs), checks the answer against openapi.yaml, and returns it with
+// its body as sent (not decompressed).
+func get(tb testing.TB, url string, hdrs ...string) resp {
+	tb.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdrs); i += 2 {
+		req.Header.Set(hdrs[i], hdrs[i+1])
+	}
+	tr := &http.Transport{DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	start := time.Now()
+	res, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		tb.Fatalf("GET %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		tb.Fatalf("GET %s: reading the body: %v", url, err)
+	}
+	checkResponse(tb, req, res.StatusCode, res.Header, raw)
+	return resp{method: http.MethodGet, path: req.URL.Path, status: res.StatusCode, header: res.Header, raw: raw, took: time.Since(start)}
+}
+
+// populate makes n scopes pop-<i> through the API, each with what a scope in use
+// leaves in the metrics: a deployed route (a deploy and its phases), an affinity
+// route, and a route refused NO_POD_AVAILABLE (max_pods 1, no queue).
+func populate(t *testing.T, e *env, n int) {
+	t.Helper()
+	hc := &http.Client{Timeout: 30 * time.Second}
+	call := func(method, path, body string, want int) {
+		req, err := http.NewRequest(method, e.ts.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Errorf("%s %s: %v", method, path, err)
+			return
+		}
+		raw, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("%s %s: %d %s, want %d", method, path, res.StatusCode, raw, want)
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(n) && !t.Failed(); i = next.Add(1) - 1 {
+				scope := fmt.Sprintf("/v1/scopes/pop-%d", i)
+				call(http.MethodPut, scope+"/config", scopeCfg(1, 1, 0, 1), http.StatusOK)
+				call(http.MethodPost, scope+"/sessions", `{"session_id":"s1"}`, http.StatusOK)
+				call(http.MethodPost, scope+"/sessions", `{"session_id":"s1"}`, http.StatusOK)
+				call(http.MethodPost, scope+"/sessions", `{"session_id":"s2"}`, http.StatusServiceUnavailable)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// TestMetricsSizePerScope checks SPEC §11.4's point: a scope in use adds a handful of
+// counters and gauges to /metrics, not histograms, so a scrape of 300 scopes stays
+// within 1.5 KB a scope (the target at 5,000 scopes; docs/performance.md).
+func TestMetricsSizePerScope(t *testing.T) {
+	t.Parallel()
+	const scopes = 300
+	e := mustEnv(t)
+	populate(t, e, scopes)
+	r := get(t, e.ts.URL+"/metrics")
+	if r.status != http.StatusOK {
+		t.Fatalf("metrics: %v", r)
+	}
+	lines := 0
+	for line := range strings.Lines(string(r.raw)) {
+		if !strings.HasPrefix(line, "#") {
+			lines++
+		}
+	}
+	if per := len(r.raw) / scopes; per > 1500 {
+		t.Errorf("/metrics of %d scopes: %d bytes, %d a scope (%d series), want at most 1500 a scope", scopes, len(r.raw), per, lines)
+	}
+	// Every scope has its counters and gauges.
+	for _, want := range []string{`warmpool_routes_total{scope="pop-299",source="affinity"} 1`, `warmpool_max_pods{scope="pop-0"} 1`,
+		`warmpool_route_errors_total{code="NO_POD_AVAILABLE",scope="pop-7"} 1`, `warmpool_route_duration_seconds_count{source="deployed"} 300`} {
+		if !strings.Contains(string(r.raw), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// liveHeap is the heap in use after a collection: what the process holds on to.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// smallBuffers is a listener whose connections have a 4 KiB send buffer: with the
+// slow readers' small receive buffers, an answer of a few KB fills them and the
+// replica's writes block, as answers of megabytes (thousands of scopes) do in
+// buffers of any size.
+type smallBuffers struct{ net.Listener }
+
+func (l smallBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4096)
+	}
+	return c, err
+}
+
+// TestMetricsSlowReaders opens connections that ask for /metrics and never read, as an
+// attacker would: they take at most metrics.DefaultScrapes slots, each for the scrape
+// timeout, and meanwhile every other scrape is answered 503 with Retry-After at once;
+// the heap holds the one rendering they share, not one gathering each (the line
+// between a slow reader and a replica's memory, docs/reliability.md); once their
+// timeout has passed a scrape is served again. Not parallel: it measures the heap.
+func TestMetricsSlowReaders(t *testing.T) {
+	const scopes, slow, timeout = 200, 40, 2 * time.Second
+	e := mustEnv(t, withMetrics(metrics.Config{ScrapeTimeout: timeout}))
+	populate(t, e, scopes)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Run(ctx, smallBuffers{ln}) }()
+	t.Cleanup(func() {
+		stop()
+		<-done
+	})
+	base := "http://" + ln.Addr().String()
+	size := len(get(t, base+"/metrics").raw)
+	before := liveHeap()
+	// A receive buffer of 1 KiB from the connection's start: the window it
+	// offers stays that small.
+	dialer := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var err error
+		if cerr := rc.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1024) }); cerr != nil {
+			return cerr
+		}
+		return err
+	}}
+
+	conns := make([]*net.TCPConn, 0, slow)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for range slow {
+		c, err := dialer.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc := c.(*net.TCPConn)
+		conns = append(conns, tc)
+		if _, err := io.WriteString(tc, "GET /metrics HTTP/1.1\r\nHost: slow\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	busy := time.Now()
+	await.True(t, 5*time.Second, "a scrape beyond the slots taken by slow readers is refused", func() bool {
+		return get(t, base+"/metrics").status == http.StatusServiceUnavailable
+	})
+	refused := get(t, base+"/metrics")
+	if refused.status != http.StatusServiceUnavailable || refused.header.Get("Retry-After") != "1" || refused.took > time.Second {
+		t.Fatalf("a scrape while the slots are taken: %v (Retry-After %q) in %v, want 503 with Retry-After 1 at once", refused, refused.header.Get("Retry-After"), refused.took)
+	}
+	if grown := int64(liveHeap()) - int64(before); grown > 8<<20 {
+		t.Errorf("%d slow readers of a %d-byte /metrics hold %d more bytes of heap, want at most 8 MiB", slow, size, grown)
+	}
+	await.True(t, timeout+10*time.Second, "a scrape is served once the slow readers' timeout has passed", func() bool {
+		return get(t, base+"/metrics").status == http.StatusOK
+	})
+	if took := time.Since(busy); took < timeout/2 {
+		t.Errorf("the slots were free again after %v, before the slow readers' timeout %v", took, timeout)
+	}
+	// Each slow reader was answered: a 503 at once, or a 200 cut short at its
+	// deadline (or all of it, when the kernel took it).
+	answered := map[string]int{}
+	for _, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		answered[strings.TrimSpace(line)]++
+	}
+	if n := answered["HTTP/1.1 503 Service Unavailable"]; n < slow-2*metrics.DefaultScrapes || n+answered["HTTP/1.1 200 OK"] != slow {
+		t.Errorf("the slow readers were answered %v, want 503 but for the few that took the slots", answered)
+	}
+}
+
+// TestMetricsListen serves /metrics alone on a listener of its own (SPEC §11.5): there
+// it answers and nothing else does; the main listener has no /metrics; both close
+// when the replica shuts down.
+func TestMetricsListen(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t, func(c *server.Config) { c.MetricsListen = "127.0.0.1:0" })
+	e.putScope("ml", scopeCfg(2, 1, 0, 1))
+	e.route("ml", "s1")
+	r := e.run(t)
+	addr := e.srv.MetricsAddr()
+	if addr == "" || addr == r.addr {
+		t.Fatalf("metrics address %q (main %s): want a listener of its own", addr, r.addr)
+	}
+	m := get(t, "http://"+addr+"/metrics", "Accept-Encoding", "gzip")
+	if m.status != http.StatusOK || m.header.Get("Content-Encoding") != "gzip" || m.header.Get("X-Request-Id") == "" {
+		t.Fatalf("/metrics on the metrics listener: %v %v", m, m.header)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(m.raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := io.ReadAll(zr)
+	if err != nil || !strings.Contains(string(text), `warmpool_routes_total{scope="ml",source="deployed"} 1`) {
+		t.Fatalf("gzipped metrics (%v):\n%s", err, text)
+	}
+	e.wantErr(e.do(http.MethodGet, "/metrics", nil), http.StatusNotFound, "NOT_FOUND")
+	for _, p := range []string{"/healthz", "/readyz", "/openapi.yaml", "/ui", "/v1/scopes", "/v1/scopes/ml/pool"} {
+		if res, body, err := send(http.MethodGet, "http://"+addr+p, ""); err != nil || res.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s on the metrics listener: %v %s %v, want 404", p, res, body, err)
+		}
+	}
+	if res, body, err := send(http.MethodPost, "http://"+addr+"/metrics", ""); err != nil || res.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /metrics on the metrics listener: %v %s %v, want 405", res, body, err)
+	}
+	if res, _, err := send(http.MethodGet, r.base+"/healthz", ""); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("healthz on the main listener: %v %v", res, err)
+	}
+	r.stop()
+	select {
+	case err := <-r.done:
+		r.done <- err
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatal("the metrics listener is still open after Run returned")
+	}
+}
+
+// TestMetricsScopeDetail: --metrics-scope-detail gives the histograms a scope label,
+// the scope's name for the scopes its glob matches and "" for the others, whose
+// routes and deploys are counted together; the counters keep every scope's name.
+func TestMetricsScopeDetail(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t, withMetrics(metrics.Config{ScopeDetail: "team-*"}))
+	g := e.srv.Metrics()
+	for _, scope := range []string{"team-a", "other", "more"} {
+		e.putScope(scope, scopeCfg(2, 1, 0, 1))
+		e.route(scope, "s1")
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"warmpool_route_duration_seconds", map[string]string{"scope": "team-a", "source": "deployed"}, 1},
+		{"warmpool_route_duration_seconds", map[string]string{"scope": "", "source": "deployed"}, 2},
+		{"warmpool_deploy_duration_seconds", map[string]string{"scope": "team-a", "driver": "fake", "result": "ok"}, 1},
+		{"warmpool_deploy_duration_seconds", map[string]string{"scope": "", "driver": "fake", "result": "ok"}, 2},
+		{"warmpool_deploy_phase_seconds", map[string]string{"scope": "team-a", "driver": "fake", "phase": "ready"}, 1},
+		{"warmpool_deploy_phase_seconds", map[string]string{"scope": "", "driver": "fake", "phase": "ready"}, 2},
+		{"warmpool_routes_total", map[string]string{"scope": "other", "source": "deployed"}, 1},
+	} {
+		if got := sample(t, g, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	for _, name := range []string{"warmpool_route_duration_seconds", "warmpool_deploy_duration_seconds", "warmpool_deploy_phase_seconds"} {
+		if got := strings.Join(labelValues(t, g, name, "scope"), ","); got != ",team-a" {
+			t.Errorf("%s has series of scopes %q, want \"\" and team-a only", name, got)
+		}
+	}
+	// In the text every series of a histogram carries the label, "" or not: one
+	// label set per family.
+	text := string(get(t, e.ts.URL+"/metrics").raw)
+	for line := range strings.Lines(text) {
+		if strings.HasPrefix(line, "warmpool_route_duration_seconds") && !strings.Contains(line, `scope="`) {
+			t.Errorf("a series without the scope label: %s", line)
+		}
+	}
+
+	cfg := testserver.NewBacking(t).Config("bad-glob")
+	cfg.Metrics.ScopeDetail = "team-["
+	if _, err := server.New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "--metrics-scope-detail") {
+		t.Errorf("a scope detail that is not a glob: err %v, want one naming --metrics-scope-detail", err)
 	}
 }

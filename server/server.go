@@ -115,6 +115,14 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// HTTP bounds the connections of Run's HTTP server.
 	HTTP HTTPTimeouts
+	// MetricsListen is the address /metrics is served on alone, by a listener and an
+	// HTTP server of its own (`--metrics-listen`); empty: /metrics is a route of the
+	// main listener.
+	MetricsListen string
+	// Metrics tunes the metrics: the scopes whose histograms carry their scope
+	// (`--metrics-scope-detail`), the bound on scrapes served at once and their
+	// timeout; zero fields take the metrics package's defaults.
+	Metrics metrics.Config
 	// Prefix of every Redis key; the keyspace fills its default (lua.DefaultPrefix).
 	Prefix string
 	Dev    bool
@@ -172,6 +180,8 @@ type Server struct {
 	ui      *ui.UI
 	auth    func(http.Handler) http.Handler
 	handler http.Handler
+	// metricsLn serves /metrics alone when Config.MetricsListen is set.
+	metricsLn net.Listener
 	// draining is set when Run's context ends: /readyz answers 503 from then on.
 	draining atomic.Bool
 
@@ -302,7 +312,11 @@ func (s *Server) build(ctx context.Context) error {
 		s.closers = append(s.closers, st.Close)
 	}
 
-	s.metrics = metrics.New(s.store, s.log)
+	mc := cfg.Metrics
+	mc.Logger = s.log
+	if s.metrics, err = metrics.New(s.store, mc); err != nil {
+		return fmt.Errorf("--metrics-scope-detail: %w", err)
+	}
 	s.store.ObserveScripts(s.metrics.ObserveScript)
 
 	// Pod driver.
@@ -341,6 +355,19 @@ func (s *Server) build(ctx context.Context) error {
 	s.Runner.OnRun = s.metrics.ObserveJob
 	s.ui = ui.New(s.store, cfg.InstanceID, cfg.Clock, s.log)
 	s.handler = s.routes()
+	if cfg.MetricsListen != "" {
+		ln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		s.metricsLn = ln
+		s.closers = append(s.closers, func() error {
+			if err := ln.Close(); !errors.Is(err, net.ErrClosed) {
+				return err // Run's shutdown closed it already
+			}
+			return nil
+		})
+	}
 
 	if err := s.bootstrap(ctx); err != nil {
 		return err
@@ -469,15 +496,40 @@ func (s *Server) routes() http.Handler {
 }
 
 // opsRoutes adds the operations routes of SPEC §3 and §10, open without auth:
-// liveness, readiness, metrics, the OpenAPI document and the pool page (whose data
-// is an admin call under /v1).
+// liveness, readiness, metrics (unless a listener of their own serves them), the
+// OpenAPI document and the pool page (whose data is an admin call under /v1).
 func (s *Server) opsRoutes(r chi.Router) {
 	h := httpx.Adapter(s.log)
 	r.Method(http.MethodGet, "/healthz", h(s.handleHealth))
 	r.Method(http.MethodGet, "/readyz", h(s.handleReady))
-	r.Method(http.MethodGet, "/metrics", s.metrics.Handler())
+	if s.cfg.MetricsListen == "" {
+		r.Method(http.MethodGet, "/metrics", s.metrics.Handler())
+	}
 	r.Method(http.MethodGet, "/openapi.yaml", api.Handler())
 	r.Method(http.MethodGet, "/ui", s.ui.Page())
+}
+
+// metricsServer serves /metrics and nothing else (SPEC §11.5), on the listener of
+// Config.MetricsListen. A scrape is one GET without a body, whose answer's write
+// deadline the metrics handler sets itself (metrics.Config.ScrapeTimeout).
+func (s *Server) metricsServer() *http.Server {
+	r := chi.NewRouter()
+	r.Use(httpx.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log))
+	r.NotFound(httpx.NotFound)
+	r.MethodNotAllowed(httpx.MethodNotAllowed)
+	r.Method(http.MethodGet, "/metrics", s.metrics.Handler())
+	t := s.cfg.HTTP
+	return &http.Server{Handler: r, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.ReadHeader,
+		WriteTimeout: metrics.DefaultScrapeTimeout, IdleTimeout: t.Idle, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+}
+
+// MetricsAddr is the address of the metrics listener ("" when /metrics is served on
+// the main one).
+func (s *Server) MetricsAddr() string {
+	if s.metricsLn == nil {
+		return ""
+	}
+	return s.metricsLn.Addr().String()
 }
 
 // handleHealth answers liveness without a Redis call.
@@ -519,7 +571,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Metrics gathers the replica's metrics, as /metrics serves them.
-func (s *Server) Metrics() prometheus.Gatherer { return s.metrics.Registry() }
+func (s *Server) Metrics() prometheus.Gatherer { return s.metrics }
 
 // InstanceID names the replica.
 func (s *Server) InstanceID() string { return s.cfg.InstanceID }
@@ -527,20 +579,26 @@ func (s *Server) InstanceID() string { return s.cfg.InstanceID }
 // Store is the replica's Redis store.
 func (s *Server) Store() *lua.Store { return s.store }
 
-// Run serves HTTP on ln and runs the background jobs until ctx ends, then shuts down
-// in stages, each logged: it drains (/readyz answers 503 while calls are still served
-// for DrainDelay, so that load balancers take the replica out first), closes the
-// listener and lets the calls in flight finish within ShutdownGrace (cutting those
-// still running then), stops the jobs (releasing their locks), and closes everything
-// it built.
+// Run serves HTTP on ln (and /metrics on the metrics listener, when there is one) and
+// runs the background jobs until ctx ends, then shuts down in stages, each logged: it
+// drains (/readyz answers 503 while calls are still served for DrainDelay, so that
+// load balancers take the replica out first), closes the listeners and lets the calls
+// in flight finish within ShutdownGrace (cutting those still running then), stops the
+// jobs (releasing their locks), and closes everything it built.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	t := s.cfg.HTTP
 	// The write timeout is the bound of a call that does not wait; httpx.Bounds sets
 	// each call's own deadline, and lifts it for the routes that wait.
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read,
 		WriteTimeout: t.Call + httpx.WriteMargin, IdleTimeout: t.Idle, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
+	var msrv *http.Server
+	if s.metricsLn != nil {
+		msrv = s.metricsServer()
+		go func() { errc <- msrv.Serve(s.metricsLn) }()
+		s.log.Info("serving /metrics alone", "addr", s.metricsLn.Addr().String())
+	}
 	jobs, stopJobs := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -557,6 +615,12 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	if errors.Is(serr, context.DeadlineExceeded) {
 		s.log.Warn("shutdown grace is over: cutting the calls still in flight", "shutdown_grace", s.cfg.ShutdownGrace)
 		serr = srv.Close()
+	}
+	if msrv != nil {
+		// Scrapes end within their timeout; the grace left bounds them all the same.
+		if err := msrv.Shutdown(shutdown); errors.Is(err, context.DeadlineExceeded) {
+			_ = msrv.Close()
+		}
 	}
 	err = cmp.Or(err, serr)
 	stopJobs()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"path"
 	"strings"
 	"time"
 
@@ -67,6 +68,8 @@ func serveFlags(cfg *server.Config, o *serveOptions, getenv func(string) string)
 	fs.StringVar(&cfg.AdminToken, "admin-token", "", "admin bearer token: config writes and sync need it; accepted on every call (empty = the gateway token does everything)")
 	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the admin token, re-read when it changes (instead of --admin-token)")
 	fs.StringVar(&cfg.Prefix, "prefix", lua.DefaultPrefix, "Redis key prefix")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "address that serves /metrics, and only it, on a listener of its own (empty: /metrics on --listen)")
+	fs.StringVar(&cfg.Metrics.ScopeDetail, "metrics-scope-detail", "", "glob (path.Match) of the scopes whose histograms carry their scope label; the others' are counted under scope=\"\" (empty: no scope label on histograms)")
 	fs.DurationVar(&cfg.DrainDelay, "drain-delay", server.DefaultDrainDelay, "after SIGTERM: how long calls are still served while /readyz answers 503")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "after the drain: how long calls in flight may finish before they are cut")
 	fs.DurationVar(&cfg.Sweep.Interval, "sweep-interval", sweeper.DefaultInterval, "tick of the sweep: scopes with work due are looked at this often")
@@ -139,6 +142,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	if fs.NArg() > 0 {
 		return usageError(fmt.Sprintf("serve: unexpected argument %q", fs.Arg(0)))
+	}
+	if _, err := path.Match(cfg.Metrics.ScopeDetail, ""); err != nil {
+		return usageError(fmt.Sprintf("serve: --metrics-scope-detail %q: want a glob such as team-* (%v)", cfg.Metrics.ScopeDetail, err))
 	}
 	if cfg.RedisURL == "" && !cfg.Dev {
 		return usageError("serve: pass --redis URL (or WARMPOOL_REDIS), or --dev for an in-process Redis")

@@ -85,6 +85,7 @@ func TestServeEnvironment(t *testing.T) {
 		{map[string]string{"WARMPOOL_KUBE_BURST": "lots"}, []string{"--dev"}, []string{"WARMPOOL_KUBE_BURST", "integer"}},
 		{map[string]string{"WARMPOOL_DEV": "maybe"}, nil, []string{"WARMPOOL_DEV", "true or false"}},
 		{map[string]string{"WARMPOOL_LOG_FORMAT": "xml"}, []string{"--dev"}, []string{"--log-format", "json or text"}},
+		{map[string]string{"WARMPOOL_METRICS_SCOPE_DETAIL": "team-["}, []string{"--dev"}, []string{"--metrics-scope-detail", "team-[", "glob"}},
 		// A bad value on the command line is a usage error too.
 		{map[string]string{"WARMPOOL_DRAIN_DELAY": "5s"}, []string{"--dev", "--drain-delay", "x"}, []string{"drain-delay"}},
 	} {

@@ -190,3 +190,31 @@ func TestScaleSkipsNegativeRuns(t *testing.T) {
 		t.Errorf("after fill PassSize %d, RSSSessions %d: want the defaults", c.PassSize, c.RSSSessions)
 	}
 }
+
+// TestMetricsSmoke runs the /metrics measurement at a tiny size for seconds: every
+// figure it reports must have been measured.
+func TestMetricsSmoke(t *testing.T) {
+	bin, _ := smokeBins(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const slow = 5
+	res, err := Metrics(ctx, MetricsConfig{Bin: bin, RedisScript: "../../scripts/redis.sh", Dir: t.TempDir(), Scopes: 20, Workers: 4,
+		Scrapes: 2, ScrapeGap: 1100 * time.Millisecond, Route: time.Second, Rounds: 1, Slow: slow, SlowHold: time.Second, SlowRecover: time.Second,
+		SettleHorizon: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bytes <= 0 || res.GzipBytes <= 0 || res.GzipBytes >= res.Bytes || res.Series < 20*9 || res.BytesPerScope != float64(res.Bytes)/20 {
+		t.Errorf("size: %d bytes (%d gzipped), %d series, %v a scope", res.Bytes, res.GzipBytes, res.Series, res.BytesPerScope)
+	}
+	if res.ScrapeWallMs <= 0 || res.Routes.Routes == 0 || res.RoutesLoops.Routes == 0 || res.LoopScrapes["200"] == 0 || res.RouteRatio <= 0 {
+		t.Errorf("scrapes and routes: %+v", res)
+	}
+	n := 0
+	for _, c := range res.SlowStatus {
+		n += c
+	}
+	if res.RSSBefore <= 0 || res.RSSSlowMax <= 0 || res.RSSAfter <= 0 || n != slow {
+		t.Errorf("slow readers: RSS %d / %d / %d, answered %v", res.RSSBefore, res.RSSSlowMax, res.RSSAfter, res.SlowStatus)
+	}
+}

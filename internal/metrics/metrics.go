@@ -1,23 +1,31 @@
-// Package metrics exposes warmpool's Prometheus metrics (SPEC §10 fixes their names):
-// counters and histograms fed by the managers', the drivers', the script runner's and
-// the sweeper's hooks, and per-scope pool gauges read from Redis at scrape time.
-// docs/metrics.md lists every metric with its labels and their cardinality.
+// Package metrics exposes warmpool's Prometheus metrics (SPEC §10 and §11.4 fix their
+// names and labels): counters and histograms fed by the managers', the drivers', the
+// script runner's and the sweeper's hooks, and per-scope pool gauges read from Redis
+// when the metrics are gathered. The histograms carry no scope label unless
+// Config.ScopeDetail matches the scope, so a replica's series grow with its scopes by
+// a handful of counters and gauges each. docs/metrics.md lists every metric with its
+// labels and their cardinality; serve.go serves them.
 package metrics
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
-	"net/http"
+	"path"
 	"runtime"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -37,8 +45,21 @@ const (
 	labelFix     = "fix"
 )
 
-// ScrapeTimeout bounds the Redis read of the pool gauges on each scrape.
-const ScrapeTimeout = 2 * time.Second
+// Defaults of Config.
+const (
+	// DefaultScrapes bounds the scrapes served at once; a scrape is written from a
+	// shared rendering in milliseconds, so only slow or stuck readers fill the slots.
+	DefaultScrapes = 4
+	// DefaultScrapeTimeout bounds a scrape from its arrival to its last byte
+	// (Prometheus's default scrape_timeout): a reader slower than that is cut off.
+	DefaultScrapeTimeout = 10 * time.Second
+	// DefaultShare is how long one rendering is served to the scrapes that come:
+	// concurrent scrapers, and scrape loops, cost one rendering a second at most.
+	DefaultShare = time.Second
+)
+
+// PoolReadTimeout bounds the Redis read of the pool gauges of one gathering.
+const PoolReadTimeout = 2 * time.Second
 
 var (
 	// latencyBuckets fit calls from a warm hit (under a millisecond) to a cold
@@ -51,22 +72,53 @@ var (
 	scriptBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 )
 
+// Config tunes a replica's metrics; zero fields take the defaults above.
+type Config struct {
+	// ScopeDetail is a path.Match glob (`serve --metrics-scope-detail`): when set,
+	// the histograms carry a scope label, with the scope's name for the scopes it
+	// matches and "" for every other (see docs/metrics.md). Empty: no scope label.
+	ScopeDetail string
+	// Scrapes bounds the scrapes served at once; one more is answered 503 at once.
+	Scrapes int
+	// ScrapeTimeout bounds each scrape, from its arrival to the last byte written.
+	ScrapeTimeout time.Duration
+	// Share is how long one rendering of the metrics is served to the scrapes that
+	// ask for it.
+	Share  time.Duration
+	Logger *slog.Logger
+}
+
+func (c *Config) fill() {
+	defaults.Positive(&c.Scrapes, DefaultScrapes)
+	defaults.Positive(&c.ScrapeTimeout, DefaultScrapeTimeout)
+	defaults.Positive(&c.Share, DefaultShare)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
 // Metrics holds the collectors of one replica.
 type Metrics struct {
-	reg         *prometheus.Registry
-	routes      *prometheus.CounterVec
-	routeTime   *prometheus.HistogramVec
-	routeErrors *prometheus.CounterVec
-	deploys     *prometheus.HistogramVec
-	phases      *prometheus.HistogramVec
-	scripts     *prometheus.HistogramVec
-	events      *prometheus.CounterVec
-	jobRuns     *prometheus.CounterVec
-	jobHeld     *prometheus.HistogramVec
-	jobFixes    *prometheus.CounterVec
+	cfg   Config
+	store *lua.Store
+	log   *slog.Logger
 
-	// scoped are the vectors labelled by scope; seen are the scopes they have series
-	// of, so the series of a deleted scope can be dropped.
+	reg          *prometheus.Registry
+	routes       *scopeCounter
+	routeTime    *prometheus.HistogramVec
+	routeErrors  *scopeCounter
+	deploys      *prometheus.HistogramVec
+	phases       *prometheus.HistogramVec
+	scripts      *prometheus.HistogramVec
+	events       *prometheus.CounterVec
+	jobRuns      *prometheus.CounterVec
+	jobHeld      *prometheus.HistogramVec
+	jobFixes     *prometheus.CounterVec
+	scrapeErrors prometheus.Counter
+
+	// scoped are the histograms when they carry scope; seen are the scopes the
+	// counters and those have series of, so the series of a deleted scope can be
+	// dropped.
 	scoped []*prometheus.MetricVec
 	mu     sync.RWMutex
 	seen   map[string]bool
@@ -76,41 +128,56 @@ type Metrics struct {
 	// scope's routeSeries with its series.
 	routeSeries  map[string]map[string]routeSeries // scope -> source -> series
 	scriptSeries map[string]prometheus.Observer
+
+	// serving is the state of the scrapes (serve.go).
+	serving serving
 }
 
 // routeSeries are the series a served route updates.
 type routeSeries struct {
-	count prometheus.Counter
+	count *atomic.Int64
 	took  prometheus.Observer
 }
 
-// New registers warmpool's metrics; store feeds the pool gauges at scrape time.
-func New(store *lua.Store, log *slog.Logger) *Metrics {
+// New registers warmpool's metrics; store feeds the pool gauges. A ScopeDetail that
+// is not a glob is an error.
+func New(store *lua.Store, cfg Config) (*Metrics, error) {
+	cfg.fill()
+	if _, err := path.Match(cfg.ScopeDetail, ""); err != nil {
+		return nil, fmt.Errorf("%q: %w", cfg.ScopeDetail, err)
+	}
+	// hist are the labels of a histogram: the SPEC's, and scope first when the
+	// scopes of ScopeDetail have series of their own.
+	hist := func(labels ...string) []string {
+		if cfg.ScopeDetail == "" {
+			return labels
+		}
+		return append([]string{labelScope}, labels...)
+	}
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		routes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "warmpool_routes_total",
-			Help: "Session routes served, by scope and how the pod was found (affinity, warm, follower, deployed, queued).",
-		}, []string{labelScope, labelSource}),
+		cfg:   cfg,
+		store: store,
+		log:   cfg.Logger,
+		reg:   prometheus.NewRegistry(),
+		routes: newScopeCounter("warmpool_routes_total",
+			"Session routes served, by scope and how the pod was found (affinity, warm, follower, deployed, queued).", labelSource),
 		routeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warmpool_route_duration_seconds",
-			Help:    "Latency of the session routes served, by scope and source.",
+			Help:    "Latency of the session routes served, by source (and by scope for the scopes of --metrics-scope-detail, \"\" for the others).",
 			Buckets: latencyBuckets,
-		}, []string{labelScope, labelSource}),
-		routeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "warmpool_route_errors_total",
-			Help: "Session routes that failed, by scope and error code (scope empty for VALIDATION and SCOPE_NOT_FOUND).",
-		}, []string{labelScope, labelCode}),
+		}, hist(labelSource)),
+		routeErrors: newScopeCounter("warmpool_route_errors_total",
+			"Session routes that failed, by scope and error code (scope empty for VALIDATION and SCOPE_NOT_FOUND).", labelCode),
 		deploys: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warmpool_deploy_duration_seconds",
-			Help:    "Duration of deploys from the start of the driver's work to the pod's registration or the failure, by scope, driver and result (ok, failed).",
+			Help:    "Duration of deploys from the start of the driver's work to the pod's registration or the failure, by driver and result (ok, failed), and by scope for the scopes of --metrics-scope-detail.",
 			Buckets: deployBuckets,
-		}, []string{labelScope, labelDriver, labelResult}),
+		}, hist(labelDriver, labelResult)),
 		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warmpool_deploy_phase_seconds",
-			Help:    "Deploy phases: lease_wait is the time taken to get the deploy lease; create, scheduled, started and ready the time from the start of the driver's work until the phase was reached.",
+			Help:    "Deploy phases: lease_wait is the time taken to get the deploy lease; create, scheduled, started and ready the time from the start of the driver's work until the phase was reached. By driver and phase, and by scope for the scopes of --metrics-scope-detail.",
 			Buckets: deployBuckets,
-		}, []string{labelScope, labelDriver, labelPhase}),
+		}, hist(labelDriver, labelPhase)),
 		scripts: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warmpool_redis_script_duration_seconds",
 			Help:    "Round trip of each Lua script call to Redis, failed calls included, by script.",
@@ -133,26 +200,28 @@ func New(store *lua.Store, log *slog.Logger) *Metrics {
 			Name: "warmpool_sweeper_fixes_total",
 			Help: "Repairs the sweeper jobs made, by sweep (the job's name) and fix (reclaimed, dead, unhealthy, adopted, deleted_orphan, ...).",
 		}, []string{labelSweep, labelFix}),
+		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "warmpool_pool_scrape_errors_total",
+			Help: "Gatherings of the metrics whose pool gauges could not be read from Redis.",
+		}),
 		seen:         map[string]bool{},
 		routeSeries:  map[string]map[string]routeSeries{},
 		scriptSeries: map[string]prometheus.Observer{},
 	}
-	m.scoped = []*prometheus.MetricVec{m.routes.MetricVec, m.routeTime.MetricVec, m.routeErrors.MetricVec, m.deploys.MetricVec, m.phases.MetricVec}
+	if cfg.ScopeDetail != "" {
+		m.scoped = []*prometheus.MetricVec{m.routeTime.MetricVec, m.deploys.MetricVec, m.phases.MetricVec}
+	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "warmpool_build_info",
 		Help:        "Always 1; the labels name the build of the replica.",
 		ConstLabels: prometheus.Labels{"version": Version(), "goversion": runtime.Version()},
 	})
 	build.Set(1)
-	scrapeErrors := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "warmpool_pool_scrape_errors_total",
-		Help: "Scrapes whose pool gauges could not be read from Redis.",
-	})
-	m.reg.MustRegister(m.routes, m.routeTime, m.routeErrors, m.deploys, m.phases, m.scripts, m.events,
-		m.jobRuns, m.jobHeld, m.jobFixes, build, scrapeErrors,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&poolCollector{store: store, log: log, errors: scrapeErrors, live: m.dropDeleted})
-	return m
+	m.reg.MustRegister(m.routeTime, m.deploys, m.phases, m.scripts, m.events,
+		m.jobRuns, m.jobHeld, m.jobFixes, build, m.scrapeErrors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.serving.init(cfg.Scrapes)
+	return m, nil
 }
 
 // Version is the replica's version: the main module's version, else its VCS revision,
@@ -173,12 +242,48 @@ func Version() string {
 	return "devel"
 }
 
-// Registry is the registry every metric is registered with, for tests.
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+// Gather reads the pool gauges from Redis, drops the series of the scopes gone from
+// it, and gathers every metric, sorted by name: what /metrics serves. Metrics is
+// so a prometheus.Gatherer.
+func (m *Metrics) Gather() ([]*dto.MetricFamily, error) {
+	scoped, fams, err := m.gather()
+	for _, f := range scoped {
+		fams = append(fams, f.family())
+	}
+	slices.SortFunc(fams, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
+	return fams, err
+}
 
-// Handler serves the metrics in the Prometheus text format.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+// gather reads the families labelled by scope, sorted by name, first (the pool read
+// drops the series of deleted scopes), then the registry's.
+func (m *Metrics) gather() ([]*scopedFamily, []*dto.MetricFamily, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), PoolReadTimeout)
+	defer cancel()
+	// A family without series is left out, as the registry leaves out a vector
+	// without children.
+	scoped := slices.DeleteFunc(append(m.pool(ctx), m.routes.family(), m.routeErrors.family()),
+		func(f *scopedFamily) bool { return f.n == 0 })
+	slices.SortFunc(scoped, func(a, b *scopedFamily) int { return strings.Compare(a.name, b.name) })
+	fams, err := m.reg.Gather()
+	return scoped, fams, err
+}
+
+// scopeLabel is the scope label value of a histogram series of scope: its name when
+// ScopeDetail matches it, else "" (the series of every scope not matched).
+func (m *Metrics) scopeLabel(scope string) string {
+	if ok, _ := path.Match(m.cfg.ScopeDetail, scope); ok {
+		return scope
+	}
+	return ""
+}
+
+// hist are the label values of a histogram series of scope: rest, after the
+// scope's label value when the histograms carry scope.
+func (m *Metrics) hist(scope string, rest ...string) []string {
+	if m.cfg.ScopeDetail == "" {
+		return rest
+	}
+	return append([]string{m.scopeLabel(scope)}, rest...)
 }
 
 // saw notes that the vectors have series of scope.
@@ -189,10 +294,13 @@ func (m *Metrics) saw(scope string) {
 }
 
 // dropDeleted drops the series of the scopes not in live (deleted ones): their
-// counters would otherwise be exported for the life of the process.
+// counters would otherwise be exported for the life of the process. The counters are
+// swept whole, so one made for a scope just as it was dropped goes at the next call.
 func (m *Metrics) dropDeleted(live map[string]bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.routes.keep(live)
+	m.routeErrors.keep(live)
 	for scope := range m.seen {
 		if scope == "" || live[scope] {
 			continue
@@ -218,11 +326,11 @@ func (m *Metrics) ObserveRoute(scope, source string, code warmpool.Code, took ti
 			scope = "" // a name nobody configured: no series of its own
 		}
 		m.saw(scope)
-		m.routeErrors.WithLabelValues(scope, string(code)).Inc()
+		m.routeErrors.counter(scope, string(code)).Add(1)
 		return
 	}
 	rs := m.route(scope, source)
-	rs.count.Inc()
+	rs.count.Add(1)
 	rs.took.Observe(took.Seconds())
 }
 
@@ -242,21 +350,25 @@ func (m *Metrics) route(scope, source string) routeSeries {
 	if m.routeSeries[scope] == nil {
 		m.routeSeries[scope] = map[string]routeSeries{}
 	}
-	rs = routeSeries{m.routes.WithLabelValues(scope, source), m.routeTime.WithLabelValues(scope, source)}
+	rs = routeSeries{m.routes.counter(scope, source), m.routeTime.WithLabelValues(m.hist(scope, source)...)}
 	m.routeSeries[scope][source] = rs
 	return rs
 }
 
 // ObserveDeploy records one finished deploy of a driver.
 func (m *Metrics) ObserveDeploy(scope, driver, result string, took time.Duration) {
-	m.saw(scope)
-	m.deploys.WithLabelValues(scope, driver, result).Observe(took.Seconds())
+	if m.cfg.ScopeDetail != "" {
+		m.saw(scope)
+	}
+	m.deploys.WithLabelValues(m.hist(scope, driver, result)...).Observe(took.Seconds())
 }
 
 // ObservePhase records one phase of a deploy (see warmpool_deploy_phase_seconds).
 func (m *Metrics) ObservePhase(scope, driver, phase string, elapsed time.Duration) {
-	m.saw(scope)
-	m.phases.WithLabelValues(scope, driver, phase).Observe(elapsed.Seconds())
+	if m.cfg.ScopeDetail != "" {
+		m.saw(scope)
+	}
+	m.phases.WithLabelValues(m.hist(scope, driver, phase)...).Observe(elapsed.Seconds())
 }
 
 // ObserveScript records one script call; it fits lua.Store.ObserveScripts.
@@ -284,61 +396,4 @@ func (m *Metrics) ObserveJob(job, outcome string, held time.Duration) {
 // ObserveFix counts one repair of a sweeper job; it fits sweeper.Config.OnFix.
 func (m *Metrics) ObserveFix(job, fix string) {
 	m.jobFixes.WithLabelValues(job, fix).Inc()
-}
-
-var (
-	podsDesc = prometheus.NewDesc("warmpool_pods", "Registered pods by scope and state (idle, busy).",
-		[]string{labelScope, "state"}, nil)
-	podVersionsDesc = prometheus.NewDesc("warmpool_pods_by_version", "Registered pods by scope and deploy_ver: current, or old (left from an earlier deploy config).",
-		[]string{labelScope, "version"}, nil)
-	sessionsDesc     = prometheus.NewDesc("warmpool_sessions", "Bound sessions by scope.", []string{labelScope}, nil)
-	followersDesc    = prometheus.NewDesc("warmpool_followers", "Requests waiting in the follower rooms of deploys in flight, by scope.", []string{labelScope}, nil)
-	placeholdersDesc = prometheus.NewDesc("warmpool_placeholders", "Deploys in flight (placeholders, counted toward max_pods) by scope.", []string{labelScope}, nil)
-	waitersDesc      = prometheus.NewDesc("warmpool_waiters", "Route calls waiting in the queue, by scope.", []string{labelScope}, nil)
-	maxPodsDesc      = prometheus.NewDesc("warmpool_max_pods", "The scope's max_pods: ceil(max_concurrency / pod_concurrency).", []string{labelScope}, nil)
-)
-
-// poolCollector reads the pool sizes of every scope from Redis when scraped, so the
-// gauges are the same on every replica, never drift from the state, and a deleted
-// scope's series go with it. It hands the live scopes to live, which drops the other
-// metrics' series of deleted scopes.
-type poolCollector struct {
-	store  *lua.Store
-	log    *slog.Logger
-	errors prometheus.Counter
-	live   func(map[string]bool)
-}
-
-func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{podsDesc, podVersionsDesc, sessionsDesc, followersDesc, placeholdersDesc, waitersDesc, maxPodsDesc} {
-		ch <- d
-	}
-}
-
-func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeout)
-	defer cancel()
-	counts, err := c.store.Counts(ctx)
-	if err != nil {
-		c.errors.Inc()
-		c.log.Debug("pool gauges not read", "err", err)
-		return
-	}
-	live := make(map[string]bool, len(counts))
-	gauge := func(d *prometheus.Desc, v int64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
-	}
-	for _, s := range counts {
-		live[s.ScopeID] = true
-		gauge(podsDesc, s.Idle, s.ScopeID, "idle")
-		gauge(podsDesc, s.Pods-s.Idle, s.ScopeID, "busy")
-		gauge(podVersionsDesc, s.Pods-s.OldPods, s.ScopeID, "current")
-		gauge(podVersionsDesc, s.OldPods, s.ScopeID, "old")
-		gauge(sessionsDesc, s.Sessions, s.ScopeID)
-		gauge(followersDesc, s.Followers, s.ScopeID)
-		gauge(placeholdersDesc, s.Deploying, s.ScopeID)
-		gauge(waitersDesc, s.Waiters, s.ScopeID)
-		gauge(maxPodsDesc, s.MaxPods, s.ScopeID)
-	}
-	c.live(live)
 }

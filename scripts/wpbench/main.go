@@ -7,6 +7,8 @@
 //	                   sweeps off; the replica's RSS from 0 to 100,000 sessions
 //	wpbench baseline   warmpool's CPU per warm route against the bare handler of
 //	                   scripts/routebaseline on the same Redis keys
+//	wpbench metrics    what /metrics costs at S scopes: its size, the CPU of a scrape,
+//	                   warm routes with and without scrape loops, slow readers' RSS
 //	wpbench script F   print the source Redis runs for lua/F (lua.Sources)
 //
 // Flags default to the environment variables named in their help.
@@ -42,7 +44,7 @@ func main() {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wpbench scale|baseline|script FILE [flags]")
+		return fmt.Errorf("usage: wpbench scale|baseline|metrics|script FILE [flags]")
 	}
 	switch args[0] {
 	case "script":
@@ -59,8 +61,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return scale(ctx, args[1:], getenv, stdout, stderr)
 	case "baseline":
 		return baseline(ctx, args[1:], getenv, stdout, stderr)
+	case "metrics":
+		return metrics(ctx, args[1:], getenv, stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q: want scale, baseline or script", args[0])
+	return fmt.Errorf("unknown command %q: want scale, baseline, metrics or script", args[0])
 }
 
 func scriptNames() []string {
@@ -176,6 +180,40 @@ func baseline(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	c.Log = stderr
 	res, err := bench.Baseline(ctx, c)
+	if res != nil && err == nil {
+		res.WriteText(stdout)
+	}
+	return err
+}
+
+func metrics(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("metrics", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c bench.MetricsConfig
+	var flags string
+	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
+	fs.StringVar(&flags, "flags", "", "serve flags added to the replica's, space-separated")
+	fs.IntVar(&c.Scopes, "scopes", bench.DefaultMetricsScopes, "scopes S, one pod and one session each")
+	fs.IntVar(&c.Workers, "workers", bench.DefaultWorkers, "concurrent calls of the setup and of the warm routes")
+	fs.IntVar(&c.Scrapes, "scrapes", bench.DefaultMetricsScrapes, "scrapes whose CPU is measured")
+	fs.DurationVar(&c.ScrapeGap, "scrape-gap", bench.DefaultScrapeGap, "time between them")
+	fs.DurationVar(&c.Route, "route", bench.DefaultMetricsRoute, "length of each window of warm routes")
+	fs.IntVar(&c.Loops, "loops", bench.DefaultScrapeLoops, "scrape loops of every second window")
+	fs.IntVar(&c.Rounds, "rounds", bench.DefaultRouteRounds, "pairs of windows, without and with the loops in turn")
+	fs.IntVar(&c.Slow, "slow", bench.DefaultSlowReaders, "connections that send GET /metrics and never read")
+	fs.DurationVar(&c.SlowHold, "slow-hold", bench.DefaultSlowHold, "how long they hold")
+	fs.DurationVar(&c.SlowRecover, "slow-recover", bench.DefaultSlowRecover, "how long the RSS is sampled after they close")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c.Flags = strings.Fields(flags)
+	var err error
+	if c.Dir, err = outDir(c.Dir); err != nil {
+		return err
+	}
+	c.Log = stderr
+	fmt.Fprintf(stderr, "wpbench metrics: files in %s\n", c.Dir)
+	res, err := bench.Metrics(ctx, c)
 	if res != nil && err == nil {
 		res.WriteText(stdout)
 	}

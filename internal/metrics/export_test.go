@@ -1,0 +1,9 @@
+package metrics
+
+// RenderSize renders m's metrics once into a buffer of size, gzips them, and returns
+// the text's size.
+func RenderSize(m *Metrics, size int) int {
+	x := m.render(size)
+	x.gzipped()
+	return len(x.text)
+}

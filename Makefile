@@ -57,6 +57,7 @@ scale: build
 ## drive Kubernetes (only k8s/, cmd/warmpool and e2e/ may link k8s.io packages); those
 ## that do link client-go's core/v1 client, never the clientset, informers or fake
 ## clientset of every API group (only e2e/k8s, built for make e2e-k8s, uses the clientset);
+## the root package free of net/http (the domain knows codes, not statuses);
 ## and no net/http/pprof in the binary: linking it keeps the runtime's memory profiling
 ## on (1.5 MB of a replica's RSS) for a profile nothing serves
 NO_K8S_PKGS := ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/testserver/
@@ -68,6 +69,8 @@ lint:
 		if [ -n "$$out" ]; then echo "$$p links k8s.io packages in its tests, e.g.:"; echo "$$out" | head -3; exit 1; fi; done
 	@out=$$($(GO) list -test -deps $(K8S_PKGS) | grep -E '^k8s\.io/client-go/(informers|kubernetes|kubernetes/fake)$$'); \
 		if [ -n "$$out" ]; then echo "$(K8S_PKGS) link all of client-go's API groups through:"; echo "$$out"; exit 1; fi
+	@if $(GO) list -deps . | grep -qx 'net/http'; then \
+		echo "the root package links net/http: statuses and request decoding belong to internal/httpx"; exit 1; fi
 	@if $(GO) list -deps ./cmd/warmpool | grep -qx 'net/http/pprof'; then \
 		echo "cmd/warmpool links net/http/pprof, which keeps memory profiling on: drop the import that brings it"; exit 1; fi
 

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -133,30 +132,6 @@ func DefaultScopeConfig() ScopeConfig {
 	return c
 }
 
-// DecodeScopeConfig reads a scope config document strictly (unknown fields are
-// rejected and named, field names match exactly, a key given twice and nesting deeper
-// than 32 levels are refused, as by DecodeStrict) and normalizes it: this is how a config enters the system from
-// outside (the HTTP API, the CLI). A field the document omits takes its default as
-// it decodes; one that is blank or null is filled by Normalize. Every error is a
-// VALIDATION *Error; a document with several faults gets them all at once, each named
-// by its full path ("deploy.imagee: unknown field; pool.queue_size: ..."), one fault
-// per field.
-func DecodeScopeConfig(r io.Reader) (ScopeConfig, error) {
-	raw, err := readObject(r)
-	if err != nil {
-		return ScopeConfig{}, err
-	}
-	cfg := DefaultScopeConfig()
-	var faults fieldErrors
-	decodeFields(raw, reflect.ValueOf(&cfg).Elem(), "", &faults)
-	cfg.fill()
-	cfg.check(&faults)
-	if err := faults.err(); err != nil {
-		return ScopeConfig{}, err
-	}
-	return cfg, nil
-}
-
 // fieldErrors are the faults found in a config, each "field: what is wrong", in a
 // stable order.
 type fieldErrors []string
@@ -173,86 +148,8 @@ func (f fieldErrors) err() error {
 	return Errorf(CodeValidation, "%s", strings.Join(f, "; "))
 }
 
-// decodeFields decodes the JSON value raw into v, which must be settable, like
-// encoding/json does, but records every fault instead of stopping at the first: each
-// unknown field of an object and each value of the wrong type, named by its path
-// under path. A field that fails keeps the value it had.
-func decodeFields(raw json.RawMessage, v reflect.Value, path string, faults *fieldErrors) {
-	if v.Kind() != reflect.Struct {
-		if err := json.Unmarshal(raw, v.Addr().Interface()); err != nil {
-			faults.add(path, "%s", typeFault(err, v.Type()))
-		}
-		return
-	}
-	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return // encoding/json leaves a struct alone on null
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		faults.add(cmpOr(path, "body"), "expected an object, got JSON %s", jsonKind(raw))
-		return
-	}
-	t := v.Type()
-	for _, key := range slices.Sorted(maps.Keys(obj)) {
-		name := keyName([]byte(key))
-		if path != "" {
-			name = path + "." + name
-		}
-		i := fieldIndex(t, key)
-		if i < 0 {
-			faults.add(name, "%s", unknownField([]byte(key), shapeOf(t)))
-			continue
-		}
-		decodeFields(obj[key], v.Field(i), name, faults)
-	}
-}
-
-// fieldIndex is the index of the field of struct type t that the JSON key names (its
-// tag, matched exactly: SPEC §11.5 folds no case), or -1.
-func fieldIndex(t reflect.Type, key string) int {
-	for i := range t.NumField() {
-		if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); tag == key {
-			return i
-		}
-	}
-	return -1
-}
-
-// typeFault says why a JSON value did not decode into a Go value of type t.
-func typeFault(err error, t reflect.Type) string {
-	var typeErr *json.UnmarshalTypeError
-	if errors.As(err, &typeErr) {
-		return fmt.Sprintf("expected %s, got JSON %s", typeErr.Type, typeErr.Value)
-	}
-	return fmt.Sprintf("expected %s: %s", t, strings.TrimPrefix(err.Error(), "json: "))
-}
-
-// jsonKind names the kind of a well-formed JSON value.
-func jsonKind(raw json.RawMessage) string {
-	switch t := bytes.TrimSpace(raw); {
-	case len(t) == 0:
-		return "nothing"
-	case t[0] == '[':
-		return "array"
-	case t[0] == '"':
-		return "string"
-	case t[0] == 't' || t[0] == 'f':
-		return "bool"
-	case t[0] == 'n':
-		return "null"
-	}
-	return "number"
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // LoadScopeConfig reads a config document as a config store kept it and normalizes
-// it. Unlike DecodeScopeConfig it ignores fields it does not know (a row written by a
+// it. Unlike httpx.DecodeScopeConfig (a request body) it ignores fields it does not know (a row written by a
 // newer version stays readable after a rollback), and a field added after the row was
 // written takes its default instead of a silent zero.
 func LoadScopeConfig(doc []byte) (ScopeConfig, error) {
@@ -282,8 +179,17 @@ var (
 // (DecodeScopeConfig, LoadScopeConfig, scopes.Service.Put); every later step receives
 // a normalized config and fills nothing. Normalize is idempotent.
 func (c *ScopeConfig) Normalize() error {
+	return c.NormalizeWith(nil)
+}
+
+// NormalizeWith is Normalize for a config that a decoder has already found faults in
+// (each "field: what is wrong"): one VALIDATION error names those first, then every
+// fault of the filled config, so a caller learns of them all at once.
+func (c *ScopeConfig) NormalizeWith(found []string) error {
 	c.fill()
-	return c.Validate()
+	faults := fieldErrors(found)
+	c.check(&faults)
+	return faults.err()
 }
 
 // fill gives every unset field its default (see Normalize).
@@ -523,4 +429,32 @@ func CheckRequestID(id string) error {
 		return Errorf(CodeValidation, "request_id: must be 1-128 chars of [A-Za-z0-9._:/+=-]")
 	}
 	return nil
+}
+
+// JSONError turns an encoding/json error into a VALIDATION *Error that names the field.
+func JSONError(err error) *Error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "body"
+		}
+		return Errorf(CodeValidation, "%s: expected %s, got JSON %s", field, typeErr.Type, typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return Errorf(CodeValidation, "body: malformed JSON at offset %d: %v", syntaxErr.Offset, syntaxErr)
+	case errors.Is(err, io.EOF):
+		return Errorf(CodeValidation, "body: empty, expected a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return Errorf(CodeValidation, "body: truncated JSON")
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		if f = strings.Trim(f, `"`); f == "" {
+			f = `""`
+		}
+		return Errorf(CodeValidation, "%s: unknown field", f)
+	}
+	return Errorf(CodeValidation, "body: %s", strings.TrimPrefix(msg, "json: "))
 }

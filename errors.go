@@ -3,7 +3,6 @@ package warmpool
 import (
 	"errors"
 	"fmt"
-	"net/http"
 )
 
 // Code is one of the error codes of the HTTP contract (SPEC §3).
@@ -31,33 +30,6 @@ const (
 	// CodeIdempotencyMismatch: the request id was used before for another request.
 	CodeIdempotencyMismatch Code = "IDEMPOTENCY_MISMATCH"
 )
-
-// statuses are the HTTP statuses of the codes; any other code is a 500.
-var statuses = map[Code]int{
-	CodeValidation:       http.StatusBadRequest,
-	CodeUnauthorized:     http.StatusUnauthorized,
-	CodeForbidden:        http.StatusForbidden,
-	CodeScopeNotFound:    http.StatusNotFound,
-	CodeSessionNotFound:  http.StatusNotFound,
-	CodeHoldNotFound:     http.StatusNotFound,
-	CodeConfigSyncBusy:   http.StatusConflict,
-	CodePayloadTooLarge:  http.StatusRequestEntityTooLarge,
-	CodeNoPodAvailable:   http.StatusServiceUnavailable,
-	CodeQueueFull:        http.StatusServiceUnavailable,
-	CodeStoreUnavailable: http.StatusServiceUnavailable,
-	CodeWaitTimeout:      http.StatusGatewayTimeout,
-	CodeDeployFailed:     http.StatusBadGateway,
-
-	CodeIdempotencyMismatch: http.StatusUnprocessableEntity,
-}
-
-// Status is the HTTP status that goes with the code.
-func (c Code) Status() int {
-	if s, ok := statuses[c]; ok {
-		return s
-	}
-	return http.StatusInternalServerError
-}
 
 // Error is the domain error: a code of the contract, a message for the caller and,
 // for the 503 codes, how many seconds the caller should wait before retrying.

@@ -294,7 +294,7 @@ func (s *Service) handlePut(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := warmpool.DecodeScopeConfig(bytes.NewReader(body))
+	cfg, err := httpx.DecodeScopeConfig(bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

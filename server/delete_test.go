@@ -14,6 +14,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/internal/invariant"
 	"github.com/warmpool/warmpool/internal/testserver"
 	"github.com/warmpool/warmpool/lua"
@@ -158,7 +159,7 @@ func TestDeleteScope(t *testing.T) {
 // configOf is a scope config document as the server stores it.
 func configOf(tb testing.TB, doc string) warmpool.ScopeConfig {
 	tb.Helper()
-	cfg, err := warmpool.DecodeScopeConfig(strings.NewReader(doc))
+	cfg, err := httpx.DecodeScopeConfig(strings.NewReader(doc))
 	if err != nil {
 		tb.Fatal(err)
 	}

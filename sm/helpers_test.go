@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/internal/replicatest"
 	"github.com/warmpool/warmpool/sm"
 )
@@ -57,7 +58,7 @@ func wantCode(t *testing.T, what string, err error, code warmpool.Code) {
 	}
 	var e *warmpool.Error
 	errors.As(err, &e)
-	if (code.Status() == 503 || code == warmpool.CodeWaitTimeout) && e.RetryAfter < 1 {
+	if (httpx.Status(code) == 503 || code == warmpool.CodeWaitTimeout) && e.RetryAfter < 1 {
 		t.Fatalf("%s: %s without retry_after: %v", what, code, err)
 	}
 }

@@ -96,7 +96,7 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	if e.Code == warmpool.CodeUnauthorized {
 		w.Header().Set("WWW-Authenticate", "Bearer")
 	}
-	WriteJSON(w, e.Code.Status(), envelope{Error: envelopeBody{Code: string(e.Code), Message: e.Message, RetryAfter: e.RetryAfter}})
+	WriteJSON(w, Status(e.Code), envelope{Error: envelopeBody{Code: string(e.Code), Message: e.Message, RetryAfter: e.RetryAfter}})
 }
 
 // Body reads the request body, at most MaxBody bytes: a larger one is
@@ -127,7 +127,7 @@ func Decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) erro
 	if allowEmpty && len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
-	return warmpool.DecodeStrict(body, v)
+	return DecodeStrict(body, v)
 }
 
 // Param returns a URL parameter checked by valid; a bad one is a VALIDATION error that

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/httpx"
 )
 
 // Opener opens one more instance of a store on one database, with connections of its
@@ -69,7 +70,7 @@ func MustOpen[S warmpool.ConfigStore](tb testing.TB, open func(context.Context, 
 // Config decodes doc the way the HTTP layer does: defaults filled, validated.
 func Config(tb testing.TB, doc string) warmpool.ScopeConfig {
 	tb.Helper()
-	cfg, err := warmpool.DecodeScopeConfig(strings.NewReader(doc))
+	cfg, err := httpx.DecodeScopeConfig(strings.NewReader(doc))
 	if err != nil {
 		tb.Fatalf("DecodeScopeConfig(%s): %v", doc, err)
 	}

@@ -1,4 +1,4 @@
-package warmpool
+package httpx
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/warmpool/warmpool"
 )
 
 // The strict decoding of request bodies (SPEC §11.5): one pass over the bytes finds
@@ -38,7 +40,7 @@ func DecodeStrict(doc []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return JSONError(err)
+		return warmpool.JSONError(err)
 	}
 	return nil
 }
@@ -48,7 +50,7 @@ func DecodeStrict(doc []byte, v any) error {
 func readObject(r io.Reader) ([]byte, error) {
 	doc, err := io.ReadAll(r)
 	if err != nil {
-		return nil, Errorf(CodeValidation, "body: %v", err)
+		return nil, warmpool.Errorf(warmpool.CodeValidation, "body: %v", err)
 	}
 	if err := checkObject(doc, nil); err != nil {
 		return nil, err
@@ -182,14 +184,14 @@ func checkObject(doc []byte, s *shape) error {
 	w.space()
 	switch {
 	case w.i == len(doc):
-		return Errorf(CodeValidation, "body: empty, expected a JSON object")
+		return warmpool.Errorf(warmpool.CodeValidation, "body: empty, expected a JSON object")
 	case doc[w.i] != '{':
-		return Errorf(CodeValidation, "body: expected a JSON object")
+		return warmpool.Errorf(warmpool.CodeValidation, "body: expected a JSON object")
 	}
 	err := w.object(s)
 	if err == nil {
 		if w.space(); w.i < len(doc) {
-			return Errorf(CodeValidation, "body: trailing data after the JSON document")
+			return warmpool.Errorf(warmpool.CodeValidation, "body: trailing data after the JSON document")
 		}
 		return nil
 	}
@@ -198,9 +200,9 @@ func checkObject(doc []byte, s *shape) error {
 	}
 	var raw json.RawMessage
 	if err := json.NewDecoder(bytes.NewReader(doc)).Decode(&raw); err != nil {
-		return JSONError(err)
+		return warmpool.JSONError(err)
 	}
-	return Errorf(CodeValidation, "body: malformed JSON at offset %d", w.i)
+	return warmpool.Errorf(warmpool.CodeValidation, "body: malformed JSON at offset %d", w.i)
 }
 
 func (w *walker) space() {
@@ -247,7 +249,7 @@ func (w *walker) value(s *shape) error {
 // open enters an object or a list at w.i, refusing one level too many.
 func (w *walker) open() error {
 	if w.depth == maxDepth {
-		return Errorf(CodeValidation, "body: JSON nested deeper than %d levels (at offset %d)", maxDepth, w.i)
+		return warmpool.Errorf(warmpool.CodeValidation, "body: JSON nested deeper than %d levels (at offset %d)", maxDepth, w.i)
 	}
 	w.depth++
 	w.i++
@@ -490,7 +492,7 @@ func (w *walker) fault(key []byte, what string) error {
 		b.WriteByte('.')
 	}
 	b.WriteString(keyName(key))
-	return Errorf(CodeValidation, "%s: %s", b.String(), what)
+	return warmpool.Errorf(warmpool.CodeValidation, "%s: %s", b.String(), what)
 }
 
 // keyName is how a path names a key: as it is when it is a plain name, else quoted
@@ -516,32 +518,4 @@ func unknownField(key []byte, s *shape) string {
 		}
 	}
 	return "unknown field"
-}
-
-// JSONError turns an encoding/json error into a VALIDATION *Error that names the field.
-func JSONError(err error) *Error {
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		if field == "" {
-			field = "body"
-		}
-		return Errorf(CodeValidation, "%s: expected %s, got JSON %s", field, typeErr.Type, typeErr.Value)
-	case errors.As(err, &syntaxErr):
-		return Errorf(CodeValidation, "body: malformed JSON at offset %d: %v", syntaxErr.Offset, syntaxErr)
-	case errors.Is(err, io.EOF):
-		return Errorf(CodeValidation, "body: empty, expected a JSON object")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return Errorf(CodeValidation, "body: truncated JSON")
-	}
-	msg := err.Error()
-	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		if f = strings.Trim(f, `"`); f == "" {
-			f = `""`
-		}
-		return Errorf(CodeValidation, "%s: unknown field", f)
-	}
-	return Errorf(CodeValidation, "body: %s", strings.TrimPrefix(msg, "json: "))
 }

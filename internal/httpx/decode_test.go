@@ -1,4 +1,4 @@
-package warmpool
+package httpx
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/warmpool/warmpool"
 )
 
 // strictBody is a body of each kind of JSON DecodeStrict meets: plain fields, maps
@@ -61,8 +63,8 @@ func nestKeys(key string, depth int) string {
 // wantFault requires a VALIDATION *Error whose message contains msg.
 func wantFault(tb testing.TB, doc string, err error, msg string) {
 	tb.Helper()
-	var e *Error
-	if !errors.As(err, &e) || e.Code != CodeValidation || !strings.Contains(e.Message, msg) {
+	var e *warmpool.Error
+	if !errors.As(err, &e) || e.Code != warmpool.CodeValidation || !strings.Contains(e.Message, msg) {
 		tb.Fatalf("decode %.80q: %v, want VALIDATION with %q", doc, err, msg)
 	}
 }
@@ -266,8 +268,8 @@ func FuzzDecodeStrict(f *testing.F) {
 			}
 			return
 		}
-		var e *Error
-		if !errors.As(err, &e) || e.Code != CodeValidation {
+		var e *warmpool.Error
+		if !errors.As(err, &e) || e.Code != warmpool.CodeValidation {
 			t.Fatalf("error %v (%T) is not a VALIDATION *Error", err, err)
 		}
 		if field, _, ok := strings.Cut(e.Message, ": "); !ok || field == "" {
@@ -332,8 +334,8 @@ func FuzzDecodeAllocs(f *testing.F) {
 			err := d.decode(doc)
 			runtime.ReadMemStats(&after)
 			if err != nil {
-				var e *Error
-				if !errors.As(err, &e) || e.Code != CodeValidation {
+				var e *warmpool.Error
+				if !errors.As(err, &e) || e.Code != warmpool.CodeValidation {
 					t.Fatalf("%s: error %v (%T) is not a VALIDATION *Error", d.name, err, err)
 				}
 			}

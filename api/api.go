@@ -1,4 +1,5 @@
-// Package api holds the OpenAPI 3.1 document of warmpool's HTTP API (SPEC §3 and §10),
+// Package api is the HTTP layer: Router lists every route and calls the managers
+// through small interfaces; the OpenAPI 3.1 document of the API (SPEC §3, §10, §11) is
 // embedded so that every replica serves it at GET /openapi.yaml and tests hold the
 // server to it.
 package api

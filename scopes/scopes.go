@@ -4,22 +4,14 @@
 package scopes
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
 	"time"
-
-	"github.com/go-chi/chi/v5"
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
-	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -242,121 +234,4 @@ func (s *Service) publishAll(ctx context.Context) (int, error) {
 		}
 	}
 	return len(all), nil
-}
-
-// Routes adds the config routes of SPEC §3 and the scope deletion of §10 to r, which
-// is mounted at /v1 behind httpx.Auth. Every one is an admin call: writing a config, a
-// sync, a deletion, and reading a config or its history (SPEC §11.5), whose env values
-// a gateway has no need of.
-func (s *Service) Routes(r chi.Router) {
-	h := httpx.Adapter(s.log)
-	admin := r.With(httpx.RequireAdmin(s.log))
-	admin.Method(http.MethodPut, "/scopes/{scope}/config", h(s.handlePut))
-	admin.Method(http.MethodGet, "/scopes/{scope}/config", h(httpx.OnScope(s.store.Get,
-		func(_ string, c warmpool.StoredConfig) any { return c })))
-	admin.Method(http.MethodGet, "/scopes/{scope}/config/history", h(s.handleHistory))
-	admin.Method(http.MethodPost, "/config/sync", h(s.handleSync))
-	admin.Method(http.MethodDelete, "/scopes/{scope}", h(s.handleDelete))
-}
-
-// handleDelete answers DELETE /v1/scopes/{scope}[?force=true].
-func (s *Service) handleDelete(w http.ResponseWriter, r *http.Request) error {
-	scope, err := httpx.Scope(r)
-	if err != nil {
-		return err
-	}
-	force := false
-	if v := r.URL.Query()["force"]; len(v) > 0 {
-		if force, err = strconv.ParseBool(v[len(v)-1]); err != nil || len(v) > 1 {
-			return warmpool.Errorf(warmpool.CodeValidation, "force: want one true or false, got %q", strings.Join(v, ","))
-		}
-	}
-	d, err := s.Delete(r.Context(), scope, force)
-	if err != nil {
-		return err
-	}
-	return httpx.OK(w, d)
-}
-
-type putResponse struct {
-	ScopeID   string `json:"scope_id"`
-	Version   int64  `json:"version"`
-	DeployVer string `json:"deploy_ver"`
-}
-
-// handlePut decodes the document (which normalizes it) and stores it.
-func (s *Service) handlePut(w http.ResponseWriter, r *http.Request) error {
-	scope, err := httpx.Scope(r)
-	if err != nil {
-		return err
-	}
-	body, err := httpx.Body(w, r)
-	if err != nil {
-		return err
-	}
-	cfg, err := httpx.DecodeScopeConfig(bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	stored, err := s.put(r.Context(), scope, cfg)
-	if err != nil {
-		return err
-	}
-	return httpx.OK(w, putResponse{ScopeID: scope, Version: stored.Version, DeployVer: stored.DeployVer})
-}
-
-type historyResponse struct {
-	ScopeID    string                  `json:"scope_id"`
-	Versions   []warmpool.StoredConfig `json:"versions"`
-	NextBefore int64                   `json:"next_before,omitempty"`
-}
-
-// handleHistory answers GET /v1/scopes/{scope}/config/history[?limit=N&before=V]: a
-// page of the scope's versions, newest first, with next_before when older ones
-// remain.
-func (s *Service) handleHistory(w http.ResponseWriter, r *http.Request) error {
-	scope, err := httpx.Scope(r)
-	if err != nil {
-		return err
-	}
-	q, err := historyQuery(r.URL.Query())
-	if err != nil {
-		return err
-	}
-	page, err := s.History(r.Context(), scope, q)
-	if err != nil {
-		return err
-	}
-	return httpx.OK(w, historyResponse{ScopeID: scope, Versions: page.Versions, NextBefore: page.NextBefore})
-}
-
-// historyQuery reads a history page's limit (DefaultHistoryLimit when not given)
-// and before from the query; the store checks the limit's range
-// (warmpool.HistoryQuery.Check). Errors: VALIDATION naming the parameter.
-func historyQuery(v url.Values) (warmpool.HistoryQuery, error) {
-	q := warmpool.HistoryQuery{Limit: warmpool.DefaultHistoryLimit}
-	if l, ok := v["limit"]; ok {
-		n, err := strconv.Atoi(l[0])
-		if err != nil || len(l) > 1 {
-			return q, warmpool.Errorf(warmpool.CodeValidation, "limit: want one integer from 1 to %d, got %q", warmpool.MaxHistoryLimit, strings.Join(l, ","))
-		}
-		q.Limit = n
-	}
-	if b, ok := v["before"]; ok {
-		n, err := strconv.ParseInt(b[0], 10, 64)
-		if err != nil || len(b) > 1 || n < 1 {
-			return q, warmpool.Errorf(warmpool.CodeValidation, "before: want one version (an integer of 1 or more), got %q", strings.Join(b, ","))
-		}
-		q.Before = n
-	}
-	return q, nil
-}
-
-// handleSync answers POST /v1/config/sync.
-func (s *Service) handleSync(w http.ResponseWriter, r *http.Request) error {
-	n, err := s.Sync(r.Context())
-	if err != nil {
-		return err
-	}
-	return httpx.OK(w, map[string]int{"scopes": n})
 }

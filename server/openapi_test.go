@@ -96,7 +96,9 @@ func TestOpenAPICoversTheRouter(t *testing.T) {
 	e := mustEnv(t)
 	var routed []string
 	err := chi.Walk(e.srv.Handler().(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
-		routed = append(routed, method+" "+route)
+		// A sub-router's own path is walked with a trailing slash, which the router
+		// refuses (404, see TestNoInternalOnBadInput): the route is the path without it.
+		routed = append(routed, method+" "+strings.TrimSuffix(route, "/"))
 		return nil
 	})
 	if err != nil {

@@ -476,37 +476,17 @@ func (s *Server) ensureDemoScope(ctx context.Context) error {
 	return err
 }
 
-// routes is the replica's router: the middleware, then each resource's Routes and
-// nothing beside them.
+// routes is the replica's router: its middleware around api.Router, which lists
+// every route.
 func (s *Server) routes() http.Handler {
-	r := chi.NewRouter()
-	r.Use(httpx.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log), s.closeWhileDraining,
-		httpx.Bounds(s.cfg.HTTP.Call, s.cfg.HTTP.Wait), httpx.LimitBody(s.log))
-	r.NotFound(httpx.NotFound)
-	r.MethodNotAllowed(httpx.MethodNotAllowed)
-	s.opsRoutes(r)
-	r.Route("/v1", func(r chi.Router) {
-		r.Use(s.auth)
-		s.SM.Routes(r)
-		s.RM.Routes(r)
-		s.Scopes.Routes(r)
-		s.ui.Routes(r)
-	})
-	return r
-}
-
-// opsRoutes adds the operations routes of SPEC §3 and §10, open without auth:
-// liveness, readiness, metrics (unless a listener of their own serves them), the
-// OpenAPI document and the pool page (whose data is an admin call under /v1).
-func (s *Server) opsRoutes(r chi.Router) {
-	h := httpx.Adapter(s.log)
-	r.Method(http.MethodGet, "/healthz", h(s.handleHealth))
-	r.Method(http.MethodGet, "/readyz", h(s.handleReady))
+	var metricsHandler http.Handler
 	if s.cfg.MetricsListen == "" {
-		r.Method(http.MethodGet, "/metrics", s.metrics.Handler())
+		metricsHandler = s.metrics.Handler()
 	}
-	r.Method(http.MethodGet, "/openapi.yaml", api.Handler())
-	r.Method(http.MethodGet, "/ui", s.ui.Page())
+	return api.Router(api.Services{Sessions: s.SM, Pods: s.RM, Configs: s.Scopes, PoolPage: s.ui,
+		Health: s.handleHealth, Ready: s.handleReady, Metrics: metricsHandler, Auth: s.auth, Log: s.log},
+		httpx.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log), s.closeWhileDraining,
+		httpx.Bounds(s.cfg.HTTP.Call, s.cfg.HTTP.Wait), httpx.LimitBody(s.log))
 }
 
 // metricsServer serves /metrics and nothing else (SPEC §11.5), on the listener of

@@ -47,7 +47,7 @@ type Config struct {
 	// Observe, when set, is told of queue events (queued, queue_full, wait_timeout,
 	// woken).
 	Observe func(event, outcome string)
-	// ObserveRoute, when set, is told of every route call served over HTTP: its scope,
+	// ObserveRoute, when set, is told of every route call (Manager.Route): its scope,
 	// how it was served (Binding.Source) or, when it failed, its error code, and its
 	// latency. It must not block.
 	ObserveRoute func(scope, source string, code warmpool.Code, took time.Duration)
@@ -128,7 +128,20 @@ func served(scope string, res lua.RouteResult, source string) Binding {
 // Concurrent routes of one session take one pod: one call at a time looks for it (see
 // routeOnce). Errors: VALIDATION, SCOPE_NOT_FOUND, IDEMPOTENCY_MISMATCH,
 // NO_POD_AVAILABLE, QUEUE_FULL, WAIT_TIMEOUT, DEPLOY_FAILED, STORE_UNAVAILABLE.
+// Each call's outcome and latency go to Config.ObserveRoute.
 func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (Binding, error) {
+	start := time.Now()
+	b, err := m.route(ctx, scope, session, requestID)
+	if err != nil {
+		m.cfg.ObserveRoute(scope, "", warmpool.ErrorCode(err), time.Since(start))
+		return Binding{}, err
+	}
+	m.cfg.ObserveRoute(scope, b.Source, "", time.Since(start))
+	return b, nil
+}
+
+// route is Route without its observation.
+func (m *Manager) route(ctx context.Context, scope, session, requestID string) (Binding, error) {
 	if err := errors.Join(checkIDs(scope, session), warmpool.CheckRequestID(requestID)); err != nil {
 		return Binding{}, err
 	}

@@ -15,10 +15,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -64,12 +61,6 @@ func (u *UI) Page() http.Handler {
 	})
 }
 
-// Routes adds the page's data route to r, which is mounted at /v1 behind httpx.Auth:
-// it shows every scope, so it is an admin call.
-func (u *UI) Routes(r chi.Router) {
-	r.With(httpx.RequireAdmin(u.log)).Method(http.MethodGet, "/ui/state", httpx.Adapter(u.log)(u.handleState))
-}
-
 // State is what the page shows: every scope with its pool, as one replica sees Redis.
 type State struct {
 	InstanceID string       `json:"instance_id"`
@@ -108,15 +99,6 @@ type Deploy struct {
 	At      time.Time `json:"at"`
 	Seconds float64   `json:"seconds"`
 	Result  string    `json:"result"`
-}
-
-// handleState answers GET /v1/ui/state.
-func (u *UI) handleState(w http.ResponseWriter, r *http.Request) error {
-	st, err := u.State(r.Context())
-	if err != nil {
-		return err
-	}
-	return httpx.OK(w, st)
 }
 
 // State reads every published scope's pool and deploy log. A scope that goes away

@@ -1,0 +1,140 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/httpx"
+	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/rm"
+	"github.com/warmpool/warmpool/scopes"
+	"github.com/warmpool/warmpool/sm"
+	"github.com/warmpool/warmpool/ui"
+)
+
+// Sessions is what the session routes call (sm.Manager).
+type Sessions interface {
+	Route(ctx context.Context, scope, session, requestID string) (sm.Binding, error)
+	Get(ctx context.Context, scope, session string) (sm.Binding, error)
+	End(ctx context.Context, scope, session string) (bool, error)
+	Touch(ctx context.Context, scope, session string) (bool, error)
+}
+
+// Pods is what the pod, pool and scope-listing routes call (rm.Manager).
+type Pods interface {
+	Hold(ctx context.Context, scope, requestID string) (rm.Hold, error)
+	ReleaseHold(ctx context.Context, scope, pod, hold string) (bool, error)
+	TouchHold(ctx context.Context, scope, pod, hold string) (time.Time, error)
+	Pool(ctx context.Context, scope string) (rm.Pool, error)
+	Scopes(ctx context.Context) ([]lua.ScopeCounts, error)
+}
+
+// Configs is what the config and scope-deletion routes call (scopes.Service).
+type Configs interface {
+	Put(ctx context.Context, scope string, cfg warmpool.ScopeConfig) (warmpool.StoredConfig, error)
+	Get(ctx context.Context, scope string) (warmpool.StoredConfig, error)
+	History(ctx context.Context, scope string, q warmpool.HistoryQuery) (warmpool.HistoryPage, error)
+	Delete(ctx context.Context, scope string, force bool) (scopes.Deleted, error)
+	Sync(ctx context.Context) (int, error)
+}
+
+// PoolPage is what the pool page's routes call (ui.UI).
+type PoolPage interface {
+	Page() http.Handler
+	State(ctx context.Context) (ui.State, error)
+}
+
+// Services are the managers behind the routes, and what the replica adds of its own.
+type Services struct {
+	Sessions Sessions
+	Pods     Pods
+	Configs  Configs
+	PoolPage PoolPage
+	// Health and Ready answer /healthz and /readyz (the replica's own state).
+	Health, Ready httpx.Handler
+	// Metrics serves /metrics; nil when a listener of its own serves it.
+	Metrics http.Handler
+	// Auth checks the bearer token of every /v1 call (httpx.Auth).
+	Auth func(http.Handler) http.Handler
+	Log  *slog.Logger
+}
+
+// Router is every route of the HTTP API (SPEC §3, §10, §11) behind middleware: the
+// one place that lists them. Each resource under /v1/scopes/{scope} is a sub-router;
+// RequireAdmin marks the admin calls and Waits the calls that may wait long.
+func Router(s Services, middleware ...func(http.Handler) http.Handler) http.Handler {
+	a := &handlers{Services: s}
+	h := httpx.Adapter(s.Log)
+	admin := httpx.RequireAdmin(s.Log)
+	r := chi.NewRouter()
+	r.Use(middleware...)
+	r.NotFound(httpx.NotFound)
+	r.MethodNotAllowed(httpx.MethodNotAllowed)
+
+	// Operations, open without auth.
+	r.Method(http.MethodGet, "/healthz", h(s.Health))
+	r.Method(http.MethodGet, "/readyz", h(s.Ready))
+	if s.Metrics != nil {
+		r.Method(http.MethodGet, "/metrics", s.Metrics)
+	}
+	r.Method(http.MethodGet, "/openapi.yaml", Handler())
+	r.Method(http.MethodGet, "/ui", s.PoolPage.Page())
+
+	r.Route("/v1", func(r chi.Router) {
+		r.Use(exactPaths, s.Auth)
+		r.Method(http.MethodGet, "/scopes", h(a.listScopes))
+		r.With(admin).Method(http.MethodPost, "/config/sync", h(a.syncConfigs))
+		r.With(admin).Method(http.MethodGet, "/ui/state", h(a.poolPageState))
+		r.Route("/scopes/{scope}", func(r chi.Router) {
+			r.With(admin).Method(http.MethodDelete, "/", h(a.deleteScope))
+			r.Route("/sessions", func(r chi.Router) {
+				r.With(httpx.Waits).Method(http.MethodPost, "/", h(a.routeSession))
+				r.Method(http.MethodGet, "/{session}", h(onSession(s.Sessions.Get, func(b sm.Binding) any { return b })))
+				r.Method(http.MethodDelete, "/{session}", h(onSession(s.Sessions.End, answer("released"))))
+				r.Method(http.MethodPost, "/{session}/touch", h(onSession(s.Sessions.Touch, answer("touched"))))
+			})
+			r.Route("/pods", func(r chi.Router) {
+				r.With(httpx.Waits).Method(http.MethodPost, "/acquire", h(a.acquirePod))
+				r.Method(http.MethodPost, "/{pod}/release", h(onHold(s.Pods.ReleaseHold,
+					func(idle bool) any { return map[string]bool{"released": true, "idle": idle} })))
+				r.Method(http.MethodPost, "/{pod}/touch", h(onHold(s.Pods.TouchHold,
+					func(until time.Time) any { return map[string]string{"hold_until": holdTime(until)} })))
+			})
+			r.Method(http.MethodGet, "/pool", h(httpx.OnScope(s.Pods.Pool, func(_ string, p rm.Pool) any { return p })))
+			r.Route("/config", func(r chi.Router) {
+				r.Use(admin)
+				r.Method(http.MethodPut, "/", h(a.putConfig))
+				r.Method(http.MethodGet, "/", h(httpx.OnScope(s.Configs.Get, func(_ string, c warmpool.StoredConfig) any { return c })))
+				r.Method(http.MethodGet, "/history", h(a.configHistory))
+			})
+		})
+	})
+	return r
+}
+
+// exactPaths answers 404 for a path with a trailing slash: a sub-router's routes at
+// its own root ("/" under /v1/scopes/{scope}/sessions) match with and without one, and
+// the API has only the paths the document names.
+func exactPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") {
+			httpx.NotFound(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// handlers are the routes' handlers that need more than one call.
+type handlers struct{ Services }
+
+// answer replies with the one-key object {key: v}, as end and touch do.
+func answer(key string) func(bool) any {
+	return func(v bool) any { return map[string]bool{key: v} }
+}

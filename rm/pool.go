@@ -1,0 +1,65 @@
+package rm
+
+import (
+	"context"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/lua"
+)
+
+// Pool is a scope's pool: its pods and what waits for them (GET …/pool).
+type Pool struct {
+	ScopeID      string    `json:"scope_id"`
+	DeployVer    string    `json:"deploy_ver"`
+	MaxPods      int       `json:"max_pods"`
+	Pods         []PoolPod `json:"pods"`
+	Placeholders int       `json:"placeholders"`
+	Followers    int       `json:"followers"`
+	Waiters      int       `json:"waiters"`
+}
+
+// PoolPod is one pod of a Pool.
+type PoolPod struct {
+	PodID     string     `json:"pod_id"`
+	State     string     `json:"state"`
+	Sessions  int        `json:"sessions"`
+	Slots     int        `json:"slots"`
+	DeployVer string     `json:"deploy_ver"`
+	SSEURL    string     `json:"pod_sse_url"`
+	IdleSince *time.Time `json:"idle_since"`
+}
+
+// Pool reads a scope's pool. Errors: VALIDATION, SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
+func (m *Manager) Pool(ctx context.Context, scope string) (Pool, error) {
+	if err := warmpool.CheckScopeID(scope); err != nil {
+		return Pool{}, err
+	}
+	rec, err := m.store.Scope(ctx, scope)
+	if err != nil {
+		return Pool{}, err
+	}
+	snap, err := m.store.PoolSnapshot(ctx, scope)
+	if err != nil {
+		return Pool{}, err
+	}
+	p := Pool{
+		ScopeID: scope, DeployVer: rec.DeployVer, MaxPods: rec.Config.Pool.MaxPods(), Pods: make([]PoolPod, 0, len(snap.Pods)),
+		Placeholders: len(snap.Deploys), Followers: len(snap.Followers), Waiters: snap.Queued,
+	}
+	for _, sp := range snap.Pods {
+		pp := PoolPod{PodID: sp.Pod.ID, State: "busy", Sessions: sp.Sessions(), Slots: sp.Slots, DeployVer: sp.Pod.DeployVer, SSEURL: sp.Pod.SSEURL}
+		if sp.Idle {
+			since := sp.IdleSince.UTC()
+			pp.State, pp.IdleSince = "idle", &since
+		}
+		p.Pods = append(p.Pods, pp)
+	}
+	return p, nil
+}
+
+// Scopes reads the pool sizes of every published scope in one pass.
+// Errors: STORE_UNAVAILABLE.
+func (m *Manager) Scopes(ctx context.Context) ([]lua.ScopeCounts, error) {
+	return m.store.Counts(ctx)
+}

@@ -59,6 +59,18 @@ func (sc *script) keys(k *ScopeKeys, extra []string) ([]string, error) {
 	return append(keys, extra...), nil
 }
 
+// ScriptKeys are the KEYS the store passes to the script of file (a name in Scripts)
+// for the scope whose keys are k, with extra, the extra keys its wrapper gives (its
+// header names them), for tools that run a script as a replica does. Errors: no such
+// script, or not one extra key for each the script takes.
+func ScriptKeys(file string, k ScopeKeys, extra ...string) ([]string, error) {
+	sc, ok := scripts[file]
+	if !ok {
+		return nil, fmt.Errorf("no script %q", file)
+	}
+	return sc.keys(&k, extra)
+}
+
 // deadline is when the caller of a script stops waiting for its answer: ctx's
 // deadline, or the client's read timeout from now, whichever comes first; "0" for
 // none. It is wall-clock time, compared with Redis's own clock by _guard.lua, so it

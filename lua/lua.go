@@ -1,10 +1,13 @@
 // Package lua holds the Redis Lua scripts that make every pool and session mutation
-// atomic, the key schema (keys.go) and the Store that runs them. Its files go by what
-// they store: store.go runs a script and maps its failures, reply.go reads a script's
-// answer with every field type-checked, scopes.go, pods.go, deploys.go and sessions.go
-// wrap the scripts of each kind of state (each wrapper named after its script),
-// locks.go is the lease type, wake.go the pub/sub that wakes waiters and snapshot.go
-// the read-only views.
+// atomic, the key schema (keys.go, with the one fixed order in which a script takes a
+// scope's keys) and the Store that runs them. Its files go by what they do: lua.go
+// declares each script and the keys it takes, store.go runs a script and maps its
+// failures (the runner), protocol.go is the call protocol around the runner (KEYS, the
+// caller's deadline, due notes, the epoch check), reply.go reads a script's answer with
+// every field type-checked, scopes.go, pods.go, deploys.go and sessions.go wrap the
+// scripts of each kind of state (each wrapper named after its script), locks.go is the
+// lease type, wake.go the pub/sub that wakes waiters and snapshot.go the read-only
+// views.
 package lua
 
 import (

@@ -1,22 +1,46 @@
 -- _lib.lua: helpers prepended to every script; not a script of its own.
--- Key roles used below (each passed in KEYS by the calling script):
+--
+-- Keys. A script takes a scope's keys in one fixed order (lua/keys.go), those it needs,
+-- then the extra keys its wrapper gives (a request id's mark, a pod's tombstone, a
+-- lock). lua.go prepends the names of a script's KEYS in that order as KEY_NAMES, and
+-- scope_keys turns KEYS into a table by those names: the script and the helpers below
+-- read k.pods and k.slots, never a position in KEYS. The scope's keys, by name:
 --   epoch     STRING scope epoch (missing = Redis lost its data)
 --   config    HASH  published scope config
 --   pods      ZSET  pod id -> registered at (ms)
+--   podver    HASH  pod id -> deploy_ver
+--   podinfo   HASH  pod id -> pod JSON
 --   slots     HASH  pod id -> sessions + live claims on the pod
 --   idle      ZSET  pod id -> idle since (ms); a pod is idle only with 0 slots
+--   deploying ZSET  deploy member ("<fence>" or "<fence>w") -> lease deadline (ms)
+--   followers ZSET  "<deploy member>|<claim id>" -> deadline (ms)
 --   claims    ZSET  claim id -> deadline (ms)
 --   claimpod  HASH  claim id -> pod id, or a note for a follower whose deploy ended
 --                   without a pod: "!reason" when it failed, "!lost:reason" when it was
 --                   lost (see fail_followers)
---   deploying ZSET  deploy member ("<fence>" or "<fence>w") -> lease deadline (ms)
---   followers ZSET  "<deploy member>|<claim id>" -> deadline (ms)
+--   fence     STRING fencing counter
+--   sessions  HASH  session id -> pod id
+--   sexp      ZSET  session id -> expiry (ms)
 --   waiters   ZSET  waiter id -> deadline (ms): every live waiter, served a slot or not
 --   queue     ZSET  waiter id -> arrival number: the waiters still without a slot
+--   qseq      STRING arrival counter of the queue
 --   wake      the scope's pub/sub channel (a channel, in KEYS for its cluster slot)
+--   health    HASH  pod id -> consecutive failed probes
 --   dstats    HASH  "est" -> rolling estimate of the scope's deploy time (ms);
 --                   "start:<deploy member>" -> when that deploy in flight started (ms)
---
+--   due       STRING when the scope's next sweep work falls due (ms)
+--   deploylog LIST  the latest finished deploys, newest first
+
+-- scope_keys is the table of a script's KEYS by name (KEY_NAMES): k.pods is the
+-- scope's pods key, k.route_answer an extra key of session_route.lua.
+local function scope_keys(keys)
+  local k = {}
+  for i, name in ipairs(KEY_NAMES) do
+    k[name] = keys[i]
+  end
+  return k
+end
+
 -- The fair queue. A slot freed while waiters are queued is handed to the oldest live
 -- one inside the script that frees it: the slot stays counted and becomes a claim named
 -- after the waiter (a grant) with a short deadline, the waiter leaves the queue, and a
@@ -47,11 +71,11 @@ end
 -- Sweep due times. A script that leaves the sweeper work for later (a deadline in a
 -- ZSET, an idle pod's pod_ttl_s, a pool to refill to min_idle_pods) notes when that work
 -- falls due in the scope's due key (STRING, ms), which only ever moves earlier here; the
--- sweeper's scope_due.lua sets it to the scope's next due time after a visit. The caller
--- (Store.call) passes the scope's config and due keys as the last two KEYS of such a
--- script (taken off KEYS again before the script runs) and, when a note moved the due
--- time, gets {"DUE", due, answer} back and moves the scope in its shard's due index.
--- In a script without these keys the notes do nothing.
+-- sweeper's scope_due.lua sets it to the scope's next due time after a visit. lua.go
+-- marks the scripts that note (they take the config and due keys) and sets due.key and
+-- due.config before such a script runs; when a note moved the due time, the caller
+-- (Store.call) gets {"DUE", due, answer} back and moves the scope in its shard's due
+-- index. In the other scripts the notes do nothing.
 local due = {}
 
 -- note_due notes work of the scope due at t (ms; 0 = at once).
@@ -72,13 +96,13 @@ end
 
 -- note_idle notes a pod gone idle at now: reclaim looks at it when pod_ttl_s has passed,
 -- or at once in a deleted scope, whose pods are deleted as they go idle, and in a scope
--- with more pods (the ZSET pods) than max_pods, whose idle pods may be surplus.
-local function note_idle(now, pods)
+-- with more pods (k.pods) than max_pods, whose idle pods may be surplus.
+local function note_idle(k, now)
   if not due.key then
     return
   end
   if redis.call('HEXISTS', due.config, 'deleted') == 1
-    or redis.call('ZCARD', pods) > tonumber(redis.call('HGET', due.config, 'max_pods') or '0') then
+    or redis.call('ZCARD', k.pods) > tonumber(redis.call('HGET', due.config, 'max_pods') or '0') then
     note_due(now)
   else
     note_due(now + tonumber(redis.call('HGET', due.config, 'pod_ttl_ms') or '0'))
@@ -107,16 +131,16 @@ end
 -- deploy_ver. The sessions and holds already on them go on until they end.
 local RETIRED = 'retired'
 
--- published_config reads fields of the scope's published config (config HASH), deleted
--- or not, checking first that the scope is known and that Redis still has its data
--- (epoch STRING). Returns the fields, or nil and the answer to give: {"NO_SCOPE"} |
+-- published_config reads fields of the scope's published config (k.config), deleted or
+-- not, checking first that the scope is known and that Redis still has its data
+-- (k.epoch). Returns the fields, or nil and the answer to give: {"NO_SCOPE"} |
 -- {"EPOCH_LOST"}.
-local function published_config(epoch, config, ...)
-  local cfg = redis.call('HMGET', config, ...)
+local function published_config(k, ...)
+  local cfg = redis.call('HMGET', k.config, ...)
   if not cfg[1] then
     return nil, {'NO_SCOPE'}
   end
-  if redis.call('EXISTS', epoch) == 0 then
+  if redis.call('EXISTS', k.epoch) == 0 then
     return nil, {'EPOCH_LOST'}
   end
   return cfg
@@ -124,9 +148,9 @@ end
 
 -- scope_config is published_config for a live scope: a deleted one answers
 -- {"NO_SCOPE"} too, so it takes no new session, hold or deploy.
-local function scope_config(epoch, config, ...)
-  local cfg, refused = published_config(epoch, config, ...)
-  if cfg and redis.call('HEXISTS', config, 'deleted') == 1 then
+local function scope_config(k, ...)
+  local cfg, refused = published_config(k, ...)
+  if cfg and redis.call('HEXISTS', k.config, 'deleted') == 1 then
     return nil, {'NO_SCOPE'}
   end
   return cfg, refused
@@ -151,25 +175,25 @@ end
 -- count first (they take nothing and go as they empty anyway), then the current
 -- version's idle pods, the first to go idle first, then its busy pods, the last
 -- registered first: the surplus are those most nearly gone.
-local function surplus_pods(ver, max_pods, pods, podver, idle)
+local function surplus_pods(k, ver, max_pods)
   local set = {}
-  local excess = redis.call('ZCARD', pods) - max_pods
+  local excess = redis.call('ZCARD', k.pods) - max_pods
   if excess <= 0 then
     return set
   end
   local current = {}
-  for _, pod in ipairs(redis.call('ZRANGE', pods, 0, -1)) do
-    if redis.call('HGET', podver, pod) == ver then
+  for _, pod in ipairs(redis.call('ZRANGE', k.pods, 0, -1)) do
+    if redis.call('HGET', k.podver, pod) == ver then
       current[#current + 1] = pod
     else
       excess = excess - 1
     end
   end
-  for _, pod in ipairs(redis.call('ZRANGE', idle, 0, -1)) do
+  for _, pod in ipairs(redis.call('ZRANGE', k.idle, 0, -1)) do
     if excess <= 0 then
       return set
     end
-    if redis.call('HGET', podver, pod) == ver then
+    if redis.call('HGET', k.podver, pod) == ver then
       set[pod] = true
       excess = excess - 1
     end
@@ -191,23 +215,22 @@ end
 -- follower acquires again (follower_wait.lua answers "retry").
 local NO_SLOT = '!no slot left for it on the pod: pod_concurrency was lowered while it deployed'
 
--- handoff describes where the slots a script frees go: config is the scope's config
--- HASH (its deploy_ver, the only version whose pods' slots are handed on, its
--- pod_concurrency and max_pods), then the keys podver, claims, claimpod, waiters, queue
--- and wake, the script's now, the deadline of a grant and the publish command
--- (PUBLISH, or SPUBLISH on a cluster).
-local function handoff(config, podver, claims, claimpod, waiters, queue, wake, now, grant_deadline, publish)
-  local cfg = redis.call('HMGET', config, 'deploy_ver', 'pod_concurrency', 'max_pods')
-  return {ver = cfg[1], pc = tonumber(cfg[2]), max_pods = tonumber(cfg[3]), podver = podver, claims = claims,
-    claimpod = claimpod, waiters = waiters, queue = queue, wake = wake, now = now, grant_deadline = grant_deadline,
-    publish = publish}
+-- handoff describes where the slots a script frees go: the scope's keys k (its config
+-- says the deploy_ver, the only version whose pods' slots are handed on, its
+-- pod_concurrency and max_pods; the queue is k.waiters and k.queue, the grants go to
+-- k.claims and k.claimpod and the wake-ups to k.wake), the script's now, the deadline
+-- of a grant and the publish command (PUBLISH, or SPUBLISH on a cluster).
+local function handoff(k, now, grant_deadline, publish)
+  local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'pod_concurrency', 'max_pods')
+  return {ver = cfg[1], pc = tonumber(cfg[2]), max_pods = tonumber(cfg[3]), k = k, now = now,
+    grant_deadline = grant_deadline, publish = publish}
 end
 
 -- drop_waiters drops the waiters past their deadline (from the queue too).
 local function drop_waiters(q)
-  for _, w in ipairs(redis.call('ZRANGEBYSCORE', q.waiters, '-inf', q.now)) do
-    redis.call('ZREM', q.queue, w)
-    redis.call('ZREM', q.waiters, w)
+  for _, w in ipairs(redis.call('ZRANGEBYSCORE', q.k.waiters, '-inf', q.now)) do
+    redis.call('ZREM', q.k.queue, w)
+    redis.call('ZREM', q.k.waiters, w)
   end
 end
 
@@ -215,36 +238,36 @@ end
 -- on the way. Returns its id, or nil when nobody waits.
 local function next_waiter(q)
   while true do
-    local w = redis.call('ZRANGE', q.queue, 0, 0)[1]
+    local w = redis.call('ZRANGE', q.k.queue, 0, 0)[1]
     if not w then
       return nil
     end
-    redis.call('ZREM', q.queue, w)
-    local deadline = redis.call('ZSCORE', q.waiters, w)
+    redis.call('ZREM', q.k.queue, w)
+    local deadline = redis.call('ZSCORE', q.k.waiters, w)
     if deadline and tonumber(deadline) > q.now then
       return w
     end
-    redis.call('ZREM', q.waiters, w)
+    redis.call('ZREM', q.k.waiters, w)
   end
 end
 
 -- grant gives waiter w a slot of pod that the script already counts, and wakes only w.
 local function grant(q, w, pod)
-  redis.call('ZADD', q.claims, q.grant_deadline, w)
+  redis.call('ZADD', q.k.claims, q.grant_deadline, w)
   note_due(q.grant_deadline)
-  redis.call('HSET', q.claimpod, w, pod)
-  redis.call(q.publish, q.wake, w)
+  redis.call('HSET', q.k.claimpod, w, pod)
+  redis.call(q.publish, q.k.wake, w)
 end
 
 -- hand_off passes a slot being freed on pod, which holds n slots with it, to the oldest
 -- live waiter when the pod is of the current deploy_ver, not over pod_concurrency (n at
--- most the limit: handed on, the slot keeps n) and not beyond max_pods (pods and idle
--- are the scope's keys). Returns true when it did (the slot stays counted).
-local function hand_off(q, pods, idle, pod, n)
-  if not q or not q.ver or n > q.pc or redis.call('HGET', q.podver, pod) ~= q.ver then
+-- most the limit: handed on, the slot keeps n) and not beyond max_pods. Returns true
+-- when it did (the slot stays counted).
+local function hand_off(q, pod, n)
+  if not q or not q.ver or n > q.pc or redis.call('HGET', q.k.podver, pod) ~= q.ver then
     return false
   end
-  if surplus_pods(q.ver, q.max_pods, pods, q.podver, idle)[pod] then
+  if surplus_pods(q.k, q.ver, q.max_pods)[pod] then
     return false
   end
   local w = next_waiter(q)
@@ -258,21 +281,21 @@ end
 -- free_slot gives back one slot of a registered pod: to the oldest waiter when q (a
 -- handoff) has one, else the pod goes idle when it was the last slot and idle_on_zero is
 -- true. Returns the slots left, or -1 for an unknown pod.
-local function free_slot(pods, slots, idle, pod, now, idle_on_zero, q)
-  if not redis.call('ZSCORE', pods, pod) then
+local function free_slot(k, pod, now, idle_on_zero, q)
+  if not redis.call('ZSCORE', k.pods, pod) then
     return -1
   end
-  local held = tonumber(redis.call('HGET', slots, pod) or '0')
-  if hand_off(q, pods, idle, pod, held) then
+  local held = tonumber(redis.call('HGET', k.slots, pod) or '0')
+  if hand_off(q, pod, held) then
     return held
   end
-  local n = redis.call('HINCRBY', slots, pod, -1)
+  local n = redis.call('HINCRBY', k.slots, pod, -1)
   if n <= 0 then
     n = 0
-    redis.call('HSET', slots, pod, 0)
+    redis.call('HSET', k.slots, pod, 0)
     if idle_on_zero then
-      if redis.call('ZADD', idle, 'NX', now, pod) == 1 then
-        note_idle(now, pods)
+      if redis.call('ZADD', k.idle, 'NX', now, pod) == 1 then
+        note_idle(k, now)
       end
     end
   end
@@ -286,22 +309,22 @@ end
 
 -- release_claim drops one claim and frees its slot (see free_slot). Returns the pod
 -- ('' if none) and the slots left on it.
-local function release_claim(claims, claimpod, pods, slots, idle, claim, now, idle_on_zero, q)
-  local pod = redis.call('HGET', claimpod, claim)
-  redis.call('ZREM', claims, claim)
-  redis.call('HDEL', claimpod, claim)
+local function release_claim(k, claim, now, idle_on_zero, q)
+  local pod = redis.call('HGET', k.claimpod, claim)
+  redis.call('ZREM', k.claims, claim)
+  redis.call('HDEL', k.claimpod, claim)
   if holds_pod(pod) then
-    return pod, free_slot(pods, slots, idle, pod, now, idle_on_zero, q)
+    return pod, free_slot(k, pod, now, idle_on_zero, q)
   end
   return '', -1
 end
 
 -- expire_claims drops the claims whose holders never bound them by their deadline
 -- (expired holds and grants too); their slots go to waiters or idle. Returns how many.
-local function expire_claims(claims, claimpod, pods, slots, idle, now, q)
-  local gone = redis.call('ZRANGEBYSCORE', claims, '-inf', now)
+local function expire_claims(k, now, q)
+  local gone = redis.call('ZRANGEBYSCORE', k.claims, '-inf', now)
   for _, c in ipairs(gone) do
-    release_claim(claims, claimpod, pods, slots, idle, c, now, true, q)
+    release_claim(k, c, now, true, q)
   end
   return #gone
 end
@@ -315,20 +338,20 @@ local LOST = 'lost:'
 -- alike. One that was lost (lost true: its leader died or lost its lease, or Redis was
 -- too slow for its register) sends them to try again: the next acquire may lead a
 -- deploy of its own.
-local function fail_followers(followers, claims, claimpod, member, reason, deadline, lost)
+local function fail_followers(k, member, reason, deadline, lost)
   local prefix = member .. '|'
   local note = '!' .. reason
   if lost then
     note = '!' .. LOST .. reason
   end
   local n = 0
-  for _, f in ipairs(redis.call('ZRANGE', followers, 0, -1)) do
+  for _, f in ipairs(redis.call('ZRANGE', k.followers, 0, -1)) do
     if string.sub(f, 1, #prefix) == prefix then
       local c = string.sub(f, #prefix + 1)
-      redis.call('ZREM', followers, f)
-      redis.call('ZADD', claims, deadline, c)
+      redis.call('ZREM', k.followers, f)
+      redis.call('ZADD', k.claims, deadline, c)
       note_due(deadline)
-      redis.call('HSET', claimpod, c, note)
+      redis.call('HSET', k.claimpod, c, note)
       n = n + 1
     end
   end
@@ -338,40 +361,40 @@ end
 -- expire_deploys drops deploy leases whose leader stopped extending them (it died);
 -- their deploys are lost, not failed, so their followers try again. It also drops room
 -- entries past their own deadline.
-local function expire_deploys(deploying, followers, claims, claimpod, now, note_deadline)
-  for _, d in ipairs(redis.call('ZRANGEBYSCORE', deploying, '-inf', now)) do
-    redis.call('ZREM', deploying, d)
-    fail_followers(followers, claims, claimpod, d, 'the deploy lease expired: its leader is gone', note_deadline, true)
+local function expire_deploys(k, now, note_deadline)
+  for _, d in ipairs(redis.call('ZRANGEBYSCORE', k.deploying, '-inf', now)) do
+    redis.call('ZREM', k.deploying, d)
+    fail_followers(k, d, 'the deploy lease expired: its leader is gone', note_deadline, true)
   end
-  redis.call('ZREMRANGEBYSCORE', followers, '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', k.followers, '-inf', now)
 end
 
 -- deploy_started notes when a new deploy lease started, for the deploy time estimate,
 -- and drops the start times of deploys no longer in flight (leases that expired).
-local function deploy_started(dstats, deploying, member, now)
-  for _, f in ipairs(redis.call('HKEYS', dstats)) do
-    if string.sub(f, 1, 6) == 'start:' and not redis.call('ZSCORE', deploying, string.sub(f, 7)) then
-      redis.call('HDEL', dstats, f)
+local function deploy_started(k, member, now)
+  for _, f in ipairs(redis.call('HKEYS', k.dstats)) do
+    if string.sub(f, 1, 6) == 'start:' and not redis.call('ZSCORE', k.deploying, string.sub(f, 7)) then
+      redis.call('HDEL', k.dstats, f)
     end
   end
-  redis.call('HSET', dstats, 'start:' .. member, now)
+  redis.call('HSET', k.dstats, 'start:' .. member, now)
 end
 
 -- expire_pool drops the expired claims, then the expired deploy leases (sending their
 -- followers to try again) and room entries: the leftovers of crashed callers and leaders.
-local function expire_pool(pods, slots, idle, deploying, followers, claims, claimpod, now, note_deadline, q)
-  expire_claims(claims, claimpod, pods, slots, idle, now, q)
-  expire_deploys(deploying, followers, claims, claimpod, now, note_deadline)
+local function expire_pool(k, now, note_deadline, q)
+  expire_claims(k, now, q)
+  expire_deploys(k, now, note_deadline)
 end
 
 -- evict_session unbinds one session and frees its slot (see free_slot). Returns the pod
 -- it was on.
-local function evict_session(sessions, sexp, pods, slots, idle, sid, now, q)
-  local pod = redis.call('HGET', sessions, sid)
-  redis.call('HDEL', sessions, sid)
-  redis.call('ZREM', sexp, sid)
+local function evict_session(k, sid, now, q)
+  local pod = redis.call('HGET', k.sessions, sid)
+  redis.call('HDEL', k.sessions, sid)
+  redis.call('ZREM', k.sexp, sid)
   if pod then
-    free_slot(pods, slots, idle, pod, now, true, q)
+    free_slot(k, pod, now, true, q)
   end
   return pod
 end

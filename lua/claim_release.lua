@@ -1,20 +1,22 @@
 -- claim_release.lua: give back a claim that will not be bound to a session. Its slot
 -- goes to the oldest waiter, or is freed (the pod idle if it was the last).
--- KEYS[1] {s}:claims    ZSET claim id -> deadline (ms)
--- KEYS[2] {s}:claimpod  HASH claim id -> pod id | "!reason"
--- KEYS[3] {s}:pods      ZSET pod id -> registered at (ms)
--- KEYS[4] {s}:slots     HASH pod id -> sessions + claims
--- KEYS[5] {s}:idle      ZSET pod id -> idle since (ms)
--- KEYS[6] {s}:config    HASH published scope config
--- KEYS[7] {s}:podver    HASH pod id -> deploy_ver
--- KEYS[8] {s}:waiters   ZSET waiter id -> deadline (ms)
--- KEYS[9] {s}:queue     ZSET waiter id -> arrival number
--- KEYS[10] {s}:wake     the scope's wake-up channel
+-- KEYS[1]  {s}:config     HASH published scope config
+-- KEYS[2]  {s}:pods       ZSET pod id -> registered at (ms)
+-- KEYS[3]  {s}:podver     HASH pod id -> deploy_ver
+-- KEYS[4]  {s}:slots      HASH pod id -> sessions + claims
+-- KEYS[5]  {s}:idle       ZSET pod id -> idle since (ms)
+-- KEYS[6]  {s}:claims     ZSET claim id -> deadline (ms)
+-- KEYS[7]  {s}:claimpod   HASH claim id -> pod id | "!reason"
+-- KEYS[8]  {s}:waiters    ZSET waiter id -> deadline (ms)
+-- KEYS[9]  {s}:queue      ZSET waiter id -> arrival number
+-- KEYS[10] {s}:wake       the scope's wake-up channel
+-- KEYS[11] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- ARGV[1] claim id  ARGV[2] now (ms)  ARGV[3] grant deadline (ms)  ARGV[4] publish command
 -- Returns {pod or "", slots left or -1}
--- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
--- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
+-- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
+-- note moved the scope's due time; Store.call takes the note off.
+local k = scope_keys(KEYS)
 local now = tonumber(ARGV[2])
-local q = handoff(KEYS[6], KEYS[7], KEYS[1], KEYS[2], KEYS[8], KEYS[9], KEYS[10], now, ARGV[3], ARGV[4])
-local pod, n = release_claim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], now, true, q)
+local q = handoff(k, now, ARGV[3], ARGV[4])
+local pod, n = release_claim(k, ARGV[1], now, true, q)
 return {pod, tostring(n)}

@@ -5,9 +5,10 @@
 -- Returns 1 when extended, 0 when the lease is lost.
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
-local lease = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local k = scope_keys(KEYS)
+local lease = redis.call('ZSCORE', k.deploying, ARGV[1])
 if not lease or tonumber(lease) <= tonumber(ARGV[2]) then
   return 0
 end
-redis.call('ZADD', KEYS[1], 'XX', ARGV[3], ARGV[1])
+redis.call('ZADD', k.deploying, 'XX', ARGV[3], ARGV[1])
 return 1

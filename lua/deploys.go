@@ -11,7 +11,7 @@ import (
 // DeployExtend runs deploy_extend.lua: it extends a deploy lease to deadline; false
 // means the lease is lost.
 func (s *Store) DeployExtend(ctx context.Context, scope, deploy string, now, deadline time.Time) (bool, error) {
-	r, err := s.call(ctx, deployExtend, scope, []string{s.keys.Scope(scope).Deploying}, deploy, ms(now), ms(deadline))
+	r, err := s.call(ctx, deployExtend, s.keys.Scope(scope), nil, deploy, ms(now), ms(deadline))
 	if err != nil {
 		return false, err
 	}
@@ -36,8 +36,7 @@ func (s *Store) DeployKeepAlive(ctx context.Context, scope, deploy string, ttl t
 // (lost: its lease was lost, or its register kept missing Redis) sends them to try
 // again (FollowerLost). It returns how many followers were told.
 func (s *Store) DeployAbort(ctx context.Context, scope, deploy, reason string, lost bool, noteDeadline time.Time) (int, error) {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, deployAbort, scope, []string{k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.DeployStats}, deploy, reason, ms(noteDeadline), flag(lost))
+	r, err := s.call(ctx, deployAbort, s.keys.Scope(scope), nil, deploy, reason, ms(noteDeadline), flag(lost))
 	if err != nil {
 		return 0, err
 	}
@@ -67,8 +66,7 @@ type FollowerState struct {
 
 // FollowerWait runs follower_wait.lua: it reports where a follower stands.
 func (s *Store) FollowerWait(ctx context.Context, scope, deploy, room, claim string, now time.Time) (FollowerState, error) {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, followerWait, scope, []string{k.Deploying, k.Followers, k.ClaimPod, k.PodInfo}, deploy, room, claim, ms(now))
+	r, err := s.call(ctx, followerWait, s.keys.Scope(scope), nil, deploy, room, claim, ms(now))
 	if err != nil {
 		return FollowerState{}, err
 	}
@@ -85,9 +83,7 @@ func (s *Store) FollowerWait(ctx context.Context, scope, deploy, room, claim str
 // FollowerLeave runs follower_leave.lua: it takes a follower out of its room and gives
 // back a claim it already got.
 func (s *Store) FollowerLeave(ctx context.Context, scope, room, claim string, now time.Time) error {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, followerLeave, scope,
-		[]string{k.Followers, k.Claims, k.ClaimPod, k.Pods, k.Slots, k.Idle, k.Config, k.PodVer, k.Waiters, k.Queue, k.Wake},
+	r, err := s.call(ctx, followerLeave, s.keys.Scope(scope), nil,
 		append([]any{room, claim, ms(now)}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return err
@@ -100,9 +96,7 @@ func (s *Store) FollowerLeave(ctx context.Context, scope, room, claim string, no
 // oldest waiter, or is freed (a pod left with no slot goes idle). It returns the pod and
 // its slots left (-1 when the claim held no pod).
 func (s *Store) ClaimRelease(ctx context.Context, scope, claim string, now time.Time) (string, int, error) {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, claimRelease, scope,
-		[]string{k.Claims, k.ClaimPod, k.Pods, k.Slots, k.Idle, k.Config, k.PodVer, k.Waiters, k.Queue, k.Wake},
+	r, err := s.call(ctx, claimRelease, s.keys.Scope(scope), nil,
 		append([]any{claim, ms(now)}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return "", 0, err

@@ -10,26 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// noted takes the due note off the answer of a script that takes the due keys
-// ({"DUE", due, answer} when a note moved the scope's due time earlier) and moves the
-// scope in its shard of the due index to no later than that. The script has committed,
-// so a failed index write does not fail the call: the scope's due key has the time and
-// the sweeper's full pass indexes it.
-func (s *Store) noted(ctx context.Context, scope string, v any) any {
-	a, ok := v.([]any)
-	if !ok || len(a) < 2 || a[0] != "DUE" {
-		return v
-	}
-	due, _ := a[1].(string)
-	if t, err := strconv.ParseInt(due, 10, 64); err == nil {
-		_ = s.indexAtMost(ctx, scope, t)
-	}
-	if len(a) < 3 {
-		return nil
-	}
-	return a[2]
-}
-
 // indexAtMost moves scope in its due shard to t unless it is indexed earlier already.
 func (s *Store) indexAtMost(ctx context.Context, scope string, t int64) error {
 	return s.rdb.ZAddLT(ctx, s.keys.DueIndex(DueShard(scope)), redis.Z{Score: float64(t), Member: scope}).Err()
@@ -53,8 +33,7 @@ func (s *Store) DueScopes(ctx context.Context, shard int, now time.Time, limit i
 // after the index write and the earlier time restored. Errors: STORE_UNAVAILABLE.
 func (s *Store) ScopeDue(ctx context.Context, scope string, now time.Time) (time.Time, bool, error) {
 	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, scopeDue, scope,
-		[]string{k.Config, k.Due, k.SessExp, k.Claims, k.Deploying, k.Followers, k.Waiters, k.Idle, k.PodVer, k.Pods}, ms(now))
+	r, err := s.call(ctx, scopeDue, k, nil, ms(now))
 	if err != nil {
 		return time.Time{}, false, err
 	}

@@ -1,13 +1,14 @@
 -- fence_raise.lua: raise the fencing counter to at least the highest number a pod in
 -- the cluster carries, so that after Redis lost its data new deploys never reuse a
 -- live pod's number (and name).
--- KEYS[1] {s}:fence  STRING fencing counter
+-- KEYS[1] {s}:fence      STRING fencing counter
 -- ARGV[1] lowest allowed value
 -- Returns the counter.
-local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local k = scope_keys(KEYS)
+local cur = tonumber(redis.call('GET', k.fence) or '0')
 local want = tonumber(ARGV[1])
 if cur < want then
-  redis.call('SET', KEYS[1], want)
+  redis.call('SET', k.fence, want)
   return want
 end
 return cur

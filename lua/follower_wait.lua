@@ -2,14 +2,15 @@
 -- deploy was lost (a retry may succeed), its pod had no slot left for it (NO_SLOT: it
 -- acquires again), or it keeps waiting. A follower whose leader's lease expired leaves
 -- the room: that deploy is lost.
--- KEYS[1] {s}:deploying  ZSET deploy member -> lease deadline (ms)
--- KEYS[2] {s}:followers  ZSET "<deploy>|<claim>" -> deadline (ms)
--- KEYS[3] {s}:claimpod   HASH claim id -> pod id | "!reason" | "!lost:reason"
--- KEYS[4] {s}:podinfo    HASH pod id -> pod JSON
+-- KEYS[1] {s}:podinfo    HASH pod id -> pod JSON
+-- KEYS[2] {s}:deploying  ZSET deploy member -> lease deadline (ms)
+-- KEYS[3] {s}:followers  ZSET "<deploy>|<claim>" -> deadline (ms)
+-- KEYS[4] {s}:claimpod   HASH claim id -> pod id | "!reason" | "!lost:reason"
 -- ARGV[1] deploy member  ARGV[2] room member  ARGV[3] claim id  ARGV[4] now (ms)
 -- Returns {"ready", pod, pod JSON} | {"failed", reason} | {"lost", reason} | {"retry"}
 --   | {"wait"}
-local pod = redis.call('HGET', KEYS[3], ARGV[3])
+local k = scope_keys(KEYS)
+local pod = redis.call('HGET', k.claimpod, ARGV[3])
 if pod then
   if pod == NO_SLOT then
     return {'retry'}
@@ -20,17 +21,17 @@ if pod then
   if string.sub(pod, 1, 1) == '!' then
     return {'failed', string.sub(pod, 2)}
   end
-  return {'ready', pod, redis.call('HGET', KEYS[4], pod) or ''}
+  return {'ready', pod, redis.call('HGET', k.podinfo, pod) or ''}
 end
 local now = tonumber(ARGV[4])
-local lease = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local lease = redis.call('ZSCORE', k.deploying, ARGV[1])
 if not lease or tonumber(lease) <= now then
-  redis.call('ZREM', KEYS[2], ARGV[2])
+  redis.call('ZREM', k.followers, ARGV[2])
   return {'lost', 'the deploy lease expired: its leader is gone'}
 end
-local room = redis.call('ZSCORE', KEYS[2], ARGV[2])
+local room = redis.call('ZSCORE', k.followers, ARGV[2])
 if not room or tonumber(room) <= now then
-  redis.call('ZREM', KEYS[2], ARGV[2])
+  redis.call('ZREM', k.followers, ARGV[2])
   return {'failed', 'timed out waiting for the deploy'}
 end
 return {'wait'}

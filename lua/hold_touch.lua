@@ -1,26 +1,28 @@
 -- hold_touch.lua: extend a live hold on its pod to now + hold_ttl_s; acquire uses it to
 -- turn the claim it handed out into a hold.
 -- A deleted scope's holds go on until they end, so this works on it too.
--- KEYS[1] {s}:epoch     STRING scope epoch
--- KEYS[2] {s}:config    HASH   published scope config
--- KEYS[3] {s}:claims    ZSET   claim id -> deadline (ms)
--- KEYS[4] {s}:claimpod  HASH   claim id -> pod id | "!reason"
+-- KEYS[1] {s}:epoch      STRING scope epoch
+-- KEYS[2] {s}:config     HASH   published scope config
+-- KEYS[3] {s}:claims     ZSET   claim id -> deadline (ms)
+-- KEYS[4] {s}:claimpod   HASH   claim id -> pod id | "!reason"
+-- KEYS[5] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- ARGV[1] now (ms)  ARGV[2] hold id  ARGV[3] pod id
 -- Returns {"held", hold until (ms)} | {"unknown"} (no such live hold on that pod)
 --       | {"NO_SCOPE"} | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
--- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
+-- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
+-- note moved the scope's due time; Store.call takes the note off.
+local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
-local cfg, refused = published_config(KEYS[1], KEYS[2], 'hold_ttl_ms')
+local cfg, refused = published_config(k, 'hold_ttl_ms')
 if not cfg then
   return refused
 end
-local deadline = redis.call('ZSCORE', KEYS[3], ARGV[2])
-if redis.call('HGET', KEYS[4], ARGV[2]) ~= ARGV[3] or not deadline or tonumber(deadline) <= now then
+local deadline = redis.call('ZSCORE', k.claims, ARGV[2])
+if redis.call('HGET', k.claimpod, ARGV[2]) ~= ARGV[3] or not deadline or tonumber(deadline) <= now then
   return {'unknown'}
 end
 local until_ms = now + tonumber(cfg[1])
-redis.call('ZADD', KEYS[3], 'XX', until_ms, ARGV[2])
+redis.call('ZADD', k.claims, 'XX', until_ms, ARGV[2])
 return {'held', tostring(until_ms)}

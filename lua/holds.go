@@ -14,8 +14,7 @@ var ErrNoHold = warmpool.Errorf(warmpool.CodeHoldNotFound, "hold not found: unkn
 // HoldTouch runs hold_touch.lua: it extends a live hold (a claim on pod) to now plus the
 // scope's hold_ttl_s and returns its new deadline. Errors: ErrNoHold, SCOPE_NOT_FOUND.
 func (s *Store) HoldTouch(ctx context.Context, scope, hold, pod string, now time.Time) (time.Time, error) {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, holdTouch, scope, []string{k.Epoch, k.Config, k.Claims, k.ClaimPod}, ms(now), hold, pod)
+	r, err := s.call(ctx, holdTouch, s.keys.Scope(scope), nil, ms(now), hold, pod)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -30,9 +29,7 @@ func (s *Store) HoldTouch(ctx context.Context, scope, hold, pod string, now time
 // the oldest waiter or freed, and reports whether the pod is idle now.
 // Errors: ErrNoHold, SCOPE_NOT_FOUND.
 func (s *Store) HoldRelease(ctx context.Context, scope, hold, pod string, now time.Time) (bool, error) {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, holdRelease, scope,
-		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.Slots, k.Idle, k.Claims, k.ClaimPod, k.Waiters, k.Queue, k.Wake},
+	r, err := s.call(ctx, holdRelease, s.keys.Scope(scope), nil,
 		append([]any{ms(now), hold, pod}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return false, err

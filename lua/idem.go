@@ -53,7 +53,7 @@ type IdemClaimResult struct {
 // Errors: IDEMPOTENCY_MISMATCH (the id names another request), STORE_UNAVAILABLE.
 func (s *Store) IdemClaim(ctx context.Context, r IdemRequest, token string, ttl time.Duration) (IdemClaimResult, error) {
 	k := s.keys.Scope(r.Scope)
-	rep, err := s.call(ctx, idemClaim, r.Scope, []string{k.IdemMark(r.ID), k.RouteAnswer(r.ID)}, r.Fingerprint, token, ttl.Milliseconds())
+	rep, err := s.call(ctx, idemClaim, k, []string{k.IdemMark(r.ID), k.RouteAnswer(r.ID)}, r.Fingerprint, token, ttl.Milliseconds())
 	if err != nil {
 		return IdemClaimResult{}, err
 	}
@@ -74,7 +74,8 @@ func (s *Store) IdemClaim(ctx context.Context, r IdemRequest, token string, ttl 
 // ttl, if the mark is token's and its request still runs. It reports whether it kept
 // it. Errors: STORE_UNAVAILABLE.
 func (s *Store) IdemAnswer(ctx context.Context, scope, requestID, token string, answer []byte, ttl time.Duration) (bool, error) {
-	r, err := s.call(ctx, idemAnswer, scope, []string{s.keys.Scope(scope).IdemMark(requestID)}, token, answer, ttl.Milliseconds())
+	k := s.keys.Scope(scope)
+	r, err := s.call(ctx, idemAnswer, k, []string{k.IdemMark(requestID)}, token, answer, ttl.Milliseconds())
 	if err != nil {
 		return false, err
 	}
@@ -86,7 +87,8 @@ func (s *Store) IdemAnswer(ctx context.Context, scope, requestID, token string, 
 // token's and its request still runs. It reports whether it freed it.
 // Errors: STORE_UNAVAILABLE.
 func (s *Store) IdemRelease(ctx context.Context, scope, requestID, token string) (bool, error) {
-	r, err := s.call(ctx, idemRelease, scope, []string{s.keys.Scope(scope).IdemMark(requestID)}, token)
+	k := s.keys.Scope(scope)
+	r, err := s.call(ctx, idemRelease, k, []string{k.IdemMark(requestID)}, token)
 	if err != nil {
 		return false, err
 	}

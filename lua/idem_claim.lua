@@ -2,10 +2,10 @@
 -- owner token, or read what an earlier request of that id left there; an id that
 -- names another request (another fingerprint, in its mark or a route's answer) is
 -- refused, and nothing changes.
--- KEYS[1] {s}:idem:run:<id>    STRING  "<fingerprint>\n<owner token>\n<answer>", the
---                              answer "" while the first request runs; PX ttl
--- KEYS[2] {s}:idem:route:<id>  STRING  a route's answer, "<fingerprint>\n…"
---                              (session_route.lua)
+-- KEYS[1] idem_mark {s}:idem:run:<id>  STRING "<fingerprint>\n<owner token>\n<answer>",
+--         the answer "" while the first request runs; PX ttl
+-- KEYS[2] route_answer {s}:idem:route:<id>  STRING a route's answer, "<fingerprint>\n…"
+--         (session_route.lua)
 -- ARGV[1] fingerprint  ARGV[2] owner token  ARGV[3] ttl (ms)
 -- Returns {"won"} | {"running"} | {"done", answer} | {"mismatch"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
@@ -13,12 +13,13 @@
 -- a claim run after its caller gave up (Redis paused with the call queued) would
 -- leave a mark of a first request that runs nowhere, and every retry of the id would
 -- wait on it until the ttl.
-if idem_other(KEYS[1], ARGV[1]) or idem_other(KEYS[2], ARGV[1]) then
+local k = scope_keys(KEYS)
+if idem_other(k.idem_mark, ARGV[1]) or idem_other(k.route_answer, ARGV[1]) then
   return {'mismatch'}
 end
-local fp, _, answer = idem_mark(KEYS[1])
+local fp, _, answer = idem_mark(k.idem_mark)
 if not fp then
-  redis.call('SET', KEYS[1], ARGV[1] .. '\n' .. ARGV[2] .. '\n', 'PX', ARGV[3])
+  redis.call('SET', k.idem_mark, ARGV[1] .. '\n' .. ARGV[2] .. '\n', 'PX', ARGV[3])
   return {'won'}
 end
 if answer == '' then

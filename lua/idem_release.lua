@@ -2,12 +2,13 @@
 -- a retry runs again; only for the mark's owner while it runs: a first request that
 -- outlived its mark (the ttl passed and a retry took the id) leaves the retry's mark
 -- as it is.
--- KEYS[1] {s}:idem:run:<id>  STRING  "<fingerprint>\n<owner token>\n<answer>"
---                            (idem_claim.lua)
+-- KEYS[1] idem_mark {s}:idem:run:<id>  STRING "<fingerprint>\n<owner token>\n<answer>"
+--         (idem_claim.lua)
 -- ARGV[1] owner token
 -- Returns 1 when freed, 0 when the mark is not the caller's running one.
-local _, owner, answer = idem_mark(KEYS[1])
+local k = scope_keys(KEYS)
+local _, owner, answer = idem_mark(k.idem_mark)
 if owner ~= ARGV[1] or answer ~= '' then
   return 0
 end
-return redis.call('DEL', KEYS[1])
+return redis.call('DEL', k.idem_mark)

@@ -77,54 +77,168 @@ func (k Keyspace) Failing(shard int) string {
 // WakeChannel is the pub/sub channel that wakes the waiters of a scope.
 func (k Keyspace) WakeChannel(scope string) string { return k.Scope(scope).Wake }
 
-// Scope returns the keys of one scope. They are cut from one string built at once:
-// a warm route builds them for its one script call, and 23 strings cost 23
-// allocations.
+// A scopeKey is one of a scope's keys. The constants are the one fixed order in
+// which a script takes a scope's keys: its KEYS are the scope's keys it needs, in
+// this order, then the extra keys its wrapper gives (lua.go declares both for each
+// script; the scripts' headers list them in that order, which a test checks).
+type scopeKey int
+
+// The scope's keys, in their fixed order.
+const (
+	keyEpoch scopeKey = iota
+	keyConfig
+	keyPods
+	keyPodVer
+	keyPodInfo
+	keySlots
+	keyIdle
+	keyDeploying
+	keyFollowers
+	keyClaims
+	keyClaimPod
+	keyFence
+	keySessions
+	keySessExp
+	keyWaiters
+	keyQueue
+	keyQSeq
+	keyWake
+	keyHealth
+	keyDeployStats
+	keyDue
+	keyDeployLog
+	numScopeKeys
+)
+
+// scopeKeyNames name the scope's keys: each name is the last part of the key's name in
+// Redis, the key's field in a script's key table (scope_keys in _lib.lua: k.pods) and
+// how scripts' headers write it ({s}:pods).
+var scopeKeyNames = [numScopeKeys]string{
+	keyEpoch:       "epoch",
+	keyConfig:      "config",
+	keyPods:        "pods",
+	keyPodVer:      "podver",
+	keyPodInfo:     "podinfo",
+	keySlots:       "slots",
+	keyIdle:        "idle",
+	keyDeploying:   "deploying",
+	keyFollowers:   "followers",
+	keyClaims:      "claims",
+	keyClaimPod:    "claimpod",
+	keyFence:       "fence",
+	keySessions:    "sessions",
+	keySessExp:     "sexp",
+	keyWaiters:     "waiters",
+	keyQueue:       "queue",
+	keyQSeq:        "qseq",
+	keyWake:        "wake",
+	keyHealth:      "health",
+	keyDeployStats: "dstats",
+	keyDue:         "due",
+	keyDeployLog:   "deploylog",
+}
+
+// scopeKeyNamesLen is the length of the scope's key names together: Scope cuts the
+// keys from one string of numScopeKeys prefixes and these names.
+var scopeKeyNamesLen = func() int {
+	n := 0
+	for _, name := range scopeKeyNames {
+		n += len(name)
+	}
+	return n
+}()
+
+// Scope returns the keys of one scope. They are cut from one string built at once: a
+// warm route builds them for its one script call, and a string per key would cost an
+// allocation per key.
 func (k Keyspace) Scope(id string) ScopeKeys {
 	p := k.prefix + "{" + id + "}:"
 	var b strings.Builder
-	b.Grow(scopeKeyCount*len(p) + scopeKeySuffixes)
-	key := func(suffix string) string {
+	b.Grow(int(numScopeKeys)*len(p) + scopeKeyNamesLen)
+	key := func(n scopeKey) string {
 		start := b.Len()
 		b.WriteString(p)
-		b.WriteString(suffix)
+		b.WriteString(scopeKeyNames[n])
 		return b.String()[start:]
 	}
 	return ScopeKeys{
 		ID:          id,
 		base:        p,
-		Epoch:       key("epoch"),
-		Config:      key("config"),
-		Pods:        key("pods"),
-		PodVer:      key("podver"),
-		PodInfo:     key("podinfo"),
-		Slots:       key("slots"),
-		Idle:        key("idle"),
-		Deploying:   key("deploying"),
-		Followers:   key("followers"),
-		Claims:      key("claims"),
-		ClaimPod:    key("claimpod"),
-		Fence:       key("fence"),
-		Sessions:    key("sessions"),
-		SessExp:     key("sexp"),
-		Waiters:     key("waiters"),
-		Queue:       key("queue"),
-		QSeq:        key("qseq"),
-		Wake:        key("wake"),
-		Health:      key("health"),
-		DeployStats: key("dstats"),
-		Due:         key("due"),
-		DeployLog:   key("deploylog"),
+		Epoch:       key(keyEpoch),
+		Config:      key(keyConfig),
+		Pods:        key(keyPods),
+		PodVer:      key(keyPodVer),
+		PodInfo:     key(keyPodInfo),
+		Slots:       key(keySlots),
+		Idle:        key(keyIdle),
+		Deploying:   key(keyDeploying),
+		Followers:   key(keyFollowers),
+		Claims:      key(keyClaims),
+		ClaimPod:    key(keyClaimPod),
+		Fence:       key(keyFence),
+		Sessions:    key(keySessions),
+		SessExp:     key(keySessExp),
+		Waiters:     key(keyWaiters),
+		Queue:       key(keyQueue),
+		QSeq:        key(keyQSeq),
+		Wake:        key(keyWake),
+		Health:      key(keyHealth),
+		DeployStats: key(keyDeployStats),
+		Due:         key(keyDue),
+		DeployLog:   key(keyDeployLog),
 	}
 }
 
-// scopeKeyCount and scopeKeySuffixes size the string Scope cuts the keys from: the
-// number of keys and the length of their suffixes together (a larger string than
-// needed wastes a little; a smaller one costs another allocation).
-const (
-	scopeKeyCount    = 22
-	scopeKeySuffixes = 130
-)
+// key is the scope's key n.
+func (s *ScopeKeys) key(n scopeKey) string {
+	switch n {
+	case keyEpoch:
+		return s.Epoch
+	case keyConfig:
+		return s.Config
+	case keyPods:
+		return s.Pods
+	case keyPodVer:
+		return s.PodVer
+	case keyPodInfo:
+		return s.PodInfo
+	case keySlots:
+		return s.Slots
+	case keyIdle:
+		return s.Idle
+	case keyDeploying:
+		return s.Deploying
+	case keyFollowers:
+		return s.Followers
+	case keyClaims:
+		return s.Claims
+	case keyClaimPod:
+		return s.ClaimPod
+	case keyFence:
+		return s.Fence
+	case keySessions:
+		return s.Sessions
+	case keySessExp:
+		return s.SessExp
+	case keyWaiters:
+		return s.Waiters
+	case keyQueue:
+		return s.Queue
+	case keyQSeq:
+		return s.QSeq
+	case keyWake:
+		return s.Wake
+	case keyHealth:
+		return s.Health
+	case keyDeployStats:
+		return s.DeployStats
+	case keyDue:
+		return s.Due
+	case keyDeployLog:
+		return s.DeployLog
+	}
+	panic("lua: no scope key " + strconv.Itoa(int(n)))
+}
 
 // ScopeKeys are the keys of one scope; see each script's header for their types.
 type ScopeKeys struct {

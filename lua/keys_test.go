@@ -7,14 +7,13 @@ import (
 )
 
 // TestScopeKeys checks that every key of a scope is the prefix, the scope's hash tag
-// and a name of its own, that Scope makes room for every key in the one string it
-// cuts them from (scopeKeyCount, scopeKeySuffixes), and that the keys cost two
-// allocations: their common part and that string.
+// and a name of its own, that the fixed order names every key once and ScopeKeys.key
+// gives each field its name, and that the keys cost two allocations: their common part
+// and the one string Scope cuts them from.
 func TestScopeKeys(t *testing.T) {
 	k := NewKeyspace("p:").Scope("s1")
 	v := reflect.ValueOf(k)
 	seen := map[string]string{}
-	suffixes := 0
 	for i := range v.NumField() {
 		f := v.Type().Field(i)
 		if !f.IsExported() || f.Name == "ID" {
@@ -29,11 +28,18 @@ func TestScopeKeys(t *testing.T) {
 			t.Errorf("%s and %s are both %q", other, f.Name, key)
 		}
 		seen[key] = f.Name
-		suffixes += len(name)
 	}
-	if len(seen) != scopeKeyCount || suffixes != scopeKeySuffixes {
-		t.Errorf("Scope makes %d keys with names of %d bytes together; scopeKeyCount and scopeKeySuffixes say %d and %d",
-			len(seen), suffixes, scopeKeyCount, scopeKeySuffixes)
+	if len(seen) != int(numScopeKeys) {
+		t.Errorf("ScopeKeys has %d keys, the fixed order %d", len(seen), numScopeKeys)
+	}
+	for n := range numScopeKeys {
+		want := "p:{s1}:" + scopeKeyNames[n]
+		if got := k.key(n); got != want {
+			t.Errorf("key %d (%s) = %q, want %q", n, scopeKeyNames[n], got, want)
+		}
+		if _, ok := seen[want]; !ok {
+			t.Errorf("no field of ScopeKeys is %q", want)
+		}
 	}
 	ks := NewKeyspace("wp:")
 	if n := testing.AllocsPerRun(100, func() { ks.Scope("a-scope") }); n > 2 {

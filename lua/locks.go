@@ -23,7 +23,7 @@ type Lock struct {
 // Errors: warmpool.ErrNotObtained when another holder has it, STORE_UNAVAILABLE.
 func (s *Store) Obtain(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	l := &Lock{store: s, key: key, token: warmpool.NewID(), ttl: ttl}
-	r, err := s.call(ctx, lockObtain, "", []string{key}, l.token, ttl.Milliseconds())
+	r, err := s.call(ctx, lockObtain, ScopeKeys{}, []string{key}, l.token, ttl.Milliseconds())
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +48,7 @@ func (s *Store) Held(ctx context.Context, key string) (bool, error) {
 
 // extend runs lock_extend.lua; false means the lock is no longer the holder's.
 func (l *Lock) extend(ctx context.Context) (bool, error) {
-	r, err := l.store.call(ctx, lockExtend, "", []string{l.key}, l.token, l.ttl.Milliseconds())
+	r, err := l.store.call(ctx, lockExtend, ScopeKeys{}, []string{l.key}, l.token, l.ttl.Milliseconds())
 	if err != nil {
 		return false, err
 	}
@@ -67,7 +67,7 @@ func (l *Lock) KeepAlive(ctx context.Context) (context.Context, func() error) {
 // Release gives the lock up with lock_release.lua. Errors: warmpool.ErrLockNotHeld
 // when it is no longer the holder's (expired, or taken by another), STORE_UNAVAILABLE.
 func (l *Lock) Release(ctx context.Context) error {
-	r, err := l.store.call(ctx, lockRelease, "", []string{l.key}, l.token)
+	r, err := l.store.call(ctx, lockRelease, ScopeKeys{}, []string{l.key}, l.token)
 	if err != nil {
 		return err
 	}

@@ -1,14 +1,19 @@
 // Package lua holds the Redis Lua scripts that make every pool and session mutation
-// atomic, the key schema (keys.go) and the Store that runs them. Its files go by what
-// they store: store.go runs a script and maps its failures, reply.go reads a script's
-// answer with every field type-checked, scopes.go, pods.go, deploys.go and sessions.go
-// wrap the scripts of each kind of state (each wrapper named after its script),
-// locks.go is the lease type, wake.go the pub/sub that wakes waiters and snapshot.go
-// the read-only views.
+// atomic, the key schema (keys.go, with the one fixed order in which a script takes a
+// scope's keys) and the Store that runs them. Its files go by what they do: lua.go
+// declares each script and the keys it takes, store.go runs a script and maps its
+// failures (the runner), protocol.go is the call protocol around the runner (KEYS, the
+// caller's deadline, due notes, the epoch check), reply.go reads a script's answer with
+// every field type-checked, scopes.go, pods.go, deploys.go and sessions.go wrap the
+// scripts of each kind of state (each wrapper named after its script), locks.go is the
+// lease type, wake.go the pub/sub that wakes waiters and snapshot.go the read-only
+// views.
 package lua
 
 import (
 	"embed"
+	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -32,54 +37,83 @@ type script struct {
 	metric string
 	// guarded scripts change state on a caller's behalf and take its deadline.
 	guarded bool
-	// due scripts take the scope's config and due keys as their last two KEYS and
-	// note the sweep work they leave (see note_due in _lib.lua).
+	// due scripts note the sweep work they leave (see note_due in _lib.lua): they take
+	// the scope's config and due keys, and may answer {"DUE", due, answer}.
 	due bool
+	// scope are the scope's keys the script takes, in the fixed order (keys.go), and
+	// extra the names of the keys its wrapper gives after them: together, its KEYS.
+	scope []scopeKey
+	extra []string
 	*redis.Script
 }
 
-// The scripts, one per file; see each file's header for its KEYS, ARGV and result.
+// The scripts, one per file, each with the scope's keys it takes (by name, in the
+// fixed order of keys.go) and the names of the extra keys its wrapper gives after
+// them; see each file's header for its KEYS, ARGV and result.
 // Guarded scripts refuse a call run after its caller's deadline (_guard.lua); the
 // others only give back, complete or read what a caller holds (a claim, a room entry,
 // a lock, an idempotency mark) or raise a counter, which is as right late as on time.
 var (
-	podAcquire     = notes(load("pod_acquire.lua", guarded))
-	podRegister    = notes(load("pod_register.lua", guarded))
-	podPurge       = notes(load("pod_purge.lua", guarded))
-	podPlaceholder = notes(load("pod_placeholder.lua", guarded))
-	podAdopt       = notes(load("pod_adopt.lua", guarded))
-	podHealth      = load("pod_health.lua", guarded)
-	fenceRaise     = load("fence_raise.lua", unguarded)
-	deployExtend   = load("deploy_extend.lua", guarded)
-	deployAbort    = notes(load("deploy_abort.lua", unguarded))
-	followerWait   = load("follower_wait.lua", unguarded)
-	followerLeave  = notes(load("follower_leave.lua", unguarded))
-	claimRelease   = notes(load("claim_release.lua", unguarded))
-	holdTouch      = notes(load("hold_touch.lua", guarded))
-	idemClaim      = load("idem_claim.lua", guarded)
-	idemAnswer     = load("idem_answer.lua", unguarded)
-	idemRelease    = load("idem_release.lua", unguarded)
-	holdRelease    = notes(load("hold_release.lua", unguarded))
-	lockObtain     = load("lock_obtain.lua", guarded)
-	lockExtend     = load("lock_extend.lua", guarded)
-	lockRelease    = load("lock_release.lua", unguarded)
-	sessionRoute   = notes(load("session_route.lua", guarded))
-	sessionTouch   = notes(load("session_touch.lua", guarded))
-	sessionEnd     = notes(load("session_end.lua", guarded))
-	sessionEvict   = notes(load("session_evict.lua", guarded))
-	sessionGet     = load("session_get.lua", unguarded)
-	waiterLeave    = notes(load("waiter_leave.lua", unguarded))
-	scopePublish   = notes(load("scope_publish.lua", guarded))
-	scopeRepair    = notes(load("scope_repair.lua", guarded))
-	scopeDelete    = notes(load("scope_delete.lua", guarded))
-	scopeForget    = load("scope_forget.lua", guarded)
-	scopeDue       = load("scope_due.lua", unguarded)
+	podAcquire = load("pod_acquire.lua", guarded|notes,
+		"epoch config pods podver podinfo slots idle deploying followers claims claimpod fence waiters queue wake dstats due")
+	podRegister = load("pod_register.lua", guarded|notes,
+		"epoch config pods podver podinfo slots idle deploying followers claims claimpod waiters queue wake dstats due")
+	podPurge = load("pod_purge.lua", guarded|notes,
+		"epoch config pods podver podinfo slots idle claimpod sessions sexp health due", "gone")
+	podPlaceholder = load("pod_placeholder.lua", guarded|notes,
+		"epoch config pods podver slots idle deploying followers claims claimpod fence waiters queue wake dstats due")
+	podAdopt = load("pod_adopt.lua", guarded|notes,
+		"config pods podver podinfo slots idle deploying claims claimpod due", "gone")
+	podHealth     = load("pod_health.lua", guarded, "pods health")
+	fenceRaise    = load("fence_raise.lua", unguarded, "fence")
+	deployExtend  = load("deploy_extend.lua", guarded, "deploying")
+	deployAbort   = load("deploy_abort.lua", unguarded|notes, "config deploying followers claims claimpod dstats due")
+	followerWait  = load("follower_wait.lua", unguarded, "podinfo deploying followers claimpod")
+	followerLeave = load("follower_leave.lua", unguarded|notes,
+		"config pods podver slots idle followers claims claimpod waiters queue wake due")
+	claimRelease = load("claim_release.lua", unguarded|notes,
+		"config pods podver slots idle claims claimpod waiters queue wake due")
+	holdTouch   = load("hold_touch.lua", guarded|notes, "epoch config claims claimpod due")
+	holdRelease = load("hold_release.lua", unguarded|notes,
+		"epoch config pods podver slots idle claims claimpod waiters queue wake due")
+	idemClaim    = load("idem_claim.lua", guarded, "", "idem_mark", "route_answer")
+	idemAnswer   = load("idem_answer.lua", unguarded, "", "idem_mark")
+	idemRelease  = load("idem_release.lua", unguarded, "", "idem_mark")
+	lockObtain   = load("lock_obtain.lua", guarded, "", "lock")
+	lockExtend   = load("lock_extend.lua", guarded, "", "lock")
+	lockRelease  = load("lock_release.lua", unguarded, "", "lock")
+	sessionRoute = load("session_route.lua", guarded|notes,
+		"epoch config pods podver podinfo slots idle claims claimpod sessions sexp waiters queue qseq wake due",
+		"route_answer", "idem_mark")
+	sessionTouch = load("session_touch.lua", guarded|notes,
+		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due")
+	sessionEnd = load("session_end.lua", guarded|notes,
+		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due")
+	sessionEvict = load("session_evict.lua", guarded|notes,
+		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due")
+	sessionGet  = load("session_get.lua", unguarded, "config podinfo sessions sexp")
+	waiterLeave = load("waiter_leave.lua", unguarded|notes,
+		"config pods podver slots idle claims claimpod waiters queue wake due")
+	scopePublish = load("scope_publish.lua", guarded|notes, "epoch config due")
+	scopeRepair  = load("scope_repair.lua", guarded|notes,
+		"epoch config pods podver slots idle deploying followers claims claimpod sessions sexp waiters queue wake due")
+	scopeDelete = load("scope_delete.lua", guarded|notes,
+		"epoch config pods podver deploying followers claims claimpod waiters queue wake dstats due")
+	scopeForget = load("scope_forget.lua", guarded,
+		"epoch config pods podver podinfo slots idle deploying followers claims claimpod sessions sexp waiters queue qseq health dstats due deploylog")
+	scopeDue = load("scope_due.lua", unguarded, "config pods podver idle deploying followers claims sexp waiters due")
 )
 
-// Whether load prepends the deadline guard.
+// An option of a script (load).
+type option uint8
+
 const (
-	guarded   = true
-	unguarded = false
+	// unguarded: no option.
+	unguarded option = 0
+	// guarded: load prepends the deadline guard.
+	guarded option = 1 << iota
+	// notes: the script notes the sweep work it leaves (script.due).
+	notes
 )
 
 // Scripts maps each script file name to its script, so tests can check that every
@@ -87,41 +121,66 @@ const (
 // calls by its hash.
 var Scripts = map[string]*redis.Script{}
 
-// Sources maps each script file name to the source Redis runs: the shared helpers,
-// the guard and the due notes assembled around the file, as Scripts hashes it.
+// Sources maps each script file name to the source Redis runs: the names of its KEYS,
+// the shared helpers, the guard and the due notes assembled around the file, as
+// Scripts hashes it.
 var Sources = map[string]string{}
 
 // Guarded lists the scripts that take their caller's deadline as an extra last ARGV
 // and refuse with {"DEADLINE"} when run after it.
 var Guarded = map[string]bool{}
 
-func load(name string, guarded bool) *script {
-	s := &script{name: name, metric: strings.TrimSuffix(name, ".lua"), guarded: guarded}
-	if guarded {
+// scripts maps each script file name to its script.
+var scripts = map[string]*script{}
+
+// load reads and compiles the script of file name, which takes the scope's keys named
+// in scope (space-separated) and then the extra keys named.
+func load(name string, opts option, scope string, extra ...string) *script {
+	s := &script{name: name, metric: strings.TrimSuffix(name, ".lua"), guarded: opts&guarded != 0, due: opts&notes != 0, extra: extra}
+	for _, f := range strings.Fields(scope) {
+		n := slices.Index(scopeKeyNames[:], f)
+		if n < 0 {
+			panic(fmt.Sprintf("lua: %s takes %q, which is no key of a scope", name, f))
+		}
+		s.scope = append(s.scope, scopeKey(n))
+	}
+	if s.due && (s.position(keyConfig) == 0 || s.position(keyDue) == 0) {
+		panic(fmt.Sprintf("lua: %s notes due work but does not take the config and due keys", name))
+	}
+	if s.guarded {
 		Guarded[name] = true
 	}
 	s.compile()
+	scripts[name] = s
 	return s
 }
 
-// notes marks a script that notes the sweep work it leaves: it takes the due keys and
-// its body runs as a function whose answer due_reply passes on.
-func notes(s *script) *script {
-	s.due = true
-	s.compile()
-	return s
+// position is where the scope's key n is in the script's KEYS (from 1), 0 when the
+// script does not take it.
+func (s *script) position(n scopeKey) int {
+	return slices.Index(s.scope, n) + 1
 }
 
-// compile builds the script's source: the shared helpers, then the guard and the body,
-// wrapped for the due notes when the script takes them.
+// compile builds the script's source: the names of its KEYS (KEY_NAMES, which
+// scope_keys in _lib.lua gives its keys by), the shared helpers, then the guard and
+// the body, wrapped for the due notes when the script takes them.
 func (s *script) compile() {
-	src := lib + "\n"
+	names := make([]string, 0, len(s.scope)+len(s.extra))
+	for _, n := range s.scope {
+		names = append(names, "'"+scopeKeyNames[n]+"'")
+	}
+	for _, e := range s.extra {
+		names = append(names, "'"+e+"'")
+	}
+	src := "local KEY_NAMES = {" + strings.Join(names, ", ") + "}\n" + lib + "\n"
 	body := mustRead(s.name)
 	if s.guarded {
 		body = guard + "\n" + body
 	}
 	if s.due {
-		src += "due.key = table.remove(KEYS)\ndue.config = table.remove(KEYS)\nlocal function main()\n" + body + "end\nreturn due_reply(main())\n"
+		src += "local function main()\n" + body + "end\n" +
+			fmt.Sprintf("due.key, due.config = KEYS[%d], KEYS[%d]\n", s.position(keyDue), s.position(keyConfig)) +
+			"return due_reply(main())\n"
 	} else {
 		src += body
 	}

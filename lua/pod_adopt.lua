@@ -16,9 +16,10 @@
 -- KEYS[5]  {s}:slots      HASH   pod id -> sessions + claims
 -- KEYS[6]  {s}:idle       ZSET   pod id -> idle since (ms)
 -- KEYS[7]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
--- KEYS[8]  {s}:gone:<pod> STRING the pod's tombstone, set when it was purged
--- KEYS[9]  {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[10] {s}:claimpod   HASH   claim id -> pod id | "!reason"
+-- KEYS[8]  {s}:claims     ZSET   claim id -> deadline (ms)
+-- KEYS[9]  {s}:claimpod   HASH   claim id -> pod id | "!reason"
+-- KEYS[10] {s}:due        STRING when the scope's next sweep work falls due (ms)
+-- KEYS[11] gone {s}:gone:<pod>  STRING the pod's tombstone, set when it was purged
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] deploy_ver  ARGV[4] pod JSON
 -- ARGV[5] "1" when the pod's sessions are unknown, "0" when it has none
 -- Returns {"adopted"} | {"known"} | {"full"} (no room under max_pods)
@@ -26,58 +27,59 @@
 --       | {"NO_SCOPE"} (also for a deleted scope)
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
--- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
-local cfg = redis.call('HMGET', KEYS[1], 'max_pods', 'pod_concurrency', 'session_ttl_ms', 'deleted')
+-- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
+-- note moved the scope's due time; Store.call takes the note off.
+local k = scope_keys(KEYS)
+local cfg = redis.call('HMGET', k.config, 'max_pods', 'pod_concurrency', 'session_ttl_ms', 'deleted')
 if not cfg[1] or cfg[4] then
   return {'NO_SCOPE'}
 end
 local pod = ARGV[2]
 local now = tonumber(ARGV[1])
 local pc = tonumber(cfg[2])
-if redis.call('ZSCORE', KEYS[2], pod) then
+if redis.call('ZSCORE', k.pods, pod) then
   if ARGV[5] == '1' then
-    local slots = tonumber(redis.call('HGET', KEYS[5], pod) or '0')
+    local slots = tonumber(redis.call('HGET', k.slots, pod) or '0')
     local n, held = 0, 0
     while slots < pc and n < 2 * pc do
       n = n + 1
       local claim = 'adopted:' .. pod .. ':' .. n
-      if not redis.call('ZSCORE', KEYS[9], claim) then
-        redis.call('ZADD', KEYS[9], now + tonumber(cfg[3]), claim)
-        redis.call('HSET', KEYS[10], claim, pod)
+      if not redis.call('ZSCORE', k.claims, claim) then
+        redis.call('ZADD', k.claims, now + tonumber(cfg[3]), claim)
+        redis.call('HSET', k.claimpod, claim, pod)
         slots, held = slots + 1, held + 1
       end
     end
-    redis.call('HSET', KEYS[5], pod, slots)
+    redis.call('HSET', k.slots, pod, slots)
     if held > 0 then
       note_due(now + tonumber(cfg[3]))
     end
-    if redis.call('ZREM', KEYS[6], pod) == 1 then
+    if redis.call('ZREM', k.idle, pod) == 1 then
       note_fill()
     end
   end
   return {'known'}
 end
-if redis.call('EXISTS', KEYS[8]) == 1 then
+if redis.call('EXISTS', k.gone) == 1 then
   return {'gone'}
 end
-if redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[7]) >= tonumber(cfg[1]) then
+if redis.call('ZCARD', k.pods) + redis.call('ZCARD', k.deploying) >= tonumber(cfg[1]) then
   return {'full'}
 end
-redis.call('ZADD', KEYS[2], now, pod)
-redis.call('HSET', KEYS[3], pod, ARGV[3])
-redis.call('HSET', KEYS[4], pod, ARGV[4])
+redis.call('ZADD', k.pods, now, pod)
+redis.call('HSET', k.podver, pod, ARGV[3])
+redis.call('HSET', k.podinfo, pod, ARGV[4])
 if ARGV[5] ~= '1' then
-  redis.call('HSET', KEYS[5], pod, 0)
-  redis.call('ZADD', KEYS[6], now, pod)
-  note_idle(now, KEYS[2])
+  redis.call('HSET', k.slots, pod, 0)
+  redis.call('ZADD', k.idle, now, pod)
+  note_idle(k, now)
   return {'adopted'}
 end
 for n = 1, pc do
   local claim = 'adopted:' .. pod .. ':' .. n
-  redis.call('ZADD', KEYS[9], now + tonumber(cfg[3]), claim)
-  redis.call('HSET', KEYS[10], claim, pod)
+  redis.call('ZADD', k.claims, now + tonumber(cfg[3]), claim)
+  redis.call('HSET', k.claimpod, claim, pod)
 end
 note_due(now + tonumber(cfg[3]))
-redis.call('HSET', KEYS[5], pod, pc)
+redis.call('HSET', k.slots, pod, pc)
 return {'adopted'}

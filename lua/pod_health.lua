@@ -1,13 +1,14 @@
 -- pod_health.lua: count a registered pod's consecutive failed health probes; a
 -- passing probe resets the count.
--- KEYS[1] {s}:pods    ZSET pod id -> registered at (ms)
--- KEYS[2] {s}:health  HASH pod id -> consecutive failed probes
+-- KEYS[1] {s}:pods       ZSET pod id -> registered at (ms)
+-- KEYS[2] {s}:health     HASH pod id -> consecutive failed probes
 -- ARGV[1] pod id  ARGV[2] "1" when the probe passed, "0" when it failed
 -- Returns the consecutive failures now (0 for a passing probe or an unknown pod).
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
-if ARGV[2] == '1' or not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('HDEL', KEYS[2], ARGV[1])
+local k = scope_keys(KEYS)
+if ARGV[2] == '1' or not redis.call('ZSCORE', k.pods, ARGV[1]) then
+  redis.call('HDEL', k.health, ARGV[1])
   return 0
 end
-return redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+return redis.call('HINCRBY', k.health, ARGV[1], 1)

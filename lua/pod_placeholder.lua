@@ -16,6 +16,7 @@
 -- KEYS[13] {s}:queue      ZSET   waiter id -> arrival number
 -- KEYS[14] {s}:wake       the scope's wake-up channel
 -- KEYS[15] {s}:dstats     HASH   deploy time estimate and start times of deploys in flight
+-- KEYS[16] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- ARGV[1] now (ms)  ARGV[2] lease deadline (ms)  ARGV[3] note deadline (ms)
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command (expired claims' slots go to
 -- waiters first)
@@ -23,26 +24,27 @@
 --       | {"max_reached"} | {"busy"} (parallel bound) | {"NO_SCOPE"} | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
--- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
+-- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
+-- note moved the scope's due time; Store.call takes the note off.
+local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
-local cfg, refused = scope_config(KEYS[1], KEYS[2], 'deploy_ver', 'max_pods', 'parallel', 'min_idle', 'deploy')
+local cfg, refused = scope_config(k, 'deploy_ver', 'max_pods', 'parallel', 'min_idle', 'deploy')
 if not cfg then
   return refused
 end
 local ver, max_pods, parallel, min_idle = cfg[1], tonumber(cfg[2]), tonumber(cfg[3]), tonumber(cfg[4])
-local q = handoff(KEYS[2], KEYS[4], KEYS[9], KEYS[10], KEYS[12], KEYS[13], KEYS[14], now, ARGV[4], ARGV[5])
-expire_pool(KEYS[3], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], now, ARGV[3], q)
+local q = handoff(k, now, ARGV[4], ARGV[5])
+expire_pool(k, now, ARGV[3], q)
 
 -- an idle pod beyond max_pods is not kept warm: it does not count
-local surplus = surplus_pods(ver, max_pods, KEYS[3], KEYS[4], KEYS[6])
+local surplus = surplus_pods(k, ver, max_pods)
 local warm = 0
-for _, pod in ipairs(redis.call('ZRANGE', KEYS[6], 0, -1)) do
-  if redis.call('HGET', KEYS[4], pod) == ver and not surplus[pod] then
+for _, pod in ipairs(redis.call('ZRANGE', k.idle, 0, -1)) do
+  if redis.call('HGET', k.podver, pod) == ver and not surplus[pod] then
     warm = warm + 1
   end
 end
-local deploys = redis.call('ZRANGE', KEYS[7], 0, -1)
+local deploys = redis.call('ZRANGE', k.deploying, 0, -1)
 for _, d in ipairs(deploys) do
   if string.sub(d, -1) == 'w' then
     warm = warm + 1
@@ -51,15 +53,15 @@ end
 if warm >= min_idle then
   return {'enough'}
 end
-if redis.call('ZCARD', KEYS[3]) + #deploys >= max_pods then
+if redis.call('ZCARD', k.pods) + #deploys >= max_pods then
   return {'max_reached'}
 end
 if #deploys >= parallel then
   return {'busy'}
 end
-local fence = redis.call('INCR', KEYS[11])
+local fence = redis.call('INCR', k.fence)
 local member = fence .. 'w'
-redis.call('ZADD', KEYS[7], ARGV[2], member)
-deploy_started(KEYS[15], KEYS[7], member, now)
+redis.call('ZADD', k.deploying, ARGV[2], member)
+deploy_started(k, member, now)
 note_due(ARGV[2])
 return {'deploy', member, tostring(fence), cfg[5]}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/warmpool/warmpool"
@@ -49,10 +48,7 @@ type AcquireResult struct {
 // PodAcquire runs pod_acquire.lua: a warm pod, a place in the room of a deploy in
 // flight, a new deploy lease, or max_reached.
 func (s *Store) PodAcquire(ctx context.Context, scope string, a AcquireArgs) (AcquireResult, error) {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, podAcquire, scope,
-		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Fence,
-			k.Waiters, k.Queue, k.Wake, k.DeployStats},
+	r, err := s.call(ctx, podAcquire, s.keys.Scope(scope), nil,
 		append([]any{ms(a.Now), a.Claim, ms(a.ClaimDeadline), ms(a.LeaseDeadline), a.RoomMargin.Milliseconds()}, s.handoffArgs(a.Now)...)...)
 	if err != nil {
 		return AcquireResult{}, err
@@ -76,19 +72,6 @@ func decodeAcquire(r *reply) (AcquireResult, error) {
 	return res, r.err()
 }
 
-// decodePod reads a pod's JSON record.
-func decodePod(id, raw string) (warmpool.Pod, error) {
-	var p warmpool.Pod
-	if raw == "" {
-		return p, fmt.Errorf("pod %q has no info", id)
-	}
-	if err := json.Unmarshal([]byte(raw), &p); err != nil {
-		return p, fmt.Errorf("pod %q info: %w", id, err)
-	}
-	p.ID = id
-	return p, nil
-}
-
 // ErrFenced: a deploy lease expired before its pod could be registered; the pod must be
 // deleted, not committed.
 var ErrFenced = errors.New("deploy lease lost before register")
@@ -100,14 +83,11 @@ var ErrFenced = errors.New("deploy lease lost before register")
 // a register whose answer never came may be tried again.
 // Errors: ErrFenced, EPOCH_LOST, STORE_UNAVAILABLE.
 func (s *Store) PodRegister(ctx context.Context, scope, deploy string, pod warmpool.Pod, leaderClaim string, now, claimDeadline time.Time) (int, error) {
-	k := s.keys.Scope(scope)
 	info, err := json.Marshal(pod)
 	if err != nil {
 		return 0, err
 	}
-	r, err := s.call(ctx, podRegister, scope,
-		[]string{k.Epoch, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod,
-			k.Config, k.Waiters, k.Queue, k.Wake, k.DeployStats},
+	r, err := s.call(ctx, podRegister, s.keys.Scope(scope), nil,
 		append([]any{ms(now), deploy, pod.ID, pod.DeployVer, string(info), leaderClaim, ms(claimDeadline)}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return 0, err
@@ -131,9 +111,7 @@ func (s *Store) PodPurge(ctx context.Context, scope, pod, reason string, idleSin
 	if idleSince != nil {
 		cond = ms(*idleSince)
 	}
-	r, err := s.call(ctx, podPurge, scope,
-		[]string{k.Epoch, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.ClaimPod, k.Sessions, k.SessExp, k.Health, k.Gone(pod)},
-		pod, reason, cond, GoneTTL.Milliseconds())
+	r, err := s.call(ctx, podPurge, k, []string{k.Gone(pod)}, pod, reason, cond, GoneTTL.Milliseconds())
 	if err != nil {
 		return nil, err
 	}
@@ -166,10 +144,7 @@ type PlaceholderResult struct {
 // PodPlaceholder runs pod_placeholder.lua: it reserves a warm-pool deploy lease when
 // the scope lacks idle pods.
 func (s *Store) PodPlaceholder(ctx context.Context, scope string, now, leaseDeadline, noteDeadline time.Time) (PlaceholderResult, error) {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, podPlaceholder, scope,
-		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Fence,
-			k.Waiters, k.Queue, k.Wake, k.DeployStats},
+	r, err := s.call(ctx, podPlaceholder, s.keys.Scope(scope), nil,
 		append([]any{ms(now), ms(leaseDeadline), ms(noteDeadline)}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return PlaceholderResult{}, err
@@ -205,9 +180,7 @@ func (s *Store) PodAdopt(ctx context.Context, pod warmpool.Pod, now time.Time, s
 	if err != nil {
 		return "", err
 	}
-	r, err := s.call(ctx, podAdopt, pod.ScopeID,
-		[]string{k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Deploying, k.Gone(pod.ID), k.Claims, k.ClaimPod},
-		ms(now), pod.ID, pod.DeployVer, string(info), flag(sessionsUnknown))
+	r, err := s.call(ctx, podAdopt, k, []string{k.Gone(pod.ID)}, ms(now), pod.ID, pod.DeployVer, string(info), flag(sessionsUnknown))
 	if err != nil {
 		return "", err
 	}
@@ -218,8 +191,7 @@ func (s *Store) PodAdopt(ctx context.Context, pod warmpool.Pod, now time.Time, s
 // PodHealth runs pod_health.lua: it counts a pod's consecutive failed probes and
 // returns the count.
 func (s *Store) PodHealth(ctx context.Context, scope, pod string, ok bool) (int, error) {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, podHealth, scope, []string{k.Pods, k.Health}, pod, flag(ok))
+	r, err := s.call(ctx, podHealth, s.keys.Scope(scope), nil, pod, flag(ok))
 	if err != nil {
 		return 0, err
 	}
@@ -229,7 +201,7 @@ func (s *Store) PodHealth(ctx context.Context, scope, pod string, ok bool) (int,
 
 // FenceRaise runs fence_raise.lua: it makes the scope's fencing counter at least atLeast.
 func (s *Store) FenceRaise(ctx context.Context, scope string, atLeast int64) error {
-	r, err := s.call(ctx, fenceRaise, scope, []string{s.keys.Scope(scope).Fence}, atLeast)
+	r, err := s.call(ctx, fenceRaise, s.keys.Scope(scope), nil, atLeast)
 	if err != nil {
 		return err
 	}

@@ -167,3 +167,17 @@ func (r *reply) pod(id, info int) warmpool.Pod {
 	}
 	return p
 }
+
+// decodePod reads a pod's JSON record, as pod_register.lua and pod_adopt.lua keep it
+// in a scope's podinfo HASH.
+func decodePod(id, raw string) (warmpool.Pod, error) {
+	var p warmpool.Pod
+	if raw == "" {
+		return p, fmt.Errorf("pod %q has no info", id)
+	}
+	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+		return p, fmt.Errorf("pod %q info: %w", id, err)
+	}
+	p.ID = id
+	return p, nil
+}

@@ -19,6 +19,7 @@
 -- KEYS[10] {s}:queue      ZSET   waiter id -> arrival number
 -- KEYS[11] {s}:wake       the scope's wake-up channel
 -- KEYS[12] {s}:dstats     HASH   deploy time estimate and start times of deploys in flight
+-- KEYS[13] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- ARGV[1] version deleted (the latest stored)  ARGV[2] note deadline (ms)
 -- ARGV[3] publish command  ARGV[4] broadcast wake-up message
 -- Returns {"deleted", pods} (how many pods the scope had) | {"unknown"} (never
@@ -26,12 +27,13 @@
 -- | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
--- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
-if redis.call('EXISTS', KEYS[1]) == 0 then
+-- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
+-- note moved the scope's due time; Store.call takes the note off.
+local k = scope_keys(KEYS)
+if redis.call('EXISTS', k.epoch) == 0 then
   return {'EPOCH_LOST'}
 end
-local cfg = redis.call('HMGET', KEYS[2], 'config', 'version', 'deleted')
+local cfg = redis.call('HMGET', k.config, 'config', 'version', 'deleted')
 if not cfg[1] or cfg[3] then
   return {'unknown'}
 end
@@ -39,19 +41,19 @@ local version = tonumber(ARGV[1])
 if tonumber(cfg[2]) > version then
   return {'newer'}
 end
-redis.call('HSET', KEYS[2], 'deleted', version, 'version', version)
-local pods = redis.call('ZRANGE', KEYS[3], 0, -1)
+redis.call('HSET', k.config, 'deleted', version, 'version', version)
+local pods = redis.call('ZRANGE', k.pods, 0, -1)
 for _, pod in ipairs(pods) do
-  redis.call('HSET', KEYS[4], pod, RETIRED)
+  redis.call('HSET', k.podver, pod, RETIRED)
 end
-for _, d in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
-  redis.call('ZREM', KEYS[5], d)
-  redis.call('HDEL', KEYS[12], 'start:' .. d)
-  fail_followers(KEYS[6], KEYS[7], KEYS[8], d, 'the scope was deleted', ARGV[2])
+for _, d in ipairs(redis.call('ZRANGE', k.deploying, 0, -1)) do
+  redis.call('ZREM', k.deploying, d)
+  redis.call('HDEL', k.dstats, 'start:' .. d)
+  fail_followers(k, d, 'the scope was deleted', ARGV[2])
 end
-if redis.call('ZCARD', KEYS[9]) > 0 then
-  redis.call('DEL', KEYS[9], KEYS[10])
-  redis.call(ARGV[3], KEYS[11], ARGV[4])
+if redis.call('ZCARD', k.waiters) > 0 then
+  redis.call('DEL', k.waiters, k.queue)
+  redis.call(ARGV[3], k.wake, ARGV[4])
 end
 note_due(0)
 return {'deleted', tostring(#pods)}

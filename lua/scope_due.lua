@@ -6,19 +6,20 @@
 -- time earlier (note_due in _lib.lua); this is the one script that moves it later,
 -- reading the state it is computed from in the same step, so a note made before it is
 -- counted and one made after it is kept.
--- KEYS[1] {s}:config     HASH   published scope config
--- KEYS[2] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[3] {s}:sexp       ZSET   session id -> expiry (ms)
--- KEYS[4] {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[5] {s}:deploying  ZSET   deploy member -> lease deadline (ms)
--- KEYS[6] {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
--- KEYS[7] {s}:waiters    ZSET   waiter id -> deadline (ms)
--- KEYS[8] {s}:idle       ZSET   pod id -> idle since (ms)
--- KEYS[9] {s}:podver     HASH   pod id -> deploy_ver
--- KEYS[10] {s}:pods      ZSET   pod id -> registered at (ms)
+-- KEYS[1]  {s}:config     HASH   published scope config
+-- KEYS[2]  {s}:pods       ZSET   pod id -> registered at (ms)
+-- KEYS[3]  {s}:podver     HASH   pod id -> deploy_ver
+-- KEYS[4]  {s}:idle       ZSET   pod id -> idle since (ms)
+-- KEYS[5]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
+-- KEYS[6]  {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
+-- KEYS[7]  {s}:claims     ZSET   claim id -> deadline (ms)
+-- KEYS[8]  {s}:sexp       ZSET   session id -> expiry (ms)
+-- KEYS[9]  {s}:waiters    ZSET   waiter id -> deadline (ms)
+-- KEYS[10] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- ARGV[1] now (ms)
 -- Returns the due time (ms, as a string), or "" when nothing is due (the key is deleted:
 -- an unknown scope has nothing due either).
+local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local t = nil
 local function at(v)
@@ -27,19 +28,19 @@ local function at(v)
     t = v
   end
 end
-for i = 3, 7 do
-  local first = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')
+for _, key in ipairs({k.sexp, k.claims, k.deploying, k.followers, k.waiters}) do
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if first[2] then
     at(first[2])
   end
 end
-local cfg = redis.call('HMGET', KEYS[1], 'deploy_ver', 'min_idle', 'pod_ttl_ms', 'max_pods')
+local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'min_idle', 'pod_ttl_ms', 'max_pods')
 if cfg[1] then
   local keep, ttl = tonumber(cfg[2]), tonumber(cfg[3])
-  local surplus = surplus_pods(cfg[1], tonumber(cfg[4]), KEYS[10], KEYS[9], KEYS[8])
-  local idle = redis.call('ZREVRANGE', KEYS[8], 0, -1, 'WITHSCORES')
+  local surplus = surplus_pods(k, cfg[1], tonumber(cfg[4]))
+  local idle = redis.call('ZREVRANGE', k.idle, 0, -1, 'WITHSCORES')
   for i = 1, #idle, 2 do
-    if redis.call('HGET', KEYS[9], idle[i]) ~= cfg[1] or surplus[idle[i]] then
+    if redis.call('HGET', k.podver, idle[i]) ~= cfg[1] or surplus[idle[i]] then
       at(now)
     elseif keep > 0 then
       keep = keep - 1
@@ -49,8 +50,8 @@ if cfg[1] then
   end
 end
 if not t then
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', k.due)
   return ''
 end
-redis.call('SET', KEYS[2], t)
+redis.call('SET', k.due, t)
 return tostring(t)

@@ -7,8 +7,9 @@
 -- the keyspace is live, so it is routable at once. A scope deleted at this version or
 -- a later one stays deleted (a sync that read the store before the delete publishes
 -- late); a newer version makes it live again, its pods of before staying retired.
--- KEYS[1] {s}:config  HASH   published scope config
--- KEYS[2] {s}:epoch   STRING scope epoch
+-- KEYS[1] {s}:epoch      STRING scope epoch
+-- KEYS[2] {s}:config     HASH   published scope config
+-- KEYS[3] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- ARGV[1] version  ARGV[2] global epoch ("" while the keyspace is being rebuilt)
 -- ARGV[3] n: the first n field pairs below say what the config is (compared at an
 --         equal version); the rest are derived from them
@@ -18,11 +19,12 @@
 --         {"conflict", field, published value} (same version, other content)
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
--- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
-local cur = redis.call('HGET', KEYS[1], 'version')
+-- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
+-- note moved the scope's due time; Store.call takes the note off.
+local k = scope_keys(KEYS)
+local cur = redis.call('HGET', k.config, 'version')
 local version = tonumber(ARGV[1])
-local deleted = redis.call('HGET', KEYS[1], 'deleted')
+local deleted = redis.call('HGET', k.config, 'deleted')
 if deleted and tonumber(deleted) >= version then
   return {'deleted'}
 end
@@ -34,7 +36,7 @@ if cur then
   if cur == version then
     local last = 3 + 2 * tonumber(ARGV[3])
     for i = 4, last, 2 do
-      local have = redis.call('HGET', KEYS[1], ARGV[i])
+      local have = redis.call('HGET', k.config, ARGV[i])
       if have and have ~= ARGV[i + 1] then
         return {'conflict', ARGV[i], have}
       end
@@ -45,10 +47,10 @@ local fields = {}
 for i = 4, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
-redis.call('HSET', KEYS[1], unpack(fields))
-redis.call('HDEL', KEYS[1], 'deleted')
+redis.call('HSET', k.config, unpack(fields))
+redis.call('HDEL', k.config, 'deleted')
 if ARGV[2] ~= '' then
-  redis.call('SET', KEYS[2], ARGV[2], 'NX')
+  redis.call('SET', k.epoch, ARGV[2], 'NX')
 end
 -- a new deploy_ver, min_idle_pods or pod_ttl_s changes what the sweeper has to do
 note_due(0)

@@ -5,20 +5,21 @@
 -- and claims on unknown pods are dropped, and the idle set is made to agree: a pod with
 -- a slot is not idle, and idle pods keep their idle_since.
 -- KEYS[1]  {s}:epoch      STRING scope epoch
--- KEYS[2]  {s}:pods       ZSET   pod id -> registered at (ms)
--- KEYS[3]  {s}:slots      HASH   pod id -> sessions + claims
--- KEYS[4]  {s}:idle       ZSET   pod id -> idle since (ms)
--- KEYS[5]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
--- KEYS[6]  {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
--- KEYS[7]  {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[8]  {s}:claimpod   HASH   claim id -> pod id | "!reason"
--- KEYS[9]  {s}:sessions   HASH   session id -> pod id
--- KEYS[10] {s}:sexp       ZSET   session id -> expiry (ms)
--- KEYS[11] {s}:waiters    ZSET   waiter id -> deadline (ms)
--- KEYS[12] {s}:config     HASH   published scope config
--- KEYS[13] {s}:podver     HASH   pod id -> deploy_ver
+-- KEYS[2]  {s}:config     HASH   published scope config
+-- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
+-- KEYS[4]  {s}:podver     HASH   pod id -> deploy_ver
+-- KEYS[5]  {s}:slots      HASH   pod id -> sessions + claims
+-- KEYS[6]  {s}:idle       ZSET   pod id -> idle since (ms)
+-- KEYS[7]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
+-- KEYS[8]  {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
+-- KEYS[9]  {s}:claims     ZSET   claim id -> deadline (ms)
+-- KEYS[10] {s}:claimpod   HASH   claim id -> pod id | "!reason"
+-- KEYS[11] {s}:sessions   HASH   session id -> pod id
+-- KEYS[12] {s}:sexp       ZSET   session id -> expiry (ms)
+-- KEYS[13] {s}:waiters    ZSET   waiter id -> deadline (ms)
 -- KEYS[14] {s}:queue      ZSET   waiter id -> arrival number
 -- KEYS[15] {s}:wake       the scope's wake-up channel
+-- KEYS[16] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- ARGV[1] now (ms)  ARGV[2] note deadline (ms)
 -- ARGV[3] "1" to recount (reads every session of the scope), "0" to expire only
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command
@@ -26,20 +27,21 @@
 --          expired deploys} | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work: Store.call appends the scope's config and due keys to KEYS (taken off
--- before this runs); the answer is then {"DUE", due, answer} when a note moved the due time.
-if redis.call('EXISTS', KEYS[1]) == 0 then
+-- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
+-- note moved the scope's due time; Store.call takes the note off.
+local k = scope_keys(KEYS)
+if redis.call('EXISTS', k.epoch) == 0 then
   return {'EPOCH_LOST'}
 end
 local now = tonumber(ARGV[1])
-local deploys = redis.call('ZCOUNT', KEYS[5], '-inf', now)
-local waiters = redis.call('ZCOUNT', KEYS[11], '-inf', now)
-local q = handoff(KEYS[12], KEYS[13], KEYS[7], KEYS[8], KEYS[11], KEYS[14], KEYS[15], now, ARGV[4], ARGV[5])
-expire_pool(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], now, ARGV[2], q)
+local deploys = redis.call('ZCOUNT', k.deploying, '-inf', now)
+local waiters = redis.call('ZCOUNT', k.waiters, '-inf', now)
+local q = handoff(k, now, ARGV[4], ARGV[5])
+expire_pool(k, now, ARGV[2], q)
 drop_waiters(q)
-for _, w in ipairs(redis.call('ZRANGE', KEYS[14], 0, -1)) do
-  if not redis.call('ZSCORE', KEYS[11], w) then
-    redis.call('ZREM', KEYS[14], w)
+for _, w in ipairs(redis.call('ZRANGE', k.queue, 0, -1)) do
+  if not redis.call('ZSCORE', k.waiters, w) then
+    redis.call('ZREM', k.queue, w)
     waiters = waiters + 1
   end
 end
@@ -48,7 +50,7 @@ if ARGV[3] ~= '1' then
 end
 
 local count = {}
-for _, pod in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+for _, pod in ipairs(redis.call('ZRANGE', k.pods, 0, -1)) do
   count[pod] = 0
 end
 -- tally counts the entries of an "id -> pod" HASH that name a registered pod and drops
@@ -70,27 +72,27 @@ local function tally(hash, zset, names_pod)
   end
   return dropped
 end
-local dropped_sessions = tally(KEYS[9], KEYS[10])
-local dropped_claims = tally(KEYS[8], KEYS[7], holds_pod)
+local dropped_sessions = tally(k.sessions, k.sexp)
+local dropped_claims = tally(k.claimpod, k.claims, holds_pod)
 local fixed = 0
-for _, pod in ipairs(redis.call('HKEYS', KEYS[3])) do
+for _, pod in ipairs(redis.call('HKEYS', k.slots)) do
   if not count[pod] then
-    redis.call('HDEL', KEYS[3], pod)
+    redis.call('HDEL', k.slots, pod)
     fixed = fixed + 1
   end
 end
 for pod, n in pairs(count) do
-  if tonumber(redis.call('HGET', KEYS[3], pod) or '-1') ~= n then
-    redis.call('HSET', KEYS[3], pod, n)
+  if tonumber(redis.call('HGET', k.slots, pod) or '-1') ~= n then
+    redis.call('HSET', k.slots, pod, n)
     fixed = fixed + 1
   end
   if n > 0 then
-    redis.call('ZREM', KEYS[4], pod)
+    redis.call('ZREM', k.idle, pod)
   end
 end
-for _, pod in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+for _, pod in ipairs(redis.call('ZRANGE', k.idle, 0, -1)) do
   if not count[pod] then
-    redis.call('ZREM', KEYS[4], pod)
+    redis.call('ZREM', k.idle, pod)
   end
 end
 return {tostring(fixed), tostring(dropped_sessions), tostring(dropped_claims), tostring(waiters), tostring(deploys)}

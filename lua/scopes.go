@@ -90,7 +90,7 @@ func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 		"deploy", deploy,
 		"config", full,
 	)
-	r, err := s.call(ctx, scopePublish, rec.ScopeID, []string{k.Config, k.Epoch}, args...)
+	r, err := s.call(ctx, scopePublish, k, nil, args...)
 	if err != nil {
 		return err
 	}
@@ -169,10 +169,7 @@ func (s *Store) ScopeAny(ctx context.Context, scope string) (ScopeRecord, error)
 // newer than version is published: the scope stays), STORE_UNAVAILABLE. The
 // followers of its deploys in flight find a note until noteDeadline.
 func (s *Store) ScopeDelete(ctx context.Context, scope string, version int64, noteDeadline time.Time) (int, error) {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, scopeDelete, scope,
-		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Waiters, k.Queue, k.Wake, k.DeployStats},
-		version, ms(noteDeadline), s.publishCmd(), Broadcast)
+	r, err := s.call(ctx, scopeDelete, s.keys.Scope(scope), nil, version, ms(noteDeadline), s.publishCmd(), Broadcast)
 	if err != nil {
 		return 0, err
 	}
@@ -192,9 +189,7 @@ func (s *Store) ScopeDelete(ctx context.Context, scope string, version int64, no
 // STORE_UNAVAILABLE.
 func (s *Store) ScopeForget(ctx context.Context, scope string) (bool, error) {
 	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, scopeForget, scope, []string{k.Config, k.Pods, k.Deploying,
-		k.Claims, k.Epoch, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Followers, k.ClaimPod, k.Sessions, k.SessExp,
-		k.Waiters, k.Queue, k.QSeq, k.Health, k.DeployStats, k.Due, k.DeployLog})
+	r, err := s.call(ctx, scopeForget, k, nil)
 	if err != nil {
 		return false, err
 	}
@@ -281,10 +276,7 @@ func (r RepairReport) Any() bool { return r != RepairReport{} }
 // ScopeRepair runs scope_repair.lua over one scope: expired leftovers always go; with
 // recount, every slot count is recomputed from the sessions and claims too.
 func (s *Store) ScopeRepair(ctx context.Context, scope string, now, noteDeadline time.Time, recount bool) (RepairReport, error) {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, scopeRepair, scope,
-		[]string{k.Epoch, k.Pods, k.Slots, k.Idle, k.Deploying, k.Followers, k.Claims, k.ClaimPod, k.Sessions, k.SessExp, k.Waiters,
-			k.Config, k.PodVer, k.Queue, k.Wake},
+	r, err := s.call(ctx, scopeRepair, s.keys.Scope(scope), nil,
 		append([]any{ms(now), ms(noteDeadline), flag(recount)}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return RepairReport{}, err

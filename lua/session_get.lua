@@ -1,17 +1,18 @@
 -- session_get.lua: read a session's binding (read-only: an expired one reads as gone
 -- and is left to touch or the expiry sweep).
--- KEYS[1] {s}:config    HASH published scope config
--- KEYS[2] {s}:sessions  HASH session id -> pod id
--- KEYS[3] {s}:sexp      ZSET session id -> expiry (ms)
--- KEYS[4] {s}:podinfo   HASH pod id -> pod JSON
+-- KEYS[1] {s}:config     HASH published scope config
+-- KEYS[2] {s}:podinfo    HASH pod id -> pod JSON
+-- KEYS[3] {s}:sessions   HASH session id -> pod id
+-- KEYS[4] {s}:sexp       ZSET session id -> expiry (ms)
 -- ARGV[1] now (ms)  ARGV[2] session id
 -- Returns {"found", pod, pod JSON, expiry} | {"unknown"} | {"NO_SCOPE"}
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local k = scope_keys(KEYS)
+if redis.call('EXISTS', k.config) == 0 then
   return {'NO_SCOPE'}
 end
-local pod = redis.call('HGET', KEYS[2], ARGV[2])
-local e = redis.call('ZSCORE', KEYS[3], ARGV[2])
+local pod = redis.call('HGET', k.sessions, ARGV[2])
+local e = redis.call('ZSCORE', k.sexp, ARGV[2])
 if not pod or not e or tonumber(e) <= tonumber(ARGV[1]) then
   return {'unknown'}
 end
-return {'found', pod, redis.call('HGET', KEYS[4], pod) or '', e}
+return {'found', pod, redis.call('HGET', k.podinfo, pod) or '', e}

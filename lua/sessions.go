@@ -77,9 +77,7 @@ func (s *Store) SessionRoute(ctx context.Context, scope string, a RouteArgs) (Ro
 	if a.RequestID != "" {
 		fp = RouteFingerprint(a.Session)
 	}
-	r, err := s.call(ctx, sessionRoute, scope,
-		[]string{k.Epoch, k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Claims, k.ClaimPod,
-			k.Waiters, k.RouteAnswer(a.RequestID), k.Queue, k.QSeq, k.Wake, k.IdemMark(a.RequestID)},
+	r, err := s.call(ctx, sessionRoute, k, []string{k.RouteAnswer(a.RequestID), k.IdemMark(a.RequestID)},
 		append([]any{ms(a.Now), a.Session, a.Claim, fp, a.IdemTTL.Milliseconds(), a.Waiter, flag(a.Join)},
 			s.handoffArgs(a.Now)...)...)
 	if err != nil {
@@ -102,11 +100,6 @@ func (s *Store) SessionRoute(ctx context.Context, scope string, a RouteArgs) (Ro
 	return res, r.err()
 }
 
-// sessionKeys are the keys of session_end.lua and session_touch.lua.
-func sessionKeys(k ScopeKeys) []string {
-	return []string{k.Epoch, k.Config, k.Pods, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Waiters, k.PodVer, k.Claims, k.ClaimPod, k.Queue, k.Wake}
-}
-
 // Touch outcomes.
 const (
 	TouchTouched = "touched"
@@ -117,7 +110,7 @@ const (
 // SessionTouch runs session_touch.lua: it refreshes a live session's TTL, or evicts an
 // expired one (its slot to the oldest waiter first).
 func (s *Store) SessionTouch(ctx context.Context, scope, session string, now time.Time) (string, error) {
-	r, err := s.call(ctx, sessionTouch, scope, sessionKeys(s.keys.Scope(scope)), append([]any{ms(now), session}, s.handoffArgs(now)...)...)
+	r, err := s.call(ctx, sessionTouch, s.keys.Scope(scope), nil, append([]any{ms(now), session}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return "", err
 	}
@@ -128,7 +121,7 @@ func (s *Store) SessionTouch(ctx context.Context, scope, session string, now tim
 // SessionEnd runs session_end.lua: it unbinds the session (its slot to the oldest
 // waiter first) and reports whether the session was bound.
 func (s *Store) SessionEnd(ctx context.Context, scope, session string, now time.Time) (bool, error) {
-	r, err := s.call(ctx, sessionEnd, scope, sessionKeys(s.keys.Scope(scope)), append([]any{ms(now), session}, s.handoffArgs(now)...)...)
+	r, err := s.call(ctx, sessionEnd, s.keys.Scope(scope), nil, append([]any{ms(now), session}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return false, err
 	}
@@ -143,9 +136,7 @@ func (s *Store) SessionEnd(ctx context.Context, scope, session string, now time.
 // the claims past their deadline (expired holds among them), their slots to the oldest
 // waiters first. It returns how many sessions and claims went.
 func (s *Store) SessionEvict(ctx context.Context, scope string, now time.Time, limit int) (evicted, claims int, err error) {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, sessionEvict, scope,
-		[]string{k.Epoch, k.Pods, k.Slots, k.Idle, k.Sessions, k.SessExp, k.Waiters, k.Config, k.PodVer, k.Claims, k.ClaimPod, k.Queue, k.Wake},
+	r, err := s.call(ctx, sessionEvict, s.keys.Scope(scope), nil,
 		append([]any{ms(now), limit}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return 0, 0, err
@@ -166,8 +157,7 @@ var ErrNoSession = warmpool.Errorf(warmpool.CodeSessionNotFound, "session not fo
 // SessionGet runs session_get.lua: a live session's binding. Errors: ErrNoSession,
 // SCOPE_NOT_FOUND.
 func (s *Store) SessionGet(ctx context.Context, scope, session string, now time.Time) (SessionBinding, error) {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, sessionGet, scope, []string{k.Config, k.Sessions, k.SessExp, k.PodInfo}, ms(now), session)
+	r, err := s.call(ctx, sessionGet, s.keys.Scope(scope), nil, ms(now), session)
 	if err != nil {
 		return SessionBinding{}, err
 	}
@@ -181,9 +171,7 @@ func (s *Store) SessionGet(ctx context.Context, scope, session string, now time.
 // WaiterLeave runs waiter_leave.lua: it takes a waiter out of the queue; a slot the
 // queue handed it goes on to the next waiter.
 func (s *Store) WaiterLeave(ctx context.Context, scope, waiter string, now time.Time) error {
-	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, waiterLeave, scope,
-		[]string{k.Config, k.Pods, k.PodVer, k.Slots, k.Idle, k.Claims, k.ClaimPod, k.Waiters, k.Queue, k.Wake},
+	r, err := s.call(ctx, waiterLeave, s.keys.Scope(scope), nil,
 		append([]any{waiter, ms(now)}, s.handoffArgs(now)...)...)
 	if err != nil {
 		return err

@@ -50,24 +50,6 @@ func readTimeout(rdb redis.UniversalClient) time.Duration {
 	return max(d, 0)
 }
 
-// deadline is when the caller of a script stops waiting for its answer: ctx's
-// deadline, or the client's read timeout from now, whichever comes first; "0" for
-// none. It is wall-clock time, compared with Redis's own clock by _guard.lua, so it
-// never comes from an injected Clock.
-func (s *Store) deadline(ctx context.Context) string {
-	var d time.Time
-	if s.wait > 0 {
-		d = time.Now().Add(s.wait)
-	}
-	if cd, ok := ctx.Deadline(); ok && (d.IsZero() || cd.Before(d)) {
-		d = cd
-	}
-	if d.IsZero() {
-		return "0"
-	}
-	return ms(d)
-}
-
 // Keys is the store's keyspace.
 func (s *Store) Keys() Keyspace { return s.keys }
 
@@ -125,53 +107,18 @@ func flag(b bool) string {
 	return "0"
 }
 
-// call runs a script and returns its answer for reading (see reply). A guarded script
-// gets the caller's deadline as its last ARGV. call maps transport failures, and a
-// guarded script's refusal to run past the deadline, to STORE_UNAVAILABLE, and the
-// scripts' EPOCH_LOST and NO_SCOPE answers to domain errors.
-func (s *Store) call(ctx context.Context, sc *script, scope string, keys []string, args ...any) (*reply, error) {
-	if sc.guarded {
-		args = append(args[:len(args):len(args)], s.deadline(ctx))
-	}
-	if sc.due {
-		k := s.keys.Scope(scope)
-		keys = append(keys[:len(keys):len(keys)], k.Config, k.Due)
-	}
+// run is the script runner: it runs a script with its keys and arguments as given
+// (EVALSHA, falling back to EVAL when Redis lacks the script), tells ObserveScripts
+// how long it took, and maps a failure to an error (redisErr). What the script's
+// answer means is for the call protocol (protocol.go) and the wrappers.
+func (s *Store) run(ctx context.Context, sc *script, keys []string, args []any) (any, error) {
 	start := time.Now()
 	v, err := sc.Run(ctx, s.rdb, keys, args...).Result()
 	s.onScript(sc.metric, time.Since(start))
 	if err != nil {
 		return nil, s.redisErr(ctx, err)
 	}
-	if sc.due {
-		v = s.noted(ctx, scope, v)
-	}
-	r := newReply(sc.name, v)
-	if len(r.fields) > 0 {
-		switch r.fields[0] {
-		case "EPOCH_LOST":
-			return nil, warmpool.ErrEpochLost
-		case "NO_SCOPE":
-			return nil, s.noScope(ctx, scope)
-		case "DEADLINE":
-			return nil, &warmpool.Error{Code: warmpool.CodeStoreUnavailable, RetryAfter: 1,
-				Message: sc.name + ": Redis ran the call after its caller's deadline, so it did nothing"}
-		}
-	}
-	return r, nil
-}
-
-// noScope tells an unknown scope from a Redis that lost every key: when the global
-// epoch is missing too, the data is gone and requests fail closed.
-func (s *Store) noScope(ctx context.Context, scope string) error {
-	live, err := s.EpochLive(ctx)
-	if err != nil {
-		return err
-	}
-	if !live {
-		return warmpool.ErrEpochLost
-	}
-	return warmpool.Errorf(warmpool.CodeScopeNotFound, "scope %q has no config", scope)
+	return v, nil
 }
 
 // redisErr maps a go-redis error: a cancelled context passes through, a script or

@@ -128,10 +128,11 @@ echo "replica: $URL (pid $SPID) on redis $addr, sweep interval 2s (default); $(r
 sha=$(redis-cli -p "$port" SCRIPT LOAD "$(bin/wpbench script session_route.lua)")
 now=$(($(date +%s%N) / 1000000))
 keys() {
-  local k="bench:{$1}:"
-  # session_route.lua's 16 KEYS, then the config and due keys lua.Store appends
-  echo "${k}epoch ${k}config ${k}pods ${k}podver ${k}podinfo ${k}slots ${k}idle ${k}sessions ${k}sexp ${k}claims ${k}claimpod ${k}waiters ${k}idem:route: ${k}queue ${k}qseq ${k}wake ${k}config ${k}due"
+  # session_route.lua's KEYS as lua.Store passes them; its two extra keys are those of
+  # request id "" (a route without one)
+  bin/wpbench keys session_route.lua bench: "$1" "bench:{$1}:idem:route:" "bench:{$1}:idem:run:"
 }
+nkeys=$(keys SCOPE | wc -w)
 # bench SCOPE — one redis-benchmark run on SCOPE; prints "rps p50 p95 p99 max" (ms) and
 # the CPU seconds redis-server used.
 bench() {
@@ -139,15 +140,15 @@ bench() {
   c0=$(cpu "$rpid")
   # shellcheck disable=SC2046
   line=$(redis-benchmark -p "$port" -c "$CONC" -n "$BENCH_N" -r 1000000000 --csv \
-    EVALSHA "$sha" 18 $(keys "$1") "$now" "b:__rand_int__" "" 0 0 "" 0 "$now" PUBLISH 0 | tail -1)
+    EVALSHA "$sha" "$nkeys" $(keys "$1") "$now" "b:__rand_int__" "" 0 0 "" 0 "$now" PUBLISH 0 | tail -1)
   c1=$(cpu "$rpid")
   echo "$line" | tr -d '"' | awk -F, -v c="$(awk -v a="$c0" -v b="$c1" 'BEGIN {print b - a}')" \
     '{n = NF; print $(n-6), "req/s  p50", $(n-3), "p95", $(n-2), "p99", $(n-1), "max", $n, "ms  redis-server CPU", c, "s"}'
 }
 rpsof() { awk '{print $1}'; }
 # shellcheck disable=SC2046
-echo "one call: $(redis-cli -p "$port" EVALSHA "$sha" 18 $(keys perf-bench1) "$now" probe-1 "" 0 0 "" 0 "$now" PUBLISH 0 | head -2 | tr '\n' ' ')"
-echo "redis-benchmark -p $port -c $CONC -n $BENCH_N -r 1000000000 --csv EVALSHA $sha 18 $(keys SCOPE) $now b:__rand_int__ '' 0 0 '' 0 $now PUBLISH 0"
+echo "one call: $(redis-cli -p "$port" EVALSHA "$sha" "$nkeys" $(keys perf-bench1) "$now" probe-1 "" 0 0 "" 0 "$now" PUBLISH 0 | head -2 | tr '\n' ' ')"
+echo "redis-benchmark -p $port -c $CONC -n $BENCH_N -r 1000000000 --csv EVALSHA $sha $nkeys $(keys SCOPE) $now b:__rand_int__ '' 0 0 '' 0 $now PUBLISH 0"
 b1=$(bench perf-bench1)
 echo "run 1: $b1"
 rps1=$(echo "$b1" | rpsof)

@@ -40,10 +40,14 @@ func main() {
 			return
 		}
 		k, now := keys.Scope(r.PathValue("scope")), time.Now()
-		// KEYS and ARGV as lua.Store.SessionRoute passes them, with the due keys
-		// and the deadline that Store.call appends.
-		v, err := route.Run(r.Context(), rdb, []string{k.Epoch, k.Config, k.Pods, k.PodVer, k.PodInfo, k.Slots, k.Idle,
-			k.Sessions, k.SessExp, k.Claims, k.ClaimPod, k.Waiters, k.RouteAnswer(""), k.Queue, k.QSeq, k.Wake, k.IdemMark(""), k.Config, k.Due},
+		// KEYS and ARGV as lua.Store.SessionRoute passes them (a route without a
+		// request id), with the deadline that Store.call appends.
+		kk, err := lua.ScriptKeys("session_route.lua", k, k.RouteAnswer(""), k.IdemMark(""))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		v, err := route.Run(r.Context(), rdb, kk,
 			ms(now), req.SessionID, "", "", 60000, "", "0", ms(now.Add(lua.GrantTTL)), "PUBLISH", ms(now.Add(3*time.Second))).Slice()
 		if err != nil || len(v) < 4 || (v[0] != lua.RouteBound && v[0] != lua.RouteNew) {
 			http.Error(w, fmt.Sprintf("route: %v %v", v, err), http.StatusServiceUnavailable)

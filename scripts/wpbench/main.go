@@ -10,6 +10,9 @@
 //	wpbench metrics    what /metrics costs at S scopes: its size, the CPU of a scrape,
 //	                   warm routes with and without scrape loops, slow readers' RSS
 //	wpbench script F   print the source Redis runs for lua/F (lua.Sources)
+//	wpbench keys F PREFIX SCOPE [EXTRA...]
+//	                   print the KEYS a replica passes to lua/F for SCOPE under the
+//	                   key PREFIX, EXTRA being the extra keys its header names
 //
 // Flags default to the environment variables named in their help.
 package main
@@ -44,7 +47,7 @@ func main() {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wpbench scale|baseline|metrics|script FILE [flags]")
+		return fmt.Errorf("usage: wpbench scale|baseline|metrics [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
 	}
 	switch args[0] {
 	case "script":
@@ -57,6 +60,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		_, err := io.WriteString(stdout, src)
 		return err
+	case "keys":
+		if len(args) < 4 {
+			return fmt.Errorf("usage: wpbench keys FILE PREFIX SCOPE [EXTRA...]")
+		}
+		keys, err := lua.ScriptKeys(args[1], lua.NewKeyspace(args[2]).Scope(args[3]), args[4:]...)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(stdout, strings.Join(keys, " "))
+		return err
 	case "scale":
 		return scale(ctx, args[1:], getenv, stdout, stderr)
 	case "baseline":
@@ -64,7 +77,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "metrics":
 		return metrics(ctx, args[1:], getenv, stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q: want scale, baseline, metrics or script", args[0])
+	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, script or keys", args[0])
 }
 
 func scriptNames() []string {

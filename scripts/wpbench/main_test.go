@@ -23,6 +23,25 @@ func TestScriptPrintsTheSourceRedisRuns(t *testing.T) {
 	}
 }
 
+func TestKeysPrintsWhatAReplicaPasses(t *testing.T) {
+	var out bytes.Buffer
+	k := lua.NewKeyspace("bench:").Scope("s")
+	if err := run(context.Background(), []string{"keys", "session_route.lua", "bench:", "s", k.RouteAnswer(""), k.IdemMark("")},
+		func(string) string { return "" }, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	want, err := lua.ScriptKeys("session_route.lua", k, k.RouteAnswer(""), k.IdemMark(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(out.String()); !slices.Equal(got, want) {
+		t.Errorf("printed %q, want %q", got, want)
+	}
+	if err := run(context.Background(), []string{"keys", "session_route.lua", "bench:", "s"}, func(string) string { return "" }, &out, &out); err == nil {
+		t.Error("keys without session_route.lua's two extra keys printed no error")
+	}
+}
+
 func TestBadEnvironmentStopsTheRun(t *testing.T) {
 	env := map[string]string{"SCALE_IDLE": "60", "SCALE_PODS": "one"}
 	var out bytes.Buffer

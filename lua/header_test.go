@@ -1,0 +1,234 @@
+package lua
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warmpool/warmpool"
+)
+
+// headerKey is one KEYS entry of a script's header: a scope key ({s}:<name>), or an
+// extra key named by its field in the script's key table and written as the form of
+// its name in Redis (a <placeholder> for its variable part).
+type headerKey struct {
+	name, form string
+	scope      bool
+}
+
+// header is what a script's header (its opening comment lines) says of its KEYS and
+// ARGV: the keys in order, and the highest ARGV it names; open when that one is
+// "ARGV[n..]" (n and those after, as many as the caller gives).
+type header struct {
+	keys []headerKey
+	argv int
+	open bool
+}
+
+var (
+	headerKeysLine = regexp.MustCompile(`^-- KEYS\[(\d+)\]\s+(\S+)(?:\s+(\S+))?`)
+	headerArgv     = regexp.MustCompile(`ARGV\[(\d+)(\.\.)?\]`)
+	bodyKeyField   = regexp.MustCompile(`\bk\.([a-z_]+)`)
+)
+
+// readScript splits a script's file into its header and its body.
+func readScript(t *testing.T, name string) (header, string) {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	var h header
+	n := 0
+	for ; n < len(lines) && strings.HasPrefix(lines[n], "--"); n++ {
+		line := lines[n]
+		if m := headerKeysLine.FindStringSubmatch(line); m != nil {
+			if i, _ := strconv.Atoi(m[1]); i != len(h.keys)+1 {
+				t.Errorf("%s: header names KEYS[%d] after KEYS[%d]", name, i, len(h.keys))
+			}
+			if key, ok := strings.CutPrefix(m[2], "{s}:"); ok {
+				h.keys = append(h.keys, headerKey{name: key, form: m[2], scope: true})
+			} else {
+				h.keys = append(h.keys, headerKey{name: m[2], form: m[3]})
+			}
+		}
+		for _, m := range headerArgv.FindAllStringSubmatch(line, -1) {
+			if i, _ := strconv.Atoi(m[1]); i >= h.argv {
+				h.argv, h.open = i, m[2] != ""
+			}
+		}
+	}
+	return h, strings.Join(lines[n:], "\n")
+}
+
+// keyPattern matches the Redis names of a header key's form: {s} is the scope's hash
+// tag, a <placeholder> anything.
+func keyPattern(prefix, scope, form string) *regexp.Regexp {
+	var b strings.Builder
+	b.WriteString("^" + regexp.QuoteMeta(prefix))
+	for i, part := range regexp.MustCompile(`<[^>]*>`).Split(form, -1) {
+		if i > 0 {
+			b.WriteString(".*")
+		}
+		b.WriteString(regexp.QuoteMeta(strings.ReplaceAll(part, "{s}", "{"+scope+"}")))
+	}
+	return regexp.MustCompile(b.String() + "$")
+}
+
+// scriptCalls records the KEYS and ARGV of every script call, by script, answering
+// each call with reply and every other command with redis.Nil, without a server.
+type scriptCalls struct {
+	reply any
+	keys  map[string][]string
+	argv  map[string][]any
+}
+
+func (h *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptCalls) ProcessHook(redis.ProcessHook) redis.ProcessHook {
+	return func(_ context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
+			for file, sc := range scripts {
+				if args[1] == sc.Hash() || args[1] == Sources[file] {
+					n, _ := strconv.Atoi(fmt.Sprint(args[2]))
+					for _, k := range args[3 : 3+n] {
+						h.keys[file] = append(h.keys[file], fmt.Sprint(k))
+					}
+					h.argv[file] = args[3+n:]
+				}
+			}
+			cmd.(*redis.Cmd).SetVal(h.reply)
+			return nil
+		}
+		cmd.SetErr(redis.Nil)
+		return redis.Nil
+	}
+}
+
+func (h *scriptCalls) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(context.Context, []redis.Cmder) error { return redis.Nil }
+}
+
+// Every script's header, its declaration in lua.go, the fixed order of a scope's keys
+// and the keys its wrapper sends agree: the header lists the scope's keys the script
+// takes in the fixed order, then its extra keys by the names lua.go gives them; the
+// wrapper sends, key by key, what the header names and as many ARGV as it lists; and
+// the body reads KEYS only through its key table, by the names it has.
+func TestScriptHeadersWrappersAndKeyOrderAgree(t *testing.T) {
+	const prefix, scope = "t:", "s1"
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = c.Close() })
+	h := &scriptCalls{reply: []any{"?"}, keys: map[string][]string{}, argv: map[string][]any{}}
+	c.AddHook(h)
+	s := NewStore(c, prefix)
+	callEveryWrapper(context.Background(), s, scope)
+
+	for name, sc := range scripts {
+		t.Run(name, func(t *testing.T) {
+			head, body := readScript(t, name)
+			var scopeNames, extraNames []string
+			for i, k := range head.keys {
+				if k.scope {
+					if len(extraNames) > 0 {
+						t.Errorf("header: KEYS[%d] {s}:%s follows an extra key: a scope's keys come first", i+1, k.name)
+					}
+					scopeNames = append(scopeNames, k.name)
+				} else {
+					extraNames = append(extraNames, k.name)
+				}
+			}
+			var declared []string
+			for i, n := range sc.scope {
+				declared = append(declared, scopeKeyNames[n])
+				if i > 0 && n <= sc.scope[i-1] {
+					t.Errorf("lua.go: %s takes %s after %s, against the fixed order of keys.go", name, scopeKeyNames[n], scopeKeyNames[sc.scope[i-1]])
+				}
+			}
+			if !slices.Equal(scopeNames, declared) {
+				t.Errorf("header's scope keys %v, lua.go's %v", scopeNames, declared)
+			}
+			if !slices.Equal(extraNames, sc.extra) {
+				t.Errorf("header's extra keys %v, lua.go's %v", extraNames, sc.extra)
+			}
+
+			keys, argv := h.keys[name], h.argv[name]
+			if keys == nil {
+				t.Fatalf("no wrapper of %s was called (callEveryWrapper)", name)
+			}
+			if len(keys) != len(head.keys) {
+				t.Errorf("wrapper sends %d KEYS %q, header names %d", len(keys), keys, len(head.keys))
+			}
+			for i := range min(len(keys), len(head.keys)) {
+				if want := head.keys[i]; !keyPattern(prefix, scope, want.form).MatchString(keys[i]) {
+					t.Errorf("wrapper sends KEYS[%d] = %q, header names %s %s", i+1, keys[i], want.name, want.form)
+				}
+			}
+			n := len(argv)
+			if sc.guarded {
+				n-- // the caller's deadline, which the header mentions apart
+			}
+			if n != head.argv && !(head.open && n >= head.argv-1) {
+				t.Errorf("wrapper sends %d ARGV %v, header names %d", n, argv, head.argv)
+			}
+
+			if strings.Contains(strings.ReplaceAll(body, "scope_keys(KEYS)", ""), "KEYS[") {
+				t.Errorf("body reads KEYS by position; read its key table (local k = scope_keys(KEYS))")
+			}
+			for _, m := range bodyKeyField.FindAllStringSubmatch(body, -1) {
+				if !slices.Contains(scopeNames, m[1]) && !slices.Contains(extraNames, m[1]) {
+					t.Errorf("body reads k.%s, which is none of its KEYS", m[1])
+				}
+			}
+		})
+	}
+}
+
+// callEveryWrapper calls the wrapper of every script once (their answers are not the
+// point), with a request id where one makes keys of its own.
+func callEveryWrapper(ctx context.Context, s *Store, scope string) {
+	now := time.UnixMilli(1_700_000_000_000)
+	pod := warmpool.Pod{ID: "p1", ScopeID: scope}
+	lock := &Lock{store: s, key: s.Keys().Lock("x"), token: "t", ttl: time.Second}
+	req := IdemRequest{Scope: scope, ID: "r1", Fingerprint: AcquireFingerprint}
+	_, _ = s.PodAcquire(ctx, scope, AcquireArgs{Now: now, Claim: "c"})
+	_, _ = s.PodRegister(ctx, scope, "1", pod, "c", now, now)
+	_, _ = s.PodPurge(ctx, scope, "p1", "r", &now)
+	_, _ = s.PodPlaceholder(ctx, scope, now, now, now)
+	_, _ = s.PodAdopt(ctx, pod, now, false)
+	_, _ = s.PodHealth(ctx, scope, "p1", false)
+	_ = s.FenceRaise(ctx, scope, 3)
+	_, _ = s.DeployExtend(ctx, scope, "1", now, now)
+	_, _ = s.DeployAbort(ctx, scope, "1", "r", false, now)
+	_, _ = s.FollowerWait(ctx, scope, "1", "1|c", "c", now)
+	_ = s.FollowerLeave(ctx, scope, "1|c", "c", now)
+	_, _, _ = s.ClaimRelease(ctx, scope, "c", now)
+	_, _ = s.HoldTouch(ctx, scope, "h", "p1", now)
+	_, _ = s.HoldRelease(ctx, scope, "h", "p1", now)
+	_, _ = s.IdemClaim(ctx, req, "t", time.Minute)
+	_, _ = s.IdemAnswer(ctx, scope, req.ID, "t", []byte("{}"), time.Minute)
+	_, _ = s.IdemRelease(ctx, scope, req.ID, "t")
+	_, _ = s.Obtain(ctx, s.Keys().Lock("x"), time.Second)
+	_, _ = lock.extend(ctx)
+	_ = lock.Release(ctx)
+	_, _ = s.SessionRoute(ctx, scope, RouteArgs{Now: now, Session: "s1", RequestID: req.ID, IdemTTL: time.Minute, Waiter: "w"})
+	_, _ = s.SessionTouch(ctx, scope, "s1", now)
+	_, _ = s.SessionEnd(ctx, scope, "s1", now)
+	_, _, _ = s.SessionEvict(ctx, scope, now, 10)
+	_, _ = s.SessionGet(ctx, scope, "s1", now)
+	_ = s.WaiterLeave(ctx, scope, "w", now)
+	_ = s.ScopePublish(ctx, ScopeRecord{ScopeID: scope, Config: warmpool.DefaultScopeConfig(), Version: 1, DeployVer: "v1"})
+	_, _ = s.ScopeRepair(ctx, scope, now, now, true)
+	_, _ = s.ScopeDelete(ctx, scope, 1, now)
+	_, _ = s.ScopeForget(ctx, scope)
+	_, _, _ = s.ScopeDue(ctx, scope, now)
+}

@@ -60,7 +60,7 @@ scale: build
 ## the root package free of net/http (the domain knows codes, not statuses);
 ## and no net/http/pprof in the binary: linking it keeps the runtime's memory profiling
 ## on (1.5 MB of a replica's RSS) for a profile nothing serves
-NO_K8S_PKGS := ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/testserver/
+NO_K8S_PKGS := ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/harness/testserver/
 K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./internal/manifests/ ./deploy/ ./e2e/
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

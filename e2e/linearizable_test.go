@@ -20,7 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/internal/testserver"
+	"github.com/warmpool/warmpool/internal/harness/testserver"
 	"github.com/warmpool/warmpool/lua"
 )
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/testserver"
+	"github.com/warmpool/warmpool/internal/harness/testserver"
 	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/sweeper"
 )

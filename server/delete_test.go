@@ -16,7 +16,7 @@ import (
 	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/internal/invariant"
-	"github.com/warmpool/warmpool/internal/testserver"
+	"github.com/warmpool/warmpool/internal/harness/testserver"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/warmpool/warmpool/internal/syncbuf"
-	"github.com/warmpool/warmpool/internal/testserver"
+	"github.com/warmpool/warmpool/internal/harness/testserver"
 	"github.com/warmpool/warmpool/sqlite"
 )
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 
@@ -39,13 +40,19 @@ func TestOpenConfigStoreKinds(t *testing.T) {
 	if _, ok := st.(*sqlite.Store); !ok {
 		t.Errorf("sqlite://:memory: opened a %T", st)
 	}
-	// Nothing listens on port 1: the PostgreSQL store is tried, and its error names
-	// the store without its password.
-	_, err = openConfigStore(ctx, "postgres://wp:s3cret@127.0.0.1:1/wp?sslmode=disable&connect_timeout=2")
+	// Nothing listens on a port just closed: the PostgreSQL store is tried, and its
+	// error names the store without its password.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, err = openConfigStore(ctx, "postgres://wp:s3cret@"+addr+"/wp?sslmode=disable&connect_timeout=2")
 	if code := warmpool.ErrorCode(err); code != warmpool.CodeStoreUnavailable {
 		t.Fatalf("postgres store on a closed port: %v (code %s), want STORE_UNAVAILABLE", err, code)
 	}
-	if strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "postgres://wp:xxxxx@127.0.0.1:1/wp") {
+	if strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "postgres://wp:xxxxx@"+addr+"/wp") {
 		t.Errorf("error %q: want the store named with its password redacted", err)
 	}
 }

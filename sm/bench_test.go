@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/warmpool/warmpool/internal/replicatest"
+	"github.com/warmpool/warmpool/internal/harness/replicatest"
 	"github.com/warmpool/warmpool/internal/testredis"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/internal/replicatest"
+	"github.com/warmpool/warmpool/internal/harness/replicatest"
 	"github.com/warmpool/warmpool/sm"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/invariant"
-	"github.com/warmpool/warmpool/internal/replicatest"
+	"github.com/warmpool/warmpool/internal/harness/replicatest"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sm"
 )

@@ -16,7 +16,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/warmpool/warmpool/internal/testserver"
+	"github.com/warmpool/warmpool/internal/harness/testserver"
 )
 
 // cli is a replica served in-process and the operator commands pointed at it.

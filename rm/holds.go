@@ -1,0 +1,88 @@
+package rm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/lua"
+)
+
+// Hold is a pod handed out to an API caller: one slot of the pod is the caller's until
+// it releases the hold or Until passes (pool.hold_ttl_s after the acquire or the last
+// touch); then the slot goes to a waiter, or the pod back to the warm pool.
+type Hold struct {
+	Pod    warmpool.Pod `json:"pod"`
+	Source string       `json:"source"`
+	ID     string       `json:"hold_id"`
+	Until  time.Time    `json:"hold_until"`
+}
+
+// Hold acquires a pod as Acquire does and keeps the claimed slot as a hold. With a
+// request id, a repeated call returns the first answer: the same hold; a request id
+// used for a route is refused. Errors: as Acquire's, IDEMPOTENCY_MISMATCH.
+func (m *Manager) Hold(ctx context.Context, scope, requestID string) (Hold, error) {
+	if requestID == "" {
+		return m.hold(ctx, scope)
+	}
+	// A repeat waits for the first call's answer at most as long as any deploy may
+	// take; the pending mark expires with IdemTTL anyway.
+	wait := time.Duration(warmpool.MaxReadyTimeoutS)*time.Second + m.cfg.FollowerMargin
+	req := lua.IdemRequest{Scope: scope, ID: requestID, Fingerprint: lua.AcquireFingerprint}
+	res, err := m.store.Idempotent(ctx, req, m.cfg.IdemTTL, wait, m.cfg.PollInterval, func() ([]byte, error) {
+		h, err := m.hold(ctx, scope)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(h)
+	})
+	if res.Unkept != nil {
+		m.log.WarnContext(ctx, "acquire's request id mark not completed", "scope", scope, "err", res.Unkept)
+	}
+	if err != nil {
+		return Hold{}, err
+	}
+	var h Hold
+	if err := json.Unmarshal(res.Answer, &h); err != nil {
+		return Hold{}, fmt.Errorf("acquire %q: cached answer: %w", scope, err)
+	}
+	return h, nil
+}
+
+func (m *Manager) hold(ctx context.Context, scope string) (Hold, error) {
+	l, err := m.Acquire(ctx, scope)
+	if err != nil {
+		return Hold{}, err
+	}
+	until, err := m.store.HoldTouch(ctx, scope, l.Claim, l.Pod.ID, m.clock.Now())
+	if err != nil {
+		cleanup, cancel := lua.CleanupContext(ctx)
+		defer cancel()
+		if rerr := m.ReleaseClaim(cleanup, scope, l.Claim); rerr != nil {
+			m.log.WarnContext(ctx, "claim not given back; it expires by its deadline", "scope", scope, "err", rerr)
+		}
+		if errors.Is(err, lua.ErrNoHold) {
+			// The pod went away between the two steps.
+			err = warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: the pod handed out went away; retry", scope).Retry(1)
+		}
+		return Hold{}, fmt.Errorf("acquire %q: %w", scope, err)
+	}
+	return Hold{Pod: l.Pod, Source: l.Source, ID: l.Claim, Until: until.UTC()}, nil
+}
+
+// TouchHold extends a live hold on pod to pool.hold_ttl_s from now and returns its new
+// deadline. Errors: HOLD_NOT_FOUND (unknown, released, expired, or of another pod),
+// SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
+func (m *Manager) TouchHold(ctx context.Context, scope, pod, hold string) (time.Time, error) {
+	return m.store.HoldTouch(ctx, scope, hold, pod, m.clock.Now())
+}
+
+// ReleaseHold releases a live hold on pod: its slot goes to the oldest waiter of the
+// scope, or is freed (the pod goes idle when it was its last slot). It reports whether
+// the pod is idle now. Errors: HOLD_NOT_FOUND, SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
+func (m *Manager) ReleaseHold(ctx context.Context, scope, pod, hold string) (bool, error) {
+	return m.store.HoldRelease(ctx, scope, hold, pod, m.clock.Now())
+}

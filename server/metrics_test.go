@@ -24,10 +24,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/testserver"
-	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sweeper"
@@ -290,7 +290,7 @@ func TestRegisteredDriver(t *testing.T) {
 				t.Error("the driver factory got no logger")
 			}
 			gotClock = clock
-			return fakepod.New(), nil
+			return fake.New(), nil
 		}}
 	}
 	e := mustEnv(t, registered)

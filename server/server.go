@@ -27,11 +27,11 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/api"
+	"github.com/warmpool/warmpool/driver/fake"
+	"github.com/warmpool/warmpool/driver/local"
 	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/internal/metrics"
-	"github.com/warmpool/warmpool/k8s/fakepod"
-	"github.com/warmpool/warmpool/k8s/localpod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/scopes"
@@ -391,15 +391,15 @@ func (s *Server) token(value, file string) (*httpx.Token, error) {
 func (s *Server) newDriver() (warmpool.PodDriver, error) {
 	switch s.cfg.DriverName {
 	case "local":
-		return localpod.New(localpod.Config{Binary: s.cfg.LocalBinary, StateDir: s.cfg.LocalStateDir, Logger: s.log})
+		return local.New(local.Config{Binary: s.cfg.LocalBinary, StateDir: s.cfg.LocalStateDir, Logger: s.log})
 	case "fake":
-		var f *fakepod.Driver
+		var f *fake.Driver
 		if s.cfg.FakeStateDir == "" {
 			s.log.Warn("the fake driver keeps its pods in this process: replicas sharing a Redis need one --fake-state-dir, or each one's sweeper deletes the others' pods")
-			f = fakepod.New()
+			f = fake.New()
 		} else {
 			var err error
-			if f, err = fakepod.NewShared(s.cfg.FakeStateDir); err != nil {
+			if f, err = fake.NewShared(s.cfg.FakeStateDir); err != nil {
 				return nil, err
 			}
 		}
@@ -426,9 +426,9 @@ func (s *Server) driverName() string {
 		return s.cfg.DriverName
 	}
 	switch s.driver.(type) {
-	case *fakepod.Driver:
+	case *fake.Driver:
 		return "fake"
-	case *localpod.Driver:
+	case *local.Driver:
 		return "local"
 	}
 	return "other"

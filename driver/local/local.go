@@ -1,7 +1,7 @@
-// Package localpod is the pod driver that runs each pod as a local process of the demo
+// Package local is the pod driver that runs each pod as a local process of the demo
 // agent (SPEC §2, §9): what `warmpool serve --dev` and `make run` use, so the whole
 // service runs without a cluster. It imports only the root package.
-package localpod
+package local
 
 import (
 	"bytes"
@@ -167,7 +167,7 @@ func New(cfg Config) (*Driver, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Driver{
 		cfg:     cfg,
-		log:     cfg.Logger.With("component", "localpod"),
+		log:     cfg.Logger.With("component", "local"),
 		tempDir: tempDir,
 		tr:      tr,
 		client:  &http.Client{Transport: tr},

@@ -1,8 +1,8 @@
-// Package fakepod is a pod driver without pods for the tests of the packages above the
+// Package fake is a pod driver without pods for the tests of the packages above the
 // drivers (rm, sm, sweeper, server) and for load tests: pods are records, kept in memory
 // or in a directory that server processes on one machine share, and knobs shape deploy
 // timing and failures without sleeps. It imports only the root package.
-package fakepod
+package fake
 
 import (
 	"cmp"

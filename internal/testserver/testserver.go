@@ -48,6 +48,7 @@ func (b *Backing) Config(instanceID string) server.Config {
 		Redis:      b.Redis.Client,
 		Prefix:     b.Redis.Prefix,
 		Driver:     b.Fake,
+		DriverName: fake.Name,
 		Store:      b.Store,
 		InstanceID: instanceID,
 		SM:         sm.Config{Recheck: 50 * time.Millisecond},

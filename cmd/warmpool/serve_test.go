@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/warmpool/warmpool/driver"
 	"github.com/warmpool/warmpool/server"
 )
 
@@ -142,8 +144,8 @@ func TestServeNeedsDriver(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{nil, []string{"--driver", "WARMPOOL_DRIVER", "fake, kubernetes or local", "--dev"}},
-		{[]string{"--driver", "nope"}, []string{`--driver "nope": want fake, kubernetes or local`}},
+		{nil, []string{"--driver", "WARMPOOL_DRIVER", driver.List(), "--dev"}},
+		{[]string{"--driver", "nope"}, []string{`--driver "nope": want ` + driver.List()}},
 		{[]string{"--driver", "local", "--fake-deploy-delay", "1s"}, []string{"fake deploy delay", "--driver fake", `"local"`}},
 		{[]string{"--driver", "kubernetes", "--fake-state-dir", t.TempDir()}, []string{"fake state dir", "--driver fake", `"kubernetes"`}},
 		{[]string{"--dev", "--fake-deploy-delay", "1s"}, []string{"fake deploy delay", `"local"`}},
@@ -178,9 +180,14 @@ func TestDriverHelp(t *testing.T) {
 	var o serveOptions
 	fs := serveFlags(&cfg, &o, func(string) string { return "" })
 	usage := fs.Lookup("driver").Usage
-	for _, w := range []string{"fake, kubernetes or local", "required", "--dev"} {
+	for _, w := range []string{driver.List(), "required", "--dev"} {
 		if !strings.Contains(usage, w) {
 			t.Errorf("--driver help %q does not say %q", usage, w)
+		}
+	}
+	for _, name := range []string{"fake", "kubernetes", "local"} {
+		if !slices.Contains(driver.Names(), name) {
+			t.Errorf("driver %s is not registered (drivers.go): %v", name, driver.Names())
 		}
 	}
 	for _, name := range []string{"fake-deploy-delay", "fake-state-dir", "local-state-dir", "kubeconfig", "namespace", "kube-qps", "kube-burst"} {

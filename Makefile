@@ -54,13 +54,14 @@ scale: build
 	scripts/perf.sh scale
 
 ## lint: formatting, vet, and no client-go in the tests of the packages that do not
-## drive Kubernetes (only k8s/, cmd/warmpool and e2e/ may link k8s.io packages); those
+## drive Kubernetes (only k8s/, cmd/warmpool and e2e/ may link k8s.io packages: not the
+## root, not the driver registry nor the drivers of driver/); those
 ## that do link client-go's core/v1 client, never the clientset, informers or fake
 ## clientset of every API group (only e2e/k8s, built for make e2e-k8s, uses the clientset);
 ## the root package free of net/http (the domain knows codes, not statuses);
 ## and no net/http/pprof in the binary: linking it keeps the runtime's memory profiling
 ## on (1.5 MB of a replica's RSS) for a profile nothing serves
-NO_K8S_PKGS := ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/harness/testserver/
+NO_K8S_PKGS := . ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/harness/testserver/
 K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./internal/manifests/ ./deploy/ ./e2e/
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -73,8 +73,9 @@ func (r DeployRequest) Phase(phase string) {
 }
 
 // PodDriver creates, lists, probes and deletes pods. Implementations: k8s.Kubernetes,
-// localpod.Driver (local processes) and fakepod.Driver (in memory, for tests); the suite
-// in k8s/drivertest checks each of them against this contract.
+// local.Driver (local processes, driver/local) and fake.Driver (in memory, for tests,
+// driver/fake); the suite in driver/drivertest checks each of them against this
+// contract.
 type PodDriver interface {
 	// Deploy creates the pod and waits until it is ready, at most
 	// Spec.ReadyTimeoutS. req.Spec is normalized (ScopeConfig.Normalize): drivers use
@@ -190,9 +191,9 @@ type NamespaceWatcher interface {
 }
 
 // DeathNotifier is implemented by drivers that learn of a pod's death as it happens
-// (k8s.Kubernetes from its informers' events, localpod from a process's exit, fakepod
-// from Kill and Delete): the sweeper buries such a pod at once instead of finding it
-// at its next look at the driver's list.
+// (k8s.Kubernetes from its informers' events, local.Driver from a process's exit,
+// fake.Driver from Kill and Delete): the sweeper buries such a pod at once instead of
+// finding it at its next look at the driver's list.
 type DeathNotifier interface {
 	// OnDeath makes the driver call fn with each pod it learns is dead or gone (Dead
 	// set, Ready false), from now on for its whole life. A pod may be reported more

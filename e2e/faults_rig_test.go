@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/invariant"
-	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -73,7 +73,7 @@ type rig struct {
 	redis    *redisServer
 	replicas []*faultReplica
 	lstore   *lua.Store
-	pods     *fakepod.Driver
+	pods     *fake.Driver
 	extra    []string // serve flags of every replica besides the rig's
 
 	mu     sync.Mutex
@@ -104,7 +104,7 @@ func newRig(t *testing.T, extra ...string) *rig {
 		scopes: map[string]scopeState{}, ledger: map[string]held{}}
 	r.redis = startRedisServer(t, freePort(t))
 	r.useRedis(r.redis)
-	pods, err := fakepod.NewShared(r.podDir)
+	pods, err := fake.NewShared(r.podDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/await"
-	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -57,13 +57,13 @@ var faultCases = []faultCase{
 	{"Redis restarted empty", "SIGKILL of redis-server, a new empty one on its port", caseRedisRestartedEmpty},
 	{"failover that lost writes", "primary + replica; replication cut; 2 routes acknowledged on the primary only (one registered a pod); the replica promoted, the primary killed, the replicas restarted on the new primary", caseFailover},
 	{"driver: create errors", "every create call fails (quota exceeded) during a burst of 3 routes, then mends", func(t *testing.T, res *caseResult) {
-		caseDriverFault(t, res, fakepod.Faults{CreateError: "exceeded quota (injected)"})
+		caseDriverFault(t, res, fake.Faults{CreateError: "exceeded quota (injected)"})
 	}},
 	{"driver: create timeouts", "every create call hangs until the 2s ready timeout during a burst of 3 routes, then mends", func(t *testing.T, res *caseResult) {
-		caseDriverFault(t, res, fakepod.Faults{CreateHang: true})
+		caseDriverFault(t, res, fake.Faults{CreateHang: true})
 	}},
 	{"driver: pods never Ready", "created pods never become Ready (2s ready timeout) during a burst of 3 routes, then mend", func(t *testing.T, res *caseResult) {
-		caseDriverFault(t, res, fakepod.Faults{NeverReady: true})
+		caseDriverFault(t, res, fake.Faults{NeverReady: true})
 	}},
 }
 
@@ -554,11 +554,11 @@ func caseFailover(t *testing.T, res *caseResult) {
 		detected, recovered.Round(time.Millisecond), placed, p1, p2)
 }
 
-func caseDriverFault(t *testing.T, res *caseResult, f fakepod.Faults) {
+func caseDriverFault(t *testing.T, res *caseResult, f fake.Faults) {
 	r := newRig(t)
 	r.scope("g", `"max_concurrency":4,"pod_concurrency":2,"session_ttl_s":120`, 2)
 	w := r.watch("g")
-	if err := fakepod.SetFaults(r.podDir, f); err != nil {
+	if err := fake.SetFaults(r.podDir, f); err != nil {
 		t.Fatal(err)
 	}
 	var chs []<-chan answer
@@ -579,7 +579,7 @@ func caseDriverFault(t *testing.T, res *caseResult, f fakepod.Faults) {
 	if bound := 2*time.Second + 12*time.Second; slowest > bound {
 		t.Errorf("a route waited %v for a failing driver (bound %v)", slowest, bound)
 	}
-	if err := fakepod.SetFaults(r.podDir, fakepod.Faults{}); err != nil {
+	if err := fake.SetFaults(r.podDir, fake.Faults{}); err != nil {
 		t.Fatal(err)
 	}
 	mended := time.Now()

@@ -115,3 +115,20 @@ func TestServeNeedsRedis(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q: want 2 and one line naming --redis and --dev", code, stdout, stderr)
 	}
 }
+
+// TestServeNeedsDriver: with a Redis but no --driver (and no --dev) the binary does not
+// start the local driver on what may be a production host: it exits 2 with one line
+// naming --driver and the drivers it has, before it connects to anything (nothing
+// answers at that Redis address).
+func TestServeNeedsDriver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	bin := warmpoolBin(t)
+	stdout, stderr, code := operator(t, bin, "serve", "--listen", freeAddr(t), "--redis", "redis://"+freeAddr(t)+"/0",
+		"--store", filepath.Join(t.TempDir(), "w.db"))
+	if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "--driver") ||
+		!strings.Contains(stderr, "kubernetes") || !strings.Contains(stderr, "local") || !strings.Contains(stderr, "--dev") {
+		t.Fatalf("exit %d, stdout %q, stderr %q: want 2 and one line naming --driver, the drivers and --dev", code, stdout, stderr)
+	}
+}

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/harness/testserver"
-	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/sweeper"
 )
 
@@ -21,7 +21,7 @@ import (
 // pods) on a short interval, served over loopback by httptest.
 type testServer struct {
 	url  string
-	fake *fakepod.Driver
+	fake *fake.Driver
 }
 
 func newTestServer(t *testing.T, deployDelay time.Duration) *testServer {

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/harness/replicatest"
-	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
 )
@@ -60,7 +60,7 @@ func TestFollowersOfADeadReplicaDeployInItsPlace(t *testing.T) {
 	h := replicatest.New(t)
 	// max_pods 4; a follower waits up to ready_timeout_s + FollowerMargin = 30 s.
 	h.Scope("s", 16, 4, func(c *warmpool.ScopeConfig) { c.Deploy.ReadyTimeoutS = 20 })
-	hung := fakepod.New()
+	hung := fake.New()
 	t.Cleanup(func() { _ = hung.Close() })
 	t.Cleanup(hung.Hold())
 	victim := h.Replica(replicatest.Config{RM: rm.Config{Lease: lease}, Driver: hung})

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/server"
 )
 
@@ -250,7 +251,7 @@ func TestTokenConfigErrors(t *testing.T) {
 		{server.Config{AuthTokenFile: empty}, "empty"},
 		{server.Config{AdminTokenFile: filepath.Join(dir, "missing")}, "missing"},
 	} {
-		c.cfg.StorePath, c.cfg.DriverName = ":memory:", "fake"
+		c.cfg.StorePath, c.cfg.Driver = ":memory:", fake.New()
 		srv, err := server.New(context.Background(), c.cfg)
 		if err == nil {
 			_ = srv.Close()

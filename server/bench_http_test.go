@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sqlite"
 )
@@ -84,7 +84,7 @@ func benchServer(b *testing.B) http.Handler {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fake := fakepod.New()
+	fake := fake.New()
 	srv, err := server.New(ctx, server.Config{Redis: r.Client, Prefix: r.Prefix, Driver: fake, Store: store})
 	if err != nil {
 		b.Fatal(err)

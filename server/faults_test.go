@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"flag"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver"
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/lua"
@@ -119,9 +122,19 @@ func TestNothingDoneAfterAnError(t *testing.T) {
 }
 
 // withFakeStateDir makes a replica build the fake driver itself, keeping its pods in
-// dir, as `warmpool serve --driver fake --fake-state-dir DIR` does.
-func withFakeStateDir(dir string) envOption {
-	return func(c *server.Config) { c.Driver, c.DriverName, c.FakeStateDir = nil, "fake", dir }
+// dir, as `warmpool serve --driver fake --fake-state-dir DIR` does: through the driver
+// registry, from those flags.
+func withFakeStateDir(t *testing.T, dir string) envOption {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	drivers := driver.AddFlags(fs, func(string) string { return "" })
+	if err := fs.Parse([]string{"--fake-state-dir", dir}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := drivers.Pick(fake.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(c *server.Config) { c.Driver, c.DriverName, c.NewDriver = nil, fake.Name, f.New }
 }
 
 // Issue 12.7: two replicas on the fake driver keep each other's pods. Each used to
@@ -132,7 +145,7 @@ func TestFakeReplicasKeepEachOthersPods(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	rs := newReplicas(t, withFakeStateDir(dir))
+	rs := newReplicas(t, withFakeStateDir(t, dir))
 	rs.a.putScope("f", scopeCfg(4, 2, 0, 1))
 	pod := rs.a.route("f", "s1")["pod_id"] // deployed by a's driver
 	rs.clock.Advance(2 * time.Minute)      // past the ghost and orphan graces

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/harness/testserver"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/server"
 )
 
@@ -29,7 +29,7 @@ type env struct {
 	srv    *server.Server
 	ts     *httptest.Server
 	r      *testredis.Redis
-	fake   *fakepod.Driver
+	fake   *fake.Driver
 	clock  *testredis.Clock
 	token  string
 	client *http.Client

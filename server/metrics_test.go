@@ -5,9 +5,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
@@ -24,10 +24,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver"
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/harness/testserver"
 	"github.com/warmpool/warmpool/internal/metrics"
-	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sweeper"
@@ -277,25 +278,26 @@ func TestSweeperMetrics(t *testing.T) {
 	}
 }
 
-// TestRegisteredDriver builds the pod driver from a factory of Config.Drivers, as
-// cmd/warmpool does for "kubernetes": the factory gets the replica's clock, the deploy
-// metrics carry the registered name, and an unknown name lists the registered ones.
-func TestRegisteredDriver(t *testing.T) {
+// TestNewDriver builds the pod driver with Config.NewDriver, as cmd/warmpool does from
+// the driver registry: the constructor gets the replica's logger and clock, the deploy
+// metrics carry Config.DriverName, the driver is closed with the replica, and an error
+// of the constructor stops server.New with that error.
+func TestNewDriver(t *testing.T) {
 	t.Parallel()
 	var gotClock warmpool.Clock
-	registered := func(c *server.Config) {
+	built := fake.New()
+	e := mustEnv(t, func(c *server.Config) {
 		c.Driver, c.DriverName = nil, "inmemory"
-		c.Drivers = map[string]server.DriverFactory{"inmemory": func(log *slog.Logger, clock warmpool.Clock) (warmpool.PodDriver, error) {
-			if log == nil {
-				t.Error("the driver factory got no logger")
+		c.NewDriver = func(env driver.Env) (warmpool.PodDriver, error) {
+			if env.Logger == nil {
+				t.Error("the driver constructor got no logger")
 			}
-			gotClock = clock
-			return fakepod.New(), nil
-		}}
-	}
-	e := mustEnv(t, registered)
+			gotClock = env.Clock
+			return built, nil
+		}
+	})
 	if gotClock != warmpool.Clock(e.clock) {
-		t.Errorf("the driver factory got clock %v, want the replica's", gotClock)
+		t.Errorf("the driver constructor got clock %v, want the replica's", gotClock)
 	}
 	e.putScope("reg", scopeCfg(4, 1, 2, 10))
 	e.route("reg", "s1")
@@ -303,13 +305,21 @@ func TestRegisteredDriver(t *testing.T) {
 	if got := sample(t, e.srv.Metrics(), "warmpool_deploy_duration_seconds", labels); got != 1 {
 		t.Errorf("deploys recorded under %v: %v, want 1", labels, got)
 	}
+	if err := e.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := built.Deploy(context.Background(), warmpool.DeployRequest{ScopeID: "reg", Fence: 99, Spec: warmpool.DeploySpec{ReadyTimeoutS: 1}}); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("a deploy after the replica closed: %v, want the driver closed", err)
+	}
 
-	cfg := testserver.NewBacking(t).Config("unknown-driver")
-	registered(&cfg)
-	cfg.DriverName = "kubernetes"
-	_, err := server.New(context.Background(), cfg)
-	if want := `--driver "kubernetes": want local, inmemory or fake`; err == nil || err.Error() != want {
-		t.Errorf("an unregistered driver: err %v, want %q", err, want)
+	cfg := testserver.NewBacking(t).Config("failing-driver")
+	cfg.Driver, cfg.NewDriver = nil, func(driver.Env) (warmpool.PodDriver, error) { return nil, errors.New("no cluster here") }
+	if _, err := server.New(context.Background(), cfg); err == nil || err.Error() != "no cluster here" {
+		t.Errorf("a constructor that fails: err %v, want its error", err)
+	}
+	cfg.NewDriver = nil
+	if _, err := server.New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "NewDriver") {
+		t.Errorf("no driver at all: err %v, want one naming Config.NewDriver", err)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/server"
@@ -128,7 +129,7 @@ func TestRedisPasswordAndACLUser(t *testing.T) {
 // a Redis that will never let it in.
 func refusedAtStart(t *testing.T, cfg server.Config, want string) {
 	t.Helper()
-	cfg.StorePath, cfg.DriverName = ":memory:", "fake"
+	cfg.StorePath, cfg.Driver = ":memory:", fake.New()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	srv, err := server.New(ctx, cfg)

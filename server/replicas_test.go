@@ -18,11 +18,11 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/harness/testserver"
 	"github.com/warmpool/warmpool/internal/invariant"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sweeper"
@@ -33,7 +33,7 @@ type replicas struct {
 	t       *testing.T
 	a, b    *env
 	r       *testredis.Redis
-	fake    *fakepod.Driver
+	fake    *fake.Driver
 	clock   *testredis.Clock
 	store   *lua.Store // the test's own view of the shared Redis
 	configs *gatedStore

@@ -10,12 +10,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,11 +24,10 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/api"
+	"github.com/warmpool/warmpool/driver"
 	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/internal/metrics"
-	"github.com/warmpool/warmpool/k8s/fakepod"
-	"github.com/warmpool/warmpool/k8s/localpod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/scopes"
@@ -45,7 +41,6 @@ const (
 	// DefaultListen is the HTTP address `warmpool serve` listens on.
 	DefaultListen = "127.0.0.1:8080"
 	DefaultStore  = "warmpool.db"
-	DefaultDriver = "local"
 	DemoScope     = "demo"
 	// DefaultDrainDelay is how long `warmpool serve` keeps serving after SIGTERM with
 	// /readyz answering 503, so that load balancers take the replica out first.
@@ -88,13 +83,17 @@ type HTTPTimeouts struct {
 
 // Config is everything a replica is built from; zero fields take defaults (fill).
 type Config struct {
-	RedisURL   string // see RedisHelp; "" = an embedded in-process Redis (dev)
-	StorePath  string // config store: FILE or sqlite://FILE, or a postgres:// URL
-	DriverName string // local, fake, or a name of Drivers
-	// Drivers are the pod drivers DriverName may name besides the built-in local and
-	// fake. cmd/warmpool adds "kubernetes" here, so that client-go is linked into the
-	// binary and not into every test that builds a replica.
-	Drivers    map[string]DriverFactory
+	RedisURL  string // see RedisHelp; "" = an embedded in-process Redis (dev)
+	StorePath string // config store: FILE or sqlite://FILE, or a postgres:// URL
+	// NewDriver builds the pod driver, with the replica's logger and clock; a driver
+	// it returns that is an io.Closer is closed with the replica. cmd/warmpool takes
+	// it from the driver registry (driver.Set.Pick), so that the server links no
+	// driver: client-go is linked into the binary, not into every test that builds a
+	// replica.
+	NewDriver func(driver.Env) (warmpool.PodDriver, error)
+	// DriverName names the pod driver (the --driver name) in the driver label of the
+	// deploy metrics; default "other".
+	DriverName string
 	InstanceID string
 	// RedisCA is a PEM file of the authorities that sign the Redis server's TLS
 	// certificate; empty = the system's roots.
@@ -133,23 +132,10 @@ type Config struct {
 	// LockLease is the lease of the jobs' locks (sweeper.DefaultLockLease when zero).
 	LockLease time.Duration
 
-	// LocalBinary is the program the local driver runs pods with; empty means this
-	// executable ("warmpool").
-	LocalBinary string
-	// LocalStateDir is where local pods are registered; replicas on one machine
-	// share it.
-	LocalStateDir string
-
 	Logger *slog.Logger
 
-	// FakeDeployDelay is how long each deploy of the fake driver takes (DriverName
-	// "fake" only; for load tests of cold bursts).
-	FakeDeployDelay time.Duration
-	// FakeStateDir is where the fake driver keeps its pods, one file each; replicas on
-	// one machine share it. Empty: in the replica's memory, seen by no other replica.
-	FakeStateDir string
-
-	// Tests inject these instead of having them built.
+	// Tests inject these instead of having them built (Driver instead of NewDriver;
+	// an injected driver is not closed with the replica).
 	Redis  redis.UniversalClient
 	Driver warmpool.PodDriver
 	Store  warmpool.ConfigStore
@@ -157,10 +143,6 @@ type Config struct {
 	RM     rm.Config
 	SM     sm.Config
 }
-
-// DriverFactory builds a pod driver that logs to log and reads the time from clock.
-// A driver it returns that is an io.Closer is closed with the replica.
-type DriverFactory func(log *slog.Logger, clock warmpool.Clock) (warmpool.PodDriver, error)
 
 // Server is one replica.
 type Server struct {
@@ -200,7 +182,7 @@ func (c *Config) fill() {
 		c.StorePath = DefaultStore
 	}
 	if c.DriverName == "" {
-		c.DriverName = DefaultDriver
+		c.DriverName = "other"
 	}
 	if c.InstanceID == "" {
 		host, _ := os.Hostname()
@@ -219,14 +201,8 @@ func (c *Config) fill() {
 
 // check reports a combination of fields that cannot work.
 func (c *Config) check() error {
-	if c.FakeDeployDelay != 0 && (c.DriverName != "fake" || c.Driver != nil) {
-		return fmt.Errorf("a fake deploy delay needs the fake driver (--driver fake), not %q", c.DriverName)
-	}
-	if c.FakeDeployDelay < 0 {
-		return fmt.Errorf("fake deploy delay %v: must not be negative", c.FakeDeployDelay)
-	}
-	if c.FakeStateDir != "" && (c.DriverName != "fake" || c.Driver != nil) {
-		return fmt.Errorf("a fake state dir needs the fake driver (--driver fake), not %q", c.DriverName)
+	if c.Driver == nil && c.NewDriver == nil {
+		return errors.New("no pod driver: set Config.NewDriver (or Config.Driver)")
 	}
 	if c.AuthToken != "" && c.AuthTokenFile != "" {
 		return errors.New("give the gateway token once: --auth-token or --auth-token-file")
@@ -323,7 +299,7 @@ func (s *Server) build(ctx context.Context) error {
 	if cfg.Driver != nil {
 		s.driver = cfg.Driver
 	} else {
-		d, err := s.newDriver()
+		d, err := cfg.NewDriver(driver.Env{Logger: s.log, Clock: cfg.Clock})
 		if err != nil {
 			return err
 		}
@@ -336,11 +312,10 @@ func (s *Server) build(ctx context.Context) error {
 	// Managers and services.
 	rmc := cfg.RM
 	rmc.Clock, rmc.Logger, rmc.Observe = cfg.Clock, s.log, s.metrics.Observe
-	driver := s.driverName()
 	rmc.OnDeploy = func(r rm.DeployReport) {
-		s.metrics.ObserveDeploy(r.Scope, driver, r.Result, r.Took)
+		s.metrics.ObserveDeploy(r.Scope, cfg.DriverName, r.Result, r.Took)
 		for _, p := range r.Phases {
-			s.metrics.ObservePhase(r.Scope, driver, p.Phase, p.Elapsed)
+			s.metrics.ObservePhase(r.Scope, cfg.DriverName, p.Phase, p.Elapsed)
 		}
 	}
 	s.RM = rm.New(s.store, s.driver, rmc)
@@ -386,52 +361,6 @@ func (s *Server) token(value, file string) (*httpx.Token, error) {
 		return httpx.FileToken(file, s.log)
 	}
 	return httpx.FixedToken(value), nil
-}
-
-func (s *Server) newDriver() (warmpool.PodDriver, error) {
-	switch s.cfg.DriverName {
-	case "local":
-		return localpod.New(localpod.Config{Binary: s.cfg.LocalBinary, StateDir: s.cfg.LocalStateDir, Logger: s.log})
-	case "fake":
-		var f *fakepod.Driver
-		if s.cfg.FakeStateDir == "" {
-			s.log.Warn("the fake driver keeps its pods in this process: replicas sharing a Redis need one --fake-state-dir, or each one's sweeper deletes the others' pods")
-			f = fakepod.New()
-		} else {
-			var err error
-			if f, err = fakepod.NewShared(s.cfg.FakeStateDir); err != nil {
-				return nil, err
-			}
-		}
-		f.DeployDelay = s.cfg.FakeDeployDelay
-		return f, nil
-	}
-	if f, ok := s.cfg.Drivers[s.cfg.DriverName]; ok {
-		return f(s.log, s.cfg.Clock)
-	}
-	return nil, fmt.Errorf("--driver %q: want %s", s.cfg.DriverName, s.cfg.driverNames())
-}
-
-// driverNames lists the drivers DriverName may name, for an error message: local,
-// the added ones in order, and fake (a driver for tests) last.
-func (c *Config) driverNames() string {
-	names := append([]string{"local"}, slices.Sorted(maps.Keys(c.Drivers))...)
-	return strings.Join(names, ", ") + " or fake"
-}
-
-// driverName is the driver label of the deploy metrics: the configured driver, or the
-// kind of the driver a test handed in.
-func (s *Server) driverName() string {
-	if s.cfg.Driver == nil {
-		return s.cfg.DriverName
-	}
-	switch s.driver.(type) {
-	case *fakepod.Driver:
-		return "fake"
-	case *localpod.Driver:
-		return "local"
-	}
-	return "other"
 }
 
 // bootstrap makes a live keyspace: on an empty Redis (or one that lost its data) the

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/testpg"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/server"
 )
 
@@ -24,7 +24,7 @@ func TestReplicasSharePostgresStore(t *testing.T) {
 	r := testredis.New(t)
 	var urls []string
 	for i := range 2 {
-		fake := fakepod.New()
+		fake := fake.New()
 		t.Cleanup(func() { _ = fake.Close() })
 		srv, err := server.New(ctx, server.Config{
 			Redis: r.Client, Prefix: r.Prefix, Driver: fake, StorePath: dsn,

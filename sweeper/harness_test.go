@@ -12,8 +12,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/harness/replicatest"
-	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/sm"
@@ -46,7 +46,7 @@ type options struct {
 	sweep sweeper.Config
 	sm    sm.Config
 	// driver, when set, makes the replica's driver of the harness's fake one.
-	driver func(*fakepod.Driver) warmpool.PodDriver
+	driver func(*fake.Driver) warmpool.PodDriver
 }
 
 func newHarness(t *testing.T, opts ...func(*options)) *harness {

@@ -13,15 +13,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/harness/replicatest"
-	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sweeper"
 )
 
 // countingDriver is the fake driver counting the probes of each pod.
 type countingDriver struct {
-	*fakepod.Driver
+	*fake.Driver
 	mu     sync.Mutex
 	probes map[string]int
 }
@@ -90,7 +90,7 @@ func (l *commandLog) take() map[string]int {
 func TestProbesOncePerPeriodSpreadAndWriteNothing(t *testing.T) {
 	var drv *countingDriver
 	h := newHarness(t, func(o *options) {
-		o.driver = func(f *fakepod.Driver) warmpool.PodDriver {
+		o.driver = func(f *fake.Driver) warmpool.PodDriver {
 			drv = &countingDriver{Driver: f, probes: map[string]int{}}
 			return drv
 		}
@@ -214,7 +214,7 @@ func TestReportedDeathRunsWatchAtOnce(t *testing.T) {
 
 // listingDriver is the fake driver counting its lists.
 type listingDriver struct {
-	*fakepod.Driver
+	*fake.Driver
 	lists atomic.Int32
 }
 
@@ -230,7 +230,7 @@ func (l *listingDriver) List(ctx context.Context) ([]warmpool.Pod, error) {
 func TestWatchShardsShareOneListPerInterval(t *testing.T) {
 	var drv *listingDriver
 	h := newHarness(t, func(o *options) {
-		o.driver = func(f *fakepod.Driver) warmpool.PodDriver {
+		o.driver = func(f *fake.Driver) warmpool.PodDriver {
 			drv = &listingDriver{Driver: f}
 			return drv
 		}

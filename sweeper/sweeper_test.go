@@ -16,8 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/harness/replicatest"
-	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sweeper"
@@ -528,7 +528,7 @@ func TestWatchBuriesUnhealthyAfterThreshold(t *testing.T) {
 // pass (TestReconcilePurgesGhosts): watch reads no scope's pool.
 func TestWatchBuriesPodGoneFromTheList(t *testing.T) {
 	h := newHarness(t, func(o *options) {
-		o.driver = func(f *fakepod.Driver) warmpool.PodDriver { return silentDriver{f} }
+		o.driver = func(f *fake.Driver) warmpool.PodDriver { return silentDriver{f} }
 	})
 	h.Scope("a", 4, 2)
 	ctx := t.Context()

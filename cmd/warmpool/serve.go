@@ -12,8 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/driver"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/server"
@@ -25,43 +24,26 @@ type serveOptions struct {
 	listen    string
 	logLevel  string
 	logFormat string
-	kube      kubeOptions
+	driver    string
+	// drivers are the registered drivers (drivers.go), their flags declared.
+	drivers driver.Set
 }
 
-// kubeOptions are the flags of the Kubernetes driver.
-type kubeOptions struct {
-	kubeconfig string
-	namespace  string
-	qps        float64
-	burst      int
-}
+// devDriver is the driver of --dev when --driver names none (SPEC §9: "--dev =
+// embedded Redis + local driver"), one of those drivers.go imports.
+const devDriver = "local"
 
-// kubernetesDriver is the factory of `--driver kubernetes`. It is registered here,
-// not in the server package, so that only this binary links client-go.
-func (o kubeOptions) kubernetesDriver(log *slog.Logger, clock warmpool.Clock) (warmpool.PodDriver, error) {
-	client, ns, err := k8s.NewClient(k8s.ClientOptions{Kubeconfig: o.kubeconfig, QPS: float32(o.qps), Burst: o.burst})
-	if err != nil {
-		return nil, err
-	}
-	if o.namespace != "" {
-		ns = o.namespace
-	}
-	return k8s.NewKubernetes(client, k8s.Config{Namespace: ns, Logger: log, Clock: clock}), nil
-}
-
-// serveFlags declares the serve flags, writing into cfg and o. Every flag also reads
-// its environment variable (applyEnv), which the usage line names.
+// serveFlags declares the serve flags, writing into cfg and o, the flags of every
+// registered driver among them. Every flag also reads its environment variable
+// (applyEnv), which the usage line names.
 func serveFlags(cfg *server.Config, o *serveOptions, getenv func(string) string) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&o.listen, "listen", server.DefaultListen, "HTTP listen address")
 	fs.StringVar(&cfg.RedisURL, "redis", "", "Redis (required unless --dev): "+server.RedisHelp)
 	fs.StringVar(&cfg.RedisCA, "redis-ca", "", "PEM file of the CAs that sign the Redis TLS certificate (default: the system's roots)")
 	fs.StringVar(&cfg.StorePath, "store", server.DefaultStore, "config store: FILE or sqlite://FILE (SQLite), or postgres://user:pass@host:port/db?sslmode=… (PostgreSQL, shared by replicas)")
-	fs.StringVar(&cfg.DriverName, "driver", server.DefaultDriver, "pod driver: local, kubernetes or fake")
-	fs.StringVar(&o.kube.kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig path (default $KUBECONFIG); empty = in-cluster config")
-	fs.StringVar(&o.kube.namespace, "namespace", "", "namespace of pods whose scope names none")
-	fs.Float64Var(&o.kube.qps, "kube-qps", k8s.DefaultQPS, "Kubernetes client QPS")
-	fs.IntVar(&o.kube.burst, "kube-burst", k8s.DefaultBurst, "Kubernetes client burst")
+	fs.StringVar(&o.driver, "driver", "", "pod driver: "+driver.List()+"; required, except with --dev, which runs "+devDriver+" without it")
+	o.drivers = driver.AddFlags(fs, getenv)
 	fs.StringVar(&cfg.InstanceID, "instance-id", "", "replica name (default hostname + random suffix)")
 	fs.StringVar(&cfg.AuthToken, "auth-token", "", "gateway bearer token, required on every /v1 call (empty = no auth)")
 	fs.StringVar(&cfg.AuthTokenFile, "auth-token-file", "", "file holding the gateway token, re-read when it changes (instead of --auth-token)")
@@ -82,9 +64,6 @@ func serveFlags(cfg *server.Config, o *serveOptions, getenv func(string) string)
 	fs.DurationVar(&cfg.Sweep.OrphanGrace, "orphan-grace", sweeper.DefaultOrphanGrace, "how long a pod Redis does not know is left alone while it is not ready (a deploy about to register)")
 	fs.DurationVar(&cfg.Sweep.GhostGrace, "ghost-grace", sweeper.DefaultGhostGrace, "how long a registered pod missing from the driver's list is kept (the list may lag)")
 	fs.IntVar(&cfg.Sweep.HealthFailThreshold, "health-fail-threshold", sweeper.DefaultHealthFailThreshold, "failed health probes in a row before a pod is replaced")
-	fs.StringVar(&cfg.LocalStateDir, "local-state-dir", "", "local driver: directory where pods are registered; replicas on one machine share it")
-	fs.DurationVar(&cfg.FakeDeployDelay, "fake-deploy-delay", 0, "testing: with --driver fake, how long each deploy takes (for load tests of cold bursts)")
-	fs.StringVar(&cfg.FakeStateDir, "fake-state-dir", "", "testing: with --driver fake, directory where pods are registered; replicas on one machine share it (empty: in memory, one replica only)")
 	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: embedded in-process Redis, local driver and a ready 'demo' scope")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "", "json or text (default json; text with --dev)")
@@ -149,7 +128,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if cfg.RedisURL == "" && !cfg.Dev {
 		return usageError("serve: pass --redis URL (or WARMPOOL_REDIS), or --dev for an in-process Redis")
 	}
-	cfg.Drivers = map[string]server.DriverFactory{"kubernetes": o.kube.kubernetesDriver}
+	if err := pickDriver(&cfg, &o); err != nil {
+		return err
+	}
 	log, err := newLogger(stderr, o.logLevel, o.logFormat, cfg.Dev)
 	if err != nil {
 		return err
@@ -193,6 +174,25 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 	return srv.Run(ctx, ln)
+}
+
+// pickDriver sets the driver of cfg: the one --driver names, else with --dev the
+// local one. Without either serve refuses to start rather than run local processes on
+// a host meant for a cluster.
+func pickDriver(cfg *server.Config, o *serveOptions) error {
+	name := o.driver
+	if name == "" {
+		if !cfg.Dev {
+			return usageError("serve: pass --driver NAME (or WARMPOOL_DRIVER), one of " + driver.List() + "; only --dev runs " + devDriver + " without it")
+		}
+		name = devDriver
+	}
+	f, err := o.drivers.Pick(name)
+	if err != nil {
+		return usageError("serve: " + err.Error())
+	}
+	cfg.DriverName, cfg.NewDriver = name, f.New
+	return nil
 }
 
 // newLogger is the service's logger: JSON lines, or text (the default with --dev).

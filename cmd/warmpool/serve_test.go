@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/warmpool/warmpool/driver"
 	"github.com/warmpool/warmpool/server"
 )
 
@@ -129,6 +131,69 @@ func TestServeNeedsRedis(t *testing.T) {
 	msg := out.String()
 	if strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "--redis") || !strings.Contains(msg, "--dev") || stderr.Len() != 0 || stdout.Len() != 0 {
 		t.Fatalf("message %q (stderr %q, stdout %q): want one line naming --redis and --dev", msg, stderr.String(), stdout.String())
+	}
+}
+
+// serve without --driver and without --dev exits 2 with one line naming --driver and
+// every registered driver, before it listens or connects to anything: it does not
+// quietly run local processes on a host meant for a cluster. An unknown driver, or a
+// flag of the fake driver on another one, is refused the same way.
+func TestServeNeedsDriver(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{"--driver", "WARMPOOL_DRIVER", driver.List(), "--dev"}},
+		{[]string{"--driver", "nope"}, []string{`--driver "nope": want ` + driver.List()}},
+		{[]string{"--driver", "local", "--fake-deploy-delay", "1s"}, []string{"fake deploy delay", "--driver fake", `"local"`}},
+		{[]string{"--driver", "kubernetes", "--fake-state-dir", t.TempDir()}, []string{"fake state dir", "--driver fake", `"kubernetes"`}},
+		{[]string{"--dev", "--fake-deploy-delay", "1s"}, []string{"fake deploy delay", `"local"`}},
+	} {
+		// Port 1 of loopback: nothing answers there, and nothing must try.
+		args := append([]string{"warmpool", "serve", "--redis", "redis://127.0.0.1:1/0", "--listen", "127.0.0.1:1",
+			"--store", t.TempDir() + "/w.db"}, c.args...)
+		var stdout, stderr bytes.Buffer
+		// Bounded: a serve that started anyway would wait for that Redis for ever.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := run(ctx, args, noEnv, &stdout, &stderr)
+		cancel()
+		var out bytes.Buffer
+		if code := exitCode(err, &out); code != 2 {
+			t.Fatalf("%v: exit %d (%v), want 2", c.args, code, err)
+		}
+		msg := out.String()
+		if strings.Count(msg, "\n") != 1 || stdout.Len() != 0 || stderr.Len() != 0 {
+			t.Errorf("%v: message %q (stdout %q, stderr %q): want one line", c.args, msg, stdout.String(), stderr.String())
+		}
+		for _, w := range c.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%v: %q does not say %q", c.args, msg, w)
+			}
+		}
+	}
+}
+
+// The help of --driver names the registered drivers and says it is required.
+func TestDriverHelp(t *testing.T) {
+	var cfg server.Config
+	var o serveOptions
+	fs := serveFlags(&cfg, &o, func(string) string { return "" })
+	usage := fs.Lookup("driver").Usage
+	for _, w := range []string{driver.List(), "required", "--dev"} {
+		if !strings.Contains(usage, w) {
+			t.Errorf("--driver help %q does not say %q", usage, w)
+		}
+	}
+	for _, name := range []string{"fake", "kubernetes", "local"} {
+		if !slices.Contains(driver.Names(), name) {
+			t.Errorf("driver %s is not registered (drivers.go): %v", name, driver.Names())
+		}
+	}
+	for _, name := range []string{"fake-deploy-delay", "fake-state-dir", "local-state-dir", "kubeconfig", "namespace", "kube-qps", "kube-burst"} {
+		if fs.Lookup(name) == nil {
+			t.Errorf("no --%s among the serve flags", name)
+		}
 	}
 }
 

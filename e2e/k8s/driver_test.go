@@ -37,9 +37,9 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver/drivertest"
 	"github.com/warmpool/warmpool/internal/manifests"
 	"github.com/warmpool/warmpool/k8s"
-	"github.com/warmpool/warmpool/k8s/drivertest"
 )
 
 // holdAnnotation keeps kwok from making a pod Running (scripts/k8s-up.sh stage knob), so

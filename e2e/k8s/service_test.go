@@ -39,9 +39,9 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver/drivertest"
 	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/k8s"
-	"github.com/warmpool/warmpool/k8s/drivertest"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sqlite"

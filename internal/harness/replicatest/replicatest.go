@@ -17,9 +17,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/invariant"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/scopes"
@@ -37,7 +37,7 @@ type Harness struct {
 	// Store is the test's own view of the Redis (its own client, no replica's).
 	Store *lua.Store
 	// Fake is the pod driver of every replica that names no other.
-	Fake *fakepod.Driver
+	Fake *fake.Driver
 	// Clock is a controllable clock; replicas run on it when Config.Clock says so.
 	Clock *testredis.Clock
 	// Configs and Scopes are nil unless the harness was made WithConfigs.
@@ -69,7 +69,7 @@ func New(tb testing.TB, opts ...Option) *Harness {
 	tb.Helper()
 	r := testredis.New(tb)
 	h := &Harness{
-		TB: tb, Redis: r, Store: lua.NewStore(r.Client, r.Prefix), Fake: fakepod.New(), Clock: testredis.NewClock(),
+		TB: tb, Redis: r, Store: lua.NewStore(r.Client, r.Prefix), Fake: fake.New(), Clock: testredis.NewClock(),
 		current: map[string]warmpool.StoredConfig{}, versions: map[string][]string{},
 		pools: map[string]map[int64]warmpool.PoolConfig{}, checks: map[string]*invariant.Capacity{},
 	}

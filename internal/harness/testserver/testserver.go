@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sqlite"
@@ -23,7 +23,7 @@ import (
 type Backing struct {
 	Redis *testredis.Redis
 	Store *sqlite.Store
-	Fake  *fakepod.Driver
+	Fake  *fake.Driver
 }
 
 // NewBacking returns the shared services of one test.
@@ -35,7 +35,7 @@ func NewBacking(tb testing.TB) *Backing {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = st.Close() })
-	fake := fakepod.New()
+	fake := fake.New()
 	tb.Cleanup(func() { _ = fake.Close() })
 	return &Backing{Redis: r, Store: st, Fake: fake}
 }
@@ -48,6 +48,7 @@ func (b *Backing) Config(instanceID string) server.Config {
 		Redis:      b.Redis.Client,
 		Prefix:     b.Redis.Prefix,
 		Driver:     b.Fake,
+		DriverName: fake.Name,
 		Store:      b.Store,
 		InstanceID: instanceID,
 		SM:         sm.Config{Recheck: 50 * time.Millisecond},

@@ -1,4 +1,4 @@
-package localpod_test
+package local_test
 
 import (
 	"context"
@@ -21,9 +21,9 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/demoagent"
+	"github.com/warmpool/warmpool/driver/drivertest"
+	"github.com/warmpool/warmpool/driver/local"
 	"github.com/warmpool/warmpool/internal/await"
-	"github.com/warmpool/warmpool/k8s/drivertest"
-	"github.com/warmpool/warmpool/k8s/localpod"
 )
 
 // agentEnv turns the test binary into the demo agent, so the driver's tests need no
@@ -55,7 +55,7 @@ func runAgent() int {
 
 // mustLocal returns a driver on dir that runs this test binary as the agent, closed at
 // cleanup.
-func mustLocal(t *testing.T, dir string) *localpod.Driver {
+func mustLocal(t *testing.T, dir string) *local.Driver {
 	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("the local driver's tests use /proc")
@@ -64,7 +64,7 @@ func mustLocal(t *testing.T, dir string) *localpod.Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := localpod.New(localpod.Config{
+	l, err := local.New(local.Config{
 		Binary: exe,
 		// A race-instrumented binary sleeps 1s at exit by default; agents need not.
 		Env:       []string{agentEnv + "=1", "GORACE=atexit_sleep_ms=0"},
@@ -145,7 +145,7 @@ type stateFile struct {
 	Labels map[string]string `json:"labels"`
 }
 
-func mustState(t *testing.T, l *localpod.Driver, podID string) stateFile {
+func mustState(t *testing.T, l *local.Driver, podID string) stateFile {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(l.StateDir(), podID+".json"))
 	if err != nil {
@@ -247,7 +247,7 @@ func TestLocalSharedStateDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []*localpod.Driver{a, b} {
+	for _, d := range []*local.Driver{a, b} {
 		pods := mustList(t, d)
 		if !slices.Equal(ids(pods), []string{podA.ID, podB.ID}) || !pods[0].Ready || !pods[1].Ready {
 			t.Fatalf("List = %+v, want both pods ready", pods)
@@ -327,7 +327,7 @@ func TestLocalTempStateDir(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the local driver's tests use /proc")
 	}
-	l, err := localpod.New(localpod.Config{})
+	l, err := local.New(local.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package localpod
+package local
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package fakepod
+package fake
 
 import (
 	"encoding/json"

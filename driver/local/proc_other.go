@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package localpod
+package local
 
 import (
 	"fmt"

@@ -1,10 +1,9 @@
-// Package localpod is the pod driver that runs each pod as a local process of the demo
+// Package local is the pod driver that runs each pod as a local process of the demo
 // agent (SPEC §2, §9): what `warmpool serve --dev` and `make run` use, so the whole
 // service runs without a cluster. It imports only the root package.
-package localpod
+package local
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,13 +15,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/warmpool/warmpool"
@@ -95,44 +90,6 @@ var (
 	_ warmpool.DeathNotifier = (*Driver)(nil)
 )
 
-// podProc is one pod process started by this Driver.
-type podProc struct {
-	name   string
-	pid    int
-	stderr *tailBuffer
-	exited chan struct{} // closed once the process has been reaped
-	err    error         // how it exited; set before exited closes
-}
-
-func (p *podProc) hasExited() bool {
-	select {
-	case <-p.exited:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *podProc) exitReason() string {
-	if p.err == nil {
-		return "process exited: exit status 0"
-	}
-	return "process exited: " + p.err.Error()
-}
-
-// record is the state file of one pod.
-type record struct {
-	Pod warmpool.Pod `json:"pod"`
-	PID int          `json:"pid"`
-	// OwnerPID is the server process that started the pod, for operators.
-	OwnerPID int `json:"owner_pid"`
-	// Ready is set once the pod's health endpoint answered 200.
-	Ready   bool              `json:"ready"`
-	Labels  map[string]string `json:"labels"`
-	Created time.Time         `json:"created"`
-	Args    []string          `json:"args"`
-}
-
 // New fills cfg's defaults and returns the driver. Close it to stop its pods.
 func New(cfg Config) (*Driver, error) {
 	if cfg.Binary == "" {
@@ -167,7 +124,7 @@ func New(cfg Config) (*Driver, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Driver{
 		cfg:     cfg,
-		log:     cfg.Logger.With("component", "localpod"),
+		log:     cfg.Logger.With("component", "local"),
 		tempDir: tempDir,
 		tr:      tr,
 		client:  &http.Client{Transport: tr},
@@ -179,10 +136,6 @@ func New(cfg Config) (*Driver, error) {
 
 // StateDir is the directory of the pod registry.
 func (l *Driver) StateDir() string { return l.cfg.StateDir }
-
-func (l *Driver) statePath(name string) string {
-	return filepath.Join(l.cfg.StateDir, name+stateExt)
-}
 
 // Deploy starts the pod's process and waits until its health endpoint answers 200, at
 // most Spec.ReadyTimeoutS. Errors: VALIDATION for a bad scope id or a ready timeout
@@ -311,36 +264,6 @@ func (l *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 	return pod, nil
 }
 
-// start launches the agent process in its own process group and reaps it when it ends.
-// The caller registers it in l.procs once it owns the pod's name; until then the
-// process is the deploy's alone to stop (Close waits for every Deploy first).
-func (l *Driver) start(name string, args []string, specEnv map[string]string) (*podProc, error) {
-	cmd := exec.Command(l.cfg.Binary, args...)
-	env := slices.Concat(os.Environ(), l.cfg.Env)
-	for _, k := range slices.Sorted(maps.Keys(specEnv)) {
-		env = append(env, k+"="+specEnv[k])
-	}
-	cmd.Env = append(env, podNameEnv+"="+name)
-	p := &podProc{name: name, stderr: &tailBuffer{max: stderrTail}, exited: make(chan struct{})}
-	cmd.Stderr = p.stderr
-	// A grandchild that keeps stderr open must not keep Wait (and Close) waiting.
-	cmd.WaitDelay = time.Second
-	cmd.SysProcAttr = sysProcAttr()
-
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p.pid = cmd.Process.Pid
-	l.reapers.Add(1)
-	go func() {
-		defer l.reapers.Done()
-		p.err = cmd.Wait() // reaps the child: no zombies
-		close(p.exited)
-		l.reportExit(p)
-	}()
-	return p, nil
-}
-
 // OnDeath makes the driver report to fn each of its own pods whose process ends
 // (killed, crashed, or stopped by Delete), as it is reaped. Pods of other server
 // processes sharing StateDir are seen dead by List only.
@@ -348,35 +271,6 @@ func (l *Driver) OnDeath(fn func(warmpool.Pod)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.deaths = append(l.deaths[:len(l.deaths):len(l.deaths)], fn)
-}
-
-// reportExit hands a pod whose process was reaped to the OnDeath functions, if it is
-// a pod of this driver (the process of a deploy in flight is not a pod yet).
-func (l *Driver) reportExit(p *podProc) {
-	l.mu.Lock()
-	owned, deaths := l.procs[p.name] == p, l.deaths
-	l.mu.Unlock()
-	if !owned || len(deaths) == 0 {
-		return
-	}
-	rec, err := l.readRecord(p.name)
-	if err != nil || rec.PID != p.pid {
-		return
-	}
-	pod := rec.Pod
-	pod.Ready, pod.Dead = false, p.exitReason()
-	for _, fn := range deaths {
-		fn(pod)
-	}
-}
-
-// forget drops p from the processes of this driver, once it is stopped.
-func (l *Driver) forget(p *podProc) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.procs[p.name] == p {
-		delete(l.procs, p.name)
-	}
 }
 
 // awaitReady polls the health endpoint until it answers 200 for this pod. The first
@@ -484,121 +378,6 @@ func (l *Driver) Delete(ctx context.Context, pod warmpool.Pod) error {
 	return nil
 }
 
-// stop ends one of our own processes and waits until it is reaped. A ctx that ends
-// during the grace period only makes the SIGKILL come sooner.
-func (l *Driver) stop(ctx context.Context, p *podProc) {
-	if !p.hasExited() {
-		_ = killGroup(p.pid, syscall.SIGTERM)
-		grace := time.NewTimer(l.cfg.StopGrace)
-		select {
-		case <-p.exited:
-		case <-grace.C:
-		case <-ctx.Done():
-		}
-		grace.Stop()
-	}
-	// Also after the leader exited: whatever else is left in its group goes too.
-	_ = killGroup(p.pid, syscall.SIGKILL)
-	<-p.exited
-}
-
-// stopForeign ends a pod process another server started; its owner reaps it, so we
-// watch /proc until the process is gone (a zombie counts as gone).
-func (l *Driver) stopForeign(ctx context.Context, pid int, name string) error {
-	if alive, _ := procAlive(pid, name); !alive {
-		return nil
-	}
-	_ = killGroup(pid, syscall.SIGTERM)
-	graceCtx, cancel := context.WithTimeout(ctx, l.cfg.StopGrace)
-	defer cancel()
-	if waitGone(graceCtx, pid, name) {
-		return nil
-	}
-	// Check again right before the SIGKILL: the PID may have been reused meanwhile.
-	if alive, _ := procAlive(pid, name); alive {
-		_ = killGroup(pid, syscall.SIGKILL)
-	}
-	killCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if !waitGone(killCtx, pid, name) {
-		return fmt.Errorf("pid %d still running after SIGKILL", pid)
-	}
-	return nil
-}
-
-// waitGone polls until the process is gone or ctx ends; it reports whether it is gone.
-func waitGone(ctx context.Context, pid int, name string) bool {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if alive, _ := procAlive(pid, name); !alive {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-tick.C:
-		}
-	}
-}
-
-// List reads every state file and reports each pod with Ready and Dead filled: a pod
-// whose process is gone, or whose PID now runs something else, is Dead.
-func (l *Driver) List(ctx context.Context) ([]warmpool.Pod, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	entries, err := os.ReadDir(l.cfg.StateDir)
-	if err != nil {
-		return nil, fmt.Errorf("list local pods: %w", err)
-	}
-	l.mu.Lock()
-	own := maps.Clone(l.procs)
-	l.mu.Unlock()
-
-	seen := map[string]bool{}
-	var pods []warmpool.Pod
-	for _, e := range entries {
-		fname := e.Name()
-		name, ok := strings.CutSuffix(fname, stateExt)
-		if !ok || strings.HasPrefix(fname, ".") || e.IsDir() {
-			continue // temporary files start with a dot
-		}
-		rec, err := l.readRecord(name)
-		if err != nil {
-			if !errors.Is(err, fs.ErrNotExist) { // a file deleted meanwhile is just gone
-				l.log.Warn("unreadable pod state file", "file", fname, "err", err)
-			}
-			continue
-		}
-		if rec.Labels[warmpool.LabelManagedBy] != warmpool.ManagedByValue {
-			continue
-		}
-		seen[name] = true
-		pod := rec.Pod
-		if p := own[name]; p != nil && p.pid == rec.PID {
-			// Our own child: we know whether it has been reaped and how it ended.
-			if p.hasExited() {
-				pod.Dead = p.exitReason()
-			}
-		} else if alive, why := procAlive(rec.PID, name); !alive {
-			pod.Dead = why
-		}
-		pod.Ready = rec.Ready && pod.Dead == ""
-		pods = append(pods, pod)
-	}
-	// Our children that another server deleted leave no file behind: forget them.
-	l.mu.Lock()
-	for name, p := range own {
-		if !seen[name] && p.hasExited() && l.procs[name] == p {
-			delete(l.procs, name)
-		}
-	}
-	l.mu.Unlock()
-	warmpool.SortPods(pods)
-	return pods, nil
-}
-
 // Close stops every pod this driver started (deploys in flight fail), waits for all of
 // them and removes their state files. Pods of other server processes are left alone.
 // It is safe to call more than once.
@@ -634,111 +413,4 @@ func (l *Driver) Close() error {
 		}
 	}
 	return nil
-}
-
-// readRecord reads the state file of pod name.
-func (l *Driver) readRecord(name string) (*record, error) {
-	b, err := os.ReadFile(l.statePath(name))
-	if err != nil {
-		return nil, err
-	}
-	var rec record
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return nil, fmt.Errorf("%s: %w", l.statePath(name), err)
-	}
-	return &rec, nil
-}
-
-// writeRecord writes rec's state file whole, through a temporary file, so a reader
-// never sees half a record. With exclusive set it fails with fs.ErrExist when the pod's
-// file already exists: a hard link, unlike a rename, never replaces its target, which
-// makes it the cross-process "create if absent" that the name check needs.
-func (l *Driver) writeRecord(rec *record, exclusive bool) error {
-	b, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(l.cfg.StateDir, "."+rec.Pod.ID+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a link or a rename this is a no-op or drops the spare name
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if exclusive {
-		return os.Link(tmp, l.statePath(rec.Pod.ID))
-	}
-	return os.Rename(tmp, l.statePath(rec.Pod.ID))
-}
-
-// removeRecord removes the state file of pod name if it still describes pid, so a
-// late cleanup never removes a newer pod's file.
-func (l *Driver) removeRecord(name string, pid int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	rec, err := l.readRecord(name)
-	if err != nil || rec.PID != pid {
-		return
-	}
-	if err := os.Remove(l.statePath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		l.log.Warn("remove pod state file", "pod", name, "err", err)
-	}
-}
-
-// freePort asks the kernel for a free loopback port. Another process may take it
-// before the agent binds it; the agent then exits and the deploy fails, and the health
-// check's pod name guards against reaching someone else's agent.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// killGroup signals the process group led by pid.
-func killGroup(pid int, sig syscall.Signal) error {
-	if pid <= 1 {
-		return fmt.Errorf("refusing to signal pid %d", pid)
-	}
-	return syscall.Kill(-pid, sig)
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-	max int
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-// lastLines formats the last n non-empty lines for an error message, or "" if none.
-func (t *tailBuffer) lastLines(n int) string {
-	t.mu.Lock()
-	text := string(bytes.TrimSpace(t.buf))
-	t.mu.Unlock()
-	if text == "" {
-		return ""
-	}
-	lines := strings.Split(text, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "; stderr: " + strings.Join(lines, " | ")
 }

@@ -1,4 +1,4 @@
-package fakepod_test
+package fake_test
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/k8s/drivertest"
-	"github.com/warmpool/warmpool/k8s/fakepod"
+	"github.com/warmpool/warmpool/driver/drivertest"
+	"github.com/warmpool/warmpool/driver/fake"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -101,19 +101,19 @@ func TestSharedFaults(t *testing.T) {
 	}
 	cases := []struct {
 		name   string
-		faults fakepod.Faults
+		faults fake.Faults
 		want   string
 	}{
-		{"create error", fakepod.Faults{CreateError: "quota exceeded"}, "create: quota exceeded"},
-		{"create hangs", fakepod.Faults{CreateHang: true}, "create did not return within 1s"},
-		{"never ready", fakepod.Faults{NeverReady: true}, "not ready within 1s"},
+		{"create error", fake.Faults{CreateError: "quota exceeded"}, "create: quota exceeded"},
+		{"create hangs", fake.Faults{CreateHang: true}, "create did not return within 1s"},
+		{"never ready", fake.Faults{NeverReady: true}, "not ready within 1s"},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if err := fakepod.SetFaults(dir, c.faults); err != nil {
+			if err := fake.SetFaults(dir, c.faults); err != nil {
 				t.Fatal(err)
 			}
-			for j, d := range []*fakepod.Driver{a, b} {
+			for j, d := range []*fake.Driver{a, b} {
 				fence := int64(10*i + j + 1)
 				_, err := d.Deploy(testCtx(t), short(fence))
 				if warmpool.ErrorCode(err) != warmpool.CodeDeployFailed || !strings.Contains(err.Error(), c.want) {
@@ -125,7 +125,7 @@ func TestSharedFaults(t *testing.T) {
 			}
 		})
 	}
-	if err := fakepod.SetFaults(dir, fakepod.Faults{}); err != nil {
+	if err := fake.SetFaults(dir, fake.Faults{}); err != nil {
 		t.Fatal(err)
 	}
 	if p := mustDeploy(t, b, "s", 99); !p.Ready {
@@ -136,9 +136,9 @@ func TestSharedFaults(t *testing.T) {
 	}
 }
 
-func mustShared(t *testing.T, dir string) *fakepod.Driver {
+func mustShared(t *testing.T, dir string) *fake.Driver {
 	t.Helper()
-	f, err := fakepod.NewShared(dir)
+	f, err := fake.NewShared(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,9 +146,9 @@ func mustShared(t *testing.T, dir string) *fakepod.Driver {
 	return f
 }
 
-func mustFake(t *testing.T) *fakepod.Driver {
+func mustFake(t *testing.T) *fake.Driver {
 	t.Helper()
-	f := fakepod.New()
+	f := fake.New()
 	t.Cleanup(func() { _ = f.Close() })
 	return f
 }
@@ -168,7 +168,7 @@ func testCtx(t *testing.T) context.Context {
 }
 
 // mustDeploy deploys a pod of scope that must come up.
-func mustDeploy(t *testing.T, f *fakepod.Driver, scope string, fence int64) warmpool.Pod {
+func mustDeploy(t *testing.T, f *fake.Driver, scope string, fence int64) warmpool.Pod {
 	t.Helper()
 	pod, err := f.Deploy(testCtx(t), fakeReq(scope, fence))
 	if err != nil {
@@ -224,7 +224,7 @@ func TestFakeRecords(t *testing.T) {
 }
 
 func TestFakeZeroValue(t *testing.T) {
-	var f fakepod.Driver
+	var f fake.Driver
 	if _, err := f.Deploy(testCtx(t), fakeReq("zero", 1)); err != nil {
 		t.Fatal(err)
 	}

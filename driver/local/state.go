@@ -1,0 +1,145 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/warmpool/warmpool"
+)
+
+// record is the state file of one pod.
+type record struct {
+	Pod warmpool.Pod `json:"pod"`
+	PID int          `json:"pid"`
+	// OwnerPID is the server process that started the pod, for operators.
+	OwnerPID int `json:"owner_pid"`
+	// Ready is set once the pod's health endpoint answered 200.
+	Ready   bool              `json:"ready"`
+	Labels  map[string]string `json:"labels"`
+	Created time.Time         `json:"created"`
+	Args    []string          `json:"args"`
+}
+
+func (l *Driver) statePath(name string) string {
+	return filepath.Join(l.cfg.StateDir, name+stateExt)
+}
+
+// List reads every state file and reports each pod with Ready and Dead filled: a pod
+// whose process is gone, or whose PID now runs something else, is Dead.
+func (l *Driver) List(ctx context.Context) ([]warmpool.Pod, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(l.cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("list local pods: %w", err)
+	}
+	l.mu.Lock()
+	own := maps.Clone(l.procs)
+	l.mu.Unlock()
+
+	seen := map[string]bool{}
+	var pods []warmpool.Pod
+	for _, e := range entries {
+		fname := e.Name()
+		name, ok := strings.CutSuffix(fname, stateExt)
+		if !ok || strings.HasPrefix(fname, ".") || e.IsDir() {
+			continue // temporary files start with a dot
+		}
+		rec, err := l.readRecord(name)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) { // a file deleted meanwhile is just gone
+				l.log.Warn("unreadable pod state file", "file", fname, "err", err)
+			}
+			continue
+		}
+		if rec.Labels[warmpool.LabelManagedBy] != warmpool.ManagedByValue {
+			continue
+		}
+		seen[name] = true
+		pod := rec.Pod
+		if p := own[name]; p != nil && p.pid == rec.PID {
+			// Our own child: we know whether it has been reaped and how it ended.
+			if p.hasExited() {
+				pod.Dead = p.exitReason()
+			}
+		} else if alive, why := procAlive(rec.PID, name); !alive {
+			pod.Dead = why
+		}
+		pod.Ready = rec.Ready && pod.Dead == ""
+		pods = append(pods, pod)
+	}
+	// Our children that another server deleted leave no file behind: forget them.
+	l.mu.Lock()
+	for name, p := range own {
+		if !seen[name] && p.hasExited() && l.procs[name] == p {
+			delete(l.procs, name)
+		}
+	}
+	l.mu.Unlock()
+	warmpool.SortPods(pods)
+	return pods, nil
+}
+
+// readRecord reads the state file of pod name.
+func (l *Driver) readRecord(name string) (*record, error) {
+	b, err := os.ReadFile(l.statePath(name))
+	if err != nil {
+		return nil, err
+	}
+	var rec record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("%s: %w", l.statePath(name), err)
+	}
+	return &rec, nil
+}
+
+// writeRecord writes rec's state file whole, through a temporary file, so a reader
+// never sees half a record. With exclusive set it fails with fs.ErrExist when the pod's
+// file already exists: a hard link, unlike a rename, never replaces its target, which
+// makes it the cross-process "create if absent" that the name check needs.
+func (l *Driver) writeRecord(rec *record, exclusive bool) error {
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(l.cfg.StateDir, "."+rec.Pod.ID+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // after a link or a rename this is a no-op or drops the spare name
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if exclusive {
+		return os.Link(tmp, l.statePath(rec.Pod.ID))
+	}
+	return os.Rename(tmp, l.statePath(rec.Pod.ID))
+}
+
+// removeRecord removes the state file of pod name if it still describes pid, so a
+// late cleanup never removes a newer pod's file.
+func (l *Driver) removeRecord(name string, pid int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rec, err := l.readRecord(name)
+	if err != nil || rec.PID != pid {
+		return
+	}
+	if err := os.Remove(l.statePath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		l.log.Warn("remove pod state file", "pod", name, "err", err)
+	}
+}

@@ -1,0 +1,457 @@
+package k8s
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/warmpool/warmpool"
+)
+
+// Deploy creates the scope's pod and waits, with a watch, until it is Running and Ready,
+// at most Spec.ReadyTimeoutS. Errors: DEPLOY_FAILED naming the reason (image pull,
+// crash loop, terminated container, unschedulable, deleted, failed, timeout, API
+// refusal); VALIDATION for a template the pod cannot be built from (a spec that was not
+// normalized, such as a ready timeout under a second); ctx.Err() when ctx
+// ends first. Whatever Deploy created is deleted again when it fails.
+func (k *Kubernetes) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpool.Pod, error) {
+	start := time.Now()
+	ns := k.namespace(req.Spec.Namespace)
+	k.cacheFor(ns) // so List sees the namespace from now on; does not wait
+	d := &deployment{k: k, req: req, ns: ns, start: start}
+	log := k.log.With(logScope, req.ScopeID, logNamespace, ns)
+
+	timeout := time.Duration(req.Spec.ReadyTimeoutS) * time.Second
+	if timeout <= 0 {
+		return warmpool.Pod{}, warmpool.Errorf(warmpool.CodeValidation, "deploy.ready_timeout_s: must be positive, got %d", req.Spec.ReadyTimeoutS)
+	}
+	wctx, cancel := context.WithTimeoutCause(ctx, timeout, errReadyTimeout)
+	defer cancel()
+
+	created, err := d.create(wctx)
+	if err == nil {
+		d.phase(PhaseCreated, "")
+		var ready *corev1.Pod
+		ready, err = d.await(wctx, created)
+		if err == nil {
+			p := kubePod(ready)
+			p.Ready = true
+			log.InfoContext(ctx, "pod ready", logPod, ready.Name, "took", time.Since(start).Round(time.Millisecond))
+			return p, nil
+		}
+	}
+	// Failure: the reason, in the caller's terms.
+	switch {
+	case ctx.Err() != nil:
+		err = ctx.Err()
+	case errors.Is(context.Cause(wctx), errReadyTimeout):
+		err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s/%s not ready after %s%s", ns, d.name, timeout, kubeMsg(d.last))
+	}
+	d.phase(PhaseFailed, err.Error())
+	if d.owns || d.maybe {
+		k.cleanup(context.WithoutCancel(ctx), d)
+	}
+	log.WarnContext(ctx, "deploy failed", logPod, d.name, logErr, err)
+	return warmpool.Pod{}, err
+}
+
+var errReadyTimeout = errors.New("ready timeout")
+
+// deployment is the state of one Deploy call.
+type deployment struct {
+	k     *Kubernetes
+	req   warmpool.DeployRequest
+	ns    string
+	name  string
+	owns  bool      // a pod was created (or adopted) and must go if the deploy fails
+	maybe bool      // a create got no answer: the server may have made (or yet make) the pod
+	uid   types.UID // its UID, when the server gave one
+	start time.Time
+
+	scheduled    bool
+	started      bool
+	unschedSince time.Time
+	last         string // the last state seen, for the timeout message
+}
+
+func (d *deployment) phase(ph DeployPhase, reason string) {
+	if root, ok := rootPhases[ph]; ok {
+		d.req.Phase(root)
+	}
+	if d.k.cfg.OnPhase == nil {
+		return
+	}
+	d.k.cfg.OnPhase(PhaseEvent{
+		ScopeID: d.req.ScopeID, DeployVer: d.req.DeployVer, Fence: d.req.Fence,
+		Namespace: d.ns, Pod: d.name, Phase: ph, At: d.k.cfg.Clock.Now(),
+		Elapsed: time.Since(d.start), Reason: reason,
+	})
+}
+
+func deployFailed(format string, args ...any) error {
+	return warmpool.Errorf(warmpool.CodeDeployFailed, format, args...)
+}
+
+// create makes the pod. AlreadyExists with our own labels (scope, deploy_ver, fence) is
+// our earlier create (a retried request that did reach the server, or a repeated deploy
+// of the same fence): that pod is adopted. Any other AlreadyExists is a genuine clash,
+// retried under a fresh name a bounded number of times.
+func (d *deployment) create(ctx context.Context) (*corev1.Pod, error) {
+	k := d.k
+	pods := k.client.Pods(d.ns)
+	d.name = warmpool.PodName(d.req.ScopeID, d.req.Fence)
+	base := d.name
+	for clashes := 0; ; {
+		obj, err := newAgentPod(d.req, d.name, d.ns, k.cfg.Clock.Now(), podExtras{
+			grace: k.cfg.DeleteGrace, nodeSelector: k.cfg.NodeSelector, annotations: k.cfg.PodAnnotations})
+		if err != nil {
+			return nil, err
+		}
+		var created *corev1.Pod
+		err = k.call(ctx, func(ctx context.Context) (err error) {
+			created, err = pods.Create(ctx, obj, metav1.CreateOptions{})
+			return err
+		})
+		if err == nil {
+			d.owns, d.uid = true, created.UID
+			return created, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			d.maybe = d.maybe || transient(err) || ctx.Err() != nil
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, deployFailed("create pod %s/%s: %v", d.ns, d.name, err)
+		}
+		var existing *corev1.Pod
+		gerr := k.call(ctx, func(ctx context.Context) (err error) {
+			existing, err = pods.Get(ctx, d.name, metav1.GetOptions{})
+			return err
+		})
+		switch {
+		case gerr == nil && kubeOwnPod(existing, d.req):
+			k.log.InfoContext(ctx, "pod already exists from this deploy; waiting for it", logPod, d.name, logNamespace, d.ns)
+			d.owns, d.uid = true, existing.UID
+			return existing, nil
+		case gerr != nil && !apierrors.IsNotFound(gerr):
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, deployFailed("create pod %s/%s: name taken and the pod cannot be read: %v", d.ns, d.name, gerr)
+		}
+		// Someone else's pod holds the name (or it vanished meanwhile): a fresh name.
+		clashes++
+		if clashes > k.cfg.NameRetries {
+			return nil, deployFailed("create pod %s/%s: name clashes with %d other pods", d.ns, base, clashes)
+		}
+		k.log.WarnContext(ctx, "pod name taken by another pod; retrying with a new name", logPod, d.name, logNamespace, d.ns)
+		d.name = kubeClashName(base)
+	}
+}
+
+// verdict is what one observation of the pod means for the wait.
+type verdict int
+
+const (
+	pending verdict = iota
+	ready
+	failed
+)
+
+// observe classifies one state of the pod; for failed it also returns the reason.
+// It records the scheduled phase and starts or stops the unschedulable grace clock.
+func (d *deployment) observe(p *corev1.Pod, now time.Time) (verdict, string) {
+	if d.uid != "" && p.UID != d.uid {
+		return failed, fmt.Sprintf("pod %s/%s was deleted and replaced by another", d.ns, d.name)
+	}
+	if !d.scheduled && p.Spec.NodeName != "" {
+		d.scheduled = true
+		d.phase(PhaseScheduled, "")
+	}
+	if !d.started && p.Status.Phase == corev1.PodRunning {
+		d.started = true
+		d.phase(PhaseStarted, "")
+	}
+	if reason := kubeEarlyFailure(p); reason != "" {
+		return failed, fmt.Sprintf("pod %s/%s: %s", d.ns, d.name, reason)
+	}
+	if reason := kubePodDeath(p, nil, false, now, 0); reason != "" {
+		return failed, fmt.Sprintf("pod %s/%s %s", d.ns, d.name, reason)
+	}
+	if kubeReady(p) {
+		d.phase(PhaseReady, "")
+		return ready, ""
+	}
+	c := kubePodCond(p, corev1.PodScheduled)
+	if p.Spec.NodeName == "" && c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+		if d.unschedSince.IsZero() {
+			d.unschedSince = now
+		}
+		d.last = "unschedulable" + kubeMsg(c.Message)
+	} else {
+		d.unschedSince = time.Time{}
+		d.last = kubeState(p)
+	}
+	return pending, ""
+}
+
+// fatalWaiting are container waiting reasons that will not resolve by themselves
+// within a deploy.
+var fatalWaiting = map[string]string{
+	"ErrImagePull":               "image pull failed",
+	"ImagePullBackOff":           "image pull failed",
+	"InvalidImageName":           "invalid image name",
+	"ErrImageNeverPull":          "image not present and pull policy Never",
+	"CrashLoopBackOff":           "crash loop",
+	"CreateContainerConfigError": "container config error",
+}
+
+// kubeEarlyFailure reports a container state that ends a deploy at once: a fatal
+// waiting reason or a terminated container.
+func kubeEarlyFailure(p *corev1.Pod) string {
+	for _, cs := range kubeStatuses(p) {
+		if w := cs.State.Waiting; w != nil {
+			if what, ok := fatalWaiting[w.Reason]; ok {
+				return fmt.Sprintf("container %s: %s (%s)%s", cs.Name, what, w.Reason, kubeMsg(w.Message))
+			}
+		}
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Terminated != nil {
+			return kubeTerminated(p)
+		}
+	}
+	return ""
+}
+
+// kubeState is a short description of a pending pod, for timeout messages.
+func kubeState(p *corev1.Pod) string {
+	s := "phase " + kubeFirst(string(p.Status.Phase), "unknown")
+	if p.Spec.NodeName == "" {
+		s += ", not scheduled"
+	} else {
+		s += ", on node " + p.Spec.NodeName
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+			s += ", container " + cs.Name + " waiting: " + w.Reason
+		}
+	}
+	return s
+}
+
+// await watches the pod until it is ready or has failed, starting from the resource
+// version of the create response. A closed or expired watch is resumed after a fresh
+// Get, so no state change is missed.
+func (d *deployment) await(ctx context.Context, p *corev1.Pod) (*corev1.Pod, error) {
+	k := d.k
+	pods := k.client.Pods(d.ns)
+	var graceC <-chan time.Time
+	var graceT *time.Timer
+	defer func() {
+		if graceT != nil {
+			graceT.Stop()
+		}
+	}()
+	// check applies one observation; done reports the end of the wait.
+	check := func(p *corev1.Pod) (done bool, err error) {
+		v, reason := d.observe(p, k.cfg.Clock.Now())
+		switch v {
+		case ready:
+			return true, nil
+		case failed:
+			return true, deployFailed("%s", reason)
+		}
+		switch {
+		case d.unschedSince.IsZero() && graceT != nil:
+			graceT.Stop()
+			graceT, graceC = nil, nil
+		case !d.unschedSince.IsZero() && graceT == nil:
+			graceT = time.NewTimer(k.cfg.UnschedulableGrace)
+			graceC = graceT.C
+		}
+		return false, nil
+	}
+	refetch := func() (*corev1.Pod, error) {
+		var cur *corev1.Pod
+		err := k.call(ctx, func(ctx context.Context) (err error) {
+			cur, err = pods.Get(ctx, d.name, metav1.GetOptions{})
+			return err
+		})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, deployFailed("pod %s/%s was deleted while starting", d.ns, d.name)
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, deployFailed("read pod %s/%s: %v", d.ns, d.name, err)
+		}
+		return cur, nil
+	}
+
+	if done, err := check(p); done {
+		return p, err
+	}
+	rv := p.ResourceVersion
+	for {
+		var w watch.Interface
+		err := k.call(ctx, func(context.Context) (err error) {
+			// The stream lives as long as the deploy, so it takes the deploy's ctx (bounded
+			// by ready_timeout_s), not the per-attempt one, which would cut it off.
+			w, err = pods.Watch(ctx, metav1.ListOptions{
+				FieldSelector:       fields.OneTermEqualSelector("metadata.name", d.name).String(),
+				ResourceVersion:     rv,
+				AllowWatchBookmarks: true,
+			})
+			return err
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+				return nil, deployFailed("watch pod %s/%s: %v", d.ns, d.name, err)
+			}
+		} else {
+			p, err := d.drain(ctx, w, &rv, check, &graceC)
+			w.Stop()
+			if p != nil || err != nil {
+				return p, err
+			}
+		}
+		// The watch ended or its version expired: resync with a Get, then watch again.
+		cur, err := refetch()
+		if err != nil {
+			return nil, err
+		}
+		if done, err := check(cur); done {
+			return cur, err
+		}
+		rv = cur.ResourceVersion
+	}
+}
+
+// drain consumes one watch until the wait ends (pod or error returned) or the watch
+// closes or expires (nil, nil: the caller resyncs and watches again).
+func (d *deployment) drain(ctx context.Context, w watch.Interface, rv *string,
+	check func(*corev1.Pod) (bool, error), graceC *<-chan time.Time) (*corev1.Pod, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-*graceC:
+			return nil, deployFailed("pod %s/%s is unschedulable for %s: %s", d.ns, d.name, d.k.cfg.UnschedulableGrace, d.last)
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return nil, nil
+			}
+			switch ev.Type {
+			case watch.Error:
+				// Expired version (410) or another server-side end: resync and re-watch.
+				if err := apierrors.FromObject(ev.Object); !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+					d.k.log.WarnContext(ctx, "pod watch error; resyncing", logPod, d.name, logErr, err)
+				}
+				return nil, nil
+			case watch.Bookmark:
+				if m, err := metaOf(ev.Object); err == nil {
+					*rv = m
+				}
+				continue
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.Name != d.name {
+				continue // a fake or proxy that ignores the field selector
+			}
+			*rv = p.ResourceVersion
+			if ev.Type == watch.Deleted {
+				if p.UID == d.uid {
+					return nil, deployFailed("pod %s/%s was deleted while starting", d.ns, d.name)
+				}
+				continue
+			}
+			if done, err := check(p); done {
+				return p, err
+			}
+		}
+	}
+}
+
+func metaOf(obj any) (string, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		return o.GetResourceVersion(), nil
+	}
+	return "", errors.New("no metadata")
+}
+
+// cleanup deletes the pod of a failed deploy and returns once the API server has
+// confirmed that no pod of the deploy is left alive, or after CleanupTimeout (then the
+// pod is logged, and reconcile deletes it). A pod the server never named to us (the
+// create got no answer) is looked for by name, and looked for once more after
+// CreateSettle when it was not found. Only a transient error (no answer, 5xx, 429) is
+// retried: a final one (403, …) would only answer the same until the timeout.
+func (k *Kubernetes) cleanup(ctx context.Context, d *deployment) {
+	ctx, cancel := context.WithTimeout(ctx, k.cfg.CleanupTimeout)
+	defer cancel()
+	lookAgain := d.uid == ""
+	backoff := k.cfg.RetryBackoff
+	for {
+		notFound, err := k.deleteOwn(ctx, d)
+		if err == nil && !(notFound && lookAgain) {
+			return
+		}
+		if err != nil && !transient(err) { // a final answer (403, …): asking again changes nothing
+			k.log.ErrorContext(ctx, "pod of a failed deploy not deleted; reconcile deletes it", logPod, d.name, logNamespace, d.ns, logErr, err)
+			return
+		}
+		pause := backoff
+		if err == nil {
+			lookAgain, pause = false, k.cfg.CreateSettle
+		} else {
+			backoff = min(2*backoff, maxRetryBackoff)
+		}
+		select {
+		case <-ctx.Done():
+			k.log.ErrorContext(ctx, "pod of a failed deploy not confirmed deleted; reconcile deletes it", logPod, d.name, logNamespace, d.ns, logErr, cmp.Or(err, ctx.Err()))
+			return
+		case <-time.After(pause):
+		}
+	}
+}
+
+// deleteOwn deletes the pod of d: by its UID when the server gave one, else the pod of
+// its name when that is d's own (kubeOwnPod). notFound says no pod of d's name was
+// there; a pod of that name that is not d's is left alone.
+func (k *Kubernetes) deleteOwn(ctx context.Context, d *deployment) (notFound bool, err error) {
+	uid := d.uid
+	if uid == "" {
+		var p *corev1.Pod
+		err := k.call(ctx, func(ctx context.Context) (err error) {
+			p, err = k.client.Pods(d.ns).Get(ctx, d.name, metav1.GetOptions{})
+			return err
+		})
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case err != nil:
+			return false, err
+		case !kubeOwnPod(p, d.req):
+			return false, nil
+		}
+		uid = p.UID
+	}
+	err = k.deletePod(ctx, d.ns, d.name, &metav1.Preconditions{UID: &uid})
+	if apierrors.IsConflict(err) { // the name now holds another pod: ours is gone
+		return false, nil
+	}
+	return false, err
+}

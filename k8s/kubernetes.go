@@ -31,6 +31,7 @@ const (
 	DefaultUnschedulableGrace = 5 * time.Second
 	DefaultResyncPeriod       = 5 * time.Minute
 	DefaultCacheSyncTimeout   = 30 * time.Second
+	DefaultInformerIdle       = 10 * time.Minute
 	DefaultCleanupTimeout     = 30 * time.Second
 	DefaultCreateSettle       = 2 * time.Second
 	// DefaultNameRetries bounds the new names tried after genuine name clashes.
@@ -62,6 +63,9 @@ type Config struct {
 	ResyncPeriod time.Duration
 	// CacheSyncTimeout bounds the wait for a namespace's pod cache to fill on first use.
 	CacheSyncTimeout time.Duration
+	// InformerIdle is how long the pod informer of a namespace other than Namespace
+	// runs with no pod and no deploy before it is stopped.
+	InformerIdle time.Duration
 	// NameRetries bounds the fresh names tried after genuine 409 name clashes.
 	NameRetries int
 	// CleanupTimeout bounds how long a failed deploy keeps trying to delete its pod
@@ -107,6 +111,7 @@ func (c *Config) fill() {
 	defaults.Positive(&c.UnschedulableGrace, DefaultUnschedulableGrace)
 	defaults.Positive(&c.ResyncPeriod, DefaultResyncPeriod)
 	defaults.Positive(&c.CacheSyncTimeout, DefaultCacheSyncTimeout)
+	defaults.Positive(&c.InformerIdle, DefaultInformerIdle)
 	defaults.Positive(&c.NameRetries, DefaultNameRetries)
 	defaults.Positive(&c.CleanupTimeout, DefaultCleanupTimeout)
 	defaults.Positive(&c.CreateSettle, DefaultCreateSettle)

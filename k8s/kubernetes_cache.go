@@ -55,6 +55,8 @@ func (r *running) stop() {
 // nsCache is the pod informer of one namespace, label-selected on managed-by.
 type nsCache struct {
 	running
+	mu       sync.Mutex
+	w        waiters // deploys waiting for their pods (kubernetes_waiters.go)
 	ns       string
 	informer cache.SharedIndexInformer
 	lister   corelisters.PodLister
@@ -134,10 +136,11 @@ func (k *Kubernetes) cacheFor(ns string) *nsCache {
 		k.log.Warn("pod informer: list/watch failed", logNamespace, ns, logErr, err)
 	})
 	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { k.notify(obj, false) },
-		UpdateFunc: func(_, obj any) { k.notify(obj, false) },
-		DeleteFunc: func(obj any) { k.notify(obj, true) },
+		AddFunc:    func(obj any) { c.deliver(obj, false); k.notify(obj, false) },
+		UpdateFunc: func(_, obj any) { c.deliver(obj, false); k.notify(obj, false) },
+		DeleteFunc: func(obj any) { c.deliver(obj, true); k.notify(obj, true) },
 	})
+	c.touch(k.cfg.Clock.Now())
 	c.run(c.informer)
 	k.caches[ns] = c
 	k.log.Info("pod informer started", logNamespace, ns)
@@ -360,6 +363,7 @@ func (k *Kubernetes) List(ctx context.Context) ([]warmpool.Pod, error) {
 	if k.cacheFor(k.cfg.Namespace) == nil {
 		return nil, ErrClosed
 	}
+	k.stopIdle()
 	k.mu.Lock()
 	caches := make([]*nsCache, 0, len(k.caches))
 	for _, c := range k.caches {
@@ -388,4 +392,25 @@ func (k *Kubernetes) List(ctx context.Context) ([]warmpool.Pod, error) {
 	}
 	warmpool.SortPods(out)
 	return out, nil
+}
+
+// stopIdle stops the pod informers of the namespaces no deploy has used for
+// Config.InformerIdle and that hold no pod (a scope moved to another namespace, or was
+// deleted); the driver's own namespace keeps its informer. A later deploy there starts
+// it again.
+func (k *Kubernetes) stopIdle() {
+	now := k.cfg.Clock.Now()
+	var idle []*nsCache
+	k.mu.Lock()
+	for ns, c := range k.caches {
+		if ns != k.cfg.Namespace && c.idle(now, k.cfg.InformerIdle) {
+			delete(k.caches, ns)
+			idle = append(idle, c)
+		}
+	}
+	k.mu.Unlock()
+	for _, c := range idle {
+		c.stop()
+		k.log.Info("pod informer stopped: no pod and no deploy", logNamespace, c.ns, "idle_for", k.cfg.InformerIdle)
+	}
 }

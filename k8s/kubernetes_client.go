@@ -1,10 +1,12 @@
 package k8s
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -83,4 +85,21 @@ func RESTConfig(opts ClientOptions) (*rest.Config, string, error) {
 		cfg.UserAgent = "warmpool"
 	}
 	return cfg, ns, nil
+}
+
+// apiMessage is an API server error as a gateway may read it: the server's own
+// message, or for an error of the transport only its last cause ("connection
+// refused"): never the URL or the address of the cluster's API server.
+func apiMessage(err error) string {
+	var s apierrors.APIStatus
+	if errors.As(err, &s) {
+		if m := s.Status().Message; m != "" {
+			return m
+		}
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+2:]
+	}
+	return "the API server did not answer: " + msg
 }

@@ -10,9 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/warmpool/warmpool"
 )
@@ -130,7 +128,7 @@ func (d *deployment) create(ctx context.Context) (*corev1.Pod, error) {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, deployFailed("create pod %s/%s: %v", d.ns, d.name, err)
+			return nil, deployFailed("create pod %s/%s: %v", d.ns, d.name, apiMessage(err))
 		}
 		var existing *corev1.Pod
 		gerr := k.call(ctx, func(ctx context.Context) (err error) {
@@ -146,7 +144,7 @@ func (d *deployment) create(ctx context.Context) (*corev1.Pod, error) {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, deployFailed("create pod %s/%s: name taken and the pod cannot be read: %v", d.ns, d.name, gerr)
+			return nil, deployFailed("create pod %s/%s: name taken and the pod cannot be read: %v", d.ns, d.name, apiMessage(gerr))
 		}
 		// Someone else's pod holds the name (or it vanished meanwhile): a fresh name.
 		clashes++
@@ -249,12 +247,18 @@ func kubeState(p *corev1.Pod) string {
 	return s
 }
 
-// await watches the pod until it is ready or has failed, starting from the resource
-// version of the create response. A closed or expired watch is resumed after a fresh
-// Get, so no state change is missed.
+// await waits on the namespace's pod informer until the pod is ready or has failed:
+// no watch of its own, so the API server keeps one stream per namespace however many
+// deploys are in flight. The pod is read once after the wait is registered, from the
+// API server.
 func (d *deployment) await(ctx context.Context, p *corev1.Pod) (*corev1.Pod, error) {
 	k := d.k
-	pods := k.client.Pods(d.ns)
+	c := k.cacheFor(d.ns)
+	if c == nil {
+		return nil, deployFailed("pod %s/%s: %v", d.ns, d.name, ErrClosed)
+	}
+	events, release := c.wait(d.name, k.cfg.Clock.Now())
+	defer release()
 	var graceC <-chan time.Time
 	var graceT *time.Timer
 	defer func() {
@@ -281,116 +285,45 @@ func (d *deployment) await(ctx context.Context, p *corev1.Pod) (*corev1.Pod, err
 		}
 		return false, nil
 	}
-	refetch := func() (*corev1.Pod, error) {
-		var cur *corev1.Pod
-		err := k.call(ctx, func(ctx context.Context) (err error) {
-			cur, err = pods.Get(ctx, d.name, metav1.GetOptions{})
-			return err
-		})
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil, deployFailed("pod %s/%s was deleted while starting", d.ns, d.name)
-		case err != nil:
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, deployFailed("read pod %s/%s: %v", d.ns, d.name, err)
-		}
-		return cur, nil
-	}
-
 	if done, err := check(p); done {
 		return p, err
 	}
-	rv := p.ResourceVersion
-	for {
-		var w watch.Interface
-		err := k.call(ctx, func(context.Context) (err error) {
-			// The stream lives as long as the deploy, so it takes the deploy's ctx (bounded
-			// by ready_timeout_s), not the per-attempt one, which would cut it off.
-			w, err = pods.Watch(ctx, metav1.ListOptions{
-				FieldSelector:       fields.OneTermEqualSelector("metadata.name", d.name).String(),
-				ResourceVersion:     rv,
-				AllowWatchBookmarks: true,
-			})
-			return err
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
-				return nil, deployFailed("watch pod %s/%s: %v", d.ns, d.name, err)
-			}
-		} else {
-			p, err := d.drain(ctx, w, &rv, check, &graceC)
-			w.Stop()
-			if p != nil || err != nil {
-				return p, err
-			}
-		}
-		// The watch ended or its version expired: resync with a Get, then watch again.
-		cur, err := refetch()
-		if err != nil {
-			return nil, err
-		}
+	// One Get once the wait is registered: the informer may lag behind the create, and
+	// what happened before the registration (a delete, a failure) is not missed.
+	var cur *corev1.Pod
+	err := k.call(ctx, func(ctx context.Context) (err error) {
+		cur, err = k.client.Pods(d.ns).Get(ctx, d.name, metav1.GetOptions{})
+		return err
+	})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, deployFailed("pod %s/%s was deleted while starting", d.ns, d.name)
+	case err == nil:
 		if done, err := check(cur); done {
 			return cur, err
 		}
-		rv = cur.ResourceVersion
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
 	}
-}
-
-// drain consumes one watch until the wait ends (pod or error returned) or the watch
-// closes or expires (nil, nil: the caller resyncs and watches again).
-func (d *deployment) drain(ctx context.Context, w watch.Interface, rv *string,
-	check func(*corev1.Pod) (bool, error), graceC *<-chan time.Time) (*corev1.Pod, error) {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-*graceC:
-			return nil, deployFailed("pod %s/%s is unschedulable for %s: %s", d.ns, d.name, d.k.cfg.UnschedulableGrace, d.last)
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return nil, nil
-			}
-			switch ev.Type {
-			case watch.Error:
-				// Expired version (410) or another server-side end: resync and re-watch.
-				if err := apierrors.FromObject(ev.Object); !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
-					d.k.log.WarnContext(ctx, "pod watch error; resyncing", logPod, d.name, logErr, err)
+		case <-graceC:
+			return nil, deployFailed("pod %s/%s is unschedulable for %s: %s", d.ns, d.name, k.cfg.UnschedulableGrace, d.last)
+		case ev := <-events:
+			if d.uid != "" && ev.pod.UID != d.uid {
+				if ev.deleted {
+					continue // an older pod of that name going away
 				}
-				return nil, nil
-			case watch.Bookmark:
-				if m, err := metaOf(ev.Object); err == nil {
-					*rv = m
-				}
-				continue
+			} else if ev.deleted {
+				return nil, deployFailed("pod %s/%s was deleted while starting", d.ns, d.name)
 			}
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || p.Name != d.name {
-				continue // a fake or proxy that ignores the field selector
-			}
-			*rv = p.ResourceVersion
-			if ev.Type == watch.Deleted {
-				if p.UID == d.uid {
-					return nil, deployFailed("pod %s/%s was deleted while starting", d.ns, d.name)
-				}
-				continue
-			}
-			if done, err := check(p); done {
-				return p, err
+			if done, err := check(ev.pod); done {
+				return ev.pod, err
 			}
 		}
 	}
-}
-
-func metaOf(obj any) (string, error) {
-	if o, ok := obj.(metav1.Object); ok {
-		return o.GetResourceVersion(), nil
-	}
-	return "", errors.New("no metadata")
 }
 
 // cleanup deletes the pod of a failed deploy and returns once the API server has

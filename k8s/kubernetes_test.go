@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +28,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/await"
 )
 
 var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -495,18 +498,12 @@ func TestKubernetesDeployEarlyFailure(t *testing.T) {
 			if tc.script != nil {
 				kubelet(t, cs, tc.script)
 			} else {
-				// Delete the pod behind the driver's back once its watch is set up. (The
-				// fake tracker keeps no resource versions on objects, so an earlier delete
-				// could not be replayed to the watch, as a real API server would.)
-				cs.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
-					if !isDeployWatch(a) {
-						return false, nil, nil
-					}
-					w, err := cs.Tracker().Watch(podsGVR, "wp")
-					if err == nil {
-						err = cs.Tracker().Delete(podsGVR, "wp", warmpool.PodName("early", 1))
-					}
-					return true, w, err
+				// Delete the pod behind the driver's back after its create, as the
+				// deploy reads it once its wait on the informer is registered.
+				var once sync.Once
+				cs.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+					once.Do(func() { _ = cs.Tracker().Delete(podsGVR, "wp", warmpool.PodName("early", 1)) })
+					return false, nil, nil
 				})
 			}
 			var failedEv atomic.Pointer[PhaseEvent]
@@ -576,25 +573,38 @@ func TestKubernetesUnschedulableGrace(t *testing.T) {
 	}
 }
 
-// TestKubernetesWatchResync: a watch that closes (or expires) mid-wait is resumed
-// after a Get, and the state change it carried is not lost.
-func TestKubernetesWatchResync(t *testing.T) {
+// TestKubernetesDeploysShareOneWatch: deploys wait on the namespace's informer, so
+// however many are in flight the API server serves one pod watch of the namespace and
+// none per deploy (issue 22: each deploy used to open a watch of its own pod).
+func TestKubernetesDeploysShareOneWatch(t *testing.T) {
 	cs := readyClient(t, "127.1.0.4")
-	var watches atomic.Int32
-	cs.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
-		if isDeployWatch(a) && watches.Add(1) == 1 { // the deploy's first watch: expire it at once
-			w := watch.NewRaceFreeFake()
-			w.Error(&apierrors.NewResourceExpired("too old").ErrStatus)
-			return true, w, nil
-		}
-		return false, nil, nil
-	})
 	k := mustKube(t, cs, func(c *Config) { c.DisableNodeWatch = true })
-	if _, err := k.Deploy(context.Background(), kubeReq("resync", 1)); err != nil {
-		t.Fatal(err)
+	var wg sync.WaitGroup
+	errs := make(chan error, 5)
+	for i := range 5 {
+		wg.Go(func() {
+			_, err := k.Deploy(context.Background(), kubeReq(fmt.Sprintf("share%d", i), 1))
+			errs <- err
+		})
 	}
-	if countActions(cs, "get") < 1 {
-		t.Error("no Get after the expired watch")
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	watches, own := 0, 0
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "watch" && a.GetResource().Resource == "pods" && a.GetNamespace() == "wp" { // not the test's kubelet
+			watches++
+			if isDeployWatch(a) {
+				own++
+			}
+		}
+	}
+	if own != 0 || watches != 1 {
+		t.Errorf("5 deploys opened %d pod watches, %d of them of one pod: want the informer's one", watches, own)
 	}
 }
 
@@ -1039,4 +1049,56 @@ func TestKubernetesFailedDeployCleanup(t *testing.T) {
 			t.Errorf("%d pods, %d deletes; want the pod left after retries", c, n.Load())
 		}
 	})
+}
+
+// TestKubernetesStopsIdleInformers: the informer of a namespace that holds no pod and
+// waits for no deploy any more is stopped; the driver's own namespace keeps its one.
+func TestKubernetesStopsIdleInformers(t *testing.T) {
+	cs := readyClient(t, "127.1.0.5")
+	k := mustKube(t, cs, func(c *Config) { c.DisableNodeWatch = true; c.InformerIdle = time.Nanosecond })
+	req := kubeReq("elsewhere", 1)
+	req.Spec.Namespace = "other"
+	pod, err := k.Deploy(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	informers := func() []string {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return slices.Sorted(maps.Keys(k.caches))
+	}
+	if _, err := k.List(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := informers(); !slices.Equal(got, []string{"other", "wp"}) {
+		t.Fatalf("informers %v while a pod runs in other: want other and wp", got)
+	}
+	if err := k.Delete(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, 10*time.Second, "the pod gone from the informer of other", func() bool {
+		k.mu.Lock()
+		c := k.caches["other"]
+		k.mu.Unlock()
+		return c != nil && len(c.informer.GetStore().ListKeys()) == 0
+	})
+	if _, err := k.List(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := informers(); !slices.Equal(got, []string{"wp"}) {
+		t.Errorf("informers %v once other holds nothing: want wp alone", got)
+	}
+}
+
+// An API server error reaches a gateway with its own message, never the cluster's
+// internal address.
+func TestAPIMessageHidesTheServer(t *testing.T) {
+	err := errors.New(`Post "https://10.96.0.1:443/api/v1/namespaces/wp/pods": dial tcp 10.96.0.1:443: connect: connection refused`)
+	if got := apiMessage(err); strings.Contains(got, "10.96.0.1") || strings.Contains(got, "/api/v1") || !strings.Contains(got, "connection refused") {
+		t.Errorf("apiMessage = %q: the request URL is shown", got)
+	}
+	st := apierrors.NewForbidden(podsGVR.GroupResource(), "p", errors.New("exceeded quota"))
+	if got := apiMessage(st); !strings.Contains(got, "exceeded quota") {
+		t.Errorf("apiMessage = %q: want the server's message", got)
+	}
 }

@@ -14,9 +14,9 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/harness/testserver"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/internal/invariant"
-	"github.com/warmpool/warmpool/internal/harness/testserver"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
 )

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/internal/harness/testserver"
+	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/server"
 )

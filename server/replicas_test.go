@@ -19,9 +19,9 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/harness/testserver"
 	"github.com/warmpool/warmpool/internal/invariant"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/internal/harness/testserver"
 	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"

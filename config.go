@@ -34,6 +34,9 @@ type DeploySpec struct {
 	SSEPath       string            `json:"sse_path"`
 	HealthPath    string            `json:"health_path"`
 	ReadyTimeoutS int               `json:"ready_timeout_s"`
+	// PodTemplate is a Kubernetes PodTemplateSpec (SPEC §11.1) as canonical JSON, or
+	// nil; podtemplate.go reads what the root needs of it.
+	PodTemplate json.RawMessage `json:"pod_template,omitempty"`
 }
 
 // Resources are the container's resource requests.
@@ -124,11 +127,20 @@ var scopeDefaults = ScopeConfig{
 }
 
 // DefaultScopeConfig returns a normalized config with every field at its default.
-// Decoding a document on top of it leaves the fields the document omits at their
-// defaults.
 func DefaultScopeConfig() ScopeConfig {
 	c := scopeDefaults
 	c.Deploy.fillCollections()
+	return c
+}
+
+// DecodeBase is the config a document is decoded onto: the numbers at their defaults,
+// so that a document that omits one gets its default, and the strings blank, so that
+// Normalize fills them knowing what the document gave (the pod template's agent
+// container may set the image or the resources instead of the shorthand).
+func DecodeBase() ScopeConfig {
+	c := DefaultScopeConfig()
+	c.Deploy.Image, c.Deploy.ContainerName, c.Deploy.Resources = "", "", Resources{}
+	c.Deploy.SSEPath, c.Deploy.HealthPath = "", ""
 	return c
 }
 
@@ -153,7 +165,7 @@ func (f fieldErrors) err() error {
 // newer version stays readable after a rollback), and a field added after the row was
 // written takes its default instead of a silent zero.
 func LoadScopeConfig(doc []byte) (ScopeConfig, error) {
-	cfg := DefaultScopeConfig()
+	cfg := DecodeBase()
 	if err := json.Unmarshal(doc, &cfg); err != nil {
 		return ScopeConfig{}, JSONError(err)
 	}
@@ -195,18 +207,26 @@ func (c *ScopeConfig) NormalizeWith(found []string) error {
 // fill gives every unset field its default (see Normalize).
 func (c *ScopeConfig) fill() {
 	d, def := &c.Deploy, &scopeDefaults.Deploy
+	if strings.TrimSpace(d.ContainerName) == "" {
+		d.ContainerName = def.ContainerName
+	}
+	if t, err := canonicalTemplate(d.PodTemplate); err == nil {
+		d.PodTemplate = t
+	}
+	// What the template's agent container sets takes no shorthand default.
+	agent, _ := d.Agent()
 	for _, f := range []struct {
 		v   *string
 		def string
+		ok  bool
 	}{
-		{&d.Image, def.Image},
-		{&d.ContainerName, def.ContainerName},
-		{&d.Resources.CPU, def.Resources.CPU},
-		{&d.Resources.Memory, def.Resources.Memory},
-		{&d.SSEPath, def.SSEPath},
-		{&d.HealthPath, def.HealthPath},
+		{&d.Image, def.Image, !agent.Sets["image"]},
+		{&d.Resources.CPU, def.Resources.CPU, !agent.Sets["resources"]},
+		{&d.Resources.Memory, def.Resources.Memory, !agent.Sets["resources"]},
+		{&d.SSEPath, def.SSEPath, true},
+		{&d.HealthPath, def.HealthPath, true},
 	} {
-		if strings.TrimSpace(*f.v) == "" {
+		if f.ok && strings.TrimSpace(*f.v) == "" {
 			*f.v = f.def
 		}
 	}
@@ -245,7 +265,9 @@ func (c ScopeConfig) check(faults *fieldErrors) {
 			bad(field, "must be between %d and %d, got %d", lo, hi, v)
 		}
 	}
-	if d.Image == "" || len(d.Image) > maxStringLen || !imageRe.MatchString(d.Image) {
+	d.checkTemplate(faults)
+	agent, _ := d.Agent()
+	if (d.Image != "" || !agent.Sets["image"]) && (d.Image == "" || len(d.Image) > maxStringLen || !imageRe.MatchString(d.Image)) {
 		bad("deploy.image", "must be an image reference without spaces or control characters, 1-%d chars", maxStringLen)
 	}
 	if d.Namespace != "" && !dnsLabelRe.MatchString(d.Namespace) {
@@ -262,10 +284,11 @@ func (c ScopeConfig) check(faults *fieldErrors) {
 		bad("deploy.health_path", "must be an absolute URL path")
 	}
 	between("deploy.ready_timeout_s", d.ReadyTimeoutS, 1, MaxReadyTimeoutS)
-	if !quantityRe.MatchString(d.Resources.CPU) {
+	inTemplate := agent.Sets["resources"] && d.Resources == (Resources{})
+	if !inTemplate && !quantityRe.MatchString(d.Resources.CPU) {
 		bad("deploy.resources.cpu", "must be a quantity such as 500m or 2, got %q", d.Resources.CPU)
 	}
-	if !quantityRe.MatchString(d.Resources.Memory) {
+	if !inTemplate && !quantityRe.MatchString(d.Resources.Memory) {
 		bad("deploy.resources.memory", "must be a quantity such as 512Mi, got %q", d.Resources.Memory)
 	}
 	for _, l := range []struct {

@@ -201,3 +201,22 @@ type DeathNotifier interface {
 	// block.
 	OnDeath(fn func(Pod))
 }
+
+// DeployPolicy holds a scope's deploy spec to the operator's rules (SPEC §11.1: the
+// pod template's fields, the Pod Security level, the namespaces, images and resource
+// caps allowed) before it is stored. The binary installs one built on Kubernetes'
+// types; without one, specs are held only to Normalize's checks.
+type DeployPolicy interface {
+	// Check refuses, with VALIDATION naming each field and rule, a spec whose pod
+	// breaks the rules.
+	Check(ctx context.Context, scope string, spec DeploySpec) error
+	// Render is the pod the spec deploys, as a dry run answers it.
+	Render(ctx context.Context, scope string, spec DeploySpec) (any, error)
+}
+
+// DryRunner is a driver that can ask its cluster whether it would create a spec's pod
+// (a server-side dry run): what the cluster refuses (admission, quota, an unknown
+// runtime class or service account) is VALIDATION with the cluster's message.
+type DryRunner interface {
+	DryRun(ctx context.Context, scope string, spec DeploySpec) error
+}

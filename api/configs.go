@@ -32,6 +32,17 @@ func (a *handlers) putConfig(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	dry, err := boolQuery(r.URL.Query(), "dry_run")
+	if err != nil {
+		return err
+	}
+	if dry {
+		pod, err := a.Configs.PutDryRun(r.Context(), scope, cfg)
+		if err != nil {
+			return err
+		}
+		return httpx.OK(w, map[string]any{"pod": pod})
+	}
 	stored, err := a.Configs.Put(r.Context(), scope, cfg)
 	if err != nil {
 		return err
@@ -101,15 +112,27 @@ func (a *handlers) deleteScope(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	force := false
-	if v := r.URL.Query()["force"]; len(v) > 0 {
-		if force, err = strconv.ParseBool(v[len(v)-1]); err != nil || len(v) > 1 {
-			return warmpool.Errorf(warmpool.CodeValidation, "force: want one true or false, got %q", strings.Join(v, ","))
-		}
+	force, err := boolQuery(r.URL.Query(), "force")
+	if err != nil {
+		return err
 	}
 	d, err := a.Configs.Delete(r.Context(), scope, force)
 	if err != nil {
 		return err
 	}
 	return httpx.OK(w, d)
+}
+
+// boolQuery reads the query parameter name as one true or false (false when absent).
+// Errors: VALIDATION naming it.
+func boolQuery(q url.Values, name string) (bool, error) {
+	v, ok := q[name]
+	if !ok {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v[0])
+	if err != nil || len(v) > 1 {
+		return false, warmpool.Errorf(warmpool.CodeValidation, "%s: want one true or false, got %q", name, strings.Join(v, ","))
+	}
+	return b, nil
 }

@@ -38,6 +38,7 @@ type Pods interface {
 // Configs is what the config and scope-deletion routes call (scopes.Service).
 type Configs interface {
 	Put(ctx context.Context, scope string, cfg warmpool.ScopeConfig) (warmpool.StoredConfig, error)
+	PutDryRun(ctx context.Context, scope string, cfg warmpool.ScopeConfig) (any, error)
 	Get(ctx context.Context, scope string) (warmpool.StoredConfig, error)
 	History(ctx context.Context, scope string, q warmpool.HistoryQuery) (warmpool.HistoryPage, error)
 	Delete(ctx context.Context, scope string, force bool) (scopes.Deleted, error)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -97,13 +96,9 @@ func newAgentPod(req warmpool.DeployRequest, name, namespace string, createdAt t
 	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
 		return nil, warmpool.Errorf(warmpool.CodeValidation, "pod name %q: %s", name, strings.Join(errs, "; "))
 	}
-	cpu, err := resource.ParseQuantity(s.Resources.CPU)
+	requests, err := shorthandResources(s)
 	if err != nil {
-		return nil, warmpool.Errorf(warmpool.CodeValidation, "deploy.resources.cpu: %v", err)
-	}
-	mem, err := resource.ParseQuantity(s.Resources.Memory)
-	if err != nil {
-		return nil, warmpool.Errorf(warmpool.CodeValidation, "deploy.resources.memory: %v", err)
+		return nil, err
 	}
 	if s.Port < 1 || s.Port > 65535 {
 		return nil, warmpool.Errorf(warmpool.CodeValidation, "deploy.port: must be between 1 and 65535, got %d", s.Port)
@@ -149,16 +144,13 @@ func newAgentPod(req warmpool.DeployRequest, name, namespace string, createdAt t
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 			Containers: []corev1.Container{{
-				Name:    s.ContainerName,
-				Image:   s.Image,
-				Command: s.Command,
-				Args:    s.Args,
-				Env:     env,
-				Ports:   []corev1.ContainerPort{{Name: "http", ContainerPort: int32(s.Port), Protocol: corev1.ProtocolTCP}},
-				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem},
-					Limits:   corev1.ResourceList{corev1.ResourceMemory: mem},
-				},
+				Name:      s.ContainerName,
+				Image:     s.Image,
+				Command:   s.Command,
+				Args:      s.Args,
+				Env:       env,
+				Ports:     []corev1.ContainerPort{{Name: "http", ContainerPort: int32(s.Port), Protocol: corev1.ProtocolTCP}},
+				Resources: requests,
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 						Path: s.HealthPath, Port: intstr.FromInt32(int32(s.Port)), Scheme: corev1.URISchemeHTTP,
@@ -185,7 +177,31 @@ func newAgentPod(req warmpool.DeployRequest, name, namespace string, createdAt t
 	if len(x.nodeSelector) > 0 {
 		pod.Spec.NodeSelector = maps.Clone(x.nodeSelector)
 	}
+	if len(s.PodTemplate) > 0 {
+		return applyTemplate(pod, s)
+	}
 	return pod, nil
+}
+
+// shorthandResources are the agent container's requests and memory limit from
+// deploy.resources; none when the pod template's agent container gives them. A
+// quantity that is zero or too large to count in millis is refused.
+func shorthandResources(s warmpool.DeploySpec) (corev1.ResourceRequirements, error) {
+	if s.Resources == (warmpool.Resources{}) {
+		return corev1.ResourceRequirements{}, nil
+	}
+	cpu, err := positiveQuantity("deploy.resources.cpu", s.Resources.CPU)
+	if err != nil {
+		return corev1.ResourceRequirements{}, err
+	}
+	mem, err := positiveQuantity("deploy.resources.memory", s.Resources.Memory)
+	if err != nil {
+		return corev1.ResourceRequirements{}, err
+	}
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: mem},
+	}, nil
 }
 
 // kubeOwnPod reports whether p was made for this very deploy (same scope, deploy_ver and

@@ -25,6 +25,8 @@ type Service struct {
 	pods    Pods
 	log     *slog.Logger
 	observe func(event, outcome string)
+	policy  warmpool.DeployPolicy
+	dryRun  warmpool.DryRunner
 }
 
 // Pods is what the config service needs of the resource manager (rm.Manager) to delete
@@ -43,16 +45,62 @@ func New(store warmpool.ConfigStore, redis *lua.Store, pods Pods, log *slog.Logg
 	return &Service{store: store, redis: redis, pods: pods, log: defaults.Logger(log).With("component", "scopes"), observe: defaults.Observer(observe)}
 }
 
-// Put normalizes cfg (filling its defaults), stores it as the scope's next version
-// and publishes it. Errors: VALIDATION, STORE_UNAVAILABLE.
+// WithPolicy holds every config put from now on to policy (nil: none), and asks dry
+// (nil: none) whether its cluster would create the pod of a changed deploy spec.
+func (s *Service) WithPolicy(policy warmpool.DeployPolicy, dry warmpool.DryRunner) *Service {
+	s.policy, s.dryRun = policy, dry
+	return s
+}
+
+// Put normalizes cfg (filling its defaults), holds it to the deploy policy (and, when
+// its deploy spec changes, to the cluster's dry run), stores it as the scope's next
+// version and publishes it. Errors: VALIDATION, STORE_UNAVAILABLE.
 func (s *Service) Put(ctx context.Context, scope string, cfg warmpool.ScopeConfig) (warmpool.StoredConfig, error) {
-	if err := warmpool.CheckScopeID(scope); err != nil {
-		return warmpool.StoredConfig{}, err
-	}
-	if err := cfg.Normalize(); err != nil {
+	if err := s.admit(ctx, scope, &cfg, false); err != nil {
 		return warmpool.StoredConfig{}, err
 	}
 	return s.put(ctx, scope, cfg)
+}
+
+// PutDryRun checks cfg as Put does, the cluster's dry run included, and answers the
+// pod it would deploy without storing anything. Errors: VALIDATION, STORE_UNAVAILABLE.
+func (s *Service) PutDryRun(ctx context.Context, scope string, cfg warmpool.ScopeConfig) (any, error) {
+	if err := s.admit(ctx, scope, &cfg, true); err != nil {
+		return nil, err
+	}
+	if s.policy == nil {
+		return nil, warmpool.Errorf(warmpool.CodeValidation, "dry_run: this server renders no pods (it has no deploy policy)")
+	}
+	return s.policy.Render(ctx, scope, cfg.Deploy)
+}
+
+// admit normalizes cfg and holds it to the policy; the cluster's dry run runs when
+// always is set or the deploy spec differs from the scope's stored one.
+func (s *Service) admit(ctx context.Context, scope string, cfg *warmpool.ScopeConfig, always bool) error {
+	if err := warmpool.CheckScopeID(scope); err != nil {
+		return err
+	}
+	if err := cfg.Normalize(); err != nil {
+		return err
+	}
+	if s.policy != nil {
+		if err := s.policy.Check(ctx, scope, cfg.Deploy); err != nil {
+			return err
+		}
+	}
+	if s.dryRun == nil {
+		return nil
+	}
+	if !always {
+		cur, err := s.store.Get(ctx, scope)
+		switch {
+		case err == nil && cur.DeployVer == cfg.Deploy.DeployVer():
+			return nil
+		case err != nil && warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound:
+			return err
+		}
+	}
+	return s.dryRun.DryRun(ctx, scope, cfg.Deploy)
 }
 
 // put stores and publishes a normalized config of a valid scope id.

@@ -94,7 +94,10 @@ type Config struct {
 	// DriverName names the pod driver (the --driver name) in the driver label of the
 	// deploy metrics; default "other".
 	DriverName string
-	InstanceID string
+	// DeployPolicy, when set, holds every config PUT to the operator's rules (SPEC
+	// §11.1); cmd/warmpool builds it from the serve flags (k8s.Policy).
+	DeployPolicy warmpool.DeployPolicy
+	InstanceID   string
 	// RedisCA is a PEM file of the authorities that sign the Redis server's TLS
 	// certificate; empty = the system's roots.
 	RedisCA string
@@ -322,7 +325,8 @@ func (s *Server) build(ctx context.Context) error {
 	smc := cfg.SM
 	smc.Clock, smc.Logger, smc.Observe, smc.ObserveRoute = cfg.Clock, s.log, s.metrics.Observe, s.metrics.ObserveRoute
 	s.SM = sm.New(s.store, s.RM, smc)
-	s.Scopes = scopes.New(s.configs, s.store, s.RM, s.log, s.metrics.Observe)
+	dry, _ := s.driver.(warmpool.DryRunner)
+	s.Scopes = scopes.New(s.configs, s.store, s.RM, s.log, s.metrics.Observe).WithPolicy(cfg.DeployPolicy, dry)
 	swc := cfg.Sweep
 	swc.Clock, swc.Logger, swc.Observe, swc.OnFix = cfg.Clock, s.log, s.metrics.Observe, s.metrics.ObserveFix
 	s.Sweeper = sweeper.New(s.store, s.RM, s.SM, s.driver, s.configs, swc)

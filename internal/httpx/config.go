@@ -27,7 +27,7 @@ func DecodeScopeConfig(r io.Reader) (warmpool.ScopeConfig, error) {
 	if err != nil {
 		return warmpool.ScopeConfig{}, err
 	}
-	cfg := warmpool.DefaultScopeConfig()
+	cfg := warmpool.DecodeBase()
 	var faults fieldFaults
 	decodeFields(raw, reflect.ValueOf(&cfg).Elem(), "", &faults)
 	if err := cfg.NormalizeWith(faults); err != nil {

@@ -227,6 +227,9 @@ func FuzzDecodeScopeConfig(f *testing.F) {
 		`{"pool":{"queue_size":-1}}`,
 		`{"deploy":{`,
 		`[1,2]`,
+		`{"deploy":{"pod_template":{"spec":{"containers":[{"name":"agent","image":"a:1","resources":{"requests":{"cpu":"1"}}}]}}}}`,
+		`{"deploy":{"pod_template":{"metadata":{"labels":{"a":"b"}},"spec":{"containers":[{"name":"agent","env":[{"name":"A","value":"1"}]}]}}}}`,
+		`{"deploy":{"pod_template":null}}`,
 	} {
 		f.Add([]byte(seed))
 	}

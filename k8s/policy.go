@@ -24,7 +24,8 @@ type PolicyConfig struct {
 	PodSecurity string
 	// Namespace is the driver's namespace (deploy.namespace left empty).
 	Namespace string
-	// Namespaces a scope may deploy into; empty: Namespace alone.
+	// Namespaces a scope's deploy.namespace may name; empty: Namespace alone (an empty
+	// deploy.namespace, the driver's own namespace, is always allowed).
 	Namespaces []string
 	// ImagePrefixes, when set, are the prefixes every image of the pod must start with.
 	ImagePrefixes []string
@@ -55,11 +56,11 @@ func NewPolicy(cfg PolicyConfig) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Namespace == "" {
-		cfg.Namespace = "default"
-	}
-	if len(cfg.Namespaces) == 0 {
+	if len(cfg.Namespaces) == 0 && cfg.Namespace != "" {
 		cfg.Namespaces = []string{cfg.Namespace}
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = DefaultNamespace
 	}
 	p := &Policy{cfg: cfg, level: psapi.LevelVersion{Level: level, Version: psapi.LatestVersion()}, eval: eval}
 	for _, m := range []struct {
@@ -102,10 +103,10 @@ func (p *Policy) Check(ctx context.Context, scope string, spec warmpool.DeploySp
 		return err
 	}
 	var faults []string
-	if !slices.Contains(p.cfg.Namespaces, pod.Namespace) {
-		faults = append(faults, fmt.Sprintf("deploy.namespace: %q is not one of the namespaces scopes may use (%s)", pod.Namespace, strings.Join(p.cfg.Namespaces, ", ")))
+	if spec.Namespace != "" && !slices.Contains(p.cfg.Namespaces, spec.Namespace) {
+		faults = append(faults, fmt.Sprintf("deploy.namespace: %q is not one of the namespaces scopes may use (%s; --namespaces)", spec.Namespace, list(p.cfg.Namespaces)))
 	}
-	faults = append(faults, p.images(pod)...)
+	faults = append(faults, p.images(pod, len(spec.PodTemplate) == 0)...)
 	faults = append(faults, p.resources(pod)...)
 	for _, r := range p.eval.EvaluatePod(p.level, &pod.ObjectMeta, &pod.Spec) {
 		if !r.Allowed {
@@ -118,8 +119,9 @@ func (p *Policy) Check(ctx context.Context, scope string, spec warmpool.DeploySp
 	return nil
 }
 
-// images are the faults of the pod's images against the allowed prefixes.
-func (p *Policy) images(pod *corev1.Pod) []string {
+// images are the faults of the pod's images against the allowed prefixes; shorthand
+// says the pod has no template (its one image is deploy.image).
+func (p *Policy) images(pod *corev1.Pod, shorthand bool) []string {
 	if len(p.cfg.ImagePrefixes) == 0 {
 		return nil
 	}
@@ -127,8 +129,12 @@ func (p *Policy) images(pod *corev1.Pod) []string {
 	check := func(kind string, cs []corev1.Container) {
 		for i, c := range cs {
 			ok := slices.ContainsFunc(p.cfg.ImagePrefixes, func(pre string) bool { return strings.HasPrefix(c.Image, pre) })
+			field := fmt.Sprintf("%s.spec.%s[%d].image", templatePath, kind, i)
+			if shorthand {
+				field = "deploy.image"
+			}
 			if !ok {
-				faults = append(faults, fmt.Sprintf("%s.spec.%s[%d].image: %q does not start with an allowed prefix (%s)", templatePath, kind, i, c.Image, strings.Join(p.cfg.ImagePrefixes, ", ")))
+				faults = append(faults, fmt.Sprintf("%s: %q does not start with an allowed prefix (%s)", field, c.Image, strings.Join(p.cfg.ImagePrefixes, ", ")))
 			}
 		}
 	}
@@ -204,4 +210,12 @@ func quantityFault(q resource.Quantity) string {
 		return fmt.Sprintf("%q is too large", q.String())
 	}
 	return ""
+}
+
+// list names the allowed namespaces for a message.
+func list(ns []string) string {
+	if len(ns) == 0 {
+		return "none but the driver's own"
+	}
+	return strings.Join(ns, ", ")
 }

@@ -94,7 +94,7 @@ func TestPolicyRefuses(t *testing.T) {
 		{"added capability", PolicyConfig{}, tmpl(`{"containers":[{"name":"agent","securityContext":{"capabilities":{"add":["NET_ADMIN"]}}}]}`),
 			[]string{"capabilities"}},
 		{"namespace", PolicyConfig{Namespace: "agents"}, `{"namespace":"kube-system"}`,
-			[]string{`deploy.namespace: "kube-system" is not one of the namespaces scopes may use (agents)`}},
+			[]string{`deploy.namespace: "kube-system" is not one of the namespaces scopes may use (agents; --namespaces)`}},
 		{"image", PolicyConfig{ImagePrefixes: []string{"reg.example/agents/"}}, `{"image":"evil/agent:1","pod_template":{"spec":{"initContainers":[{"name":"i","image":"reg.example/agents/init:1"}],"containers":[{"name":"agent"}]}}}`,
 			[]string{`deploy.pod_template.spec.containers[0].image: "evil/agent:1" does not start with an allowed prefix`}},
 		{"overflowing cpu", PolicyConfig{}, `{"resources":{"cpu":"99999999999999999999999","memory":"1Gi"}}`,

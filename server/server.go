@@ -406,6 +406,12 @@ func (s *Server) ensureDemoScope(ctx context.Context) error {
 		return err
 	}
 	_, err = s.Scopes.Put(ctx, DemoScope, warmpool.DefaultScopeConfig())
+	if warmpool.ErrorCode(err) == warmpool.CodeValidation {
+		// The operator's deploy policy (--image-prefixes, say) refuses the demo agent:
+		// the replica serves without the demo scope rather than not at all.
+		s.log.WarnContext(ctx, "no demo scope: the deploy policy refuses it", "err", err)
+		return nil
+	}
 	return err
 }
 

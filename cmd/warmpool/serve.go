@@ -27,6 +27,7 @@ type serveOptions struct {
 	driver    string
 	// drivers are the registered drivers (drivers.go), their flags declared.
 	drivers driver.Set
+	policy  *policyOptions
 }
 
 // devDriver is the driver of --dev when --driver names none (SPEC §9: "--dev =
@@ -44,6 +45,7 @@ func serveFlags(cfg *server.Config, o *serveOptions, getenv func(string) string)
 	fs.StringVar(&cfg.StorePath, "store", server.DefaultStore, "config store: FILE or sqlite://FILE (SQLite), or postgres://user:pass@host:port/db?sslmode=… (PostgreSQL, shared by replicas)")
 	fs.StringVar(&o.driver, "driver", "", "pod driver: "+driver.List()+"; required, except with --dev, which runs "+devDriver+" without it")
 	o.drivers = driver.AddFlags(fs, getenv)
+	o.policy = policyFlags(fs)
 	fs.StringVar(&cfg.InstanceID, "instance-id", "", "replica name (default hostname + random suffix)")
 	fs.StringVar(&cfg.AuthToken, "auth-token", "", "gateway bearer token, required on every /v1 call (empty = no auth)")
 	fs.StringVar(&cfg.AuthTokenFile, "auth-token-file", "", "file holding the gateway token, re-read when it changes (instead of --auth-token)")
@@ -131,6 +133,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := pickDriver(&cfg, &o); err != nil {
 		return err
 	}
+	namespace := ""
+	if f := fs.Lookup("namespace"); f != nil {
+		namespace = f.Value.String()
+	}
+	policy, err := o.policy.build(namespace)
+	if err != nil {
+		return usageError("serve: " + err.Error())
+	}
+	cfg.DeployPolicy = policy
 	log, err := newLogger(stderr, o.logLevel, o.logFormat, cfg.Dev)
 	if err != nil {
 		return err

@@ -12,7 +12,7 @@ import (
 // image prefixes and namespaces refuse the rest, nothing refused is stored, and a dry
 // run answers the rendered pod.
 func TestDeployPolicyOfTheBinary(t *testing.T) {
-	_, base, _ := runServe(t, "--dev", "--store", filepath.Join(t.TempDir(), "w.db"),
+	_, base, bin := runServe(t, "--dev", "--store", filepath.Join(t.TempDir(), "w.db"),
 		"--image-prefixes", "reg.example/agents/", "--namespaces", "agents", "--max-pod-memory", "4Gi")
 	put := func(query, doc string) (int, map[string]any) {
 		var out map[string]any
@@ -41,6 +41,13 @@ func TestDeployPolicyOfTheBinary(t *testing.T) {
 	spec, _ := pod["spec"].(map[string]any)
 	if status != http.StatusOK || meta["namespace"] != "agents" || spec["runtimeClassName"] != "gvisor" {
 		t.Fatalf("dry run: %d %v, want the rendered pod in agents with its runtime class", status, out)
+	}
+	// The CLI's dry run prints the pod as YAML, from a YAML config.
+	file := filepath.Join(t.TempDir(), "pol.yaml")
+	writeFile(t, file, "deploy:\n  image: reg.example/agents/a:1\n  pod_template:\n    spec:\n      runtimeClassName: gvisor\n      containers: [{name: agent}]\n")
+	stdout, stderr, code := operator(t, bin, "scope", "put", "pol", "-f", file, "--dry-run", "--server", base)
+	if code != 0 || !strings.Contains(stdout, "runtimeClassName: gvisor") || !strings.Contains(stdout, "containers:") {
+		t.Fatalf("scope put --dry-run: exit %d, stdout %q, stderr %q: want the pod as YAML", code, stdout, stderr)
 	}
 	if status := call(t, http.MethodGet, base+"/v1/scopes/pol/config", "", &got); status != http.StatusNotFound {
 		t.Fatalf("a dry run stored the scope: GET %d", status)

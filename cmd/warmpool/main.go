@@ -86,7 +86,8 @@ usage:
 operator commands, over the HTTP API:
   warmpool scope list                every scope with pod and session counts (also: scopes)
   warmpool scope get NAME            a scope's stored config
-  warmpool scope put NAME -f FILE    store a scope config (JSON or YAML; - for stdin)
+  warmpool scope put NAME -f FILE    store a scope config (JSON or YAML; - for stdin);
+                                     --dry-run prints the pod it would deploy instead
   warmpool scope history NAME [--limit N] [--before V] [--all]
                                      a scope's stored config versions, newest first: one
                                      page (50; --limit up to 500) and its next_before,

@@ -35,7 +35,8 @@ const requestTimeout = 30 * time.Second
 // opFlags are the flags every operator command takes.
 type opFlags struct {
 	server, token, output, file string
-	force, all                  bool
+	force, all, dryRun          bool
+	outputSet                   bool // -o or --output given
 	limit, before               optInt
 }
 
@@ -74,6 +75,7 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 	fs.StringVar(&f.output, "o", def, "output format: table, json or yaml (default: table on a terminal, json otherwise)")
 	fs.StringVar(&f.output, "output", def, "the same as -o")
 	fs.StringVar(&f.file, "f", "", "scope put: the config file, JSON or YAML (- for stdin)")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "scope put: check the config as a put does and print the pod it would deploy (YAML; JSON with -o json), storing nothing")
 	fs.BoolVar(&f.force, "force", false, "scope delete: delete every pod now, busy ones too (their sessions and holds end)")
 	fs.Var(&f.limit, "limit", fmt.Sprintf("scope history: `N` versions a page, 1 to %d (default %d; %d with --all)",
 		warmpool.MaxHistoryLimit, warmpool.DefaultHistoryLimit, warmpool.MaxHistoryLimit))
@@ -90,6 +92,7 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 			pos, args = append(pos, args[0]), args[1:]
 		}
 	}
+	fs.Visit(func(fl *flag.Flag) { f.outputSet = f.outputSet || fl.Name == "o" || fl.Name == "output" })
 	out, err := newPrinter(f.output, stdout)
 	if err != nil {
 		return err
@@ -118,6 +121,9 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 		body, err := configFile(f.file, pos[1])
 		if err != nil {
 			return err
+		}
+		if f.dryRun {
+			return c.dryRun(ctx, stdout, f.outputSet && f.output == "json", pos[1], body)
 		}
 		return c.write(ctx, out, http.MethodPut, scopePath(pos[1])+"/config", body, func(v map[string]any) string {
 			return fmt.Sprintf("scope/%s configured: version %v, deploy_ver %v", pos[1], v["version"], v["deploy_ver"])
@@ -232,6 +238,27 @@ func (c client) history(ctx context.Context, out printer, scope string, f opFlag
 		before = n
 		q.Set("before", next)
 	}
+}
+
+// dryRun puts a config with dry_run=true and prints the pod the server answers: as
+// YAML, or as JSON when asJSON (-o json given).
+func (c client) dryRun(ctx context.Context, stdout io.Writer, asJSON bool, scope string, body []byte) error {
+	v, err := c.call(ctx, http.MethodPut, scopePath(scope)+"/config?dry_run=true", body)
+	if err != nil {
+		return err
+	}
+	var doc []byte
+	if asJSON {
+		doc, err = json.MarshalIndent(v["pod"], "", "  ")
+		doc = append(doc, '\n')
+	} else {
+		doc, err = yaml.Marshal(v["pod"])
+	}
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(doc)
+	return err
 }
 
 // write sends a change and prints the answer: as it is in json and yaml, as the line

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 )
 
@@ -169,4 +170,18 @@ func (d DeploySpec) checkTemplate(faults *fieldErrors) {
 			faults.add(f.shorthand, "given twice: here and in %s.spec.containers[%d].%s; give it in one place", path, a.Index, f.container)
 		}
 	}
+}
+
+// PlainEnv is the agent's env as a driver without Kubernetes can give it: deploy.env
+// and the plain values of the template's agent container (those from valueFrom need a
+// cluster and are left out).
+func (d DeploySpec) PlainEnv() map[string]string {
+	env := maps.Clone(d.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	if a, err := d.Agent(); err == nil {
+		maps.Copy(env, a.Env)
+	}
+	return env
 }

@@ -46,6 +46,9 @@ func TestPodTemplateNormalizes(t *testing.T) {
 	if err != nil || agent.Index != 0 || len(agent.Env) != 1 || agent.Env["A"] != "1" {
 		t.Errorf("Agent() = %+v, %v: want container 0 with the plain env A=1 only", agent, err)
 	}
+	if env := c.Deploy.PlainEnv(); len(env) != 1 || env["A"] != "1" {
+		t.Errorf("PlainEnv() = %v: want the template's plain A=1, without the secret", env)
+	}
 	if c.Deploy.Image != DefaultImage {
 		t.Errorf("image %q: a template without one takes the default", c.Deploy.Image)
 	}

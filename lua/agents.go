@@ -84,29 +84,23 @@ func (s *Store) AgentReport(ctx context.Context, rep AgentReport) (AgentAnswer, 
 }
 
 // Spared returns which of refs, pods of one shard, reported recently enough not to be
-// probed at now (their time in the shard's Reported index is ahead of now), and drops
-// the index's entries that are behind, in one round trip. Errors: STORE_UNAVAILABLE.
+// probed at now: their time in the shard's Reported index is ahead of now (ProbeWindow
+// drops the entries behind it). One command. Errors: STORE_UNAVAILABLE.
 func (s *Store) Spared(ctx context.Context, shard int, refs []PodRef, now time.Time) (map[PodRef]bool, error) {
-	key := s.keys.Reported(shard)
-	pipe := s.rdb.Pipeline()
-	pipe.ZRemRangeByScore(ctx, key, "-inf", ms(now))
-	var scores *redis.FloatSliceCmd
-	if len(refs) > 0 {
-		members := make([]string, len(refs))
-		for i, r := range refs {
-			members[i] = r.member()
-		}
-		scores = pipe.ZMScore(ctx, key, members...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, s.redisErr(ctx, err)
-	}
 	spared := map[PodRef]bool{}
-	if scores == nil {
+	if len(refs) == 0 {
 		return spared, nil
 	}
+	members := make([]string, len(refs))
+	for i, r := range refs {
+		members[i] = r.member()
+	}
+	scores, err := s.rdb.ZMScore(ctx, s.keys.Reported(shard), members...).Result()
+	if err != nil {
+		return nil, s.redisErr(ctx, err)
+	}
 	t := float64(now.UnixMilli())
-	for i, v := range scores.Val() {
+	for i, v := range scores {
 		if v > t {
 			spared[refs[i]] = true
 		}

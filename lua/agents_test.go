@@ -129,6 +129,9 @@ func TestReportsSpareThePodTheProbes(t *testing.T) {
 	if spared(e.now.Add(15 * time.Second)) {
 		t.Fatal("a pod whose reports stopped three intervals ago is still spared")
 	}
+	if _, _, reporting, err := e.store.ProbeWindow(context.Background(), shard, e.now.Add(15*time.Second)); err != nil || reporting {
+		t.Fatalf("the next probe window finds pods reporting (%v, %v) when the only one stopped", reporting, err)
+	}
 	if n, err := e.r.Client.ZCard(context.Background(), e.store.Keys().Reported(shard)).Result(); err != nil || n != 0 {
 		t.Fatalf("the index keeps %d entries past their time (%v)", n, err)
 	}

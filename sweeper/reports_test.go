@@ -87,3 +87,37 @@ func TestWatchSkipsPodsThatReport(t *testing.T) {
 func reportBound(interval, period time.Duration, threshold int) time.Duration {
 	return warmpool.ReportFreshIntervals*interval + time.Duration(threshold)*period
 }
+
+// After Redis lost its data and the rebuild adopted the pods, the sessions a pod's
+// reports name are bound to it again, up to pod_concurrency, and route there; a session
+// its agent did not report before it was routed again is lost as before (it lands on
+// another pod, and the agent's next report finds it unknown).
+func TestReportsRebindSessionsAfterAnEmptyRestart(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	h.Scope("a", 8, 2)
+	p1 := h.route("a", "s1").PodID
+	if p := h.route("a", "s2").PodID; p != p1 {
+		t.Fatalf("s2 on %s, s1 on %s", p, p1)
+	}
+	h.waitDeploys()
+
+	h.flush()
+	h.reconcile()
+	if h.observedCount("rebuilt") != 1 {
+		t.Fatalf("no rebuild: %v", h.observedAll())
+	}
+	a, err := h.Store.AgentReport(ctx, lua.AgentReport{Scope: "a", Pod: p1, Sessions: []string{"s1", "s2", "s3"}, Now: h.Clock.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Unknown) != 1 || a.Unknown[0] != "s3" {
+		t.Fatalf("unknown %v: want s3, beyond pod_concurrency 2", a.Unknown)
+	}
+	for _, sid := range []string{"s1", "s2"} {
+		if b := h.route("a", sid); b.PodID != p1 || b.New {
+			t.Fatalf("%s after the rebuild: %+v, want its old pod %s", sid, b, p1)
+		}
+	}
+	h.Check("a", true)
+}

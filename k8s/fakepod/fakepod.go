@@ -20,6 +20,9 @@ import (
 // DeployRecord is one Deploy call seen by a Driver.
 type DeployRecord struct {
 	Req warmpool.DeployRequest
+	// Env is the environment the pod's agent would get: the scope's env and the agent
+	// env of SPEC §11.2 (DeployRequest.WithAgentEnv).
+	Env map[string]string
 	// Pod is the pod the call returned; zero when Err is set or while in flight.
 	Pod   warmpool.Pod
 	Start time.Time
@@ -365,7 +368,7 @@ func (f *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 
 	f.mu.Lock()
 	f.initLocked()
-	rec := &DeployRecord{Req: req, Start: time.Now()}
+	rec := &DeployRecord{Req: req, Env: req.WithAgentEnv(req.Spec.Env, name), Start: time.Now()}
 	f.records = append(f.records, rec)
 	f.notifyLocked()
 	pod := warmpool.Pod{

@@ -18,6 +18,8 @@ import (
 type ScopeConfig struct {
 	Deploy DeploySpec `json:"deploy"`
 	Pool   PoolConfig `json:"pool"`
+	// Agent is how the scope's agents report (class B).
+	Agent AgentConfig `json:"agent"`
 }
 
 // DeploySpec is the pod template of a scope. Any change to it is a class A change:
@@ -124,6 +126,7 @@ var scopeDefaults = ScopeConfig{
 		HoldTTLS:           DefaultHoldTTLS,
 		ProbePeriodS:       DefaultProbePeriodS,
 	},
+	Agent: AgentConfig{ReportIntervalS: DefaultReportIntervalS},
 }
 
 // DefaultScopeConfig returns a normalized config with every field at its default.
@@ -344,6 +347,7 @@ func (c ScopeConfig) check(faults *fieldErrors) {
 	between("pool.wait_timeout_s", p.WaitTimeoutS, 0, MaxWaitTimeoutS)
 	between("pool.hold_ttl_s", p.HoldTTLS, 1, MaxTTLS)
 	between("pool.probe_period_s", p.ProbePeriodS, 1, MaxProbePeriodS)
+	c.Agent.check(faults)
 }
 
 // MaxPods is ceil(max_concurrency / pod_concurrency): the most pods (plus deploys in

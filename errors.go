@@ -29,6 +29,9 @@ const (
 
 	// CodeIdempotencyMismatch: the request id was used before for another request.
 	CodeIdempotencyMismatch Code = "IDEMPOTENCY_MISMATCH"
+	// CodePodNotFound: an agent report of a pod the pool does not have (unknown or
+	// purged); the agent should exit.
+	CodePodNotFound Code = "POD_NOT_FOUND"
 )
 
 // Error is the domain error: a code of the contract, a message for the caller and,

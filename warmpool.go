@@ -48,6 +48,9 @@ type DeployRequest struct {
 	// the driver has, in order), as it reaches it: for metrics and the deploy's log
 	// line. It must not block.
 	OnPhase func(phase string)
+	// Report, when set, is where the pod reports (SPEC §11.2): the driver gives the
+	// agent container AgentEnv(pod id).
+	Report *ReportTarget
 }
 
 // Deploy phases. PhaseLeaseWait is the time the caller spent getting the deploy lease

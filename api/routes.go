@@ -12,6 +12,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/reports"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/scopes"
 	"github.com/warmpool/warmpool/sm"
@@ -51,12 +52,22 @@ type PoolPage interface {
 	State(ctx context.Context) (ui.State, error)
 }
 
+// Reports is what the agents' report route calls (reports.Manager).
+type Reports interface {
+	Report(ctx context.Context, r reports.Report) (reports.Answer, error)
+}
+
 // Services are the managers behind the routes, and what the replica adds of its own.
 type Services struct {
 	Sessions Sessions
 	Pods     Pods
 	Configs  Configs
 	PoolPage PoolPage
+	Reports  Reports
+	// ReportKey checks the pods' report tokens (nil: reports are off, every report is
+	// 401), and ObserveReport counts each report by its result.
+	ReportKey     *httpx.ReportKey
+	ObserveReport func(result string)
 	// Health and Ready answer /healthz and /readyz (the replica's own state).
 	Health, Ready httpx.Handler
 	// Metrics serves /metrics; nil when a listener of its own serves it.
@@ -87,6 +98,8 @@ func Router(s Services, middleware ...func(http.Handler) http.Handler) http.Hand
 	r.Method(http.MethodGet, "/openapi.yaml", Handler())
 	r.Method(http.MethodGet, "/ui", s.PoolPage.Page())
 
+	// Agents report with their pods' own tokens, not the gateway's (SPEC §11.2).
+	r.Method(http.MethodPost, "/v1/agents/report", h(a.agentReport))
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(exactPaths, s.Auth)
 		r.Method(http.MethodGet, "/scopes", h(a.listScopes))

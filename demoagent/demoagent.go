@@ -11,10 +11,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -53,6 +56,10 @@ type Agent struct {
 	StartedAt time.Time
 
 	streams atomic.Int64
+	// open counts the open streams of each named session (GET <sse_path>?session_id=S):
+	// the sessions the agent reports.
+	mu   sync.Mutex
+	open map[string]int
 }
 
 // New returns an agent for podName with the default paths and heartbeat, ready at once.
@@ -129,6 +136,10 @@ func (a *Agent) sse(w http.ResponseWriter, r *http.Request) {
 
 	a.streams.Add(1)
 	defer a.streams.Add(-1)
+	if sid := r.URL.Query().Get("session_id"); sid != "" {
+		a.opened(sid, 1)
+		defer a.opened(sid, -1)
+	}
 
 	send := func(event string, data any) bool {
 		b, err := json.Marshal(data)
@@ -168,6 +179,25 @@ func (a *Agent) sse(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// opened counts a stream of session sid opening (+1) or closing (-1).
+func (a *Agent) opened(sid string, d int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.open == nil {
+		a.open = map[string]int{}
+	}
+	if a.open[sid] += d; a.open[sid] <= 0 {
+		delete(a.open, sid)
+	}
+}
+
+// Sessions are the sessions with an open stream, sorted: what the agent reports.
+func (a *Agent) Sessions() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Sorted(maps.Keys(a.open))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -219,11 +249,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	start := time.Now()
-	agent := New(name)
-	agent.SSEPath, agent.HealthPath, agent.Heartbeat = *ssePath, *healthPath, *heartbeat
-	agent.StartedAt = start
+	ag := New(name)
+	ag.SSEPath, ag.HealthPath, ag.Heartbeat = *ssePath, *healthPath, *heartbeat
+	ag.StartedAt = start
 	if *startDelay > 0 {
-		agent.ReadyAt = start.Add(*startDelay)
+		ag.ReadyAt = start.Add(*startDelay)
 	}
 
 	ln, err := net.Listen("tcp", *listen)
@@ -234,7 +264,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	baseCtx, stopStreams := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopStreams()
 	srv := &http.Server{
-		Handler:           agent,
+		Handler:           ag,
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 	}
@@ -242,6 +272,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go func() { serveErr <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
 
+	// The reporter outlives ctx (SIGTERM), to report the drain, until Main returns.
+	reportCtx, stopReports := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopReports()
+	reports := startReports(reportCtx, os.Getenv, ag)
 	var die <-chan time.Time
 	if *dieAfter > 0 {
 		t := time.NewTimer(*dieAfter)
@@ -258,7 +292,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		<-serveErr
 		fmt.Fprintf(stderr, "demo-agent %s: dying after %s as asked\n", name, *dieAfter)
 		return ErrDied
+	case err := <-reports.gone:
+		stopStreams()
+		_ = srv.Close()
+		<-serveErr
+		return fmt.Errorf("demo-agent %s: %w", name, err)
 	case <-ctx.Done():
+		reports.drain(ag, shutdownGrace)
 		stopStreams()
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		defer cancel()

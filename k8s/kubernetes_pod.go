@@ -103,8 +103,9 @@ func newAgentPod(req warmpool.DeployRequest, name, namespace string, createdAt t
 	if s.Port < 1 || s.Port > 65535 {
 		return nil, warmpool.Errorf(warmpool.CodeValidation, "deploy.port: must be between 1 and 65535, got %d", s.Port)
 	}
-	env := make([]corev1.EnvVar, 0, len(s.Env))
-	for k, v := range s.Env {
+	agentEnv := req.WithAgentEnv(s.Env, name) // the scope's env and SPEC §11.2's
+	env := make([]corev1.EnvVar, 0, len(agentEnv))
+	for k, v := range agentEnv {
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
 	}
 	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })

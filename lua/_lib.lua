@@ -30,6 +30,8 @@
 --                   "start:<deploy member>" -> when that deploy in flight started (ms)
 --   due       STRING when the scope's next sweep work falls due (ms)
 --   deploylog LIST  the latest finished deploys, newest first
+--   agents    HASH  "<pod>" -> until when the pod's reports spare it the probes (ms);
+--                   "<pod>|miss" -> sessions bound to it that its last report left out
 
 -- scope_keys is the table of a script's KEYS by name (KEY_NAMES): k.pods is the
 -- scope's pods key, k.route_answer an extra key of session_route.lua.
@@ -130,6 +132,13 @@ end
 -- never a scope's deploy_ver, so they are never handed out again, as pods of an old
 -- deploy_ver. The sessions and holds already on them go on until they end.
 local RETIRED = 'retired'
+
+-- Draining pods. A pod whose agent reports "draining" (agent_report.lua) gets podver
+-- DRAINING: like a retired pod it is never handed out again (no session, hold or
+-- grant lands on it), its sessions go on, and it is deleted once it has none: going
+-- idle it makes the scope due at once, and the sweep deletes it as a pod of an old
+-- deploy_ver.
+local DRAINING = 'draining'
 
 -- published_config reads fields of the scope's published config (k.config), deleted or
 -- not, checking first that the scope is known and that Redis still has its data
@@ -295,7 +304,11 @@ local function free_slot(k, pod, now, idle_on_zero, q)
     redis.call('HSET', k.slots, pod, 0)
     if idle_on_zero then
       if redis.call('ZADD', k.idle, 'NX', now, pod) == 1 then
-        note_idle(k, now)
+        if redis.call('HGET', k.podver, pod) == DRAINING then
+          note_due(now)
+        else
+          note_idle(k, now)
+        end
       end
     end
   end

@@ -74,6 +74,13 @@ func (k Keyspace) Failing(shard int) string {
 	return k.prefix + "failing:{" + strconv.Itoa(shard) + "}"
 }
 
+// Reported is the shard's index of the pods whose agents report ("<scope> <pod>" ->
+// until when their last reports keep them from being probed, ms), kept outside
+// scripts like DueIndex: the watch skips those pods while their time is ahead.
+func (k Keyspace) Reported(shard int) string {
+	return k.prefix + "reported:{" + strconv.Itoa(shard) + "}"
+}
+
 // WakeChannel is the pub/sub channel that wakes the waiters of a scope.
 func (k Keyspace) WakeChannel(scope string) string { return k.Scope(scope).Wake }
 
@@ -107,6 +114,7 @@ const (
 	keyDeployStats
 	keyDue
 	keyDeployLog
+	keyAgents
 	numScopeKeys
 )
 
@@ -136,6 +144,7 @@ var scopeKeyNames = [numScopeKeys]string{
 	keyDeployStats: "dstats",
 	keyDue:         "due",
 	keyDeployLog:   "deploylog",
+	keyAgents:      "agents",
 }
 
 // scopeKeyNamesLen is the length of the scope's key names together: Scope cuts the
@@ -186,6 +195,7 @@ func (k Keyspace) Scope(id string) ScopeKeys {
 		DeployStats: key(keyDeployStats),
 		Due:         key(keyDue),
 		DeployLog:   key(keyDeployLog),
+		Agents:      key(keyAgents),
 	}
 }
 
@@ -236,6 +246,8 @@ func (s *ScopeKeys) key(n scopeKey) string {
 		return s.Due
 	case keyDeployLog:
 		return s.DeployLog
+	case keyAgents:
+		return s.Agents
 	}
 	panic("lua: no scope key " + strconv.Itoa(int(n)))
 }
@@ -269,6 +281,10 @@ type ScopeKeys struct {
 	DeployStats string // HASH
 	Due         string // STRING when the scope's next sweep work falls due (ms)
 	DeployLog   string // LIST   the latest finished deploys, newest first (DeployRecord JSON)
+	// Agents: "<pod>" -> until when the pod's reports keep it from being probed
+	// (ms, as the shard's Reported index has it), "<pod>|miss" -> the sessions bound
+	// to the pod that its last report left out (space-separated; sessions_from_reports).
+	Agents string // HASH
 }
 
 // Gone is the tombstone of a purged pod (STRING, reason, with a TTL of GoneTTL):

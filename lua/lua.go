@@ -59,7 +59,7 @@ var (
 	podRegister = load("pod_register.lua", guarded|notes,
 		"epoch config pods podver podinfo slots idle deploying followers claims claimpod waiters queue wake dstats due")
 	podPurge = load("pod_purge.lua", guarded|notes,
-		"epoch config pods podver podinfo slots idle claimpod sessions sexp health due", "gone")
+		"epoch config pods podver podinfo slots idle claimpod sessions sexp health due agents", "gone")
 	podPlaceholder = load("pod_placeholder.lua", guarded|notes,
 		"epoch config pods podver slots idle deploying followers claims claimpod fence waiters queue wake dstats due")
 	podAdopt = load("pod_adopt.lua", guarded|notes,
@@ -100,7 +100,9 @@ var (
 	scopeDelete = load("scope_delete.lua", guarded|notes,
 		"epoch config pods podver deploying followers claims claimpod waiters queue wake dstats due")
 	scopeForget = load("scope_forget.lua", guarded,
-		"epoch config pods podver podinfo slots idle deploying followers claims claimpod sessions sexp waiters queue qseq health dstats due deploylog")
+		"epoch config pods podver podinfo slots idle deploying followers claims claimpod sessions sexp waiters queue qseq health dstats due deploylog agents")
+	agentReport = load("agent_report.lua", guarded|notes,
+		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due agents")
 	scopeDue = load("scope_due.lua", unguarded, "config pods podver idle deploying followers claims sexp waiters due")
 )
 

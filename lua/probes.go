@@ -19,19 +19,25 @@ type PodRef struct {
 func (r PodRef) member() string { return r.Scope + " " + r.Pod }
 
 // ProbeWindow moves the end of shard's probe window to now and returns the previous
-// end (zero when there was none: the shard's first run, or Redis lost it), and the pods
-// of the shard whose last probe failed. The shard's watch runs under its lease, so one
-// caller at a time moves the window. Errors: STORE_UNAVAILABLE.
-func (s *Store) ProbeWindow(ctx context.Context, shard int, now time.Time) (time.Time, []PodRef, error) {
+// end (zero when there was none: the shard's first run, or Redis lost it), the pods
+// of the shard whose last probe failed, and whether any pod of the shard is spared
+// the probes by its reports (the entries of its Reported index that are behind now
+// are dropped first; see Spared), in one round trip. The shard's watch runs under its
+// lease, so one caller at a time moves the window. Errors: STORE_UNAVAILABLE.
+func (s *Store) ProbeWindow(ctx context.Context, shard int, now time.Time) (time.Time, []PodRef, bool, error) {
 	pipe := s.rdb.Pipeline()
 	prev := pipe.SetArgs(ctx, s.keys.ProbeWindow(shard), ms(now), redis.SetArgs{Get: true})
 	members := pipe.SMembers(ctx, s.keys.Failing(shard))
+	dropped := pipe.ZRemRangeByScore(ctx, s.keys.Reported(shard), "-inf", ms(now))
+	reporting := pipe.ZCard(ctx, s.keys.Reported(shard))
 	_, _ = pipe.Exec(ctx) // each command's own error is read below
 	if err := prev.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return time.Time{}, nil, s.redisErr(ctx, err)
+		return time.Time{}, nil, false, s.redisErr(ctx, err)
 	}
-	if err := members.Err(); err != nil {
-		return time.Time{}, nil, s.redisErr(ctx, err)
+	for _, err := range []error{members.Err(), dropped.Err(), reporting.Err()} {
+		if err != nil {
+			return time.Time{}, nil, false, s.redisErr(ctx, err)
+		}
 	}
 	var since time.Time
 	if v, err := prev.Result(); err == nil {
@@ -45,7 +51,7 @@ func (s *Store) ProbeWindow(ctx context.Context, shard int, now time.Time) (time
 			refs = append(refs, PodRef{Scope: scope, Pod: pod})
 		}
 	}
-	return since, refs, nil
+	return since, refs, reporting.Val() > 0, nil
 }
 
 // MarkFailing adds a pod to its shard's set of pods whose last probe failed, before

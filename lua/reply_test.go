@@ -97,6 +97,10 @@ func TestMalformedRepliesAreInternalErrors(t *testing.T) {
 		{"session_evict", func(ctx context.Context) error { _, _, err := s.SessionEvict(ctx, scope, now, 10); return err }, []any{"1", "0"}, nil},
 		{"session_get", func(ctx context.Context) error { _, err := s.SessionGet(ctx, scope, "s1", now); return err },
 			[]any{"found", "p1", pod, ms}, [][]any{{"found", "p1", pod, "soon"}}},
+		{"agent_report", func(ctx context.Context) error {
+			_, err := s.AgentReport(ctx, lua.AgentReport{Scope: scope, Pod: "p1", Sessions: []string{"s1"}, Now: now})
+			return err
+		}, []any{"ok", "5000", "0", "0", "1", "s1"}, [][]any{{"ok", "5000", "0", "0", "2", "s1"}, {"ok", "soon", "0", "0", "0"}, {"gone"}}},
 		{"waiter_leave", func(ctx context.Context) error { return s.WaiterLeave(ctx, scope, "w", now) }, []any{int64(1)}, nil},
 		{"scope_repair", func(ctx context.Context) error {
 			_, err := s.ScopeRepair(ctx, scope, now, now, true)

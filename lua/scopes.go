@@ -51,6 +51,8 @@ func (rec ScopeRecord) Published() (content [][2]string, deploy, config string, 
 		{"wait_ms", ms(p.WaitTimeoutS)},
 		{"hold_ttl_ms", ms(p.HoldTTLS)},
 		{"ready_ms", ms(rec.Config.Deploy.ReadyTimeoutS)},
+		{"report_ms", ms(rec.Config.Agent.ReportIntervalS)},
+		{"sessions_from_reports", flag(rec.Config.Agent.SessionsFromReports)},
 	}
 	return content, string(d), string(full), nil
 }

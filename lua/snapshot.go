@@ -24,6 +24,9 @@ type PodState struct {
 	// Retired: the pod is of a deleted scope (RetiredVer), even when a later version
 	// made the scope live again: it is never handed out again, and goes when idle.
 	Retired bool
+	// Draining: the pod's agent reported that it drains (DrainingVer): it is never
+	// handed out again, and goes once it has no session.
+	Draining bool
 	// IdleSince is set for idle pods.
 	IdleSince time.Time
 	// RegisteredAt is when the pod was registered (or adopted).
@@ -143,7 +146,7 @@ func podStates(scope string, pods []redis.Z, info, podver, slots map[string]stri
 		}
 		n, _ := strconv.Atoi(slots[id]) // no count yet: 0
 		since, isIdle := idleSince[id]
-		out = append(out, PodState{Pod: p, Slots: n, Claims: claims[id], Idle: isIdle, Retired: podver[id] == RetiredVer, IdleSince: since,
+		out = append(out, PodState{Pod: p, Slots: n, Claims: claims[id], Idle: isIdle, Retired: podver[id] == RetiredVer, Draining: podver[id] == DrainingVer, IdleSince: since,
 			RegisteredAt: time.UnixMilli(int64(z.Score))})
 	}
 	return out

@@ -38,7 +38,7 @@ func (m *Manager) deploy(from context.Context, scope, member string, fence int64
 	leased, stop := m.store.DeployKeepAlive(ctx, scope, member, m.cfg.Lease, m.clock)
 	start := time.Now()
 	phases := &phaseLog{start: start, times: []PhaseTime{{Phase: warmpool.PhaseLeaseWait, Elapsed: leaseWait}}}
-	pod, err := m.driver.Deploy(leased, warmpool.DeployRequest{ScopeID: scope, DeployVer: spec.DeployVer(), Fence: fence, Spec: spec, OnPhase: phases.add})
+	pod, err := m.driver.Deploy(leased, warmpool.DeployRequest{ScopeID: scope, DeployVer: spec.DeployVer(), Fence: fence, Spec: spec, OnPhase: phases.add, Report: m.cfg.Report})
 	ready := err == nil
 	if ready {
 		err = m.register(leased, log, scope, member, pod, leaderClaim)

@@ -46,6 +46,9 @@ type Config struct {
 	Observe func(event, outcome string)
 	// OnDeploy, when set, is told of every deploy when it ends. It must not block.
 	OnDeploy func(DeployReport)
+	// Report, when set, is where the deployed pods report (SPEC §11.2): every
+	// DeployRequest carries it to the driver.
+	Report *warmpool.ReportTarget
 }
 
 // Deploy results.

@@ -29,6 +29,7 @@ import (
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/reports"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/scopes"
 	"github.com/warmpool/warmpool/sm"
@@ -108,6 +109,11 @@ type Config struct {
 	// accepted on every call. See SPEC §10, "Two tokens".
 	AuthToken, AuthTokenFile   string
 	AdminToken, AdminTokenFile string
+	// ReportURL is where pods report (`--report-url`, e.g. the Service's address;
+	// empty: reports are off), and ReportSecret (or ReportSecretFile, re-read when it
+	// changes) the secret every replica shares, under which each pod's report token
+	// is made (SPEC §11.2). A secret without a URL still takes reports.
+	ReportURL, ReportSecret, ReportSecretFile string
 
 	// DrainDelay is how long Run keeps serving after its context ends, with /readyz
 	// answering 503 (zero: no delay; `warmpool serve` defaults to DefaultDrainDelay).
@@ -161,10 +167,13 @@ type Server struct {
 	Scopes  *scopes.Service
 	Sweeper *sweeper.Sweeper
 	Runner  *sweeper.Runner
-	metrics *metrics.Metrics
-	ui      *ui.UI
-	auth    func(http.Handler) http.Handler
-	handler http.Handler
+	Reports *reports.Manager
+	// reportKey checks the pods' report tokens (nil: reports are off).
+	reportKey *httpx.ReportKey
+	metrics   *metrics.Metrics
+	ui        *ui.UI
+	auth      func(http.Handler) http.Handler
+	handler   http.Handler
 	// metricsLn serves /metrics alone when Config.MetricsListen is set.
 	metricsLn net.Listener
 	// draining is set when Run's context ends: /readyz answers 503 from then on.
@@ -212,6 +221,9 @@ func (c *Config) check() error {
 	}
 	if c.AdminToken != "" && c.AdminTokenFile != "" {
 		return errors.New("give the admin token once: --admin-token or --admin-token-file")
+	}
+	if err := c.checkReports(); err != nil {
+		return err
 	}
 	if c.DrainDelay < 0 {
 		return fmt.Errorf("drain delay %v: must not be negative", c.DrainDelay)
@@ -315,6 +327,9 @@ func (s *Server) build(ctx context.Context) error {
 	// Managers and services.
 	rmc := cfg.RM
 	rmc.Clock, rmc.Logger, rmc.Observe = cfg.Clock, s.log, s.metrics.Observe
+	if rmc.Report, err = s.buildReports(); err != nil {
+		return err
+	}
 	rmc.OnDeploy = func(r rm.DeployReport) {
 		s.metrics.ObserveDeploy(r.Scope, cfg.DriverName, r.Result, r.Took)
 		for _, p := range r.Phases {
@@ -423,6 +438,7 @@ func (s *Server) routes() http.Handler {
 		metricsHandler = s.metrics.Handler()
 	}
 	return api.Router(api.Services{Sessions: s.SM, Pods: s.RM, Configs: s.Scopes, PoolPage: s.ui,
+		Reports: s.Reports, ReportKey: s.reportKey, ObserveReport: s.metrics.ObserveReport,
 		Health: s.handleHealth, Ready: s.handleReady, Metrics: metricsHandler, Auth: s.auth, Log: s.log},
 		httpx.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log), s.closeWhileDraining,
 		httpx.Bounds(s.cfg.HTTP.Call, s.cfg.HTTP.Wait), httpx.LimitBody(s.log))

@@ -340,7 +340,7 @@ func (s *Sweeper) reclaimScope(ctx context.Context, scope string, now time.Time)
 	excess := len(snap.Pods) - rec.Config.Pool.MaxPods()
 	var current []lua.PodState
 	for _, p := range snap.Pods {
-		old := p.Retired || p.Pod.DeployVer != rec.DeployVer
+		old := p.Retired || p.Draining || p.Pod.DeployVer != rec.DeployVer
 		if old {
 			excess--
 		}
@@ -348,6 +348,8 @@ func (s *Sweeper) reclaimScope(ctx context.Context, scope string, now time.Time)
 		case !p.Idle:
 		case p.Retired:
 			s.retire(ctx, scope, p, "of the scope's deleted life")
+		case p.Draining:
+			s.retire(ctx, scope, p, "drained: its agent reported that it drains")
 		case old:
 			s.retire(ctx, scope, p, "old deploy_ver "+p.Pod.DeployVer)
 		default:

@@ -134,8 +134,9 @@ func TestProbesOncePerPeriodSpreadAndWriteNothing(t *testing.T) {
 				t.Errorf("tick %d: %d probes of scope %s, its share of a period is %d", i, got, sc.id, share)
 			}
 		}
-		if cmds := log.take(); len(cmds) != 2 || cmds["set"] != lua.DueShards || cmds["smembers"] != lua.DueShards {
-			t.Fatalf("tick %d: healthy probes sent Redis %v; want one window move (set, smembers) per shard", i, cmds)
+		if cmds := log.take(); len(cmds) != 4 || cmds["set"] != lua.DueShards || cmds["smembers"] != lua.DueShards ||
+			cmds["zremrangebyscore"] != lua.DueShards || cmds["zcard"] != lua.DueShards {
+			t.Fatalf("tick %d: healthy probes sent Redis %v; want one window move (set, smembers, zremrangebyscore, zcard) per shard", i, cmds)
 		}
 	}
 	for _, sc := range scopes {

@@ -232,11 +232,13 @@ func (s *Sweeper) buryDead(ctx context.Context, p warmpool.Pod) error {
 // probeShard probes the live pods of a shard whose probe time falls in the window
 // from the end of the shard's last window to now. A pod's probe times are its own
 // offset within its probe period (a hash of its id) plus whole periods, so each pod is
-// probed once per period and the probes of many pods spread evenly over it. Only a
-// failure, and the first pass after failures, is written to Redis.
+// probed once per period and the probes of many pods spread evenly over it. A pod whose
+// agent reported within three report intervals is not probed: its report is as good as
+// a passing probe. Only a failure, and the first pass after failures, is written to
+// Redis.
 func (s *Sweeper) probeShard(ctx context.Context, shard int, cur map[string]warmpool.Pod, periods map[string]time.Duration) error {
 	now := s.clock.Now()
-	since, failing, err := s.store.ProbeWindow(ctx, shard, now)
+	since, failing, reporting, err := s.store.ProbeWindow(ctx, shard, now)
 	if err != nil {
 		return err
 	}
@@ -252,32 +254,56 @@ func (s *Sweeper) probeShard(ctx context.Context, shard int, cur map[string]warm
 			gone = append(gone, r)
 		}
 	}
-	var mu sync.Mutex
-	var recovered []lua.PodRef
-	sem := make(chan struct{}, probeConcurrency)
-	var wg sync.WaitGroup
+	var due []warmpool.Pod
 	for _, p := range cur {
 		period, ok := periods[p.ScopeID]
 		if !ok {
 			period = warmpool.DefaultProbePeriodS * time.Second
 		}
-		if p.Dead != "" || !probeDue(p.ID, period, since, now) {
-			continue
+		if p.Dead == "" && probeDue(p.ID, period, since, now) {
+			due = append(due, p)
 		}
+	}
+	spared := s.spared(ctx, shard, due, now, reporting)
+	var mu sync.Mutex
+	var recovered []lua.PodRef
+	sem := make(chan struct{}, probeConcurrency)
+	var wg sync.WaitGroup
+	for _, p := range due {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if s.probe(ctx, p, wasFailing[p.ID]) {
+			ref := lua.PodRef{Scope: p.ScopeID, Pod: p.ID}
+			if s.probe(ctx, p, wasFailing[p.ID], spared[ref]) {
 				mu.Lock()
-				recovered = append(recovered, lua.PodRef{Scope: p.ScopeID, Pod: p.ID})
+				recovered = append(recovered, ref)
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 	return s.store.ClearFailing(ctx, shard, append(gone, recovered...))
+}
+
+// spared are the pods of due whose reports spare them the probe at now; none when no
+// pod of the shard reports, and none when Redis does not answer (the pods are probed:
+// a probe too many costs less than a dead pod left).
+func (s *Sweeper) spared(ctx context.Context, shard int, due []warmpool.Pod, now time.Time, reporting bool) map[lua.PodRef]bool {
+	if !reporting || len(due) == 0 {
+		return nil
+	}
+	refs := make([]lua.PodRef, len(due))
+	for i, p := range due {
+		refs[i] = lua.PodRef{Scope: p.ScopeID, Pod: p.ID}
+	}
+	spared, err := s.store.Spared(ctx, shard, refs, now)
+	if err != nil {
+		s.log.Warn("watch: reports not read; every due pod is probed", "shard", shard, "err", err)
+		return nil
+	}
+	return spared
 }
 
 // probeDue reports whether a pod probed every period at its own offset has a probe
@@ -295,11 +321,18 @@ func probeDue(pod string, period time.Duration, from, to time.Time) bool {
 	return next <= t
 }
 
-// probe probes one pod. A failure is counted in Redis (pod_health.lua) and buries the
-// pod at HealthFailThreshold in a row; a pass writes only when the pod was failing,
-// and reports whether it reset the count.
-func (s *Sweeper) probe(ctx context.Context, pod warmpool.Pod, failing bool) (recovered bool) {
-	perr := s.driver.Probe(ctx, pod)
+// probe probes one pod, unless its reports spare it (a report is then its pass). A
+// failure is counted in Redis (pod_health.lua) and buries the pod at
+// HealthFailThreshold in a row; a pass writes only when the pod was failing, and
+// reports whether it reset the count.
+func (s *Sweeper) probe(ctx context.Context, pod warmpool.Pod, failing, spared bool) (recovered bool) {
+	if spared && !failing {
+		return false
+	}
+	var perr error
+	if !spared {
+		perr = s.driver.Probe(ctx, pod)
+	}
 	if ctx.Err() != nil || (perr == nil && !failing) {
 		return false
 	}

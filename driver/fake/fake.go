@@ -158,7 +158,7 @@ func (f *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 
 	f.mu.Lock()
 	f.initLocked()
-	rec := &DeployRecord{Req: req, Start: time.Now()}
+	rec := &DeployRecord{Req: req, Env: req.WithAgentEnv(req.Spec.PlainEnv(), name), Start: time.Now()}
 	f.records = append(f.records, rec)
 	f.notifyLocked()
 	pod := warmpool.Pod{

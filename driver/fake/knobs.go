@@ -14,6 +14,9 @@ import (
 // DeployRecord is one Deploy call seen by a Driver.
 type DeployRecord struct {
 	Req warmpool.DeployRequest
+	// Env is the environment the pod's agent would get: the scope's plain env and the
+	// agent env of SPEC §11.2 (DeployRequest.WithAgentEnv).
+	Env map[string]string
 	// Pod is the pod the call returned; zero when Err is set or while in flight.
 	Pod   warmpool.Pod
 	Start time.Time

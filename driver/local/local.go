@@ -197,7 +197,7 @@ func (l *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 		CreatedAt: warmpool.UnixMs(now),
 	}
 
-	p, err := l.start(name, args, spec.PlainEnv())
+	p, err := l.start(name, args, req.WithAgentEnv(spec.PlainEnv(), name))
 	if err != nil {
 		return warmpool.Pod{}, warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s: start %s: %v", name, l.cfg.Binary, err)
 	}

@@ -23,6 +23,7 @@ var statuses = map[warmpool.Code]int{
 	warmpool.CodeDeployFailed:     http.StatusBadGateway,
 
 	warmpool.CodeIdempotencyMismatch: http.StatusUnprocessableEntity,
+	warmpool.CodePodNotFound:         http.StatusNotFound,
 }
 
 // Status is the HTTP status that goes with the code (SPEC §3).

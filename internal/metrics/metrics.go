@@ -115,6 +115,7 @@ type Metrics struct {
 	jobHeld      *prometheus.HistogramVec
 	jobFixes     *prometheus.CounterVec
 	scrapeErrors prometheus.Counter
+	reports      *prometheus.CounterVec
 
 	// scoped are the histograms when they carry scope; seen are the scopes the
 	// counters and those have series of, so the series of a deleted scope can be
@@ -204,6 +205,7 @@ func New(store *lua.Store, cfg Config) (*Metrics, error) {
 			Name: "warmpool_pool_scrape_errors_total",
 			Help: "Gatherings of the metrics whose pool gauges could not be read from Redis.",
 		}),
+		reports:      newAgentReports(),
 		seen:         map[string]bool{},
 		routeSeries:  map[string]map[string]routeSeries{},
 		scriptSeries: map[string]prometheus.Observer{},
@@ -218,7 +220,7 @@ func New(store *lua.Store, cfg Config) (*Metrics, error) {
 	})
 	build.Set(1)
 	m.reg.MustRegister(m.routeTime, m.deploys, m.phases, m.scripts, m.events,
-		m.jobRuns, m.jobHeld, m.jobFixes, build, m.scrapeErrors,
+		m.jobRuns, m.jobHeld, m.jobFixes, build, m.scrapeErrors, m.reports,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.serving.init(cfg.Scrapes)
 	return m, nil

@@ -49,6 +49,7 @@ type Scope struct {
 	gone    map[string]bool   // tombstones of purged pods
 	idem    map[string]string // request id -> cached route answer, "<fingerprint>\n<flag>\n<pod>\n<pod JSON>"
 	marks   map[string]string // request id -> its mark, "<fingerprint>\n<owner token>\n<answer>" (answer "" while it runs)
+	agents  map[string]string // "<pod>" -> spared until (ms), "<pod>|miss" -> sessions its last report left out
 }
 
 // NewScope returns the model of a scope that was never published.
@@ -57,7 +58,7 @@ func NewScope(id string) *Scope {
 		id: id, pods: zset{}, podVer: map[string]string{}, podInfo: map[string]string{}, slots: map[string]int64{},
 		idle: zset{}, deploys: zset{}, rooms: zset{}, claims: zset{}, claimOf: map[string]string{},
 		sess: map[string]string{}, sessExp: zset{}, waiters: zset{}, queue: zset{}, health: map[string]int64{},
-		gone: map[string]bool{}, idem: map[string]string{}, marks: map[string]string{},
+		gone: map[string]bool{}, idem: map[string]string{}, marks: map[string]string{}, agents: map[string]string{},
 	}
 }
 
@@ -208,7 +209,7 @@ func (s *Scope) ScopeForget() bool {
 	}
 	s.config = map[string]string{"version": s.config["version"], "deleted": s.config["deleted"]}
 	s.epoch, s.indexed, s.qseq = false, false, 0
-	for _, m := range []map[string]string{s.podVer, s.podInfo, s.claimOf, s.sess} {
+	for _, m := range []map[string]string{s.podVer, s.podInfo, s.claimOf, s.sess, s.agents} {
 		clear(m)
 	}
 	for _, z := range []zset{s.idle, s.rooms, s.claims, s.sessExp, s.waiters, s.queue} {
@@ -575,6 +576,8 @@ func (s *Scope) PodPurge(pod, reason string, idleSince *time.Time) ([]string, er
 	delete(s.slots, pod)
 	delete(s.idle, pod)
 	delete(s.health, pod)
+	delete(s.agents, pod)
+	delete(s.agents, pod+"|miss")
 	s.gone[pod] = true
 	return out, nil
 }
@@ -1068,7 +1071,7 @@ func (s *Scope) Snapshot() lua.Snapshot {
 			p = warmpool.Pod{ID: id, ScopeID: s.id}
 		}
 		st := lua.PodState{Pod: p, Slots: int(s.slots[id]), Claims: claims[id], RegisteredAt: time.UnixMilli(s.pods[id]),
-			Retired: s.podVer[id] == lua.RetiredVer}
+			Retired: s.podVer[id] == lua.RetiredVer, Draining: s.podVer[id] == lua.DrainingVer}
 		if since, ok := s.idle[id]; ok {
 			st.Idle, st.IdleSince = true, time.UnixMilli(since)
 		}
@@ -1116,8 +1119,8 @@ func Lines(snap lua.Snapshot) []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	for i, p := range snap.Pods {
-		add("pod %s #%d ver=%s retired=%v slots=%d claims=%d idle=%v since=%d registered=%d sse=%s",
-			p.Pod.ID, i, p.Pod.DeployVer, p.Retired, p.Slots, p.Claims, p.Idle, msOrZero(p.IdleSince), p.RegisteredAt.UnixMilli(), p.Pod.SSEURL)
+		add("pod %s #%d ver=%s retired=%v draining=%v slots=%d claims=%d idle=%v since=%d registered=%d sse=%s",
+			p.Pod.ID, i, p.Pod.DeployVer, p.Retired, p.Draining, p.Slots, p.Claims, p.Idle, msOrZero(p.IdleSince), p.RegisteredAt.UnixMilli(), p.Pod.SSEURL)
 	}
 	zs := []struct {
 		name string

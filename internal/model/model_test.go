@@ -87,6 +87,7 @@ var weights = map[string]int{
 	"session_get": 1, "follower_leave": 1, "waiter_leave": 1, "deploy_abort": 1, "pod_purge": 1, "pod_adopt": 1,
 	"pod_health": 1, "fence_raise": 1, "scope_publish": 1, "scope_capacity": 3, "epoch_lost": 1, "drift": 1,
 	"scope_delete": 1, "scope_forget": 1, "idem_claim": 1, "idem_answer": 1, "idem_release": 1, "idem_expire": 1,
+	"agent_report": 5,
 }
 
 // capacityWeights are the steps of TestLoweredCapacityFollowsTheModel.
@@ -128,6 +129,7 @@ func variants(pools [2]warmpool.PoolConfig) []warmpool.ScopeConfig {
 			c.Pool = pools[1]
 		}
 		c.Pool.ProbePeriodS = warmpool.DefaultProbePeriodS // no script reads it
+		c.Agent.SessionsFromReports = i%2 == 1
 		if err := c.Normalize(); err != nil {
 			panic(err)
 		}
@@ -405,6 +407,28 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			if got == lua.AdoptAdopted && !slices.Contains(s.pods, id) {
 				s.pods = append(s.pods, id)
 			}
+		}),
+		"agent_report": step("agent_report", func(s *side) {
+			// mostly a live pod listing mostly its own sessions, so that reports meet
+			// sessions to touch, leave out, end and bind back
+			snap := s.model.Snapshot()
+			pod := pick(w.t, "pod", s.pods)
+			if len(snap.Pods) > 0 && rapid.IntRange(0, 3).Draw(w.t, "live pod") < 3 {
+				pod = rapid.SampledFrom(snap.Pods).Draw(w.t, "live").Pod.ID
+			}
+			var candidates []string
+			for _, sid := range slices.Sorted(maps.Keys(snap.Sessions)) {
+				if snap.Sessions[sid] == pod {
+					candidates = append(candidates, sid)
+				}
+			}
+			candidates = append(candidates, s.sessions...)
+			rep := lua.AgentReport{Scope: s.id, Pod: pod, Now: w.now,
+				Draining: rapid.IntRange(0, 7).Draw(w.t, "draining") == 7,
+				Sessions: rapid.SliceOfN(rapid.SampledFrom(candidates), 0, 4).Draw(w.t, "listed")}
+			got, gotErr := w.store.AgentReport(ctx, rep)
+			want, wantErr := s.model.AgentReport(rep)
+			w.same("agent_report", got, want, gotErr, wantErr)
 		}),
 		"pod_health": step("pod_health", func(s *side) {
 			pod, ok := pick(w.t, "pod", s.pods), rapid.Bool().Draw(w.t, "healthy")

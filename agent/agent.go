@@ -1,0 +1,232 @@
+// Package agent is for the authors of agents that warmpool runs (SPEC §11.2): a
+// Reporter tells warmpool, every report interval with jitter, which sessions the pod
+// serves and whether it drains. warmpool then does not probe the pod, keeps those
+// sessions alive, and after losing its data binds them back to the pod. It needs only
+// the standard library and warmpool's root package, which needs no more; agents in other languages follow the same call, described in
+// warmpool's OpenAPI document (POST /v1/agents/report).
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/warmpool/warmpool"
+)
+
+// Defaults of Config.
+const (
+	DefaultInterval   = 5 * time.Second
+	DefaultJitter     = 0.2
+	DefaultMaxBackoff = time.Minute
+	// DefaultGoneAfter is how long a pod that warmpool never accepted a report of
+	// keeps trying: a pod reports before its deploy is registered.
+	DefaultGoneAfter = 2 * time.Minute
+	reportPath       = "/v1/agents/report"
+)
+
+// ErrGone: warmpool answered that the pod is not in its pool (404 POD_NOT_FOUND):
+// it was purged, or never registered. The agent should exit.
+var ErrGone = errors.New("agent: warmpool does not know this pod (POD_NOT_FOUND): exit")
+
+// Config is what a Reporter needs; FromEnv fills the connection from the environment.
+type Config struct {
+	// URL is warmpool's address (WARMPOOL_REPORT_URL); the reports go to its
+	// /v1/agents/report.
+	URL string
+	// Token is the pod's own report token (WARMPOOL_REPORT_TOKEN).
+	Token        string
+	PodID, Scope string
+	// Sessions lists the sessions the agent serves now; called before every report.
+	Sessions func() []string
+	// Interval is the wait before the first report and between reports until warmpool
+	// answers its own (next_report_s); Jitter spreads each wait by up to that fraction
+	// either way; MaxBackoff bounds the wait after failed reports (doubling from
+	// Interval). GoneAfter: see DefaultGoneAfter.
+	Interval   time.Duration
+	Jitter     float64
+	MaxBackoff time.Duration
+	GoneAfter  time.Duration
+	// Client sends the reports; a client with a 10 s timeout when nil.
+	Client *http.Client
+	Logger *slog.Logger
+}
+
+// FromEnv is the connection warmpool gave the pod: ok is false when reports are off
+// (no WARMPOOL_REPORT_URL) or the environment lacks a field.
+func FromEnv(getenv func(string) string) (cfg Config, ok bool) {
+	cfg = Config{URL: getenv(warmpool.EnvReportURL), Token: getenv(warmpool.EnvReportToken),
+		PodID: getenv(warmpool.EnvPodID), Scope: getenv(warmpool.EnvScope)}
+	return cfg, cfg.URL != "" && cfg.Token != "" && cfg.PodID != "" && cfg.Scope != ""
+}
+
+// Reporter reports one pod's sessions and state to warmpool.
+type Reporter struct {
+	cfg     Config
+	log     *slog.Logger
+	mu      sync.Mutex
+	drain   bool
+	unknown []string
+	now     chan struct{} // a report due at once (Drain)
+}
+
+// New returns a reporter of cfg, its zero fields at their defaults.
+func New(cfg Config) *Reporter {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Jitter <= 0 || cfg.Jitter >= 1 {
+		cfg.Jitter = DefaultJitter
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = DefaultMaxBackoff
+	}
+	if cfg.GoneAfter <= 0 {
+		cfg.GoneAfter = DefaultGoneAfter
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: 10 * time.Second}
+	}
+	if cfg.Sessions == nil {
+		cfg.Sessions = func() []string { return nil }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Reporter{cfg: cfg, log: cfg.Logger.With("component", "reporter"), now: make(chan struct{}, 1)}
+}
+
+// Drain makes every report from now on say "draining", the next one at once: warmpool
+// gives the pod no new session, and deletes it once its sessions have ended. Call it
+// on SIGTERM.
+func (r *Reporter) Drain() {
+	r.mu.Lock()
+	r.drain = true
+	r.mu.Unlock()
+	select {
+	case r.now <- struct{}{}:
+	default:
+	}
+}
+
+// Unknown are the sessions of the last report that warmpool does not have on the pod
+// (ended, expired or bound elsewhere): the agent may close them.
+func (r *Reporter) Unknown() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.unknown
+}
+
+// Run reports until ctx ends (nil) or warmpool no longer knows the pod (ErrGone: the
+// agent should exit). A failed report is retried with a doubling backoff.
+func (r *Reporter) Run(ctx context.Context) error {
+	wait, failures := r.cfg.Interval, 0
+	var accepted bool
+	start := time.Now()
+	for {
+		t := time.NewTimer(r.jitter(wait))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		case <-r.now:
+			t.Stop()
+		}
+		next, err := r.Report(ctx)
+		switch {
+		case errors.Is(err, ErrGone) && (accepted || time.Since(start) >= r.cfg.GoneAfter):
+			return err
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil
+			}
+			failures++
+			wait = min(r.cfg.MaxBackoff, r.cfg.Interval<<min(failures, 10))
+			r.log.Warn("report failed; retrying", "err", err, "in", wait)
+		default:
+			accepted, failures, wait = true, 0, next
+		}
+	}
+}
+
+// jitter spreads d by up to Jitter of it either way.
+func (r *Reporter) jitter(d time.Duration) time.Duration {
+	f := 1 + r.cfg.Jitter*(2*rand.Float64()-1)
+	return time.Duration(float64(d) * f)
+}
+
+type body struct {
+	PodID    string   `json:"pod_id"`
+	ScopeID  string   `json:"scope_id"`
+	Sessions []string `json:"sessions"`
+	State    string   `json:"state"`
+}
+
+type answer struct {
+	NextReportS     int      `json:"next_report_s"`
+	UnknownSessions []string `json:"unknown_sessions"`
+}
+
+// Report sends one report now and returns when the next is due. Errors: ErrGone, and
+// any other for a report warmpool did not take (retry it).
+func (r *Reporter) Report(ctx context.Context) (time.Duration, error) {
+	r.mu.Lock()
+	state := warmpool.AgentReady
+	if r.drain {
+		state = warmpool.AgentDraining
+	}
+	r.mu.Unlock()
+	sessions := r.cfg.Sessions()
+	if sessions == nil {
+		sessions = []string{}
+	}
+	raw, err := json.Marshal(body{PodID: r.cfg.PodID, ScopeID: r.cfg.Scope, Sessions: sessions, State: state})
+	if err != nil {
+		return 0, err
+	}
+	url := strings.TrimSuffix(r.cfg.URL, "/")
+	if !strings.HasSuffix(url, reportPath) {
+		url += reportPath
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(raw))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+r.cfg.Token)
+	res, err := r.cfg.Client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	switch res.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		var e struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		if json.NewDecoder(res.Body).Decode(&e) == nil && e.Error.Code == string(warmpool.CodePodNotFound) {
+			return 0, ErrGone
+		}
+		return 0, fmt.Errorf("agent: report answered %s: is %s warmpool's address?", res.Status, r.cfg.URL)
+	default:
+		return 0, fmt.Errorf("agent: report answered %s", res.Status)
+	}
+	var a answer
+	if err := json.NewDecoder(res.Body).Decode(&a); err != nil {
+		return 0, fmt.Errorf("agent: report answer: %w", err)
+	}
+	r.mu.Lock()
+	r.unknown = a.UnknownSessions
+	r.mu.Unlock()
+	return max(time.Second, time.Duration(a.NextReportS)*time.Second), nil
+}

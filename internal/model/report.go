@@ -1,0 +1,108 @@
+package model
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/lua"
+)
+
+// AgentReport models agent_report.lua.
+func (s *Scope) AgentReport(rep lua.AgentReport) (lua.AgentAnswer, error) {
+	if err := s.publishedRefused(); err != nil {
+		if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+			return lua.AgentAnswer{}, lua.ErrPodUnknown
+		}
+		return lua.AgentAnswer{}, err
+	}
+	pod := rep.Pod
+	if _, ok := s.pods[pod]; !ok {
+		return lua.AgentAnswer{}, lua.ErrPodUnknown
+	}
+	now := ms(rep.Now)
+	expiry := now + s.cfgInt("session_ttl_ms")
+	interval := int64(warmpool.DefaultReportIntervalS) * 1000
+	if v, ok := s.config["report_ms"]; ok {
+		interval, _ = strconv.ParseInt(v, 10, 64)
+	}
+	pc := s.cfgInt("pod_concurrency")
+	q := s.handoff(rep.Now)
+	if rep.Draining && s.podVer[pod] != lua.RetiredVer {
+		s.podVer[pod] = lua.DrainingVer
+	}
+	adopted := func() string {
+		for n := int64(1); n <= 2*pc; n++ {
+			c := "adopted:" + pod + ":" + strconv.FormatInt(n, 10)
+			if d, ok := s.claims[c]; ok && d > now && s.claimOf[c] == pod {
+				return c
+			}
+		}
+		return ""
+	}
+	listed := map[string]bool{}
+	unknown := []string{}
+	onPod := int64(0)
+	for _, sid := range rep.Sessions {
+		if listed[sid] {
+			continue
+		}
+		listed[sid] = true
+		bound, isBound := s.sess[sid]
+		c := ""
+		if !isBound {
+			c = adopted()
+		}
+		switch {
+		case isBound && bound == pod:
+			s.sessExp[sid] = expiry
+			onPod++
+		case c != "":
+			delete(s.claims, c)
+			delete(s.claimOf, c)
+			s.sess[sid] = pod
+			s.sessExp[sid] = expiry
+			onPod++
+		default:
+			unknown = append(unknown, sid)
+		}
+	}
+	ended := 0
+	missKey := pod + "|miss"
+	if s.config["sessions_from_reports"] == "1" {
+		var missed []string
+		if onPod < s.slots[pod] {
+			before := map[string]bool{}
+			for _, sid := range strings.Fields(s.agents[missKey]) {
+				before[sid] = true
+			}
+			for _, sid := range slices.Sorted(maps.Keys(s.sess)) {
+				if s.sess[sid] != pod || listed[sid] {
+					continue
+				}
+				if before[sid] {
+					s.evictSession(sid, now, q)
+					ended++
+				} else {
+					missed = append(missed, sid)
+				}
+			}
+		}
+		if len(missed) > 0 {
+			s.agents[missKey] = strings.Join(missed, " ")
+		} else {
+			delete(s.agents, missKey)
+		}
+	}
+	a := lua.AgentAnswer{Interval: time.Duration(interval) * time.Millisecond, Unknown: unknown, Ended: ended}
+	until, ok := s.agents[pod]
+	if t, _ := strconv.ParseInt(until, 10, 64); !ok || t-now < 2*interval {
+		spared := now + 3*interval
+		s.agents[pod] = strconv.FormatInt(spared, 10)
+		a.SparedUntil = time.UnixMilli(spared)
+	}
+	return a, nil
+}

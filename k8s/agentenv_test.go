@@ -1,0 +1,40 @@
+package k8s
+
+import (
+	"testing"
+	"time"
+
+	"github.com/warmpool/warmpool"
+)
+
+// The agent container gets the pod's identity and report connection (SPEC §11.2) over
+// the scope's env, and nothing of it when reports are off.
+func TestKubernetesPodGetsTheAgentEnv(t *testing.T) {
+	req := kubeReq("team-a", 3)
+	req.Spec.Env = map[string]string{"K": "V", warmpool.EnvPodID: "the scope's, overridden"}
+	name := warmpool.PodName(req.ScopeID, req.Fence)
+	env := func(req warmpool.DeployRequest) map[string]string {
+		t.Helper()
+		p, err := newAgentPod(req, name, "ns1", time.UnixMilli(1), podExtras{grace: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, e := range p.Spec.Containers[0].Env {
+			out[e.Name] = e.Value
+		}
+		return out
+	}
+	if got := env(req); len(got) != 2 || got["K"] != "V" {
+		t.Fatalf("reports off: env %v, want the scope's alone", got)
+	}
+	req.Report = &warmpool.ReportTarget{URL: "http://warmpool", Token: func(scope, pod string) string { return "tok:" + scope + "/" + pod }}
+	got := env(req)
+	want := map[string]string{"K": "V", warmpool.EnvPodID: name, warmpool.EnvScope: "team-a", warmpool.EnvDeployVer: req.DeployVer,
+		warmpool.EnvReportURL: "http://warmpool", warmpool.EnvReportToken: "tok:team-a/" + name}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("env %s = %q, want %q (env %v)", k, got[k], v, got)
+		}
+	}
+}

@@ -1,0 +1,140 @@
+-- agent_report.lua: one report of a pod's agent (SPEC §11.2), in one step. Liveness:
+-- the pod is spared the probes until three report intervals after the report that
+-- last moved its time, which moves only when less than two intervals of it are left,
+-- so the shard's index (written by the caller) is written every other report. Activity:
+-- each listed session bound to the pod has its TTL refreshed. Rebuild: a listed session
+-- bound to no pod takes one of the pod's adopted claims ("adopted:<pod>:<n>", held
+-- since Redis lost the pod's sessions) and is bound to the pod again, so never more
+-- than pod_concurrency; any other listed session is unknown (ended, expired, or bound
+-- elsewhere). Ground truth (sessions_from_reports): a session bound to the pod that
+-- this report and the last one both leave out is ended (its slot to the oldest waiter,
+-- or freed). Draining: the pod gets podver DRAINING and takes nothing new; idle, it is
+-- due at once and the sweep deletes it. A deleted scope's pods report too: their
+-- sessions go on until they end.
+-- KEYS[1]  {s}:epoch      STRING scope epoch
+-- KEYS[2]  {s}:config     HASH   published scope config
+-- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
+-- KEYS[4]  {s}:podver     HASH   pod id -> deploy_ver
+-- KEYS[5]  {s}:slots      HASH   pod id -> sessions + claims
+-- KEYS[6]  {s}:idle       ZSET   pod id -> idle since (ms)
+-- KEYS[7]  {s}:claims     ZSET   claim id -> deadline (ms)
+-- KEYS[8]  {s}:claimpod   HASH   claim id -> pod id | "!reason"
+-- KEYS[9]  {s}:sessions   HASH   session id -> pod id
+-- KEYS[10] {s}:sexp       ZSET   session id -> expiry (ms)
+-- KEYS[11] {s}:waiters    ZSET   waiter id -> deadline (ms)
+-- KEYS[12] {s}:queue      ZSET   waiter id -> arrival number
+-- KEYS[13] {s}:wake       the scope's wake-up channel
+-- KEYS[14] {s}:due        STRING when the scope's next sweep work falls due (ms)
+-- KEYS[15] {s}:agents     HASH   "<pod>" -> spared until (ms); "<pod>|miss" -> sessions
+-- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] "1" when the agent drains, "0" when ready
+-- ARGV[4] the default report interval (ms), for a config published without one
+-- ARGV[5] grant deadline (ms)  ARGV[6] publish command  ARGV[7..] the listed sessions
+-- Returns {"ok", report interval (ms), spared until (ms, "0": unchanged), sessions
+--          ended, n unknown, unknown session ids...}
+--       | {"unknown_pod"} | {"NO_SCOPE"} | {"EPOCH_LOST"}
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
+-- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
+-- note moved the scope's due time; Store.call takes the note off.
+local k = scope_keys(KEYS)
+local now = tonumber(ARGV[1])
+local pod = ARGV[2]
+local cfg, refused = published_config(k, 'session_ttl_ms', 'report_ms', 'sessions_from_reports', 'pod_concurrency')
+if not cfg then
+  return refused
+end
+if not redis.call('ZSCORE', k.pods, pod) then
+  return {'unknown_pod'}
+end
+local expiry = now + tonumber(cfg[1])
+local interval = tonumber(cfg[2] or ARGV[4])
+local pc = tonumber(cfg[4])
+local q = handoff(k, now, ARGV[5], ARGV[6])
+if ARGV[3] == '1' then
+  local ver = redis.call('HGET', k.podver, pod)
+  if ver ~= RETIRED and ver ~= DRAINING then
+    redis.call('HSET', k.podver, pod, DRAINING)
+  end
+end
+
+-- adopted_claim is a live adopted claim on the pod, or nil.
+local function adopted_claim()
+  for n = 1, 2 * pc do
+    local c = 'adopted:' .. pod .. ':' .. n
+    local deadline = redis.call('ZSCORE', k.claims, c)
+    if deadline and tonumber(deadline) > now and redis.call('HGET', k.claimpod, c) == pod then
+      return c
+    end
+  end
+end
+
+local listed, unknown, on_pod = {}, {}, 0
+for i = 7, #ARGV do
+  local sid = ARGV[i]
+  if not listed[sid] then
+    listed[sid] = true
+    local bound = redis.call('HGET', k.sessions, sid)
+    local c = nil
+    if not bound then
+      c = adopted_claim()
+    end
+    if bound == pod then
+      redis.call('ZADD', k.sexp, expiry, sid)
+      on_pod = on_pod + 1
+    elseif c then
+      redis.call('ZREM', k.claims, c)
+      redis.call('HDEL', k.claimpod, c)
+      redis.call('HSET', k.sessions, sid, pod)
+      redis.call('ZADD', k.sexp, expiry, sid)
+      note_due(expiry)
+      on_pod = on_pod + 1
+    else
+      unknown[#unknown + 1] = sid
+    end
+  end
+end
+
+local agent = redis.call('HMGET', k.agents, pod, pod .. '|miss')
+local ended = 0
+if cfg[3] == '1' then
+  local missed = {}
+  if on_pod < tonumber(redis.call('HGET', k.slots, pod) or '0') then
+    local before = {}
+    for sid in string.gmatch(agent[2] or '', '%S+') do
+      before[sid] = true
+    end
+    local all = redis.call('HGETALL', k.sessions)
+    for i = 1, #all, 2 do
+      local sid = all[i]
+      if all[i + 1] == pod and not listed[sid] then
+        if before[sid] then
+          evict_session(k, sid, now, q)
+          ended = ended + 1
+        else
+          missed[#missed + 1] = sid
+        end
+      end
+    end
+  end
+  if #missed > 0 then
+    table.sort(missed)
+    redis.call('HSET', k.agents, pod .. '|miss', table.concat(missed, ' '))
+  elseif agent[2] then
+    redis.call('HDEL', k.agents, pod .. '|miss')
+  end
+end
+
+if ARGV[3] == '1' and redis.call('ZSCORE', k.idle, pod) then
+  note_due(now)
+end
+
+local spared = '0'
+if not agent[1] or tonumber(agent[1]) - now < 2 * interval then
+  spared = tostring(now + 3 * interval)
+  redis.call('HSET', k.agents, pod, spared)
+end
+local out = {'ok', tostring(interval), spared, tostring(ended), tostring(#unknown)}
+for _, sid in ipairs(unknown) do
+  out[#out + 1] = sid
+end
+return out

@@ -1,0 +1,257 @@
+package lua_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/lua"
+)
+
+// report runs one report of pod's agent at the env's now.
+func (e *env) report(pod string, draining bool, sessions ...string) (lua.AgentAnswer, error) {
+	return e.store.AgentReport(context.Background(), lua.AgentReport{Scope: e.scope, Pod: pod, Sessions: sessions, Draining: draining, Now: e.now})
+}
+
+// route routes a session at the env's now without queueing.
+func (e *env) route(sid string) lua.RouteResult {
+	e.t.Helper()
+	res, err := e.store.SessionRoute(context.Background(), e.scope, lua.RouteArgs{Now: e.now, Session: sid})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return res
+}
+
+// onePod registers the scope's first pod (its leader's claim given back) and returns it.
+func (e *env) onePod() warmpool.Pod {
+	e.t.Helper()
+	pod, _, err := e.register(e.acquire("leader"), "leader")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, _, err := e.store.ClaimRelease(context.Background(), e.scope, "leader", e.now); err != nil {
+		e.t.Fatal(err)
+	}
+	return pod
+}
+
+// A report of a pod the pool does not have, or of a scope Redis does not have, is
+// POD_NOT_FOUND: the agent should exit.
+func TestReportOfAnUnknownPod(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	if _, err := e.report("nobody", false); warmpool.ErrorCode(err) != warmpool.CodePodNotFound {
+		t.Fatalf("report of an unknown pod: %v, want POD_NOT_FOUND", err)
+	}
+	_, err := e.store.AgentReport(context.Background(), lua.AgentReport{Scope: "other", Pod: "p", Now: e.now})
+	if warmpool.ErrorCode(err) != warmpool.CodePodNotFound {
+		t.Fatalf("report in an unknown scope: %v, want POD_NOT_FOUND", err)
+	}
+	pod := e.onePod()
+	if _, err := e.store.PodPurge(context.Background(), e.scope, pod.ID, "dead", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.report(pod.ID, false); warmpool.ErrorCode(err) != warmpool.CodePodNotFound {
+		t.Fatalf("report of a purged pod: %v, want POD_NOT_FOUND", err)
+	}
+}
+
+// Reports alone keep a session past session_ttl_s: each refreshes the TTL of the
+// sessions it lists; a listed session the pool does not bind to the pod is answered
+// unknown, and nothing else changes.
+func TestReportsKeepListedSessionsAlive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS = 10 })
+	pod := e.onePod()
+	if r := e.route("s1"); r.Pod.ID != pod.ID {
+		t.Fatalf("s1 routed to %+v", r)
+	}
+	start := e.now
+	for range 6 { // 30 s of reports every 5 s, three session TTLs
+		e.now = e.now.Add(5 * time.Second)
+		a, err := e.report(pod.ID, false, "s1", "ghost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Interval != 5*time.Second || !slices.Equal(a.Unknown, []string{"ghost"}) {
+			t.Fatalf("answer %+v: want the 5 s interval and ghost unknown", a)
+		}
+	}
+	if exp := e.snap().SessExp["s1"]; !exp.Equal(e.now.Add(10 * time.Second)) {
+		t.Fatalf("s1 expires %v, want the last report + 10 s (it started at %v)", exp, start)
+	}
+	if r := e.route("s1"); r.Kind != lua.RouteBound || r.Pod.ID != pod.ID {
+		t.Fatalf("s1 after 30 s of reports: %+v, want still bound to %s", r, pod.ID)
+	}
+}
+
+// A report spares its pod the probes until three intervals later; the shard's index
+// is written only when less than two intervals of that are left (every other report),
+// and an entry whose time has passed no longer spares the pod and is dropped.
+func TestReportsSpareThePodTheProbes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	pod := e.onePod()
+	ref := lua.PodRef{Scope: e.scope, Pod: pod.ID}
+	shard := lua.DueShard(e.scope)
+	spared := func(at time.Time) bool {
+		t.Helper()
+		got, err := e.store.Spared(context.Background(), shard, []lua.PodRef{ref}, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[ref]
+	}
+	if spared(e.now) {
+		t.Fatal("a pod that never reported is spared")
+	}
+	first := e.now
+	var moved []time.Duration
+	for i := range 5 {
+		e.now = first.Add(time.Duration(i) * 5 * time.Second)
+		a, err := e.report(pod.ID, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !a.SparedUntil.IsZero() {
+			moved = append(moved, a.SparedUntil.Sub(first))
+		}
+	}
+	if want := []time.Duration{15 * time.Second, 25 * time.Second, 35 * time.Second}; !slices.Equal(moved, want) {
+		t.Fatalf("spared until %v after the first report, want %v", moved, want)
+	}
+	if !spared(e.now.Add(14 * time.Second)) {
+		t.Fatal("a pod that reported 14 s ago (interval 5 s) is probed")
+	}
+	if spared(e.now.Add(15 * time.Second)) {
+		t.Fatal("a pod whose reports stopped three intervals ago is still spared")
+	}
+	if _, _, reporting, err := e.store.ProbeWindow(context.Background(), shard, e.now.Add(15*time.Second)); err != nil || reporting {
+		t.Fatalf("the next probe window finds pods reporting (%v, %v) when the only one stopped", reporting, err)
+	}
+	if n, err := e.r.Client.ZCard(context.Background(), e.store.Keys().Reported(shard)).Result(); err != nil || n != 0 {
+		t.Fatalf("the index keeps %d entries past their time (%v)", n, err)
+	}
+}
+
+// A draining pod takes no new session; its sessions stay, and once the last one ends
+// the pod is idle, of no current version, and its scope is due at once.
+func TestDrainingPodTakesNothingNewAndGoesWhenEmpty(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	pod := e.onePod()
+	e.route("s1")
+	if _, err := e.report(pod.ID, true, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.route("s2"); r.Served() {
+		t.Fatalf("s2 went to the draining pod: %+v", r)
+	}
+	if r := e.route("s1"); r.Kind != lua.RouteBound || r.Pod.ID != pod.ID {
+		t.Fatalf("s1 of the draining pod: %+v, want still bound", r)
+	}
+	if _, err := e.store.SessionEnd(ctx, e.scope, "s1", e.now); err != nil {
+		t.Fatal(err)
+	}
+	p := e.snap().Pods[0]
+	if !p.Draining || !p.Idle {
+		t.Fatalf("pod after its last session ended: %+v, want draining and idle", p)
+	}
+	due, ok, err := e.store.ScopeDue(ctx, e.scope, e.now)
+	if err != nil || !ok || due.After(e.now) {
+		t.Fatalf("scope due %v %v %v, want due at once to delete the drained pod", due, ok, err)
+	}
+}
+
+// With sessions_from_reports, a session bound to the pod that two reports in a row
+// leave out is ended and its slot freed; one left out once is kept.
+func TestSessionsLeftOutTwiceAreEnded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *warmpool.ScopeConfig) { c.Agent.SessionsFromReports = true })
+	pod := e.onePod()
+	e.route("s1")
+	e.route("s2")
+	steps := []struct {
+		listed []string
+		ended  int
+		left   []string
+	}{
+		{[]string{"s1", "s2"}, 0, []string{"s1", "s2"}},
+		{[]string{"s1"}, 0, []string{"s1", "s2"}},
+		{[]string{"s1", "s2"}, 0, []string{"s1", "s2"}}, // back: the miss is forgotten
+		{[]string{"s1"}, 0, []string{"s1", "s2"}},
+		{[]string{"s1"}, 1, []string{"s1"}},
+	}
+	for i, st := range steps {
+		e.now = e.now.Add(5 * time.Second)
+		a, err := e.report(pod.ID, false, st.listed...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := e.snap()
+		var left []string
+		for sid := range s.Sessions {
+			left = append(left, sid)
+		}
+		slices.Sort(left)
+		if a.Ended != st.ended || !slices.Equal(left, st.left) || s.Pods[0].Slots != len(st.left) {
+			t.Fatalf("report %d listing %v: ended %d, sessions %v, slots %d; want %d, %v", i+1, st.listed, a.Ended, left, s.Pods[0].Slots, st.ended, st.left)
+		}
+	}
+}
+
+// Without sessions_from_reports, a report that leaves a session out ends nothing.
+func TestSessionsLeftOutStayWithoutGroundTruth(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	pod := e.onePod()
+	e.route("s1")
+	for range 3 {
+		if a, err := e.report(pod.ID, false); err != nil || a.Ended != 0 {
+			t.Fatalf("report: %+v, %v", a, err)
+		}
+	}
+	if _, ok := e.snap().Sessions["s1"]; !ok {
+		t.Fatal("s1 ended by reports that do not say sessions")
+	}
+}
+
+// After Redis lost a pod's sessions, the pod is adopted with every slot held; its
+// reports bind the sessions they name back to it, up to pod_concurrency, and a route of
+// such a session finds its old pod.
+func TestReportsBindSessionsBackToAnAdoptedPod(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil) // pod_concurrency 2
+	pod := warmpool.Pod{ID: "p-adopted", ScopeID: e.scope, DeployVer: e.snapVer(), SSEURL: "http://x/sse", Ready: true}
+	if st, err := e.store.PodAdopt(context.Background(), pod, e.now, true); err != nil || st != lua.AdoptAdopted {
+		t.Fatalf("adopt: %q, %v", st, err)
+	}
+	a, err := e.report(pod.ID, false, "s1", "s2", "s3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.Unknown, []string{"s3"}) {
+		t.Fatalf("unknown %v, want s3 (beyond pod_concurrency)", a.Unknown)
+	}
+	s := e.snap()
+	if s.Sessions["s1"] != pod.ID || s.Sessions["s2"] != pod.ID || s.Pods[0].Slots != 2 || len(s.ClaimPod) != 0 {
+		t.Fatalf("after the report: sessions %v, pod %+v, claims %v", s.Sessions, s.Pods[0], s.ClaimPod)
+	}
+	if r := e.route("s1"); r.Kind != lua.RouteBound || r.Pod.ID != pod.ID {
+		t.Fatalf("s1 after the rebuild: %+v, want its old pod", r)
+	}
+}
+
+// snapVer is the scope's published deploy_ver.
+func (e *env) snapVer() string {
+	e.t.Helper()
+	rec, err := e.store.Scope(context.Background(), e.scope)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rec.DeployVer
+}

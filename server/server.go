@@ -4,7 +4,6 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,12 +17,10 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/api"
 	"github.com/warmpool/warmpool/driver"
 	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/internal/httpx"
@@ -382,129 +379,6 @@ func (s *Server) token(value, file string) (*httpx.Token, error) {
 	return httpx.FixedToken(value), nil
 }
 
-// bootstrap makes a live keyspace: on an empty Redis (or one that lost its data) the
-// reconcile job rebuilds it from the config store and the driver. When another replica
-// holds the job, this one waits for it.
-func (s *Server) bootstrap(ctx context.Context) error {
-	for {
-		live, err := s.store.EpochLive(ctx)
-		if warmpool.ErrorCode(err) == warmpool.CodeStoreUnavailable {
-			// Redis is not up yet (or restarting): wait for it, as a replica
-			// started before its Redis should.
-			s.log.Warn("waiting for redis", "err", err)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("redis: %w", err)
-		}
-		if live {
-			return nil
-		}
-		if !s.Runner.RunOnce(ctx, s.Sweeper.ReconcileJob()) {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}
-}
-
-func (s *Server) ensureDemoScope(ctx context.Context) error {
-	_, err := s.Scopes.Get(ctx, DemoScope)
-	if warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
-		return err
-	}
-	_, err = s.Scopes.Put(ctx, DemoScope, warmpool.DefaultScopeConfig())
-	if warmpool.ErrorCode(err) == warmpool.CodeValidation {
-		// The operator's deploy policy (--image-prefixes, say) refuses the demo agent:
-		// the replica serves without the demo scope rather than not at all.
-		s.log.WarnContext(ctx, "no demo scope: the deploy policy refuses it", "err", err)
-		return nil
-	}
-	return err
-}
-
-// routes is the replica's router: its middleware around api.Router, which lists
-// every route.
-func (s *Server) routes() http.Handler {
-	var metricsHandler http.Handler
-	if s.cfg.MetricsListen == "" {
-		metricsHandler = s.metrics.Handler()
-	}
-	return api.Router(api.Services{Sessions: s.SM, Pods: s.RM, Configs: s.Scopes, PoolPage: s.ui,
-		Reports: s.Reports, ReportKey: s.reportKey, ObserveReport: s.metrics.ObserveReport,
-		Health: s.handleHealth, Ready: s.handleReady, Metrics: metricsHandler, Auth: s.auth, Log: s.log},
-		httpx.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log), s.closeWhileDraining,
-		httpx.Bounds(s.cfg.HTTP.Call, s.cfg.HTTP.Wait), httpx.LimitBody(s.log))
-}
-
-// metricsServer serves /metrics and nothing else (SPEC §11.5), on the listener of
-// Config.MetricsListen. A scrape is one GET without a body, whose answer's write
-// deadline the metrics handler sets itself (metrics.Config.ScrapeTimeout).
-func (s *Server) metricsServer() *http.Server {
-	r := chi.NewRouter()
-	r.Use(httpx.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log))
-	r.NotFound(httpx.NotFound)
-	r.MethodNotAllowed(httpx.MethodNotAllowed)
-	r.Method(http.MethodGet, "/metrics", s.metrics.Handler())
-	t := s.cfg.HTTP
-	return &http.Server{Handler: r, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.ReadHeader,
-		WriteTimeout: metrics.DefaultScrapeTimeout, IdleTimeout: t.Idle, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
-}
-
-// MetricsAddr is the address of the metrics listener ("" when /metrics is served on
-// the main one).
-func (s *Server) MetricsAddr() string {
-	if s.metricsLn == nil {
-		return ""
-	}
-	return s.metricsLn.Addr().String()
-}
-
-// handleHealth answers liveness without a Redis call.
-func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) error {
-	return httpx.OK(w, map[string]string{"status": "ok", "instance_id": s.cfg.InstanceID})
-}
-
-// closeWhileDraining asks clients to close their connection after each answer once
-// the replica drains, so that their next call opens one to another replica.
-func (s *Server) closeWhileDraining(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.draining.Load() {
-			w.Header().Set("Connection", "close")
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// handleReady answers 200 when Redis answers and holds a live keyspace, and 503 from
-// the moment the replica drains.
-func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
-	if s.draining.Load() {
-		httpx.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining", "instance_id": s.cfg.InstanceID})
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-	defer cancel()
-	if err := s.store.Ping(ctx); err != nil {
-		return err
-	}
-	live, err := s.store.EpochLive(ctx)
-	if err != nil || !live {
-		return warmpool.ErrEpochLost
-	}
-	return httpx.OK(w, map[string]string{"status": "ready", "instance_id": s.cfg.InstanceID})
-}
-
-// Handler is the HTTP API of the replica.
-func (s *Server) Handler() http.Handler { return s.handler }
-
 // Metrics gathers the replica's metrics, as /metrics serves them.
 func (s *Server) Metrics() prometheus.Gatherer { return s.metrics }
 
@@ -513,90 +387,3 @@ func (s *Server) InstanceID() string { return s.cfg.InstanceID }
 
 // Store is the replica's Redis store.
 func (s *Server) Store() *lua.Store { return s.store }
-
-// Run serves HTTP on ln (and /metrics on the metrics listener, when there is one) and
-// runs the background jobs until ctx ends, then shuts down in stages, each logged: it
-// drains (/readyz answers 503 while calls are still served for DrainDelay, so that
-// load balancers take the replica out first), closes the listeners and lets the calls
-// in flight finish within ShutdownGrace (cutting those still running then), stops the
-// jobs (releasing their locks), and closes everything it built.
-func (s *Server) Run(ctx context.Context, ln net.Listener) error {
-	t := s.cfg.HTTP
-	// The write timeout is the bound of a call that does not wait; httpx.Bounds sets
-	// each call's own deadline, and lifts it for the routes that wait.
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read,
-		WriteTimeout: t.Call + httpx.WriteMargin, IdleTimeout: t.Idle, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
-	var msrv *http.Server
-	if s.metricsLn != nil {
-		msrv = s.metricsServer()
-		go func() { errc <- msrv.Serve(s.metricsLn) }()
-		s.log.Info("serving /metrics alone", "addr", s.metricsLn.Addr().String())
-	}
-	jobs, stopJobs := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); s.Runner.Run(jobs) }()
-	var err error
-	select {
-	case <-ctx.Done():
-		err = s.drain(errc)
-	case err = <-errc:
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
-	defer cancel()
-	serr := srv.Shutdown(shutdown)
-	if errors.Is(serr, context.DeadlineExceeded) {
-		s.log.Warn("shutdown grace is over: cutting the calls still in flight", "shutdown_grace", s.cfg.ShutdownGrace)
-		serr = srv.Close()
-	}
-	if msrv != nil {
-		// Scrapes end within their timeout; the grace left bounds them all the same.
-		if err := msrv.Shutdown(shutdown); errors.Is(err, context.DeadlineExceeded) {
-			_ = msrv.Close()
-		}
-	}
-	err = cmp.Or(err, serr)
-	stopJobs()
-	wg.Wait()
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	err = errors.Join(err, s.Close())
-	s.log.Info("stopped")
-	return err
-}
-
-// drain marks the replica as draining and keeps serving for DrainDelay, unless the
-// server fails first (its error is returned).
-func (s *Server) drain(errc <-chan error) error {
-	s.draining.Store(true)
-	s.log.Info("draining: /readyz answers 503, calls are still served", "drain_delay", s.cfg.DrainDelay)
-	timer := time.NewTimer(s.cfg.DrainDelay)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case err := <-errc:
-		return err
-	}
-	s.log.Info("shutting down: listener closed, calls in flight may finish", "shutdown_grace", s.cfg.ShutdownGrace)
-	return nil
-}
-
-// Close stops the managers and releases what New built, in reverse order.
-func (s *Server) Close() error {
-	var err error
-	s.once.Do(func() {
-		if s.SM != nil {
-			s.SM.Close()
-		}
-		if s.RM != nil {
-			s.RM.Close()
-		}
-		for i := len(s.closers) - 1; i >= 0; i-- {
-			err = errors.Join(err, s.closers[i]())
-		}
-	})
-	return err
-}

@@ -30,6 +30,7 @@
 --                   "start:<deploy member>" -> when that deploy in flight started (ms)
 --   due       STRING when the scope's next sweep work falls due (ms)
 --   deploylog LIST  the latest finished deploys, newest first
+--   backoff   HASH  the refill backoff: failures, until (ms), error (see backoff_refusal)
 
 -- scope_keys is the table of a script's KEYS by name (KEY_NAMES): k.pods is the
 -- scope's pods key, k.route_answer an extra key of session_route.lua.
@@ -378,6 +379,26 @@ local function deploy_started(k, member, now)
     end
   end
   redis.call('HSET', k.dstats, 'start:' .. member, now)
+end
+
+-- Refill backoff (SPEC §11.3). deploy_abort.lua counts the failed deploys of the
+-- current deploy_ver in k.backoff and sets until to the failure's time + base *
+-- 2^(failures - 1), at most the cap. Before until no deploy starts (a route or a hold
+-- that would lead one, the warm-pool refill); from then on one at a time: a deploy
+-- starts only while none is in flight, and its failure moves until on, so at most one
+-- deploy per backoff period tries again. A warm pod and a place in the room of a
+-- deploy in flight are taken as ever. A registered pod of the current deploy_ver
+-- (pod_register.lua) and a new deploy_ver (scope_publish.lua) delete the key.
+
+-- backoff_refusal is the answer to a deploy the scope's backoff holds back, with the
+-- number of deploys in flight, nil when a deploy may start:
+-- {"backoff", failures, until (ms), last error, deploys in flight}.
+local function backoff_refusal(k, now, deploys)
+  local b = redis.call('HMGET', k.backoff, 'failures', 'until', 'error')
+  if not b[1] or (now >= tonumber(b[2]) and deploys == 0) then
+    return nil
+  end
+  return {'backoff', b[1], b[2], b[3] or '', tostring(deploys)}
 end
 
 -- expire_pool drops the expired claims, then the expired deploy leases (sending their

@@ -107,6 +107,7 @@ const (
 	keyDeployStats
 	keyDue
 	keyDeployLog
+	keyBackoff
 	numScopeKeys
 )
 
@@ -136,6 +137,7 @@ var scopeKeyNames = [numScopeKeys]string{
 	keyDeployStats: "dstats",
 	keyDue:         "due",
 	keyDeployLog:   "deploylog",
+	keyBackoff:     "backoff",
 }
 
 // scopeKeyNamesLen is the length of the scope's key names together: Scope cuts the
@@ -186,6 +188,7 @@ func (k Keyspace) Scope(id string) ScopeKeys {
 		DeployStats: key(keyDeployStats),
 		Due:         key(keyDue),
 		DeployLog:   key(keyDeployLog),
+		Backoff:     key(keyBackoff),
 	}
 }
 
@@ -236,6 +239,8 @@ func (s *ScopeKeys) key(n scopeKey) string {
 		return s.Due
 	case keyDeployLog:
 		return s.DeployLog
+	case keyBackoff:
+		return s.Backoff
 	}
 	panic("lua: no scope key " + strconv.Itoa(int(n)))
 }
@@ -269,6 +274,9 @@ type ScopeKeys struct {
 	DeployStats string // HASH
 	Due         string // STRING when the scope's next sweep work falls due (ms)
 	DeployLog   string // LIST   the latest finished deploys, newest first (DeployRecord JSON)
+	// Backoff: the refill backoff after failed deploys of the current deploy_ver,
+	// "failures", "until" (ms), "error" (the last failure's reason); no key, no backoff.
+	Backoff string // HASH
 }
 
 // Gone is the tombstone of a purged pod (STRING, reason, with a TTL of GoneTTL):

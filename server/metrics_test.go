@@ -25,8 +25,8 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/await"
-	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/harness/testserver"
+	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/k8s/fakepod"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
@@ -193,6 +193,7 @@ func TestRouteMetrics(t *testing.T) {
 		`warmpool_placeholders{scope="obs"}`:                      0,
 		`warmpool_waiters{scope="obs"}`:                           0,
 		`warmpool_max_pods{scope="obs"}`:                          2,
+		`warmpool_refill_backoff{scope="obs"}`:                    0,
 	}
 	for series, want := range gauges {
 		name, labels := parseSeries(t, series)

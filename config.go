@@ -59,7 +59,17 @@ type PoolConfig struct {
 	// Kubernetes readiness probe's period; each pod's probes keep their own offset
 	// within the period, so the probes of many pods spread over it.
 	ProbePeriodS int `json:"probe_period_s"`
+	// Recycle is what becomes of a pod whose last session or hold ends: RecycleReuse
+	// (it goes idle, warm for the next) or RecycleDelete (it is deleted, so every
+	// user gets a fresh pod; the refill keeps the pool warm with new ones).
+	Recycle string `json:"recycle"`
 }
+
+// The values of PoolConfig.Recycle.
+const (
+	RecycleReuse  = "reuse"
+	RecycleDelete = "delete"
+)
 
 // The defaults of every scope field, defined here and nowhere else.
 const (
@@ -81,6 +91,7 @@ const (
 	DefaultMaxParallelDeploys = 0
 	DefaultHoldTTLS           = 300
 	DefaultProbePeriodS       = 10
+	DefaultRecycle            = RecycleReuse
 )
 
 // Limits on scope fields.
@@ -120,6 +131,7 @@ var scopeDefaults = ScopeConfig{
 		MaxParallelDeploys: DefaultMaxParallelDeploys,
 		HoldTTLS:           DefaultHoldTTLS,
 		ProbePeriodS:       DefaultProbePeriodS,
+		Recycle:            DefaultRecycle,
 	},
 }
 
@@ -205,6 +217,7 @@ func (c *ScopeConfig) fill() {
 		{&d.Resources.Memory, def.Resources.Memory},
 		{&d.SSEPath, def.SSEPath},
 		{&d.HealthPath, def.HealthPath},
+		{&c.Pool.Recycle, scopeDefaults.Pool.Recycle},
 	} {
 		if strings.TrimSpace(*f.v) == "" {
 			*f.v = f.def
@@ -321,6 +334,9 @@ func (c ScopeConfig) check(faults *fieldErrors) {
 	between("pool.wait_timeout_s", p.WaitTimeoutS, 0, MaxWaitTimeoutS)
 	between("pool.hold_ttl_s", p.HoldTTLS, 1, MaxTTLS)
 	between("pool.probe_period_s", p.ProbePeriodS, 1, MaxProbePeriodS)
+	if p.Recycle != RecycleReuse && p.Recycle != RecycleDelete {
+		bad("pool.recycle", "must be %q or %q, got %q", RecycleReuse, RecycleDelete, p.Recycle)
+	}
 }
 
 // MaxPods is ceil(max_concurrency / pod_concurrency): the most pods (plus deploys in

@@ -279,9 +279,25 @@ local function hand_off(q, pod, n)
   return true
 end
 
+-- recycle_delete retires a pod of the current deploy_ver whose last slot was freed in
+-- a scope with recycle "delete" (SPEC §11.3): RETIRED, it is never handed out again,
+-- and the due sweep deletes it at once when it has gone idle. Returns true when it did.
+local function recycle_delete(k, pod)
+  if not k.config then
+    return false
+  end
+  local cfg = redis.call('HMGET', k.config, 'recycle', 'deploy_ver')
+  if cfg[1] ~= 'delete' or redis.call('HGET', k.podver, pod) ~= cfg[2] then
+    return false
+  end
+  redis.call('HSET', k.podver, pod, RETIRED)
+  return true
+end
+
 -- free_slot gives back one slot of a registered pod: to the oldest waiter when q (a
 -- handoff) has one, else the pod goes idle when it was the last slot and idle_on_zero is
--- true. Returns the slots left, or -1 for an unknown pod.
+-- true (retired first, and due at once, under recycle "delete"). Returns the slots
+-- left, or -1 for an unknown pod.
 local function free_slot(k, pod, now, idle_on_zero, q)
   if not redis.call('ZSCORE', k.pods, pod) then
     return -1
@@ -295,8 +311,12 @@ local function free_slot(k, pod, now, idle_on_zero, q)
     n = 0
     redis.call('HSET', k.slots, pod, 0)
     if idle_on_zero then
+      local recycled = recycle_delete(k, pod)
       if redis.call('ZADD', k.idle, 'NX', now, pod) == 1 then
         note_idle(k, now)
+      end
+      if recycled then
+        note_due(now)
       end
     end
   end

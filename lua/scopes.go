@@ -50,6 +50,7 @@ func (rec ScopeRecord) Published() (content [][2]string, deploy, config string, 
 		{"queue_size", strconv.Itoa(p.QueueSize)},
 		{"wait_ms", ms(p.WaitTimeoutS)},
 		{"hold_ttl_ms", ms(p.HoldTTLS)},
+		{"recycle", p.Recycle},
 		{"ready_ms", ms(rec.Config.Deploy.ReadyTimeoutS)},
 	}
 	return content, string(d), string(full), nil

@@ -330,6 +330,9 @@ func (s *Scope) freeSlot(pod string, now int64, idleOnZero bool, q *handoff) int
 	if n <= 0 {
 		n = 0
 		s.slots[pod] = 0
+		if idleOnZero && s.config["recycle"] == warmpool.RecycleDelete && s.podVer[pod] == s.config["deploy_ver"] {
+			s.podVer[pod] = lua.RetiredVer
+		}
 		if _, idle := s.idle[pod]; idleOnZero && !idle {
 			s.idle[pod] = now
 		}

@@ -100,7 +100,8 @@ var capacityWeights = map[string]int{
 // its queue fills within a few steps. A step lets about a second pass on average, so
 // sessions, holds, waits and grants live for a few steps to a few dozen. Each scope
 // also has a class B change of its capacity: a lowered to two pods of one session, b
-// raised to two pods of two (and published back, a lowering).
+// raised to two pods of two whose pods are deleted when their last session or hold
+// ends (recycle "delete"; published back, a lowering and reuse again).
 var scopeConfigs = map[string][2]warmpool.PoolConfig{
 	"a": {
 		{MaxConcurrency: 6, PodConcurrency: 2, MinIdlePods: 1, PodTTLS: 60, SessionTTLS: 30, QueueSize: 2, WaitTimeoutS: 10, HoldTTLS: 15, MaxParallelDeploys: 2},
@@ -108,13 +109,13 @@ var scopeConfigs = map[string][2]warmpool.PoolConfig{
 	},
 	"b": {
 		{MaxConcurrency: 1, PodConcurrency: 1, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10},
-		{MaxConcurrency: 4, PodConcurrency: 2, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10},
+		{MaxConcurrency: 4, PodConcurrency: 2, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10, Recycle: warmpool.RecycleDelete},
 	},
 }
 
 // variants are the configs a scope is published with in turn: the first, a new image
-// (class A: a new deploy_ver), no queue (class B) and other capacity (class B: lowered
-// or raised).
+// (class A: a new deploy_ver), no queue and recycle "delete" (class B) and other
+// capacity (class B: lowered or raised).
 func variants(pools [2]warmpool.PoolConfig) []warmpool.ScopeConfig {
 	var out []warmpool.ScopeConfig
 	for i, image := range []string{"agent:1", "agent:2", "agent:1", "agent:1"} {
@@ -123,7 +124,7 @@ func variants(pools [2]warmpool.PoolConfig) []warmpool.ScopeConfig {
 		c.Pool = pools[0]
 		switch i {
 		case 2:
-			c.Pool.QueueSize = 0
+			c.Pool.QueueSize, c.Pool.Recycle = 0, warmpool.RecycleDelete
 		case 3:
 			c.Pool = pools[1]
 		}

@@ -64,7 +64,17 @@ type PoolConfig struct {
 	// Kubernetes readiness probe's period; each pod's probes keep their own offset
 	// within the period, so the probes of many pods spread over it.
 	ProbePeriodS int `json:"probe_period_s"`
+	// Recycle is what becomes of a pod whose last session or hold ends: RecycleReuse
+	// (it goes idle, warm for the next) or RecycleDelete (it is deleted, so every
+	// user gets a fresh pod; the refill keeps the pool warm with new ones).
+	Recycle string `json:"recycle"`
 }
+
+// The values of PoolConfig.Recycle.
+const (
+	RecycleReuse  = "reuse"
+	RecycleDelete = "delete"
+)
 
 // The defaults of every scope field, defined here and nowhere else.
 const (
@@ -86,6 +96,7 @@ const (
 	DefaultMaxParallelDeploys = 0
 	DefaultHoldTTLS           = 300
 	DefaultProbePeriodS       = 10
+	DefaultRecycle            = RecycleReuse
 )
 
 // Limits on scope fields.
@@ -125,6 +136,7 @@ var scopeDefaults = ScopeConfig{
 		MaxParallelDeploys: DefaultMaxParallelDeploys,
 		HoldTTLS:           DefaultHoldTTLS,
 		ProbePeriodS:       DefaultProbePeriodS,
+		Recycle:            DefaultRecycle,
 	},
 	Agent: AgentConfig{ReportIntervalS: DefaultReportIntervalS},
 }
@@ -228,6 +240,7 @@ func (c *ScopeConfig) fill() {
 		{&d.Resources.Memory, def.Resources.Memory, !agent.Sets["resources"]},
 		{&d.SSEPath, def.SSEPath, true},
 		{&d.HealthPath, def.HealthPath, true},
+		{&c.Pool.Recycle, scopeDefaults.Pool.Recycle, true},
 	} {
 		if f.ok && strings.TrimSpace(*f.v) == "" {
 			*f.v = f.def
@@ -348,6 +361,9 @@ func (c ScopeConfig) check(faults *fieldErrors) {
 	between("pool.hold_ttl_s", p.HoldTTLS, 1, MaxTTLS)
 	between("pool.probe_period_s", p.ProbePeriodS, 1, MaxProbePeriodS)
 	c.Agent.check(faults)
+	if p.Recycle != RecycleReuse && p.Recycle != RecycleDelete {
+		bad("pool.recycle", "must be %q or %q, got %q", RecycleReuse, RecycleDelete, p.Recycle)
+	}
 }
 
 // MaxPods is ceil(max_concurrency / pod_concurrency): the most pods (plus deploys in

@@ -132,6 +132,8 @@ func TestValidate(t *testing.T) {
 		{"probe period 1", func(c *ScopeConfig) { c.Pool.ProbePeriodS = 1 }, "", false},
 		{"probe period max", func(c *ScopeConfig) { c.Pool.ProbePeriodS = MaxProbePeriodS }, "", false},
 		{"probe period over max", func(c *ScopeConfig) { c.Pool.ProbePeriodS = MaxProbePeriodS + 1 }, "pool.probe_period_s", false},
+		{"recycle delete", func(c *ScopeConfig) { c.Pool.Recycle = RecycleDelete }, "", false},
+		{"recycle unknown", func(c *ScopeConfig) { c.Pool.Recycle = "burn" }, "pool.recycle", false},
 		{"queue size negative", func(c *ScopeConfig) { c.Pool.QueueSize = -1 }, "pool.queue_size", false},
 		{"queue size over max", func(c *ScopeConfig) { c.Pool.QueueSize = MaxQueueSize + 1 }, "pool.queue_size", false},
 		{"queue size 0", func(c *ScopeConfig) { c.Pool.QueueSize = 0 }, "", false},
@@ -332,6 +334,9 @@ func TestLoadScopeConfig(t *testing.T) {
 		}
 		if got.Pool.ProbePeriodS != DefaultProbePeriodS {
 			t.Errorf("probe_period_s of a document written before it existed = %d, want %d", got.Pool.ProbePeriodS, DefaultProbePeriodS)
+		}
+		if got.Pool.Recycle != DefaultRecycle {
+			t.Errorf("recycle of a document written before it existed = %q, want %q", got.Pool.Recycle, DefaultRecycle)
 		}
 	})
 	t.Run("newer document", func(t *testing.T) {

@@ -30,6 +30,11 @@ const (
 	DefaultHeartbeat  = time.Second
 	// PodNameEnv names the pod when --pod-name is not given.
 	PodNameEnv = "WARMPOOL_POD_NAME"
+	// FailEnv makes the agent fail on purpose (SPEC §11.3): FailStart exits at start, as
+	// an image that crashes does, so a failing scope can be tried with the local driver.
+	FailEnv = "WARMPOOL_DEMO_FAIL"
+	// FailStart is the value of FailEnv that exits before listening.
+	FailStart = "start"
 	// shutdownGrace bounds a graceful stop; SSE streams end at once when it starts, so
 	// only ordinary requests can still be in flight.
 	shutdownGrace = 5 * time.Second
@@ -38,6 +43,10 @@ const (
 // ErrDied is returned by Main when --die-after has passed: the agent crashes on purpose
 // and the caller exits non-zero.
 var ErrDied = errors.New("demo-agent: died as asked by --die-after")
+
+// ErrFailStart is returned by Main, before it listens, when the environment has
+// WARMPOOL_DEMO_FAIL=start: the caller exits with status 1, a crashing image.
+var ErrFailStart = errors.New("demo-agent: failed at start as asked by " + FailEnv + "=" + FailStart)
 
 // Agent serves the demo endpoints of one pod. The zero value is not usable: PodName,
 // SSEPath and HealthPath must be set; New fills the defaults.
@@ -207,7 +216,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // Main runs `warmpool demo-agent` with args (without the sub-command word) until ctx
-// ends (nil) or --die-after passes (ErrDied). Once listening it prints exactly one line,
+// ends (nil) or --die-after passes (ErrDied); with WARMPOOL_DEMO_FAIL=start it returns
+// ErrFailStart at once. Once listening it prints exactly one line,
 // "listening on http://HOST:PORT", to stdout; diagnostics go to stderr.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo-agent", flag.ContinueOnError)
@@ -235,6 +245,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *startDelay < 0 || *dieAfter < 0 || *heartbeat <= 0 {
 		return fmt.Errorf("demo-agent: --start-delay and --die-after must not be negative, --heartbeat must be positive")
+	}
+	switch fail := os.Getenv(FailEnv); fail {
+	case "":
+	case FailStart:
+		fmt.Fprintf(stderr, "demo-agent: %s=%s: exiting at start\n", FailEnv, FailStart)
+		return ErrFailStart
+	default:
+		return fmt.Errorf("demo-agent: %s=%q: the only value is %q", FailEnv, fail, FailStart)
 	}
 	name := *podName
 	if name == "" {

@@ -220,6 +220,40 @@ func TestMainDieAfter(t *testing.T) {
 	}
 }
 
+// WARMPOOL_DEMO_FAIL=start exits before listening (a crashing image); another value is
+// refused rather than ignored.
+func TestMainFailStart(t *testing.T) {
+	for _, c := range []struct {
+		value  string
+		want   error
+		stderr string
+	}{
+		{demoagent.FailStart, demoagent.ErrFailStart, "exiting at start"},
+		{"later", nil, ""},
+	} {
+		t.Run(c.value, func(t *testing.T) {
+			t.Setenv(demoagent.FailEnv, c.value)
+			// An agent that listened instead returns when this ends, and fails the test.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			var out, errOut strings.Builder
+			err := demoagent.Main(ctx, []string{"--pod-name", "p"}, &out, &errOut)
+			if c.want != nil && !errors.Is(err, c.want) {
+				t.Fatalf("Main = %v, want %v", err, c.want)
+			}
+			if err == nil || (c.want == nil && !strings.Contains(err.Error(), demoagent.FailEnv)) {
+				t.Fatalf("Main = %v, want an error naming %s", err, demoagent.FailEnv)
+			}
+			if out.Len() != 0 {
+				t.Fatalf("stdout = %q, want nothing: it must not listen", out.String())
+			}
+			if !strings.Contains(errOut.String(), c.stderr) {
+				t.Fatalf("stderr = %q, want %q in it", errOut.String(), c.stderr)
+			}
+		})
+	}
+}
+
 func TestMainPodNameFromEnv(t *testing.T) {
 	t.Setenv(demoagent.PodNameEnv, "from-env")
 	r := mustStart(t)

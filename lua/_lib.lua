@@ -32,6 +32,7 @@
 --   deploylog LIST  the latest finished deploys, newest first
 --   agents    HASH  "<pod>" -> until when the pod's reports spare it the probes (ms);
 --                   "<pod>|miss" -> sessions bound to it that its last report left out
+--   backoff   HASH  the refill backoff: failures, until (ms), error (see backoff_refusal)
 
 -- scope_keys is the table of a script's KEYS by name (KEY_NAMES): k.pods is the
 -- scope's pods key, k.route_answer an extra key of session_route.lua.
@@ -287,9 +288,25 @@ local function hand_off(q, pod, n)
   return true
 end
 
+-- recycle_delete retires a pod of the current deploy_ver whose last slot was freed in
+-- a scope with recycle "delete" (SPEC §11.3): RETIRED, it is never handed out again,
+-- and the due sweep deletes it at once when it has gone idle. Returns true when it did.
+local function recycle_delete(k, pod)
+  if not k.config then
+    return false
+  end
+  local cfg = redis.call('HMGET', k.config, 'recycle', 'deploy_ver')
+  if cfg[1] ~= 'delete' or redis.call('HGET', k.podver, pod) ~= cfg[2] then
+    return false
+  end
+  redis.call('HSET', k.podver, pod, RETIRED)
+  return true
+end
+
 -- free_slot gives back one slot of a registered pod: to the oldest waiter when q (a
 -- handoff) has one, else the pod goes idle when it was the last slot and idle_on_zero is
--- true. Returns the slots left, or -1 for an unknown pod.
+-- true (retired first, and due at once, under recycle "delete"). Returns the slots
+-- left, or -1 for an unknown pod.
 local function free_slot(k, pod, now, idle_on_zero, q)
   if not redis.call('ZSCORE', k.pods, pod) then
     return -1
@@ -303,12 +320,16 @@ local function free_slot(k, pod, now, idle_on_zero, q)
     n = 0
     redis.call('HSET', k.slots, pod, 0)
     if idle_on_zero then
+      local recycled = recycle_delete(k, pod)
       if redis.call('ZADD', k.idle, 'NX', now, pod) == 1 then
         if redis.call('HGET', k.podver, pod) == DRAINING then
           note_due(now)
         else
           note_idle(k, now)
         end
+      end
+      if recycled then
+        note_due(now)
       end
     end
   end
@@ -391,6 +412,26 @@ local function deploy_started(k, member, now)
     end
   end
   redis.call('HSET', k.dstats, 'start:' .. member, now)
+end
+
+-- Refill backoff (SPEC §11.3). deploy_abort.lua counts the failed deploys of the
+-- current deploy_ver in k.backoff and sets until to the failure's time + base *
+-- 2^(failures - 1), at most the cap. Before until no deploy starts (a route or a hold
+-- that would lead one, the warm-pool refill); from then on one at a time: a deploy
+-- starts only while none is in flight, and its failure moves until on, so at most one
+-- deploy per backoff period tries again. A warm pod and a place in the room of a
+-- deploy in flight are taken as ever. A registered pod of the current deploy_ver
+-- (pod_register.lua) and a new deploy_ver (scope_publish.lua) delete the key.
+
+-- backoff_refusal is the answer to a deploy the scope's backoff holds back, with the
+-- number of deploys in flight, nil when a deploy may start:
+-- {"backoff", failures, until (ms), last error, deploys in flight}.
+local function backoff_refusal(k, now, deploys)
+  local b = redis.call('HMGET', k.backoff, 'failures', 'until', 'error')
+  if not b[1] or (now >= tonumber(b[2]) and deploys == 0) then
+    return nil
+  end
+  return {'backoff', b[1], b[2], b[3] or '', tostring(deploys)}
 end
 
 -- expire_pool drops the expired claims, then the expired deploy leases (sending their

@@ -31,12 +31,15 @@ func (s *Store) DeployKeepAlive(ctx context.Context, scope, deploy string, ttl t
 	})
 }
 
-// DeployAbort runs deploy_abort.lua: it gives up a deploy lease and tells its
-// followers why: a deploy that failed fails them (FollowerFailed), one that was lost
-// (lost: its lease was lost, or its register kept missing Redis) sends them to try
-// again (FollowerLost). It returns how many followers were told.
-func (s *Store) DeployAbort(ctx context.Context, scope, deploy, reason string, lost bool, noteDeadline time.Time) (int, error) {
-	r, err := s.call(ctx, deployAbort, s.keys.Scope(scope), nil, deploy, reason, ms(noteDeadline), flag(lost))
+// DeployAbort runs deploy_abort.lua: it gives up a deploy lease (of a pod of deploy_ver
+// ver) and tells its followers why: a deploy that failed fails them (FollowerFailed),
+// one that was lost (lost: its lease was lost, or its register kept missing Redis)
+// sends them to try again (FollowerLost). A failed deploy of the scope's current
+// deploy_ver also counts toward its refill backoff, from now. It returns how many
+// followers were told.
+func (s *Store) DeployAbort(ctx context.Context, scope, deploy, ver, reason string, lost bool, now, noteDeadline time.Time) (int, error) {
+	r, err := s.call(ctx, deployAbort, s.keys.Scope(scope), nil, deploy, reason, ms(noteDeadline), flag(lost),
+		ver, ms(now), RefillBackoffBase.Milliseconds(), RefillBackoffMax.Milliseconds())
 	if err != nil {
 		return 0, err
 	}

@@ -59,7 +59,7 @@ func TestDeployEstimate(t *testing.T) {
 		t.Fatalf("ETA of an overdue deploy: %v %v, want 0", d, ok)
 	}
 
-	if _, err := e.store.DeployAbort(ctx, e.scope, third.Deploy, "failed", false, e.now.Add(time.Second)); err != nil {
+	if _, err := e.store.DeployAbort(ctx, e.scope, third.Deploy, third.Spec.DeployVer(), "failed", false, e.now, e.now.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := eta(); ok {

@@ -208,7 +208,7 @@ func callEveryWrapper(ctx context.Context, s *Store, scope string) {
 	_, _ = s.PodHealth(ctx, scope, "p1", false)
 	_ = s.FenceRaise(ctx, scope, 3)
 	_, _ = s.DeployExtend(ctx, scope, "1", now, now)
-	_, _ = s.DeployAbort(ctx, scope, "1", "r", false, now)
+	_, _ = s.DeployAbort(ctx, scope, "1", "v", "r", false, now, now)
 	_, _ = s.FollowerWait(ctx, scope, "1", "1|c", "c", now)
 	_ = s.FollowerLeave(ctx, scope, "1|c", "c", now)
 	_, _, _ = s.ClaimRelease(ctx, scope, "c", now)

@@ -115,6 +115,7 @@ const (
 	keyDue
 	keyDeployLog
 	keyAgents
+	keyBackoff
 	numScopeKeys
 )
 
@@ -145,6 +146,7 @@ var scopeKeyNames = [numScopeKeys]string{
 	keyDue:         "due",
 	keyDeployLog:   "deploylog",
 	keyAgents:      "agents",
+	keyBackoff:     "backoff",
 }
 
 // scopeKeyNamesLen is the length of the scope's key names together: Scope cuts the
@@ -196,6 +198,7 @@ func (k Keyspace) Scope(id string) ScopeKeys {
 		Due:         key(keyDue),
 		DeployLog:   key(keyDeployLog),
 		Agents:      key(keyAgents),
+		Backoff:     key(keyBackoff),
 	}
 }
 
@@ -248,6 +251,8 @@ func (s *ScopeKeys) key(n scopeKey) string {
 		return s.DeployLog
 	case keyAgents:
 		return s.Agents
+	case keyBackoff:
+		return s.Backoff
 	}
 	panic("lua: no scope key " + strconv.Itoa(int(n)))
 }
@@ -285,6 +290,9 @@ type ScopeKeys struct {
 	// (ms, as the shard's Reported index has it), "<pod>|miss" -> the sessions bound
 	// to the pod that its last report left out (space-separated; sessions_from_reports).
 	Agents string // HASH
+	// Backoff: the refill backoff after failed deploys of the current deploy_ver,
+	// "failures", "until" (ms), "error" (the last failure's reason); no key, no backoff.
+	Backoff string // HASH
 }
 
 // Gone is the tombstone of a purged pod (STRING, reason, with a TTL of GoneTTL):

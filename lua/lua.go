@@ -55,19 +55,19 @@ type script struct {
 // a lock, an idempotency mark) or raise a counter, which is as right late as on time.
 var (
 	podAcquire = load("pod_acquire.lua", guarded|notes,
-		"epoch config pods podver podinfo slots idle deploying followers claims claimpod fence waiters queue wake dstats due")
+		"epoch config pods podver podinfo slots idle deploying followers claims claimpod fence waiters queue wake dstats due backoff")
 	podRegister = load("pod_register.lua", guarded|notes,
-		"epoch config pods podver podinfo slots idle deploying followers claims claimpod waiters queue wake dstats due")
+		"epoch config pods podver podinfo slots idle deploying followers claims claimpod waiters queue wake dstats due backoff")
 	podPurge = load("pod_purge.lua", guarded|notes,
 		"epoch config pods podver podinfo slots idle claimpod sessions sexp health due agents", "gone")
 	podPlaceholder = load("pod_placeholder.lua", guarded|notes,
-		"epoch config pods podver slots idle deploying followers claims claimpod fence waiters queue wake dstats due")
+		"epoch config pods podver slots idle deploying followers claims claimpod fence waiters queue wake dstats due backoff")
 	podAdopt = load("pod_adopt.lua", guarded|notes,
 		"config pods podver podinfo slots idle deploying claims claimpod due", "gone")
 	podHealth     = load("pod_health.lua", guarded, "pods health")
 	fenceRaise    = load("fence_raise.lua", unguarded, "fence")
 	deployExtend  = load("deploy_extend.lua", guarded, "deploying")
-	deployAbort   = load("deploy_abort.lua", unguarded|notes, "config deploying followers claims claimpod dstats due")
+	deployAbort   = load("deploy_abort.lua", unguarded|notes, "config deploying followers claims claimpod dstats due backoff")
 	followerWait  = load("follower_wait.lua", unguarded, "podinfo deploying followers claimpod")
 	followerLeave = load("follower_leave.lua", unguarded|notes,
 		"config pods podver slots idle followers claims claimpod waiters queue wake due")
@@ -94,16 +94,16 @@ var (
 	sessionGet  = load("session_get.lua", unguarded, "config podinfo sessions sexp")
 	waiterLeave = load("waiter_leave.lua", unguarded|notes,
 		"config pods podver slots idle claims claimpod waiters queue wake due")
-	scopePublish = load("scope_publish.lua", guarded|notes, "epoch config due")
+	scopePublish = load("scope_publish.lua", guarded|notes, "epoch config due backoff")
 	scopeRepair  = load("scope_repair.lua", guarded|notes,
 		"epoch config pods podver slots idle deploying followers claims claimpod sessions sexp waiters queue wake due")
 	scopeDelete = load("scope_delete.lua", guarded|notes,
 		"epoch config pods podver deploying followers claims claimpod waiters queue wake dstats due")
 	scopeForget = load("scope_forget.lua", guarded,
-		"epoch config pods podver podinfo slots idle deploying followers claims claimpod sessions sexp waiters queue qseq health dstats due deploylog agents")
+		"epoch config pods podver podinfo slots idle deploying followers claims claimpod sessions sexp waiters queue qseq health dstats due deploylog agents backoff")
 	agentReport = load("agent_report.lua", guarded|notes,
 		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due agents")
-	scopeDue = load("scope_due.lua", unguarded, "config pods podver idle deploying followers claims sexp waiters due")
+	scopeDue = load("scope_due.lua", unguarded, "config pods podver idle deploying followers claims sexp waiters due backoff")
 )
 
 // An option of a script (load).

@@ -252,7 +252,7 @@ func TestAbortTellsFollowersLostFromFailed(t *testing.T) {
 			e := newEnv(t, nil)
 			lead, f := e.acquire("leader"), e.acquire("f1")
 			ctx := context.Background()
-			if n, err := e.store.DeployAbort(ctx, e.scope, lead.Deploy, "why", lost, e.now.Add(time.Minute)); err != nil || n != 1 {
+			if n, err := e.store.DeployAbort(ctx, e.scope, lead.Deploy, lead.Spec.DeployVer(), "why", lost, e.now, e.now.Add(time.Minute)); err != nil || n != 1 {
 				t.Fatalf("abort = %d, %v; want 1 follower told", n, err)
 			}
 			want := lua.FollowerFailed

@@ -17,6 +17,7 @@
 -- KEYS[15] {s}:wake       the scope's wake-up channel
 -- KEYS[16] {s}:dstats     HASH   deploy time estimate and start times of deploys in flight
 -- KEYS[17] {s}:due        STRING when the scope's next sweep work falls due (ms)
+-- KEYS[18] {s}:backoff    HASH   refill backoff: failures, until (ms), error
 -- ARGV[1] now (ms)  ARGV[2] claim id  ARGV[3] claim deadline (ms)
 -- ARGV[4] lease deadline (ms)  ARGV[5] room margin (ms): a follower waits up to the
 -- scope's ready timeout plus this margin
@@ -24,7 +25,10 @@
 -- waiters first)
 -- Returns {"warm", pod, pod JSON} | {"follower", deploy member, room member, room deadline}
 --       | {"deploy", deploy member, fence, deploy spec JSON}
---       | {"max_reached", pods, deploys} | {"NO_SCOPE"} | {"EPOCH_LOST"}
+--       | {"max_reached", pods, deploys}
+--       | {"backoff", failures, until, last error, deploys} (a deploy it would lead is held
+--         back by the refill backoff; warm pods and rooms are taken first)
+--       | {"NO_SCOPE"} | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 -- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
@@ -89,8 +93,13 @@ if npods + #deploys <= max_pods then
   end
 end
 
--- 3. Lead: a new deploy while pods + deploys stay within max_pods and the parallel bound.
+-- 3. Lead: a new deploy while pods + deploys stay within max_pods and the parallel bound,
+-- unless the refill backoff holds it back.
 if npods + #deploys < max_pods and #deploys < parallel then
+  local refused = backoff_refusal(k, now, #deploys)
+  if refused then
+    return refused
+  end
   local fence = redis.call('INCR', k.fence)
   local member = tostring(fence)
   redis.call('ZADD', k.deploying, ARGV[4], member)

@@ -17,11 +17,14 @@
 -- KEYS[14] {s}:wake       the scope's wake-up channel
 -- KEYS[15] {s}:dstats     HASH   deploy time estimate and start times of deploys in flight
 -- KEYS[16] {s}:due        STRING when the scope's next sweep work falls due (ms)
+-- KEYS[17] {s}:backoff    HASH   refill backoff: failures, until (ms), error
 -- ARGV[1] now (ms)  ARGV[2] lease deadline (ms)  ARGV[3] note deadline (ms)
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command (expired claims' slots go to
 -- waiters first)
 -- Returns {"deploy", deploy member, fence, deploy spec JSON} | {"enough"}
---       | {"max_reached"} | {"busy"} (parallel bound) | {"NO_SCOPE"} | {"EPOCH_LOST"}
+--       | {"max_reached"} | {"busy"} (parallel bound)
+--       | {"backoff", failures, until, last error, deploys} (the refill backoff)
+--       | {"NO_SCOPE"} | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 -- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
@@ -58,6 +61,10 @@ if redis.call('ZCARD', k.pods) + #deploys >= max_pods then
 end
 if #deploys >= parallel then
   return {'busy'}
+end
+local refused = backoff_refusal(k, now, #deploys)
+if refused then
+  return refused
 end
 local fence = redis.call('INCR', k.fence)
 local member = fence .. 'w'

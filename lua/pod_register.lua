@@ -4,6 +4,7 @@
 -- current deploy_ver, its other slots go to queued waiters, oldest first; a pod nobody
 -- takes goes idle. The deploy's time, from its start to now, moves the scope's deploy
 -- time estimate (an exponentially weighted moving average, weight 0.3 for the newest).
+-- A pod of the current deploy_ver ends the refill backoff.
 -- KEYS[1]  {s}:epoch      STRING scope epoch
 -- KEYS[2]  {s}:config     HASH   published scope config
 -- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
@@ -20,6 +21,7 @@
 -- KEYS[14] {s}:wake       the scope's wake-up channel
 -- KEYS[15] {s}:dstats     HASH   "est" -> deploy time estimate (ms), "start:<member>" -> start (ms)
 -- KEYS[16] {s}:due        STRING when the scope's next sweep work falls due (ms)
+-- KEYS[17] {s}:backoff    HASH   refill backoff: failures, until (ms), error
 -- ARGV[1] now (ms)  ARGV[2] deploy member  ARGV[3] pod id  ARGV[4] deploy_ver
 -- ARGV[5] pod JSON  ARGV[6] leader claim id ("" for none)  ARGV[7] claim deadline (ms)
 -- ARGV[8] grant deadline (ms)  ARGV[9] publish command
@@ -85,6 +87,9 @@ for _, f in ipairs(redis.call('ZRANGE', k.followers, 0, -1)) do
       redis.call('HSET', k.claimpod, c, NO_SLOT)
     end
   end
+end
+if cfg[1] == ARGV[4] then
+  redis.call('DEL', k.backoff)
 end
 -- its free slots go to waiters, unless it is beyond max_pods (lowered since it started)
 if cfg[1] == ARGV[4] and not surplus_pods(k, cfg[1], tonumber(cfg[3]))[pod] then

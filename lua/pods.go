@@ -15,6 +15,8 @@ const (
 	AcquireFollower   = "follower"
 	AcquireDeploy     = "deploy"
 	AcquireMaxReached = "max_reached"
+	// AcquireBackoff: the deploy it would lead is held back by the refill backoff.
+	AcquireBackoff = "backoff"
 )
 
 // AcquireArgs are the times and ids of one acquire.
@@ -41,8 +43,11 @@ type AcquireResult struct {
 	// Fence and Spec are set for AcquireDeploy.
 	Fence int64
 	Spec  warmpool.DeploySpec
-	// Pods and Deploys are the counts seen at AcquireMaxReached.
+	// Pods and Deploys are the counts seen at AcquireMaxReached; Deploys also at
+	// AcquireBackoff.
 	Pods, Deploys int
+	// Backoff is set for AcquireBackoff.
+	Backoff Backoff
 }
 
 // PodAcquire runs pod_acquire.lua: a warm pod, a place in the room of a deploy in
@@ -57,7 +62,7 @@ func (s *Store) PodAcquire(ctx context.Context, scope string, a AcquireArgs) (Ac
 }
 
 func decodeAcquire(r *reply) (AcquireResult, error) {
-	res := AcquireResult{Kind: r.oneOf(0, AcquireWarm, AcquireFollower, AcquireDeploy, AcquireMaxReached)}
+	res := AcquireResult{Kind: r.oneOf(0, AcquireWarm, AcquireFollower, AcquireDeploy, AcquireMaxReached, AcquireBackoff)}
 	switch res.Kind {
 	case AcquireWarm:
 		res.Pod = r.pod(1, 2)
@@ -68,6 +73,8 @@ func decodeAcquire(r *reply) (AcquireResult, error) {
 		r.json(3, &res.Spec)
 	case AcquireMaxReached:
 		res.Pods, res.Deploys = r.count(1), r.count(2)
+	case AcquireBackoff:
+		res.Backoff, res.Deploys = r.backoff(1), r.count(4)
 	}
 	return res, r.err()
 }
@@ -131,6 +138,24 @@ const (
 	PlaceholderEnough     = "enough"
 	PlaceholderMaxReached = "max_reached"
 	PlaceholderBusy       = "busy"
+	// PlaceholderBackoff: the refill backoff holds the deploy back.
+	PlaceholderBackoff = "backoff"
+)
+
+// Backoff is a scope's refill backoff (SPEC §11.3): Failures failed deploys of its
+// current deploy_ver in a row, the last one's reason; no deploy starts before Until,
+// and from then on one at a time. The zero value: no backoff.
+type Backoff struct {
+	Failures  int
+	Until     time.Time
+	LastError string
+}
+
+// The refill backoff's waits: RefillBackoffBase * 2^(failures - 1), at most
+// RefillBackoffMax (SPEC §11.3).
+const (
+	RefillBackoffBase = 5 * time.Second
+	RefillBackoffMax  = 5 * time.Minute
 )
 
 // PlaceholderResult is pod_placeholder.lua's answer.
@@ -139,6 +164,8 @@ type PlaceholderResult struct {
 	Deploy string
 	Fence  int64
 	Spec   warmpool.DeploySpec
+	// Backoff is set for PlaceholderBackoff.
+	Backoff Backoff
 }
 
 // PodPlaceholder runs pod_placeholder.lua: it reserves a warm-pool deploy lease when
@@ -149,10 +176,13 @@ func (s *Store) PodPlaceholder(ctx context.Context, scope string, now, leaseDead
 	if err != nil {
 		return PlaceholderResult{}, err
 	}
-	res := PlaceholderResult{Kind: r.oneOf(0, PlaceholderDeploy, PlaceholderEnough, PlaceholderMaxReached, PlaceholderBusy)}
-	if res.Kind == PlaceholderDeploy {
+	res := PlaceholderResult{Kind: r.oneOf(0, PlaceholderDeploy, PlaceholderEnough, PlaceholderMaxReached, PlaceholderBusy, PlaceholderBackoff)}
+	switch res.Kind {
+	case PlaceholderDeploy:
 		res.Deploy, res.Fence = r.str(1), r.int(2)
 		r.json(3, &res.Spec)
+	case PlaceholderBackoff:
+		res.Backoff = r.backoff(1)
 	}
 	return res, r.err()
 }

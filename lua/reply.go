@@ -181,3 +181,9 @@ func decodePod(id, raw string) (warmpool.Pod, error) {
 	p.ID = id
 	return p, nil
 }
+
+// backoff reads a refill backoff from fields i (failures), i+1 (until) and i+2 (the
+// last error).
+func (r *reply) backoff(i int) Backoff {
+	return Backoff{Failures: r.count(i), Until: r.time(i + 1), LastError: r.str(i + 2)}
+}

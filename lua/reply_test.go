@@ -79,7 +79,10 @@ func TestMalformedRepliesAreInternalErrors(t *testing.T) {
 		{"pod_health", func(ctx context.Context) error { _, err := s.PodHealth(ctx, scope, "p1", false); return err }, []any{int64(2)}, nil},
 		{"fence_raise", func(ctx context.Context) error { return s.FenceRaise(ctx, scope, 3) }, []any{int64(3)}, nil},
 		{"deploy_extend", func(ctx context.Context) error { _, err := s.DeployExtend(ctx, scope, "1", now, now); return err }, []any{int64(1)}, [][]any{{int64(2)}}},
-		{"deploy_abort", func(ctx context.Context) error { _, err := s.DeployAbort(ctx, scope, "1", "r", false, now); return err }, []any{int64(1)}, nil},
+		{"deploy_abort", func(ctx context.Context) error {
+			_, err := s.DeployAbort(ctx, scope, "1", "v", "r", false, now, now)
+			return err
+		}, []any{int64(1)}, nil},
 		{"follower_wait", func(ctx context.Context) error {
 			_, err := s.FollowerWait(ctx, scope, "1", "1|c", "c", now)
 			return err

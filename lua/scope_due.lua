@@ -2,7 +2,8 @@
 -- the sweeper looked at the scope: the earliest session expiry, claim, deploy lease,
 -- room entry or waiter deadline; an idle pod of an old deploy_ver, or beyond max_pods
 -- (surplus_pods), at once; an idle pod of the current one (beyond the newest
--- min_idle_pods, which are kept) when pod_ttl_s has passed. Scripts only move the due
+-- min_idle_pods, which are kept) when pod_ttl_s has passed; the end of a refill backoff
+-- still to come (the refill tries again then). Scripts only move the due
 -- time earlier (note_due in _lib.lua); this is the one script that moves it later,
 -- reading the state it is computed from in the same step, so a note made before it is
 -- counted and one made after it is kept.
@@ -16,6 +17,7 @@
 -- KEYS[8]  {s}:sexp       ZSET   session id -> expiry (ms)
 -- KEYS[9]  {s}:waiters    ZSET   waiter id -> deadline (ms)
 -- KEYS[10] {s}:due        STRING when the scope's next sweep work falls due (ms)
+-- KEYS[11] {s}:backoff    HASH   refill backoff: failures, until (ms), error
 -- ARGV[1] now (ms)
 -- Returns the due time (ms, as a string), or "" when nothing is due (the key is deleted:
 -- an unknown scope has nothing due either).
@@ -48,6 +50,10 @@ if cfg[1] then
       at(tonumber(idle[i + 1]) + ttl)
     end
   end
+end
+local ends = tonumber(redis.call('HGET', k.backoff, 'until'))
+if ends and ends > now then
+  at(ends)
 end
 if not t then
   redis.call('DEL', k.due)

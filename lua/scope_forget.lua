@@ -26,6 +26,7 @@
 -- KEYS[19] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[20] {s}:deploylog  LIST   the latest finished deploys
 -- KEYS[21] {s}:agents     HASH   the pods' report records
+-- KEYS[22] {s}:backoff    HASH   refill backoff
 -- ARGV none
 -- Returns {"forgotten"} | {"live"} (not deleted, or live again) | {"busy"} (pods
 -- or deploys left)

@@ -7,9 +7,11 @@
 -- the keyspace is live, so it is routable at once. A scope deleted at this version or
 -- a later one stays deleted (a sync that read the store before the delete publishes
 -- late); a newer version makes it live again, its pods of before staying retired.
+-- A new deploy_ver (a class A change) ends the refill backoff.
 -- KEYS[1] {s}:epoch      STRING scope epoch
 -- KEYS[2] {s}:config     HASH   published scope config
 -- KEYS[3] {s}:due        STRING when the scope's next sweep work falls due (ms)
+-- KEYS[4] {s}:backoff    HASH   refill backoff: failures, until (ms), error
 -- ARGV[1] version  ARGV[2] global epoch ("" while the keyspace is being rebuilt)
 -- ARGV[3] n: the first n field pairs below say what the config is (compared at an
 --         equal version); the rest are derived from them
@@ -46,6 +48,9 @@ end
 local fields = {}
 for i = 4, #ARGV do
   fields[#fields + 1] = ARGV[i]
+  if ARGV[i] == 'deploy_ver' and i % 2 == 0 and redis.call('HGET', k.config, 'deploy_ver') ~= ARGV[i + 1] then
+    redis.call('DEL', k.backoff)
+  end
 end
 redis.call('HSET', k.config, unpack(fields))
 redis.call('HDEL', k.config, 'deleted')

@@ -47,6 +47,8 @@ type Snapshot struct {
 	// Queued is the number of live waiters (those handed a slot and not bound yet
 	// included).
 	Queued int
+	// Backoff is the scope's refill backoff (zero: none).
+	Backoff Backoff
 	// Set by Snapshot only (PoolSnapshot leaves them nil or zero):
 	Claims   map[string]time.Time
 	Sessions map[string]string // session id -> pod id
@@ -85,6 +87,7 @@ func (s *Store) snapshot(ctx context.Context, scope string, full bool) (Snapshot
 	followers := pipe.ZRangeWithScores(ctx, k.Followers, 0, -1)
 	claimpod := pipe.HGetAll(ctx, k.ClaimPod)
 	queued := pipe.ZCard(ctx, k.Waiters)
+	backoff := pipe.HGetAll(ctx, k.Backoff)
 	var claims, sexp, waiters, queue *redis.ZSliceCmd
 	var sessions *redis.MapStringStringCmd
 	var fence, version *redis.StringCmd
@@ -105,6 +108,7 @@ func (s *Store) snapshot(ctx context.Context, scope string, full bool) (Snapshot
 		Followers: zmap(followers.Val()),
 		ClaimPod:  claimpod.Val(),
 		Queued:    int(queued.Val()),
+		Backoff:   backoffOf(backoff.Val()),
 	}
 	snap.Pods = podStates(scope, pods.Val(), info.Val(), podver.Val(), slots.Val(), zmap(idle.Val()), snap.ClaimPod)
 	if full {
@@ -166,6 +170,8 @@ type ScopeCounts struct {
 	Deploying int64
 	Followers int64
 	Waiters   int64
+	// Backoff is the refill backoff's failed deploys in a row (0: none).
+	Backoff int64
 }
 
 // Counts reads the pool sizes of every published scope in one pipeline, deleted ones
@@ -180,6 +186,7 @@ func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
 		cfg                                               *redis.SliceCmd
 		podver                                            *redis.StringSliceCmd
 		pods, idle, sessions, deploys, followers, waiters *redis.IntCmd
+		backoff                                           *redis.StringCmd
 	}
 	pipe := s.rdb.Pipeline()
 	all := make([]cmds, len(ids))
@@ -194,6 +201,7 @@ func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
 			deploys:   pipe.ZCard(ctx, k.Deploying),
 			followers: pipe.ZCard(ctx, k.Followers),
 			waiters:   pipe.ZCard(ctx, k.Waiters),
+			backoff:   pipe.HGet(ctx, k.Backoff, "failures"),
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -220,8 +228,20 @@ func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
 				old++
 			}
 		}
+		failures, _ := strconv.ParseInt(c.backoff.Val(), 10, 64) // no backoff: 0
 		out = append(out, ScopeCounts{ScopeID: id, DeployVer: ver, Version: n, MaxPods: mp, Pods: c.pods.Val(), Idle: c.idle.Val(),
-			OldPods: old, Sessions: c.sessions.Val(), Deploying: c.deploys.Val(), Followers: c.followers.Val(), Waiters: c.waiters.Val()})
+			OldPods: old, Sessions: c.sessions.Val(), Deploying: c.deploys.Val(), Followers: c.followers.Val(), Waiters: c.waiters.Val(),
+			Backoff: failures})
 	}
 	return out, nil
+}
+
+// backoffOf reads a refill backoff HASH; fields that do not parse read as zero.
+func backoffOf(h map[string]string) Backoff {
+	failures, _ := strconv.Atoi(h["failures"])
+	until, _ := strconv.ParseInt(h["until"], 10, 64)
+	if failures == 0 {
+		return Backoff{}
+	}
+	return Backoff{Failures: failures, Until: time.UnixMilli(until), LastError: h["error"]}
 }

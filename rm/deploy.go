@@ -76,7 +76,7 @@ func (m *Manager) deploy(from context.Context, scope, member string, fence int64
 	reason := deployReason(ctx, err)
 	// Nothing after the driver's success is the deploy's fault.
 	lost := ready || errors.Is(err, errLeaseLost) || m.ctx.Err() != nil
-	if _, aerr := m.store.DeployAbort(cleanup, scope, member, reason, lost, m.clock.Now().Add(m.cfg.ClaimTTL)); aerr != nil {
+	if _, aerr := m.store.DeployAbort(cleanup, scope, member, spec.DeployVer(), reason, lost, m.clock.Now(), m.clock.Now().Add(m.cfg.ClaimTTL)); aerr != nil {
 		log.WarnContext(ctx, "abort of a failed deploy failed; its lease expires by itself", "err", aerr)
 	}
 	m.cfg.Observe("deploy", "failed")

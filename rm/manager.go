@@ -130,7 +130,9 @@ const lostTries = 3
 // left: it takes a warm pod, follows another deploy or leads one of its own where
 // max_pods leaves room.
 // Errors: SCOPE_NOT_FOUND, NO_POD_AVAILABLE (max_pods reached, room full, follower
-// timeout, a deploy lost), DEPLOY_FAILED (the deploy itself failed), STORE_UNAVAILABLE.
+// timeout, a deploy lost), DEPLOY_FAILED (the deploy itself failed, or the scope's
+// refill backoff holds back the deploy it would lead: at once, with retry_after),
+// STORE_UNAVAILABLE.
 func (m *Manager) Acquire(ctx context.Context, scope string) (warmpool.Lease, error) {
 	l, err := m.acquire(ctx, scope)
 	var lost *deployLost
@@ -189,6 +191,9 @@ func (m *Manager) acquire(ctx context.Context, scope string) (warmpool.Lease, er
 		return m.follow(ctx, scope, res, claim)
 	case lua.AcquireDeploy:
 		return m.lead(ctx, scope, res, claim, time.Since(asked))
+	case lua.AcquireBackoff:
+		m.cfg.Observe("acquire", "backoff")
+		return warmpool.Lease{}, m.backoffError(ctx, scope, res, now)
 	default:
 		m.cfg.Observe("acquire", "max_reached")
 		return warmpool.Lease{}, fmt.Errorf("%w: %w", warmpool.ErrPoolFull, warmpool.Errorf(warmpool.CodeNoPodAvailable,
@@ -211,6 +216,21 @@ func (m *Manager) retryAfter(ctx context.Context, scope string, deploys int) int
 		return 1
 	}
 	return max(1, int((eta+time.Second-1)/time.Second))
+}
+
+// backoffError is the 502 of a deploy the scope's refill backoff holds back (SPEC
+// §11.3): the last failure's reason, and retry_after the time left of the backoff, or,
+// once it has ended and one deploy tries again, that deploy's expected time.
+func (m *Manager) backoffError(ctx context.Context, scope string, res lua.AcquireResult, now time.Time) error {
+	b := res.Backoff
+	var retry int
+	if left := b.Until.Sub(now); left > 0 {
+		retry = int((left + time.Second - 1) / time.Second)
+	} else {
+		retry = m.retryAfter(ctx, scope, res.Deploys)
+	}
+	return warmpool.Errorf(warmpool.CodeDeployFailed, "scope %q backs off after %d failed deploys in a row; the last: %s",
+		scope, b.Failures, b.LastError).Retry(retry)
 }
 
 // lead runs the deploy the caller leads. The deploy is detached from the caller's
@@ -319,8 +339,9 @@ func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResul
 }
 
 // Fill starts warm-pool deploys while the scope has fewer idle pods of its current
-// version than min_idle_pods (counting warm deploys in flight), within max_pods and the
-// parallel-deploy bound. It returns how many it started; they run in the background.
+// version than min_idle_pods (counting warm deploys in flight), within max_pods, the
+// parallel-deploy bound and the refill backoff. It returns how many it started; they
+// run in the background.
 func (m *Manager) Fill(ctx context.Context, scope string) (int, error) {
 	started := 0
 	for {

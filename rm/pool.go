@@ -17,6 +17,17 @@ type Pool struct {
 	Placeholders int       `json:"placeholders"`
 	Followers    int       `json:"followers"`
 	Waiters      int       `json:"waiters"`
+	// Backoff is the refill backoff (SPEC §11.3); failures 0 when there is none.
+	Backoff PoolBackoff `json:"backoff"`
+}
+
+// PoolBackoff is a scope's refill backoff as GET …/pool shows it: failed deploys of the
+// current deploy_ver in a row, until when no deploy starts (null without a backoff),
+// and the last failure's reason.
+type PoolBackoff struct {
+	Failures  int        `json:"failures"`
+	Until     *time.Time `json:"until"`
+	LastError string     `json:"last_error"`
 }
 
 // PoolPod is one pod of a Pool.
@@ -46,6 +57,10 @@ func (m *Manager) Pool(ctx context.Context, scope string) (Pool, error) {
 	p := Pool{
 		ScopeID: scope, DeployVer: rec.DeployVer, MaxPods: rec.Config.Pool.MaxPods(), Pods: make([]PoolPod, 0, len(snap.Pods)),
 		Placeholders: len(snap.Deploys), Followers: len(snap.Followers), Waiters: snap.Queued,
+	}
+	if b := snap.Backoff; b.Failures > 0 {
+		until := b.Until.UTC()
+		p.Backoff = PoolBackoff{Failures: b.Failures, Until: &until, LastError: b.LastError}
 	}
 	for _, sp := range snap.Pods {
 		pp := PoolPod{PodID: sp.Pod.ID, State: "busy", Sessions: sp.Sessions(), Slots: sp.Slots, DeployVer: sp.Pod.DeployVer, SSEURL: sp.Pod.SSEURL}

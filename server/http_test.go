@@ -5,6 +5,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -519,14 +520,38 @@ func TestDeployFailed(t *testing.T) {
 	}
 	e.wantErr(e.do(http.MethodGet, "/v1/scopes/f/sessions/s1", nil), http.StatusNotFound, warmpool.CodeSessionNotFound)
 
-	// Acquire reports the same.
+	// The refill backs off (SPEC §11.3): for 5 s a route or an acquire that would
+	// deploy answers 502 at once with the last reason and Retry-After, and GET …/pool
+	// shows the backoff.
+	for _, c := range []call{
+		{http.MethodPost, "/v1/scopes/f/sessions", `{"session_id":"s1"}`},
+		{http.MethodPost, "/v1/scopes/f/pods/acquire", `{}`},
+	} {
+		r = e.do(c.method, c.path, c.body)
+		eo := e.wantErr(r, http.StatusBadGateway, warmpool.CodeDeployFailed, "ErrImagePull", "backs off")
+		if eo["retry_after"] != json.Number("5") || r.header.Get("Retry-After") != "5" || r.took > time.Second {
+			t.Fatalf("held back by the backoff: %v in %v, want retry_after 5 and an answer under a second", r, r.took)
+		}
+	}
+	backoff := e.pool("f")["backoff"].(map[string]any)
+	if backoff["failures"] != json.Number("1") || !strings.Contains(backoff["last_error"].(string), "ErrImagePull") ||
+		backoff["until"] != e.clock.Now().Add(5*time.Second).UTC().Format(time.RFC3339Nano) {
+		t.Fatalf("pool backoff = %v, want one failure for 5 s with its reason", backoff)
+	}
+
+	// Acquire reports a failure of its own deploy as a route does.
+	e.clock.Advance(5 * time.Second)
 	e.fake.FailNext(1, "crash loop")
 	r = e.do(http.MethodPost, "/v1/scopes/f/pods/acquire", `{}`)
 	e.wantErr(r, http.StatusBadGateway, warmpool.CodeDeployFailed, "crash loop")
 
-	// The next deploy works.
+	// The next deploy, after the 10 s backoff, works and ends the backoff.
+	e.clock.Advance(10 * time.Second)
 	if b := e.route("f", "s1"); b["new"] != true {
 		t.Fatalf("route after failures: %v", b)
+	}
+	if backoff := e.pool("f")["backoff"].(map[string]any); backoff["failures"] != json.Number("0") || backoff["until"] != nil {
+		t.Fatalf("pool backoff after a deploy = %v, want none", backoff)
 	}
 }
 
@@ -892,7 +917,7 @@ func TestPoolShape(t *testing.T) {
 	put := e.putScope("p", scopeCfg(5, 2, 2, 20))
 
 	p := e.pool("p")
-	keys(t, p, "scope_id", "deploy_ver", "max_pods", "pods", "placeholders", "followers", "waiters")
+	keys(t, p, "scope_id", "deploy_ver", "max_pods", "pods", "placeholders", "followers", "waiters", "backoff")
 	if p["scope_id"] != "p" || p["deploy_ver"] != put["deploy_ver"] || num(t, p, "max_pods") != 3 || len(p["pods"].([]any)) != 0 {
 		t.Fatalf("empty pool: %v", p)
 	}

@@ -194,6 +194,7 @@ func TestRouteMetrics(t *testing.T) {
 		`warmpool_placeholders{scope="obs"}`:                      0,
 		`warmpool_waiters{scope="obs"}`:                           0,
 		`warmpool_max_pods{scope="obs"}`:                          2,
+		`warmpool_refill_backoff{scope="obs"}`:                    0,
 	}
 	for series, want := range gauges {
 		name, labels := parseSeries(t, series)

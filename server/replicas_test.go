@@ -988,7 +988,8 @@ func TestReplicaFollowerOverflow(t *testing.T) {
 // Case 14, a failing leader: the deploy led by one replica fails (image pull) while a
 // route on the other waits as its follower. The follower does not take the deploy over:
 // both fail fast with DEPLOY_FAILED naming the cause, one deploy was tried, and no pod,
-// placeholder, room entry or waiter is left; the scope then routes normally.
+// placeholder, room entry or waiter is left; the scope then routes normally once its
+// refill backoff (5 s after one failure) has passed.
 func TestReplicaFailingLeader(t *testing.T) {
 	t.Parallel()
 	rs := newReplicas(t)
@@ -1017,6 +1018,7 @@ func TestReplicaFailingLeader(t *testing.T) {
 		t.Fatalf("pool after the failed deploy: %v", p)
 	}
 	rs.settle("fail")
+	rs.clock.Advance(5 * time.Second)
 	if b := rs.b.route("fail", "s9"); b["pod_id"] == "" || rs.fake.DeployCount() != 2 {
 		t.Fatalf("route after the failure: %v", b)
 	}

@@ -347,7 +347,7 @@ func (s *Sweeper) reclaimScope(ctx context.Context, scope string, now time.Time)
 		switch {
 		case !p.Idle:
 		case p.Retired:
-			s.retire(ctx, scope, p, "of the scope's deleted life")
+			s.retire(ctx, scope, p, "retired: its last session ended under recycle delete, or it is of the scope's deleted life")
 		case p.Draining:
 			s.retire(ctx, scope, p, "drained: its agent reported that it drains")
 		case old:

@@ -131,7 +131,7 @@ func historyTable(v map[string]any) string {
 }
 
 // poolTable lists the pods, each pod's deploy_ver marked current or old, then the
-// scope's counts.
+// scope's counts and its refill backoff, if any.
 func poolTable(v map[string]any) string {
 	current := field(v, "deploy_ver")
 	var rows [][]string
@@ -150,7 +150,17 @@ func poolTable(v map[string]any) string {
 	}
 	return tabulate([]string{"POD", "STATE", "SESSIONS", "SLOTS", "DEPLOY_VER", "IDLE_FOR"}, rows) +
 		fmt.Sprintf("\nscope %s: max_pods %s, deploys in flight %s, followers %s, waiters %s\n",
-			field(v, "scope_id"), field(v, "max_pods"), field(v, "placeholders"), field(v, "followers"), field(v, "waiters"))
+			field(v, "scope_id"), field(v, "max_pods"), field(v, "placeholders"), field(v, "followers"), field(v, "waiters")) +
+		backoffLine(v)
+}
+
+// backoffLine says the scope's refill backoff ("" without one).
+func backoffLine(v map[string]any) string {
+	if n := field(v, "backoff", "failures"); n != "" && n != "0" {
+		return fmt.Sprintf("refill backoff: %s failed deploys in a row, none before %s; last: %s\n",
+			n, field(v, "backoff", "until"), field(v, "backoff", "last_error"))
+	}
+	return ""
 }
 
 // age is how long ago an RFC 3339 time was, to the second ("" stays "").

@@ -234,6 +234,26 @@ func TestLocalExitBeforeReady(t *testing.T) {
 	}
 }
 
+// A scope whose env has WARMPOOL_DEMO_FAIL=start is a crashing image: its deploys fail
+// at once with the agent's words, not after ready_timeout_s.
+func TestLocalDemoFailStart(t *testing.T) {
+	l := mustLocal(t, t.TempDir())
+	req := localReq(t, "crashing", 2, 60)
+	req.Spec.Env = map[string]string{demoagent.FailEnv: demoagent.FailStart}
+	begin := time.Now()
+	_, err := l.Deploy(testCtx(t), req)
+	drivertest.WantError(t, err, warmpool.CodeDeployFailed, "exited before it became ready (process exited: exit status 1)")
+	if !strings.Contains(err.Error(), "exiting at start") {
+		t.Fatalf("err = %q, want the agent's stderr in it", err)
+	}
+	if took := time.Since(begin); took > 30*time.Second {
+		t.Fatalf("the deploy failed after %v, want at once", took)
+	}
+	if pods := mustList(t, l); len(pods) != 0 {
+		t.Fatalf("List = %+v, want nothing left", pods)
+	}
+}
+
 func TestLocalSharedStateDir(t *testing.T) {
 	dir := t.TempDir()
 	a, b := mustLocal(t, dir), mustLocal(t, dir)

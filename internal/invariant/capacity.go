@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/lua"
@@ -26,7 +27,9 @@ import (
 //   - between two snapshots of one config, a pod still over pod_concurrency got no new
 //     claim (hold, grant, follower) and no new session but those its claims of before
 //     became; a scope still over max_pods started no deploy and registered no pod but
-//     those of its deploys of before.
+//     those of its deploys of before;
+//   - a pod retired in both snapshots (of a deleted scope, or recycled under recycle
+//     "delete") took no session either: the same rule, whatever the configs.
 //
 // A snapshot of a config version configs does not hold yet (published but not yet
 // told) is not checked, and the sequence goes on from the snapshot before it. The
@@ -74,9 +77,9 @@ func (c *Capacity) Check(s lua.Snapshot, configs map[int64]warmpool.PoolConfig) 
 	var out []string
 	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	sessions := sessionsOn(s)
-	before := map[string]bool{}
+	before, retired := map[string]bool{}, map[string]bool{}
 	for _, p := range c.prev.Pods {
-		before[p.Pod.ID] = true
+		before[p.Pod.ID], retired[p.Pod.ID] = true, p.Retired
 	}
 	most := make(map[string]int, len(s.Pods))
 	for _, p := range s.Pods {
@@ -94,8 +97,11 @@ func (c *Capacity) Check(s lua.Snapshot, configs map[int64]warmpool.PoolConfig) 
 			}
 		}
 		most[id] = max(pc, min(allowed, held))
-		if same && before[id] && p.Slots > pc {
-			out = append(out, c.overFull(s, id, pc)...)
+		switch {
+		case retired[id] && p.Retired:
+			out = append(out, c.noNewSlot(s, id, "which is retiring")...)
+		case same && before[id] && p.Slots > pc:
+			out = append(out, c.noNewSlot(s, id, fmt.Sprintf("which is over pod_concurrency %d", pc))...)
 		}
 	}
 
@@ -118,10 +124,11 @@ func (c *Capacity) Check(s lua.Snapshot, configs map[int64]warmpool.PoolConfig) 
 	return out
 }
 
-// overFull checks a pod over pod_concurrency in s and in the snapshot before, of the
-// same config: its claims are all of before, and each session it has that it did not
-// have before was one of those claims (bound since).
-func (c *Capacity) overFull(s lua.Snapshot, pod string, pc int) []string {
+// noNewSlot checks a pod that may take no new slot, in s and in the snapshot before
+// (over pod_concurrency under the same config, or retiring; why says which): its claims
+// are all of before, and each session it has that it did not have before was one of
+// those claims (bound since).
+func (c *Capacity) noNewSlot(s lua.Snapshot, pod, why string) []string {
 	var out []string
 	gone := 0
 	for claim, p := range c.prev.ClaimPod {
@@ -130,8 +137,10 @@ func (c *Capacity) overFull(s lua.Snapshot, pod string, pc int) []string {
 		}
 	}
 	for claim, p := range s.ClaimPod {
-		if p == pod && c.prev.ClaimPod[claim] != pod {
-			out = append(out, fmt.Sprintf("inv1: claim %s placed on pod %s, which is over pod_concurrency %d", claim, pod, pc))
+		// An adopted claim holds a slot for a session the pod may already serve (an
+		// adoption that does not know its sessions): not a new placement.
+		if p == pod && c.prev.ClaimPod[claim] != pod && !strings.HasPrefix(claim, "adopted:") {
+			out = append(out, fmt.Sprintf("inv1: claim %s placed on pod %s, %s", claim, pod, why))
 		}
 	}
 	var placed []string
@@ -142,7 +151,7 @@ func (c *Capacity) overFull(s lua.Snapshot, pod string, pc int) []string {
 	}
 	if len(placed) > gone {
 		slices.Sort(placed)
-		out = append(out, fmt.Sprintf("inv1: sessions %v placed on pod %s, which is over pod_concurrency %d (only %d of its claims were bound)", placed, pod, pc, gone))
+		out = append(out, fmt.Sprintf("inv1: sessions %v placed on pod %s, %s (only %d of its claims were bound)", placed, pod, why, gone))
 	}
 	return out
 }

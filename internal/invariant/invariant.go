@@ -148,3 +148,20 @@ func keys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+// WarmBeforeBackoff checks an acquire that the refill backoff held back (SPEC §11.3):
+// backoff never stops a route from using a warm pod, so the scope, as before had it,
+// had no idle pod of its deploy_ver ver that it could hand out (not retired, and the
+// scope within maxPods, so that no idle pod was surplus).
+func WarmBeforeBackoff(before lua.Snapshot, ver string, maxPods int) []string {
+	if len(before.Pods) > maxPods {
+		return nil
+	}
+	var out []string
+	for _, p := range before.Pods {
+		if p.Idle && !p.Retired && p.Pod.DeployVer == ver {
+			out = append(out, fmt.Sprintf("backoff: a deploy was held back while pod %s of deploy_ver %s was warm", p.Pod.ID, ver))
+		}
+	}
+	return out
+}

@@ -31,6 +31,8 @@ var poolGauges = []poolGauge{
 	{name: "warmpool_pods_by_version", help: "Registered pods by scope and deploy_ver: current, or old (left from an earlier deploy config).",
 		label: "version", values: []string{"current", "old"},
 		read: func(s lua.ScopeCounts) [2]int64 { return [2]int64{s.Pods - s.OldPods, s.OldPods} }},
+	{name: "warmpool_refill_backoff", help: "Failed deploys in a row of the scope's current deploy_ver: while above 0, the refill backs off (SPEC 11.3).",
+		read: func(s lua.ScopeCounts) [2]int64 { return [2]int64{s.Backoff} }},
 	{name: "warmpool_sessions", help: "Bound sessions by scope.",
 		read: func(s lua.ScopeCounts) [2]int64 { return [2]int64{s.Sessions} }},
 	{name: "warmpool_waiters", help: "Route calls waiting in the queue, by scope.",

@@ -50,6 +50,7 @@ type Scope struct {
 	idem    map[string]string // request id -> cached route answer, "<fingerprint>\n<flag>\n<pod>\n<pod JSON>"
 	marks   map[string]string // request id -> its mark, "<fingerprint>\n<owner token>\n<answer>" (answer "" while it runs)
 	agents  map[string]string // "<pod>" -> spared until (ms), "<pod>|miss" -> sessions its last report left out
+	backoff backoff           // the refill backoff
 }
 
 // NewScope returns the model of a scope that was never published.
@@ -166,6 +167,9 @@ func (s *Scope) Publish(rec lua.ScopeRecord) error {
 	} else {
 		s.config = map[string]string{}
 	}
+	if s.config["deploy_ver"] != rec.DeployVer {
+		s.backoff = backoff{}
+	}
 	for _, kv := range content {
 		s.config[kv[0]] = kv[1]
 	}
@@ -217,6 +221,7 @@ func (s *Scope) ScopeForget() bool {
 	}
 	clear(s.slots)
 	clear(s.health)
+	s.backoff = backoff{}
 	return true
 }
 
@@ -326,6 +331,9 @@ func (s *Scope) freeSlot(pod string, now int64, idleOnZero bool, q *handoff) int
 	if n <= 0 {
 		n = 0
 		s.slots[pod] = 0
+		if idleOnZero && s.config["recycle"] == warmpool.RecycleDelete && s.podVer[pod] == s.config["deploy_ver"] {
+			s.podVer[pod] = lua.RetiredVer
+		}
 		if _, idle := s.idle[pod]; idleOnZero && !idle {
 			s.idle[pod] = now
 		}
@@ -473,6 +481,9 @@ func (s *Scope) PodAcquire(a lua.AcquireArgs) (lua.AcquireResult, error) {
 	}
 
 	if int64(len(s.pods)+len(deploys)) < maxPods && int64(len(deploys)) < s.cfgInt("parallel") {
+		if b, held := s.backoffRefusal(now, len(deploys)); held {
+			return lua.AcquireResult{Kind: lua.AcquireBackoff, Backoff: b, Deploys: len(deploys)}, nil
+		}
 		s.fence++
 		member := strconv.FormatInt(s.fence, 10)
 		s.deploys[member] = ms(a.LeaseDeadline)
@@ -510,6 +521,10 @@ func (s *Scope) PodRegister(deploy string, pod warmpool.Pod, leaderClaim string,
 	s.pods[pod.ID] = t
 	s.podVer[pod.ID] = pod.DeployVer
 	s.podInfo[pod.ID] = string(info)
+	ver, published := s.config["deploy_ver"]
+	if published && ver == pod.DeployVer {
+		s.backoff = backoff{}
+	}
 	pc, n := s.cfgInt("pod_concurrency"), int64(0)
 	if leaderClaim != "" {
 		s.claims[leaderClaim] = ms(claimDeadline)
@@ -528,7 +543,7 @@ func (s *Scope) PodRegister(deploy string, pod warmpool.Pod, leaderClaim string,
 			}
 		}
 	}
-	if ver, ok := s.config["deploy_ver"]; ok && ver == pod.DeployVer && !s.surplus(ver, s.cfgInt("max_pods"))[pod.ID] {
+	if published && ver == pod.DeployVer && !s.surplus(ver, s.cfgInt("max_pods"))[pod.ID] {
 		q := s.handoff(now)
 		for n < pc {
 			w := s.nextWaiter(q)
@@ -609,6 +624,9 @@ func (s *Scope) PodPlaceholder(now, leaseDeadline, noteDeadline time.Time) (lua.
 		return lua.PlaceholderResult{Kind: lua.PlaceholderMaxReached}, nil
 	case int64(len(s.deploys)) >= s.cfgInt("parallel"):
 		return lua.PlaceholderResult{Kind: lua.PlaceholderBusy}, nil
+	}
+	if b, held := s.backoffRefusal(ms(now), len(s.deploys)); held {
+		return lua.PlaceholderResult{Kind: lua.PlaceholderBackoff, Backoff: b}, nil
 	}
 	s.fence++
 	member := strconv.FormatInt(s.fence, 10) + "w"
@@ -704,8 +722,11 @@ func (s *Scope) DeployExtend(deploy string, now, deadline time.Time) bool {
 }
 
 // DeployAbort models deploy_abort.lua.
-func (s *Scope) DeployAbort(deploy, reason string, lost bool, noteDeadline time.Time) int {
+func (s *Scope) DeployAbort(deploy, ver, reason string, lost bool, now, noteDeadline time.Time) int {
 	delete(s.deploys, deploy)
+	if !lost {
+		s.backoffFailed(ver, reason, ms(now))
+	}
 	return s.failFollowers(deploy, reason, ms(noteDeadline), lost)
 }
 
@@ -1056,7 +1077,7 @@ func (s *Scope) Snapshot() lua.Snapshot {
 	snap := lua.Snapshot{
 		Deploys: times(s.deploys), Followers: times(s.rooms), ClaimPod: copyMap(s.claimOf), Queued: len(s.waiters),
 		Claims: times(s.claims), Sessions: copyMap(s.sess), SessExp: times(s.sessExp), Waiters: times(s.waiters),
-		Queue: map[string]int64{}, Fence: s.fence, Version: s.cfgInt("version"),
+		Queue: map[string]int64{}, Fence: s.fence, Version: s.cfgInt("version"), Backoff: s.backoffState(),
 	}
 	for w, n := range s.queue {
 		snap.Queue[w] = n
@@ -1142,6 +1163,9 @@ func Lines(snap lua.Snapshot) []string {
 	}
 	add("queued %d", snap.Queued)
 	add("fence %d", snap.Fence)
+	if b := snap.Backoff; b.Failures > 0 {
+		add("backoff failures=%d until=%d error=%s", b.Failures, b.Until.UnixMilli(), b.LastError)
+	}
 	slices.Sort(out)
 	return out
 }
@@ -1184,6 +1208,9 @@ func (s *Scope) Due(now time.Time) (time.Time, bool) {
 				at(s.idle[pod] + ttl)
 			}
 		}
+	}
+	if s.backoff.failures > 0 && s.backoff.until > ms(now) {
+		at(s.backoff.until)
 	}
 	if !found {
 		return time.Time{}, false

@@ -84,7 +84,7 @@ var weights = map[string]int{
 	"session_route": 6, "pod_acquire": 4, "pod_register": 4,
 	"session_touch": 2, "session_end": 2, "session_evict": 2, "claim_release": 2, "hold_touch": 2, "hold_release": 2,
 	"follower_wait": 4, "pod_placeholder": 2, "deploy_extend": 2, "scope_repair": 2,
-	"session_get": 1, "follower_leave": 1, "waiter_leave": 1, "deploy_abort": 1, "pod_purge": 1, "pod_adopt": 1,
+	"session_get": 1, "follower_leave": 1, "waiter_leave": 1, "deploy_abort": 2, "pod_purge": 1, "pod_adopt": 1,
 	"pod_health": 1, "fence_raise": 1, "scope_publish": 1, "scope_capacity": 3, "epoch_lost": 1, "drift": 1,
 	"scope_delete": 1, "scope_forget": 1, "idem_claim": 1, "idem_answer": 1, "idem_release": 1, "idem_expire": 1,
 	"agent_report": 5,
@@ -101,7 +101,8 @@ var capacityWeights = map[string]int{
 // its queue fills within a few steps. A step lets about a second pass on average, so
 // sessions, holds, waits and grants live for a few steps to a few dozen. Each scope
 // also has a class B change of its capacity: a lowered to two pods of one session, b
-// raised to two pods of two (and published back, a lowering).
+// raised to two pods of two whose pods are deleted when their last session or hold
+// ends (recycle "delete"; published back, a lowering and reuse again).
 var scopeConfigs = map[string][2]warmpool.PoolConfig{
 	"a": {
 		{MaxConcurrency: 6, PodConcurrency: 2, MinIdlePods: 1, PodTTLS: 60, SessionTTLS: 30, QueueSize: 2, WaitTimeoutS: 10, HoldTTLS: 15, MaxParallelDeploys: 2},
@@ -109,13 +110,13 @@ var scopeConfigs = map[string][2]warmpool.PoolConfig{
 	},
 	"b": {
 		{MaxConcurrency: 1, PodConcurrency: 1, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10},
-		{MaxConcurrency: 4, PodConcurrency: 2, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10},
+		{MaxConcurrency: 4, PodConcurrency: 2, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10, Recycle: warmpool.RecycleDelete},
 	},
 }
 
 // variants are the configs a scope is published with in turn: the first, a new image
-// (class A: a new deploy_ver), no queue (class B) and other capacity (class B: lowered
-// or raised).
+// (class A: a new deploy_ver), no queue and recycle "delete" (class B) and other
+// capacity (class B: lowered or raised).
 func variants(pools [2]warmpool.PoolConfig) []warmpool.ScopeConfig {
 	var out []warmpool.ScopeConfig
 	for i, image := range []string{"agent:1", "agent:2", "agent:1", "agent:1"} {
@@ -124,7 +125,7 @@ func variants(pools [2]warmpool.PoolConfig) []warmpool.ScopeConfig {
 		c.Pool = pools[0]
 		switch i {
 		case 2:
-			c.Pool.QueueSize = 0
+			c.Pool.QueueSize, c.Pool.Recycle = 0, warmpool.RecycleDelete
 		case 3:
 			c.Pool = pools[1]
 		}
@@ -252,9 +253,15 @@ func (w *world) actions() map[string]func(*rapid.T) {
 		"pod_acquire": step("pod_acquire", func(s *side) {
 			a := lua.AcquireArgs{Now: w.now, Claim: w.fresh("c"), ClaimDeadline: w.after("claim deadline"),
 				LeaseDeadline: w.after("lease deadline"), RoomMargin: time.Second}
+			before := s.model.Snapshot()
 			got, gotErr := w.store.PodAcquire(ctx, s.id, a)
 			want, wantErr := s.model.PodAcquire(a)
 			w.same("pod_acquire", got, want, gotErr, wantErr)
+			if cfg := s.configs[s.current]; got.Kind == lua.AcquireBackoff && !s.drifted {
+				if v := invariant.WarmBeforeBackoff(before, cfg.Deploy.DeployVer(), s.pools[s.version].MaxPods()); len(v) > 0 {
+					w.t.Fatalf("pod_acquire on scope %s: %s", s.id, strings.Join(v, "; "))
+				}
+			}
 			s.claims = append(s.claims, a.Claim)
 			switch got.Kind {
 			case lua.AcquireFollower:
@@ -295,21 +302,21 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			}
 		}),
 		"deploy_extend": step("deploy_extend", func(s *side) {
-			d := s.deploy(w.t)
+			d, _ := s.deploy(w.t)
 			deadline := w.after("lease deadline")
 			got, gotErr := w.store.DeployExtend(ctx, s.id, d, w.now, deadline)
 			w.same("deploy_extend", got, s.model.DeployExtend(d, w.now, deadline), gotErr, nil)
 		}),
 		"deploy_abort": step("deploy_abort", func(s *side) {
-			d := s.deploy(w.t)
+			d, ver := s.deploy(w.t)
 			note := w.after("note deadline")
 			// a deploy that failed, or one that was lost (its lease, its register)
 			reason, lost := "image pull failed", rapid.Bool().Draw(w.t, "lost")
 			if lost {
 				reason = "register missed Redis"
 			}
-			got, gotErr := w.store.DeployAbort(ctx, s.id, d, reason, lost, note)
-			w.same("deploy_abort", got, s.model.DeployAbort(d, reason, lost, note), gotErr, nil)
+			got, gotErr := w.store.DeployAbort(ctx, s.id, d, ver, reason, lost, w.now, note)
+			w.same("deploy_abort", got, s.model.DeployAbort(d, ver, reason, lost, w.now, note), gotErr, nil)
 		}),
 		"follower_wait": step("follower_wait", func(s *side) {
 			if len(s.rooms) == 0 {
@@ -669,16 +676,21 @@ func (s *side) liveDeploys() []deployRef {
 	return out
 }
 
-// deploy draws a deploy member.
-func (s *side) deploy(t *rapid.T) string {
+// deploy draws a deploy member and the deploy_ver of its pod ("" for one never handed
+// out).
+func (s *side) deploy(t *rapid.T) (string, string) {
 	if live := s.liveDeploys(); len(live) > 0 && rapid.IntRange(0, 3).Draw(t, "live deploy") > 0 {
-		return rapid.SampledFrom(live).Draw(t, "deploy").member
+		d := rapid.SampledFrom(live).Draw(t, "deploy")
+		return d.member, d.ver
 	}
 	var all []string
+	ver := map[string]string{}
 	for _, d := range s.deploys {
 		all = append(all, d.member)
+		ver[d.member] = d.ver
 	}
-	return pick(t, "deploy", all)
+	m := pick(t, "deploy", all)
+	return m, ver[m]
 }
 
 // room draws a follower, mostly one still waiting or with an answer to learn (its

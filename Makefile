@@ -58,12 +58,22 @@ scale: build
 ## that do link client-go's core/v1 client, never the clientset, informers or fake
 ## clientset of every API group (only e2e/k8s, built for make e2e-k8s, uses the clientset);
 ## and no net/http/pprof in the binary: linking it keeps the runtime's memory profiling
-## on (1.5 MB of a replica's RSS) for a profile nothing serves
+## on (1.5 MB of a replica's RSS) for a profile nothing serves. vet, staticcheck and
+## errcheck (every error checked, or discarded with `_ =` where a comment says why; the
+## few calls it does not ask about are in scripts/errcheck-excludes.txt, each with why)
+## read the files of every build tag too. The two tools run at pinned versions through
+## `go run tool@version`: their modules stay out of go.mod, and the go build cache keeps
+## their binaries for the next run.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+ERRCHECK    := github.com/kisielk/errcheck@v1.30.0
+LINT_TAGS   := e2e_multi,faults,e2e_k8s
 NO_K8S_PKGS := ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/testserver/
 K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./internal/manifests/ ./deploy/ ./e2e/
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
+	$(GO) vet -tags $(LINT_TAGS) $(PKGS)
+	$(GO) run $(STATICCHECK) -tags $(LINT_TAGS) $(PKGS)
+	$(GO) run $(ERRCHECK) -tags $(LINT_TAGS) -exclude scripts/errcheck-excludes.txt $(PKGS)
 	@for p in $(NO_K8S_PKGS); do out=$$($(GO) list -test -deps $$p | grep '^k8s\.io/'); \
 		if [ -n "$$out" ]; then echo "$$p links k8s.io packages in its tests, e.g.:"; echo "$$out" | head -3; exit 1; fi; done
 	@out=$$($(GO) list -test -deps $(K8S_PKGS) | grep -E '^k8s\.io/client-go/(informers|kubernetes|kubernetes/fake)$$'); \

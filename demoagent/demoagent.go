@@ -240,7 +240,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+	if _, err := fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr()); err != nil {
+		_ = srv.Close() // whoever started the agent cannot learn its address
+		return fmt.Errorf("demo-agent: %w", err)
+	}
 
 	var die <-chan time.Time
 	if *dieAfter > 0 {
@@ -255,8 +258,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// A crash, not a stop: drop connections at once.
 		stopStreams()
 		_ = srv.Close()
-		<-serveErr
-		fmt.Fprintf(stderr, "demo-agent %s: dying after %s as asked\n", name, *dieAfter)
+		if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("demo-agent: serve: %w", err)
+		}
+		_, _ = fmt.Fprintf(stderr, "demo-agent %s: dying after %s as asked\n", name, *dieAfter) // the exit says it too
 		return ErrDied
 	case <-ctx.Done():
 		stopStreams()
@@ -266,7 +271,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			_ = srv.Close() // the grace ran out: drop what is left
 		}
-		<-serveErr
+		if serr := <-serveErr; !errors.Is(serr, http.ErrServerClosed) {
+			return fmt.Errorf("demo-agent: serve: %w", serr)
+		}
 		if err != nil {
 			return fmt.Errorf("demo-agent: shutdown: %w", err)
 		}

@@ -132,7 +132,9 @@ func TestContentLengthOverLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
-		fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", method, path, httpx.MaxBody+1)
+		if _, err := fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", method, path, httpx.MaxBody+1); err != nil {
+			t.Fatal(err)
+		}
 		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil {
 			conn.Close()

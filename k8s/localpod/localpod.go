@@ -663,10 +663,9 @@ func (l *Driver) writeRecord(rec *record, exclusive bool) error {
 		return err
 	}
 	tmp := f.Name()
-	defer os.Remove(tmp) // after a link or a rename this is a no-op or drops the spare name
+	defer func() { _ = os.Remove(tmp) }() // after a link or a rename this is a no-op or drops the spare name
 	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
+		return errors.Join(err, f.Close())
 	}
 	if err := f.Close(); err != nil {
 		return err

@@ -2,6 +2,7 @@
 GO      ?= go
 BIN     := bin/warmpool
 PKGS    := ./...
+MODULE  := github.com/warmpool/warmpool
 # Tests that start the built binary find it here.
 export WARMPOOL_BIN := $(CURDIR)/$(BIN)
 
@@ -58,7 +59,8 @@ scale: build
 ## that do link client-go's core/v1 client, never the clientset, informers or fake
 ## clientset of every API group (only e2e/k8s, built for make e2e-k8s, uses the clientset);
 ## and no net/http/pprof in the binary: linking it keeps the runtime's memory profiling
-## on (1.5 MB of a replica's RSS) for a profile nothing serves. vet, staticcheck and
+## on (1.5 MB of a replica's RSS) for a profile nothing serves; and sm and rm never
+## import each other (SM takes a root interface, and cmd wires them). vet, staticcheck and
 ## errcheck (every error checked, or discarded with `_ =` where a comment says why; the
 ## few calls it does not ask about are in scripts/errcheck-excludes.txt, each with why)
 ## read the files of every build tag too. The two tools run at pinned versions through
@@ -80,6 +82,9 @@ lint:
 		if [ -n "$$out" ]; then echo "$(K8S_PKGS) link all of client-go's API groups through:"; echo "$$out"; exit 1; fi
 	@if $(GO) list -deps ./cmd/warmpool | grep -qx 'net/http/pprof'; then \
 		echo "cmd/warmpool links net/http/pprof, which keeps memory profiling on: drop the import that brings it"; exit 1; fi
+	@for pair in sm:rm rm:sm; do from=$${pair%:*}; to=$${pair#*:}; \
+		out=$$($(GO) list -deps ./$$from/... | grep -E "^$(MODULE)/$$to(/|$$)"); if [ -n "$$out" ]; then \
+		echo "$$from imports $$to ($$out): they never import each other; take a root interface and wire them in cmd"; exit 1; fi; done
 
 ## e2e: three replicas behind haproxy on one redis-server, then on a 3-master Redis
 ## Cluster, together with the whole Redis-facing suite; the replicas share one

@@ -60,7 +60,9 @@ scale: build
 ## clientset of every API group (only e2e/k8s, built for make e2e-k8s, uses the clientset);
 ## and no net/http/pprof in the binary: linking it keeps the runtime's memory profiling
 ## on (1.5 MB of a replica's RSS) for a profile nothing serves; and sm and rm never
-## import each other (SM takes a root interface, and cmd wires them). vet, staticcheck and
+## import each other (SM takes a root interface, and cmd wires them); and rm, sm and the
+## sweeper log with the call's context (slog's InfoContext(ctx, …): a handler may read
+## the request id or trace from it). vet, staticcheck and
 ## errcheck (every error checked, or discarded with `_ =` where a comment says why; the
 ## few calls it does not ask about are in scripts/errcheck-excludes.txt, each with why)
 ## read the files of every build tag too. The two tools run at pinned versions through
@@ -85,6 +87,8 @@ lint:
 	@for pair in sm:rm rm:sm; do from=$${pair%:*}; to=$${pair#*:}; \
 		out=$$($(GO) list -deps ./$$from/... | grep -E "^$(MODULE)/$$to(/|$$)"); if [ -n "$$out" ]; then \
 		echo "$$from imports $$to ($$out): they never import each other; take a root interface and wire them in cmd"; exit 1; fi; done
+	@out=$$(grep -nE '\.(Debug|Info|Warn|Error)\("' $$(git ls-files 'rm/*.go' 'sm/*.go' 'sweeper/*.go' | grep -v '_test\.go$$')); \
+		if [ -n "$$out" ]; then echo "log with the call's context (InfoContext(ctx, ...)), as rm, sm and the sweeper do:"; echo "$$out"; exit 1; fi
 
 ## e2e: three replicas behind haproxy on one redis-server, then on a 3-master Redis
 ## Cluster, together with the whole Redis-facing suite; the replicas share one

@@ -59,15 +59,16 @@ scale: build
 ## that do link client-go's core/v1 client, never the clientset, informers or fake
 ## clientset of every API group (only e2e/k8s, built for make e2e-k8s, uses the clientset);
 ## and no net/http/pprof in the binary: linking it keeps the runtime's memory profiling
-## on (1.5 MB of a replica's RSS) for a profile nothing serves; and sm and rm never
-## import each other (SM takes a root interface, and cmd wires them); and rm, sm and the
-## sweeper log with the call's context (slog's InfoContext(ctx, …): a handler may read
-## the request id or trace from it). vet, staticcheck and
-## errcheck (every error checked, or discarded with `_ =` where a comment says why; the
-## few calls it does not ask about are in scripts/errcheck-excludes.txt, each with why)
-## read the files of every build tag too. The two tools run at pinned versions through
-## `go run tool@version`: their modules stay out of go.mod, and the go build cache keeps
-## their binaries for the next run.
+## on (1.5 MB of a replica's RSS) for a profile nothing serves; sm and rm never import
+## each other (SM takes a root interface, and cmd wires them); rm, sm and the sweeper log
+## with the call's context (slog's InfoContext(ctx, …): a handler may read the request
+## id from it); and api/openapi.yaml passes Spectral's recommended OpenAPI rules
+## (scripts/openapi-lint.sh with api/spectral.yaml; npm installs Spectral into
+## ~/.cache/warmpool-lint the first time). vet, staticcheck and errcheck (every error
+## checked, or discarded with `_ =` where a comment says why; the few calls it does not
+## ask about are in scripts/errcheck-excludes.txt, each with why) read the files of every
+## build tag too. The two tools run at pinned versions through `go run tool@version`:
+## their modules stay out of go.mod, and the go build cache keeps their binaries.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ERRCHECK    := github.com/kisielk/errcheck@v1.30.0
 LINT_TAGS   := e2e_multi,faults,e2e_k8s
@@ -89,6 +90,7 @@ lint:
 		echo "$$from imports $$to ($$out): they never import each other; take a root interface and wire them in cmd"; exit 1; fi; done
 	@out=$$(grep -nE '\.(Debug|Info|Warn|Error)\("' $$(git ls-files 'rm/*.go' 'sm/*.go' 'sweeper/*.go' | grep -v '_test\.go$$')); \
 		if [ -n "$$out" ]; then echo "log with the call's context (InfoContext(ctx, ...)), as rm, sm and the sweeper do:"; echo "$$out"; exit 1; fi
+	scripts/openapi-lint.sh
 
 ## e2e: three replicas behind haproxy on one redis-server, then on a 3-master Redis
 ## Cluster, together with the whole Redis-facing suite; the replicas share one

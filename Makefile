@@ -2,6 +2,7 @@
 GO      ?= go
 BIN     := bin/warmpool
 PKGS    := ./...
+MODULE  := github.com/warmpool/warmpool
 # Tests that start the built binary find it here.
 export WARMPOOL_BIN := $(CURDIR)/$(BIN)
 
@@ -60,12 +61,26 @@ scale: build
 ## clientset of every API group (only e2e/k8s, built for make e2e-k8s, uses the clientset);
 ## the root package free of net/http (the domain knows codes, not statuses);
 ## and no net/http/pprof in the binary: linking it keeps the runtime's memory profiling
-## on (1.5 MB of a replica's RSS) for a profile nothing serves
+## on (1.5 MB of a replica's RSS) for a profile nothing serves; sm and rm never import
+## each other (SM takes a root interface, and cmd wires them); rm, sm and the sweeper log
+## with the call's context (slog's InfoContext(ctx, …): a handler may read the request
+## id from it); and api/openapi.yaml passes Spectral's recommended OpenAPI rules
+## (scripts/openapi-lint.sh with api/spectral.yaml; npm installs Spectral into
+## ~/.cache/warmpool-lint the first time). vet, staticcheck and errcheck (every error
+## checked, or discarded with `_ =` where a comment says why; the few calls it does not
+## ask about are in scripts/errcheck-excludes.txt, each with why) read the files of every
+## build tag too. The two tools run at pinned versions through `go run tool@version`:
+## their modules stay out of go.mod, and the go build cache keeps their binaries.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+ERRCHECK    := github.com/kisielk/errcheck@v1.30.0
+LINT_TAGS   := e2e_multi,faults,e2e_k8s
 NO_K8S_PKGS := . ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/harness/testserver/
 K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./internal/manifests/ ./deploy/ ./e2e/
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
+	$(GO) vet -tags $(LINT_TAGS) $(PKGS)
+	$(GO) run $(STATICCHECK) -tags $(LINT_TAGS) $(PKGS)
+	$(GO) run $(ERRCHECK) -tags $(LINT_TAGS) -exclude scripts/errcheck-excludes.txt $(PKGS)
 	@for p in $(NO_K8S_PKGS); do out=$$($(GO) list -test -deps $$p | grep '^k8s\.io/'); \
 		if [ -n "$$out" ]; then echo "$$p links k8s.io packages in its tests, e.g.:"; echo "$$out" | head -3; exit 1; fi; done
 	@out=$$($(GO) list -test -deps $(K8S_PKGS) | grep -E '^k8s\.io/client-go/(informers|kubernetes|kubernetes/fake)$$'); \
@@ -74,6 +89,12 @@ lint:
 		echo "the root package links net/http: statuses and request decoding belong to internal/httpx"; exit 1; fi
 	@if $(GO) list -deps ./cmd/warmpool | grep -qx 'net/http/pprof'; then \
 		echo "cmd/warmpool links net/http/pprof, which keeps memory profiling on: drop the import that brings it"; exit 1; fi
+	@for pair in sm:rm rm:sm; do from=$${pair%:*}; to=$${pair#*:}; \
+		out=$$($(GO) list -deps ./$$from/... | grep -E "^$(MODULE)/$$to(/|$$)"); if [ -n "$$out" ]; then \
+		echo "$$from imports $$to ($$out): they never import each other; take a root interface and wire them in cmd"; exit 1; fi; done
+	@out=$$(grep -nE '\.(Debug|Info|Warn|Error)\("' $$(git ls-files 'rm/*.go' 'sm/*.go' 'sweeper/*.go' | grep -v '_test\.go$$')); \
+		if [ -n "$$out" ]; then echo "log with the call's context (InfoContext(ctx, ...)), as rm, sm and the sweeper do:"; echo "$$out"; exit 1; fi
+	scripts/openapi-lint.sh
 
 ## e2e: three replicas behind haproxy on one redis-server, then on a 3-master Redis
 ## Cluster, together with the whole Redis-facing suite; the replicas share one

@@ -288,7 +288,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+	if _, err := fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr()); err != nil {
+		_ = srv.Close() // whoever started the agent cannot learn its address
+		return fmt.Errorf("demo-agent: %w", err)
+	}
 
 	// The reporter outlives ctx (SIGTERM), to report the drain, until Main returns.
 	reportCtx, stopReports := context.WithCancel(context.WithoutCancel(ctx))
@@ -307,8 +310,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// A crash, not a stop: drop connections at once.
 		stopStreams()
 		_ = srv.Close()
-		<-serveErr
-		fmt.Fprintf(stderr, "demo-agent %s: dying after %s as asked\n", name, *dieAfter)
+		if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("demo-agent: serve: %w", err)
+		}
+		_, _ = fmt.Fprintf(stderr, "demo-agent %s: dying after %s as asked\n", name, *dieAfter) // the exit says it too
 		return ErrDied
 	case err := <-reports.gone:
 		stopStreams()
@@ -324,7 +329,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			_ = srv.Close() // the grace ran out: drop what is left
 		}
-		<-serveErr
+		if serr := <-serveErr; !errors.Is(serr, http.ErrServerClosed) {
+			return fmt.Errorf("demo-agent: serve: %w", serr)
+		}
 		if err != nil {
 			return fmt.Errorf("demo-agent: shutdown: %w", err)
 		}

@@ -41,7 +41,7 @@ func mustStart(t *testing.T, args ...string) *running {
 	r := &running{stop: cancel, done: make(chan struct{})}
 	go func() {
 		r.err = demoagent.Main(ctx, args, pw, io.Discard)
-		pw.Close()
+		_ = pw.Close() // a PipeWriter's Close is always nil
 		close(r.done)
 	}()
 	br := bufio.NewReader(pr)

@@ -483,7 +483,9 @@ var build struct {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if build.dir != "" {
-		os.RemoveAll(build.dir)
+		if err := os.RemoveAll(build.dir); err != nil {
+			fmt.Fprintln(os.Stderr, "remove the test build:", err)
+		}
 	}
 	os.Exit(code)
 }

@@ -157,16 +157,6 @@ func (r *rig) waitUp(rep *faultReplica) {
 	}
 }
 
-// restart starts a replica that was killed again, with its old name and address.
-func (r *rig) restart(rep *faultReplica) {
-	r.t.Helper()
-	rep.proc = r.startProc(rep)
-	r.waitUp(rep)
-	if !rep.alive() {
-		r.t.Fatalf("%s exited at restart:\n%s", rep.name, rep.proc.stderr.String())
-	}
-}
-
 // kill9 kills a replica with SIGKILL and waits for it to be gone.
 func (r *rig) kill9(rep *faultReplica) {
 	r.t.Helper()
@@ -294,17 +284,6 @@ func (r *rig) routeRetry(first int, scope, session string, within time.Duration)
 	}
 	r.t.Fatalf("route %s/%s not served within %v; last: %s", scope, session, within, last)
 	return binding{}
-}
-
-// end ends a session and drops it from the ledger.
-func (r *rig) end(rep *faultReplica, scope, session string) answer {
-	a := r.call(rep, http.MethodDelete, "/v1/scopes/"+scope+"/sessions/"+session, "")
-	if a.err == nil && a.status == http.StatusOK {
-		r.mu.Lock()
-		delete(r.ledger, scope+"/"+session)
-		r.mu.Unlock()
-	}
-	return a
 }
 
 // snap reads a consistent snapshot of a scope within a short bound.

@@ -17,7 +17,6 @@
 package loadtest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -160,7 +159,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Results, error) 
 		if sr != nil {
 			res.Scenarios = append(res.Scenarios, sr)
 			if progress != nil {
-				fmt.Fprint(progress, sr.oneLine())
+				_, _ = fmt.Fprint(progress, sr.oneLine()) // progress for a terminal
 			}
 		}
 		if err != nil {
@@ -199,11 +198,9 @@ func options(c Config) Options {
 
 func machine() Machine {
 	m := Machine{NumCPU: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
 				m.CPUModel = strings.TrimSpace(v)
 				break
 			}

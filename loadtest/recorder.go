@@ -181,7 +181,8 @@ func (r *recorder) progress(w io.Writer, every time.Duration, stop <-chan struct
 			n := r.requests.Load()
 			el := now.Sub(r.start)
 			rps := float64(n-last) / now.Sub(lastAt).Seconds()
-			fmt.Fprintf(w, "%-7s %6.1fs  requests %8d  rps %8.0f  errors %6d  in flight %4d\n",
+			// Progress for a terminal: the run does not depend on it.
+			_, _ = fmt.Fprintf(w, "%-7s %6.1fs  requests %8d  rps %8.0f  errors %6d  in flight %4d\n",
 				r.scenario, el.Seconds(), n, rps, r.errors.Load(), r.inflight.Load())
 			last, lastAt = n, now
 		}

@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"io"
@@ -31,8 +32,7 @@ func (r *Results) WriteFiles(dir string) (jsonPath, htmlPath string, err error) 
 			return err
 		}
 		if err := fn(f); err != nil {
-			f.Close()
-			return err
+			return errors.Join(err, f.Close())
 		}
 		return f.Close()
 	}

@@ -440,7 +440,9 @@ func TestEpochLostFailsClosed(t *testing.T) {
 		t.Fatalf("acquire after data loss: err = %v, want STORE_UNAVAILABLE", err)
 	}
 	// An unknown scope on a live keyspace is a 404.
-	e.store.Bootstrap(ctx, "epoch-2")
+	if _, err := e.store.Bootstrap(ctx, "epoch-2"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.store.PodAcquire(ctx, "nope", lua.AcquireArgs{Now: e.now, Claim: "c"}); warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
 		t.Fatalf("acquire of an unknown scope: err = %v, want SCOPE_NOT_FOUND", err)
 	}

@@ -64,11 +64,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	db.SetConnMaxIdleTime(ConnMaxIdleTime)
 	s := &Store{db: db, Reader: reader(db)}
 	if err := db.PingContext(ctx); err != nil {
-		db.Close()
+		_ = db.Close() // the open's error is the one to report
 		return nil, failure(ctx, "open", err)
 	}
 	if err := s.migrate(ctx); err != nil {
-		db.Close()
+		_ = db.Close() // the migration's error is the one to report
 		return nil, err
 	}
 	return s, nil

@@ -182,7 +182,9 @@ func TestWarmPodIsTakenWithoutDeploying(t *testing.T) {
 	if h.Fake.DeployCount() != 1 {
 		t.Fatalf("deploys = %d, want 1", h.Fake.DeployCount())
 	}
-	b.ReleaseClaim(ctx, "s", second.Claim)
+	if err := b.ReleaseClaim(ctx, "s", second.Claim); err != nil {
+		t.Fatal(err)
+	}
 	h.Settled("s")
 }
 
@@ -240,7 +242,9 @@ func TestCrashLeftoversExpire(t *testing.T) {
 	if len(s.Deploys) != 0 || len(s.Followers) != 0 {
 		t.Fatalf("leftovers: deploys %v followers %v", s.Deploys, s.Followers)
 	}
-	m.ReleaseClaim(ctx, "s", l.Claim)
+	if err := m.ReleaseClaim(ctx, "s", l.Claim); err != nil {
+		t.Fatal(err)
+	}
 	// The dead follower's note expires with its deadline too.
 	h.Clock.Advance(time.Minute)
 	if _, err := m.Acquire(ctx, "s"); err != nil {
@@ -381,13 +385,17 @@ func TestNewVersionIsNeverGivenAnOldIdlePod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.ReleaseClaim(ctx, "s", old.Claim)
+	if err := m.ReleaseClaim(ctx, "s", old.Claim); err != nil {
+		t.Fatal(err)
+	}
 	cfg := h.Scope("s", 8, 2, func(c *warmpool.ScopeConfig) { c.Deploy.Image = "agent:2" })
 	l, err := m.Acquire(ctx, "s")
 	if err != nil || l.Source != warmpool.SourceDeployed || l.Pod.DeployVer != cfg.DeployVer {
 		t.Fatalf("acquire after a deploy change = %+v, %v; want a new pod of %s", l, err, cfg.DeployVer)
 	}
-	m.ReleaseClaim(ctx, "s", l.Claim)
+	if err := m.ReleaseClaim(ctx, "s", l.Claim); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // A hold's request id makes one hold however often and wherever it is repeated, and
@@ -497,7 +505,9 @@ func TestStressInvariants(t *testing.T) {
 					if _, err := m.Purge(ctx, scope, l.Pod.ID, "test"); err != nil {
 						t.Error(err)
 					}
-					m.ReleaseClaim(ctx, scope, l.Claim)
+					if err := m.ReleaseClaim(ctx, scope, l.Claim); err != nil {
+						t.Error(err)
+					}
 				default:
 					if err := m.ReleaseClaim(ctx, scope, l.Claim); err != nil {
 						t.Error(err)

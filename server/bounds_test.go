@@ -115,24 +115,27 @@ func TestCallBounds(t *testing.T) {
 }
 
 // A declared Content-Length over the limit is answered 413 from the header, without
-// waiting for the body, and the connection is closed. Red without httpx.LimitBody:
-// the server waits for the body until its read timeout.
+// waiting for the body, and the connection is closed, on every route (the open ones
+// of SPEC §10 too, as openapi.yaml says). Red without httpx.LimitBody: the server
+// waits for the body until its read timeout.
 func TestContentLengthOverLimit(t *testing.T) {
 	t.Parallel()
 	e := mustEnv(t)
 	e.putScope("ok", scopeCfg(4, 2, 0, 1))
 	r := e.run(t)
-	for _, path := range []string{"/v1/scopes/ok/sessions", "/v1/scopes/ok/config"} {
-		method := http.MethodPost
-		if strings.HasSuffix(path, "/config") {
-			method = http.MethodPut
-		}
+	for _, call := range []struct{ method, path string }{
+		{http.MethodPost, "/v1/scopes/ok/sessions"}, {http.MethodPut, "/v1/scopes/ok/config"},
+		{http.MethodGet, "/healthz"}, {http.MethodGet, "/readyz"}, {http.MethodGet, "/openapi.yaml"}, {http.MethodGet, "/ui"},
+	} {
+		method, path := call.method, call.path
 		conn, err := net.Dial("tcp", r.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
-		fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", method, path, httpx.MaxBody+1)
+		if _, err := fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", method, path, httpx.MaxBody+1); err != nil {
+			t.Fatal(err)
+		}
 		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil {
 			conn.Close()
@@ -143,5 +146,10 @@ func TestContentLengthOverLimit(t *testing.T) {
 		if res.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(raw), `"PAYLOAD_TOO_LARGE"`) || !res.Close {
 			t.Fatalf("%s %s: %d close=%v %s, want 413 PAYLOAD_TOO_LARGE and the connection closed", method, path, res.StatusCode, res.Close, raw)
 		}
+		req, err := http.NewRequest(method, "http://"+r.addr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResponse(t, req, res.StatusCode, res.Header, raw)
 	}
 }

@@ -470,7 +470,9 @@ func TestMetricsSlowReaders(t *testing.T) {
 	go func() { done <- e.srv.Run(ctx, smallBuffers{ln}) }()
 	t.Cleanup(func() {
 		stop()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
 	})
 	base := "http://" + ln.Addr().String()
 	size := len(get(t, base+"/metrics").raw)
@@ -488,7 +490,7 @@ func TestMetricsSlowReaders(t *testing.T) {
 	conns := make([]*net.TCPConn, 0, slow)
 	t.Cleanup(func() {
 		for _, c := range conns {
-			c.Close()
+			_ = c.Close() // a TCP connection buffers nothing to lose
 		}
 	})
 	for range slow {

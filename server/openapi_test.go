@@ -31,6 +31,11 @@ var openAPI = sync.OnceValues(func() (routers.Router, error) {
 	if err := doc.Validate(context.Background()); err != nil {
 		return nil, err
 	}
+	// The document's server is an address template; the tests' replicas answer on
+	// loopback ports, and requests made in a test may carry only a path. Without
+	// servers the router matches the path alone (with them, a request no server
+	// matched would read as a path outside the API and go unchecked).
+	doc.Servers = nil
 	return legacy.NewRouter(doc)
 })
 

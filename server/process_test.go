@@ -46,7 +46,9 @@ func (e *env) run(t *testing.T) *running {
 	go func() { r.done <- e.srv.Run(ctx, ln) }()
 	t.Cleanup(func() {
 		stop()
-		<-r.done
+		if err := <-r.done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
 	})
 	return r
 }
@@ -233,7 +235,9 @@ func trickle(addr, body string) string {
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	fmt.Fprintf(conn, "POST /v1/scopes/ok/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+	if _, err := fmt.Fprintf(conn, "POST /v1/scopes/ok/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body)); err != nil {
+		return err.Error()
+	}
 	answered := make(chan string, 1)
 	go func() {
 		line, err := bufio.NewReader(conn).ReadString('\n')
@@ -268,7 +272,9 @@ func TestChunkedHeaderPlainBody(t *testing.T) {
 		}
 		_ = conn.SetDeadline(time.Now().Add(readTimeout + 5*time.Second))
 		start := time.Now()
-		fmt.Fprintf(conn, "POST /v1/scopes/ok/sessions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n%s", body)
+		if _, err := fmt.Fprintf(conn, "POST /v1/scopes/ok/sessions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n%s", body); err != nil {
+			t.Fatal(err)
+		}
 		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil {
 			t.Fatalf("body %q: no answer: %v", body, err)

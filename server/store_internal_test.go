@@ -36,7 +36,11 @@ func TestOpenConfigStoreKinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer func() {
+		if err := st.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
 	if _, ok := st.(*sqlite.Store); !ok {
 		t.Errorf("sqlite://:memory: opened a %T", st)
 	}

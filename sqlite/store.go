@@ -75,11 +75,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	}
 	s := &Store{db: db, Reader: reader(db), writeSem: make(chan struct{}, 1)}
 	if err := connect(ctx, db); err != nil {
-		db.Close()
+		_ = db.Close() // the open's error is the one to report
 		return nil, failure(ctx, "open", err)
 	}
 	if err := s.migrate(ctx); err != nil {
-		db.Close()
+		_ = db.Close() // the migration's error is the one to report
 		return nil, err
 	}
 	return s, nil

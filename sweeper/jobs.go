@@ -304,7 +304,7 @@ func (s *Sweeper) Autoscale(ctx context.Context) error {
 func (s *Sweeper) fillScope(ctx context.Context, scope string) error {
 	n, err := s.pools.Fill(ctx, scope)
 	if n > 0 {
-		s.log.Info("autoscale: deploying warm pods", "scope", scope, "count", n)
+		s.log.InfoContext(ctx, "autoscale: deploying warm pods", "scope", scope, "count", n)
 		for range n {
 			s.fixed(ctx, "autoscale_deploy")
 		}
@@ -383,14 +383,14 @@ func (s *Sweeper) retire(ctx context.Context, scope string, p lua.PodState, reas
 	since := p.IdleSince
 	if _, err := s.store.PodPurge(ctx, scope, p.Pod.ID, reason, &since); err != nil {
 		if !errors.Is(err, lua.ErrPodBusy) {
-			s.log.Warn("reclaim: purge failed", "scope", scope, "pod", p.Pod.ID, "err", err)
+			s.log.WarnContext(ctx, "reclaim: purge failed", "scope", scope, "pod", p.Pod.ID, "err", err)
 		}
 		return
 	}
 	if err := s.driver.Delete(ctx, p.Pod); err != nil {
-		s.log.Warn("reclaim: delete failed; reconcile deletes the orphan", "scope", scope, "pod", p.Pod.ID, "err", err)
+		s.log.WarnContext(ctx, "reclaim: delete failed; reconcile deletes the orphan", "scope", scope, "pod", p.Pod.ID, "err", err)
 	}
-	s.log.Info("reclaimed", "scope", scope, "pod", p.Pod.ID, "reason", reason)
+	s.log.InfoContext(ctx, "reclaimed", "scope", scope, "pod", p.Pod.ID, "reason", reason)
 	s.fixed(ctx, "reclaimed")
 }
 
@@ -405,13 +405,13 @@ func (s *Sweeper) fixed(ctx context.Context, fix string) {
 func (s *Sweeper) bury(ctx context.Context, scope string, pod warmpool.Pod, reason, outcome string) {
 	sessions, err := s.store.PodPurge(ctx, scope, pod.ID, reason, nil)
 	if err != nil {
-		s.log.Warn("purge failed", "scope", scope, "pod", pod.ID, "err", err)
+		s.log.WarnContext(ctx, "purge failed", "scope", scope, "pod", pod.ID, "err", err)
 		return
 	}
 	if err := s.driver.Delete(ctx, pod); err != nil {
-		s.log.Warn("delete failed; reconcile deletes the orphan", "scope", scope, "pod", pod.ID, "err", err)
+		s.log.WarnContext(ctx, "delete failed; reconcile deletes the orphan", "scope", scope, "pod", pod.ID, "err", err)
 	}
-	s.log.Info("pod buried", "scope", scope, "pod", pod.ID, "reason", reason, "sessions_released", len(sessions))
+	s.log.InfoContext(ctx, "pod buried", "scope", scope, "pod", pod.ID, "reason", reason, "sessions_released", len(sessions))
 	s.fixed(ctx, outcome)
 	s.sessions.Wake(ctx, scope)
 }
@@ -485,7 +485,7 @@ func (s *Sweeper) reconcile(ctx context.Context, p *pacer) error {
 		return err
 	}
 	if failover {
-		s.log.Warn("redis serves another replication history than the pool was built on (a failover, or a restart from disk): rebuilding")
+		s.log.WarnContext(ctx, "redis serves another replication history than the pool was built on (a failover, or a restart from disk): rebuilding")
 		s.cfg.Observe("sweep", "failover")
 	}
 	live, err := s.store.EpochLive(ctx)
@@ -582,7 +582,7 @@ func (s *Sweeper) repair(ctx context.Context, p *pacer) error {
 			return err
 		}
 		if rep.Any() {
-			s.log.Info("reconcile repaired derived state", "scope", scope, "slot_counts", rep.SlotCounts,
+			s.log.InfoContext(ctx, "reconcile repaired derived state", "scope", scope, "slot_counts", rep.SlotCounts,
 				"sessions_dropped", rep.Sessions, "claims_dropped", rep.Claims, "waiters_expired", rep.Waiters, "deploys_expired", rep.Deploys)
 			s.fixed(ctx, "repaired")
 		}
@@ -624,14 +624,14 @@ func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Po
 		st, err := s.store.PodAdopt(ctx, p, now, lost)
 		switch {
 		case err != nil:
-			s.log.Warn("reconcile: adopt failed", "pod", p.ID, "err", err)
+			s.log.WarnContext(ctx, "reconcile: adopt failed", "pod", p.ID, "err", err)
 		case st == lua.AdoptFull:
 			s.deleteOrphan(ctx, p, "no room under max_pods")
 		case st == lua.AdoptGone:
 			// Purged lately by a job that deletes it (or failed to): it stays gone.
 			s.deleteOrphan(ctx, p, "purged")
 		case st == lua.AdoptAdopted:
-			s.log.Info("reconcile adopted a pod", "scope", p.ScopeID, "pod", p.ID)
+			s.log.InfoContext(ctx, "reconcile adopted a pod", "scope", p.ScopeID, "pod", p.ID)
 			s.fixed(ctx, "adopted")
 			s.sessions.Wake(ctx, p.ScopeID)
 		}
@@ -640,10 +640,10 @@ func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Po
 
 func (s *Sweeper) deleteOrphan(ctx context.Context, p warmpool.Pod, reason string) {
 	if err := s.driver.Delete(ctx, p); err != nil {
-		s.log.Warn("reconcile: orphan not deleted", "pod", p.ID, "err", err)
+		s.log.WarnContext(ctx, "reconcile: orphan not deleted", "pod", p.ID, "err", err)
 		return
 	}
-	s.log.Info("reconcile deleted an orphan pod", "scope", p.ScopeID, "pod", p.ID, "reason", reason)
+	s.log.InfoContext(ctx, "reconcile deleted an orphan pod", "scope", p.ScopeID, "pod", p.ID, "reason", reason)
 	s.fixed(ctx, "deleted_orphan")
 }
 
@@ -675,7 +675,7 @@ func (s *Sweeper) republishStale(ctx context.Context, p *pacer) (lost map[string
 		if err := s.publish(ctx, c); err != nil {
 			return nil, err
 		}
-		s.log.Info("reconcile published a scope's stored config", "scope", c.ScopeID, "version", c.Version)
+		s.log.InfoContext(ctx, "reconcile published a scope's stored config", "scope", c.ScopeID, "version", c.Version)
 		s.fixed(ctx, "republished")
 	}
 	return lost, s.deleteStale(ctx, p, all)
@@ -714,7 +714,7 @@ func (s *Sweeper) deleteStale(ctx context.Context, p *pacer, stored []warmpool.S
 		} else if err != nil {
 			return err
 		}
-		s.log.Info("reconcile deleted a scope the config store has deleted", "scope", id, "version", version)
+		s.log.InfoContext(ctx, "reconcile deleted a scope the config store has deleted", "scope", id, "version", version)
 		s.fixed(ctx, "deleted_scope")
 	}
 	return nil
@@ -789,7 +789,7 @@ func (s *Sweeper) Rebuild(ctx context.Context) error {
 	if _, err := s.store.Bootstrap(ctx, strconv.FormatInt(now.UnixNano(), 36)); err != nil {
 		return err
 	}
-	s.log.Warn("keyspace rebuilt from the config store and the driver", "scopes", len(all), "pods_adopted", adopted)
+	s.log.WarnContext(ctx, "keyspace rebuilt from the config store and the driver", "scopes", len(all), "pods_adopted", adopted)
 	s.fixed(ctx, "rebuilt")
 	return nil
 }

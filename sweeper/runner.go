@@ -95,7 +95,7 @@ func (r *Runner) RunOnce(ctx context.Context, j Job) bool {
 	lock, err := r.store.Obtain(ctx, r.store.Keys().Lock("sweep:"+j.Name), r.lease)
 	if err != nil {
 		if !errors.Is(err, warmpool.ErrNotObtained) {
-			r.log.Debug("job lock not obtained", "job", j.Name, "err", err)
+			r.log.DebugContext(ctx, "job lock not obtained", "job", j.Name, "err", err)
 		}
 		r.OnRun(j.Name, "skipped", 0)
 		return false
@@ -105,17 +105,17 @@ func (r *Runner) RunOnce(ctx context.Context, j Job) bool {
 	err = j.Run(jctx)
 	outcome := "ok"
 	if lerr := stop(); lerr != nil {
-		r.log.Warn("job lock lost; the job was cancelled", "job", j.Name, "err", lerr)
+		r.log.WarnContext(ctx, "job lock lost; the job was cancelled", "job", j.Name, "err", lerr)
 		outcome = "lost_lock"
 	} else {
 		release, cancel := lua.CleanupContext(ctx)
 		if rerr := lock.Release(release); rerr != nil {
-			r.log.Debug("job lock not released; it expires", "job", j.Name, "err", rerr)
+			r.log.DebugContext(ctx, "job lock not released; it expires", "job", j.Name, "err", rerr)
 		}
 		cancel()
 		if err != nil {
 			outcome = "error"
-			r.log.Warn("job failed", "job", j.Name, "err", err)
+			r.log.WarnContext(ctx, "job failed", "job", j.Name, "err", err)
 		}
 	}
 	r.OnRun(j.Name, outcome, time.Since(held))

@@ -156,7 +156,7 @@ func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([lua.DueShards][]w
 		// still buried, and probed at the periods last read (the default for scopes not
 		// read yet); the next tick tries the store again.
 		if read, err := s.readPeriods(ctx); err != nil {
-			s.log.Warn("watch: probe periods not refreshed; the last ones kept", "err", err)
+			s.log.WarnContext(ctx, "watch: probe periods not refreshed; the last ones kept", "err", err)
 		} else {
 			periods = read
 			w.mu.Lock()
@@ -341,7 +341,7 @@ func (s *Sweeper) probe(ctx context.Context, pod warmpool.Pod, failing, spared b
 		return err == nil
 	}
 	if err := s.store.MarkFailing(ctx, lua.PodRef{Scope: pod.ScopeID, Pod: pod.ID}); err != nil {
-		s.log.Warn("watch: probe failure not recorded", "scope", pod.ScopeID, "pod", pod.ID, "err", err)
+		s.log.WarnContext(ctx, "watch: probe failure not recorded", "scope", pod.ScopeID, "pod", pod.ID, "err", err)
 		return false
 	}
 	n, err := s.store.PodHealth(ctx, pod.ScopeID, pod.ID, false)

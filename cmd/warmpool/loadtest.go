@@ -18,7 +18,7 @@ func loadtestCmd(ctx context.Context, args []string, getenv func(string) string,
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: warmpool loadtest [flags]
+		_, _ = fmt.Fprint(stderr, `usage: warmpool loadtest [flags]
 
 Drives one warmpool replica on this machine (loopback only) through its HTTP API and
 reports throughput, latency quantiles per call kind and outcomes, in results.json and
@@ -89,7 +89,9 @@ flags:
 		if err != nil {
 			return fmt.Errorf("loadtest: %w", err)
 		}
-		fmt.Fprintf(stdout, "\nwrote %s and %s\n", jsonPath, htmlPath)
+		if _, err := fmt.Fprintf(stdout, "\nwrote %s and %s\n", jsonPath, htmlPath); err != nil {
+			return err
+		}
 	}
 	if runErr != nil {
 		return fmt.Errorf("loadtest: %w", runErr)

@@ -37,7 +37,7 @@ func exitCode(err error, w io.Writer) int {
 		return 0
 	}
 	if err != errUsage {
-		fmt.Fprintln(w, "warmpool:", err)
+		_, _ = fmt.Fprintln(w, "warmpool:", err) // the exit status still says it failed
 	}
 	var ue usageError
 	if errors.Is(err, errUsage) || errors.As(err, &ue) {
@@ -110,7 +110,7 @@ forbidden, 5 server unavailable.
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) < 2 {
-		fmt.Fprint(stderr, usage)
+		_, _ = fmt.Fprint(stderr, usage) // the exit status says usage
 		return errUsage
 	}
 	cmd, rest := args[1], args[2:]
@@ -124,9 +124,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "loadtest":
 		return loadtestCmd(ctx, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
+		_, err := fmt.Fprint(stdout, usage)
+		return err
 	}
-	fmt.Fprintf(stderr, "warmpool: unknown command %q\n\n%s", cmd, usage)
+	_, _ = fmt.Fprintf(stderr, "warmpool: unknown command %q\n\n%s", cmd, usage) // the exit status says usage
 	return errUsage
 }

@@ -144,7 +144,7 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 			return fmt.Sprintf("session/%s was not bound", pos[2])
 		})
 	}
-	fmt.Fprint(stderr, usage)
+	_, _ = fmt.Fprint(stderr, usage) // the exit status says usage
 	return errUsage
 }
 

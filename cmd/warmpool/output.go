@@ -65,9 +65,9 @@ func (p printer) print(v map[string]any, table func(map[string]any) string) erro
 func tabulate(header []string, rows [][]string) string {
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	_, _ = fmt.Fprintln(tw, strings.Join(header, "\t")) // into b: cannot fail
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		_, _ = fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
 	_ = tw.Flush()
 	return b.String()

@@ -182,9 +182,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			log.Info("route a session", "curl", curl)
 		}
 	} else {
-		fmt.Fprintf(stdout, "warmpool %s listening on %s\n", srv.InstanceID(), addr)
+		// The banner is for a terminal: a closed stdout must not stop the service.
+		_, _ = fmt.Fprintf(stdout, "warmpool %s listening on %s\n", srv.InstanceID(), addr)
 		if curl != "" {
-			fmt.Fprintf(stdout, "route a session:\n  %s\n", curl)
+			_, _ = fmt.Fprintf(stdout, "route a session:\n  %s\n", curl)
 		}
 	}
 	return srv.Run(ctx, ln)

@@ -46,10 +46,9 @@ func SetFaults(dir string, f Faults) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }() // after the rename there is nothing to remove
 	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
+		return errors.Join(err, tmp.Close())
 	}
 	if err := tmp.Close(); err != nil {
 		return err

@@ -105,10 +105,9 @@ func (d dirRegistry) write(e entry, place func(tmp, path string) error) error {
 		return err
 	}
 	tmp := f.Name()
-	defer os.Remove(tmp) // after a link, the spare name; after a rename, nothing
+	defer func() { _ = os.Remove(tmp) }() // after a link, the spare name; after a rename, nothing
 	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
+		return errors.Join(err, f.Close())
 	}
 	if err := f.Close(); err != nil {
 		return err

@@ -174,7 +174,9 @@ func agentPIDs(t *testing.T, name string) []int {
 		args := strings.Split(string(b), "\x00")
 		if slices.Contains(args, "demo-agent") && slices.Contains(args, name) {
 			var pid int
-			fmt.Sscanf(f, "/proc/%d/cmdline", &pid)
+			if _, err := fmt.Sscanf(f, "/proc/%d/cmdline", &pid); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
 			pids = append(pids, pid)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/warmpool/warmpool/internal/defaults"
@@ -140,7 +141,8 @@ func Baseline(ctx context.Context, cfg BaselineConfig) (*BaselineResults, error)
 }
 
 // WriteText writes the comparison's summary.
-func (r *BaselineResults) WriteText(w io.Writer) {
+func (r *BaselineResults) WriteText(out io.Writer) error {
+	w := new(strings.Builder) // one write to out, whose error is the one to check
 	fmt.Fprintf(w, "Warm (affinity) route, %d scopes × %d sessions, %s, %s\n\n", r.Scopes, r.Sessions, r.Started.Format("2006-01-02 15:04 UTC"), r.Machine)
 	fmt.Fprintln(w, "| run | routes/s | p50 / p99 ms | server CPU µs per route | Redis CPU µs per route | load avg |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
@@ -154,4 +156,6 @@ func (r *BaselineResults) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "\nwarmpool %.0f µs vs baseline %.0f µs CPU per route: %.2f× (target ≤ 1.15×)\n", r.ReplicaUs, r.BaselineUs, r.Ratio)
 	fmt.Fprintf(w, "Redis CPU per route: %.0f µs (under warmpool), %.0f µs (under the baseline); one Redis core keeps %.1f replica cores busy\n",
 		r.RedisUs, r.RedisBaselineUs, r.ReplicaCoresPerShard)
+	_, err := io.WriteString(out, w.String())
+	return err
 }

@@ -159,7 +159,9 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	var md bytes.Buffer
-	res.WriteMarkdown(&md)
+	if err := res.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(md.String(), "| 20 | idle |") {
 		t.Errorf("markdown lacks the idle row:\n%s", md.String())
 	}

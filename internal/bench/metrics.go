@@ -386,7 +386,8 @@ func (c *MetricsConfig) slowReaders(ctx context.Context, e *env, res *MetricsRes
 }
 
 // WriteText writes the results as the lines of docs/performance.md.
-func (r *MetricsResults) WriteText(w io.Writer) {
+func (r *MetricsResults) WriteText(out io.Writer) error {
+	w := new(strings.Builder) // one write to out, whose error is the one to check
 	fmt.Fprintf(w, "/metrics run of %s on %s; S = %d scopes of one pod and one session; serve flags: %s\n",
 		r.Started.Format("2006-01-02 15:04 UTC"), r.Machine, r.Scopes, strings.Join(r.Flags, " "))
 	fmt.Fprintf(w, "one scrape: %.2f MB (%.0f bytes per scope), %.2f MB gzipped, %d series\n", mb(r.Bytes), r.BytesPerScope, mb(r.GzipBytes), r.Series)
@@ -396,4 +397,6 @@ func (r *MetricsResults) WriteText(w io.Writer) {
 		float64(r.Routes.Routes)/r.Routes.Seconds, r.Routes.P99Ms, float64(r.RoutesLoops.Routes)/r.RoutesLoops.Seconds, r.RoutesLoops.P99Ms, r.LoopScrapes, r.RouteRatio)
 	fmt.Fprintf(w, "slow readers: RSS %.1f MB before, %.1f MB at most (+%.1f MB), %.1f MB after; answered %v\n",
 		mb(r.RSSBefore), mb(r.RSSSlowMax), mb(r.RSSSlowMax-r.RSSBefore), mb(r.RSSAfter), r.SlowStatus)
+	_, err := io.WriteString(out, w.String())
+	return err
 }

@@ -78,7 +78,7 @@ func startProcess(ctx context.Context, bin string, args []string, logFile, healt
 	if err != nil {
 		return nil, err
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }() // the process writes through its own descriptor
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = logf
 	stdout, err := cmd.StdoutPipe()

@@ -64,7 +64,8 @@ func sweeps(p *Phase) string {
 }
 
 // WriteMarkdown writes the results as the tables of docs/performance.md.
-func (r *ScaleResults) WriteMarkdown(w io.Writer) {
+func (r *ScaleResults) WriteMarkdown(out io.Writer) error {
+	w := new(strings.Builder) // one write to out, whose error is the one to check
 	fmt.Fprintf(w, "Scale run of %s on %s; P = %d pod(s) and N = %d session(s) per scope; routing phase: affinity routes of random bound sessions at %.0f/s.\n\n",
 		r.Started.Format("2006-01-02 15:04 UTC"), r.Machine, r.Pods, r.Sessions, r.Rate)
 	fmt.Fprintln(w, "| S | phase | s | replica CPU s (% of a core) | Redis cmds/s (beyond probes) | Redis CPU s | due tick mean / max ≤ ms | route p50 / p99 ms | replica RSS MB | load avg |")
@@ -133,4 +134,6 @@ func (r *ScaleResults) WriteMarkdown(w io.Writer) {
 		}
 		fmt.Fprintf(w, "\nRSS range %.1f–%.1f MB (spread %.1f MB); Redis bytes per bound session: %.0f; hold: %s\n", mb(lo), mb(hi), mb(hi-lo), rs.BytesPerSession, rs.Hold.oneLine())
 	}
+	_, err := io.WriteString(out, w.String())
+	return err
 }

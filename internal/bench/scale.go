@@ -184,7 +184,7 @@ type SweepStats struct {
 var scrapedMetrics = []string{"warmpool_sweeper_runs_total", "warmpool_sweeper_lock_held_seconds", "warmpool_redis_script_duration_seconds"}
 
 func (c *ScaleConfig) logf(format string, a ...any) {
-	fmt.Fprintf(c.Log, "%s  "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, a...)...)
+	_, _ = fmt.Fprintf(c.Log, "%s  "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, a...)...)
 }
 
 // setup stores p's configs and binds its sessions, and reports the memory they took;
@@ -239,7 +239,7 @@ func Scale(ctx context.Context, cfg ScaleConfig) (*ScaleResults, error) {
 	for _, n := range cfg.Sizes {
 		sz, err := cfg.size(ctx, n)
 		if err != nil {
-			return res, fmt.Errorf("S=%d: %w", n, err)
+			return res, fmt.Errorf("%d scopes: %w", n, err)
 		}
 		res.Sizes = append(res.Sizes, sz)
 	}

@@ -32,7 +32,9 @@ func Migrations[S warmpool.ConfigStore](t *testing.T, fsys fs.FS, open func() (S
 				t.Error(err)
 				return
 			}
-			s.Close()
+			if err := s.Close(); err != nil {
+				t.Error(err)
+			}
 		})
 	}
 	wg.Wait()
@@ -41,7 +43,9 @@ func Migrations[S warmpool.ConfigStore](t *testing.T, fsys fs.FS, open func() (S
 	}
 	s := mustOpenSQL(t, open)
 	put := Put(t, s, "scope", Config(t, `{}`))
-	s.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
 
 	s = mustOpenSQL(t, open)
 	var count int
@@ -69,7 +73,7 @@ func mustOpenSQL[S warmpool.ConfigStore](t *testing.T, open func() (S, error)) S
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { _ = s.Close() }) // the test may have closed it already
 	return s
 }
 

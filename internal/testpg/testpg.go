@@ -57,7 +57,11 @@ func Exec(tb testing.TB, dsn, statement string) {
 	if err != nil {
 		tb.Fatalf("connect to the test PostgreSQL: %v", err)
 	}
-	defer conn.Close(ctx)
+	defer func() {
+		if err := conn.Close(ctx); err != nil {
+			tb.Error(err)
+		}
+	}()
 	if _, err := conn.Exec(ctx, statement); err != nil {
 		tb.Fatalf("%s: %v", statement, err)
 	}

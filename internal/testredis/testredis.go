@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -249,7 +250,7 @@ func ScriptKeys(cmd redis.Cmder) []string {
 	case int64:
 		n = int(v)
 	default:
-		fmt.Sscan(fmt.Sprint(v), &n)
+		n, _ = strconv.Atoi(fmt.Sprint(v)) // not a number: no keys to check
 	}
 	keys := make([]string, 0, n)
 	for i := 0; i < n && 3+i < len(args); i++ {

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -59,7 +60,7 @@ func main() {
 		_ = json.NewEncoder(w).Encode(map[string]any{"scope_id": r.PathValue("scope"), "session_id": req.SessionID,
 			"pod_id": v[2], "pod_sse_url": pod.SSEURL, "deploy_ver": pod.DeployVer, "new": fmt.Sprint(v[1]) == "1"})
 	})
-	http.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	http.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		log.Fatal(err)

@@ -144,10 +144,10 @@ func scale(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	c.Log = stderr
-	fmt.Fprintf(stderr, "wpbench scale: files in %s\n", c.Dir)
+	_, _ = fmt.Fprintf(stderr, "wpbench scale: files in %s\n", c.Dir) // progress for a terminal
 	res, err := bench.Scale(ctx, c)
 	if res != nil {
-		res.WriteMarkdown(stdout)
+		err = errors.Join(err, res.WriteMarkdown(stdout))
 	}
 	return err
 }
@@ -194,7 +194,7 @@ func baseline(ctx context.Context, args []string, getenv func(string) string, st
 	c.Log = stderr
 	res, err := bench.Baseline(ctx, c)
 	if res != nil && err == nil {
-		res.WriteText(stdout)
+		err = res.WriteText(stdout)
 	}
 	return err
 }
@@ -225,10 +225,10 @@ func metrics(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	c.Log = stderr
-	fmt.Fprintf(stderr, "wpbench metrics: files in %s\n", c.Dir)
+	_, _ = fmt.Fprintf(stderr, "wpbench metrics: files in %s\n", c.Dir) // progress for a terminal
 	res, err := bench.Metrics(ctx, c)
 	if res != nil && err == nil {
-		res.WriteText(stdout)
+		err = res.WriteText(stdout)
 	}
 	return err
 }

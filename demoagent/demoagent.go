@@ -249,7 +249,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch fail := os.Getenv(FailEnv); fail {
 	case "":
 	case FailStart:
-		fmt.Fprintf(stderr, "demo-agent: %s=%s: exiting at start\n", FailEnv, FailStart)
+		_, _ = fmt.Fprintf(stderr, "demo-agent: %s=%s: exiting at start\n", FailEnv, FailStart) // stderr: nothing to do if it fails
 		return ErrFailStart
 	default:
 		return fmt.Errorf("demo-agent: %s=%q: the only value is %q", FailEnv, fail, FailStart)
@@ -318,7 +318,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case err := <-reports.gone:
 		stopStreams()
 		_ = srv.Close()
-		<-serveErr
+		if serr := <-serveErr; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
 		return fmt.Errorf("demo-agent %s: %w", name, err)
 	case <-ctx.Done():
 		reports.drain(ag, shutdownGrace)

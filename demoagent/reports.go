@@ -49,7 +49,8 @@ func (rep *reports) drain(a *Agent, grace time.Duration) {
 	defer tick.Stop()
 	for a.Streams() > 0 {
 		select {
-		case <-rep.gone:
+		case err := <-rep.gone: // the pod is gone: the streams need not close first
+			rep.gone <- err // for the agent's own wait, which ends it
 			return
 		case <-deadline.C:
 			return

@@ -116,9 +116,9 @@ func (l *Driver) writeRecord(rec *record, exclusive bool) error {
 		return err
 	}
 	tmp := f.Name()
-	defer os.Remove(tmp) // after a link or a rename this is a no-op or drops the spare name
+	defer func() { _ = os.Remove(tmp) }() // after a link or a rename this is a no-op or drops the spare name
 	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
+		_ = f.Close() // the write's error is the one to return
 		return err
 	}
 	if err := f.Close(); err != nil {

@@ -97,7 +97,7 @@ func parseSummary(scope, v string) (ScopeSummary, error) {
 		OldPods: n[5], Sessions: n[6], Deploying: n[7], Followers: n[8], Waiters: n[9]}, PodConcurrency: n[2]}, nil
 }
 
-// SummaryPass is the summaries of every scope as one pass read them: when it began,
+// SummaryPass is the summaries of every scope as one pass read them: when it ended,
 // by which replica.
 type SummaryPass struct {
 	At     time.Time

@@ -75,8 +75,8 @@ func (u *UI) Routes(r chi.Router) {
 }
 
 // State is what the page shows, as one replica sees Redis: the totals over every
-// scope and a page of their summary rows, from a pass over every scope at most
-// Refresh old (SummaryAt, by the replica SummaryBy); and, read for this answer, the
+// scope and a page of their summary rows, from a pass over every scope that ended at
+// most Refresh ago (SummaryAt, by the replica SummaryBy); and, read for this answer, the
 // pods and deploy logs of the scopes the query names (Scopes, in the order named; a
 // scope not published is left out).
 type State struct {

@@ -186,9 +186,13 @@ func shownScopes(ctx context.Context, u string) ([]string, error) {
 	}
 	defer body.Close()
 	var st struct {
-		Rows   []struct{ ScopeID string `json:"scope_id"` } `json:"rows"`
-		Scopes []struct{ ScopeID string `json:"scope_id"` } `json:"scopes"`
-		Limit  int                                            `json:"limit"`
+		Rows []struct {
+			ScopeID string `json:"scope_id"`
+		} `json:"rows"`
+		Scopes []struct {
+			ScopeID string `json:"scope_id"`
+		} `json:"scopes"`
+		Limit int `json:"limit"`
 	}
 	if err := json.NewDecoder(body).Decode(&st); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -160,4 +161,37 @@ func redisCPU(b *testing.B, rdb redis.UniversalClient) time.Duration {
 		}
 	}
 	return time.Duration(s * float64(time.Second))
+}
+
+// A pass shared in Redis reads back as it was stored; text of another layout (a
+// replica of another release) or none reads as no pass.
+func TestSharedSummaries(t *testing.T) {
+	t.Parallel()
+	r := testredis.New(t)
+	store := lua.NewStore(r.Client, r.Prefix)
+	ctx := context.Background()
+	if _, ok, err := store.SharedSummaries(ctx); ok || err != nil {
+		t.Fatalf("none shared: ok %v, %v", ok, err)
+	}
+	fillPools(t, store, r.Client, 12)
+	scopes, err := store.ScopeSummaries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := lua.SummaryPass{At: time.UnixMilli(1_700_000_000_123), By: "replica one", Scopes: scopes}
+	if err := store.ShareSummaries(ctx, p, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := store.SharedSummaries(ctx)
+	if err != nil || !ok || !got.At.Equal(p.At) || got.By != p.By || !slices.Equal(got.Scopes, p.Scopes) {
+		t.Fatalf("read back %+v (%v, %v), want %+v", got, ok, err, p)
+	}
+	for _, text := range []string{"summaries/2 1 r\n", "summaries/1 x r\n", "summaries/1 1\n", "summaries/1 1 r\na b 1 2 3\n", "summaries/1 1 r\n x 1 2 3 4 5 6 7 8 9 10\n"} {
+		if err := r.Client.Set(ctx, store.Keys().Summaries(), text, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok, err := store.SharedSummaries(ctx); ok || err != nil {
+			t.Errorf("%q: read as %+v (%v)", text, got, err)
+		}
+	}
 }

@@ -192,7 +192,6 @@ func shownScopes(ctx context.Context, u string) ([]string, error) {
 		Scopes []struct {
 			ScopeID string `json:"scope_id"`
 		} `json:"scopes"`
-		Limit int `json:"limit"`
 	}
 	if err := json.NewDecoder(body).Decode(&st); err != nil {
 		return nil, err

@@ -1,7 +1,9 @@
 // Package ui is the live pool page (GET /ui): one HTML document with its style and
 // script inline, embedded with go:embed (no build step, nothing loaded from elsewhere),
-// and the data it polls (GET /v1/ui/state, an admin call). The page itself is open:
-// it holds no data. When the server has an admin token, a small form keeps it in the
+// and the data it polls (GET /v1/ui/state, an admin call): the totals over every
+// scope and a page of summary rows (state.go) from one pass over every scope that a
+// replica makes at most once a Refresh and shares (summary.go), and the pods and
+// deploy logs of the scopes the page shows. The page itself is open: it holds no data. When the server has an admin token, a small form keeps it in the
 // browser's sessionStorage and the script sends it as a bearer token.
 package ui
 

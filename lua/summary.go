@@ -25,43 +25,51 @@ type ScopeSummary struct {
 	PodConcurrency int64
 }
 
+// SummaryBatch is how many scopes one pipeline of ScopeSummaries reads: each
+// pipeline's answers must all arrive within the client's read timeout (a second in a
+// replica), which a pipeline of every scope misses when Redis is short of CPU.
+const SummaryBatch = 500
+
 // ScopeSummaries reads the pool sizes of every published scope, sorted by scope id,
-// deleted ones left out: one call of scope_summary.lua a scope, all in one pipeline.
-// It costs Redis about twice what Counts' eight commands a scope do, and the replica
-// about half (one short answer a scope to read instead of eight). Errors:
-// STORE_UNAVAILABLE, INTERNAL for an answer that does not parse.
+// deleted ones left out: one call of scope_summary.lua a scope, in pipelines of
+// SummaryBatch. It costs Redis about twice what Counts' eight commands a scope do, and
+// the replica about half (one short answer a scope to read instead of eight).
+// Errors: STORE_UNAVAILABLE, INTERNAL for an answer that does not parse.
 func (s *Store) ScopeSummaries(ctx context.Context) ([]ScopeSummary, error) {
 	ids, err := s.ScopeIDs(ctx)
 	if err != nil {
 		return nil, err
 	}
 	sort.Strings(ids)
-	cmds, err := s.summaries(ctx, ids)
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		// A pipeline does not fall back to EVAL: load the script (a restarted or
-		// flushed Redis has none) and run the pass again.
-		if err := scopeSummary.Load(ctx, s.rdb).Err(); err != nil {
-			return nil, s.redisErr(ctx, err)
-		}
-		cmds, err = s.summaries(ctx, ids)
-	}
-	if err != nil {
-		return nil, s.redisErr(ctx, err)
-	}
 	out := make([]ScopeSummary, 0, len(ids))
-	for i, id := range ids {
-		v, err := cmds[i].Text()
+	for start := 0; start < len(ids); start += SummaryBatch {
+		batch := ids[start:min(start+SummaryBatch, len(ids))]
+		cmds, err := s.summaries(ctx, batch)
+		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			// A pipeline does not fall back to EVAL: load the script (a restarted or
+			// flushed Redis has none) and run the batch again.
+			if err := scopeSummary.Load(ctx, s.rdb).Err(); err != nil {
+				return nil, s.redisErr(ctx, err)
+			}
+			cmds, err = s.summaries(ctx, batch)
+		}
 		if err != nil {
 			return nil, s.redisErr(ctx, err)
 		}
-		if v == "" {
-			continue // not published, or deleted
+		for i, id := range batch {
+			v, err := cmds[i].Text()
+			if err != nil {
+				return nil, s.redisErr(ctx, err)
+			}
+			if v == "" {
+				continue // not published, or deleted
+			}
+			sum, err := parseSummary(id, v)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, sum)
 		}
-		sum, err := parseSummary(id, v)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, sum)
 	}
 	return out, nil
 }

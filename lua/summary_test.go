@@ -71,7 +71,8 @@ func TestScopeSummariesMatchCounts(t *testing.T) {
 	r := testredis.New(t)
 	store := lua.NewStore(r.Client, r.Prefix)
 	ctx := context.Background()
-	fillPools(t, store, r.Client, 30)
+	// More scopes than one pipeline reads, so that the batches join up.
+	fillPools(t, store, r.Client, 2*lua.SummaryBatch+30)
 	if _, err := store.Bootstrap(ctx, "epoch-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -85,8 +86,8 @@ func TestScopeSummariesMatchCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(want) != 29 {
-		t.Fatalf("Counts: %d scopes, want 29", len(want))
+	if len(want) != 2*lua.SummaryBatch+29 {
+		t.Fatalf("Counts: %d scopes, want %d", len(want), 2*lua.SummaryBatch+29)
 	}
 	check := func(when string) {
 		t.Helper()
@@ -99,7 +100,7 @@ func TestScopeSummariesMatchCounts(t *testing.T) {
 		}
 		for i := range got {
 			if got[i].ScopeCounts != want[i] || got[i].PodConcurrency != 3 {
-				t.Errorf("%s: summary %+v, want %+v and pod_concurrency 3", when, got[i], want[i])
+				t.Fatalf("%s: summary %d %+v, want %+v and pod_concurrency 3", when, i, got[i], want[i])
 			}
 		}
 	}

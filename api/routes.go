@@ -49,7 +49,7 @@ type Configs interface {
 // PoolPage is what the pool page's routes call (ui.UI).
 type PoolPage interface {
 	Page() http.Handler
-	State(ctx context.Context) (ui.State, error)
+	State(ctx context.Context, q ui.Query) (ui.State, error)
 }
 
 // Reports is what the agents' report route calls (reports.Manager).

@@ -95,28 +95,36 @@ type scriptCalls struct {
 func (h *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *scriptCalls) ProcessHook(redis.ProcessHook) redis.ProcessHook {
-	return func(_ context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
-			for file, sc := range scripts {
-				if args[1] == sc.Hash() || args[1] == Sources[file] {
-					n, _ := strconv.Atoi(fmt.Sprint(args[2]))
-					for _, k := range args[3 : 3+n] {
-						h.keys[file] = append(h.keys[file], fmt.Sprint(k))
-					}
-					h.argv[file] = args[3+n:]
+	return h.process
+}
+
+// process records one script call (a command alone or in a pipeline).
+func (h *scriptCalls) process(_ context.Context, cmd redis.Cmder) error {
+	args := cmd.Args()
+	if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
+		for file, sc := range scripts {
+			if args[1] == sc.Hash() || args[1] == Sources[file] {
+				n, _ := strconv.Atoi(fmt.Sprint(args[2]))
+				for _, k := range args[3 : 3+n] {
+					h.keys[file] = append(h.keys[file], fmt.Sprint(k))
 				}
+				h.argv[file] = args[3+n:]
 			}
-			cmd.(*redis.Cmd).SetVal(h.reply)
-			return nil
 		}
-		cmd.SetErr(redis.Nil)
-		return redis.Nil
+		cmd.(*redis.Cmd).SetVal(h.reply)
+		return nil
 	}
+	cmd.SetErr(redis.Nil)
+	return redis.Nil
 }
 
 func (h *scriptCalls) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(context.Context, []redis.Cmder) error { return redis.Nil }
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			_ = h.process(ctx, cmd) // each command keeps its own answer
+		}
+		return nil
+	}
 }
 
 // Every script's header, its declaration in lua.go, the fixed order of a scope's keys
@@ -201,6 +209,7 @@ func callEveryWrapper(ctx context.Context, s *Store, scope string) {
 	lock := &Lock{store: s, key: s.Keys().Lock("x"), token: "t", ttl: time.Second}
 	req := IdemRequest{Scope: scope, ID: "r1", Fingerprint: AcquireFingerprint}
 	_, _ = s.PodAcquire(ctx, scope, AcquireArgs{Now: now, Claim: "c"})
+	_, _ = s.summaries(ctx, []string{scope})
 	_, _ = s.PodRegister(ctx, scope, "1", pod, "c", now, now)
 	_, _ = s.PodPurge(ctx, scope, "p1", "r", &now)
 	_, _ = s.PodPlaceholder(ctx, scope, now, now, now)

@@ -38,6 +38,11 @@ func (k Keyspace) Epoch() string { return k.prefix + "epoch" }
 // on; another id means a failover (failover.go).
 func (k Keyspace) ReplicationID() string { return k.prefix + "replid" }
 
+// Summaries is the pool page's summary of every scope as one replica last read it
+// (STRING, PX: the page's refresh interval), so that the other replicas reuse it
+// instead of reading every scope again (Store.ShareSummaries).
+func (k Keyspace) Summaries() string { return k.prefix + "ui:summaries" }
+
 // Lock is the key of a global lease lock (sweeper jobs, config sync).
 func (k Keyspace) Lock(name string) string { return k.prefix + "lock:" + name }
 

@@ -1233,12 +1233,13 @@ func TestPoolPage(t *testing.T) {
 	admin := header{"Authorization", "Bearer adm"}
 	e.ok(http.MethodPut, "/v1/scopes/u/config", scopeCfg(4, 2, 1, 10), admin)
 	e.ok(http.MethodPost, "/v1/scopes/u/sessions", `{"session_id":"s1"}`, admin)
-	st := e.ok(http.MethodGet, "/v1/ui/state", nil, admin)
-	keys(t, st, "instance_id", "now", "scopes")
-	scopes := st["scopes"].([]any)
-	if len(scopes) != 1 {
+	st := e.ok(http.MethodGet, "/v1/ui/state?detail=u,nosuch", nil, admin)
+	keys(t, st, "instance_id", "now", "summary_at", "summary_by", "totals", "filter", "sort", "offset", "limit", "matched", "rows", "scopes")
+	scopes, rows := st["scopes"].([]any), st["rows"].([]any)
+	if len(scopes) != 1 || len(rows) != 1 || rows[0].(map[string]any)["scope_id"] != "u" {
 		t.Fatalf("state: %v", st)
 	}
+	e.wantErr(e.do(http.MethodGet, "/v1/ui/state?limit=0", nil, admin), http.StatusBadRequest, warmpool.CodeValidation, "limit: ")
 	u := scopes[0].(map[string]any)
 	pods, deploys := u["pods"].([]any), u["deploys"].([]any)
 	if u["scope_id"] != "u" || num(t, u, "max_pods") != 2 || len(pods) != 1 || len(deploys) != 1 {
@@ -1256,7 +1257,7 @@ func TestPoolPage(t *testing.T) {
 	e.token = "adm"
 	counts := func(when string, placeholders, followers, waiters int) {
 		t.Helper()
-		u := e.ok(http.MethodGet, "/v1/ui/state", nil)["scopes"].([]any)[0].(map[string]any)
+		u := e.ok(http.MethodGet, "/v1/ui/state?detail=u", nil)["scopes"].([]any)[0].(map[string]any)
 		if num(t, u, "placeholders") != placeholders || num(t, u, "followers") != followers || num(t, u, "waiters") != waiters {
 			t.Fatalf("%s: scope u %v, want %d placeholders, %d followers, %d waiters", when, u, placeholders, followers, waiters)
 		}

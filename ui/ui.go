@@ -1,7 +1,9 @@
 // Package ui is the live pool page (GET /ui): one HTML document with its style and
 // script inline, embedded with go:embed (no build step, nothing loaded from elsewhere),
-// and the data it polls (GET /v1/ui/state, an admin call). The page itself is open:
-// it holds no data. When the server has an admin token, a small form keeps it in the
+// and the data it polls (GET /v1/ui/state, an admin call): the totals over every
+// scope and a page of summary rows (state.go) from one pass over every scope that a
+// replica makes at most once a Refresh and shares (summary.go), and the pods and
+// deploy logs of the scopes the page shows. The page itself is open: it holds no data. When the server has an admin token, a small form keeps it in the
 // browser's sessionStorage and the script sends it as a bearer token.
 package ui
 
@@ -19,7 +21,8 @@ import (
 	"github.com/warmpool/warmpool/lua"
 )
 
-// Refresh is how often the page polls its data.
+// Refresh is how often the page polls its data, and the longest a replica keeps the
+// summary of every scope (and shares it in Redis) before it reads them again.
 const Refresh = time.Second
 
 //go:embed page.html
@@ -33,12 +36,15 @@ type UI struct {
 	instance string
 	clock    warmpool.Clock
 	log      *slog.Logger
+	sums     *summaries
 }
 
 // New returns the pool page of a replica named instanceID, reading Redis through
 // store.
 func New(store *lua.Store, instanceID string, clock warmpool.Clock, log *slog.Logger) *UI {
-	return &UI{store: store, instance: instanceID, clock: clock, log: log.With("component", "ui")}
+	log = log.With("component", "ui")
+	return &UI{store: store, instance: instanceID, clock: clock, log: log,
+		sums: &summaries{store: store, clock: clock, instance: instanceID, ttl: Refresh, log: log}}
 }
 
 // Page serves the HTML page. Each answer carries a Content-Security-Policy that lets
@@ -61,10 +67,23 @@ func (u *UI) Page() http.Handler {
 	})
 }
 
-// State is what the page shows: every scope with its pool, as one replica sees Redis.
+// State is what the page shows, as one replica sees Redis: the totals over every
+// scope and a page of their summary rows, from a pass over every scope that ended at
+// most Refresh ago (SummaryAt, by the replica SummaryBy); and, read for this answer, the
+// pods and deploy logs of the scopes the query names (Scopes, in the order named; a
+// scope not published is left out).
 type State struct {
 	InstanceID string       `json:"instance_id"`
 	Now        time.Time    `json:"now"`
+	SummaryAt  time.Time    `json:"summary_at"`
+	SummaryBy  string       `json:"summary_by"`
+	Totals     Totals       `json:"totals"`
+	Filter     string       `json:"filter"`
+	Sort       string       `json:"sort"`
+	Offset     int          `json:"offset"`
+	Limit      int          `json:"limit"`
+	Matched    int          `json:"matched"`
+	Rows       []Row        `json:"rows"`
 	Scopes     []ScopeState `json:"scopes"`
 }
 
@@ -101,16 +120,21 @@ type Deploy struct {
 	Result  string    `json:"result"`
 }
 
-// State reads every published scope's pool and deploy log. A scope that goes away
-// while it is read is left out. Errors: STORE_UNAVAILABLE.
-func (u *UI) State(ctx context.Context) (State, error) {
-	counts, err := u.store.Counts(ctx)
+// State answers q: the summary of every scope (shared, see summaries) and the details
+// of the scopes q names, read now. Errors: STORE_UNAVAILABLE.
+func (u *UI) State(ctx context.Context, q Query) (State, error) {
+	sum, err := u.sums.get(ctx)
 	if err != nil {
 		return State{}, err
 	}
-	st := State{InstanceID: u.instance, Now: u.clock.Now().UTC(), Scopes: make([]ScopeState, 0, len(counts))}
-	for _, c := range counts {
-		sc, err := u.scope(ctx, c.ScopeID)
+	st := State{InstanceID: u.instance, Now: u.clock.Now().UTC(), SummaryAt: sum.at.UTC(), SummaryBy: sum.by, Totals: sum.totals,
+		Filter: q.Filter, Sort: q.Sort, Offset: q.Offset, Limit: q.Limit, Scopes: make([]ScopeState, 0, len(q.Detail))}
+	if q.Desc {
+		st.Sort = "-" + q.Sort
+	}
+	st.Rows, st.Matched = q.page(sum)
+	for _, id := range q.Detail {
+		sc, err := u.scope(ctx, id)
 		if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
 			continue
 		}

@@ -230,3 +230,71 @@ func TestPoolPageAsksForTheToken(t *testing.T) {
 		t.Fatalf("sessionStorage holds %q", stored)
 	}
 }
+
+// At more scopes than a page holds, the page shows 20 rows and their details, pages
+// on, filters by scope id and sorts, asking for the details of the rows it shows.
+func TestPoolPagePagingInBrowser(t *testing.T) {
+	ctx := browser(t)
+	b := testserver.NewBacking(t)
+	cfg := b.Config("ui-replica-3")
+	cfg.Dev = true // the demo scope, first of the rows
+	_, ts := testserver.Serve(t, cfg)
+	for i := range 24 {
+		putScope(t, ts.URL, fmt.Sprintf("p-%02d", i))
+	}
+	route(t, ts.URL, "p-05", "s0")
+	route(t, ts.URL, "p-05", "s1")
+	route(t, ts.URL, "p-21", "s0")
+
+	var errs consoleErrors
+	errs.listen(t, ctx)
+	rows := `document.querySelectorAll('#summary tr[data-row]')`
+	sections := `document.querySelectorAll('section.scope')`
+	// wait waits until the page shows want rows, the first and last of them named,
+	// each with its details, and the range text.
+	wait := func(when string, want int, first, last, rangeText string) {
+		t.Helper()
+		cond := fmt.Sprintf(`(() => { const r = %s, s = %s; return r.length === %d && s.length === %d &&
+			r[0].dataset.row === %q && r[r.length-1].dataset.row === %q && s[0].dataset.scope === %q && s[s.length-1].dataset.scope === %q &&
+			document.getElementById("range").textContent === %q; })()`, rows, sections, want, want, first, last, first, last, rangeText)
+		if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+			got := js[string](t, ctx, `[...`+rows+`].map(r => r.dataset.row).join(",") + " | " + [...`+sections+
+				`].map(s => s.dataset.scope).join(",") + " | " + document.getElementById("range").textContent`)
+			t.Fatalf("%s: the page shows %s; want %d rows and details %s…%s, %q (%v)", when, got, want, first, last, rangeText, err)
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/ui")); err != nil {
+		t.Fatal(err)
+	}
+	wait("the first page", 20, server.DemoScope, "p-18", "1–20 of 25")
+	if got := js[string](t, ctx, `document.querySelector('#summary tr[data-row="p-05"]').cells[6].textContent`); got != "2" {
+		t.Errorf("sessions of p-05 in its row: %q", got)
+	}
+	if got := js[string](t, ctx, `document.getElementById("totals").textContent`); !strings.Contains(got, "scopes 25") || !strings.Contains(got, "sessions 3") {
+		t.Errorf("totals: %q", got)
+	}
+	if !js[bool](t, ctx, `document.getElementById("prev").disabled`) || js[bool](t, ctx, `document.getElementById("next").disabled`) {
+		t.Error("on the first page: previous should be disabled, next enabled")
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#next`))); err != nil {
+		t.Fatal(err)
+	}
+	wait("the second page", 5, "p-19", "p-23", "21–25 of 25")
+	if !js[bool](t, ctx, `document.getElementById("next").disabled`) {
+		t.Error("on the last page: next should be disabled")
+	}
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(`#filter`), "P-1")); err != nil {
+		t.Fatal(err)
+	}
+	wait("filtered", 10, "p-10", "p-19", "1–10 of 10 matching")
+	js[bool](t, ctx, `(() => { const s = document.getElementById("sort"); s.value = "-sessions"; s.dispatchEvent(new Event("change")); return true; })()`)
+	wait("filtered, by sessions", 10, "p-10", "p-19", "1–10 of 10 matching")
+	js[bool](t, ctx, `(() => { const f = document.getElementById("filter"); f.value = ""; f.dispatchEvent(new Event("input")); return true; })()`)
+	wait("by sessions", 20, "p-05", "p-17", "1–20 of 25")
+	if got := js[string](t, ctx, `[...`+rows+`].slice(0, 3).map(r => r.dataset.row).join(",")`); got != "p-05,p-21,demo" {
+		t.Errorf("the first rows by sessions: %s, want p-05, p-21, then the others by scope id", got)
+	}
+	if e := errs.all(); len(e) > 0 {
+		t.Fatalf("the page reported errors:\n%s", strings.Join(e, "\n"))
+	}
+}

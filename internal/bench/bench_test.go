@@ -220,3 +220,36 @@ func TestMetricsSmoke(t *testing.T) {
 		t.Errorf("slow readers: RSS %d / %d / %d, answered %v", res.RSSBefore, res.RSSSlowMax, res.RSSAfter, res.SlowStatus)
 	}
 }
+
+// TestUISmoke runs the pool page measurement at a tiny size for seconds: every figure
+// it reports must have been measured, and the page's details asked for.
+func TestUISmoke(t *testing.T) {
+	bin, _ := smokeBins(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := UI(ctx, UIConfig{Bin: bin, RedisScript: "../../scripts/redis.sh", Dir: t.TempDir(), Scopes: 30, Pods: 1, Sessions: 1, Workers: 4,
+		Refreshes: 2, RefreshWait: 200 * time.Millisecond, Idle: time.Second, SettleHorizon: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Detail != 20 || len(res.Runs) != 4 {
+		t.Fatalf("detail %d, runs %d", res.Detail, len(res.Runs))
+	}
+	for i, r := range res.Runs {
+		replicas := 1
+		if i == 3 {
+			replicas = 2
+		}
+		if len(r.Answers) != replicas || len(r.ReplicaCPUMs) != replicas || r.Bytes <= 0 || r.WallMs <= 0 || r.RedisCommands["evalsha"] <= 0 {
+			t.Errorf("%s: %+v", r.Name, r)
+		}
+	}
+	if d, f := res.Runs[1].Bytes, res.Runs[0].Bytes; d <= f || !strings.Contains(res.Runs[1].Query, "detail=u-0,") {
+		t.Errorf("with details %v bytes, without %v; query %q", d, f, res.Runs[1].Query)
+	}
+	var txt bytes.Buffer
+	res.WriteText(&txt)
+	if strings.Count(txt.String(), "\n") != 5 {
+		t.Errorf("text:\n%s", txt.String())
+	}
+}

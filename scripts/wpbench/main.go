@@ -9,6 +9,9 @@
 //	                   scripts/routebaseline on the same Redis keys
 //	wpbench metrics    what /metrics costs at S scopes: its size, the CPU of a scrape,
 //	                   warm routes with and without scrape loops, slow readers' RSS
+//	wpbench ui         what the pool page's data (GET /v1/ui/state) costs per refresh
+//	                   at S scopes: replica and Redis CPU, bytes; one page, two pages on
+//	                   one replica, one page on each of two replicas
 //	wpbench script F   print the source Redis runs for lua/F (lua.Sources)
 //	wpbench keys F PREFIX SCOPE [EXTRA...]
 //	                   print the KEYS a replica passes to lua/F for SCOPE under the
@@ -47,7 +50,7 @@ func main() {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wpbench scale|baseline|metrics [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
+		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
 	}
 	switch args[0] {
 	case "script":
@@ -76,8 +79,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return baseline(ctx, args[1:], getenv, stdout, stderr)
 	case "metrics":
 		return metrics(ctx, args[1:], getenv, stdout, stderr)
+	case "ui":
+		return poolPage(ctx, args[1:], getenv, stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, script or keys", args[0])
+	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, script or keys", args[0])
 }
 
 func scriptNames() []string {
@@ -229,6 +234,41 @@ func metrics(ctx context.Context, args []string, getenv func(string) string, std
 	res, err := bench.Metrics(ctx, c)
 	if res != nil && err == nil {
 		err = res.WriteText(stdout)
+	}
+	return err
+}
+
+func poolPage(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("ui", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c bench.UIConfig
+	var flags string
+	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
+	fs.StringVar(&flags, "flags", "", "serve flags added to the replicas', space-separated")
+	fs.IntVar(&c.Scopes, "scopes", bench.DefaultUIScopes, "scopes S")
+	fs.IntVar(&c.Pods, "pods", bench.DefaultUIPods, "pods per scope P")
+	fs.IntVar(&c.Sessions, "sessions", bench.DefaultUISessions, "sessions per scope N (at least P)")
+	fs.IntVar(&c.Workers, "workers", bench.DefaultWorkers, "concurrent calls of the setup")
+	fs.IntVar(&c.Refreshes, "refreshes", bench.DefaultRefreshes, "refreshes each page makes in each run")
+	fs.DurationVar(&c.RefreshWait, "refresh-wait", bench.DefaultRefreshWait, "wait after each answer, as the page's refresh")
+	fs.DurationVar(&c.Idle, "idle", bench.DefaultUIIdle, "idle window whose CPU is taken off")
+	fs.StringVar(&c.Query, "query", bench.DefaultPageQuery, "the page's first request (its query string)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.Sessions < c.Pods {
+		return fmt.Errorf("--sessions %d: at least --pods (%d): the pods are deployed by the sessions' routes", c.Sessions, c.Pods)
+	}
+	c.Flags = strings.Fields(flags)
+	var err error
+	if c.Dir, err = outDir(c.Dir); err != nil {
+		return err
+	}
+	c.Log = stderr
+	fmt.Fprintf(stderr, "wpbench ui: files in %s\n", c.Dir)
+	res, err := bench.UI(ctx, c)
+	if res != nil && err == nil {
+		res.WriteText(stdout)
 	}
 	return err
 }

@@ -1,0 +1,75 @@
+package ui_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/ui"
+)
+
+// BenchmarkState answers the page's request with the details of its 20 rows at 5,000
+// scopes of two pods, each answer after a new pass (the clock moves a Refresh between
+// answers, as one open page's does). cpu-ns/op is the process's CPU, the garbage
+// collector's included.
+func BenchmarkState(b *testing.B) {
+	r := testredis.New(b)
+	store := lua.NewStore(r.Admin, r.Prefix)
+	ctx := context.Background()
+	cfg := warmpool.DefaultScopeConfig()
+	cfg.Pool.MaxConcurrency, cfg.Pool.PodConcurrency = 4, 2
+	if err := cfg.Normalize(); err != nil {
+		b.Fatal(err)
+	}
+	ver := cfg.Deploy.DeployVer()
+	pipe := r.Admin.Pipeline()
+	var detail []string
+	for i := range 5000 {
+		scope := fmt.Sprintf("scope-%04d", i)
+		if err := store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: scope, Config: cfg, Version: 1, DeployVer: ver}); err != nil {
+			b.Fatal(err)
+		}
+		if i < ui.DefaultLimit {
+			detail = append(detail, scope)
+		}
+		k := store.Keys().Scope(scope)
+		for p := range 2 {
+			pod := fmt.Sprintf("%s-%d", scope, p)
+			pipe.ZAdd(ctx, k.Pods, redis.Z{Score: float64(p), Member: pod})
+			pipe.HSet(ctx, k.PodVer, pod, ver)
+			pipe.HSet(ctx, k.Slots, pod, 1)
+			pipe.HSet(ctx, k.PodInfo, pod, fmt.Sprintf(`{"pod_id":%q,"scope_id":%q,"deploy_ver":%q,"sse_url":"http://x"}`, pod, scope, ver))
+			pipe.HSet(ctx, k.Sessions, fmt.Sprint("s", p), pod)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		b.Fatal(err)
+	}
+	clock := testredis.NewClock()
+	u := ui.New(store, "r1", clock, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	q := ui.Query{Sort: "scope_id", Limit: ui.DefaultLimit, Detail: detail}
+	runtime.GC()
+	var ru0 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	for b.Loop() {
+		clock.Advance(ui.Refresh)
+		st, err := u.State(ctx, q)
+		if err != nil || st.Totals.Scopes != 5000 || len(st.Scopes) != ui.DefaultLimit {
+			b.Fatalf("%d scopes, %d details: %v", st.Totals.Scopes, len(st.Scopes), err)
+		}
+	}
+	var ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+}

@@ -1,0 +1,355 @@
+package ui_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/harness/testserver"
+	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/ui"
+)
+
+// state is an answer of GET /v1/ui/state, the fields the tests read.
+type state struct {
+	InstanceID string    `json:"instance_id"`
+	SummaryBy  string    `json:"summary_by"`
+	Totals     ui.Totals `json:"totals"`
+	Filter     string    `json:"filter"`
+	Sort       string    `json:"sort"`
+	Offset     int       `json:"offset"`
+	Limit      int       `json:"limit"`
+	Matched    int       `json:"matched"`
+	Rows       []ui.Row  `json:"rows"`
+	Scopes     []struct {
+		ScopeID string        `json:"scope_id"`
+		MaxPods int           `json:"max_pods"`
+		Pods    []ui.PodState `json:"pods"`
+	} `json:"scopes"`
+}
+
+func (s state) rowIDs() []string {
+	ids := make([]string, 0, len(s.Rows))
+	for _, r := range s.Rows {
+		ids = append(ids, r.ScopeID)
+	}
+	return ids
+}
+
+// passes counts the passes over every scope a client makes: its pipelines that run
+// scope_summary.lua.
+type passes struct{ n atomic.Int64 }
+
+func (p *passes) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (p *passes) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p *passes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	sha := lua.Scripts["scope_summary.lua"].Hash()
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if a := c.Args(); len(a) > 1 && strings.EqualFold(fmt.Sprint(a[0]), "evalsha") && a[1] == sha {
+				p.n.Add(1)
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// replica is one replica under test, with a clock the test moves.
+type replica struct {
+	ts     *httptest.Server
+	passes *passes
+}
+
+// newReplica serves a replica named id on b, with its own Redis client (whose
+// passes it counts) and clock.
+func newReplica(t *testing.T, b *testserver.Backing, id string, clock warmpool.Clock) *replica {
+	t.Helper()
+	rdb := b.Redis.NewClient(t)
+	p := &passes{}
+	rdb.AddHook(p)
+	cfg := b.Config(id)
+	cfg.Redis, cfg.Clock = rdb, clock
+	_, ts := testserver.Serve(t, cfg)
+	return &replica{ts: ts, passes: p}
+}
+
+// get sends GET path and returns the status and the body.
+func get(t *testing.T, base, path string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Get(base + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+// uiState sends GET /v1/ui/state?query, which must answer 200.
+func uiState(t *testing.T, base, query string) state {
+	t.Helper()
+	code, b := get(t, base, "/v1/ui/state?"+query)
+	if code != http.StatusOK {
+		t.Fatalf("GET /v1/ui/state?%s: %d %s", query, code, b)
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// putScope stores a scope of max_pods 2 and pod_concurrency 2.
+func putScope(t *testing.T, base, scope string) {
+	t.Helper()
+	call(t, http.MethodPut, base+"/v1/scopes/"+scope+"/config", `{"pool":{"max_concurrency":4,"pod_concurrency":2}}`, nil)
+}
+
+func route(t *testing.T, base, scope, session string) string {
+	t.Helper()
+	var b struct {
+		PodID string `json:"pod_id"`
+	}
+	call(t, http.MethodPost, base+"/v1/scopes/"+scope+"/sessions", `{"session_id":"`+session+`"}`, &b)
+	return b.PodID
+}
+
+// The rows are a page of every scope's summary, filtered, sorted and cut by the
+// parameters, with totals over every scope; details come for the scopes named.
+func TestStatePageFilterSort(t *testing.T) {
+	t.Parallel()
+	b := testserver.NewBacking(t)
+	r := newReplica(t, b, "r1", testredis.NewClock())
+	var all []string
+	for i := range 25 {
+		all = append(all, fmt.Sprintf("a-%02d", i))
+	}
+	all = append(all, "b-0", "b-1")
+	for _, s := range all {
+		putScope(t, r.ts.URL, s)
+	}
+	// a-07: three sessions on two pods; b-1: two on one; a-03: one.
+	for scope, n := range map[string]int{"a-07": 3, "b-1": 2, "a-03": 1} {
+		for i := range n {
+			route(t, r.ts.URL, scope, fmt.Sprint("s", i))
+		}
+	}
+
+	st := uiState(t, r.ts.URL, "")
+	if !slices.Equal(st.rowIDs(), all[:ui.DefaultLimit]) || st.Matched != 27 || st.Offset != 0 || st.Limit != ui.DefaultLimit || st.Sort != "scope_id" {
+		t.Fatalf("first page: rows %v, matched %d, offset %d, limit %d, sort %q", st.rowIDs(), st.Matched, st.Offset, st.Limit, st.Sort)
+	}
+	want := ui.Totals{Scopes: 27, Pods: 4, Busy: 4, MaxPods: 54, Sessions: 6}
+	if st.Totals != want || len(st.Scopes) != 0 {
+		t.Fatalf("totals %+v, want %+v; details %v, want none", st.Totals, want, st.Scopes)
+	}
+	if row := st.Rows[7]; row.ScopeID != "a-07" || row.Pods != 2 || row.Busy != 2 || row.Sessions != 3 || row.MaxPods != 2 || row.PodConcurrency != 2 || row.Version != 1 {
+		t.Fatalf("row of a-07: %+v", row)
+	}
+	for _, c := range []struct {
+		query string
+		rows  []string
+		match int
+	}{
+		{"offset=20", all[20:], 27},
+		{"offset=20&limit=3", all[20:23], 27},
+		{"offset=27", []string{}, 27},
+		{"filter=B-", []string{"b-0", "b-1"}, 2},
+		{"filter=a-1&limit=3&offset=9", []string{"a-19"}, 10},
+		{"filter=zz", []string{}, 0},
+		{"sort=-sessions&limit=3", []string{"a-07", "b-1", "a-03"}, 27},
+		{"sort=-pods&limit=3", []string{"a-07", "a-03", "b-1"}, 27},
+		{"sort=sessions&limit=2&offset=24", []string{"a-03", "b-1"}, 27},
+		{"sort=-scope_id&limit=2", []string{"b-1", "b-0"}, 27},
+		{"sort=-busy&filter=b", []string{"b-1", "b-0"}, 2},
+	} {
+		st := uiState(t, r.ts.URL, c.query)
+		if !slices.Equal(st.rowIDs(), c.rows) || st.Matched != c.match || st.Totals != want {
+			t.Errorf("%s: rows %v (matched %d, totals %+v), want %v (matched %d)", c.query, st.rowIDs(), st.Matched, st.Totals, c.rows, c.match)
+		}
+	}
+	if st := uiState(t, r.ts.URL, "filter=B-"); st.Filter != "b-" {
+		t.Errorf("filter answered %q, want it in lower case", st.Filter)
+	}
+
+	st = uiState(t, r.ts.URL, "detail=b-1,a-07,nosuch,b-1")
+	if len(st.Scopes) != 2 || st.Scopes[0].ScopeID != "b-1" || st.Scopes[1].ScopeID != "a-07" ||
+		len(st.Scopes[0].Pods) != 1 || len(st.Scopes[1].Pods) != 2 || st.Scopes[1].MaxPods != 2 {
+		t.Fatalf("details: %+v, want b-1 (one pod) and a-07 (two), in the order named", st.Scopes)
+	}
+}
+
+// A bad parameter is a 400 VALIDATION naming it, in the error envelope.
+func TestStateBadParameters(t *testing.T) {
+	t.Parallel()
+	b := testserver.NewBacking(t)
+	r := newReplica(t, b, "r1", testredis.NewClock())
+	putScope(t, r.ts.URL, "a")
+	many := make([]string, ui.MaxDetail+1)
+	for i := range many {
+		many[i] = fmt.Sprint("s", i)
+	}
+	for _, c := range []struct{ query, param string }{
+		{"limit=0", "limit"}, {"limit=501", "limit"}, {"limit=-1", "limit"}, {"limit=ten", "limit"}, {"limit=", "limit"},
+		{"limit=1.5", "limit"}, {"limit=1&limit=2", "limit"}, {"limit=99999999999999999999", "limit"},
+		{"offset=-1", "offset"}, {"offset=x", "offset"}, {"offset=", "offset"}, {"offset=1&offset=1", "offset"},
+		{"sort=nope", "sort"}, {"sort=--pods", "sort"}, {"sort=", "sort"}, {"sort=+pods", "sort"}, {"sort=Pods", "sort"},
+		{"filter=a/b", "filter"}, {"filter=%20a", "filter"}, {"filter=" + strings.Repeat("a", 64), "filter"}, {"filter=a&filter=b", "filter"},
+		{"detail=A", "detail"}, {"detail=a,,b", "detail"}, {"detail=a,", "detail"}, {"detail=" + strings.Join(many, ","), "detail"},
+		{"detail=a&detail=b", "detail"},
+		{"page=2", "page"}, {"limit=5&Limit=5", "Limit"},
+	} {
+		code, body := get(t, r.ts.URL, "/v1/ui/state?"+c.query)
+		var env struct {
+			Error struct{ Code, Message string }
+		}
+		if err := json.Unmarshal(body, &env); err != nil || code != http.StatusBadRequest || env.Error.Code != string(warmpool.CodeValidation) ||
+			!strings.HasPrefix(env.Error.Message, c.param+": ") {
+			t.Errorf("%s: %d %s, want 400 VALIDATION naming %s", c.query, code, body, c.param)
+		}
+	}
+	if st := uiState(t, r.ts.URL, "limit=500&offset=0&sort=-old_pods&filter=&detail="); st.Limit != 500 || len(st.Rows) != 1 {
+		t.Errorf("the largest page and empty filter and detail: %+v", st)
+	}
+}
+
+// A replica reads every scope at most once a refresh interval, however many requests
+// ask, at once or one after the other; another replica takes the pass it shared in
+// Redis for that long instead of reading every scope itself.
+func TestStateSharedWork(t *testing.T) {
+	t.Parallel()
+	b := testserver.NewBacking(t)
+	clock := testredis.NewClock()
+	r1, r2 := newReplica(t, b, "r1", clock), newReplica(t, b, "r2", clock)
+	for _, s := range []string{"a", "b", "c"} {
+		putScope(t, r1.ts.URL, s)
+	}
+	count := func(when string, want1, want2 int64) {
+		t.Helper()
+		if n1, n2 := r1.passes.n.Load(), r2.passes.n.Load(); n1 != want1 || n2 != want2 {
+			t.Fatalf("%s: %d and %d passes, want %d and %d", when, n1, n2, want1, want2)
+		}
+	}
+	if st := uiState(t, r1.ts.URL, ""); st.Totals.Scopes != 3 || st.SummaryBy != "r1" {
+		t.Fatalf("first answer: %+v", st)
+	}
+	count("the first request", 1, 0)
+	putScope(t, r1.ts.URL, "d")
+	if st := uiState(t, r1.ts.URL, "filter=a&detail=d"); st.Totals.Scopes != 3 || len(st.Scopes) != 1 {
+		t.Fatalf("a second request in the interval: %+v, want the first pass's 3 scopes and d's details", st)
+	}
+	count("a second request in the interval", 1, 0)
+	if st := uiState(t, r2.ts.URL, ""); st.Totals.Scopes != 3 || st.SummaryBy != "r1" || st.InstanceID != "r2" {
+		t.Fatalf("the other replica in the interval: %+v, want r1's pass", st)
+	}
+	count("the other replica in the interval", 1, 0)
+
+	clock.Advance(ui.Refresh - 1)
+	uiState(t, r1.ts.URL, "")
+	count("just before the interval ends", 1, 0)
+	clock.Advance(1)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if st := uiState(t, r1.ts.URL, ""); st.Totals.Scopes != 4 {
+				t.Errorf("after the interval: %d scopes, want 4", st.Totals.Scopes)
+			}
+		})
+	}
+	wg.Wait()
+	count("8 requests at once after the interval", 2, 0)
+	uiState(t, r2.ts.URL, "")
+	count("the other replica after", 2, 0)
+
+	// r2's own pass, once r1's has aged: r1 then takes r2's.
+	clock.Advance(ui.Refresh)
+	if st := uiState(t, r2.ts.URL, ""); st.SummaryBy != "r2" {
+		t.Fatalf("r2 after another interval: summary by %q", st.SummaryBy)
+	}
+	if st := uiState(t, r1.ts.URL, ""); st.SummaryBy != "r2" {
+		t.Fatalf("r1 then: summary by %q", st.SummaryBy)
+	}
+	count("one more interval", 2, 1)
+
+	// While another replica reads every scope (it holds the pass lock), the last pass
+	// serves for a second interval, and no longer.
+	store := lua.NewStore(b.Redis.Client, b.Redis.Prefix)
+	lock, err := store.Obtain(context.Background(), store.Keys().Lock(ui.PassLock), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(ui.Refresh)
+	if st := uiState(t, r1.ts.URL, ""); st.SummaryBy != "r2" {
+		t.Fatalf("r1 while another replica reads, the last pass an interval old: summary by %q, want r2's", st.SummaryBy)
+	}
+	count("while another replica reads", 2, 1)
+	clock.Advance(ui.Refresh)
+	if st := uiState(t, r1.ts.URL, ""); st.SummaryBy != "r1" {
+		t.Fatalf("r1 while another replica reads, the last pass two intervals old: summary by %q, want its own", st.SummaryBy)
+	}
+	count("while another replica reads, for long", 3, 1)
+	if err := lock.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A scope's details are its pool as GET …/pool answers it, and its row counts the
+// same pods and sessions.
+func TestStateDetailMatchesPool(t *testing.T) {
+	t.Parallel()
+	b := testserver.NewBacking(t)
+	clock := testredis.NewClock()
+	r := newReplica(t, b, "r1", clock)
+	putScope(t, r.ts.URL, "m")
+	p0 := route(t, r.ts.URL, "m", "s0")
+	route(t, r.ts.URL, "m", "s1")
+	route(t, r.ts.URL, "m", "s2")
+	call(t, http.MethodDelete, r.ts.URL+"/v1/scopes/m/sessions/s0", "", nil)
+	call(t, http.MethodDelete, r.ts.URL+"/v1/scopes/m/sessions/s1", "", nil)
+
+	var pool struct {
+		Pods []struct {
+			PodID    string `json:"pod_id"`
+			State    string `json:"state"`
+			Sessions int    `json:"sessions"`
+		} `json:"pods"`
+	}
+	call(t, http.MethodGet, r.ts.URL+"/v1/scopes/m/pool", "", &pool)
+	st := uiState(t, r.ts.URL, "detail=m")
+	if len(st.Scopes) != 1 || len(st.Scopes[0].Pods) != len(pool.Pods) || len(pool.Pods) != 2 {
+		t.Fatalf("details %+v, pool %+v: want the same two pods", st.Scopes, pool)
+	}
+	idle := 0
+	for i, p := range st.Scopes[0].Pods {
+		q := pool.Pods[i]
+		if p.PodID != q.PodID || p.State != q.State || p.Sessions != q.Sessions || !p.Current {
+			t.Errorf("pod %d: detail %+v, pool %+v", i, p, q)
+		}
+		if p.State == "idle" {
+			idle++
+			if p.PodID != p0 || p.IdleSince == nil {
+				t.Errorf("idle pod %+v, want %s with its idle_since", p, p0)
+			}
+		}
+	}
+	if row := st.Rows[0]; idle != 1 || row.Pods != 2 || row.Idle != 1 || row.Busy != 1 || row.Sessions != 1 {
+		t.Errorf("row %+v, want 2 pods, 1 idle, 1 session", row)
+	}
+}

@@ -1,0 +1,374 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/scopes"
+)
+
+// listPods lists the driver's pods, first naming every stored scope's namespace to a
+// driver that lists only the namespaces it knows of: after a restart its List would
+// otherwise miss live pods, and reconcile would take them for ghosts.
+func (s *Sweeper) listPods(ctx context.Context) ([]warmpool.Pod, error) {
+	if _, ok := s.driver.(warmpool.NamespaceWatcher); ok {
+		all, err := s.configs.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.watchNamespaces(ctx, all); err != nil {
+			return nil, err
+		}
+	}
+	return s.driver.List(ctx)
+}
+
+// watchNamespaces names the namespace of every scope of stored to a driver that lists
+// only the namespaces it knows of; it does nothing for other drivers.
+func (s *Sweeper) watchNamespaces(ctx context.Context, stored []warmpool.StoredConfig) error {
+	w, ok := s.driver.(warmpool.NamespaceWatcher)
+	if !ok {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, c := range stored {
+		if ns := c.Config.Deploy.Namespace; !seen[ns] {
+			seen[ns] = true
+			if err := w.WatchNamespace(ctx, ns); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Reconcile makes Redis agree with the config store and the driver, the ground truths
+// for configs and pods: a Redis that lost its data is rebuilt; a scope whose stored
+// config is newer than the published one (or missing) is published again; labelled
+// pods Redis does not know are adopted (ready, of the current version, within
+// max_pods) or deleted; pods Redis knows but the driver lacks are purged; expired
+// leases, room entries, claims and waiters go; and every derived count is recomputed
+// from the sessions and claims. It runs flat out; the job paces it.
+func (s *Sweeper) Reconcile(ctx context.Context) error { return s.reconcile(ctx, nil) }
+
+func (s *Sweeper) reconcile(ctx context.Context, p *pacer) error {
+	failover, err := s.store.CheckFailover(ctx)
+	if err != nil {
+		return err
+	}
+	if failover {
+		s.log.WarnContext(ctx, "redis serves another replication history than the pool was built on (a failover, or a restart from disk): rebuilding")
+		s.cfg.Observe("sweep", "failover")
+	}
+	live, err := s.store.EpochLive(ctx)
+	if err != nil {
+		return err
+	}
+	if !live {
+		// Until the due index is rebuilt too, no scope's due work is found.
+		p.flatOut()
+		return s.Rebuild(ctx)
+	}
+	if err := s.store.RecordReplicationID(ctx, false); err != nil {
+		return err
+	}
+	lost, err := s.republishStale(ctx, p)
+	if err != nil {
+		return err
+	}
+	listed, err := s.listPods(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: list pods: %w", err)
+	}
+	now := s.clock.Now()
+	inDriver := map[string]bool{}
+	byScope := map[string][]warmpool.Pod{}
+	for _, p := range listed {
+		inDriver[p.ID] = true
+		byScope[p.ScopeID] = append(byScope[p.ScopeID], p)
+	}
+	published := map[string]bool{}
+	err = s.forScopes(ctx, p, func(scope string) error {
+		published[scope] = true
+		rec, snap, err := s.pool(ctx, scope)
+		if err != nil {
+			return err
+		}
+		known := map[string]bool{}
+		for _, p := range snap.Pods {
+			known[p.Pod.ID] = true
+		}
+		var maxFence int64
+		for _, p := range byScope[scope] {
+			maxFence = max(maxFence, p.Fence)
+			if known[p.ID] || inFlight(snap, p.Fence, now) {
+				continue
+			}
+			s.orphan(ctx, rec, p, now, lost[scope])
+		}
+		if maxFence > 0 {
+			if err := s.store.FenceRaise(ctx, scope, maxFence); err != nil {
+				return err
+			}
+		}
+		for _, p := range snap.Pods {
+			if !inDriver[p.Pod.ID] && now.Sub(p.RegisteredAt) >= s.cfg.GhostGrace {
+				s.bury(ctx, scope, p.Pod, "gone from the driver", "purged_ghost")
+			}
+		}
+		return nil
+	})
+	if rerr := s.repair(ctx, p); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	// A scope published while the keyspace was being rebuilt gets its epoch now.
+	if _, berr := s.store.Bootstrap(ctx, strconv.FormatInt(now.UnixNano(), 36)); berr != nil {
+		err = errors.Join(err, berr)
+	}
+	// Pods of scopes that no longer exist anywhere are deleted.
+	for scope, pods := range byScope {
+		if published[scope] {
+			continue
+		}
+		for _, p := range pods {
+			if now.Sub(time.UnixMilli(p.CreatedAt)) >= s.cfg.OrphanGrace {
+				s.deleteOrphan(ctx, p, "its scope has no config")
+			}
+		}
+	}
+	return err
+}
+
+// Repair drops every scope's expired leases, room entries, claims and waiters, and
+// recomputes its slot counts from the sessions and claims (scope_repair.lua). The
+// recount reads every session, so it runs on the first and then every RepairEvery-th
+// call.
+func (s *Sweeper) Repair(ctx context.Context) error { return s.repair(ctx, nil) }
+
+func (s *Sweeper) repair(ctx context.Context, p *pacer) error {
+	recount := (s.reconciles.Add(1)-1)%uint64(s.cfg.RepairEvery) == 0
+	now := s.clock.Now()
+	return s.forScopes(ctx, p, func(scope string) error {
+		rep, err := s.store.ScopeRepair(ctx, scope, now, now.Add(noteTTL), recount)
+		if err != nil {
+			return err
+		}
+		if rep.Any() {
+			s.log.InfoContext(ctx, "reconcile repaired derived state", "scope", scope, "slot_counts", rep.SlotCounts,
+				"sessions_dropped", rep.Sessions, "claims_dropped", rep.Claims, "waiters_expired", rep.Waiters, "deploys_expired", rep.Deploys)
+			s.fixed(ctx, "repaired")
+		}
+		return nil
+	})
+}
+
+// inFlight reports whether a deploy lease with this fence is live: its pod is about
+// to be registered by its leader. A lease past its deadline is dead (the register
+// script refuses it), even before a repair removes it.
+func inFlight(snap lua.Snapshot, fence int64, now time.Time) bool {
+	for d, deadline := range snap.Deploys {
+		if strings.TrimSuffix(d, "w") == strconv.FormatInt(fence, 10) && deadline.After(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// orphan adopts or deletes a pod the driver has and Redis does not know. Such a pod had
+// no session through warmpool (Redis binds sessions only to pods it knows, and forgets
+// a pod's sessions with it), unless its scope's keys were lost (lost): then it may
+// serve sessions Redis no longer has, and takes no new one until they have expired.
+func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Pod, now time.Time, lost bool) {
+	switch {
+	case p.Dead != "":
+		s.deleteOrphan(ctx, p, "dead: "+p.Dead)
+	case rec.Deleted:
+		s.deleteOrphan(ctx, p, "its scope is deleted")
+	case !p.Ready:
+		if now.Sub(time.UnixMilli(p.CreatedAt)) >= s.cfg.OrphanGrace {
+			s.deleteOrphan(ctx, p, "never became ready")
+		}
+	case p.DeployVer != rec.DeployVer:
+		s.deleteOrphan(ctx, p, "old deploy_ver "+p.DeployVer)
+	case p.SSEURL == "":
+		s.deleteOrphan(ctx, p, "no SSE address to adopt it with")
+	default:
+		st, err := s.store.PodAdopt(ctx, p, now, lost)
+		switch {
+		case err != nil:
+			s.log.WarnContext(ctx, "reconcile: adopt failed", "pod", p.ID, "err", err)
+		case st == lua.AdoptFull:
+			s.deleteOrphan(ctx, p, "no room under max_pods")
+		case st == lua.AdoptGone:
+			// Purged lately by a job that deletes it (or failed to): it stays gone.
+			s.deleteOrphan(ctx, p, "purged")
+		case st == lua.AdoptAdopted:
+			s.log.InfoContext(ctx, "reconcile adopted a pod", "scope", p.ScopeID, "pod", p.ID)
+			s.fixed(ctx, "adopted")
+			s.sessions.Wake(ctx, p.ScopeID)
+		}
+	}
+}
+
+func (s *Sweeper) deleteOrphan(ctx context.Context, p warmpool.Pod, reason string) {
+	if err := s.driver.Delete(ctx, p); err != nil {
+		s.log.WarnContext(ctx, "reconcile: orphan not deleted", "pod", p.ID, "err", err)
+		return
+	}
+	s.log.InfoContext(ctx, "reconcile deleted an orphan pod", "scope", p.ScopeID, "pod", p.ID, "reason", reason)
+	s.fixed(ctx, "deleted_orphan")
+}
+
+// republishStale makes Redis serve the latest stored config of every scope: a stored
+// scope that Redis does not have, or has at an older version, is published again. A
+// config PUT whose publish failed (answered STORE_UNAVAILABLE after it was stored) is
+// served from the next reconcile on, not only after a manual sync. It returns the
+// scopes Redis did not have: all of a scope's keys share one slot, so a scope whose
+// config is missing lost its sessions too (a Cluster node restarted empty).
+func (s *Sweeper) republishStale(ctx context.Context, p *pacer) (lost map[string]bool, err error) {
+	all, err := s.configs.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lost = map[string]bool{}
+	for _, c := range all {
+		if err := p.step(ctx); err != nil {
+			return nil, err
+		}
+		rec, err := s.store.Scope(ctx, c.ScopeID)
+		switch {
+		case warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound:
+			lost[c.ScopeID] = true
+		case err != nil:
+			return nil, err
+		case rec.Version >= c.Version:
+			continue
+		}
+		if err := s.publish(ctx, c); err != nil {
+			return nil, err
+		}
+		s.log.InfoContext(ctx, "reconcile published a scope's stored config", "scope", c.ScopeID, "version", c.Version)
+		s.fixed(ctx, "republished")
+	}
+	return lost, s.deleteStale(ctx, p, all)
+}
+
+// deleteStale deletes in Redis the scopes that the config store has deleted and Redis
+// still serves (a delete that was stored and then failed to reach Redis). stored is
+// the store's list of live scopes; a scope Redis has that the store never had is left
+// alone.
+func (s *Sweeper) deleteStale(ctx context.Context, p *pacer, stored []warmpool.StoredConfig) error {
+	live := map[string]bool{}
+	for _, c := range stored {
+		live[c.ScopeID] = true
+	}
+	ids, err := s.store.ScopeIDs(ctx)
+	if err != nil {
+		return err
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if live[id] {
+			continue
+		}
+		if err := p.step(ctx); err != nil {
+			return err
+		}
+		version, ok, err := scopes.DeletedLive(ctx, s.configs, s.store, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if _, err := s.pools.DeleteScope(ctx, id, version, false); warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+			continue // a Put made it live again meanwhile
+		} else if err != nil {
+			return err
+		}
+		s.log.InfoContext(ctx, "reconcile deleted a scope the config store has deleted", "scope", id, "version", version)
+		s.fixed(ctx, "deleted_scope")
+	}
+	return nil
+}
+
+// publish publishes a stored config; a conflict (another replica published this
+// version with other content) is counted like the config service counts it.
+func (s *Sweeper) publish(ctx context.Context, c warmpool.StoredConfig) error {
+	err := s.store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer})
+	if errors.Is(err, lua.ErrPublishConflict) {
+		s.cfg.Observe("config_publish", "conflict")
+	}
+	return err
+}
+
+// Rebuild restores a Redis that lost its data (or was never written) from the ground
+// truth: every scope is published from the config store, every ready pod of a current
+// version is adopted from the driver (the rest is left to reconcile), with every slot
+// taken until session_ttl_s has passed (the sessions it served were lost with Redis's
+// data, and may still run: the pod is not given new ones on top). After a failover
+// the keyspace is not empty but may lack acknowledged writes: a pod Redis still knows
+// keeps its sessions, and its free slots are held the same way. Fencing counters
+// are raised past the pods' numbers, and only then is the epoch written, so no request
+// is admitted on a half-built pool. Derived state is recomputed, never merged.
+func (s *Sweeper) Rebuild(ctx context.Context) error {
+	all, err := s.configs.List(ctx)
+	if err != nil {
+		return err
+	}
+	current := map[string]string{}
+	for _, c := range all {
+		if err := s.publish(ctx, c); err != nil {
+			return err
+		}
+		current[c.ScopeID] = c.DeployVer
+	}
+	listed, err := s.listPods(ctx)
+	if err != nil {
+		return fmt.Errorf("rebuild: list pods: %w", err)
+	}
+	now := s.clock.Now()
+	adopted := 0
+	fences := map[string]int64{}
+	for _, p := range listed {
+		ver, ok := current[p.ScopeID]
+		if !ok {
+			continue
+		}
+		fences[p.ScopeID] = max(fences[p.ScopeID], p.Fence)
+		if !p.Ready || p.Dead != "" || p.DeployVer != ver || p.SSEURL == "" {
+			continue
+		}
+		// Redis lost the pod's sessions with it: they may still be running.
+		st, err := s.store.PodAdopt(ctx, p, now, true)
+		if err != nil {
+			return err
+		}
+		if st == lua.AdoptAdopted {
+			adopted++
+		}
+	}
+	for scope, f := range fences {
+		if err := s.store.FenceRaise(ctx, scope, f); err != nil {
+			return err
+		}
+	}
+	// The pool is built on this server's history from now on; recorded before the
+	// epoch, so that no check between the two takes the rebuilt pool for a failover.
+	if err := s.store.RecordReplicationID(ctx, true); err != nil {
+		return err
+	}
+	if _, err := s.store.Bootstrap(ctx, strconv.FormatInt(now.UnixNano(), 36)); err != nil {
+		return err
+	}
+	s.log.WarnContext(ctx, "keyspace rebuilt from the config store and the driver", "scopes", len(all), "pods_adopted", adopted)
+	s.fixed(ctx, "rebuilt")
+	return nil
+}

@@ -88,6 +88,8 @@ func TestDeploymentProcesses(t *testing.T) {
 		"store-dsn":   storeDSN,
 		"auth-token":  token,
 		"admin-token": adminToken,
+		// The README's Secret: every key it tells operators to create.
+		"report-secret": randomHex(t),
 	}
 
 	type replica struct {

@@ -248,7 +248,9 @@ func TestUISmoke(t *testing.T) {
 		t.Errorf("with details %v bytes, without %v; query %q", d, f, res.Runs[1].Query)
 	}
 	var txt bytes.Buffer
-	res.WriteText(&txt)
+	if err := res.WriteText(&txt); err != nil {
+		t.Fatal(err)
+	}
 	if strings.Count(txt.String(), "\n") != 5 {
 		t.Errorf("text:\n%s", txt.String())
 	}

@@ -359,11 +359,14 @@ func msList(v []float64) string {
 }
 
 // WriteText writes the results as the lines of docs/performance.md.
-func (r *UIResults) WriteText(w io.Writer) {
+func (r *UIResults) WriteText(out io.Writer) error {
+	w := new(strings.Builder) // one write to out, whose error is the one to check
 	fmt.Fprintf(w, "pool page run of %s on %s; S = %d scopes of %d pods and %d sessions; serve flags: %s\n",
 		r.Started.Format("2006-01-02 15:04 UTC"), r.Machine, r.Scopes, r.Pods, r.Sessions, strings.Join(r.Flags, " "))
 	for _, run := range r.Runs {
 		fmt.Fprintf(w, "%s (%v answers, %d from another replica's pass): replica CPU %s ms, Redis CPU %.1f ms, %.0f bytes a refresh; longest %.0f ms; load %s; Redis commands a refresh %s\n",
 			run.Name, run.Answers, run.Shared, msList(run.ReplicaCPUMs), run.RedisCPUMs, run.Bytes, run.WallMs, run.LoadAvg, top(run.RedisCommands, 4))
 	}
+	_, err := io.WriteString(out, w.String())
+	return err
 }

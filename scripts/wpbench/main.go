@@ -265,10 +265,10 @@ func poolPage(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	c.Log = stderr
-	fmt.Fprintf(stderr, "wpbench ui: files in %s\n", c.Dir)
+	_, _ = fmt.Fprintf(stderr, "wpbench ui: files in %s\n", c.Dir) // progress on stderr: nothing to do if it fails
 	res, err := bench.UI(ctx, c)
 	if res != nil && err == nil {
-		res.WriteText(stdout)
+		err = res.WriteText(stdout)
 	}
 	return err
 }

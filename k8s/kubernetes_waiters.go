@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,7 +21,7 @@ type podEvent struct {
 
 // waiters are the deploys of one namespace waiting for their pods, by pod name.
 type waiters struct {
-	byName map[string]chan podEvent
+	byName map[string][]chan podEvent // several when deploys of one name meet (a clash, a retried create)
 	// lastUse is when a deploy last waited (or a List read the namespace): an informer
 	// that holds no pod and has not been used for Config.InformerIdle is stopped.
 	lastUse time.Time
@@ -31,15 +32,18 @@ func (c *nsCache) wait(name string, now time.Time) (events <-chan podEvent, rele
 	ch := make(chan podEvent, 1)
 	c.mu.Lock()
 	if c.w.byName == nil {
-		c.w.byName = map[string]chan podEvent{}
+		c.w.byName = map[string][]chan podEvent{}
 	}
-	c.w.byName[name] = ch
+	c.w.byName[name] = append(c.w.byName[name], ch)
 	c.w.lastUse = now
 	c.mu.Unlock()
 	return ch, func() {
 		c.mu.Lock()
-		if c.w.byName[name] == ch {
+		chs := slices.DeleteFunc(c.w.byName[name], func(x chan podEvent) bool { return x == ch })
+		if len(chs) == 0 {
 			delete(c.w.byName, name)
+		} else {
+			c.w.byName[name] = chs
 		}
 		c.mu.Unlock()
 	}
@@ -57,16 +61,15 @@ func (c *nsCache) deliver(obj any, deleted bool) {
 		return
 	}
 	c.mu.Lock()
-	ch := c.w.byName[p.Name]
+	chs := slices.Clone(c.w.byName[p.Name])
 	c.mu.Unlock()
-	if ch == nil {
-		return
+	for _, ch := range chs {
+		select {
+		case <-ch:
+		default:
+		}
+		ch <- podEvent{pod: p, deleted: deleted}
 	}
-	select {
-	case <-ch:
-	default:
-	}
-	ch <- podEvent{pod: p, deleted: deleted}
 }
 
 // idle reports whether the namespace's informer may be stopped: it holds no pod, no

@@ -300,7 +300,7 @@ func (s *Sweeper) spared(ctx context.Context, shard int, due []warmpool.Pod, now
 	}
 	spared, err := s.store.Spared(ctx, shard, refs, now)
 	if err != nil {
-		s.log.Warn("watch: reports not read; every due pod is probed", "shard", shard, "err", err)
+		s.log.WarnContext(ctx, "watch: reports not read; every due pod is probed", "shard", shard, "err", err)
 		return nil
 	}
 	return spared

@@ -159,7 +159,7 @@ func WarmBeforeBackoff(before lua.Snapshot, ver string, maxPods int) []string {
 	}
 	var out []string
 	for _, p := range before.Pods {
-		if p.Idle && !p.Retired && p.Pod.DeployVer == ver {
+		if p.Idle && !p.Retired && !p.Draining && p.Pod.DeployVer == ver { // a draining pod takes no session either
 			out = append(out, fmt.Sprintf("backoff: a deploy was held back while pod %s of deploy_ver %s was warm", p.Pod.ID, ver))
 		}
 	}

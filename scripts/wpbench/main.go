@@ -198,10 +198,7 @@ func baseline(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	c.Log = stderr
 	res, err := bench.Baseline(ctx, c)
-	if res != nil && err == nil {
-		err = res.WriteText(stdout)
-	}
-	return err
+	return report(stdout, res, err)
 }
 
 func metrics(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -232,10 +229,7 @@ func metrics(ctx context.Context, args []string, getenv func(string) string, std
 	c.Log = stderr
 	_, _ = fmt.Fprintf(stderr, "wpbench metrics: files in %s\n", c.Dir) // progress for a terminal
 	res, err := bench.Metrics(ctx, c)
-	if res != nil && err == nil {
-		err = res.WriteText(stdout)
-	}
-	return err
+	return report(stdout, res, err)
 }
 
 func poolPage(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -267,10 +261,7 @@ func poolPage(ctx context.Context, args []string, getenv func(string) string, st
 	c.Log = stderr
 	_, _ = fmt.Fprintf(stderr, "wpbench ui: files in %s\n", c.Dir) // progress on stderr: nothing to do if it fails
 	res, err := bench.UI(ctx, c)
-	if res != nil && err == nil {
-		err = res.WriteText(stdout)
-	}
-	return err
+	return report(stdout, res, err)
 }
 
 // envs collects the environment variables that did not parse, so that a typo stops
@@ -311,4 +302,13 @@ func (e *envs) err() error {
 		return nil
 	}
 	return errors.New(strings.Join(e.bad, "; "))
+}
+
+// report writes the results of a bench run as text to stdout, or returns the run's
+// error.
+func report[R interface{ WriteText(io.Writer) error }](stdout io.Writer, res R, err error) error {
+	if err != nil {
+		return err
+	}
+	return res.WriteText(stdout)
 }

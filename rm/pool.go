@@ -30,7 +30,8 @@ type PoolBackoff struct {
 	LastError string     `json:"last_error"`
 }
 
-// PoolPod is one pod of a Pool.
+// PoolPod is one pod of a Pool. State is "busy", "idle", or "draining" (its agent
+// reported that it drains: it takes no new session, and is deleted once it has none).
 type PoolPod struct {
 	PodID     string     `json:"pod_id"`
 	State     string     `json:"state"`
@@ -67,6 +68,9 @@ func (m *Manager) Pool(ctx context.Context, scope string) (Pool, error) {
 		if sp.Idle {
 			since := sp.IdleSince.UTC()
 			pp.State, pp.IdleSince = "idle", &since
+		}
+		if sp.Draining { // its agent drains: it takes no new session, and goes once empty
+			pp.State = "draining"
 		}
 		p.Pods = append(p.Pods, pp)
 	}

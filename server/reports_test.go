@@ -129,8 +129,9 @@ func TestReportsKeepASessionPastItsTTL(t *testing.T) {
 	e.wantErr(e.do(http.MethodGet, "/v1/scopes/ok/sessions/quiet", nil), http.StatusNotFound, warmpool.CodeSessionNotFound)
 }
 
-// A draining pod gets no new session: the next route deploys another pod. Its own
-// session stays; once that ends, the sweep deletes the pod.
+// A draining pod shows as draining in the pool and on the pool page, and gets no new
+// session: the next route deploys another pod. Its own session stays; once that
+// ends, the sweep deletes the pod.
 func TestDrainingPodIsDeletedOnceEmpty(t *testing.T) {
 	t.Parallel()
 	e := mustEnv(t, withReportSecret)
@@ -138,6 +139,14 @@ func TestDrainingPodIsDeletedOnceEmpty(t *testing.T) {
 	pod := e.routedPod("ok", "s1")
 	e.ok(http.MethodPost, "/v1/agents/report", map[string]any{"pod_id": pod, "scope_id": "ok", "sessions": []string{"s1"}, "state": "draining"},
 		bearer(e.srv.ReportToken("ok", pod)))
+	// The pool and the pool page show it draining, with its session.
+	if pp := podsOf(e.pool("ok"))[pod]; pp == nil || pp["state"] != "draining" || num(t, pp, "sessions") != 1 || pp["idle_since"] != nil {
+		t.Fatalf("the draining pod in the pool: %v", pp)
+	}
+	page := e.ok(http.MethodGet, "/v1/ui/state?detail=ok", nil)["scopes"].([]any)[0].(map[string]any)
+	if pp := page["pods"].([]any)[0].(map[string]any); pp["pod_id"] != pod || pp["state"] != "draining" || num(t, pp, "sessions") != 1 {
+		t.Fatalf("the draining pod on the pool page: %v", pp)
+	}
 	if other := e.routedPod("ok", "s2"); other == pod {
 		t.Fatalf("s2 went to the draining pod %s", pod)
 	}

@@ -170,6 +170,9 @@ func (u *UI) scope(ctx context.Context, id string) (ScopeState, error) {
 			since := p.IdleSince.UTC()
 			ps.State, ps.IdleSince = "idle", &since
 		}
+		if p.Draining { // its agent drains: it takes no new session, and goes once empty
+			ps.State = "draining"
+		}
 		sc.Pods = append(sc.Pods, ps)
 	}
 	// Oldest first, as the chart reads left to right.

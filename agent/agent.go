@@ -49,8 +49,9 @@ type Config struct {
 	Sessions func() []string
 	// Interval is the wait before the first report and between reports until warmpool
 	// answers its own (next_report_s); Jitter spreads each wait by up to that fraction
-	// either way; MaxBackoff bounds the wait after failed reports (doubling from
-	// Interval). GoneAfter: see DefaultGoneAfter.
+	// either way; MaxBackoff bounds the wait after failed reports (doubling from the
+	// interval warmpool last answered, Interval before). GoneAfter: see
+	// DefaultGoneAfter.
 	Interval   time.Duration
 	Jitter     float64
 	MaxBackoff time.Duration
@@ -128,7 +129,10 @@ func (r *Reporter) Unknown() []string {
 // Run reports until ctx ends (nil) or warmpool no longer knows the pod (ErrGone: the
 // agent should exit). A failed report is retried with a doubling backoff.
 func (r *Reporter) Run(ctx context.Context) error {
-	wait, failures := r.cfg.Interval, 0
+	// base is the interval warmpool last asked for (Interval until it answers): the
+	// backoff doubles from it, so a scope that asked for fast reports gets a fast
+	// retry, and one that slowed them no faster retries.
+	wait, base, failures := r.cfg.Interval, r.cfg.Interval, 0
 	var accepted bool
 	start := time.Now()
 	for {
@@ -150,10 +154,10 @@ func (r *Reporter) Run(ctx context.Context) error {
 				return nil
 			}
 			failures++
-			wait = min(r.cfg.MaxBackoff, r.cfg.Interval<<min(failures, 10))
+			wait = min(r.cfg.MaxBackoff, base<<min(failures, 10))
 			r.log.Warn("report failed; retrying", "err", err, "in", wait)
 		default:
-			accepted, failures, wait = true, 0, next
+			accepted, failures, wait, base = true, 0, next, next
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,5 +82,50 @@ func TestReporterTellsAWrongAddressFromAPurgedPod(t *testing.T) {
 	r := agent.New(agent.Config{URL: ts.URL, Token: "t", PodID: "p", Scope: "a"})
 	if _, err := r.Report(t.Context()); err == nil || errors.Is(err, agent.ErrGone) {
 		t.Fatalf("report to a plain 404: %v, want an error that is not ErrGone", err)
+	}
+}
+
+// A failed report is retried after twice the interval warmpool last asked for, not
+// twice the Reporter's own Interval: an agent of a scope that reports every second
+// (Interval left at a slower value) is silent for 2 s after one 503, not 3 s (or 10 s
+// with the default Interval, longer than the three intervals of its liveness).
+func TestReporterBacksOffFromWarmpoolsInterval(t *testing.T) {
+	var mu sync.Mutex
+	var at []time.Time
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		n := len(at)
+		mu.Unlock()
+		if n == 2 {
+			http.Error(w, `{"error":{"code":"STORE_UNAVAILABLE"}}`, http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"next_report_s":1,"unknown_sessions":[]}`))
+	}))
+	t.Cleanup(ts.Close)
+	const interval = 1500 * time.Millisecond
+	r := agent.New(agent.Config{URL: ts.URL, Token: "t", PodID: "p", Scope: "a", Interval: interval, Jitter: 0.01})
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	await.True(t, 10*time.Second, "a report after the failed one", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(at) >= 3
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	asked, retry := at[1].Sub(at[0]), at[2].Sub(at[1])
+	if asked < 900*time.Millisecond || asked > 1200*time.Millisecond {
+		t.Fatalf("second report %v after the first, want the 1 s warmpool asked for", asked)
+	}
+	if retry < 1900*time.Millisecond || retry > 2500*time.Millisecond {
+		t.Fatalf("retry %v after the failed report, want 2 s: twice warmpool's interval, not twice Interval (%v)", retry, interval)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/warmpool/warmpool/internal/harness/testserver"
+	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
 )
 
@@ -143,14 +144,15 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 }
 
 // The page loads without errors, shows the demo scope's pod once a session is routed
-// and its change from busy to idle when the session ends, by itself.
+// and its change from busy to idle when the session ends, by itself, and a pod whose
+// agent drains as draining.
 func TestPoolPageInBrowser(t *testing.T) {
 	ctx := browser(t)
 	b := testserver.NewBacking(t)
 	b.Fake.DeployDelay = 150 * time.Millisecond
 	cfg := b.Config("ui-replica-1")
 	cfg.Dev = true // the demo scope
-	_, ts := testserver.Serve(t, cfg)
+	srv, ts := testserver.Serve(t, cfg)
 
 	var errs consoleErrors
 	errs.listen(t, ctx)
@@ -199,6 +201,18 @@ func TestPoolPageInBrowser(t *testing.T) {
 	}
 	if bars := js[int](t, ctx, `document.querySelectorAll('section[data-scope="demo"] .chart rect').length`); bars != 3 {
 		t.Fatalf("%d deploys in the chart, want 3", bars)
+	}
+
+	// The agent of the second pod reports that it drains: the page shows it draining,
+	// counted apart from the busy pods.
+	if _, err := srv.Store().AgentReport(t.Context(), lua.AgentReport{Scope: "demo", Pod: pods[2], Sessions: []string{"s2"}, Draining: true, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(row(pods[2], "draining"))); err != nil {
+		t.Fatalf("the page does not show the draining pod: %v", err)
+	}
+	if got := js[string](t, ctx, `document.querySelector('section[data-scope="demo"] .counts').textContent`); !strings.Contains(got, "busy 1") || !strings.Contains(got, "draining 1") {
+		t.Fatalf("counts %q: want busy 1 (the new pod) and draining 1", got)
 	}
 	screenshot(t, ctx, "pool-page.png")
 	if e := errs.all(); len(e) > 0 {

@@ -239,6 +239,7 @@ func (r *agentRig) logged(msg, pod, reason string) bool {
 // TestAgentReportsKeepASessionAlive: a session whose agent reports it (its SSE stream
 // is open) outlives session_ttl_s although the gateway never calls again, while a
 // session on the same pod that the agent does not report expires at session_ttl_s.
+// Guards agent_report.lua's ZADD of a listed session's expiry (seen red without it).
 func TestAgentReportsKeepASessionAlive(t *testing.T) {
 	const ttl = 3 * time.Second
 	r := newAgentRig(t, `{"deploy":{"ready_timeout_s":30},"pool":{"max_concurrency":4,"pod_concurrency":2,"session_ttl_s":3},
@@ -273,6 +274,7 @@ func TestAgentReportsKeepASessionAlive(t *testing.T) {
 // TestAgentStoppedIsProbedAndBuried: an agent that stops (SIGSTOP) stops reporting; its
 // pod is probed again once three report intervals have passed, and buried when the
 // probes fail, within 3 intervals plus the probes of the fail threshold.
+// Guards the three intervals of agent_report.lua's spared time (seen red with 300).
 func TestAgentStoppedIsProbedAndBuried(t *testing.T) {
 	const interval, probePeriod = time.Second, time.Second
 	r := newAgentRig(t, `{"deploy":{"ready_timeout_s":30},"pool":{"max_concurrency":2,"pod_concurrency":2,"probe_period_s":1},
@@ -306,6 +308,10 @@ func TestAgentStoppedIsProbedAndBuried(t *testing.T) {
 // pod shows as draining, keeps its session but gets no new one (a second pod is
 // deployed for it), and is deleted once its session has ended, while its agent still
 // waits for its stream to close.
+// Guards agent_report.lua's HSET of podver DRAINING, the sweep's reclaim of a drained
+// pod (sweeper/pools.go), and the due note of an empty draining pod (free_slot in
+// _lib.lua, and agent_report.lua's for an idle one: seen red with both broken; either
+// alone deletes it within a report interval).
 func TestAgentDrainingPodTakesNoNewSession(t *testing.T) {
 	r := newAgentRig(t, `{"deploy":{"ready_timeout_s":30},"pool":{"max_concurrency":4,"pod_concurrency":2},
 		"agent":{"report_interval_s":1}}`)
@@ -348,6 +354,9 @@ func TestAgentDrainingPodTakesNoNewSession(t *testing.T) {
 // TestAgentForgedReportsAre401: a report for a pod with another pod's token, with no
 // token, with the gateway token or with the admin token is 401 UNAUTHORIZED and does
 // nothing (a forged "draining" report that ends nothing); the pod's own token is taken.
+// Guards the pod id in the HMAC (internal/httpx/reportkey.go: another pod's token
+// red) and its comparison (the gateway, admin and other pod's tokens red); no token is
+// refused by the comparison and by the missing-token check each (red with both gone).
 func TestAgentForgedReportsAre401(t *testing.T) {
 	r := newAgentRig(t, `{"deploy":{"ready_timeout_s":30},"pool":{"max_concurrency":2,"pod_concurrency":1},
 		"agent":{"report_interval_s":1,"sessions_from_reports":true}}`)
@@ -395,6 +404,8 @@ func TestAgentForgedReportsAre401(t *testing.T) {
 // TestAgentSessionSurvivesFlushAll: after FLUSHALL, the replica rebuilds the pool from
 // the driver, and the session the pod's agent keeps reporting is bound to its old pod
 // again; a session on the same pod that the agent does not report is lost.
+// Guards agent_report.lua's take of an adopted claim for a listed session (seen red
+// without it).
 func TestAgentSessionSurvivesFlushAll(t *testing.T) {
 	r := newAgentRig(t, `{"deploy":{"ready_timeout_s":30},"pool":{"max_concurrency":4,"pod_concurrency":2,"session_ttl_s":30},
 		"agent":{"report_interval_s":1}}`)

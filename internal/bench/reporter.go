@@ -196,7 +196,9 @@ func (r *reporter) take() ReportStats {
 	r.mu.Unlock()
 	slices.Sort(lat)
 	if len(lat) > 0 {
-		q := func(f float64) float64 { return float64(lat[min(len(lat)-1, int(f*float64(len(lat))))]) / float64(time.Millisecond) }
+		q := func(f float64) float64 {
+			return float64(lat[min(len(lat)-1, int(f*float64(len(lat))))]) / float64(time.Millisecond)
+		}
 		st.P50Ms, st.P99Ms = q(0.50), q(0.99)
 	}
 	return st

@@ -265,7 +265,7 @@ func TestReportsSmoke(t *testing.T) {
 	defer cancel()
 	res, err := Reports(ctx, ReportsConfig{Bin: bin, RedisScript: "../../scripts/redis.sh", Dir: t.TempDir(), Scopes: 20, Pods: 1, Sessions: 2,
 		Interval: time.Second, Window: 1500 * time.Millisecond, Warmup: 1200 * time.Millisecond, RouteRate: 100, Workers: 4, ReportWorkers: 4,
-		SettleHorizon: -1})
+		SettleHorizon: -1, ScrapePause: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

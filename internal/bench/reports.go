@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -55,9 +56,9 @@ type ReportsConfig struct {
 	Workers, ReportWorkers int
 	// NoLatency skips the latency windows and the second setup.
 	NoLatency bool
-	// SettleHorizon is that of ScaleConfig; DefaultSettleHorizon when zero.
-	SettleHorizon time.Duration
-	Log           io.Writer
+	// SettleHorizon and ScrapePause are those of ScaleConfig; their defaults when zero.
+	SettleHorizon, ScrapePause time.Duration
+	Log                        io.Writer
 }
 
 func (c *ReportsConfig) fill() {
@@ -75,6 +76,9 @@ func (c *ReportsConfig) fill() {
 	}
 	if c.SettleHorizon == 0 {
 		c.SettleHorizon = DefaultSettleHorizon
+	}
+	if c.ScrapePause == 0 {
+		c.ScrapePause = DefaultScrapePause
 	}
 	if c.Log == nil {
 		c.Log = io.Discard
@@ -113,6 +117,9 @@ type ReportPhase struct {
 	*Phase
 	Sweeps  string       `json:"sweeps"`
 	Reports *ReportStats `json:"reports,omitempty"`
+	// ClientCPU is the CPU seconds the benchmark itself (the reports' and routes'
+	// client, on the same machine) used in the window.
+	ClientCPU float64 `json:"client_cpu_s"`
 }
 
 // Reports runs the report measurement and writes reports.json to cfg.Dir.
@@ -133,7 +140,8 @@ func Reports(ctx context.Context, cfg ReportsConfig) (*ReportsResults, error) {
 }
 
 func (c *ReportsConfig) scale() *ScaleConfig {
-	return &ScaleConfig{Bin: c.Bin, RedisScript: c.RedisScript, Dir: c.Dir, Workers: c.Workers, Route: c.Window, Log: c.Log}
+	return &ScaleConfig{Bin: c.Bin, RedisScript: c.RedisScript, Dir: c.Dir, Workers: c.Workers, Route: c.Window,
+		SettleHorizon: c.SettleHorizon, ScrapePause: c.ScrapePause, Log: c.Log}
 }
 
 func (c *ReportsConfig) population() Population {
@@ -249,6 +257,11 @@ func (c *ReportsConfig) window(ctx context.Context, e *env, rep *reporter, name,
 		if rep != nil {
 			rep.take()
 		}
+		cpu0, _ := procCPU(os.Getpid())
+		defer func() {
+			cpu1, _ := procCPU(os.Getpid())
+			rp.ClientCPU = (cpu1 - cpu0).Seconds()
+		}()
 		var st RouteStats
 		if routes {
 			st = e.cl.routeLoad(ctx, p, c.Window, c.RouteRate, c.Workers)
@@ -268,7 +281,7 @@ func (c *ReportsConfig) window(ctx context.Context, e *env, rep *reporter, name,
 		ph.Route = nil
 	}
 	rp.Phase = ph
-	line := ph.oneLine()
+	line := ph.oneLine() + fmt.Sprintf("; client CPU %.2fs", rp.ClientCPU)
 	if r := rp.Reports; r != nil {
 		line += "; " + r.oneLine()
 	}
@@ -306,8 +319,8 @@ func (r *ReportsResults) WriteText(out io.Writer) error {
 	w := new(strings.Builder) // one write to out, whose error is the one to check
 	fmt.Fprintf(w, "Agent reports: %d scopes, %d pods reporting every %.0f s (%.0f reports/s), %d session(s) a scope; %s, %s %s\n\n",
 		r.Scopes, r.Pods, r.IntervalS, r.TargetRate, r.Sessions, r.Started.Format("2006-01-02 15:04 UTC"), r.Machine, strings.Join(r.Flags, " "))
-	fmt.Fprintln(w, "| window | sweeps | s | reports/s (errors) | report p50 / p99 ms | routes/s | route p50 / p99 / max ms | replica CPU s (% of a core) | Redis cmds/s | Redis CPU s | load avg |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| window | sweeps | s | reports/s (errors) | report p50 / p99 ms | routes/s | route p50 / p99 / max ms | replica CPU s (% of a core) | Redis cmds/s | Redis CPU s | client CPU s | load avg |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	rows := append([]*ReportPhase{{Phase: r.Idle, Sweeps: "due + watch"}, r.Reporting}, r.Latency...)
 	for _, p := range rows {
 		if p == nil || p.Phase == nil {
@@ -323,8 +336,8 @@ func (r *ReportsResults) WriteText(out io.Writer) error {
 			routes = fmt.Sprintf("%.0f", float64(rs.Routes)/p.Seconds)
 			lat = fmt.Sprintf("%.2f / %.2f / %.1f", rs.P50Ms, rs.P99Ms, rs.MaxMs)
 		}
-		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %s | %s | %.2f (%.1f %%) | %s | %.2f | %s |\n", p.Name, p.Sweeps, p.Seconds, reports, rlat,
-			routes, lat, p.ReplicaCPU, 100*p.ReplicaCPU/p.Seconds, rate(p.CommandsPS), p.RedisCPU, p.LoadAvg)
+		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %s | %s | %.2f (%.1f %%) | %s | %.2f | %.2f | %s |\n", p.Name, p.Sweeps, p.Seconds, reports, rlat,
+			routes, lat, p.ReplicaCPU, 100*p.ReplicaCPU/p.Seconds, rate(p.CommandsPS), p.RedisCPU, p.ClientCPU, p.LoadAvg)
 	}
 	fmt.Fprintf(w, "\nPer report (gross / net of the idle window): %.1f / %.1f Redis commands, %.0f / %.0f µs Redis CPU, %.0f / %.0f µs replica CPU\n",
 		r.CommandsPerReport, r.CommandsPerReportNet, r.RedisUs, r.RedisUsNet, r.ReplicaUs, r.ReplicaUsNet)

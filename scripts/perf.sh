@@ -21,17 +21,22 @@
 # perf.sh scale [OUTDIR] — the scale benchmark (make scale): `wpbench scale`, sizes and
 # lengths from SCALE_SIZES, SCALE_IDLE, SCALE_ROUTE, SCALE_RATE, SCALE_PASS, SCALE_RSS
 # (see `bin/wpbench scale -h`). perf.sh baseline [OUTDIR] — step 5 alone.
+# perf.sh reports [OUTDIR] — what agent reports cost: `wpbench reports` (10,000 pods
+# reporting every 5 s; see `bin/wpbench reports -h`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${WARMPOOL_BIN:-bin/warmpool}
 mode=all
 case ${1:-} in
-scale | baseline) mode=$1; shift ;;
+scale | baseline | reports) mode=$1; shift ;;
 esac
 go build -o bin/wpbench ./scripts/wpbench
 go build -o bin/routebaseline ./scripts/routebaseline
 if [ "$mode" = scale ]; then
   exec bin/wpbench scale -bin "$BIN" ${1:+-out "$1"}
+fi
+if [ "$mode" = reports ]; then
+  exec bin/wpbench reports -bin "$BIN" ${1:+-out "$1"}
 fi
 if [ "$mode" = baseline ]; then
   exec bin/wpbench baseline -bin "$BIN" -baseline-bin bin/routebaseline ${1:+-out "$1"}

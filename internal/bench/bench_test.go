@@ -255,3 +255,46 @@ func TestUISmoke(t *testing.T) {
 		t.Errorf("text:\n%s", txt.String())
 	}
 }
+
+// TestReportsSmoke runs the report measurement at a tiny size for seconds: every
+// figure it reports must have been measured, and every report answered 200 (a token
+// the replica would not make is a 401).
+func TestReportsSmoke(t *testing.T) {
+	bin, _ := smokeBins(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Reports(ctx, ReportsConfig{Bin: bin, RedisScript: "../../scripts/redis.sh", Dir: t.TempDir(), Scopes: 20, Pods: 1, Sessions: 2,
+		Interval: time.Second, Window: 1500 * time.Millisecond, Warmup: 1200 * time.Millisecond, RouteRate: 100, Workers: 4, ReportWorkers: 4,
+		SettleHorizon: -1, ScrapePause: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Pods != 20 || res.TargetRate != 20 {
+		t.Errorf("pods %d, target rate %v", res.Pods, res.TargetRate)
+	}
+	rp := res.Reporting
+	if rp == nil || rp.Reports == nil || rp.Reports.OK == 0 || rp.Reports.Errors > 0 || rp.Route != nil {
+		t.Fatalf("reporting window: %+v", rp)
+	}
+	if rp.Scripts["agent_report"] <= 0 {
+		t.Errorf("reporting window scripts = %v, want agent_report", rp.Scripts)
+	}
+	if res.CommandsPerReport <= 1 || res.RedisUs <= 0 || res.ReplicaUs <= 0 {
+		t.Errorf("per report: %v commands, Redis %v µs, replica %v µs", res.CommandsPerReport, res.RedisUs, res.ReplicaUs)
+	}
+	if len(res.Latency) != 4 {
+		t.Fatalf("latency windows: %d, want 4", len(res.Latency))
+	}
+	for _, l := range res.Latency {
+		if l.Route == nil || l.Route.Routes == 0 || l.Route.Errors > 0 || (l.Reports != nil && (l.Reports.OK == 0 || l.Reports.Errors > 0)) {
+			t.Errorf("%s (sweeps %s): routes %+v, reports %+v", l.Name, l.Sweeps, l.Route, l.Reports)
+		}
+	}
+	var txt bytes.Buffer
+	if err := res.WriteText(&txt); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(txt.String(), "| reports alone | due + watch |") || !strings.Contains(txt.String(), "×") {
+		t.Errorf("text:\n%s", txt.String())
+	}
+}

@@ -57,6 +57,8 @@ type Population struct {
 	Scopes   int
 	Pods     int
 	Sessions int
+	// ReportIntervalS is the scopes' agent.report_interval_s (0: the default).
+	ReportIntervalS int
 }
 
 func (p Population) scope(i int) string   { return fmt.Sprintf("%s%d", p.Prefix, i) }
@@ -77,6 +79,9 @@ func (p Population) config() warmpool.ScopeConfig {
 	c.Pool.SessionTTLS = 86400
 	c.Pool.QueueSize = 0
 	c.Pool.WaitTimeoutS = 0
+	if p.ReportIntervalS > 0 {
+		c.Agent.ReportIntervalS = p.ReportIntervalS
+	}
 	return c
 }
 

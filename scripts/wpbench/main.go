@@ -12,6 +12,9 @@
 //	wpbench ui         what the pool page's data (GET /v1/ui/state) costs per refresh
 //	                   at S scopes: replica and Redis CPU, bytes; one page, two pages on
 //	                   one replica, one page on each of two replicas
+//	wpbench reports    what agent reports cost at S pods reporting every 5 s: Redis
+//	                   commands, Redis and replica CPU per report; route latency with
+//	                   reports and without, sweeps on and off
 //	wpbench script F   print the source Redis runs for lua/F (lua.Sources)
 //	wpbench keys F PREFIX SCOPE [EXTRA...]
 //	                   print the KEYS a replica passes to lua/F for SCOPE under the
@@ -50,7 +53,7 @@ func main() {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
+		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|reports [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
 	}
 	switch args[0] {
 	case "script":
@@ -81,8 +84,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return metrics(ctx, args[1:], getenv, stdout, stderr)
 	case "ui":
 		return poolPage(ctx, args[1:], getenv, stdout, stderr)
+	case "reports":
+		return agentReports(ctx, args[1:], getenv, stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, script or keys", args[0])
+	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, reports, script or keys", args[0])
 }
 
 func scriptNames() []string {
@@ -261,6 +266,43 @@ func poolPage(ctx context.Context, args []string, getenv func(string) string, st
 	c.Log = stderr
 	_, _ = fmt.Fprintf(stderr, "wpbench ui: files in %s\n", c.Dir) // progress on stderr: nothing to do if it fails
 	res, err := bench.UI(ctx, c)
+	return report(stdout, res, err)
+}
+
+func agentReports(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("reports", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c bench.ReportsConfig
+	var flags string
+	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
+	fs.StringVar(&flags, "flags", "", "serve flags added to the replicas', space-separated")
+	fs.IntVar(&c.Scopes, "scopes", bench.DefaultReportScopes, "scopes S")
+	fs.IntVar(&c.Pods, "pods", bench.DefaultPods, "pods per scope P (S × P pods report)")
+	fs.IntVar(&c.Sessions, "sessions", bench.DefaultSessions, "sessions per scope N (at least P), which the reports list")
+	fs.DurationVar(&c.Interval, "interval", bench.DefaultReportInterval, "each pod's report interval, whole seconds (the scopes' agent.report_interval_s)")
+	fs.DurationVar(&c.Window, "window", bench.DefaultReportWindow, "length of each measured window")
+	fs.DurationVar(&c.Warmup, "warmup", 0, "how long reports run before a window with reports (default: two intervals)")
+	fs.Float64Var(&c.RouteRate, "route-rate", bench.DefaultRate, "affinity routes per second of the latency windows")
+	fs.IntVar(&c.Workers, "workers", bench.DefaultWorkers, "concurrent calls of the setup and the routes")
+	fs.IntVar(&c.ReportWorkers, "report-workers", bench.DefaultReportWorkers, "concurrent reports")
+	fs.BoolVar(&c.NoLatency, "no-latency", false, "measure the cost only: no latency windows, no second setup")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.Sessions < c.Pods {
+		return fmt.Errorf("--sessions %d: at least --pods (%d): the pods are deployed by the sessions' routes", c.Sessions, c.Pods)
+	}
+	if c.Interval < time.Second || c.Interval%time.Second != 0 {
+		return fmt.Errorf("--interval %v: want whole seconds, at least 1s (agent.report_interval_s)", c.Interval)
+	}
+	c.Flags = strings.Fields(flags)
+	var err error
+	if c.Dir, err = outDir(c.Dir); err != nil {
+		return err
+	}
+	c.Log = stderr
+	_, _ = fmt.Fprintf(stderr, "wpbench reports: files in %s\n", c.Dir) // progress on stderr: nothing to do if it fails
+	res, err := bench.Reports(ctx, c)
 	return report(stdout, res, err)
 }
 

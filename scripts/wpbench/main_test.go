@@ -70,3 +70,15 @@ func TestSizes(t *testing.T) {
 		}
 	}
 }
+
+// A report interval that the scopes' agent.report_interval_s cannot hold is refused
+// before anything starts.
+func TestReportsRefusesAnIntervalOfNoWholeSeconds(t *testing.T) {
+	var out bytes.Buffer
+	for _, iv := range []string{"1500ms", "0s"} {
+		err := run(context.Background(), []string{"reports", "--interval", iv, "--bin", "/nonexistent"}, func(string) string { return "" }, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), "--interval") {
+			t.Errorf("--interval %s: %v, want an error naming --interval", iv, err)
+		}
+	}
+}

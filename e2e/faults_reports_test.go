@@ -1,0 +1,310 @@
+//go:build faults
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/httpx"
+)
+
+// rigReportSecret is the --report-secret of the replicas of the report case; the case
+// makes each pod's token under it, as a replica gives it to the pod.
+const rigReportSecret = "faults-report-secret"
+
+// simAgent is the agent of one fake pod, which runs none: it lists the same sessions
+// in every report and, stubborn, keeps listing those the answers call unknown.
+type simAgent struct {
+	pod, token string
+	sessions   []string
+}
+
+// agentRound is one report of every agent: the sessions each report was answered to
+// have on its pod (nil when the report was not answered 200).
+type agentRound map[string][]string
+
+// agents report for the fake pods of one scope, a round every roundGap through the
+// replicas in turn, and check every round: no session accepted by two pods' reports,
+// none on a pod beyond pod_concurrency, no answer but 200, 503 STORE_UNAVAILABLE or a
+// transport error (a replica away).
+type agents struct {
+	r      *rig
+	scope  string
+	pc     int
+	list   []*simAgent
+	mu     sync.Mutex
+	status map[string]int
+	bad    map[string]bool
+	last   agentRound
+	// lastAt is when the last round began.
+	lastAt time.Time
+	rounds int
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+const roundGap = 200 * time.Millisecond
+
+func (r *rig) agents(scope string, pc int, pods map[string][]string) *agents {
+	key := httpx.NewReportKey(httpx.FixedToken(rigReportSecret))
+	g := &agents{r: r, scope: scope, pc: pc, status: map[string]int{}, bad: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	for _, pod := range slices.Sorted(maps.Keys(pods)) {
+		g.list = append(g.list, &simAgent{pod: pod, token: key.Token(scope, pod), sessions: pods[pod]})
+	}
+	go func() {
+		defer close(g.done)
+		for i := 0; ; i++ {
+			g.round(r.replicas[i%len(r.replicas)])
+			select {
+			case <-g.stop:
+				return
+			case <-time.After(roundGap):
+			}
+		}
+	}()
+	return g
+}
+
+// round sends every agent's report through rep at once and checks the answers.
+func (g *agents) round(rep *faultReplica) agentRound {
+	began := time.Now()
+	out := agentRound{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, a := range g.list {
+		wg.Go(func() {
+			ans := g.report(rep, a, a.sessions)
+			mu.Lock()
+			out[a.pod] = ans
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	owner := map[string]string{}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.rounds++
+	g.last, g.lastAt = out, began
+	for pod, accepted := range out {
+		if len(accepted) > g.pc {
+			g.bad[fmt.Sprintf("over pod_concurrency: the reports of %s were answered %d sessions on it (%v) > %d", pod, len(accepted), accepted, g.pc)] = true
+		}
+		for _, s := range accepted {
+			if o, ok := owner[s]; ok {
+				g.bad[fmt.Sprintf("bound twice: session %s accepted by the reports of %s and %s in one round", s, min(o, pod), max(o, pod))] = true
+			}
+			owner[s] = pod
+		}
+	}
+	return out
+}
+
+// report sends one report of a; it returns the sessions the answer leaves on the pod
+// (listed less unknown), nil when it was not answered 200.
+func (g *agents) report(rep *faultReplica, a *simAgent, listed []string) []string {
+	body, err := json.Marshal(map[string]any{"pod_id": a.pod, "scope_id": g.scope, "sessions": listed, "state": "ready"})
+	if err != nil {
+		g.r.t.Error(err)
+		return nil
+	}
+	g.r.ops.Add(1)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rep.base()+"/v1/agents/report", strings.NewReader(string(body)))
+	if err != nil {
+		g.r.t.Error(err)
+		return nil
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	var ans answer
+	if err != nil {
+		ans = answer{err: err, took: time.Since(start)}
+	} else {
+		raw, rerr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		ans = answer{status: resp.StatusCode, body: raw, err: rerr, took: time.Since(start)}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case ans.err != nil:
+		g.status["transport error"]++
+		return nil
+	case ans.status == http.StatusOK:
+		g.status["200"]++
+	case ans.status == http.StatusServiceUnavailable && ans.code() == "STORE_UNAVAILABLE":
+		g.status["503 STORE_UNAVAILABLE"]++
+		return nil
+	default:
+		g.status[fmt.Sprintf("%d %s", ans.status, ans.code())]++
+		g.bad[fmt.Sprintf("report of %s through %s answered %s", a.pod, rep.name, ans)] = true
+		return nil
+	}
+	var out struct {
+		Unknown []string `json:"unknown_sessions"`
+	}
+	if err := json.Unmarshal(ans.body, &out); err != nil {
+		g.bad[fmt.Sprintf("report of %s: %v in %s", a.pod, err, ans)] = true
+		return nil
+	}
+	accepted := []string{}
+	for _, s := range listed {
+		if !slices.Contains(out.Unknown, s) {
+			accepted = append(accepted, s)
+		}
+	}
+	return accepted
+}
+
+// awaitAccepted waits until a round begun after the call accepts exactly want on pod;
+// when none does within, the test fails with what the rounds found.
+func (g *agents) awaitAccepted(t *testing.T, pod string, want []string, within time.Duration) {
+	t.Helper()
+	since := time.Now()
+	deadline := since.Add(within)
+	for {
+		g.mu.Lock()
+		ok := g.lastAt.After(since) && slices.Equal(g.last[pod], want)
+		if !ok && time.Now().After(deadline) {
+			defer g.mu.Unlock()
+			t.Fatalf("not within %v: the reports of %s are answered %v; the last round answered %v; found: %v; answers: %v",
+				within, pod, want, g.last, slices.Sorted(maps.Keys(g.bad)), g.status)
+		}
+		g.mu.Unlock()
+		if ok {
+			return
+		}
+		time.Sleep(await.Poll)
+	}
+}
+
+// end stops the rounds and returns what they found.
+func (g *agents) end() (violations []string, statuses map[string]int, rounds int) {
+	close(g.stop)
+	<-g.done
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Sorted(maps.Keys(g.bad)), maps.Clone(g.status), g.rounds
+}
+
+// caseAgentReports runs agents' reports through a Redis pause and a failover that lost
+// writes. Pod p1 holds a1 and a2 and its agent also lists a3, which is bound to p2 (a
+// stale agent); p2 holds a3 and its agent lists a4, routed to it only while
+// replication is cut, and a8, which no route ever bound. Through the pause the
+// reports answer 503 or wait it out, and change nothing; after the failover the new
+// primary lacks a4, the rebuild holds p2's free slot for the sessions it may have
+// lost, and p2's reports bind a4 back to it, which fills it: a8 stays unknown, and
+// p1's stale a3 never becomes p1's.
+func caseAgentReports(t *testing.T, res *caseResult) {
+	const ttl = 10 * time.Second
+	const pause = 3 * time.Second
+	ctx := context.Background()
+	r := newRig(t, "--report-secret", rigReportSecret)
+	replica := startRedisServer(t, freePort(t), "--replicaof", "127.0.0.1", strconv.Itoa(r.redis.port))
+	r.scope("ar", fmt.Sprintf(`"max_concurrency":6,"pod_concurrency":2,"session_ttl_s":%d`, int(ttl.Seconds())), 10)
+	p1 := r.routeRetry(0, "ar", "a1", 10*time.Second).PodID
+	if b := r.routeRetry(1, "ar", "a2", 10*time.Second); b.PodID != p1 {
+		t.Fatalf("a2 on %s, want %s", b.PodID, p1)
+	}
+	p2 := r.routeRetry(2, "ar", "a3", 10*time.Second).PodID
+	w := r.watch("ar")
+	// p2's agent lists a4 before a8: after the failover, the one slot p2 has free is
+	// held for a session Redis lost, and the first unbound session listed takes it.
+	g := r.agents("ar", 2, map[string][]string{p1: {"a1", "a2", "a3"}, p2: {"a3", "a4", "a8"}})
+	g.awaitAccepted(t, p1, []string{"a1", "a2"}, 10*time.Second)
+	g.awaitAccepted(t, p2, []string{"a3"}, 10*time.Second)
+
+	// The pause: reports keep coming; each answers 503 within the bound, or 200 when
+	// Redis ran it before or after.
+	if err := r.redis.admin.Do(ctx, "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	during := g.round(r.replicas[0])
+	for time.Since(paused) < pause {
+		time.Sleep(20 * time.Millisecond) // the pause is the fault: it lasts its length
+	}
+	g.awaitAccepted(t, p1, []string{"a1", "a2"}, 10*time.Second)
+	g.awaitAccepted(t, p2, []string{"a3"}, 10*time.Second)
+
+	// The failover: the replica has everything so far, then replication is cut and a4
+	// is routed to p2 on the primary alone.
+	await.True(t, 10*time.Second, "the replica has the pool and the primary's replication id", func() bool {
+		n, err := r.redis.admin.Do(ctx, "WAIT", 1, 1000).Int()
+		recorded, gerr := replica.admin.Get(ctx, rigPrefix+"replid").Result()
+		info, ierr := r.redis.admin.Info(ctx, "replication").Result()
+		return err == nil && n == 1 && gerr == nil && ierr == nil && strings.Contains(info, "master_replid:"+recorded+"\r")
+	})
+	if err := replica.admin.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(freePort(t))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if b := r.routeRetry(0, "ar", "a4", 10*time.Second); b.PodID != p2 {
+		t.Fatalf("a4 on %s, want the free slot of %s", b.PodID, p2)
+	}
+	g.awaitAccepted(t, p2, []string{"a3", "a4"}, 10*time.Second)
+	if err := replica.admin.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	promoted := time.Now()
+	r.redis.Kill()
+	r.redis = replica
+	r.useRedis(replica)
+	var wg sync.WaitGroup
+	for _, rep := range r.replicas {
+		r.kill9(rep)
+		wg.Go(func() { rep.proc = r.startProc(rep); r.waitUp(rep) })
+	}
+	wg.Wait()
+	// p2's reports bind a3 and a4 back to it; a8 finds no slot left.
+	g.awaitAccepted(t, p2, []string{"a3", "a4"}, 20*time.Second)
+	recovered := time.Since(promoted)
+	g.awaitAccepted(t, p1, []string{"a1", "a2"}, 10*time.Second)
+	var placed []string
+	for i := 5; i < 7; i++ {
+		b := r.routeRetry(i, "ar", fmt.Sprintf("a%d", i), 20*time.Second)
+		if b.PodID == p1 || b.PodID == p2 {
+			t.Errorf("a%d went to %s, which its agent's reports fill", i, b.PodID)
+		}
+		placed = append(placed, b.PodID)
+	}
+	s, err := r.snap("ar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sid, want := range map[string]string{"a1": p1, "a2": p1, "a3": p2, "a4": p2} {
+		if s.Sessions[sid] != want {
+			t.Errorf("after the failover %s is bound to %q, want %s (its agent reports it)", sid, s.Sessions[sid], want)
+		}
+	}
+	if pod, ok := s.Sessions["a8"]; ok {
+		t.Errorf("a8, which no route bound, is bound to %s", pod)
+	}
+	seen, statuses, rounds := g.end()
+	res.Violations = append(res.Violations, seen...)
+	if during[p1] != nil || during[p2] != nil {
+		t.Logf("a report during the pause was answered 200 (run by Redis before it): %v", during)
+	}
+	if statuses["503 STORE_UNAVAILABLE"] == 0 {
+		t.Errorf("no report answered 503 during the pause or the failover: %v", statuses)
+	}
+	// The reports stopped: the sessions only they kept end at session_ttl_s, and the
+	// claims of the adoption are gone (taken by the rebinds, or expired).
+	r.waitSnap("ar", "the adopted holds are gone", 3*ttl, noAdoptedHolds)
+	finish(r, res, w, promoted, 20*time.Second, "ar")
+	res.Notes = fmt.Sprintf("%d report rounds of 2 agents, answered %v; after the failover p2's reports bound a3 and a4 back to it %v after the promotion, a8 and p1's stale a3 stayed unknown; new sessions on %v",
+		rounds, statuses, recovered.Round(time.Millisecond), placed)
+}

@@ -12,6 +12,9 @@
 //	wpbench ui         what the pool page's data (GET /v1/ui/state) costs per refresh
 //	                   at S scopes: replica and Redis CPU, bytes; one page, two pages on
 //	                   one replica, one page on each of two replicas
+//	wpbench rollout    routes by source across an image update under steady load, for
+//	                   rollout drain and prewarm: one replica, the fake driver with a
+//	                   deploy delay, a PUT of a new image mid-run
 //	wpbench script F   print the source Redis runs for lua/F (lua.Sources)
 //	wpbench keys F PREFIX SCOPE [EXTRA...]
 //	                   print the KEYS a replica passes to lua/F for SCOPE under the
@@ -50,7 +53,7 @@ func main() {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
+		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|rollout [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
 	}
 	switch args[0] {
 	case "script":
@@ -81,8 +84,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return metrics(ctx, args[1:], getenv, stdout, stderr)
 	case "ui":
 		return poolPage(ctx, args[1:], getenv, stdout, stderr)
+	case "rollout":
+		return rollout(ctx, args[1:], getenv, stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, script or keys", args[0])
+	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, rollout, script or keys", args[0])
 }
 
 func scriptNames() []string {
@@ -261,6 +266,30 @@ func poolPage(ctx context.Context, args []string, getenv func(string) string, st
 	c.Log = stderr
 	_, _ = fmt.Fprintf(stderr, "wpbench ui: files in %s\n", c.Dir) // progress on stderr: nothing to do if it fails
 	res, err := bench.UI(ctx, c)
+	return report(stdout, res, err)
+}
+
+func rollout(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("rollout", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c bench.RolloutConfig
+	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
+	fs.DurationVar(&c.Delay, "deploy-delay", bench.DefaultRolloutDelay, "how long each deploy of the fake driver takes")
+	fs.Float64Var(&c.Rate, "rate", bench.DefaultRolloutRate, "new sessions a second")
+	fs.DurationVar(&c.Life, "life", bench.DefaultRolloutLife, "how long each session lives")
+	fs.DurationVar(&c.Warmup, "warmup", bench.DefaultRolloutWarmup, "load before the measured windows, to reach its steady state")
+	fs.IntVar(&c.MinIdle, "min-idle", bench.DefaultRolloutMinIdle, "the scope's min_idle_pods")
+	fs.DurationVar(&c.Before, "before", bench.DefaultRolloutBefore, "load before the image update")
+	fs.DurationVar(&c.After, "after", bench.DefaultRolloutAfter, "load after the image update")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if c.Dir, err = outDir(c.Dir); err != nil {
+		return err
+	}
+	c.Log = stderr
+	res, err := bench.Rollout(ctx, c)
 	return report(stdout, res, err)
 }
 

@@ -235,14 +235,20 @@ local NO_SLOT = '!no slot left for it on the pod: pod_concurrency was lowered wh
 -- register of the last of those ends the prewarm (pod_register.lua deletes both
 -- fields), and so does the time. From then on the old pods drain as under "drain".
 
+-- prewarm_of is the prewarm's version at now from the config's prewarm_ver and
+-- prewarm_until (as HMGET reads them), nil when it is over or there is none.
+local function prewarm_of(ver, ends, now)
+  if ver and now < tonumber(ends) then
+    return ver
+  end
+  return nil
+end
+
 -- prewarm_ver is the deploy_ver whose pods take new sessions besides the current one
 -- at now, nil when no prewarm runs.
 local function prewarm_ver(k, now)
   local p = redis.call('HMGET', k.config, 'prewarm_ver', 'prewarm_until')
-  if p[1] and now < tonumber(p[2]) then
-    return p[1]
-  end
-  return nil
+  return prewarm_of(p[1], p[2], now)
 end
 
 -- serves tells whether a pod of version v takes new slots: one of the current
@@ -287,8 +293,8 @@ end
 -- k.wake), the script's now, the deadline of a grant and the publish command (PUBLISH,
 -- or SPUBLISH on a cluster).
 local function handoff(k, now, grant_deadline, publish)
-  local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'pod_concurrency', 'max_pods')
-  return {ver = cfg[1], prev = prewarm_ver(k, now), pc = tonumber(cfg[2]), max_pods = tonumber(cfg[3]), k = k,
+  local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'pod_concurrency', 'max_pods', 'prewarm_ver', 'prewarm_until')
+  return {ver = cfg[1], prev = prewarm_of(cfg[4], cfg[5], now), pc = tonumber(cfg[2]), max_pods = tonumber(cfg[3]), k = k,
     now = now, grant_deadline = grant_deadline, publish = publish}
 end
 

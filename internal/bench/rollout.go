@@ -133,7 +133,7 @@ func (c *RolloutConfig) run(ctx context.Context, rollout string) (*RolloutRun, e
 		return nil, err
 	}
 	defer e.stop()
-	fmt.Fprintf(c.Log, "rollout %s: replica %s, files in %s\n", rollout, e.replica.URL, filepath.Join(c.Dir, rollout))
+	_, _ = fmt.Fprintf(c.Log, "rollout %s: replica %s, files in %s\n", rollout, e.replica.URL, filepath.Join(c.Dir, rollout)) // progress: nothing to do if it fails
 	path := "/v1/scopes/" + rolloutScope
 	if err := e.cl.do(ctx, http.MethodPut, path+"/config", c.scopeConfig("agent:1", rollout)); err != nil {
 		return nil, err
@@ -220,7 +220,7 @@ func (c *RolloutConfig) run(ctx context.Context, rollout string) (*RolloutRun, e
 		}
 		w.Cold = w.Sources[warmpool.SourceDeployed] + w.Sources[warmpool.SourceFollower]
 	}
-	fmt.Fprintf(c.Log, "rollout %s: before %v, after %v\n", rollout, run.Before.Sources, run.After.Sources)
+	_, _ = fmt.Fprintf(c.Log, "rollout %s: before %v, after %v\n", rollout, run.Before.Sources, run.After.Sources) // progress, as above
 	return run, nil
 }
 

@@ -68,12 +68,27 @@ type PoolConfig struct {
 	// (it goes idle, warm for the next) or RecycleDelete (it is deleted, so every
 	// user gets a fresh pod; the refill keeps the pool warm with new ones).
 	Recycle string `json:"recycle"`
+	// MaxSessionsPerPod is how many sessions and holds a pod serves over its life
+	// (0: no limit): once it has served that many it takes no new one and is deleted
+	// when its last one ends.
+	MaxSessionsPerPod int `json:"max_sessions_per_pod"`
+	// Rollout is how a class A change replaces the pods: RolloutDrain (new sessions go
+	// to the new version's pods at once, the old ones drain) or RolloutPrewarm (new
+	// sessions go on to the previous version's pods while max(1, min_idle_pods) pods of
+	// the new one deploy, until they are Ready or ready_timeout_s has passed).
+	Rollout string `json:"rollout"`
 }
 
 // The values of PoolConfig.Recycle.
 const (
 	RecycleReuse  = "reuse"
 	RecycleDelete = "delete"
+)
+
+// The values of PoolConfig.Rollout.
+const (
+	RolloutDrain   = "drain"
+	RolloutPrewarm = "prewarm"
 )
 
 // The defaults of every scope field, defined here and nowhere else.
@@ -97,6 +112,8 @@ const (
 	DefaultHoldTTLS           = 300
 	DefaultProbePeriodS       = 10
 	DefaultRecycle            = RecycleReuse
+	DefaultMaxSessionsPerPod  = 0
+	DefaultRollout            = RolloutDrain
 )
 
 // Limits on scope fields.
@@ -108,6 +125,7 @@ const (
 	MaxWaitTimeoutS   = 600
 	MaxTTLS           = 30 * 24 * 3600
 	MaxProbePeriodS   = 3600
+	MaxSessionsPerPod = 1000000000
 	maxListLen        = 64
 	maxStringLen      = 1024
 )
@@ -137,6 +155,8 @@ var scopeDefaults = ScopeConfig{
 		HoldTTLS:           DefaultHoldTTLS,
 		ProbePeriodS:       DefaultProbePeriodS,
 		Recycle:            DefaultRecycle,
+		MaxSessionsPerPod:  DefaultMaxSessionsPerPod,
+		Rollout:            DefaultRollout,
 	},
 	Agent: AgentConfig{ReportIntervalS: DefaultReportIntervalS},
 }
@@ -241,6 +261,7 @@ func (c *ScopeConfig) fill() {
 		{&d.SSEPath, def.SSEPath, true},
 		{&d.HealthPath, def.HealthPath, true},
 		{&c.Pool.Recycle, scopeDefaults.Pool.Recycle, true},
+		{&c.Pool.Rollout, scopeDefaults.Pool.Rollout, true},
 	} {
 		if f.ok && strings.TrimSpace(*f.v) == "" {
 			*f.v = f.def
@@ -363,6 +384,10 @@ func (c ScopeConfig) check(faults *fieldErrors) {
 	c.Agent.check(faults)
 	if p.Recycle != RecycleReuse && p.Recycle != RecycleDelete {
 		bad("pool.recycle", "must be %q or %q, got %q", RecycleReuse, RecycleDelete, p.Recycle)
+	}
+	between("pool.max_sessions_per_pod", p.MaxSessionsPerPod, 0, MaxSessionsPerPod)
+	if p.Rollout != RolloutDrain && p.Rollout != RolloutPrewarm {
+		bad("pool.rollout", "must be %q or %q, got %q", RolloutDrain, RolloutPrewarm, p.Rollout)
 	}
 }
 

@@ -134,6 +134,11 @@ func TestValidate(t *testing.T) {
 		{"probe period over max", func(c *ScopeConfig) { c.Pool.ProbePeriodS = MaxProbePeriodS + 1 }, "pool.probe_period_s", false},
 		{"recycle delete", func(c *ScopeConfig) { c.Pool.Recycle = RecycleDelete }, "", false},
 		{"recycle unknown", func(c *ScopeConfig) { c.Pool.Recycle = "burn" }, "pool.recycle", false},
+		{"max sessions per pod 1", func(c *ScopeConfig) { c.Pool.MaxSessionsPerPod = 1 }, "", false},
+		{"max sessions per pod negative", func(c *ScopeConfig) { c.Pool.MaxSessionsPerPod = -1 }, "pool.max_sessions_per_pod", false},
+		{"max sessions per pod over max", func(c *ScopeConfig) { c.Pool.MaxSessionsPerPod = MaxSessionsPerPod + 1 }, "pool.max_sessions_per_pod", false},
+		{"rollout prewarm", func(c *ScopeConfig) { c.Pool.Rollout = RolloutPrewarm }, "", false},
+		{"rollout unknown", func(c *ScopeConfig) { c.Pool.Rollout = "blue-green" }, "pool.rollout", false},
 		{"queue size negative", func(c *ScopeConfig) { c.Pool.QueueSize = -1 }, "pool.queue_size", false},
 		{"queue size over max", func(c *ScopeConfig) { c.Pool.QueueSize = MaxQueueSize + 1 }, "pool.queue_size", false},
 		{"queue size 0", func(c *ScopeConfig) { c.Pool.QueueSize = 0 }, "", false},
@@ -337,6 +342,10 @@ func TestLoadScopeConfig(t *testing.T) {
 		}
 		if got.Pool.Recycle != DefaultRecycle {
 			t.Errorf("recycle of a document written before it existed = %q, want %q", got.Pool.Recycle, DefaultRecycle)
+		}
+		if got.Pool.Rollout != DefaultRollout || got.Pool.MaxSessionsPerPod != DefaultMaxSessionsPerPod {
+			t.Errorf("rollout, max_sessions_per_pod of a document written before they existed = %q, %d, want %q, %d",
+				got.Pool.Rollout, got.Pool.MaxSessionsPerPod, DefaultRollout, DefaultMaxSessionsPerPod)
 		}
 	})
 	t.Run("newer document", func(t *testing.T) {

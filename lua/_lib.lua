@@ -33,6 +33,7 @@
 --   agents    HASH  "<pod>" -> until when the pod's reports spare it the probes (ms);
 --                   "<pod>|miss" -> sessions bound to it that its last report left out
 --   backoff   HASH  the refill backoff: failures, until (ms), error (see backoff_refusal)
+--   served    HASH  pod id -> the slots handed out on the pod over its life (see serve)
 
 -- scope_keys is the table of a script's KEYS by name (KEY_NAMES): k.pods is the
 -- scope's pods key, k.route_answer an extra key of session_route.lua.
@@ -225,15 +226,76 @@ end
 -- follower acquires again (follower_wait.lua answers "retry").
 local NO_SLOT = '!no slot left for it on the pod: pod_concurrency was lowered while it deployed'
 
+-- Prewarm rollouts (SPEC §11.3). A class A change under rollout "prewarm"
+-- (scope_publish.lua) notes the deploy_ver it replaces in the config HASH
+-- (prewarm_ver) and until when its pods may still take new sessions (prewarm_until:
+-- the change's time + ready_timeout_s). Until then the pods of that version take new
+-- sessions, claims, holds and grants as the current version's do, and the refill
+-- deploys max(1, min_idle_pods) pods of the new one (pod_placeholder.lua); the
+-- register of the last of those ends the prewarm (pod_register.lua deletes both
+-- fields), and so does the time. From then on the old pods drain as under "drain".
+
+-- prewarm_of is the prewarm's version at now from the config's prewarm_ver and
+-- prewarm_until (as HMGET reads them), nil when it is over or there is none.
+local function prewarm_of(ver, ends, now)
+  if ver and now < tonumber(ends) then
+    return ver
+  end
+  return nil
+end
+
+-- prewarm_ver is the deploy_ver whose pods take new sessions besides the current one
+-- at now, nil when no prewarm runs.
+local function prewarm_ver(k, now)
+  local p = redis.call('HMGET', k.config, 'prewarm_ver', 'prewarm_until')
+  return prewarm_of(p[1], p[2], now)
+end
+
+-- serves tells whether a pod of version v takes new slots: one of the current
+-- deploy_ver ver, or of prev, the version a prewarm still serves (nil: none).
+local function serves(v, ver, prev)
+  return v ~= false and v ~= nil and (v == ver or v == prev)
+end
+
+-- Served counts (SPEC §11.3, max_sessions_per_pod). While the scope has a limit, each
+-- slot handed out on a pod counts in k.served when it is taken (a session placed on
+-- it, a claim, a hold or a grant; a claim that becomes a session counts once, a claim
+-- given back unused counts too). The slot that reaches the limit retires the pod:
+-- podver RETIRED, so it takes no new slot, its sessions and holds go on (a claim taken
+-- before binds), and it is deleted once it is idle (free_slot notes it due at once).
+
+-- served_limit is the scope's max_sessions_per_pod (0: none).
+local function served_limit(k)
+  return tonumber(redis.call('HGET', k.config, 'max_served') or '0')
+end
+
+-- serve counts n slots taken on pod and retires it when it has served the limit.
+-- Returns true when the pod takes no more.
+local function serve(k, pod, n)
+  local limit = served_limit(k)
+  if limit == 0 or n <= 0 then
+    return false
+  end
+  if redis.call('HINCRBY', k.served, pod, n) < limit then
+    return false
+  end
+  local v = redis.call('HGET', k.podver, pod)
+  if v ~= RETIRED and v ~= DRAINING then
+    redis.call('HSET', k.podver, pod, RETIRED)
+  end
+  return true
+end
+
 -- handoff describes where the slots a script frees go: the scope's keys k (its config
--- says the deploy_ver, the only version whose pods' slots are handed on, its
--- pod_concurrency and max_pods; the queue is k.waiters and k.queue, the grants go to
--- k.claims and k.claimpod and the wake-ups to k.wake), the script's now, the deadline
--- of a grant and the publish command (PUBLISH, or SPUBLISH on a cluster).
+-- says the deploy_ver, the only version whose pods' slots are handed on, with the
+-- version a prewarm still serves, its pod_concurrency and max_pods; the queue is
+-- k.waiters and k.queue, the grants go to k.claims and k.claimpod and the wake-ups to
+-- k.wake), the script's now, the deadline of a grant and the publish command (PUBLISH,
+-- or SPUBLISH on a cluster).
 local function handoff(k, now, grant_deadline, publish)
-  local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'pod_concurrency', 'max_pods')
-  return {ver = cfg[1], pc = tonumber(cfg[2]), max_pods = tonumber(cfg[3]), k = k, now = now,
-    grant_deadline = grant_deadline, publish = publish}
+  local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'pod_concurrency', 'max_pods', 'prewarm_ver', 'prewarm_until')
+  return {ver = cfg[1], prev = prewarm_of(cfg[4], cfg[5], now), pc = tonumber(cfg[2]), max_pods = tonumber(cfg[3]), k = k,
+    now = now, grant_deadline = grant_deadline, publish = publish}
 end
 
 -- drop_waiters drops the waiters past their deadline (from the queue too).
@@ -261,8 +323,10 @@ local function next_waiter(q)
   end
 end
 
--- grant gives waiter w a slot of pod that the script already counts, and wakes only w.
+-- grant gives waiter w a slot of pod that the script already counts (and serves),
+-- and wakes only w.
 local function grant(q, w, pod)
+  serve(q.k, pod, 1)
   redis.call('ZADD', q.k.claims, q.grant_deadline, w)
   note_due(q.grant_deadline)
   redis.call('HSET', q.k.claimpod, w, pod)
@@ -270,11 +334,11 @@ local function grant(q, w, pod)
 end
 
 -- hand_off passes a slot being freed on pod, which holds n slots with it, to the oldest
--- live waiter when the pod is of the current deploy_ver, not over pod_concurrency (n at
--- most the limit: handed on, the slot keeps n) and not beyond max_pods. Returns true
--- when it did (the slot stays counted).
+-- live waiter when the pod is of the current deploy_ver (or of the one a prewarm
+-- serves), not over pod_concurrency (n at most the limit: handed on, the slot keeps n)
+-- and not beyond max_pods. Returns true when it did (the slot stays counted).
 local function hand_off(q, pod, n)
-  if not q or not q.ver or n > q.pc or redis.call('HGET', q.k.podver, pod) ~= q.ver then
+  if not q or not q.ver or n > q.pc or not serves(redis.call('HGET', q.k.podver, pod), q.ver, q.prev) then
     return false
   end
   if surplus_pods(q.k, q.ver, q.max_pods)[pod] then
@@ -288,15 +352,16 @@ local function hand_off(q, pod, n)
   return true
 end
 
--- recycle_delete retires a pod of the current deploy_ver whose last slot was freed in
--- a scope with recycle "delete" (SPEC §11.3): RETIRED, it is never handed out again,
--- and the due sweep deletes it at once when it has gone idle. Returns true when it did.
-local function recycle_delete(k, pod)
+-- recycle_delete retires a pod of the current deploy_ver (or of the one a prewarm
+-- serves) whose last slot was freed in a scope with recycle "delete" (SPEC §11.3):
+-- RETIRED, it is never handed out again, and the due sweep deletes it at once when it
+-- has gone idle. Returns true when it did.
+local function recycle_delete(k, pod, now)
   if not k.config then
     return false
   end
   local cfg = redis.call('HMGET', k.config, 'recycle', 'deploy_ver')
-  if cfg[1] ~= 'delete' or redis.call('HGET', k.podver, pod) ~= cfg[2] then
+  if cfg[1] ~= 'delete' or not serves(redis.call('HGET', k.podver, pod), cfg[2], prewarm_ver(k, now)) then
     return false
   end
   redis.call('HSET', k.podver, pod, RETIRED)
@@ -305,8 +370,8 @@ end
 
 -- free_slot gives back one slot of a registered pod: to the oldest waiter when q (a
 -- handoff) has one, else the pod goes idle when it was the last slot and idle_on_zero is
--- true (retired first, and due at once, under recycle "delete"). Returns the slots
--- left, or -1 for an unknown pod.
+-- true (retired first under recycle "delete"; a retired or draining pod is due at
+-- once). Returns the slots left, or -1 for an unknown pod.
 local function free_slot(k, pod, now, idle_on_zero, q)
   if not redis.call('ZSCORE', k.pods, pod) then
     return -1
@@ -320,9 +385,10 @@ local function free_slot(k, pod, now, idle_on_zero, q)
     n = 0
     redis.call('HSET', k.slots, pod, 0)
     if idle_on_zero then
-      local recycled = recycle_delete(k, pod)
+      local recycled = recycle_delete(k, pod, now)
       if redis.call('ZADD', k.idle, 'NX', now, pod) == 1 then
-        if redis.call('HGET', k.podver, pod) == DRAINING then
+        local v = redis.call('HGET', k.podver, pod)
+        if v == DRAINING or v == RETIRED then
           note_due(now)
         else
           note_idle(k, now)

@@ -121,6 +121,7 @@ const (
 	keyDeployLog
 	keyAgents
 	keyBackoff
+	keyServed
 	numScopeKeys
 )
 
@@ -152,6 +153,7 @@ var scopeKeyNames = [numScopeKeys]string{
 	keyDeployLog:   "deploylog",
 	keyAgents:      "agents",
 	keyBackoff:     "backoff",
+	keyServed:      "served",
 }
 
 // scopeKeyNamesLen is the length of the scope's key names together: Scope cuts the
@@ -204,6 +206,7 @@ func (k Keyspace) Scope(id string) ScopeKeys {
 		DeployLog:   key(keyDeployLog),
 		Agents:      key(keyAgents),
 		Backoff:     key(keyBackoff),
+		Served:      key(keyServed),
 	}
 }
 
@@ -258,6 +261,8 @@ func (s *ScopeKeys) key(n scopeKey) string {
 		return s.Agents
 	case keyBackoff:
 		return s.Backoff
+	case keyServed:
+		return s.Served
 	}
 	panic("lua: no scope key " + strconv.Itoa(int(n)))
 }
@@ -298,6 +303,9 @@ type ScopeKeys struct {
 	// Backoff: the refill backoff after failed deploys of the current deploy_ver,
 	// "failures", "until" (ms), "error" (the last failure's reason); no key, no backoff.
 	Backoff string // HASH
+	// Served: pod id -> the slots handed out on the pod over its life (its sessions
+	// and holds), counted while pool.max_sessions_per_pod is set.
+	Served string // HASH
 }
 
 // Gone is the tombstone of a purged pod (STRING, reason, with a TTL of GoneTTL):

@@ -1,5 +1,7 @@
--- pod_acquire.lua: hand out a warm pod of the current deploy_ver, else a place in the
--- room of a deploy in flight, else a new deploy lease, else max_reached.
+-- pod_acquire.lua: hand out a warm pod of the current deploy_ver (or of the one a
+-- prewarm serves), else a place in the room of a deploy in flight, else a new deploy
+-- lease, else max_reached. A room takes no more followers than max_sessions_per_pod
+-- lets its pod serve.
 -- KEYS[1]  {s}:epoch      STRING scope epoch (missing = Redis lost its data)
 -- KEYS[2]  {s}:config     HASH   published scope config
 -- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
@@ -18,6 +20,7 @@
 -- KEYS[16] {s}:dstats     HASH   deploy time estimate and start times of deploys in flight
 -- KEYS[17] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[18] {s}:backoff    HASH   refill backoff: failures, until (ms), error
+-- KEYS[19] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
 -- ARGV[1] now (ms)  ARGV[2] claim id  ARGV[3] claim deadline (ms)
 -- ARGV[4] lease deadline (ms)  ARGV[5] room margin (ms): a follower waits up to the
 -- scope's ready timeout plus this margin
@@ -45,12 +48,13 @@ local q = handoff(k, now, ARGV[6], ARGV[7])
 expire_pool(k, now, ARGV[3], q)
 
 -- 1. Warm: the most recently idled pod of the current version (older ones age out),
--- not one beyond max_pods.
+-- or of the one a prewarm serves, not one beyond max_pods.
 local surplus = surplus_pods(k, ver, max_pods)
 for _, pod in ipairs(redis.call('ZREVRANGE', k.idle, 0, -1)) do
-  if redis.call('HGET', k.podver, pod) == ver and not surplus[pod] then
+  if serves(redis.call('HGET', k.podver, pod), ver, q.prev) and not surplus[pod] then
     redis.call('ZREM', k.idle, pod)
     redis.call('HINCRBY', k.slots, pod, 1)
+    serve(k, pod, 1)
     redis.call('ZADD', k.claims, ARGV[3], claim)
     redis.call('HSET', k.claimpod, claim, pod)
     note_due(ARGV[3])
@@ -72,6 +76,10 @@ if npods + #deploys <= max_pods then
     local cap = pc - 1
     if string.sub(d, -1) == 'w' then
       cap = pc
+    end
+    local limit = served_limit(k)
+    if limit > 0 then
+      cap = math.min(cap, limit - (pc - cap))
     end
     if cap > 0 then
       local member = d .. '|' .. claim

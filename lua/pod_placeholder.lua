@@ -1,6 +1,7 @@
 -- pod_placeholder.lua: reserve a deploy lease for the warm pool (autoscale) while the
 -- scope has fewer than min_idle_pods idle pods of the current version, counting warm
--- deploys already in flight. Counts toward max_pods; never takes an idle pod.
+-- deploys already in flight; during the prewarm of a rollout, fewer than
+-- max(1, min_idle_pods). Counts toward max_pods; never takes an idle pod.
 -- KEYS[1]  {s}:epoch      STRING scope epoch
 -- KEYS[2]  {s}:config     HASH   published scope config
 -- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
@@ -18,6 +19,7 @@
 -- KEYS[15] {s}:dstats     HASH   deploy time estimate and start times of deploys in flight
 -- KEYS[16] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[17] {s}:backoff    HASH   refill backoff: failures, until (ms), error
+-- KEYS[18] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
 -- ARGV[1] now (ms)  ARGV[2] lease deadline (ms)  ARGV[3] note deadline (ms)
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command (expired claims' slots go to
 -- waiters first)
@@ -52,6 +54,9 @@ for _, d in ipairs(deploys) do
   if string.sub(d, -1) == 'w' then
     warm = warm + 1
   end
+end
+if prewarm_ver(k, now) then
+  min_idle = math.max(1, min_idle)
 end
 if warm >= min_idle then
   return {'enough'}

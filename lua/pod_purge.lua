@@ -15,7 +15,8 @@
 -- KEYS[11] {s}:health     HASH   pod id -> consecutive failed probes
 -- KEYS[12] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[13] {s}:agents     HASH   the pods' report records
--- KEYS[14] gone {s}:gone:<pod>  STRING the pod's tombstone (reason), so reconcile does not
+-- KEYS[14] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
+-- KEYS[15] gone {s}:gone:<pod>  STRING the pod's tombstone (reason), so reconcile does not
 --          adopt it again while it is being deleted or a lagging list still shows it
 -- ARGV[1] pod id  ARGV[2] reason  ARGV[3] expected idle since (ms), or "" for any state
 -- ARGV[4] tombstone TTL (ms)
@@ -57,6 +58,7 @@ redis.call('HDEL', k.podinfo, pod)
 redis.call('HDEL', k.slots, pod)
 redis.call('ZREM', k.idle, pod)
 redis.call('HDEL', k.health, pod)
+redis.call('HDEL', k.served, pod)
 redis.call('HDEL', k.agents, pod, pod .. '|miss')
 redis.call('SET', k.gone, ARGV[2], 'PX', ARGV[4])
 note_fill()

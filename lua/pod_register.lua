@@ -4,7 +4,9 @@
 -- current deploy_ver, its other slots go to queued waiters, oldest first; a pod nobody
 -- takes goes idle. The deploy's time, from its start to now, moves the scope's deploy
 -- time estimate (an exponentially weighted moving average, weight 0.3 for the newest).
--- A pod of the current deploy_ver ends the refill backoff.
+-- A pod of the current deploy_ver ends the refill backoff, and the prewarm of a
+-- rollout when it is the last of the max(1, min_idle_pods) the prewarm waits for. The
+-- slots it hands out count toward max_sessions_per_pod (serve in _lib.lua).
 -- KEYS[1]  {s}:epoch      STRING scope epoch
 -- KEYS[2]  {s}:config     HASH   published scope config
 -- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
@@ -22,6 +24,7 @@
 -- KEYS[15] {s}:dstats     HASH   "est" -> deploy time estimate (ms), "start:<member>" -> start (ms)
 -- KEYS[16] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[17] {s}:backoff    HASH   refill backoff: failures, until (ms), error
+-- KEYS[18] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
 -- ARGV[1] now (ms)  ARGV[2] deploy member  ARGV[3] pod id  ARGV[4] deploy_ver
 -- ARGV[5] pod JSON  ARGV[6] leader claim id ("" for none)  ARGV[7] claim deadline (ms)
 -- ARGV[8] grant deadline (ms)  ARGV[9] publish command
@@ -66,7 +69,7 @@ redis.call('HSET', k.podinfo, pod, ARGV[5])
 -- The leader's claim first, then the followers in the room's order, up to
 -- pod_concurrency: a follower let in before a change lowered it gets no slot on a pod
 -- at the limit, but a note that sends it to acquire again (NO_SLOT).
-local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'pod_concurrency', 'max_pods')
+local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'pod_concurrency', 'max_pods', 'min_idle')
 local pc = tonumber(cfg[2])
 local n = 0
 if ARGV[6] ~= '' then
@@ -88,13 +91,28 @@ for _, f in ipairs(redis.call('ZRANGE', k.followers, 0, -1)) do
     end
   end
 end
+local spent = serve(k, pod, n)
 if cfg[1] == ARGV[4] then
   redis.call('DEL', k.backoff)
+  if prewarm_ver(k, now) then
+    local ready = 0
+    for _, v in ipairs(redis.call('HVALS', k.podver)) do
+      if v == cfg[1] then
+        ready = ready + 1
+      end
+    end
+    if ready >= math.max(1, tonumber(cfg[4])) then
+      redis.call('HDEL', k.config, 'prewarm_ver', 'prewarm_until')
+      -- the old version's idle pods go now
+      note_due(now)
+    end
+  end
 end
 -- its free slots go to waiters, unless it is beyond max_pods (lowered since it started)
-if cfg[1] == ARGV[4] and not surplus_pods(k, cfg[1], tonumber(cfg[3]))[pod] then
+-- or has served max_sessions_per_pod
+if cfg[1] == ARGV[4] and not spent and not surplus_pods(k, cfg[1], tonumber(cfg[3]))[pod] then
   local q = handoff(k, now, ARGV[8], ARGV[9])
-  while n < pc do
+  while n < pc and redis.call('HGET', k.podver, pod) == cfg[1] do
     local w = next_waiter(q)
     if not w then
       break

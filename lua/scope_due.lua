@@ -1,7 +1,8 @@
 -- scope_due.lua: set the scope's due time to when its next sweep work falls due, after
 -- the sweeper looked at the scope: the earliest session expiry, claim, deploy lease,
 -- room entry or waiter deadline; an idle pod of an old deploy_ver, or beyond max_pods
--- (surplus_pods), at once; an idle pod of the current one (beyond the newest
+-- (surplus_pods), at once, or when the prewarm of a rollout ends for an idle pod of the
+-- version it serves; an idle pod of the current one (beyond the newest
 -- min_idle_pods, which are kept) when pod_ttl_s has passed; the end of a refill backoff
 -- still to come (the refill tries again then). Scripts only move the due
 -- time earlier (note_due in _lib.lua); this is the one script that moves it later,
@@ -36,13 +37,17 @@ for _, key in ipairs({k.sexp, k.claims, k.deploying, k.followers, k.waiters}) do
     at(first[2])
   end
 end
-local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'min_idle', 'pod_ttl_ms', 'max_pods')
+local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'min_idle', 'pod_ttl_ms', 'max_pods', 'prewarm_until')
+local prev = prewarm_ver(k, now)
 if cfg[1] then
   local keep, ttl = tonumber(cfg[2]), tonumber(cfg[3])
   local surplus = surplus_pods(k, cfg[1], tonumber(cfg[4]))
   local idle = redis.call('ZREVRANGE', k.idle, 0, -1, 'WITHSCORES')
   for i = 1, #idle, 2 do
-    if redis.call('HGET', k.podver, idle[i]) ~= cfg[1] or surplus[idle[i]] then
+    local v = redis.call('HGET', k.podver, idle[i])
+    if prev and v == prev then
+      at(cfg[5])
+    elseif v ~= cfg[1] or surplus[idle[i]] then
       at(now)
     elseif keep > 0 then
       keep = keep - 1

@@ -7,15 +7,19 @@
 -- the keyspace is live, so it is routable at once. A scope deleted at this version or
 -- a later one stays deleted (a sync that read the store before the delete publishes
 -- late); a newer version makes it live again, its pods of before staying retired.
--- A new deploy_ver (a class A change) ends the refill backoff.
+-- A new deploy_ver (a class A change) ends the refill backoff; under rollout
+-- "prewarm" it starts a prewarm (see prewarm_ver in _lib.lua): the deploy_ver it
+-- replaces goes on taking new sessions until now + ready_timeout_s or until the new
+-- version's first pods are registered. Under "drain" it ends a prewarm still running.
 -- KEYS[1] {s}:epoch      STRING scope epoch
 -- KEYS[2] {s}:config     HASH   published scope config
 -- KEYS[3] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[4] {s}:backoff    HASH   refill backoff: failures, until (ms), error
 -- ARGV[1] version  ARGV[2] global epoch ("" while the keyspace is being rebuilt)
--- ARGV[3] n: the first n field pairs below say what the config is (compared at an
+-- ARGV[3] now (ms)
+-- ARGV[4] n: the first n field pairs below say what the config is (compared at an
 --         equal version); the rest are derived from them
--- ARGV[4..] field, value, ... of the config hash
+-- ARGV[5..] field, value, ... of the config hash
 -- Returns {"published"} | {"newer"} (a newer version is there) |
 --         {"deleted"} (the scope is deleted at this version or a later one) |
 --         {"conflict", field, published value} (same version, other content)
@@ -36,8 +40,8 @@ if cur then
     return {'newer'}
   end
   if cur == version then
-    local last = 3 + 2 * tonumber(ARGV[3])
-    for i = 4, last, 2 do
+    local last = 4 + 2 * tonumber(ARGV[4])
+    for i = 5, last, 2 do
       local have = redis.call('HGET', k.config, ARGV[i])
       if have and have ~= ARGV[i + 1] then
         return {'conflict', ARGV[i], have}
@@ -45,11 +49,20 @@ if cur then
     end
   end
 end
-local fields = {}
-for i = 4, #ARGV do
+local fields, new = {}, {}
+for i = 5, #ARGV do
   fields[#fields + 1] = ARGV[i]
-  if ARGV[i] == 'deploy_ver' and i % 2 == 0 and redis.call('HGET', k.config, 'deploy_ver') ~= ARGV[i + 1] then
-    redis.call('DEL', k.backoff)
+  if i % 2 == 1 then
+    new[ARGV[i]] = ARGV[i + 1]
+  end
+end
+local old = redis.call('HGET', k.config, 'deploy_ver')
+if old ~= new.deploy_ver then
+  redis.call('DEL', k.backoff)
+  if old and new.rollout == 'prewarm' then
+    redis.call('HSET', k.config, 'prewarm_ver', old, 'prewarm_until', tonumber(ARGV[3]) + tonumber(new.ready_ms))
+  else
+    redis.call('HDEL', k.config, 'prewarm_ver', 'prewarm_until')
   end
 end
 redis.call('HSET', k.config, unpack(fields))

@@ -19,6 +19,10 @@ type ScopeRecord struct {
 	Config    warmpool.ScopeConfig
 	Version   int64
 	DeployVer string
+	// ChangedAt is when the config was stored (StoredConfig.UpdatedAt), for
+	// ScopePublish only: a class A change under rollout "prewarm" keeps the old pods
+	// taking sessions until ready_timeout_s after it.
+	ChangedAt time.Time
 	// Deleted is set (by ScopeAny only) when the scope is deleted: it takes nothing
 	// new, and its pods are deleted as they go idle.
 	Deleted bool
@@ -51,6 +55,8 @@ func (rec ScopeRecord) Published() (content [][2]string, deploy, config string, 
 		{"wait_ms", ms(p.WaitTimeoutS)},
 		{"hold_ttl_ms", ms(p.HoldTTLS)},
 		{"recycle", p.Recycle},
+		{"max_served", strconv.Itoa(p.MaxSessionsPerPod)},
+		{"rollout", p.Rollout},
 		{"ready_ms", ms(rec.Config.Deploy.ReadyTimeoutS)},
 		{"report_ms", ms(rec.Config.Agent.ReportIntervalS)},
 		{"sessions_from_reports", flag(rec.Config.Agent.SessionsFromReports)},
@@ -84,7 +90,7 @@ func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return s.redisErr(ctx, err)
 	}
-	args := []any{rec.Version, epoch, len(content)}
+	args := []any{rec.Version, epoch, rec.ChangedAt.UnixMilli(), len(content)}
 	for _, kv := range content {
 		args = append(args, kv[0], kv[1])
 	}

@@ -1,7 +1,9 @@
 -- session_route.lua: where does a session go, fairly. A bound, live session keeps its
 -- pod (TTL refreshed). Else a claim binds the session to its pod when that is of the
--- current deploy_ver: RM's claim (ARGV[3]) or the slot the queue handed to this waiter
--- (the claim named after it). Else the free slots of the current version's pods go to
+-- current deploy_ver (or of the one a prewarm serves, or retired since the claim was
+-- taken: it served its max_sessions_per_pod): RM's claim (ARGV[3]) or the slot the
+-- queue handed to this waiter (the claim named after it). Else the free slots of the
+-- current version's pods (and of the prewarm's) go to
 -- the queue first, oldest waiter first (this caller when its turn comes), and only what
 -- is left fits a caller that is not queued. A caller that gets nothing while others
 -- wait, or that asks to (ARGV[7]), joins the queue behind them (bounded by queue_size).
@@ -25,9 +27,10 @@
 -- KEYS[14] {s}:qseq       STRING arrival counter
 -- KEYS[15] {s}:wake       the scope's wake-up channel
 -- KEYS[16] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[17] route_answer {s}:idem:route:<id>  STRING cached answer (PX), "<fingerprint>\n<new
+-- KEYS[17] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
+-- KEYS[18] route_answer {s}:idem:route:<id>  STRING cached answer (PX), "<fingerprint>\n<new
 --          flag>\n<pod id>\n<pod JSON>"
--- KEYS[18] idem_mark {s}:idem:run:<id>  STRING the request id's mark (idem_claim.lua)
+-- KEYS[19] idem_mark {s}:idem:run:<id>  STRING the request id's mark (idem_claim.lua)
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] claim id ("" for none)
 -- ARGV[4] the request's fingerprint ("" without a request id)  ARGV[5] answer cache TTL (ms)
 -- ARGV[6] waiter id of the caller ("": it does not queue)
@@ -53,6 +56,7 @@ if not cfg then
 end
 local ver, pc = cfg[1], tonumber(cfg[2])
 local q = handoff(k, now, ARGV[8], ARGV[9])
+local prev = q.prev
 
 -- leave takes the caller out of the queue; a slot handed to it other than used goes on.
 local function leave(used)
@@ -125,7 +129,8 @@ end
 for _, c in ipairs({claim, waiter}) do
   if c ~= '' then
     local pod = redis.call('HGET', k.claimpod, c)
-    if holds_pod(pod) and redis.call('HGET', k.podver, pod) == ver then
+    local v = holds_pod(pod) and redis.call('HGET', k.podver, pod)
+    if v and (serves(v, ver, prev) or v == RETIRED) then
       redis.call('ZREM', k.claims, c)
       redis.call('HDEL', k.claimpod, c)
       return bind(pod, c)
@@ -137,12 +142,14 @@ for _, c in ipairs({claim, waiter}) do
 end
 
 -- Free slots go to the waiters in order of arrival; the caller takes one when its turn
--- comes or when nobody (else) waits. A pod beyond max_pods takes none.
+-- comes or when nobody (else) waits. A pod beyond max_pods takes none, and one that
+-- has served max_sessions_per_pod takes no more (serve retires it).
 local surplus = surplus_pods(k, ver, tonumber(cfg[6]))
 for _, pod in ipairs(redis.call('ZRANGE', k.pods, 0, -1)) do
-  if redis.call('HGET', k.podver, pod) == ver and not surplus[pod] then
+  if serves(redis.call('HGET', k.podver, pod), ver, prev) and not surplus[pod] then
     local n = tonumber(redis.call('HGET', k.slots, pod) or '0')
-    while n < pc do
+    local spent = false
+    while n < pc and not spent do
       local w = next_waiter(q)
       redis.call('HINCRBY', k.slots, pod, 1)
       -- a pod with a slot taken is not idle, whoever takes it (adopted and rolled-back
@@ -152,9 +159,11 @@ for _, pod in ipairs(redis.call('ZRANGE', k.pods, 0, -1)) do
       end
       n = n + 1
       if not w or w == waiter then
+        serve(k, pod, 1)
         return bind(pod, nil)
       end
       grant(q, w, pod)
+      spent = redis.call('HGET', k.podver, pod) == RETIRED
     end
   end
 end

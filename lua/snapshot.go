@@ -31,6 +31,9 @@ type PodState struct {
 	IdleSince time.Time
 	// RegisteredAt is when the pod was registered (or adopted).
 	RegisteredAt time.Time
+	// Served counts the slots handed out on the pod over its life while the scope has
+	// a max_sessions_per_pod (0 without one).
+	Served int
 }
 
 // Sessions is the number of sessions on the pod: its slots less its claims, read from
@@ -49,6 +52,9 @@ type Snapshot struct {
 	Queued int
 	// Backoff is the scope's refill backoff (zero: none).
 	Backoff Backoff
+	// Prewarm is the prewarm of a rollout (zero: none; it runs while its Until is
+	// ahead and the fields are there).
+	Prewarm Prewarm
 	// Set by Snapshot only (PoolSnapshot leaves them nil or zero):
 	Claims   map[string]time.Time
 	Sessions map[string]string // session id -> pod id
@@ -88,6 +94,8 @@ func (s *Store) snapshot(ctx context.Context, scope string, full bool) (Snapshot
 	claimpod := pipe.HGetAll(ctx, k.ClaimPod)
 	queued := pipe.ZCard(ctx, k.Waiters)
 	backoff := pipe.HGetAll(ctx, k.Backoff)
+	served := pipe.HGetAll(ctx, k.Served)
+	prewarm := pipe.HMGet(ctx, k.Config, "prewarm_ver", "prewarm_until")
 	var claims, sexp, waiters, queue *redis.ZSliceCmd
 	var sessions *redis.MapStringStringCmd
 	var fence, version *redis.StringCmd
@@ -109,8 +117,12 @@ func (s *Store) snapshot(ctx context.Context, scope string, full bool) (Snapshot
 		ClaimPod:  claimpod.Val(),
 		Queued:    int(queued.Val()),
 		Backoff:   backoffOf(backoff.Val()),
+		Prewarm:   prewarmOf(prewarm.Val()),
 	}
 	snap.Pods = podStates(scope, pods.Val(), info.Val(), podver.Val(), slots.Val(), zmap(idle.Val()), snap.ClaimPod)
+	for i, p := range snap.Pods {
+		snap.Pods[i].Served, _ = strconv.Atoi(served.Val()[p.Pod.ID]) // none counted: 0
+	}
 	if full {
 		snap.Claims = zmap(claims.Val())
 		snap.Sessions = sessions.Val()
@@ -244,4 +256,28 @@ func backoffOf(h map[string]string) Backoff {
 		return Backoff{}
 	}
 	return Backoff{Failures: failures, Until: time.UnixMilli(until), LastError: h["error"]}
+}
+
+// Prewarm is the prewarm of a rollout (SPEC §11.3, rollout "prewarm"): until Until,
+// the pods of Ver (the deploy_ver a class A change replaced) take new sessions too.
+type Prewarm struct {
+	Ver   string
+	Until time.Time
+}
+
+// Serves tells whether the prewarm at now lets the pods of ver take new sessions.
+func (p Prewarm) Serves(ver string, now time.Time) bool {
+	return p.Ver != "" && p.Ver == ver && now.Before(p.Until)
+}
+
+// prewarmOf reads the prewarm fields of a config HASH (HMGET prewarm_ver
+// prewarm_until); missing or unreadable ones read as no prewarm.
+func prewarmOf(v []any) Prewarm {
+	ver, _ := v[0].(string)
+	until, _ := v[1].(string)
+	ms, err := strconv.ParseInt(until, 10, 64)
+	if ver == "" || err != nil {
+		return Prewarm{}
+	}
+	return Prewarm{Ver: ver, Until: time.UnixMilli(ms)}
 }

@@ -129,7 +129,7 @@ func TestRefillBackoffKeepsWarmPods(t *testing.T) {
 	}
 	before := h.Snap("warm")
 	wantHeldBack(t, h, m, "warm", 5)
-	if v := invariant.WarmBeforeBackoff(before, h.Current("warm").DeployVer, 4); len(v) != 0 {
+	if v := invariant.WarmBeforeBackoff(before, h.Current("warm").DeployVer, 4, h.Clock.Now()); len(v) != 0 {
 		t.Fatal(v)
 	}
 	h.Clock.Advance(5 * time.Second)

@@ -232,7 +232,7 @@ func DeletedLive(ctx context.Context, store warmpool.ConfigStore, redis *lua.Sto
 // publish publishes a stored config. A conflict (the version is published with other
 // content: replicas on different config stores) is logged and counted, and returned.
 func (s *Service) publish(ctx context.Context, c warmpool.StoredConfig) error {
-	err := s.redis.ScopePublish(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer})
+	err := s.redis.ScopePublish(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer, ChangedAt: c.UpdatedAt})
 	if errors.Is(err, lua.ErrPublishConflict) {
 		s.log.Error("config not published: another replica published this version with other content; do the replicas share one config store?",
 			"scope", c.ScopeID, "version", c.Version, "deploy_ver", c.DeployVer, "err", err)

@@ -28,8 +28,9 @@ func (s *Sweeper) fillScope(ctx context.Context, scope string) error {
 	return err
 }
 
-// Reclaim deletes idle pods of an old deploy_ver (or retired: of the scope's deleted
-// life) and idle pods beyond max_pods at once, and idle pods idle for pod_ttl_s or
+// Reclaim deletes idle pods of an old deploy_ver (but those a rollout's prewarm still
+// serves; or retired: of the scope's deleted life, recycled, or past
+// max_sessions_per_pod) and idle pods beyond max_pods at once, and idle pods idle for pod_ttl_s or
 // longer beyond the newest min_idle_pods; a deleted scope's idle pods all go, and its keys once none is left. A
 // pod that got a session since it was looked at is left alone (the purge re-checks its
 // idle time atomically).
@@ -63,9 +64,11 @@ func (s *Sweeper) reclaimScope(ctx context.Context, scope string, now time.Time)
 		switch {
 		case !p.Idle:
 		case p.Retired:
-			s.retire(ctx, scope, p, "retired: its last session ended under recycle delete, or it is of the scope's deleted life")
+			s.retire(ctx, scope, p, "retired: its last session ended under recycle delete or after max_sessions_per_pod, or it is of the scope's deleted life")
 		case p.Draining:
 			s.retire(ctx, scope, p, "drained: its agent reported that it drains")
+		case snap.Prewarm.Serves(p.Pod.DeployVer, now):
+			// a rollout's prewarm: the old version's idle pods take sessions until it ends
 		case old:
 			s.retire(ctx, scope, p, "old deploy_ver "+p.Pod.DeployVer)
 		default:

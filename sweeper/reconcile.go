@@ -302,7 +302,7 @@ func (s *Sweeper) deleteStale(ctx context.Context, p *pacer, stored []warmpool.S
 // publish publishes a stored config; a conflict (another replica published this
 // version with other content) is counted like the config service counts it.
 func (s *Sweeper) publish(ctx context.Context, c warmpool.StoredConfig) error {
-	err := s.store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer})
+	err := s.store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer, ChangedAt: c.UpdatedAt})
 	if errors.Is(err, lua.ErrPublishConflict) {
 		s.cfg.Observe("config_publish", "conflict")
 	}

@@ -38,6 +38,7 @@ type state struct {
 		ScopeID string        `json:"scope_id"`
 		MaxPods int           `json:"max_pods"`
 		Pods    []ui.PodState `json:"pods"`
+		Backoff ui.Backoff    `json:"backoff"`
 	} `json:"scopes"`
 }
 
@@ -371,5 +372,47 @@ func TestStateDetailMatchesPool(t *testing.T) {
 	}
 	if row := st.Rows[0]; idle != 1 || row.Pods != 2 || row.Idle != 1 || row.Busy != 1 || row.Sessions != 1 {
 		t.Errorf("row %+v, want 2 pods, 1 idle, 1 session", row)
+	}
+}
+
+// failRoute routes a session of scope while the driver fails the next deploy: the
+// route answers 502 DEPLOY_FAILED and the scope's refill backoff starts.
+func failRoute(t *testing.T, b *testserver.Backing, base, scope, session string) {
+	t.Helper()
+	b.Fake.FailNext(1, "image pull failed: agent:broken")
+	resp, err := http.Post(base+"/v1/scopes/"+scope+"/sessions", "application/json", strings.NewReader(`{"session_id":"`+session+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("route with a failing deploy: %d %s, want 502", resp.StatusCode, body)
+	}
+}
+
+// A scope's details show its refill backoff (SPEC §11.3) as GET …/pool does: the
+// failures in a row, until when, and the last error; none without one.
+func TestStateDetailShowsBackoff(t *testing.T) {
+	t.Parallel()
+	b := testserver.NewBacking(t)
+	r := newReplica(t, b, "r1", testredis.NewClock())
+	putScope(t, r.ts.URL, "m")
+	if st := uiState(t, r.ts.URL, "detail=m"); len(st.Scopes) != 1 || st.Scopes[0].Backoff.Failures != 0 || st.Scopes[0].Backoff.Until != nil {
+		t.Fatalf("details before a failure %+v, want no backoff", st.Scopes)
+	}
+	failRoute(t, b, r.ts.URL, "m", "s0")
+	var pool struct {
+		Backoff ui.Backoff `json:"backoff"`
+	}
+	call(t, http.MethodGet, r.ts.URL+"/v1/scopes/m/pool", "", &pool)
+	st := uiState(t, r.ts.URL, "detail=m")
+	if len(st.Scopes) != 1 {
+		t.Fatalf("details %+v, want scope m", st.Scopes)
+	}
+	got, want := st.Scopes[0].Backoff, pool.Backoff
+	if got.Failures != 1 || got.Until == nil || want.Until == nil || !got.Until.Equal(*want.Until) ||
+		got.LastError != want.LastError || !strings.Contains(got.LastError, "agent:broken") {
+		t.Fatalf("backoff in the details %+v, in the pool %+v: want one failure with its reason, the same", got, want)
 	}
 }

@@ -99,6 +99,17 @@ type ScopeState struct {
 	Followers      int        `json:"followers"`
 	Waiters        int        `json:"waiters"`
 	Deploys        []Deploy   `json:"deploys"`
+	// Backoff is the scope's refill backoff, as GET …/pool shows it (SPEC §11.3).
+	Backoff Backoff `json:"backoff"`
+}
+
+// Backoff is a scope's refill backoff: failed deploys of the current deploy_ver in a
+// row (0: none), until when no deploy starts (null without a backoff) and the last
+// failure's reason.
+type Backoff struct {
+	Failures  int        `json:"failures"`
+	Until     *time.Time `json:"until"`
+	LastError string     `json:"last_error"`
 }
 
 // PodState is one pod on the page.
@@ -163,6 +174,10 @@ func (u *UI) scope(ctx context.Context, id string) (ScopeState, error) {
 	sc := ScopeState{ScopeID: id, Version: rec.Version, DeployVer: rec.DeployVer, MaxPods: rec.Config.Pool.MaxPods(),
 		PodConcurrency: rec.Config.Pool.PodConcurrency, Pods: make([]PodState, 0, len(snap.Pods)),
 		Placeholders: len(snap.Deploys), Followers: len(snap.Followers), Waiters: snap.Queued, Deploys: make([]Deploy, 0, len(log))}
+	if b := snap.Backoff; b.Failures > 0 {
+		until := b.Until.UTC()
+		sc.Backoff = Backoff{Failures: b.Failures, Until: &until, LastError: b.LastError}
+	}
 	for _, p := range snap.Pods {
 		ps := PodState{PodID: p.Pod.ID, State: "busy", Sessions: p.Sessions(), Slots: p.Slots, DeployVer: p.Pod.DeployVer,
 			Current: p.Pod.DeployVer == rec.DeployVer, CreatedAt: time.UnixMilli(p.Pod.CreatedAt).UTC()}

@@ -220,6 +220,38 @@ func TestPoolPageInBrowser(t *testing.T) {
 	}
 }
 
+// A scope whose deploys fail shows its refill backoff: the failures in a row, the time
+// left and the last error.
+func TestPoolPageShowsBackoffInBrowser(t *testing.T) {
+	ctx := browser(t)
+	b := testserver.NewBacking(t)
+	cfg := b.Config("ui-replica-3")
+	cfg.Dev = true // the demo scope
+	_, ts := testserver.Serve(t, cfg)
+
+	var errs consoleErrors
+	errs.listen(t, ctx)
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/ui"), chromedp.WaitVisible(chromedp.CSS(`section[data-scope="demo"]`))); err != nil {
+		t.Fatalf("the page does not show the demo scope: %v", err)
+	}
+	if n := js[int](t, ctx, `document.querySelectorAll('section[data-scope="demo"] .backoff').length`); n != 0 {
+		t.Fatalf("%d backoff lines before any failure, want none", n)
+	}
+	failRoute(t, b, ts.URL, "demo", "s0")
+	line := chromedp.CSS(`section[data-scope="demo"] .backoff[data-backoff="1"]`)
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(line)); err != nil {
+		t.Fatalf("the page does not show the refill backoff: %v", err)
+	}
+	text, err := chromedp.Run(ctx, chromedp.Text(line))
+	if err != nil || !strings.Contains(text, "1 failed deploy") || !strings.Contains(text, "agent:broken") || !strings.Contains(text, "next try in") {
+		t.Fatalf("backoff line %q (%v): want the failures, the time left and the last error", text, err)
+	}
+	screenshot(t, ctx, "pool-page-backoff.png")
+	if e := errs.all(); len(e) > 0 {
+		t.Fatalf("the page reported errors:\n%s", strings.Join(e, "\n"))
+	}
+}
+
 // With an admin token on the server, the page says so, and works once the token is
 // entered in its form.
 func TestPoolPageAsksForTheToken(t *testing.T) {

@@ -50,6 +50,24 @@ func (c *client) do(ctx context.Context, method, path string, body any) error {
 	return nil
 }
 
+// get sends GET path and decodes its answer, which must be 200, into out.
+func (c *client) get(ctx context.Context, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
 // Population is what a setup creates: Scopes scopes named Prefix + index, each with
 // Pods pods holding Sessions sessions named "s" + index between them.
 type Population struct {

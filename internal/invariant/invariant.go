@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/lua"
@@ -13,7 +14,8 @@ import (
 
 // Violations returns every invariant the snapshot breaks, empty when it holds them all.
 // versions lists the deploy_vers new sessions may have landed on (the scope's current
-// one, plus older ones when the test changed the config). With settled set, the
+// one, plus older ones when the test changed the config; the version a rollout's
+// prewarm serves, while the snapshot notes one, is allowed too). With settled set, the
 // snapshot must also be free of work in flight: no deploy lease, room entry, claim
 // (hold or grant included), waiter or queue entry is left (invariant 5).
 //
@@ -92,7 +94,7 @@ func others(s lua.Snapshot, versions []string, settled bool) []string {
 			continue
 		}
 		// 6. sessions only on pods of an allowed (current) deploy_ver
-		if !contains(versions, p.Pod.DeployVer) {
+		if !contains(versions, p.Pod.DeployVer) && (s.Prewarm.Ver == "" || p.Pod.DeployVer != s.Prewarm.Ver) {
 			bad("inv6: session %s on pod %s of deploy_ver %s, allowed %v", sess, pod, p.Pod.DeployVer, versions)
 		}
 	}
@@ -149,17 +151,19 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
-// WarmBeforeBackoff checks an acquire that the refill backoff held back (SPEC §11.3):
-// backoff never stops a route from using a warm pod, so the scope, as before had it,
-// had no idle pod of its deploy_ver ver that it could hand out (not retired, and the
-// scope within maxPods, so that no idle pod was surplus).
-func WarmBeforeBackoff(before lua.Snapshot, ver string, maxPods int) []string {
+// WarmBeforeBackoff checks an acquire at now that the refill backoff held back (SPEC
+// §11.3): backoff never stops a route from using a warm pod, so the scope, as before
+// had it, had no idle pod of its deploy_ver ver, nor of the version a rollout's
+// prewarm still served at now, that it could hand out (not retired, and the scope
+// within maxPods, so that no idle pod was surplus).
+func WarmBeforeBackoff(before lua.Snapshot, ver string, maxPods int, now time.Time) []string {
 	if len(before.Pods) > maxPods {
 		return nil
 	}
 	var out []string
 	for _, p := range before.Pods {
-		if p.Idle && !p.Retired && !p.Draining && p.Pod.DeployVer == ver { // a draining pod takes no session either
+		serves := p.Pod.DeployVer == ver || before.Prewarm.Serves(p.Pod.DeployVer, now)
+		if p.Idle && !p.Retired && !p.Draining && serves { // a draining pod takes no session either
 			out = append(out, fmt.Sprintf("backoff: a deploy was held back while pod %s of deploy_ver %s was warm", p.Pod.ID, ver))
 		}
 	}

@@ -51,6 +51,7 @@ type Scope struct {
 	marks   map[string]string // request id -> its mark, "<fingerprint>\n<owner token>\n<answer>" (answer "" while it runs)
 	agents  map[string]string // "<pod>" -> spared until (ms), "<pod>|miss" -> sessions its last report left out
 	backoff backoff           // the refill backoff
+	served  map[string]int64  // pod -> slots handed out over its life (max_sessions_per_pod)
 }
 
 // NewScope returns the model of a scope that was never published.
@@ -60,6 +61,7 @@ func NewScope(id string) *Scope {
 		idle: zset{}, deploys: zset{}, rooms: zset{}, claims: zset{}, claimOf: map[string]string{},
 		sess: map[string]string{}, sessExp: zset{}, waiters: zset{}, queue: zset{}, health: map[string]int64{},
 		gone: map[string]bool{}, idem: map[string]string{}, marks: map[string]string{}, agents: map[string]string{},
+		served: map[string]int64{},
 	}
 }
 
@@ -167,8 +169,15 @@ func (s *Scope) Publish(rec lua.ScopeRecord) error {
 	} else {
 		s.config = map[string]string{}
 	}
-	if s.config["deploy_ver"] != rec.DeployVer {
+	if old, ok := s.config["deploy_ver"]; old != rec.DeployVer {
 		s.backoff = backoff{}
+		if ok && rec.Config.Pool.Rollout == warmpool.RolloutPrewarm {
+			s.config["prewarm_ver"] = old
+			s.config["prewarm_until"] = strconv.FormatInt(ms(rec.ChangedAt)+int64(rec.Config.Deploy.ReadyTimeoutS)*1000, 10)
+		} else {
+			delete(s.config, "prewarm_ver")
+			delete(s.config, "prewarm_until")
+		}
 	}
 	for _, kv := range content {
 		s.config[kv[0]] = kv[1]
@@ -221,6 +230,7 @@ func (s *Scope) ScopeForget() bool {
 	}
 	clear(s.slots)
 	clear(s.health)
+	clear(s.served)
 	s.backoff = backoff{}
 	return true
 }
@@ -229,6 +239,7 @@ func (s *Scope) ScopeForget() bool {
 // deploy_ver ("" with no config: nothing is handed on), pc and maxPods its limits.
 type handoff struct {
 	ver     string
+	prev    string // the version a prewarm serves ("": none)
 	pc      int64
 	maxPods int64
 	now     int64
@@ -236,8 +247,41 @@ type handoff struct {
 }
 
 func (s *Scope) handoff(now time.Time) *handoff {
-	return &handoff{ver: s.config["deploy_ver"], pc: s.cfgInt("pod_concurrency"), maxPods: s.cfgInt("max_pods"),
+	return &handoff{ver: s.config["deploy_ver"], prev: s.prewarmVer(ms(now)), pc: s.cfgInt("pod_concurrency"), maxPods: s.cfgInt("max_pods"),
 		now: ms(now), grant: ms(now.Add(lua.GrantTTL))}
+}
+
+// prewarmVer is _lib.lua's prewarm_ver: the version whose pods a rollout's prewarm
+// still lets take new sessions at now, "" when none.
+func (s *Scope) prewarmVer(now int64) string {
+	if v, ok := s.config["prewarm_ver"]; ok && now < s.cfgInt("prewarm_until") {
+		return v
+	}
+	return ""
+}
+
+// serves is _lib.lua's serves: the pod takes new slots (of ver, or of prev, the
+// prewarm's version).
+func (s *Scope) serves(pod, ver, prev string) bool {
+	v, ok := s.podVer[pod]
+	return ok && (v == ver || (prev != "" && v == prev))
+}
+
+// serve is _lib.lua's serve: n slots taken on pod count toward max_sessions_per_pod;
+// the one that reaches it retires the pod. It reports whether the pod takes no more.
+func (s *Scope) serve(pod string, n int64) bool {
+	limit := s.cfgInt("max_served")
+	if limit == 0 || n <= 0 {
+		return false
+	}
+	s.served[pod] += n
+	if s.served[pod] < limit {
+		return false
+	}
+	if v := s.podVer[pod]; v != lua.RetiredVer && v != lua.DrainingVer {
+		s.podVer[pod] = lua.RetiredVer
+	}
+	return true
 }
 
 // surplus is _lib.lua's surplus_pods: the current version's pods beyond max_pods. The
@@ -297,6 +341,7 @@ func (s *Scope) nextWaiter(q *handoff) string {
 }
 
 func (s *Scope) grant(q *handoff, w, pod string) {
+	s.serve(pod, 1)
 	s.claims[w] = q.grant
 	s.claimOf[w] = pod
 }
@@ -308,7 +353,7 @@ func (s *Scope) handOff(q *handoff, pod string, n int64) bool {
 	if q == nil || q.ver == "" || n > q.pc {
 		return false
 	}
-	if v, ok := s.podVer[pod]; !ok || v != q.ver || s.surplus(q.ver, q.maxPods)[pod] {
+	if !s.serves(pod, q.ver, q.prev) || s.surplus(q.ver, q.maxPods)[pod] {
 		return false
 	}
 	w := s.nextWaiter(q)
@@ -331,7 +376,7 @@ func (s *Scope) freeSlot(pod string, now int64, idleOnZero bool, q *handoff) int
 	if n <= 0 {
 		n = 0
 		s.slots[pod] = 0
-		if idleOnZero && s.config["recycle"] == warmpool.RecycleDelete && s.podVer[pod] == s.config["deploy_ver"] {
+		if idleOnZero && s.config["recycle"] == warmpool.RecycleDelete && s.serves(pod, s.config["deploy_ver"], s.prewarmVer(now)) {
 			s.podVer[pod] = lua.RetiredVer
 		}
 		if _, idle := s.idle[pod]; idleOnZero && !idle {
@@ -437,9 +482,10 @@ func (s *Scope) PodAcquire(a lua.AcquireArgs) (lua.AcquireResult, error) {
 	maxPods := s.cfgInt("max_pods")
 	surplus := s.surplus(ver, maxPods)
 	for _, pod := range s.idle.desc() {
-		if s.podVer[pod] == ver && !surplus[pod] {
+		if s.serves(pod, ver, q.prev) && !surplus[pod] {
 			delete(s.idle, pod)
 			s.slots[pod]++
+			s.serve(pod, 1)
 			s.claims[claim] = ms(a.ClaimDeadline)
 			s.claimOf[claim] = pod
 			p, err := decodePod(pod, s.podInfo[pod])
@@ -461,6 +507,9 @@ func (s *Scope) PodAcquire(a lua.AcquireArgs) (lua.AcquireResult, error) {
 		capacity := pc - 1
 		if strings.HasSuffix(d, "w") {
 			capacity = pc
+		}
+		if limit := s.cfgInt("max_served"); limit > 0 {
+			capacity = min(capacity, limit-(pc-capacity))
 		}
 		if capacity <= 0 {
 			continue
@@ -543,9 +592,22 @@ func (s *Scope) PodRegister(deploy string, pod warmpool.Pod, leaderClaim string,
 			}
 		}
 	}
-	if published && ver == pod.DeployVer && !s.surplus(ver, s.cfgInt("max_pods"))[pod.ID] {
+	spent := s.serve(pod.ID, n)
+	if published && ver == pod.DeployVer && s.prewarmVer(t) != "" {
+		ready := int64(0)
+		for _, v := range s.podVer {
+			if v == ver {
+				ready++
+			}
+		}
+		if ready >= max(1, s.cfgInt("min_idle")) {
+			delete(s.config, "prewarm_ver")
+			delete(s.config, "prewarm_until")
+		}
+	}
+	if published && ver == pod.DeployVer && !spent && !s.surplus(ver, s.cfgInt("max_pods"))[pod.ID] {
 		q := s.handoff(now)
-		for n < pc {
+		for n < pc && s.podVer[pod.ID] == ver {
 			w := s.nextWaiter(q)
 			if w == "" {
 				break
@@ -591,6 +653,7 @@ func (s *Scope) PodPurge(pod, reason string, idleSince *time.Time) ([]string, er
 	delete(s.slots, pod)
 	delete(s.idle, pod)
 	delete(s.health, pod)
+	delete(s.served, pod)
 	delete(s.agents, pod)
 	delete(s.agents, pod+"|miss")
 	s.gone[pod] = true
@@ -617,8 +680,12 @@ func (s *Scope) PodPlaceholder(now, leaseDeadline, noteDeadline time.Time) (lua.
 			warm++
 		}
 	}
+	minIdle := s.cfgInt("min_idle")
+	if s.prewarmVer(ms(now)) != "" {
+		minIdle = max(1, minIdle)
+	}
 	switch {
-	case warm >= s.cfgInt("min_idle"):
+	case warm >= minIdle:
 		return lua.PlaceholderResult{Kind: lua.PlaceholderEnough}, nil
 	case int64(len(s.pods)+len(s.deploys)) >= s.cfgInt("max_pods"):
 		return lua.PlaceholderResult{Kind: lua.PlaceholderMaxReached}, nil
@@ -809,6 +876,7 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 	now, sid, claim, waiter := ms(a.Now), a.Session, a.Claim, a.Waiter
 	ver, pc := s.config["deploy_ver"], s.cfgInt("pod_concurrency")
 	q := s.handoff(a.Now)
+	prev := q.prev
 
 	leave := func(used string) {
 		if waiter == "" {
@@ -872,7 +940,7 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 			continue
 		}
 		pod, ok := s.claimOf[c]
-		if holdsPod(pod) && s.podVer[pod] == ver {
+		if holdsPod(pod) && (s.serves(pod, ver, prev) || s.podVer[pod] == lua.RetiredVer) {
 			delete(s.claims, c)
 			delete(s.claimOf, c)
 			return bind(pod, c)
@@ -884,14 +952,15 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 
 	surplus := s.surplus(ver, s.cfgInt("max_pods"))
 	for _, pod := range s.pods.asc() {
-		if s.podVer[pod] != ver || surplus[pod] {
+		if !s.serves(pod, ver, prev) || surplus[pod] {
 			continue
 		}
-		for n := s.slots[pod]; n < pc; n++ {
+		for n := s.slots[pod]; n < pc && s.podVer[pod] != lua.RetiredVer; n++ {
 			w := s.nextWaiter(q)
 			s.slots[pod]++
 			delete(s.idle, pod)
 			if w == "" || w == waiter {
+				s.serve(pod, 1)
 				return bind(pod, "")
 			}
 			s.grant(q, w, pod)
@@ -1079,6 +1148,9 @@ func (s *Scope) Snapshot() lua.Snapshot {
 		Claims: times(s.claims), Sessions: copyMap(s.sess), SessExp: times(s.sessExp), Waiters: times(s.waiters),
 		Queue: map[string]int64{}, Fence: s.fence, Version: s.cfgInt("version"), Backoff: s.backoffState(),
 	}
+	if v, ok := s.config["prewarm_ver"]; ok {
+		snap.Prewarm = lua.Prewarm{Ver: v, Until: time.UnixMilli(s.cfgInt("prewarm_until"))}
+	}
 	for w, n := range s.queue {
 		snap.Queue[w] = n
 	}
@@ -1092,7 +1164,7 @@ func (s *Scope) Snapshot() lua.Snapshot {
 			p = warmpool.Pod{ID: id, ScopeID: s.id}
 		}
 		st := lua.PodState{Pod: p, Slots: int(s.slots[id]), Claims: claims[id], RegisteredAt: time.UnixMilli(s.pods[id]),
-			Retired: s.podVer[id] == lua.RetiredVer, Draining: s.podVer[id] == lua.DrainingVer}
+			Retired: s.podVer[id] == lua.RetiredVer, Draining: s.podVer[id] == lua.DrainingVer, Served: int(s.served[id])}
 		if since, ok := s.idle[id]; ok {
 			st.Idle, st.IdleSince = true, time.UnixMilli(since)
 		}
@@ -1140,8 +1212,8 @@ func Lines(snap lua.Snapshot) []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	for i, p := range snap.Pods {
-		add("pod %s #%d ver=%s retired=%v draining=%v slots=%d claims=%d idle=%v since=%d registered=%d sse=%s",
-			p.Pod.ID, i, p.Pod.DeployVer, p.Retired, p.Draining, p.Slots, p.Claims, p.Idle, msOrZero(p.IdleSince), p.RegisteredAt.UnixMilli(), p.Pod.SSEURL)
+		add("pod %s #%d ver=%s retired=%v draining=%v slots=%d claims=%d idle=%v since=%d registered=%d sse=%s served=%d",
+			p.Pod.ID, i, p.Pod.DeployVer, p.Retired, p.Draining, p.Slots, p.Claims, p.Idle, msOrZero(p.IdleSince), p.RegisteredAt.UnixMilli(), p.Pod.SSEURL, p.Served)
 	}
 	zs := []struct {
 		name string
@@ -1163,6 +1235,9 @@ func Lines(snap lua.Snapshot) []string {
 	}
 	add("queued %d", snap.Queued)
 	add("fence %d", snap.Fence)
+	if p := snap.Prewarm; p.Ver != "" {
+		add("prewarm ver=%s until=%d", p.Ver, p.Until.UnixMilli())
+	}
 	if b := snap.Backoff; b.Failures > 0 {
 		add("backoff failures=%d until=%d error=%s", b.Failures, b.Until.UnixMilli(), b.LastError)
 	}
@@ -1198,8 +1273,11 @@ func (s *Scope) Due(now time.Time) (time.Time, bool) {
 	if ver, ok := s.config["deploy_ver"]; ok {
 		keep, ttl := s.cfgInt("min_idle"), s.cfgInt("pod_ttl_ms")
 		surplus := s.surplus(ver, s.cfgInt("max_pods"))
+		prev := s.prewarmVer(ms(now))
 		for _, pod := range s.idle.desc() {
 			switch v, ok := s.podVer[pod]; {
+			case ok && prev != "" && v == prev:
+				at(s.cfgInt("prewarm_until"))
 			case !ok || v != ver || surplus[pod]:
 				at(ms(now))
 			case keep > 0:

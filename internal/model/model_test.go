@@ -87,13 +87,14 @@ var weights = map[string]int{
 	"session_get": 1, "follower_leave": 1, "waiter_leave": 1, "deploy_abort": 2, "pod_purge": 1, "pod_adopt": 1,
 	"pod_health": 1, "fence_raise": 1, "scope_publish": 1, "scope_capacity": 3, "epoch_lost": 1, "drift": 1,
 	"scope_delete": 1, "scope_forget": 1, "idem_claim": 1, "idem_answer": 1, "idem_release": 1, "idem_expire": 1,
-	"agent_report": 5,
+	"agent_report": 5, "scope_rollout": 2,
 }
 
 // capacityWeights are the steps of TestLoweredCapacityFollowsTheModel.
 var capacityWeights = map[string]int{
 	"session_route": 6, "session_end": 4, "claim_release": 2, "waiter_leave": 1,
 	"pod_acquire": 2, "pod_register": 2, "follower_wait": 2, "pod_placeholder": 1, "scope_capacity": 3,
+	"scope_rollout": 1,
 }
 
 // The scopes of every run: a has room for three pods of two sessions, deployed two at
@@ -102,21 +103,24 @@ var capacityWeights = map[string]int{
 // sessions, holds, waits and grants live for a few steps to a few dozen. Each scope
 // also has a class B change of its capacity: a lowered to two pods of one session, b
 // raised to two pods of two whose pods are deleted when their last session or hold
-// ends (recycle "delete"; published back, a lowering and reuse again).
+// ends (recycle "delete"; published back, a lowering and reuse again). The changed
+// capacity also limits the sessions a pod serves (max_sessions_per_pod: a's to two,
+// b's to three).
 var scopeConfigs = map[string][2]warmpool.PoolConfig{
 	"a": {
 		{MaxConcurrency: 6, PodConcurrency: 2, MinIdlePods: 1, PodTTLS: 60, SessionTTLS: 30, QueueSize: 2, WaitTimeoutS: 10, HoldTTLS: 15, MaxParallelDeploys: 2},
-		{MaxConcurrency: 2, PodConcurrency: 1, MinIdlePods: 1, PodTTLS: 60, SessionTTLS: 30, QueueSize: 2, WaitTimeoutS: 10, HoldTTLS: 15, MaxParallelDeploys: 2},
+		{MaxConcurrency: 2, PodConcurrency: 1, MinIdlePods: 1, PodTTLS: 60, SessionTTLS: 30, QueueSize: 2, WaitTimeoutS: 10, HoldTTLS: 15, MaxParallelDeploys: 2, MaxSessionsPerPod: 2},
 	},
 	"b": {
 		{MaxConcurrency: 1, PodConcurrency: 1, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10},
-		{MaxConcurrency: 4, PodConcurrency: 2, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10, Recycle: warmpool.RecycleDelete},
+		{MaxConcurrency: 4, PodConcurrency: 2, PodTTLS: 60, SessionTTLS: 20, QueueSize: 2, WaitTimeoutS: 12, HoldTTLS: 10, Recycle: warmpool.RecycleDelete, MaxSessionsPerPod: 3},
 	},
 }
 
 // variants are the configs a scope is published with in turn: the first, a new image
 // (class A: a new deploy_ver), no queue and recycle "delete" (class B) and other
-// capacity (class B: lowered or raised).
+// capacity (class B: lowered or raised); a class A change to any but the first is
+// rolled out with a prewarm, to the first it drains.
 func variants(pools [2]warmpool.PoolConfig) []warmpool.ScopeConfig {
 	var out []warmpool.ScopeConfig
 	for i, image := range []string{"agent:1", "agent:2", "agent:1", "agent:1"} {
@@ -128,6 +132,9 @@ func variants(pools [2]warmpool.PoolConfig) []warmpool.ScopeConfig {
 			c.Pool.QueueSize, c.Pool.Recycle = 0, warmpool.RecycleDelete
 		case 3:
 			c.Pool = pools[1]
+		}
+		if i > 0 {
+			c.Pool.Rollout = warmpool.RolloutPrewarm
 		}
 		c.Pool.ProbePeriodS = warmpool.DefaultProbePeriodS // no script reads it
 		c.Agent.SessionsFromReports = i%2 == 1
@@ -204,7 +211,7 @@ func newWorld(t *rapid.T, r *testredis.Redis, prefix string, seen map[string]int
 
 func (w *world) publish(s *side, variant int, version int64) {
 	cfg := s.configs[variant]
-	rec := lua.ScopeRecord{ScopeID: s.id, Config: cfg, Version: version, DeployVer: cfg.Deploy.DeployVer()}
+	rec := lua.ScopeRecord{ScopeID: s.id, Config: cfg, Version: version, DeployVer: cfg.Deploy.DeployVer(), ChangedAt: w.now}
 	got := w.store.ScopePublish(context.Background(), rec)
 	want := s.model.Publish(rec)
 	w.same("scope_publish", nil, nil, got, want)
@@ -258,7 +265,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			want, wantErr := s.model.PodAcquire(a)
 			w.same("pod_acquire", got, want, gotErr, wantErr)
 			if cfg := s.configs[s.current]; got.Kind == lua.AcquireBackoff && !s.drifted {
-				if v := invariant.WarmBeforeBackoff(before, cfg.Deploy.DeployVer(), s.pools[s.version].MaxPods()); len(v) > 0 {
+				if v := invariant.WarmBeforeBackoff(before, cfg.Deploy.DeployVer(), s.pools[s.version].MaxPods(), w.now); len(v) > 0 {
 					w.t.Fatalf("pod_acquire on scope %s: %s", s.id, strings.Join(v, "; "))
 				}
 			}
@@ -458,6 +465,15 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			// the next version with the other capacity: a lowering or a raise (class B)
 			variant := 3
 			if s.current == 3 {
+				variant = 0
+			}
+			w.publish(s, variant, s.version+1)
+		}),
+		"scope_rollout": step("scope_rollout", func(s *side) {
+			// the next version with the other image (class A): to the second variant
+			// with a prewarm, back to the first with a drain
+			variant := 1
+			if s.current == 1 {
 				variant = 0
 			}
 			w.publish(s, variant, s.version+1)

@@ -15,6 +15,9 @@
 //	wpbench reports    what agent reports cost at S pods reporting every 5 s: Redis
 //	                   commands, Redis and replica CPU per report; route latency with
 //	                   reports and without, sweeps on and off
+//	wpbench rollout    routes by source across an image update under steady load, for
+//	                   rollout drain and prewarm: one replica, the fake driver with a
+//	                   deploy delay, a PUT of a new image mid-run
 //	wpbench script F   print the source Redis runs for lua/F (lua.Sources)
 //	wpbench keys F PREFIX SCOPE [EXTRA...]
 //	                   print the KEYS a replica passes to lua/F for SCOPE under the
@@ -53,7 +56,7 @@ func main() {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|reports [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
+		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|reports|rollout [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
 	}
 	switch args[0] {
 	case "script":
@@ -86,8 +89,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return poolPage(ctx, args[1:], getenv, stdout, stderr)
 	case "reports":
 		return agentReports(ctx, args[1:], getenv, stdout, stderr)
+	case "rollout":
+		return rollout(ctx, args[1:], getenv, stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, reports, script or keys", args[0])
+	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, reports, rollout, script or keys", args[0])
 }
 
 func scriptNames() []string {
@@ -303,6 +308,30 @@ func agentReports(ctx context.Context, args []string, getenv func(string) string
 	c.Log = stderr
 	_, _ = fmt.Fprintf(stderr, "wpbench reports: files in %s\n", c.Dir) // progress on stderr: nothing to do if it fails
 	res, err := bench.Reports(ctx, c)
+	return report(stdout, res, err)
+}
+
+func rollout(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("rollout", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c bench.RolloutConfig
+	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
+	fs.DurationVar(&c.Delay, "deploy-delay", bench.DefaultRolloutDelay, "how long each deploy of the fake driver takes")
+	fs.Float64Var(&c.Rate, "rate", bench.DefaultRolloutRate, "new sessions a second")
+	fs.DurationVar(&c.Life, "life", bench.DefaultRolloutLife, "how long each session lives")
+	fs.DurationVar(&c.Warmup, "warmup", bench.DefaultRolloutWarmup, "load before the measured windows, to reach its steady state")
+	fs.IntVar(&c.MinIdle, "min-idle", bench.DefaultRolloutMinIdle, "the scope's min_idle_pods")
+	fs.DurationVar(&c.Before, "before", bench.DefaultRolloutBefore, "load before the image update")
+	fs.DurationVar(&c.After, "after", bench.DefaultRolloutAfter, "load after the image update")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if c.Dir, err = outDir(c.Dir); err != nil {
+		return err
+	}
+	c.Log = stderr
+	res, err := bench.Rollout(ctx, c)
 	return report(stdout, res, err)
 }
 

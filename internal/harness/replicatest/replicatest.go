@@ -122,7 +122,7 @@ func (h *Harness) Scope(id string, mc, pc int, mutate ...func(*warmpool.ScopeCon
 	h.mu.Lock()
 	stored := warmpool.StoredConfig{ScopeID: id, Version: h.current[id].Version + 1, DeployVer: cfg.Deploy.DeployVer(), Config: cfg}
 	h.mu.Unlock()
-	if err := h.Store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: id, Config: cfg, Version: stored.Version, DeployVer: stored.DeployVer}); err != nil {
+	if err := h.Store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: id, Config: cfg, Version: stored.Version, DeployVer: stored.DeployVer, ChangedAt: stored.UpdatedAt}); err != nil {
 		h.TB.Fatalf("publish %s: %v", id, err)
 	}
 	h.track(stored)

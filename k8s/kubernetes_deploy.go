@@ -109,8 +109,7 @@ func (d *deployment) create(ctx context.Context) (*corev1.Pod, error) {
 	d.name = warmpool.PodName(d.req.ScopeID, d.req.Fence)
 	base := d.name
 	for clashes := 0; ; {
-		obj, err := newAgentPod(d.req, d.name, d.ns, k.cfg.Clock.Now(), podExtras{
-			grace: k.cfg.DeleteGrace, nodeSelector: k.cfg.NodeSelector, annotations: k.cfg.PodAnnotations})
+		obj, err := k.render(d.req, d.name, d.ns)
 		if err != nil {
 			return nil, err
 		}

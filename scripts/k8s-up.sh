@@ -16,6 +16,11 @@
 #   WP_POD_CIDR [127.1.0.0/16]  WP_NODE_NAME [kwok-node-0]  WP_K8S_RUN [CACHE_DIR/run]
 #   WP_NO_SCHEDULER=1 (skip the scheduler)  WP_WITH_KCM=1 (also kube-controller-manager)
 #   WP_BUILD_ONLY=1 (build the binaries and exit)
+# Admission: the defaults, ServiceAccount included (a pod naming a missing service account
+# is refused), so a namespace needs its "default" ServiceAccount before a pod that names
+# none is admitted: no controller manager runs to create it (WP_WITH_KCM=1 does). A
+# ResourceQuota is enforced only once its status holds hard and used, which the quota
+# controller (kube-controller-manager) writes.
 # Test knobs of the kwok pod-ready stage:
 #   annotation k8srig.io/hold (any value)          the pod stays Pending while it is present
 #   annotation pod-ready.stage.kwok.x-k8s.io/delay  e.g. "3s": Ready only after that delay
@@ -178,7 +183,7 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --service-account-issuer https://kubernetes.default.svc \
   --service-account-key-file "$P/sa.pub" --service-account-signing-key-file "$P/sa.key" \
   --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
-  --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
+  --disable-admission-plugins TaintNodesByCondition \
   --enable-priority-and-fairness=false --profiling=false --v=1
 wait_for kube-apiserver 90 curl -sf --cacert "$P/ca.crt" -H "Authorization: Bearer $TOKEN" \
   "https://127.0.0.1:$APISERVER_PORT/readyz" || fail kube-apiserver kube-apiserver

@@ -265,8 +265,10 @@ func (k *Kubernetes) Probe(ctx context.Context, pod warmpool.Pod) error {
 }
 
 // call runs one API call with a per-attempt timeout and retries transient failures
-// with jittered exponential backoff, at most cfg.Retries times. A 4xx answer, or the end
-// of ctx, ends it at once.
+// with jittered exponential backoff, at most cfg.Retries times, pausing at least the
+// delay the server asked for (a 429 of priority and fairness, a 503 naming its
+// Retry-After: client-go retries those itself first, and hands them on after 10). A 4xx
+// answer, or the end of ctx, ends it at once.
 func (k *Kubernetes) call(ctx context.Context, fn func(ctx context.Context) error) error {
 	backoff := k.cfg.RetryBackoff
 	for attempt := 0; ; attempt++ {
@@ -278,6 +280,9 @@ func (k *Kubernetes) call(ctx context.Context, fn func(ctx context.Context) erro
 		}
 		k.log.DebugContext(ctx, "transient API error; retrying", "attempt", attempt+1, logErr, err)
 		pause := backoff/2 + rand.N(backoff/2+1)
+		if s, ok := apierrors.SuggestsClientDelay(err); ok {
+			pause = max(pause, time.Duration(s)*time.Second)
+		}
 		select {
 		case <-ctx.Done():
 			return err

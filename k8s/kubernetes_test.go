@@ -948,7 +948,7 @@ current-context: x
 		t.Fatal(err)
 	}
 	if ns != "agents" || cfg.Host != "https://127.0.0.1:16443" || cfg.BearerToken != "secret" ||
-		cfg.QPS >= 0 || cfg.RateLimiter != nil || cfg.UserAgent != "warmpool" {
+		cfg.QPS >= 0 || cfg.RateLimiter != nil || !cfg.DisableCompression || cfg.UserAgent != "warmpool" {
 		t.Errorf("ns %q cfg %+v", ns, cfg)
 	}
 	if _, _, err := NewClient(ClientOptions{Kubeconfig: path, QPS: 5, Burst: 7}); err != nil {

@@ -164,3 +164,39 @@ func TestKubernetesDeployBeforeSync(t *testing.T) {
 		t.Errorf("%d gets: the unsynced deploy did not read its pod", gets)
 	}
 }
+
+// At most MaxInFlight API calls are in flight at once; the others wait for a turn and
+// then run (issue 22: a burst of 1,000 creates opened about 50 connections to the API
+// server beyond one HTTP/2 connection's streams).
+func TestKubernetesMaxInFlight(t *testing.T) {
+	k := mustKube(t, newFakeClient(), func(c *Config) { c.MaxInFlight = 3 })
+	const calls = 9
+	var inflight, most atomic.Int32
+	entered := make(chan struct{}, calls)
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Go(func() {
+			err := k.call(context.Background(), func(context.Context) error {
+				n := inflight.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				entered <- struct{}{}
+				<-release
+				inflight.Add(-1)
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for range 3 {
+		<-entered
+	}
+	close(release)
+	wg.Wait()
+	if most.Load() != 3 || len(entered) != calls-3 {
+		t.Errorf("at most %d calls in flight, %d ran after the first 3: want 3 and %d", most.Load(), len(entered), calls-3)
+	}
+}

@@ -219,7 +219,9 @@ type DeployPolicy interface {
 
 // DryRunner is a driver that can ask its cluster whether it would create a spec's pod
 // (a server-side dry run): what the cluster refuses (admission, quota, an unknown
-// runtime class or service account) is VALIDATION with the cluster's message.
+// runtime class or service account) is VALIDATION with the cluster's message. The pod
+// it answers is the one a deploy of the spec creates, the driver's own settings
+// included, as a dry run's answer shows it.
 type DryRunner interface {
-	DryRun(ctx context.Context, scope string, spec DeploySpec) error
+	DryRun(ctx context.Context, scope string, spec DeploySpec) (pod any, err error)
 }

@@ -34,6 +34,7 @@ const (
 	DefaultInformerIdle       = 10 * time.Minute
 	DefaultCleanupTimeout     = 30 * time.Second
 	DefaultCreateSettle       = 2 * time.Second
+	DefaultMaxInFlight        = 100
 	// DefaultNameRetries bounds the new names tried after genuine name clashes.
 	DefaultNameRetries = 3
 	maxRetryBackoff    = 3 * time.Second
@@ -78,6 +79,13 @@ type Config struct {
 	// again for its pod when it found none: a server that was stopped may apply the
 	// create only after it answers again.
 	CreateSettle time.Duration
+	// MaxInFlight bounds the driver's API calls in flight (creates, reads, deletes;
+	// not the informers' lists and watches): past it a call waits for a turn. It is no
+	// rate: it keeps a burst within the concurrent streams of one HTTP/2 connection,
+	// beyond which client-go dials more (a burst of 1,000 creates opened about 50 TLS
+	// connections to the rig's API server, and closed them again), and within the
+	// server's own in-flight limits.
+	MaxInFlight int
 	// NodeSelector, when set, is put on every pod (e.g. a dedicated node pool).
 	NodeSelector map[string]string
 	// PodAnnotations are added to every pod (e.g. for a mesh or the autoscaler); they
@@ -115,6 +123,7 @@ func (c *Config) fill() {
 	defaults.Positive(&c.NameRetries, DefaultNameRetries)
 	defaults.Positive(&c.CleanupTimeout, DefaultCleanupTimeout)
 	defaults.Positive(&c.CreateSettle, DefaultCreateSettle)
+	defaults.Positive(&c.MaxInFlight, DefaultMaxInFlight)
 	switch {
 	case c.Retries == 0:
 		c.Retries = DefaultRetries
@@ -168,6 +177,7 @@ type Kubernetes struct {
 	cfg    Config
 	log    *slog.Logger
 	http   *http.Client
+	turns  chan struct{} // one per API call in flight, at most MaxInFlight
 
 	mu     sync.Mutex
 	closed bool
@@ -197,6 +207,7 @@ func NewKubernetes(client corev1client.CoreV1Interface, cfg Config) *Kubernetes 
 			IdleConnTimeout:     30 * time.Second,
 			DisableCompression:  true,
 		}},
+		turns:  make(chan struct{}, cfg.MaxInFlight),
 		caches: map[string]*nsCache{},
 		timers: map[*time.Timer]struct{}{},
 	}
@@ -265,19 +276,31 @@ func (k *Kubernetes) Probe(ctx context.Context, pod warmpool.Pod) error {
 }
 
 // call runs one API call with a per-attempt timeout and retries transient failures
-// with jittered exponential backoff, at most cfg.Retries times. A 4xx answer, or the end
-// of ctx, ends it at once.
+// with jittered exponential backoff, at most cfg.Retries times, pausing at least the
+// delay the server asked for (a 429 of priority and fairness, a 503 naming its
+// Retry-After: client-go retries those itself first, and hands them on after 10). A 4xx
+// answer, or the end of ctx, ends it at once. Each attempt waits for one of the
+// MaxInFlight turns first; the wait is not part of its timeout.
 func (k *Kubernetes) call(ctx context.Context, fn func(ctx context.Context) error) error {
 	backoff := k.cfg.RetryBackoff
 	for attempt := 0; ; attempt++ {
+		select {
+		case k.turns <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		actx, cancel := context.WithTimeout(ctx, k.cfg.APITimeout)
 		err := fn(actx)
 		cancel()
+		<-k.turns
 		if err == nil || !transient(err) || attempt >= k.cfg.Retries || ctx.Err() != nil {
 			return err
 		}
 		k.log.DebugContext(ctx, "transient API error; retrying", "attempt", attempt+1, logErr, err)
 		pause := backoff/2 + rand.N(backoff/2+1)
+		if s, ok := apierrors.SuggestsClientDelay(err); ok {
+			pause = max(pause, time.Duration(s)*time.Second)
+		}
 		select {
 		case <-ctx.Done():
 			return err

@@ -130,6 +130,14 @@ func (k *Kubernetes) cacheFor(ns string) *nsCache {
 		}
 		return nil, nil
 	}})
+	// managedFields, the largest part of a pod, is never read: dropped before the pod
+	// is stored, it is not kept, copied or scanned by the collector.
+	_ = c.informer.SetTransform(func(obj any) (any, error) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			p.ManagedFields = nil
+		}
+		return obj, nil
+	})
 	c.lister = corelisters.NewPodLister(c.informer.GetIndexer())
 	_ = c.informer.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
 		c.lastErr.Store(&err)

@@ -15,8 +15,9 @@ import (
 	"github.com/warmpool/warmpool"
 )
 
-// Deploy creates the scope's pod and waits, with a watch, until it is Running and Ready,
-// at most Spec.ReadyTimeoutS. Errors: DEPLOY_FAILED naming the reason (image pull,
+// Deploy creates the scope's pod and waits, on the namespace's pod informer, until it is
+// Running and Ready, at most Spec.ReadyTimeoutS: one API request (the create) once the
+// namespace's informer has synced. Errors: DEPLOY_FAILED naming the reason (image pull,
 // crash loop, terminated container, unschedulable, deleted, failed, timeout, API
 // refusal); VALIDATION for a template the pod cannot be built from (a spec that was not
 // normalized, such as a ready timeout under a second); ctx.Err() when ctx
@@ -26,6 +27,7 @@ func (k *Kubernetes) Deploy(ctx context.Context, req warmpool.DeployRequest) (wa
 	ns := k.namespace(req.Spec.Namespace)
 	k.cacheFor(ns) // so List sees the namespace from now on; does not wait
 	d := &deployment{k: k, req: req, ns: ns, start: start}
+	defer d.unlisten()
 	log := k.log.With(logScope, req.ScopeID, logNamespace, ns)
 
 	timeout := time.Duration(req.Spec.ReadyTimeoutS) * time.Second
@@ -79,6 +81,33 @@ type deployment struct {
 	started      bool
 	unschedSince time.Time
 	last         string // the last state seen, for the timeout message
+
+	// The wait on the namespace's informer, registered before the create (listen).
+	events  <-chan podEvent
+	release func()
+	synced  bool // the informer had listed the namespace when the wait was registered
+}
+
+// listen registers the wait for the pod called d.name on the namespace's informer, and
+// ends the wait for the name before. Registered before the create, it misses no event
+// of the pod once the informer has listed the namespace.
+func (d *deployment) listen() error {
+	d.unlisten()
+	c := d.k.cacheFor(d.ns)
+	if c == nil {
+		return deployFailed("pod %s/%s: %v", d.ns, d.name, ErrClosed)
+	}
+	d.synced = c.informer.HasSynced()
+	d.events, d.release = c.wait(d.name, d.k.cfg.Clock.Now())
+	return nil
+}
+
+// unlisten ends the wait listen registered, if any.
+func (d *deployment) unlisten() {
+	if d.release != nil {
+		d.release()
+		d.release = nil
+	}
 }
 
 func (d *deployment) phase(ph DeployPhase, reason string) {
@@ -109,9 +138,11 @@ func (d *deployment) create(ctx context.Context) (*corev1.Pod, error) {
 	d.name = warmpool.PodName(d.req.ScopeID, d.req.Fence)
 	base := d.name
 	for clashes := 0; ; {
-		obj, err := newAgentPod(d.req, d.name, d.ns, k.cfg.Clock.Now(), podExtras{
-			grace: k.cfg.DeleteGrace, nodeSelector: k.cfg.NodeSelector, annotations: k.cfg.PodAnnotations})
+		obj, err := k.render(d.req, d.name, d.ns)
 		if err != nil {
+			return nil, err
+		}
+		if err := d.listen(); err != nil {
 			return nil, err
 		}
 		var created *corev1.Pod
@@ -249,16 +280,9 @@ func kubeState(p *corev1.Pod) string {
 
 // await waits on the namespace's pod informer until the pod is ready or has failed:
 // no watch of its own, so the API server keeps one stream per namespace however many
-// deploys are in flight. The pod is read once after the wait is registered, from the
-// API server.
+// deploys are in flight, and no read of its own either once the informer has synced.
 func (d *deployment) await(ctx context.Context, p *corev1.Pod) (*corev1.Pod, error) {
 	k := d.k
-	c := k.cacheFor(d.ns)
-	if c == nil {
-		return nil, deployFailed("pod %s/%s: %v", d.ns, d.name, ErrClosed)
-	}
-	events, release := c.wait(d.name, k.cfg.Clock.Now())
-	defer release()
 	var graceC <-chan time.Time
 	var graceT *time.Timer
 	defer func() {
@@ -288,22 +312,25 @@ func (d *deployment) await(ctx context.Context, p *corev1.Pod) (*corev1.Pod, err
 	if done, err := check(p); done {
 		return p, err
 	}
-	// One Get once the wait is registered: the informer may lag behind the create, and
-	// what happened before the registration (a delete, a failure) is not missed.
-	var cur *corev1.Pod
-	err := k.call(ctx, func(ctx context.Context) (err error) {
-		cur, err = k.client.Pods(d.ns).Get(ctx, d.name, metav1.GetOptions{})
-		return err
-	})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, deployFailed("pod %s/%s was deleted while starting", d.ns, d.name)
-	case err == nil:
-		if done, err := check(cur); done {
-			return cur, err
+	// An informer that had not listed the namespace when the wait was registered (the
+	// namespace's first deploy) may list it only after the pod is gone: the pod is read
+	// once, so a delete or a failure before that list is not missed.
+	if !d.synced {
+		var cur *corev1.Pod
+		err := k.call(ctx, func(ctx context.Context) (err error) {
+			cur, err = k.client.Pods(d.ns).Get(ctx, d.name, metav1.GetOptions{})
+			return err
+		})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, deployFailed("pod %s/%s was deleted while starting", d.ns, d.name)
+		case err == nil:
+			if done, err := check(cur); done {
+				return cur, err
+			}
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
 		}
-	case ctx.Err() != nil:
-		return nil, ctx.Err()
 	}
 	for {
 		select {
@@ -311,7 +338,7 @@ func (d *deployment) await(ctx context.Context, p *corev1.Pod) (*corev1.Pod, err
 			return nil, ctx.Err()
 		case <-graceC:
 			return nil, deployFailed("pod %s/%s is unschedulable for %s: %s", d.ns, d.name, k.cfg.UnschedulableGrace, d.last)
-		case ev := <-events:
+		case ev := <-d.events:
 			if d.uid != "" && ev.pod.UID != d.uid {
 				if ev.deleted {
 					continue // an older pod of that name going away

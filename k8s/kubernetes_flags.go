@@ -26,8 +26,8 @@ func flags(fs *flag.FlagSet, getenv func(string) string) driver.Factory {
 	o := &options{}
 	fs.StringVar(&o.kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig path (default $KUBECONFIG); empty = in-cluster config")
 	fs.StringVar(&o.namespace, "namespace", "", "namespace of pods whose scope names none")
-	fs.Float64Var(&o.qps, "kube-qps", DefaultQPS, "Kubernetes client QPS")
-	fs.IntVar(&o.burst, "kube-burst", DefaultBurst, "Kubernetes client burst")
+	fs.Float64Var(&o.qps, "kube-qps", 0, "Kubernetes client requests per second; 0: no client-side limit (the API server's priority and fairness limits, its 429s are retried after their Retry-After)")
+	fs.IntVar(&o.burst, "kube-burst", DefaultBurst, "Kubernetes client burst, with --kube-qps")
 	return driver.Factory{New: o.new}
 }
 

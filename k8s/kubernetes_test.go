@@ -495,17 +495,16 @@ func TestKubernetesDeployEarlyFailure(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := newFakeClient()
-			if tc.script != nil {
-				kubelet(t, cs, tc.script)
-			} else {
-				// Delete the pod behind the driver's back after its create, as the
-				// deploy reads it once its wait on the informer is registered.
-				var once sync.Once
-				cs.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-					once.Do(func() { _ = cs.Tracker().Delete(podsGVR, "wp", warmpool.PodName("early", 1)) })
-					return false, nil, nil
-				})
+			script := tc.script
+			if script == nil { // the pod is deleted behind the driver's back after its create
+				script = func(p *corev1.Pod) *corev1.Pod {
+					if err := cs.Tracker().Delete(podsGVR, p.Namespace, p.Name); err != nil {
+						t.Error(err)
+					}
+					return nil
+				}
 			}
+			kubelet(t, cs, script)
 			var failedEv atomic.Pointer[PhaseEvent]
 			k := mustKube(t, cs, func(c *Config) {
 				c.OnPhase = func(ev PhaseEvent) {
@@ -949,7 +948,7 @@ current-context: x
 		t.Fatal(err)
 	}
 	if ns != "agents" || cfg.Host != "https://127.0.0.1:16443" || cfg.BearerToken != "secret" ||
-		cfg.QPS != DefaultQPS || cfg.Burst != DefaultBurst || cfg.UserAgent != "warmpool" {
+		cfg.QPS >= 0 || cfg.RateLimiter != nil || !cfg.DisableCompression || cfg.UserAgent != "warmpool" {
 		t.Errorf("ns %q cfg %+v", ns, cfg)
 	}
 	if _, _, err := NewClient(ClientOptions{Kubeconfig: path, QPS: 5, Burst: 7}); err != nil {

@@ -56,48 +56,54 @@ func (s *Service) WithPolicy(policy warmpool.DeployPolicy, dry warmpool.DryRunne
 // its deploy spec changes, to the cluster's dry run), stores it as the scope's next
 // version and publishes it. Errors: VALIDATION, STORE_UNAVAILABLE.
 func (s *Service) Put(ctx context.Context, scope string, cfg warmpool.ScopeConfig) (warmpool.StoredConfig, error) {
-	if err := s.admit(ctx, scope, &cfg, false); err != nil {
+	if _, err := s.admit(ctx, scope, &cfg, false); err != nil {
 		return warmpool.StoredConfig{}, err
 	}
 	return s.put(ctx, scope, cfg)
 }
 
 // PutDryRun checks cfg as Put does, the cluster's dry run included, and answers the
-// pod it would deploy without storing anything. Errors: VALIDATION, STORE_UNAVAILABLE.
+// pod it would deploy without storing anything: the driver's, as a deploy creates it,
+// when the driver dry-runs; else the policy's rendering. Errors: VALIDATION,
+// STORE_UNAVAILABLE.
 func (s *Service) PutDryRun(ctx context.Context, scope string, cfg warmpool.ScopeConfig) (any, error) {
-	if err := s.admit(ctx, scope, &cfg, true); err != nil {
+	pod, err := s.admit(ctx, scope, &cfg, true)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	if s.policy == nil {
+	case pod != nil:
+		return pod, nil
+	case s.policy == nil:
 		return nil, warmpool.Errorf(warmpool.CodeValidation, "dry_run: this server renders no pods (it has no deploy policy)")
 	}
 	return s.policy.Render(ctx, scope, cfg.Deploy)
 }
 
 // admit normalizes cfg and holds it to the policy; the cluster's dry run runs when
-// always is set or the deploy spec differs from the scope's stored one.
-func (s *Service) admit(ctx context.Context, scope string, cfg *warmpool.ScopeConfig, always bool) error {
+// always is set or the deploy spec differs from the scope's stored one, and its pod is
+// answered (nil when none ran).
+func (s *Service) admit(ctx context.Context, scope string, cfg *warmpool.ScopeConfig, always bool) (any, error) {
 	if err := warmpool.CheckScopeID(scope); err != nil {
-		return err
+		return nil, err
 	}
 	if err := cfg.Normalize(); err != nil {
-		return err
+		return nil, err
 	}
 	if s.policy != nil {
 		if err := s.policy.Check(ctx, scope, cfg.Deploy); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if s.dryRun == nil {
-		return nil
+		return nil, nil
 	}
 	if !always {
 		cur, err := s.store.Get(ctx, scope)
 		switch {
 		case err == nil && cur.DeployVer == cfg.Deploy.DeployVer():
-			return nil
+			return nil, nil
 		case err != nil && warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound:
-			return err
+			return nil, err
 		}
 	}
 	return s.dryRun.DryRun(ctx, scope, cfg.Deploy)

@@ -16,6 +16,16 @@
 #   WP_POD_CIDR [127.1.0.0/16]  WP_NODE_NAME [kwok-node-0]  WP_K8S_RUN [CACHE_DIR/run]
 #   WP_NO_SCHEDULER=1 (skip the scheduler)  WP_WITH_KCM=1 (also kube-controller-manager)
 #   WP_BUILD_ONLY=1 (build the binaries and exit)
+#   WP_SCHEDULER_QPS=N (the scheduler's client QPS, burst 2N; default its own 50/100, which
+#     caps binding a burst of pods at 50/s)
+#   WP_APF=1 (API priority and fairness on: a ServiceAccount's requests are queued and
+#     refused with 429 + Retry-After past its priority level's share; the admin token is
+#     system:masters, exempt either way)
+# Admission: the defaults, ServiceAccount included (a pod naming a missing service account
+# is refused), so a namespace needs its "default" ServiceAccount before a pod that names
+# none is admitted: no controller manager runs to create it (WP_WITH_KCM=1 does). A
+# ResourceQuota is enforced only once its status holds hard and used, which the quota
+# controller (kube-controller-manager) writes.
 # Test knobs of the kwok pod-ready stage:
 #   annotation k8srig.io/hold (any value)          the pod stays Pending while it is present
 #   annotation pod-ready.stage.kwok.x-k8s.io/delay  e.g. "3s": Ready only after that delay
@@ -178,13 +188,23 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --service-account-issuer https://kubernetes.default.svc \
   --service-account-key-file "$P/sa.pub" --service-account-signing-key-file "$P/sa.key" \
   --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
-  --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
-  --enable-priority-and-fairness=false --profiling=false --v=1
+  --disable-admission-plugins TaintNodesByCondition \
+  --enable-priority-and-fairness="$([ "${WP_APF:-0}" = 1 ] && echo true || echo false)" --profiling=false --v=1
 wait_for kube-apiserver 90 curl -sf --cacert "$P/ca.crt" -H "Authorization: Bearer $TOKEN" \
   "https://127.0.0.1:$APISERVER_PORT/readyz" || fail kube-apiserver kube-apiserver
 
 # ---------- 6. kube-scheduler (optional), kube-controller-manager (optional), kwok ----------
-if [ "${WP_NO_SCHEDULER:-0}" != 1 ]; then
+if [ "${WP_NO_SCHEDULER:-0}" = 1 ]; then :
+elif [ -n "${WP_SCHEDULER_QPS:-}" ]; then
+  cat > "$RUN/scheduler.yaml" <<EOF
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection: {kubeconfig: "$KC", qps: $WP_SCHEDULER_QPS, burst: $(( 2 * WP_SCHEDULER_QPS ))}
+leaderElection: {leaderElect: false}
+enableProfiling: false
+EOF
+  start kube-scheduler "$BIN/kube-scheduler" --config "$RUN/scheduler.yaml" --secure-port 0 --v=1
+else
   start kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$KC" --leader-elect=false \
     --secure-port 0 --profiling=false --v=1
 fi

@@ -58,3 +58,24 @@ func TestDryRunWithoutPolicy(t *testing.T) {
 	e.wantErr(e.do(http.MethodPut, "/v1/scopes/p/config?dry_run=true", `{}`), http.StatusBadRequest, warmpool.CodeValidation, "renders no pods")
 	e.ok(http.MethodPut, "/v1/scopes/p/config", `{"deploy":{"pod_template":{"spec":{"containers":[{"name":"agent","image":"x:1"}]}}}}`)
 }
+
+// dryRunDriver is a driver whose dry run answers the pod as the driver deploys it.
+type dryRunDriver struct{ warmpool.PodDriver }
+
+func (dryRunDriver) DryRun(_ context.Context, scope string, spec warmpool.DeploySpec) (any, error) {
+	return map[string]any{"scope": scope, "image": spec.Image, "terminationGracePeriodSeconds": 30}, nil
+}
+
+// With a driver that dry-runs, `?dry_run=true` answers the driver's pod, which carries
+// the driver's own settings, not the policy's rendering of the spec alone (issue 22:
+// the answer showed a termination grace of 0 where a deploy set 30 s).
+func TestDryRunAnswersTheDriversPod(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t, func(c *server.Config) { c.DeployPolicy = imagePolicy{}; c.Driver = dryRunDriver{c.Driver} })
+	got := e.ok(http.MethodPut, "/v1/scopes/p/config?dry_run=true", `{"deploy":{"image":"reg/agent:1"}}`)
+	pod, _ := got["pod"].(map[string]any)
+	if pod["image"] != "reg/agent:1" || pod["terminationGracePeriodSeconds"] == nil {
+		t.Fatalf("dry run answered %v, want the driver's pod", got)
+	}
+	e.wantErr(e.do(http.MethodGet, "/v1/scopes/p/config", nil), http.StatusNotFound, warmpool.CodeScopeNotFound)
+}

@@ -200,7 +200,9 @@ func (s *kubeletShim) wait() { s.wg.Wait() }
 
 // ---------- helpers ----------
 
-// mustNamespace creates a fresh namespace for one test.
+// mustNamespace creates a fresh namespace for one test, with the "default"
+// ServiceAccount the rig's ServiceAccount admission looks up for every pod that names
+// none (a cluster's controller manager creates it; the rig runs none).
 func mustNamespace(t *testing.T) string {
 	t.Helper()
 	ns := fmt.Sprintf("e2e-%s-%04x", strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())), rand.IntN(0x10000))
@@ -208,8 +210,12 @@ func mustNamespace(t *testing.T) string {
 		ns = ns[len(ns)-63:]
 		ns = strings.TrimLeft(ns, "-")
 	}
-	_, err := admin.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	if err != nil {
+	ctx := context.Background()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return ns

@@ -68,12 +68,26 @@ type PoolConfig struct {
 	// (it goes idle, warm for the next) or RecycleDelete (it is deleted, so every
 	// user gets a fresh pod; the refill keeps the pool warm with new ones).
 	Recycle string `json:"recycle"`
+	// WarmPolicy is how many idle pods the pool keeps: WarmStatic (min_idle_pods) or
+	// WarmDemand (as many as the routes of the next deploy time will take, estimated
+	// from the scope's recent slot takes and frees, within min_idle_pods and
+	// max_idle_pods; SPEC §11.3).
+	WarmPolicy string `json:"warm_policy"`
+	// MaxIdlePods bounds the idle pods the demand policy keeps: 0 (the default) for
+	// max_pods, else between min_idle_pods and max_pods (MaxIdle).
+	MaxIdlePods int `json:"max_idle_pods"`
 }
 
 // The values of PoolConfig.Recycle.
 const (
 	RecycleReuse  = "reuse"
 	RecycleDelete = "delete"
+)
+
+// The values of PoolConfig.WarmPolicy.
+const (
+	WarmStatic = "static"
+	WarmDemand = "demand"
 )
 
 // The defaults of every scope field, defined here and nowhere else.
@@ -97,6 +111,8 @@ const (
 	DefaultHoldTTLS           = 300
 	DefaultProbePeriodS       = 10
 	DefaultRecycle            = RecycleReuse
+	DefaultWarmPolicy         = WarmStatic
+	DefaultMaxIdlePods        = 0
 )
 
 // Limits on scope fields.
@@ -137,6 +153,8 @@ var scopeDefaults = ScopeConfig{
 		HoldTTLS:           DefaultHoldTTLS,
 		ProbePeriodS:       DefaultProbePeriodS,
 		Recycle:            DefaultRecycle,
+		WarmPolicy:         DefaultWarmPolicy,
+		MaxIdlePods:        DefaultMaxIdlePods,
 	},
 	Agent: AgentConfig{ReportIntervalS: DefaultReportIntervalS},
 }
@@ -241,6 +259,7 @@ func (c *ScopeConfig) fill() {
 		{&d.SSEPath, def.SSEPath, true},
 		{&d.HealthPath, def.HealthPath, true},
 		{&c.Pool.Recycle, scopeDefaults.Pool.Recycle, true},
+		{&c.Pool.WarmPolicy, scopeDefaults.Pool.WarmPolicy, true},
 	} {
 		if f.ok && strings.TrimSpace(*f.v) == "" {
 			*f.v = f.def
@@ -350,6 +369,9 @@ func (c ScopeConfig) check(faults *fieldErrors) {
 		if p.MinIdlePods < 0 || p.MinIdlePods > p.MaxPods() {
 			bad("pool.min_idle_pods", "must be between 0 and max_pods (%d), got %d", p.MaxPods(), p.MinIdlePods)
 		}
+		if p.MaxIdlePods != 0 && (p.MaxIdlePods < p.MinIdlePods || p.MaxIdlePods > p.MaxPods()) {
+			bad("pool.max_idle_pods", "must be 0 (max_pods) or between min_idle_pods (%d) and max_pods (%d), got %d", p.MinIdlePods, p.MaxPods(), p.MaxIdlePods)
+		}
 		if p.MaxParallelDeploys < 0 || p.MaxParallelDeploys > p.MaxPods() {
 			bad("pool.max_parallel_deploys", "must be between 0 (no limit below max_pods) and max_pods (%d), got %d", p.MaxPods(), p.MaxParallelDeploys)
 		}
@@ -364,6 +386,9 @@ func (c ScopeConfig) check(faults *fieldErrors) {
 	if p.Recycle != RecycleReuse && p.Recycle != RecycleDelete {
 		bad("pool.recycle", "must be %q or %q, got %q", RecycleReuse, RecycleDelete, p.Recycle)
 	}
+	if p.WarmPolicy != WarmStatic && p.WarmPolicy != WarmDemand {
+		bad("pool.warm_policy", "must be %q or %q, got %q", WarmStatic, WarmDemand, p.WarmPolicy)
+	}
 }
 
 // MaxPods is ceil(max_concurrency / pod_concurrency): the most pods (plus deploys in
@@ -373,6 +398,15 @@ func (p PoolConfig) MaxPods() int {
 		return 0
 	}
 	return (p.MaxConcurrency + p.PodConcurrency - 1) / p.PodConcurrency
+}
+
+// MaxIdle is the most idle pods the demand policy keeps: max_idle_pods, or max_pods
+// when it is 0.
+func (p PoolConfig) MaxIdle() int {
+	if p.MaxIdlePods == 0 {
+		return p.MaxPods()
+	}
+	return p.MaxIdlePods
 }
 
 // ParallelDeploys is the most deploys of the scope that may run at once.

@@ -12,6 +12,7 @@
 -- KEYS[10] {s}:queue      ZSET waiter id -> arrival number
 -- KEYS[11] {s}:wake       the scope's wake-up channel
 -- KEYS[12] {s}:due        STRING when the scope's next sweep work falls due (ms)
+-- KEYS[13] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
 -- ARGV[1] room member  ARGV[2] claim id  ARGV[3] now (ms)  ARGV[4] grant deadline (ms)
 -- ARGV[5] publish command
 -- Returns 1 when the follower was still in the room, else 0.

@@ -121,6 +121,7 @@ const (
 	keyDeployLog
 	keyAgents
 	keyBackoff
+	keyDemand
 	numScopeKeys
 )
 
@@ -152,6 +153,7 @@ var scopeKeyNames = [numScopeKeys]string{
 	keyDeployLog:   "deploylog",
 	keyAgents:      "agents",
 	keyBackoff:     "backoff",
+	keyDemand:      "demand",
 }
 
 // scopeKeyNamesLen is the length of the scope's key names together: Scope cuts the
@@ -204,6 +206,7 @@ func (k Keyspace) Scope(id string) ScopeKeys {
 		DeployLog:   key(keyDeployLog),
 		Agents:      key(keyAgents),
 		Backoff:     key(keyBackoff),
+		Demand:      key(keyDemand),
 	}
 }
 
@@ -258,6 +261,8 @@ func (s *ScopeKeys) key(n scopeKey) string {
 		return s.Agents
 	case keyBackoff:
 		return s.Backoff
+	case keyDemand:
+		return s.Demand
 	}
 	panic("lua: no scope key " + strconv.Itoa(int(n)))
 }
@@ -298,6 +303,10 @@ type ScopeKeys struct {
 	// Backoff: the refill backoff after failed deploys of the current deploy_ver,
 	// "failures", "until" (ms), "error" (the last failure's reason); no key, no backoff.
 	Backoff string // HASH
+	// Demand: the slot takes and frees of the scope, counted across replicas for the
+	// demand policy's target (demand_note in _lib.lua): "t" (ms, when last decayed),
+	// "in_fast", "in_slow", "out_fast", "out_slow" (exponentially decayed counts).
+	Demand string // HASH
 }
 
 // Gone is the tombstone of a purged pod (STRING, reason, with a TTL of GoneTTL):

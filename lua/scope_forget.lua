@@ -27,6 +27,7 @@
 -- KEYS[20] {s}:deploylog  LIST   the latest finished deploys
 -- KEYS[21] {s}:agents     HASH   the pods' report records
 -- KEYS[22] {s}:backoff    HASH   refill backoff
+-- KEYS[23] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
 -- ARGV none
 -- Returns {"forgotten"} | {"live"} (not deleted, or live again) | {"busy"} (pods
 -- or deploys left)

@@ -99,6 +99,20 @@ type ScopeState struct {
 	Followers      int        `json:"followers"`
 	Waiters        int        `json:"waiters"`
 	Deploys        []Deploy   `json:"deploys"`
+	// TargetIdle is how many idle pods the pool keeps now (min_idle_pods, or the
+	// demand estimate under warm_policy demand, whose figures Demand has).
+	TargetIdle int     `json:"target_idle"`
+	WarmPolicy string  `json:"warm_policy"`
+	Demand     *Demand `json:"demand"`
+}
+
+// Demand is what a demand target came from: slots taken and freed per second across
+// replicas, the lead time of a refill and the net takes expected over it.
+type Demand struct {
+	TakesPerS     float64 `json:"takes_per_s"`
+	FreesPerS     float64 `json:"frees_per_s"`
+	LeadTimeS     float64 `json:"lead_time_s"`
+	ExpectedTakes float64 `json:"expected_takes"`
 }
 
 // PodState is one pod on the page.
@@ -160,9 +174,17 @@ func (u *UI) scope(ctx context.Context, id string) (ScopeState, error) {
 	if err != nil {
 		return ScopeState{}, err
 	}
+	target, err := u.store.PoolTarget(ctx, id, u.clock.Now())
+	if err != nil {
+		return ScopeState{}, err
+	}
 	sc := ScopeState{ScopeID: id, Version: rec.Version, DeployVer: rec.DeployVer, MaxPods: rec.Config.Pool.MaxPods(),
 		PodConcurrency: rec.Config.Pool.PodConcurrency, Pods: make([]PodState, 0, len(snap.Pods)),
-		Placeholders: len(snap.Deploys), Followers: len(snap.Followers), Waiters: snap.Queued, Deploys: make([]Deploy, 0, len(log))}
+		Placeholders: len(snap.Deploys), Followers: len(snap.Followers), Waiters: snap.Queued, Deploys: make([]Deploy, 0, len(log)),
+		TargetIdle: target.Idle, WarmPolicy: target.Policy}
+	if d := target.Demand; d != nil {
+		sc.Demand = &Demand{TakesPerS: d.TakesPerS, FreesPerS: d.FreesPerS, LeadTimeS: d.LeadTime.Seconds(), ExpectedTakes: d.ExpectedNeed}
+	}
 	for _, p := range snap.Pods {
 		ps := PodState{PodID: p.Pod.ID, State: "busy", Sessions: p.Sessions(), Slots: p.Slots, DeployVer: p.Pod.DeployVer,
 			Current: p.Pod.DeployVer == rec.DeployVer, CreatedAt: time.UnixMilli(p.Pod.CreatedAt).UTC()}

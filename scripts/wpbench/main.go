@@ -12,6 +12,10 @@
 //	wpbench ui         what the pool page's data (GET /v1/ui/state) costs per refresh
 //	                   at S scopes: replica and Redis CPU, bytes; one page, two pages on
 //	                   one replica, one page on each of two replicas
+//	wpbench pooltrace  the warm-pool traces (make pooltrace): steady, ramp, step,
+//	                   diurnal and bursty arrivals against static min_idle_pods and
+//	                   warm_policy demand on one fake-driver replica; a table, the
+//	                   goals met or missed, and an SVG plot (--svg)
 //	wpbench script F   print the source Redis runs for lua/F (lua.Sources)
 //	wpbench keys F PREFIX SCOPE [EXTRA...]
 //	                   print the KEYS a replica passes to lua/F for SCOPE under the
@@ -50,7 +54,7 @@ func main() {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
+		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|pooltrace [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
 	}
 	switch args[0] {
 	case "script":
@@ -81,8 +85,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return metrics(ctx, args[1:], getenv, stdout, stderr)
 	case "ui":
 		return poolPage(ctx, args[1:], getenv, stdout, stderr)
+	case "pooltrace":
+		return poolTrace(ctx, args[1:], getenv, stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, script or keys", args[0])
+	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, pooltrace, script or keys", args[0])
 }
 
 func scriptNames() []string {
@@ -262,6 +268,48 @@ func poolPage(ctx context.Context, args []string, getenv func(string) string, st
 	_, _ = fmt.Fprintf(stderr, "wpbench ui: files in %s\n", c.Dir) // progress on stderr: nothing to do if it fails
 	res, err := bench.UI(ctx, c)
 	return report(stdout, res, err)
+}
+
+func poolTrace(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pooltrace", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := bench.PoolTraceConfig{Statics: bench.DefaultTraceStatics}
+	var svg string
+	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
+	fs.DurationVar(&c.Length, "length", bench.DefaultTraceLength, "length of every trace (they run at once)")
+	fs.DurationVar(&c.Deploy, "deploy", bench.DefaultTraceDeploy, "the fake driver's deploy time D")
+	fs.DurationVar(&c.Hold, "hold", bench.DefaultTraceHold, "mean session length (exponential)")
+	fs.IntVar(&c.PodTTLS, "pod-ttl", bench.DefaultTracePodTTL, "pod_ttl_s of every scope")
+	fs.IntVar(&c.MaxPods, "max-pods", bench.DefaultTraceMaxPods, "max_pods of every scope (one session a pod)")
+	fs.Float64Var(&c.PeakRate, "peak", bench.DefaultTracePeakRate, "peak arrival rate per second")
+	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the arrivals")
+	fs.StringVar(&svg, "svg", "", "file to write the plot to (none when empty)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if c.Dir, err = outDir(c.Dir); err != nil {
+		return err
+	}
+	c.Log = stderr
+	res, err := bench.PoolTrace(ctx, c)
+	if err == nil && svg != "" {
+		err = writeFile(svg, res.WriteSVG)
+	}
+	return report(stdout, res, err)
+}
+
+// writeFile writes a file with write.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		_ = f.Close() // the write's error is the one to tell
+		return err
+	}
+	return f.Close()
 }
 
 // envs collects the environment variables that did not parse, so that a typo stops

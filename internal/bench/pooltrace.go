@@ -29,8 +29,12 @@ const (
 	DefaultTracePeakRate = 3.0
 )
 
-// DefaultTraceStatics are the min_idle_pods of the static policies measured.
-var DefaultTraceStatics = []int{0, 1, 2, 4, 8}
+// DefaultTraceStatics and DefaultTraceDemands are the min_idle_pods of the static and
+// the demand policies measured.
+var (
+	DefaultTraceStatics = []int{0, 1, 2, 4, 8}
+	DefaultTraceDemands = []int{0, 1}
+)
 
 // PoolTraceConfig is a run of the warm-pool traces (make pooltrace): every trace
 // against every policy at once, each pair its own scope of one replica with the fake
@@ -40,7 +44,9 @@ type PoolTraceConfig struct {
 	Length, Deploy, Hold  time.Duration
 	PodTTLS, MaxPods      int
 	PeakRate              float64
-	Statics               []int
+	// Statics and Demands are the min_idle_pods of the static and the demand
+	// policies measured.
+	Statics, Demands []int
 	Seed                  uint64
 	Log                   io.Writer
 }
@@ -136,7 +142,10 @@ func (c PoolTraceConfig) policies() []policy {
 	for _, n := range c.Statics {
 		ps = append(ps, policy{warmpool.WarmStatic, n})
 	}
-	return append(ps, policy{warmpool.WarmDemand, 0})
+	for _, n := range c.Demands {
+		ps = append(ps, policy{warmpool.WarmDemand, n})
+	}
+	return ps
 }
 
 // scopeConfig is the config of a trace's scope under p: one session a pod, no queue.
@@ -368,7 +377,7 @@ func logf(w io.Writer, format string, args ...any) {
 // label is a policy's name in the table and the plot.
 func (r TraceResult) label() string {
 	if r.Policy == warmpool.WarmDemand {
-		return "demand"
+		return "demand " + strconv.Itoa(r.MinIdle)
 	}
 	return "static " + strconv.Itoa(r.MinIdle)
 }
@@ -398,38 +407,42 @@ func (r *PoolTraceResults) Goals() []string {
 		by[x.Trace] = append(by[x.Trace], x)
 	}
 	for _, name := range []string{"ramp", "diurnal"} {
-		var demand *TraceResult
-		var cheapest *TraceResult
-		for i, x := range by[name] {
-			if x.Policy == warmpool.WarmDemand {
-				demand = &by[name][i]
+		for _, d := range by[name] {
+			if d.Policy != warmpool.WarmDemand {
+				continue
 			}
-		}
-		if demand == nil {
-			continue
-		}
-		for i, x := range by[name] {
-			if x.Policy == warmpool.WarmStatic && x.WarmShare() >= math.Min(demand.WarmShare(), 0.95) && (cheapest == nil || x.IdlePodS < cheapest.IdlePodS) {
-				cheapest = &by[name][i]
+			line := fmt.Sprintf("%s: %s serves %.1f %% warm (goal ≥ 95 %%: %s); %.0f idle pod-s", name, d.label(), 100*d.WarmShare(),
+				metMissed(d.WarmShare() >= 0.95), d.IdlePodS)
+			for _, bar := range []float64{d.WarmShare(), 0.95} {
+				if c := cheapestStatic(by[name], bar); c != nil {
+					line += fmt.Sprintf("; against %.0f for %s, the cheapest static setting at least %.1f %% warm (goal ≤: %s)",
+						c.IdlePodS, c.label(), 100*bar, metMissed(d.IdlePodS <= c.IdlePodS))
+				} else {
+					line += fmt.Sprintf("; no static setting reached %.1f %%", 100*bar)
+				}
 			}
+			out = append(out, line)
 		}
-		warm := demand.WarmShare() >= 0.95
-		line := fmt.Sprintf("%s: demand serves %.1f %% warm (goal ≥ 95 %%: %s)", name, 100*demand.WarmShare(), metMissed(warm))
-		if cheapest != nil {
-			line += fmt.Sprintf("; %.0f idle pod-s against %.0f for %s, the cheapest static setting as warm (goal ≤: %s)",
-				demand.IdlePodS, cheapest.IdlePodS, cheapest.label(), metMissed(demand.IdlePodS <= cheapest.IdlePodS))
-		} else {
-			line += "; no static setting reached that warm share"
-		}
-		out = append(out, line)
 	}
 	for _, x := range by["steady"] {
 		if x.Policy == warmpool.WarmDemand {
-			out = append(out, fmt.Sprintf("steady: once settled (after two mean session lengths) demand keeps a target of %.2f on average, at most min_idle_pods + 1 = %d %.0f %% of the time (goal, on the settled mean target: %s); over the whole trace %.2f (at most %d), from the start of an empty pool; idle pods %.2f settled, %.2f over the whole trace",
-				x.SettledTarget, x.MinIdle+1, 100*x.SettledWithin, metMissed(x.SettledTarget <= float64(x.MinIdle+1)), x.MeanTarget, x.MaxTarget, x.SettledIdle, x.MeanIdle))
+			out = append(out, fmt.Sprintf("steady: once settled (after two mean session lengths) %s keeps a target of %.2f on average, at most min_idle_pods + 1 = %d %.0f %% of the time (goal, on the settled mean target: %s); over the whole trace %.2f (at most %d), from the start of an empty pool; idle pods %.2f settled, %.2f over the whole trace",
+				x.label(), x.SettledTarget, x.MinIdle+1, 100*x.SettledWithin, metMissed(x.SettledTarget <= float64(x.MinIdle+1)), x.MeanTarget, x.MaxTarget, x.SettledIdle, x.MeanIdle))
 		}
 	}
 	return out
+}
+
+// cheapestStatic is the static result of xs with the fewest idle pod-seconds among
+// those at least share warm, nil when none is.
+func cheapestStatic(xs []TraceResult, share float64) *TraceResult {
+	var c *TraceResult
+	for i, x := range xs {
+		if x.Policy == warmpool.WarmStatic && x.WarmShare() >= share && (c == nil || x.IdlePodS < c.IdlePodS) {
+			c = &xs[i]
+		}
+	}
+	return c
 }
 
 func metMissed(ok bool) string {

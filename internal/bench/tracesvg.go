@@ -28,7 +28,7 @@ func (r *PoolTraceResults) WriteSVG(out io.Writer) error {
 	w := bufio.NewWriter(out)
 	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", width, 2*(ph+top+pad)+pad)
 	fmt.Fprintf(w, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(w, `<text x="%.0f" y="16" font-size="13">warm routes (y, %%) against idle pod-seconds per served session (x); static: grey, by min_idle_pods; demand: red. Below, demand over time: arrivals in the last 4 s (grey), target_idle (red), idle pods (blue)</text>`+"\n", pad)
+	fmt.Fprintf(w, `<text x="%.0f" y="16" font-size="13">warm routes (y, %%) against idle pod-seconds per served session (x); static: grey, by min_idle_pods; demand: red, d + its min_idle_pods. Below, demand (min_idle_pods 0) over time: arrivals in the last 4 s (grey), target_idle (red), idle pods (blue)</text>`+"\n", pad)
 	for i, name := range names {
 		xs := by[name]
 		x0, y0 := pad+float64(i)*(pw+pad), top+10
@@ -59,7 +59,7 @@ func (r *PoolTraceResults) WriteSVG(out io.Writer) error {
 		for _, x := range xs {
 			cx, cy := px(x.IdlePerSession()), py(100*x.WarmShare())
 			if x.Policy == warmpool.WarmDemand {
-				fmt.Fprintf(w, `<circle cx="%.1f" cy="%.1f" r="5" fill="#d22"/><text x="%.1f" y="%.1f" fill="#d22">demand</text>`+"\n", cx, cy, cx+7, cy+4)
+				fmt.Fprintf(w, `<circle cx="%.1f" cy="%.1f" r="5" fill="#d22"/><text x="%.1f" y="%.1f" fill="#d22">d%d</text>`+"\n", cx, cy, cx+7, cy+4, x.MinIdle)
 				continue
 			}
 			fmt.Fprintf(w, `<circle cx="%.1f" cy="%.1f" r="3.5" fill="#555"/><text x="%.1f" y="%.1f" fill="#555">%d</text>`+"\n", cx, cy, cx+5, cy-5, x.MinIdle)
@@ -67,7 +67,7 @@ func (r *PoolTraceResults) WriteSVG(out io.Writer) error {
 	}
 	for i, name := range names {
 		for _, x := range by[name] {
-			if x.Policy == warmpool.WarmDemand {
+			if x.Policy == warmpool.WarmDemand && x.MinIdle == 0 {
 				seriesPanel(w, x, pad+float64(i)*(pw+pad), 2*top+ph+pad+10, pw, ph)
 			}
 		}

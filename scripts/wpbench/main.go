@@ -273,7 +273,7 @@ func poolPage(ctx context.Context, args []string, getenv func(string) string, st
 func poolTrace(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("pooltrace", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c := bench.PoolTraceConfig{Statics: bench.DefaultTraceStatics}
+	c := bench.PoolTraceConfig{Statics: bench.DefaultTraceStatics, Demands: bench.DefaultTraceDemands}
 	var svg string
 	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
 	fs.DurationVar(&c.Length, "length", bench.DefaultTraceLength, "length of every trace (they run at once)")

@@ -136,9 +136,9 @@ end
 -- together give the trend. idle_target turns them into the idle pods to keep
 -- (docs/architecture.md, "Demand-driven warm pools").
 local DEMAND_FAST, DEMAND_SLOW = 15000, 60000
--- DEMAND_HEADROOM is k in the burst headroom k * sqrt(expected takes) (Poisson: one
--- standard deviation per unit of k).
-local DEMAND_HEADROOM = 1
+-- DEMAND_HEADROOM is k in the burst headroom k * sqrt(slots taken over the lead time,
+-- gross) (Poisson: k standard deviations of the takes; make pooltrace tuned it).
+local DEMAND_HEADROOM = 0.5
 -- DEMAND_DEPLOY is the deploy time assumed before the scope has a measured one (ms).
 local DEMAND_DEPLOY = 10000
 
@@ -192,7 +192,7 @@ local function idle_target(k, now, period)
   local fast, slow = f.takes - f.frees, (c.in_slow - c.out_slow) / DEMAND_SLOW
   f.trend = (fast - slow) / (DEMAND_SLOW - DEMAND_FAST)
   f.need = math.max(0, (fast + f.trend * (DEMAND_FAST + f.lead / 2)) * f.lead)
-  local pods = math.ceil((f.need + DEMAND_HEADROOM * math.sqrt(f.need)) / tonumber(cfg[5] or '1'))
+  local pods = math.ceil((f.need + DEMAND_HEADROOM * math.sqrt(f.takes * f.lead)) / tonumber(cfg[5] or '1'))
   f.target = math.max(min_idle, math.min(max_idle, pods))
   return f.target, f
 end

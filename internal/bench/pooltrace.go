@@ -27,6 +27,7 @@ const (
 	DefaultTracePodTTL   = 10
 	DefaultTraceMaxPods  = 100
 	DefaultTracePeakRate = 3.0
+	DefaultTraceSeeds    = 3
 )
 
 // DefaultTraceStatics and DefaultTraceDemands are the min_idle_pods of the static and
@@ -48,6 +49,9 @@ type PoolTraceConfig struct {
 	// policies measured.
 	Statics, Demands []int
 	Seed                  uint64
+	// Seeds is how many arrival sequences each trace is replayed with (each its own
+	// scopes, all at once); a policy's figures are summed over them.
+	Seeds int
 	Log                   io.Writer
 }
 
@@ -77,9 +81,10 @@ type TraceResult struct {
 	Series []Sample `json:"series"`
 }
 
-// Sample is one second of a trace.
+// Sample is one second of a trace: the arrivals and the cold routes answered in it,
+// then the idle pods and the target at its end.
 type Sample struct {
-	Arrivals, Idle, Target int
+	Arrivals, Cold, Idle, Target int
 }
 
 // WarmShare is the share of the trace's routes served by a warm pod.
@@ -180,18 +185,22 @@ func PoolTrace(ctx context.Context, c PoolTraceConfig) (*PoolTraceResults, error
 		policy policy
 		scope  string
 		res    TraceResult
-		// routes counts the arrivals so far, seen those in the samples before.
-		routes, seen int
+		seed   int
+		// routes counts the arrivals so far, seen those in the samples before; cold
+		// the cold routes so far, coldSeen those in the samples before.
+		routes, seen, cold, coldSeen int
 	}
 	var runs []*run
-	for _, tr := range traces {
-		for i, pol := range c.policies() {
-			ru := &run{trace: tr, policy: pol, scope: fmt.Sprintf("%s-%d", tr.name, i)}
-			ru.res = TraceResult{Trace: tr.name, Policy: pol.name, MinIdle: pol.minIdle}
-			if err := cl.do(ctx, http.MethodPut, "/v1/scopes/"+ru.scope+"/config", c.scopeConfig(pol)); err != nil {
-				return nil, err
+	for seed := range max(1, c.Seeds) {
+		for _, tr := range traces {
+			for i, pol := range c.policies() {
+				ru := &run{trace: tr, policy: pol, seed: seed, scope: fmt.Sprintf("%s-%d-%d", tr.name, i, seed)}
+				ru.res = TraceResult{Trace: tr.name, Policy: pol.name, MinIdle: pol.minIdle}
+				if err := cl.do(ctx, http.MethodPut, "/v1/scopes/"+ru.scope+"/config", c.scopeConfig(pol)); err != nil {
+					return nil, err
+				}
+				runs = append(runs, ru)
 			}
-			runs = append(runs, ru)
 		}
 	}
 	// The static pools fill to min_idle_pods before the traces start.
@@ -219,7 +228,7 @@ func PoolTrace(ctx context.Context, c PoolTraceConfig) (*PoolTraceResults, error
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for n, ru := range runs {
-		rng := rand.New(rand.NewPCG(c.Seed, uint64(n/len(c.policies())))) // one arrival sequence per trace
+		rng := rand.New(rand.NewPCG(c.Seed+uint64(ru.seed), uint64(n/len(c.policies())))) // one arrival sequence per trace and seed
 		arrivals := arrivalTimes(ru.trace, c, rng)
 		wg.Go(func() {
 			for i, at := range arrivals {
@@ -248,6 +257,7 @@ func PoolTrace(ctx context.Context, c PoolTraceConfig) (*PoolTraceResults, error
 						ru.res.Failed++
 					case took >= c.Deploy/2:
 						ru.res.Cold++
+						ru.cold++
 					}
 					if err == nil {
 						ru.res.Sessions++
@@ -281,8 +291,8 @@ func PoolTrace(ctx context.Context, c PoolTraceConfig) (*PoolTraceResults, error
 				return nil, err
 			}
 			mu.Lock()
-			ru.res.Series = append(ru.res.Series, Sample{Arrivals: ru.routes - ru.seen, Idle: idle, Target: target})
-			ru.seen = ru.routes
+			ru.res.Series = append(ru.res.Series, Sample{Arrivals: ru.routes - ru.seen, Cold: ru.cold - ru.coldSeen, Idle: idle, Target: target})
+			ru.seen, ru.coldSeen = ru.routes, ru.cold
 			ru.res.IdlePodS += float64(idle)
 			ru.res.MaxIdle, ru.res.MaxTarget = max(ru.res.MaxIdle, idle), max(ru.res.MaxTarget, target)
 			ru.res.MeanTarget += float64(target)
@@ -305,7 +315,41 @@ func PoolTrace(ctx context.Context, c PoolTraceConfig) (*PoolTraceResults, error
 		}
 		res.Results = append(res.Results, ru.res)
 	}
+	res.Results = mergeSeeds(res.Results)
 	return res, nil
+}
+
+// mergeSeeds sums the results of one trace and policy over the seeds (in the order of
+// the first seed's): the counts add up, the means are the seeds' mean, the maxima
+// the largest; the series is the first seed's.
+func mergeSeeds(rs []TraceResult) []TraceResult {
+	type key struct {
+		trace, policy string
+		minIdle       int
+	}
+	var order []key
+	by := map[key][]TraceResult{}
+	for _, r := range rs {
+		k := key{r.Trace, r.Policy, r.MinIdle}
+		if _, ok := by[k]; !ok {
+			order = append(order, k)
+		}
+		by[k] = append(by[k], r)
+	}
+	out := make([]TraceResult, 0, len(order))
+	for _, k := range order {
+		m := by[k][0]
+		n := float64(len(by[k]))
+		m.MeanIdle, m.MeanTarget, m.SettledTarget, m.SettledIdle, m.SettledWithin = m.MeanIdle/n, m.MeanTarget/n, m.SettledTarget/n, m.SettledIdle/n, m.SettledWithin/n
+		for _, r := range by[k][1:] {
+			m.Routes, m.Cold, m.Failed, m.Sessions, m.IdlePodS = m.Routes+r.Routes, m.Cold+r.Cold, m.Failed+r.Failed, m.Sessions+r.Sessions, m.IdlePodS+r.IdlePodS
+			m.MaxIdle, m.MaxTarget = max(m.MaxIdle, r.MaxIdle), max(m.MaxTarget, r.MaxTarget)
+			m.MeanIdle, m.MeanTarget = m.MeanIdle+r.MeanIdle/n, m.MeanTarget+r.MeanTarget/n
+			m.SettledTarget, m.SettledIdle, m.SettledWithin = m.SettledTarget+r.SettledTarget/n, m.SettledIdle+r.SettledIdle/n, m.SettledWithin+r.SettledWithin/n
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // arrival is one session of a trace: when it arrives and how long it lasts.

@@ -283,6 +283,7 @@ func poolTrace(ctx context.Context, args []string, getenv func(string) string, s
 	fs.IntVar(&c.MaxPods, "max-pods", bench.DefaultTraceMaxPods, "max_pods of every scope (one session a pod)")
 	fs.Float64Var(&c.PeakRate, "peak", bench.DefaultTracePeakRate, "peak arrival rate per second")
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the arrivals")
+	fs.IntVar(&c.Seeds, "seeds", bench.DefaultTraceSeeds, "arrival sequences each trace is replayed with, at once")
 	fs.StringVar(&svg, "svg", "", "file to write the plot to (none when empty)")
 	if err := fs.Parse(args); err != nil {
 		return err

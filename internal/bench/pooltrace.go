@@ -48,11 +48,11 @@ type PoolTraceConfig struct {
 	// Statics and Demands are the min_idle_pods of the static and the demand
 	// policies measured.
 	Statics, Demands []int
-	Seed                  uint64
+	Seed             uint64
 	// Seeds is how many arrival sequences each trace is replayed with (each its own
 	// scopes, all at once); a policy's figures are summed over them.
 	Seeds int
-	Log                   io.Writer
+	Log   io.Writer
 }
 
 // TraceResult is one trace under one policy.

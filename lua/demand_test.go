@@ -165,3 +165,52 @@ func TestDemandTargetOnASteadyLoad(t *testing.T) {
 		t.Errorf("figures %+v, want about 2 takes and 2 frees a second", tg.Demand)
 	}
 }
+
+// TestDemandRefillFillsToTheTarget: the refill (pod_placeholder.lua) deploys warm pods
+// up to the demand target, not to min_idle_pods; a static scope with the same counts
+// keeps min_idle_pods.
+func TestDemandRefillFillsToTheTarget(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{warmpool.WarmStatic, warmpool.WarmDemand} {
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, func(c *warmpool.ScopeConfig) {
+				c.Pool.MaxConcurrency, c.Pool.PodConcurrency, c.Pool.MinIdlePods, c.Pool.WarmPolicy = 40, 1, 1, policy
+			})
+			ctx := context.Background()
+			k := e.store.Keys().Scope(e.scope)
+			// 30 takes decayed over the last 15 s and 120 over the last minute, none
+			// freed: two a second, and a deploy takes 2 s.
+			if err := e.r.Client.HSet(ctx, k.Demand, "t", e.now.UnixMilli(), "in_fast", 30, "in_slow", 120, "out_fast", 0, "out_slow", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.r.Client.HSet(ctx, k.DeployStats, "est", 2000).Err(); err != nil {
+				t.Fatal(err)
+			}
+			tg := e.target()
+			want := 1
+			if policy == warmpool.WarmDemand {
+				// n = 2/s × 4 s (no trend: both counts say 2 a second), headroom
+				// 0.5 × sqrt(8): ceil(8 + 1.41) = 10.
+				want = 10
+			}
+			if tg.Idle != want {
+				t.Fatalf("target %+v, want %d", tg, want)
+			}
+			deploys := 0
+			for {
+				res, err := e.store.PodPlaceholder(ctx, e.scope, e.now, e.now.Add(time.Minute), e.now.Add(time.Minute))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Kind != lua.PlaceholderDeploy {
+					break
+				}
+				deploys++
+			}
+			if deploys != want {
+				t.Fatalf("the refill started %d warm deploys, want the target %d", deploys, want)
+			}
+		})
+	}
+}

@@ -6,7 +6,7 @@ MODULE  := github.com/warmpool/warmpool
 # Tests that start the built binary find it here.
 export WARMPOOL_BIN := $(CURDIR)/$(BIN)
 
-.PHONY: all build run test unit soak bench scale lint e2e faults image image-test clean
+.PHONY: all build run test unit soak bench scale pooltrace lint e2e faults image image-test clean
 
 all: lint test
 
@@ -53,6 +53,15 @@ bench:
 ## the RSS from 0 to 100,000 sessions; the tables on stdout. Not part of make test.
 scale: build
 	scripts/perf.sh scale
+
+## pooltrace: the warm-pool traces (docs/performance.md, "Demand-driven warm pools"):
+## steady, ramp, step, diurnal and bursty arrivals replayed at once against static
+## min_idle_pods 0, 1, 2, 4, 8 and warm_policy demand on one fake-driver replica with
+## 2 s deploys; the table and the goals on stdout, the plot in docs/pooltrace.svg.
+## About 4 minutes. Not part of make test.
+pooltrace: build
+	$(GO) build -o bin/wpbench ./scripts/wpbench
+	bin/wpbench pooltrace --svg docs/pooltrace.svg
 
 ## lint: formatting, vet, and no client-go in the tests of the packages that do not
 ## drive Kubernetes (only k8s/, cmd/warmpool and e2e/ may link k8s.io packages: not the

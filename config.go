@@ -77,6 +77,14 @@ type PoolConfig struct {
 	// sessions go on to the previous version's pods while max(1, min_idle_pods) pods of
 	// the new one deploy, until they are Ready or ready_timeout_s has passed).
 	Rollout string `json:"rollout"`
+	// WarmPolicy is how many idle pods the pool keeps: WarmStatic (min_idle_pods) or
+	// WarmDemand (as many as the routes of the next deploy time will take, estimated
+	// from the scope's recent slot takes and frees, within min_idle_pods and
+	// max_idle_pods; SPEC §11.3).
+	WarmPolicy string `json:"warm_policy"`
+	// MaxIdlePods bounds the idle pods the demand policy keeps: 0 (the default) for
+	// max_pods, else between min_idle_pods and max_pods (MaxIdle).
+	MaxIdlePods int `json:"max_idle_pods"`
 }
 
 // The values of PoolConfig.Recycle.
@@ -89,6 +97,12 @@ const (
 const (
 	RolloutDrain   = "drain"
 	RolloutPrewarm = "prewarm"
+)
+
+// The values of PoolConfig.WarmPolicy.
+const (
+	WarmStatic = "static"
+	WarmDemand = "demand"
 )
 
 // The defaults of every scope field, defined here and nowhere else.
@@ -114,6 +128,8 @@ const (
 	DefaultRecycle            = RecycleReuse
 	DefaultMaxSessionsPerPod  = 0
 	DefaultRollout            = RolloutDrain
+	DefaultWarmPolicy         = WarmStatic
+	DefaultMaxIdlePods        = 0
 )
 
 // Limits on scope fields.
@@ -157,6 +173,8 @@ var scopeDefaults = ScopeConfig{
 		Recycle:            DefaultRecycle,
 		MaxSessionsPerPod:  DefaultMaxSessionsPerPod,
 		Rollout:            DefaultRollout,
+		WarmPolicy:         DefaultWarmPolicy,
+		MaxIdlePods:        DefaultMaxIdlePods,
 	},
 	Agent: AgentConfig{ReportIntervalS: DefaultReportIntervalS},
 }
@@ -262,6 +280,7 @@ func (c *ScopeConfig) fill() {
 		{&d.HealthPath, def.HealthPath, true},
 		{&c.Pool.Recycle, scopeDefaults.Pool.Recycle, true},
 		{&c.Pool.Rollout, scopeDefaults.Pool.Rollout, true},
+		{&c.Pool.WarmPolicy, scopeDefaults.Pool.WarmPolicy, true},
 	} {
 		if f.ok && strings.TrimSpace(*f.v) == "" {
 			*f.v = f.def
@@ -371,6 +390,9 @@ func (c ScopeConfig) check(faults *fieldErrors) {
 		if p.MinIdlePods < 0 || p.MinIdlePods > p.MaxPods() {
 			bad("pool.min_idle_pods", "must be between 0 and max_pods (%d), got %d", p.MaxPods(), p.MinIdlePods)
 		}
+		if p.MaxIdlePods != 0 && (p.MaxIdlePods < p.MinIdlePods || p.MaxIdlePods > p.MaxPods()) {
+			bad("pool.max_idle_pods", "must be 0 (max_pods) or between min_idle_pods (%d) and max_pods (%d), got %d", p.MinIdlePods, p.MaxPods(), p.MaxIdlePods)
+		}
 		if p.MaxParallelDeploys < 0 || p.MaxParallelDeploys > p.MaxPods() {
 			bad("pool.max_parallel_deploys", "must be between 0 (no limit below max_pods) and max_pods (%d), got %d", p.MaxPods(), p.MaxParallelDeploys)
 		}
@@ -389,6 +411,9 @@ func (c ScopeConfig) check(faults *fieldErrors) {
 	if p.Rollout != RolloutDrain && p.Rollout != RolloutPrewarm {
 		bad("pool.rollout", "must be %q or %q, got %q", RolloutDrain, RolloutPrewarm, p.Rollout)
 	}
+	if p.WarmPolicy != WarmStatic && p.WarmPolicy != WarmDemand {
+		bad("pool.warm_policy", "must be %q or %q, got %q", WarmStatic, WarmDemand, p.WarmPolicy)
+	}
 }
 
 // MaxPods is ceil(max_concurrency / pod_concurrency): the most pods (plus deploys in
@@ -398,6 +423,15 @@ func (p PoolConfig) MaxPods() int {
 		return 0
 	}
 	return (p.MaxConcurrency + p.PodConcurrency - 1) / p.PodConcurrency
+}
+
+// MaxIdle is the most idle pods the demand policy keeps: max_idle_pods, or max_pods
+// when it is 0.
+func (p PoolConfig) MaxIdle() int {
+	if p.MaxIdlePods == 0 {
+		return p.MaxPods()
+	}
+	return p.MaxIdlePods
 }
 
 // ParallelDeploys is the most deploys of the scope that may run at once.

@@ -34,6 +34,7 @@
 --                   "<pod>|miss" -> sessions bound to it that its last report left out
 --   backoff   HASH  the refill backoff: failures, until (ms), error (see backoff_refusal)
 --   served    HASH  pod id -> the slots handed out on the pod over its life (see serve)
+--   demand    HASH  the slot takes and frees, decayed (see demand_note)
 
 -- scope_keys is the table of a script's KEYS by name (KEY_NAMES): k.pods is the
 -- scope's pods key, k.route_answer an extra key of session_route.lua.
@@ -113,12 +114,88 @@ local function note_idle(k, now)
   end
 end
 
--- note_fill notes that the scope may have fewer idle pods than min_idle_pods (one was
--- taken, purged, or a deploy failed): autoscale looks at it at once.
+-- note_fill notes that the scope may have fewer idle pods than it keeps (one was
+-- taken, purged, or a deploy failed): autoscale looks at it at once. A scope keeps
+-- min_idle_pods, or under warm_policy "demand" a target that a take may raise.
 local function note_fill()
-  if due.key and tonumber(redis.call('HGET', due.config, 'min_idle') or '0') > 0 then
+  if not due.key then
+    return
+  end
+  local cfg = redis.call('HMGET', due.config, 'min_idle', 'warm_policy')
+  if tonumber(cfg[1] or '0') > 0 or cfg[2] == 'demand' then
     note_due(0)
   end
+end
+
+-- Demand (warm_policy "demand", SPEC §11.3). A scope under it counts, across
+-- replicas, the slots its pods' callers take (a session bound to a free slot, a hold,
+-- a place in a deploy's room, a deploy led for a caller, a slot granted to a waiter)
+-- and the slots freed on pods of the current deploy_ver that stay in the pool (a
+-- slot handed straight to a waiter is neither). Each count is kept twice, decayed
+-- exponentially with a fast and a slow time constant: a count decayed with time
+-- constant tau, divided by tau, is the rate of the last tau or so, and the two rates
+-- together give the trend. idle_target turns them into the idle pods to keep
+-- (docs/architecture.md, "Demand-driven warm pools").
+local DEMAND_FAST, DEMAND_SLOW = 15000, 60000
+-- DEMAND_HEADROOM is k in the burst headroom k * sqrt(slots taken over the lead time,
+-- gross) (Poisson: k standard deviations of the takes; make pooltrace tuned it).
+local DEMAND_HEADROOM = 0.5
+-- DEMAND_DEPLOY is the deploy time assumed before the scope has a measured one (ms).
+local DEMAND_DEPLOY = 10000
+
+-- demand_counts reads the scope's counts decayed to now: takes and frees, each with
+-- the fast and the slow time constant.
+local function demand_counts(k, now)
+  local d = redis.call('HMGET', k.demand, 't', 'in_fast', 'in_slow', 'out_fast', 'out_slow')
+  local dt = math.max(0, now - (tonumber(d[1]) or now))
+  local ff, fs = math.exp(-dt / DEMAND_FAST), math.exp(-dt / DEMAND_SLOW)
+  return {in_fast = (tonumber(d[2]) or 0) * ff, in_slow = (tonumber(d[3]) or 0) * fs,
+    out_fast = (tonumber(d[4]) or 0) * ff, out_slow = (tonumber(d[5]) or 0) * fs}
+end
+
+-- demand_note counts one slot taken (dir "in") or freed ("out") at now, when the
+-- script takes the demand key and the scope's warm_policy is "demand" (demanding).
+local function demand_note(k, now, dir, demanding)
+  if not demanding or not k.demand then
+    return
+  end
+  local c = demand_counts(k, now)
+  c[dir .. '_fast'], c[dir .. '_slow'] = c[dir .. '_fast'] + 1, c[dir .. '_slow'] + 1
+  redis.call('HSET', k.demand, 't', now, 'in_fast', c.in_fast, 'in_slow', c.in_slow,
+    'out_fast', c.out_fast, 'out_slow', c.out_slow)
+end
+
+-- idle_target is how many idle pods of the current version the scope keeps at now:
+-- min_idle_pods under warm_policy "static"; under "demand" the slots its callers are
+-- expected to take, net of the slots expected back, over the lead time of a refill
+-- (the measured deploy time, k.dstats "est", plus period ms, the sweep's tick), with
+-- headroom for bursts, in pods, within min_idle_pods and max_idle_pods (0: max_pods).
+-- Returns the target and the figures it came from (rates per ms), read only.
+local function idle_target(k, now, period)
+  local cfg = redis.call('HMGET', k.config, 'warm_policy', 'min_idle', 'max_idle', 'max_pods', 'pod_concurrency')
+  local min_idle = tonumber(cfg[2] or '0')
+  local f = {policy = cfg[1] or 'static', min_idle = min_idle, target = min_idle}
+  if f.policy ~= 'demand' then
+    return min_idle, f
+  end
+  local max_idle = tonumber(cfg[3] or '0')
+  if max_idle == 0 then
+    max_idle = tonumber(cfg[4] or '0')
+  end
+  f.max_idle = max_idle
+  local c = demand_counts(k, now)
+  f.deploy = tonumber(redis.call('HGET', k.dstats, 'est') or DEMAND_DEPLOY)
+  f.lead = f.deploy + period
+  f.takes, f.frees = c.in_fast / DEMAND_FAST, c.out_fast / DEMAND_FAST
+  -- A count decayed with time constant tau follows a rate that grows linearly with a
+  -- lag of tau: the fast and the slow net rate, tau apart, give the slope, which
+  -- carries the fast rate to the middle of the lead time.
+  local fast, slow = f.takes - f.frees, (c.in_slow - c.out_slow) / DEMAND_SLOW
+  f.trend = (fast - slow) / (DEMAND_SLOW - DEMAND_FAST)
+  f.need = math.max(0, (fast + f.trend * (DEMAND_FAST + f.lead / 2)) * f.lead)
+  local pods = math.ceil((f.need + DEMAND_HEADROOM * math.sqrt(f.takes * f.lead)) / tonumber(cfg[5] or '1'))
+  f.target = math.max(min_idle, math.min(max_idle, pods))
+  return f.target, f
 end
 
 -- due_reply is the answer of a script that takes the due keys.
@@ -291,11 +368,13 @@ end
 -- version a prewarm still serves, its pod_concurrency and max_pods; the queue is
 -- k.waiters and k.queue, the grants go to k.claims and k.claimpod and the wake-ups to
 -- k.wake), the script's now, the deadline of a grant and the publish command (PUBLISH,
--- or SPUBLISH on a cluster).
+-- or SPUBLISH on a cluster). Its demand field says whether freed slots are counted
+-- (demand_note).
 local function handoff(k, now, grant_deadline, publish)
-  local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'pod_concurrency', 'max_pods', 'prewarm_ver', 'prewarm_until')
+  local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'pod_concurrency', 'max_pods', 'prewarm_ver', 'prewarm_until',
+    'warm_policy')
   return {ver = cfg[1], prev = prewarm_of(cfg[4], cfg[5], now), pc = tonumber(cfg[2]), max_pods = tonumber(cfg[3]), k = k,
-    now = now, grant_deadline = grant_deadline, publish = publish}
+    now = now, grant_deadline = grant_deadline, publish = publish, demand = cfg[6] == 'demand'}
 end
 
 -- drop_waiters drops the waiters past their deadline (from the queue too).
@@ -371,7 +450,8 @@ end
 -- free_slot gives back one slot of a registered pod: to the oldest waiter when q (a
 -- handoff) has one, else the pod goes idle when it was the last slot and idle_on_zero is
 -- true (retired first under recycle "delete"; a retired or draining pod is due at
--- once). Returns the slots left, or -1 for an unknown pod.
+-- once). A slot freed on a pod of the current version that stays in the pool counts
+-- for the demand (demand_note). Returns the slots left, or -1 for an unknown pod.
 local function free_slot(k, pod, now, idle_on_zero, q)
   if not redis.call('ZSCORE', k.pods, pod) then
     return -1
@@ -381,6 +461,10 @@ local function free_slot(k, pod, now, idle_on_zero, q)
     return held
   end
   local n = redis.call('HINCRBY', k.slots, pod, -1)
+  if q and q.demand and redis.call('HGET', k.podver, pod) == q.ver
+    and not (n <= 0 and idle_on_zero and redis.call('HGET', k.config, 'recycle') == 'delete') then
+    demand_note(k, now, 'out', true)
+  end
   if n <= 0 then
     n = 0
     redis.call('HSET', k.slots, pod, 0)

@@ -27,6 +27,7 @@
 -- KEYS[14] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[15] {s}:agents     HASH   "<pod>" -> spared until (ms); "<pod>|miss" -> sessions
 -- KEYS[16] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
+-- KEYS[17] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] "1" when the agent drains, "0" when ready
 -- ARGV[4] the default report interval (ms), for a config published without one
 -- ARGV[5] grant deadline (ms)  ARGV[6] publish command  ARGV[7..] the listed sessions

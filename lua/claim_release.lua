@@ -12,6 +12,7 @@
 -- KEYS[10] {s}:wake       the scope's wake-up channel
 -- KEYS[11] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[12] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
+-- KEYS[13] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
 -- ARGV[1] claim id  ARGV[2] now (ms)  ARGV[3] grant deadline (ms)  ARGV[4] publish command
 -- Returns {pod or "", slots left or -1}
 -- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a

@@ -33,7 +33,7 @@ func (s *Store) DueScopes(ctx context.Context, shard int, now time.Time, limit i
 // after the index write and the earlier time restored. Errors: STORE_UNAVAILABLE.
 func (s *Store) ScopeDue(ctx context.Context, scope string, now time.Time) (time.Time, bool, error) {
 	k := s.keys.Scope(scope)
-	r, err := s.call(ctx, scopeDue, k, nil, ms(now))
+	r, err := s.call(ctx, scopeDue, k, nil, ms(now), s.sweepPeriod.Milliseconds())
 	if err != nil {
 		return time.Time{}, false, err
 	}

@@ -13,6 +13,7 @@
 -- KEYS[11] {s}:wake       the scope's wake-up channel
 -- KEYS[12] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[13] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
+-- KEYS[14] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
 -- ARGV[1] room member  ARGV[2] claim id  ARGV[3] now (ms)  ARGV[4] grant deadline (ms)
 -- ARGV[5] publish command
 -- Returns 1 when the follower was still in the room, else 0.

@@ -240,5 +240,6 @@ func callEveryWrapper(ctx context.Context, s *Store, scope string) {
 	_, _ = s.ScopeDelete(ctx, scope, 1, now)
 	_, _ = s.ScopeForget(ctx, scope)
 	_, _, _ = s.ScopeDue(ctx, scope, now)
+	_, _ = s.PoolTarget(ctx, scope, now)
 	_, _ = s.AgentReport(ctx, AgentReport{Scope: scope, Pod: "p1", Sessions: []string{"s1"}, Now: now})
 }

@@ -122,6 +122,7 @@ const (
 	keyAgents
 	keyBackoff
 	keyServed
+	keyDemand
 	numScopeKeys
 )
 
@@ -154,6 +155,7 @@ var scopeKeyNames = [numScopeKeys]string{
 	keyAgents:      "agents",
 	keyBackoff:     "backoff",
 	keyServed:      "served",
+	keyDemand:      "demand",
 }
 
 // scopeKeyNamesLen is the length of the scope's key names together: Scope cuts the
@@ -207,6 +209,7 @@ func (k Keyspace) Scope(id string) ScopeKeys {
 		Agents:      key(keyAgents),
 		Backoff:     key(keyBackoff),
 		Served:      key(keyServed),
+		Demand:      key(keyDemand),
 	}
 }
 
@@ -263,6 +266,8 @@ func (s *ScopeKeys) key(n scopeKey) string {
 		return s.Backoff
 	case keyServed:
 		return s.Served
+	case keyDemand:
+		return s.Demand
 	}
 	panic("lua: no scope key " + strconv.Itoa(int(n)))
 }
@@ -306,6 +311,10 @@ type ScopeKeys struct {
 	// Served: pod id -> the slots handed out on the pod over its life (its sessions
 	// and holds), counted while pool.max_sessions_per_pod is set.
 	Served string // HASH
+	// Demand: the slot takes and frees of the scope, counted across replicas for the
+	// demand policy's target (demand_note in _lib.lua): "t" (ms, when last decayed),
+	// "in_fast", "in_slow", "out_fast", "out_slow" (exponentially decayed counts).
+	Demand string // HASH
 }
 
 // Gone is the tombstone of a purged pod (STRING, reason, with a TTL of GoneTTL):

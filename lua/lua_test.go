@@ -79,6 +79,8 @@ type env struct {
 	scope   string
 	now     time.Time
 	version int64 // of the last config published
+	// sessions counts the sessions env.drive started, for their ids.
+	sessions int
 }
 
 func newEnv(t *testing.T, mutate func(*warmpool.ScopeConfig)) *env {

@@ -21,6 +21,7 @@
 -- KEYS[17] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[18] {s}:backoff    HASH   refill backoff: failures, until (ms), error
 -- KEYS[19] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
+-- KEYS[20] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
 -- ARGV[1] now (ms)  ARGV[2] claim id  ARGV[3] claim deadline (ms)
 -- ARGV[4] lease deadline (ms)  ARGV[5] room margin (ms): a follower waits up to the
 -- scope's ready timeout plus this margin
@@ -59,6 +60,7 @@ for _, pod in ipairs(redis.call('ZREVRANGE', k.idle, 0, -1)) do
     redis.call('HSET', k.claimpod, claim, pod)
     note_due(ARGV[3])
     note_fill()
+    demand_note(k, now, 'in', q.demand)
     return {'warm', pod, redis.call('HGET', k.podinfo, pod) or ''}
   end
 end
@@ -94,6 +96,7 @@ if npods + #deploys <= max_pods then
       end
       if n <= cap then
         note_due(deadline)
+        demand_note(k, now, 'in', q.demand)
         return {'follower', d, member, tostring(deadline)}
       end
       redis.call('ZREM', k.followers, member)
@@ -113,6 +116,10 @@ if npods + #deploys < max_pods and #deploys < parallel then
   redis.call('ZADD', k.deploying, ARGV[4], member)
   deploy_started(k, member, now)
   note_due(ARGV[4])
+  demand_note(k, now, 'in', q.demand)
+  if q.demand then
+    note_due(0)
+  end
   return {'deploy', member, member, cfg[5]}
 end
 return {'max_reached', tostring(npods), tostring(#deploys)}

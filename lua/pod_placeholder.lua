@@ -1,7 +1,8 @@
 -- pod_placeholder.lua: reserve a deploy lease for the warm pool (autoscale) while the
--- scope has fewer than min_idle_pods idle pods of the current version, counting warm
--- deploys already in flight; during the prewarm of a rollout, fewer than
--- max(1, min_idle_pods). Counts toward max_pods; never takes an idle pod.
+-- scope has fewer idle pods of the current version than it keeps (idle_target:
+-- min_idle_pods, or the demand policy's target), counting warm deploys already in
+-- flight; during the prewarm of a rollout, at least one. Counts toward max_pods; never
+-- takes an idle pod.
 -- KEYS[1]  {s}:epoch      STRING scope epoch
 -- KEYS[2]  {s}:config     HASH   published scope config
 -- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
@@ -20,9 +21,10 @@
 -- KEYS[16] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[17] {s}:backoff    HASH   refill backoff: failures, until (ms), error
 -- KEYS[18] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
+-- KEYS[19] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
 -- ARGV[1] now (ms)  ARGV[2] lease deadline (ms)  ARGV[3] note deadline (ms)
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command (expired claims' slots go to
--- waiters first)
+-- waiters first)  ARGV[6] the sweep's tick (ms), for the demand target (idle_target)
 -- Returns {"deploy", deploy member, fence, deploy spec JSON} | {"enough"}
 --       | {"max_reached"} | {"busy"} (parallel bound)
 --       | {"backoff", failures, until, last error, deploys} (the refill backoff)
@@ -33,11 +35,12 @@
 -- note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
-local cfg, refused = scope_config(k, 'deploy_ver', 'max_pods', 'parallel', 'min_idle', 'deploy')
+local cfg, refused = scope_config(k, 'deploy_ver', 'max_pods', 'parallel', 'deploy')
 if not cfg then
   return refused
 end
-local ver, max_pods, parallel, min_idle = cfg[1], tonumber(cfg[2]), tonumber(cfg[3]), tonumber(cfg[4])
+local ver, max_pods, parallel = cfg[1], tonumber(cfg[2]), tonumber(cfg[3])
+local keep = idle_target(k, now, tonumber(ARGV[6]))
 local q = handoff(k, now, ARGV[4], ARGV[5])
 expire_pool(k, now, ARGV[3], q)
 
@@ -56,9 +59,9 @@ for _, d in ipairs(deploys) do
   end
 end
 if prewarm_ver(k, now) then
-  min_idle = math.max(1, min_idle)
+  keep = math.max(1, keep)
 end
-if warm >= min_idle then
+if warm >= keep then
   return {'enough'}
 end
 if redis.call('ZCARD', k.pods) + #deploys >= max_pods then
@@ -76,4 +79,4 @@ local member = fence .. 'w'
 redis.call('ZADD', k.deploying, ARGV[2], member)
 deploy_started(k, member, now)
 note_due(ARGV[2])
-return {'deploy', member, tostring(fence), cfg[5]}
+return {'deploy', member, tostring(fence), cfg[4]}

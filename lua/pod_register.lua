@@ -25,6 +25,7 @@
 -- KEYS[16] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[17] {s}:backoff    HASH   refill backoff: failures, until (ms), error
 -- KEYS[18] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
+-- KEYS[19] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
 -- ARGV[1] now (ms)  ARGV[2] deploy member  ARGV[3] pod id  ARGV[4] deploy_ver
 -- ARGV[5] pod JSON  ARGV[6] leader claim id ("" for none)  ARGV[7] claim deadline (ms)
 -- ARGV[8] grant deadline (ms)  ARGV[9] publish command

@@ -172,7 +172,7 @@ type PlaceholderResult struct {
 // the scope lacks idle pods.
 func (s *Store) PodPlaceholder(ctx context.Context, scope string, now, leaseDeadline, noteDeadline time.Time) (PlaceholderResult, error) {
 	r, err := s.call(ctx, podPlaceholder, s.keys.Scope(scope), nil,
-		append([]any{ms(now), ms(leaseDeadline), ms(noteDeadline)}, s.handoffArgs(now)...)...)
+		append([]any{ms(now), ms(leaseDeadline), ms(noteDeadline)}, append(s.handoffArgs(now), s.sweepPeriod.Milliseconds())...)...)
 	if err != nil {
 		return PlaceholderResult{}, err
 	}

@@ -2,8 +2,10 @@
 -- the sweeper looked at the scope: the earliest session expiry, claim, deploy lease,
 -- room entry or waiter deadline; an idle pod of an old deploy_ver, or beyond max_pods
 -- (surplus_pods), at once, or when the prewarm of a rollout ends for an idle pod of the
--- version it serves; an idle pod of the current one (beyond the newest
--- min_idle_pods, which are kept) when pod_ttl_s has passed; the end of a refill backoff
+-- version it serves; an idle pod of the current one (beyond the newest idle_target
+-- pods, which are kept) when pod_ttl_s has passed, and under warm_policy "demand" one
+-- kept beyond min_idle_pods a pod_ttl_s from now too (the target falls as the demand
+-- decays, with no script to note it); the end of a refill backoff
 -- still to come (the refill tries again then). Scripts only move the due
 -- time earlier (note_due in _lib.lua); this is the one script that moves it later,
 -- reading the state it is computed from in the same step, so a note made before it is
@@ -17,9 +19,11 @@
 -- KEYS[7]  {s}:claims     ZSET   claim id -> deadline (ms)
 -- KEYS[8]  {s}:sexp       ZSET   session id -> expiry (ms)
 -- KEYS[9]  {s}:waiters    ZSET   waiter id -> deadline (ms)
--- KEYS[10] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[11] {s}:backoff    HASH   refill backoff: failures, until (ms), error
--- ARGV[1] now (ms)
+-- KEYS[10] {s}:dstats     HASH   deploy time estimate and start times of deploys in flight
+-- KEYS[11] {s}:due        STRING when the scope's next sweep work falls due (ms)
+-- KEYS[12] {s}:backoff    HASH   refill backoff: failures, until (ms), error
+-- KEYS[13] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
+-- ARGV[1] now (ms)  ARGV[2] the sweep's tick (ms), for the demand target (idle_target)
 -- Returns the due time (ms, as a string), or "" when nothing is due (the key is deleted:
 -- an unknown scope has nothing due either).
 local k = scope_keys(KEYS)
@@ -40,7 +44,8 @@ end
 local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'min_idle', 'pod_ttl_ms', 'max_pods', 'prewarm_until')
 local prev = prewarm_ver(k, now)
 if cfg[1] then
-  local keep, ttl = tonumber(cfg[2]), tonumber(cfg[3])
+  local keep = idle_target(k, now, tonumber(ARGV[2]))
+  local floor, ttl = keep - tonumber(cfg[2]), tonumber(cfg[3])
   local surplus = surplus_pods(k, cfg[1], tonumber(cfg[4]))
   local idle = redis.call('ZREVRANGE', k.idle, 0, -1, 'WITHSCORES')
   for i = 1, #idle, 2 do
@@ -51,6 +56,9 @@ if cfg[1] then
       at(now)
     elseif keep > 0 then
       keep = keep - 1
+      if keep < floor then
+        at(now + ttl)
+      end
     else
       at(tonumber(idle[i + 1]) + ttl)
     end

@@ -28,6 +28,7 @@
 -- KEYS[21] {s}:agents     HASH   the pods' report records
 -- KEYS[22] {s}:backoff    HASH   refill backoff
 -- KEYS[23] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
+-- KEYS[24] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
 -- ARGV none
 -- Returns {"forgotten"} | {"live"} (not deleted, or live again) | {"busy"} (pods
 -- or deploys left)

@@ -21,6 +21,7 @@
 -- KEYS[15] {s}:wake       the scope's wake-up channel
 -- KEYS[16] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[17] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
+-- KEYS[18] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
 -- ARGV[1] now (ms)  ARGV[2] note deadline (ms)
 -- ARGV[3] "1" to recount (reads every session of the scope), "0" to expire only
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command

@@ -28,9 +28,10 @@
 -- KEYS[15] {s}:wake       the scope's wake-up channel
 -- KEYS[16] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[17] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
--- KEYS[18] route_answer {s}:idem:route:<id>  STRING cached answer (PX), "<fingerprint>\n<new
+-- KEYS[18] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
+-- KEYS[19] route_answer {s}:idem:route:<id>  STRING cached answer (PX), "<fingerprint>\n<new
 --          flag>\n<pod id>\n<pod JSON>"
--- KEYS[19] idem_mark {s}:idem:run:<id>  STRING the request id's mark (idem_claim.lua)
+-- KEYS[20] idem_mark {s}:idem:run:<id>  STRING the request id's mark (idem_claim.lua)
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] claim id ("" for none)
 -- ARGV[4] the request's fingerprint ("" without a request id)  ARGV[5] answer cache TTL (ms)
 -- ARGV[6] waiter id of the caller ("": it does not queue)
@@ -152,6 +153,7 @@ for _, pod in ipairs(redis.call('ZRANGE', k.pods, 0, -1)) do
     while n < pc and not spent do
       local w = next_waiter(q)
       redis.call('HINCRBY', k.slots, pod, 1)
+      demand_note(k, now, 'in', q.demand)
       -- a pod with a slot taken is not idle, whoever takes it (adopted and rolled-back
       -- pods can be idle while waiters queue)
       if redis.call('ZREM', k.idle, pod) == 1 then

@@ -16,6 +16,7 @@
 -- KEYS[13] {s}:wake       the scope's wake-up channel
 -- KEYS[14] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[15] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
+-- KEYS[16] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] grant deadline (ms)
 -- ARGV[4] publish command
 -- Returns {"touched"} | {"expired"} | {"unknown"} | {"NO_SCOPE"} | {"EPOCH_LOST"}

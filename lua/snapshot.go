@@ -184,10 +184,13 @@ type ScopeCounts struct {
 	Waiters   int64
 	// Backoff is the refill backoff's failed deploys in a row (0: none).
 	Backoff int64
+	// TargetIdle is how many idle pods the scope keeps (PoolTarget).
+	TargetIdle int64
 }
 
 // Counts reads the pool sizes of every published scope in one pipeline, deleted ones
-// left out; its cost grows with the number of scopes and pods, not with sessions.
+// left out; its cost grows with the number of scopes and pods, not with sessions. The
+// target of a scope under warm_policy "demand" takes one more call (PoolTarget).
 func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
 	ids, err := s.ScopeIDs(ctx)
 	if err != nil {
@@ -205,7 +208,7 @@ func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
 	for i, id := range ids {
 		k := s.keys.Scope(id)
 		all[i] = cmds{
-			cfg:       pipe.HMGet(ctx, k.Config, "deploy_ver", "version", "max_pods", "deleted"),
+			cfg:       pipe.HMGet(ctx, k.Config, "deploy_ver", "version", "max_pods", "deleted", "min_idle", "warm_policy"),
 			podver:    pipe.HVals(ctx, k.PodVer),
 			pods:      pipe.ZCard(ctx, k.Pods),
 			idle:      pipe.ZCard(ctx, k.Idle),
@@ -241,9 +244,18 @@ func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
 			}
 		}
 		failures, _ := strconv.ParseInt(c.backoff.Val(), 10, 64) // no backoff: 0
+		minIdle, _ := v[4].(string)
+		target, _ := strconv.ParseInt(minIdle, 10, 64)
+		if v[5] == warmpool.WarmDemand {
+			t, err := s.PoolTarget(ctx, id, time.Now())
+			if err != nil {
+				return nil, err
+			}
+			target = int64(t.Idle)
+		}
 		out = append(out, ScopeCounts{ScopeID: id, DeployVer: ver, Version: n, MaxPods: mp, Pods: c.pods.Val(), Idle: c.idle.Val(),
 			OldPods: old, Sessions: c.sessions.Val(), Deploying: c.deploys.Val(), Followers: c.followers.Val(), Waiters: c.waiters.Val(),
-			Backoff: failures})
+			Backoff: failures, TargetIdle: target})
 	}
 	return out, nil
 }

@@ -23,11 +23,27 @@ type Store struct {
 	wait time.Duration
 	// onScript is told how long each script call took (ObserveScripts).
 	onScript func(script string, took time.Duration)
+	// sweepPeriod is the sweep's tick (SweepPeriod), part of a refill's lead time in
+	// the demand policy's target.
+	sweepPeriod time.Duration
+}
+
+// DefaultSweepPeriod is the sweep tick the demand target assumes unless SweepPeriod
+// says otherwise: the sweeper's default interval.
+const DefaultSweepPeriod = 2 * time.Second
+
+// SweepPeriod tells the store the sweep's tick (a refill starts at most this long after
+// a take makes the scope due): the demand policy's target stocks for a deploy time
+// plus this. Call it before the store is used; d <= 0 keeps DefaultSweepPeriod.
+func (s *Store) SweepPeriod(d time.Duration) {
+	if d > 0 {
+		s.sweepPeriod = d
+	}
 }
 
 // NewStore returns a Store over rdb with the given key prefix.
 func NewStore(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, keys: NewKeyspace(prefix), wait: readTimeout(rdb), onScript: func(string, time.Duration) {}}
+	return &Store{rdb: rdb, keys: NewKeyspace(prefix), wait: readTimeout(rdb), onScript: func(string, time.Duration) {}, sweepPeriod: DefaultSweepPeriod}
 }
 
 // ObserveScripts makes the store tell f how long each script call took, by script

@@ -917,7 +917,10 @@ func TestPoolShape(t *testing.T) {
 	put := e.putScope("p", scopeCfg(5, 2, 2, 20))
 
 	p := e.pool("p")
-	keys(t, p, "scope_id", "deploy_ver", "max_pods", "pods", "placeholders", "followers", "waiters", "backoff")
+	keys(t, p, "scope_id", "deploy_ver", "max_pods", "pods", "placeholders", "followers", "waiters", "backoff", "target_idle", "warm_policy", "demand")
+	if num(t, p, "target_idle") != 0 || p["warm_policy"] != "static" || p["demand"] != nil {
+		t.Fatalf("target of a static pool with min_idle_pods 0: %v", p)
+	}
 	if p["scope_id"] != "p" || p["deploy_ver"] != put["deploy_ver"] || num(t, p, "max_pods") != 3 || len(p["pods"].([]any)) != 0 {
 		t.Fatalf("empty pool: %v", p)
 	}

@@ -287,6 +287,7 @@ func (s *Server) build(ctx context.Context) error {
 		s.closers = append(s.closers, s.rdb.Close)
 	}
 	s.store = lua.NewStore(s.rdb, cfg.Prefix)
+	s.store.SweepPeriod(cfg.Sweep.Interval)
 
 	// Config store.
 	if cfg.Store != nil {

@@ -11,7 +11,8 @@ import (
 	"github.com/warmpool/warmpool/lua"
 )
 
-// Autoscale keeps min_idle_pods warm idle pods of the current version in every scope,
+// Autoscale keeps warm idle pods of the current version in every scope (min_idle_pods,
+// or under warm_policy "demand" the target of lua.Store.PoolTarget),
 // within max_pods and the parallel-deploy bound (the placeholder script decides).
 func (s *Sweeper) Autoscale(ctx context.Context) error {
 	return s.forScopes(ctx, nil, func(scope string) error { return s.fillScope(ctx, scope) })
@@ -30,8 +31,9 @@ func (s *Sweeper) fillScope(ctx context.Context, scope string) error {
 
 // Reclaim deletes idle pods of an old deploy_ver (but those a rollout's prewarm still
 // serves; or retired: of the scope's deleted life, recycled, or past
-// max_sessions_per_pod) and idle pods beyond max_pods at once, and idle pods idle for pod_ttl_s or
-// longer beyond the newest min_idle_pods; a deleted scope's idle pods all go, and its keys once none is left. A
+// max_sessions_per_pod) and idle pods beyond max_pods at once, and idle pods idle for
+// pod_ttl_s or longer beyond the newest min_idle_pods (or the demand policy's target);
+// a deleted scope's idle pods all go, and its keys once none is left. A
 // pod that got a session since it was looked at is left alone (the purge re-checks its
 // idle time atomically).
 func (s *Sweeper) Reclaim(ctx context.Context) error {
@@ -85,11 +87,20 @@ func (s *Sweeper) reclaimScope(ctx context.Context, scope string, now time.Time)
 		s.retire(ctx, scope, current[0], "beyond max_pods")
 		current, excess = current[1:], excess-1
 	}
-	// The newest idle pods are the min_idle_pods kept warm.
+	// The newest idle pods are the ones kept warm: min_idle_pods, or the demand
+	// policy's target.
 	slices.Reverse(current)
+	keep := rec.Config.Pool.MinIdlePods
+	if rec.Config.Pool.WarmPolicy == warmpool.WarmDemand && len(current) > keep {
+		t, err := s.store.PoolTarget(ctx, scope, now)
+		if err != nil {
+			return err
+		}
+		keep = t.Idle
+	}
 	ttl := time.Duration(rec.Config.Pool.PodTTLS) * time.Second
 	for i, p := range current {
-		if i >= rec.Config.Pool.MinIdlePods && now.Sub(p.IdleSince) >= ttl {
+		if i >= keep && now.Sub(p.IdleSince) >= ttl {
 			s.retire(ctx, scope, p, "idle past pod_ttl_s")
 		}
 	}

@@ -99,8 +99,22 @@ type ScopeState struct {
 	Followers      int        `json:"followers"`
 	Waiters        int        `json:"waiters"`
 	Deploys        []Deploy   `json:"deploys"`
+	// TargetIdle is how many idle pods the pool keeps now (min_idle_pods, or the
+	// demand estimate under warm_policy demand, whose figures Demand has).
+	TargetIdle int     `json:"target_idle"`
+	WarmPolicy string  `json:"warm_policy"`
+	Demand     *Demand `json:"demand"`
 	// Backoff is the scope's refill backoff, as GET …/pool shows it (SPEC §11.3).
 	Backoff Backoff `json:"backoff"`
+}
+
+// Demand is what a demand target came from: slots taken and freed per second across
+// replicas, the lead time of a refill and the net takes expected over it.
+type Demand struct {
+	TakesPerS     float64 `json:"takes_per_s"`
+	FreesPerS     float64 `json:"frees_per_s"`
+	LeadTimeS     float64 `json:"lead_time_s"`
+	ExpectedTakes float64 `json:"expected_takes"`
 }
 
 // Backoff is a scope's refill backoff: failed deploys of the current deploy_ver in a
@@ -171,12 +185,20 @@ func (u *UI) scope(ctx context.Context, id string) (ScopeState, error) {
 	if err != nil {
 		return ScopeState{}, err
 	}
+	target, err := u.store.PoolTarget(ctx, id, u.clock.Now())
+	if err != nil {
+		return ScopeState{}, err
+	}
 	sc := ScopeState{ScopeID: id, Version: rec.Version, DeployVer: rec.DeployVer, MaxPods: rec.Config.Pool.MaxPods(),
 		PodConcurrency: rec.Config.Pool.PodConcurrency, Pods: make([]PodState, 0, len(snap.Pods)),
-		Placeholders: len(snap.Deploys), Followers: len(snap.Followers), Waiters: snap.Queued, Deploys: make([]Deploy, 0, len(log))}
+		Placeholders: len(snap.Deploys), Followers: len(snap.Followers), Waiters: snap.Queued, Deploys: make([]Deploy, 0, len(log)),
+		TargetIdle: target.Idle, WarmPolicy: target.Policy}
 	if b := snap.Backoff; b.Failures > 0 {
 		until := b.Until.UTC()
 		sc.Backoff = Backoff{Failures: b.Failures, Until: &until, LastError: b.LastError}
+	}
+	if d := target.Demand; d != nil {
+		sc.Demand = &Demand{TakesPerS: d.TakesPerS, FreesPerS: d.FreesPerS, LeadTimeS: d.LeadTime.Seconds(), ExpectedTakes: d.ExpectedNeed}
 	}
 	for _, p := range snap.Pods {
 		ps := PodState{PodID: p.Pod.ID, State: "busy", Sessions: p.Sessions(), Slots: p.Slots, DeployVer: p.Pod.DeployVer,

@@ -310,9 +310,16 @@ func TestSessionAndPoolCommands(t *testing.T) {
 		t.Fatalf("pool: %+v", pool)
 	}
 	table := c.ok("pool", "p", "-o", "table")
-	for _, want := range []string{"POD", "busy", pool.DeployVer + " (current)", "max_pods 2"} {
+	for _, want := range []string{"POD", "busy", pool.DeployVer + " (current)", "max_pods 2", "target_idle 0 (warm_policy static)\n"} {
 		if !strings.Contains(table, want) {
 			t.Fatalf("pool -o table lacks %q:\n%s", want, table)
+		}
+	}
+	c.ok("scope", "put", "d", "-f", writeFile(t, "d.json", `{"pool":{"max_concurrency":4,"pod_concurrency":2,"min_idle_pods":1,"warm_policy":"demand","max_idle_pods":2}}`))
+	demand := c.ok("pool", "d", "-o", "table")
+	for _, want := range []string{"target_idle 1 (warm_policy demand): takes ", "/s, frees ", ", lead time ", "within [1, 2]"} {
+		if !strings.Contains(demand, want) {
+			t.Fatalf("pool -o table of a demand scope lacks %q:\n%s", want, demand)
 		}
 	}
 

@@ -131,7 +131,8 @@ func historyTable(v map[string]any) string {
 }
 
 // poolTable lists the pods, each pod's deploy_ver marked current or old, then the
-// scope's counts and its refill backoff, if any.
+// scope's counts, its idle target (with the demand figures it came from) and its
+// refill backoff, if any.
 func poolTable(v map[string]any) string {
 	current := field(v, "deploy_ver")
 	var rows [][]string
@@ -151,7 +152,23 @@ func poolTable(v map[string]any) string {
 	return tabulate([]string{"POD", "STATE", "SESSIONS", "SLOTS", "DEPLOY_VER", "IDLE_FOR"}, rows) +
 		fmt.Sprintf("\nscope %s: max_pods %s, deploys in flight %s, followers %s, waiters %s\n",
 			field(v, "scope_id"), field(v, "max_pods"), field(v, "placeholders"), field(v, "followers"), field(v, "waiters")) +
-		backoffLine(v)
+		targetLine(v) + backoffLine(v)
+}
+
+// targetLine says how many idle pods the pool keeps, and under warm_policy demand what
+// the estimate came from ("" from a server that does not say).
+func targetLine(v map[string]any) string {
+	target := field(v, "target_idle")
+	if target == "" {
+		return ""
+	}
+	line := fmt.Sprintf("target_idle %s (warm_policy %s)", target, field(v, "warm_policy"))
+	if field(v, "demand", "lead_time_s") != "" {
+		d := func(name string) string { return field(v, "demand", name) }
+		line += fmt.Sprintf(": takes %s/s, frees %s/s, trend %s/s², deploy time %ss, lead time %ss, expected takes %s, within [%s, %s]",
+			d("takes_per_s"), d("frees_per_s"), d("trend_per_s2"), d("deploy_time_s"), d("lead_time_s"), d("expected_takes"), d("min_idle_pods"), d("max_idle_pods"))
+	}
+	return line + "\n"
 }
 
 // backoffLine says the scope's refill backoff ("" without one).

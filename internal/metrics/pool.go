@@ -35,6 +35,8 @@ var poolGauges = []poolGauge{
 		read: func(s lua.ScopeCounts) [2]int64 { return [2]int64{s.Backoff} }},
 	{name: "warmpool_sessions", help: "Bound sessions by scope.",
 		read: func(s lua.ScopeCounts) [2]int64 { return [2]int64{s.Sessions} }},
+	{name: "warmpool_target_idle_pods", help: "Idle pods the scope's pool keeps now: min_idle_pods, or under warm_policy demand the demand estimate (SPEC 11.3).",
+		read: func(s lua.ScopeCounts) [2]int64 { return [2]int64{s.TargetIdle} }},
 	{name: "warmpool_waiters", help: "Route calls waiting in the queue, by scope.",
 		read: func(s lua.ScopeCounts) [2]int64 { return [2]int64{s.Waiters} }},
 }

@@ -13,6 +13,7 @@ package model
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -144,8 +145,18 @@ func decodePod(id, raw string) (warmpool.Pod, error) {
 	return p, nil
 }
 
+// ErrNotModelled is the error of Publish for a config the model does not follow:
+// warm_policy "demand", whose target comes from decayed counts of takes and frees and
+// the measured deploy time (idle_target in lua/_lib.lua), which the model does not
+// keep; its tests publish warm_policy "static", under which the scripts keep
+// min_idle_pods as before.
+var ErrNotModelled = errors.New("model: warm_policy demand is not modelled")
+
 // Publish models lua.Store.ScopePublish with a live keyspace.
 func (s *Scope) Publish(rec lua.ScopeRecord) error {
+	if rec.Config.Pool.WarmPolicy == warmpool.WarmDemand {
+		return ErrNotModelled
+	}
 	content, deploy, full, err := rec.Published()
 	if err != nil {
 		return err

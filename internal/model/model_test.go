@@ -976,3 +976,14 @@ func lineDiff(got, want []string) string {
 	}
 	return b.String()
 }
+
+// TestDemandIsRefusedNotMisModelled: the model does not follow warm_policy demand, so
+// a test cannot compare the scripts with a model that silently keeps min_idle_pods.
+func TestDemandIsRefusedNotMisModelled(t *testing.T) {
+	c := warmpool.DefaultScopeConfig()
+	c.Pool.WarmPolicy = warmpool.WarmDemand
+	err := model.NewScope("d").Publish(lua.ScopeRecord{ScopeID: "d", Config: c, Version: 1, DeployVer: c.Deploy.DeployVer()})
+	if !errors.Is(err, model.ErrNotModelled) {
+		t.Fatalf("publish of a demand scope: %v, want ErrNotModelled", err)
+	}
+}

@@ -18,6 +18,10 @@
 //	wpbench rollout    routes by source across an image update under steady load, for
 //	                   rollout drain and prewarm: one replica, the fake driver with a
 //	                   deploy delay, a PUT of a new image mid-run
+//	wpbench pooltrace  the warm-pool traces (make pooltrace): steady, ramp, step,
+//	                   diurnal and bursty arrivals against static min_idle_pods and
+//	                   warm_policy demand on one fake-driver replica; a table, the
+//	                   goals met or missed, and an SVG plot (--svg)
 //	wpbench script F   print the source Redis runs for lua/F (lua.Sources)
 //	wpbench keys F PREFIX SCOPE [EXTRA...]
 //	                   print the KEYS a replica passes to lua/F for SCOPE under the
@@ -56,7 +60,7 @@ func main() {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|reports|rollout [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
+		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|reports|rollout|pooltrace [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
 	}
 	switch args[0] {
 	case "script":
@@ -91,8 +95,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return agentReports(ctx, args[1:], getenv, stdout, stderr)
 	case "rollout":
 		return rollout(ctx, args[1:], getenv, stdout, stderr)
+	case "pooltrace":
+		return poolTrace(ctx, args[1:], getenv, stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, reports, rollout, script or keys", args[0])
+	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, reports, rollout, pooltrace, script or keys", args[0])
 }
 
 func scriptNames() []string {
@@ -333,6 +339,49 @@ func rollout(ctx context.Context, args []string, getenv func(string) string, std
 	c.Log = stderr
 	res, err := bench.Rollout(ctx, c)
 	return report(stdout, res, err)
+}
+
+func poolTrace(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pooltrace", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := bench.PoolTraceConfig{Statics: bench.DefaultTraceStatics, Demands: bench.DefaultTraceDemands}
+	var svg string
+	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
+	fs.DurationVar(&c.Length, "length", bench.DefaultTraceLength, "length of every trace (they run at once)")
+	fs.DurationVar(&c.Deploy, "deploy", bench.DefaultTraceDeploy, "the fake driver's deploy time D")
+	fs.DurationVar(&c.Hold, "hold", bench.DefaultTraceHold, "mean session length (exponential)")
+	fs.IntVar(&c.PodTTLS, "pod-ttl", bench.DefaultTracePodTTL, "pod_ttl_s of every scope")
+	fs.IntVar(&c.MaxPods, "max-pods", bench.DefaultTraceMaxPods, "max_pods of every scope (one session a pod)")
+	fs.Float64Var(&c.PeakRate, "peak", bench.DefaultTracePeakRate, "peak arrival rate per second")
+	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the arrivals")
+	fs.IntVar(&c.Seeds, "seeds", bench.DefaultTraceSeeds, "arrival sequences each trace is replayed with, at once")
+	fs.StringVar(&svg, "svg", "", "file to write the plot to (none when empty)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if c.Dir, err = outDir(c.Dir); err != nil {
+		return err
+	}
+	c.Log = stderr
+	res, err := bench.PoolTrace(ctx, c)
+	if err == nil && svg != "" {
+		err = writeFile(svg, res.WriteSVG)
+	}
+	return report(stdout, res, err)
+}
+
+// writeFile writes a file with write.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		_ = f.Close() // the write's error is the one to tell
+		return err
+	}
+	return f.Close()
 }
 
 // envs collects the environment variables that did not parse, so that a typo stops

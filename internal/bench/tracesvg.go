@@ -1,11 +1,11 @@
 package bench
 
 import (
-	"bufio"
 	"fmt"
 	"html"
 	"io"
 	"math"
+	"strings"
 
 	"github.com/warmpool/warmpool"
 )
@@ -25,7 +25,7 @@ func (r *PoolTraceResults) WriteSVG(out io.Writer) error {
 		by[x.Trace] = append(by[x.Trace], x)
 	}
 	width := float64(len(names))*(pw+pad) + pad
-	w := bufio.NewWriter(out)
+	w := new(strings.Builder) // one write to out, whose error is the one to check
 	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", width, 2*(ph+top+pad)+pad)
 	fmt.Fprintf(w, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(w, `<text x="%.0f" y="16" font-size="13">warm routes (y, %%) against idle pod-seconds per served session (x); static: grey, by min_idle_pods; demand: red, d + its min_idle_pods. Below, demand (min_idle_pods 0) over time: arrivals in the last 4 s (grey), target_idle (red), idle pods (blue)</text>`+"\n", pad)
@@ -73,12 +73,13 @@ func (r *PoolTraceResults) WriteSVG(out io.Writer) error {
 		}
 	}
 	fmt.Fprintln(w, "</svg>")
-	return w.Flush()
+	_, err := io.WriteString(out, w.String())
+	return err
 }
 
 // seriesPanel plots the demand policy's run of one trace over time: arrivals over the
 // last lead time (4 s, grey), target_idle (red) and idle pods (blue).
-func seriesPanel(w io.Writer, x TraceResult, x0, y0, pw, ph float64) {
+func seriesPanel(w *strings.Builder, x TraceResult, x0, y0, pw, ph float64) {
 	const lead = 4
 	arr := make([]int, len(x.Series))
 	top := 1

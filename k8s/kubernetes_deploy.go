@@ -313,23 +313,18 @@ func (d *deployment) await(ctx context.Context, p *corev1.Pod) (*corev1.Pod, err
 		return p, err
 	}
 	// An informer that had not listed the namespace when the wait was registered (the
-	// namespace's first deploy) may list it only after the pod is gone: the pod is read
-	// once, so a delete or a failure before that list is not missed.
+	// namespace's first deploy) may list it only after the pod is gone, and then sends
+	// no event of it: the pod is read once after that list, and every event after the
+	// list comes to the wait registered before the create.
 	if !d.synced {
-		var cur *corev1.Pod
-		err := k.call(ctx, func(ctx context.Context) (err error) {
-			cur, err = k.client.Pods(d.ns).Get(ctx, d.name, metav1.GetOptions{})
-			return err
-		})
-		switch {
-		case apierrors.IsNotFound(err):
+		if cur, found, err := d.afterList(ctx); err != nil {
+			return nil, err
+		} else if !found {
 			return nil, deployFailed("pod %s/%s was deleted while starting", d.ns, d.name)
-		case err == nil:
+		} else if cur != nil {
 			if done, err := check(cur); done {
 				return cur, err
 			}
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
 		}
 	}
 	for {
@@ -351,6 +346,29 @@ func (d *deployment) await(ctx context.Context, p *corev1.Pod) (*corev1.Pod, err
 			}
 		}
 	}
+}
+
+// afterList reads the pod once the namespace's informer has listed (or after
+// CacheSyncTimeout, when it cannot): found false when the pod is gone. Read after the
+// list, the pod's delete is either seen here or comes as an event after it.
+func (d *deployment) afterList(ctx context.Context) (cur *corev1.Pod, found bool, err error) {
+	k := d.k
+	if c := k.cacheFor(d.ns); c != nil {
+		_ = k.waitSynced(ctx, c) // not synced: the read below still tells what it can
+	}
+	err = k.call(ctx, func(ctx context.Context) (err error) {
+		cur, err = k.client.Pods(d.ns).Get(ctx, d.name, metav1.GetOptions{})
+		return err
+	})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, false, nil
+	case ctx.Err() != nil:
+		return nil, false, ctx.Err()
+	case err != nil:
+		return nil, true, nil // the events tell
+	}
+	return cur, true, nil
 }
 
 // cleanup deletes the pod of a failed deploy and returns once the API server has

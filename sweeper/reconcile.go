@@ -165,6 +165,12 @@ func (s *Sweeper) repair(ctx context.Context, p *pacer) error {
 				"sessions_dropped", rep.Sessions, "claims_dropped", rep.Claims, "waiters_expired", rep.Waiters, "deploys_expired", rep.Deploys)
 			s.fixed(ctx, "repaired")
 		}
+		if rep.Deploys > 0 {
+			// The warm deploys of a lease that ran out (its replica died) no longer
+			// count: refill now, as the due sweep does after its own repair, for the
+			// scope may have nothing left due that would bring the sweep back.
+			return s.fillScope(ctx, scope)
+		}
 		return nil
 	})
 }

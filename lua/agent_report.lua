@@ -51,7 +51,6 @@ end
 local expiry = now + tonumber(cfg[1])
 local interval = tonumber(cfg[2] or ARGV[4])
 local pc = tonumber(cfg[4])
-local q = handoff(k, now, ARGV[5], ARGV[6])
 if ARGV[3] == '1' then
   local ver = redis.call('HGET', k.podver, pod)
   if ver ~= RETIRED and ver ~= DRAINING then
@@ -98,6 +97,7 @@ end
 
 local agent = redis.call('HMGET', k.agents, pod, pod .. '|miss')
 local ended = 0
+local q
 if cfg[3] == '1' then
   local missed = {}
   if on_pod < tonumber(redis.call('HGET', k.slots, pod) or '0') then
@@ -110,6 +110,8 @@ if cfg[3] == '1' then
       local sid = all[i]
       if all[i + 1] == pod and not listed[sid] then
         if before[sid] then
+          -- the handoff's config read only when a report ends a session
+          q = q or handoff(k, now, ARGV[5], ARGV[6])
           evict_session(k, sid, now, q)
           ended = ended + 1
         else

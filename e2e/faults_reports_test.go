@@ -243,15 +243,7 @@ func caseAgentReports(t *testing.T, res *caseResult) {
 
 	// The failover: the replica has everything so far, then replication is cut and a4
 	// is routed to p2 on the primary alone.
-	await.True(t, 10*time.Second, "the replica has the pool and the primary's replication id", func() bool {
-		n, err := r.redis.admin.Do(ctx, "WAIT", 1, 1000).Int()
-		recorded, gerr := replica.admin.Get(ctx, rigPrefix+"replid").Result()
-		info, ierr := r.redis.admin.Info(ctx, "replication").Result()
-		return err == nil && n == 1 && gerr == nil && ierr == nil && strings.Contains(info, "master_replid:"+recorded+"\r")
-	})
-	if err := replica.admin.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(freePort(t))).Err(); err != nil {
-		t.Fatal(err)
-	}
+	r.cutReplication(t, replica)
 	if b := r.routeRetry(0, "ar", "a4", 10*time.Second); b.PodID != p2 {
 		t.Fatalf("a4 on %s, want the free slot of %s", b.PodID, p2)
 	}

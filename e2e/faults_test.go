@@ -504,16 +504,7 @@ func caseFailover(t *testing.T, res *caseResult) {
 	p1 := r.routeRetry(0, "h", "h1", 10*time.Second).PodID
 	// The primary took a new replication id when the replica attached; reconcile
 	// records it, and the replica gets the record.
-	await.True(t, 10*time.Second, "the replica has the pool and the primary's replication id", func() bool {
-		n, err := r.redis.admin.Do(ctx, "WAIT", 1, 1000).Int()
-		recorded, gerr := replica.admin.Get(ctx, rigPrefix+"replid").Result()
-		info, ierr := r.redis.admin.Info(ctx, "replication").Result()
-		return err == nil && n == 1 && gerr == nil && ierr == nil && strings.Contains(info, "master_replid:"+recorded+"\r")
-	})
-	// Cut replication: the replica follows a primary that is not there, keeping its data.
-	if err := replica.admin.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(freePort(t))).Err(); err != nil {
-		t.Fatal(err)
-	}
+	r.cutReplication(t, replica)
 	// Writes the primary acknowledges and the replica never gets.
 	if b := r.routeRetry(1, "h", "h2", 10*time.Second); b.PodID != p1 {
 		t.Fatalf("h2 on %s, want the free slot of %s", b.PodID, p1)
@@ -624,4 +615,22 @@ func writeMatrix(t *testing.T, results []caseResult) {
 		}
 	}
 	t.Logf("matrix written to %s:\n%s", dir, md.String())
+}
+
+// cutReplication waits until replica has everything the primary has, the record of
+// the primary's replication id included (reconcile writes it), then cuts replication:
+// the replica follows a primary that is not there, keeping its data, and what the
+// primary acknowledges from now on it never gets.
+func (r *rig) cutReplication(t *testing.T, replica *redisServer) {
+	t.Helper()
+	ctx := context.Background()
+	await.True(t, 10*time.Second, "the replica has the pool and the primary's replication id", func() bool {
+		n, err := r.redis.admin.Do(ctx, "WAIT", 1, 1000).Int()
+		recorded, gerr := replica.admin.Get(ctx, rigPrefix+"replid").Result()
+		info, ierr := r.redis.admin.Info(ctx, "replication").Result()
+		return err == nil && n == 1 && gerr == nil && ierr == nil && strings.Contains(info, "master_replid:"+recorded+"\r")
+	})
+	if err := replica.admin.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(freePort(t))).Err(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -167,13 +168,18 @@ func (e *env) measure(ctx context.Context, name string, d time.Duration, work fu
 // little later (each cold route notes its claim's deadline, rm.DefaultClaimTTL on):
 // the sweeps that find nothing else to do must be over before a window opens.
 func (e *env) settle(ctx context.Context, horizon time.Duration) (int, error) {
+	return settleDue(ctx, e.redis.rdb, horizon)
+}
+
+// settleDue is settle on the due index of rdb: one server's, or a Cluster's.
+func settleDue(ctx context.Context, rdb redis.Cmdable, horizon time.Duration) (int, error) {
 	keys := lua.NewKeyspace("")
 	deadline := time.Now().Add(settleTimeout)
 	for {
 		now := fmt.Sprint(time.Now().Add(max(horizon, 0)).UnixMilli())
 		due := 0
 		for k := range lua.DueShards {
-			n, err := e.redis.rdb.ZCount(ctx, keys.DueIndex(k), "-inf", now).Result()
+			n, err := rdb.ZCount(ctx, keys.DueIndex(k), "-inf", now).Result()
 			if err != nil {
 				return 0, err
 			}

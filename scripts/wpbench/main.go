@@ -22,6 +22,10 @@
 //	                   diurnal and bursty arrivals against static min_idle_pods and
 //	                   warm_policy demand on one fake-driver replica; a table, the
 //	                   goals met or missed, and an SVG plot (--svg)
+//	wpbench capacity   the capacity model (docs/scaling.md): Redis and replica CPU per
+//	                   warm route, cold route, PUT, due scope, sweep tick and report on
+//	                   one redis-server, then warm routes from N replicas on a 3-master
+//	                   Redis Cluster, each master's CPU per route and share of the scopes
 //	wpbench script F   print the source Redis runs for lua/F (lua.Sources)
 //	wpbench keys F PREFIX SCOPE [EXTRA...]
 //	                   print the KEYS a replica passes to lua/F for SCOPE under the
@@ -60,7 +64,7 @@ func main() {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|reports|rollout|pooltrace [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
+		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|reports|rollout|pooltrace|capacity [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
 	}
 	switch args[0] {
 	case "script":
@@ -97,8 +101,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return rollout(ctx, args[1:], getenv, stdout, stderr)
 	case "pooltrace":
 		return poolTrace(ctx, args[1:], getenv, stdout, stderr)
+	case "capacity":
+		return capacity(ctx, args[1:], getenv, stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, reports, rollout, pooltrace, script or keys", args[0])
+	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, reports, rollout, pooltrace, capacity, script or keys", args[0])
 }
 
 func scriptNames() []string {
@@ -368,6 +374,40 @@ func poolTrace(ctx context.Context, args []string, getenv func(string) string, s
 	if err == nil && svg != "" {
 		err = writeFile(svg, res.WriteSVG)
 	}
+	return report(stdout, res, err)
+}
+
+func capacity(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("capacity", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c bench.CapacityConfig
+	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
+	fs.StringVar(&c.ClusterScript, "cluster-script", "scripts/redis-cluster.sh", "scripts/redis-cluster.sh, which starts the throwaway 3-master Redis Cluster")
+	fs.IntVar(&c.Scopes, "scopes", bench.DefaultCapacityScopes, "scopes of one pod that take the warm routes")
+	fs.IntVar(&c.Sessions, "sessions", bench.DefaultCapacitySessions, "sessions per warm scope")
+	fs.IntVar(&c.ColdScopes, "cold-scopes", bench.DefaultCapacityColdScopes, "scopes stored (one PUT each) and routed cold")
+	fs.IntVar(&c.ColdPods, "cold-pods", bench.DefaultCapacityColdPods, "cold routes per cold scope, one deploy each")
+	fs.DurationVar(&c.Window, "window", bench.DefaultCapacityWindow, "length of each timed window")
+	fs.IntVar(&c.Workers, "workers", bench.DefaultCapacityWorkers, "concurrent calls (over all replicas)")
+	fs.IntVar(&c.ReportPods, "report-pods", bench.DefaultCapacityReportPods, "pods that report in the report window")
+	fs.DurationVar(&c.ReportInterval, "report-interval", bench.DefaultCapacityInterval, "their report interval, whole seconds")
+	fs.IntVar(&c.Replicas, "replicas", bench.DefaultCapacityReplicas, "replicas on the Cluster")
+	fs.Float64Var(&c.Rate, "rate", bench.DefaultCapacityRate, "fixed routes per second on the Cluster after the flat-out window, over all replicas, and a third of it on one shard (negative: flat out only)")
+	fs.BoolVar(&c.NoShard, "no-shard", false, "skip the one-shard measurements (the Cluster's per-route CPU is then compared with nothing)")
+	fs.BoolVar(&c.NoCluster, "no-cluster", false, "skip the Cluster run")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.ReportInterval < time.Second || c.ReportInterval%time.Second != 0 {
+		return fmt.Errorf("--report-interval %v: want whole seconds, at least 1s (agent.report_interval_s)", c.ReportInterval)
+	}
+	var err error
+	if c.Dir, err = outDir(c.Dir); err != nil {
+		return err
+	}
+	c.Log = stderr
+	_, _ = fmt.Fprintf(stderr, "wpbench capacity: files in %s\n", c.Dir) // progress on stderr: nothing to do if it fails
+	res, err := bench.Capacity(ctx, c)
 	return report(stdout, res, err)
 }
 

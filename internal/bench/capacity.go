@@ -101,7 +101,9 @@ type CapacityResults struct {
 	Started time.Time `json:"started"`
 	Machine string    `json:"machine"`
 	// Costs are the one-shard figures, by operation.
-	Costs   []OpCost      `json:"costs,omitempty"`
+	Costs []OpCost `json:"costs,omitempty"`
+	// Phases are the one-shard windows the costs come from, commands and all.
+	Phases  []*Phase      `json:"phases,omitempty"`
 	Model   CapacityModel `json:"model"`
 	Cluster *ClusterRun   `json:"cluster,omitempty"`
 }
@@ -195,6 +197,7 @@ func (c *CapacityConfig) shard(ctx context.Context, res *CapacityResults) error 
 		return err
 	}
 	sc.logf("  %s", idle.oneLine())
+	res.Phases = append(res.Phases, idle)
 	warm, err := e.measure(ctx, opWarm, 0, func(ctx context.Context) RouteStats {
 		return e.cl.routeLoad(ctx, w, c.Window, 0, c.Workers)
 	})
@@ -206,6 +209,7 @@ func (c *CapacityConfig) shard(ctx context.Context, res *CapacityResults) error 
 		return fmt.Errorf("warm routes: %d failed, the first: %s", warm.Route.Errors, warm.Route.FirstError)
 	}
 	res.Costs = append(res.Costs, cost(opWarm, warm, idle, float64(warm.Route.Routes)))
+	res.Phases = append(res.Phases, warm)
 	if c.Rate > 0 {
 		// What one master of the Cluster run serves at its rate: the same rate here.
 		rate := c.Rate / clusterMasters
@@ -217,6 +221,7 @@ func (c *CapacityConfig) shard(ctx context.Context, res *CapacityResults) error 
 		}
 		sc.logf("  %s", at.oneLine())
 		res.Costs = append(res.Costs, cost(warmAt(rate), at, idle, float64(at.Route.Routes)))
+		res.Phases = append(res.Phases, at)
 	}
 	cold := c.cold()
 	var failed error
@@ -228,6 +233,7 @@ func (c *CapacityConfig) shard(ctx context.Context, res *CapacityResults) error 
 		return err
 	}
 	res.Costs = append(res.Costs, cost(opPut, put, idle, float64(cold.Scopes)))
+	res.Phases = append(res.Phases, put)
 	routes, err := e.measure(ctx, opCold, 0, func(ctx context.Context) RouteStats {
 		failed = e.cl.routeAll(ctx, cold, c.Workers)
 		return RouteStats{}
@@ -237,6 +243,7 @@ func (c *CapacityConfig) shard(ctx context.Context, res *CapacityResults) error 
 	}
 	sc.logf("  %s", routes.oneLine())
 	res.Costs = append(res.Costs, cost(opCold, routes, idle, float64(cold.Scopes*cold.Pods)))
+	res.Phases = append(res.Phases, routes)
 	// The cold routes' claims fall due capacityClaimTTL after them: each such scope is
 	// swept once (scope_due.lua ends every sweep of a scope).
 	due, err := e.measure(ctx, opDue, 0, func(ctx context.Context) RouteStats {
@@ -248,11 +255,13 @@ func (c *CapacityConfig) shard(ctx context.Context, res *CapacityResults) error 
 	}
 	sc.logf("  %s", due.oneLine())
 	res.Costs = append(res.Costs, cost(opDue, due, idle, due.Scripts["scope_due"]*due.Seconds))
+	res.Phases = append(res.Phases, due)
 	dueOnly, bare, err := c.dueTicks(ctx, sc)
 	if err != nil {
 		return err
 	}
 	res.Costs = append(res.Costs, tickCosts(idle, dueOnly, bare)...)
+	res.Phases = append(res.Phases, dueOnly)
 	return nil
 }
 

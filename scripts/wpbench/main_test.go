@@ -82,3 +82,14 @@ func TestReportsRefusesAnIntervalOfNoWholeSeconds(t *testing.T) {
 		}
 	}
 }
+
+// The capacity run's report interval is refused the same way, before anything starts.
+func TestCapacityRefusesAReportIntervalOfNoWholeSeconds(t *testing.T) {
+	var out bytes.Buffer
+	for _, iv := range []string{"2500ms", "0s"} {
+		err := run(context.Background(), []string{"capacity", "--report-interval", iv, "--bin", "/nonexistent"}, func(string) string { return "" }, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), "--report-interval") {
+			t.Errorf("--report-interval %s: %v, want an error naming --report-interval", iv, err)
+		}
+	}
+}

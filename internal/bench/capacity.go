@@ -33,6 +33,10 @@ const (
 	// sweepInterval is the replicas' --sweep-interval (the default): each of the
 	// DueShards due jobs and as many watch jobs runs once per interval.
 	sweepInterval = 2 * time.Second
+	// capacitySettle is the settle horizon of the one-shard windows: after the default
+	// one the idle windows still saw 3-5 scopes swept a second, which would be charged
+	// to the ticks.
+	capacitySettle = 3 * time.Minute
 )
 
 // CapacityConfig is one run of the capacity model's measurements (wpbench capacity):
@@ -92,8 +96,11 @@ type OpCost struct {
 	RedisUs   float64 `json:"redis_cpu_us"`
 	ReplicaUs float64 `json:"replica_cpu_us"`
 	// Net: the idle window's CPU rate is taken off.
-	Net     bool   `json:"net_of_idle"`
-	LoadAvg string `json:"load_avg"`
+	Net bool `json:"net_of_idle"`
+	// Sweeps are the due job's looks at a scope (scope_due.lua) in the window, per
+	// operation.
+	Sweeps  float64 `json:"scope_sweeps_per_op"`
+	LoadAvg string  `json:"load_avg"`
 }
 
 // CapacityResults is what a capacity run measured, and the model built on it.
@@ -113,7 +120,6 @@ const (
 	opWarm    = "warm route"
 	opCold    = "cold route (deploy)"
 	opPut     = "config PUT"
-	opDue     = "due scope swept"
 	opDueTick = "due tick, nothing due"
 	opWatch   = "watch tick"
 	opReport  = "agent report"
@@ -150,7 +156,7 @@ func Capacity(ctx context.Context, cfg CapacityConfig) (*CapacityResults, error)
 func (c *CapacityConfig) scale() *ScaleConfig {
 	// No pause after a scrape: the replica's counters of a window (its sweeps, its
 	// scripts) must cover the window alone, as its CPU does.
-	return &ScaleConfig{Bin: c.Bin, RedisScript: c.RedisScript, Dir: c.Dir, Workers: c.Workers, Log: c.Log, ScrapePause: -1}
+	return &ScaleConfig{Bin: c.Bin, RedisScript: c.RedisScript, Dir: c.Dir, Workers: c.Workers, Log: c.Log, ScrapePause: -1, SettleHorizon: capacitySettle}
 }
 
 func (c *CapacityConfig) warm() Population {
@@ -234,28 +240,26 @@ func (c *CapacityConfig) shard(ctx context.Context, res *CapacityResults) error 
 	}
 	res.Costs = append(res.Costs, cost(opPut, put, idle, float64(cold.Scopes)))
 	res.Phases = append(res.Phases, put)
+	// A cold route's window lasts until the sweeps it leaves are done: its claim falls
+	// due capacityClaimTTL after it, and the due job's look at the scope then is part
+	// of its cost.
 	routes, err := e.measure(ctx, opCold, 0, func(ctx context.Context) RouteStats {
-		failed = e.cl.routeAll(ctx, cold, c.Workers)
+		if failed = e.cl.routeAll(ctx, cold, c.Workers); failed == nil {
+			failed = wait(ctx, capacityClaimTTL+2*sweepInterval)
+		}
+		if failed == nil {
+			_, failed = e.settle(ctx, sc.SettleHorizon)
+		}
 		return RouteStats{}
 	})
 	if err = firstErr(err, failed); err != nil {
 		return err
 	}
 	sc.logf("  %s", routes.oneLine())
-	res.Costs = append(res.Costs, cost(opCold, routes, idle, float64(cold.Scopes*cold.Pods)))
+	oc := cost(opCold, routes, idle, float64(cold.Scopes*cold.Pods))
+	oc.Sweeps = routes.Scripts["scope_due"] * routes.Seconds / oc.Ops
+	res.Costs = append(res.Costs, oc)
 	res.Phases = append(res.Phases, routes)
-	// The cold routes' claims fall due capacityClaimTTL after them: each such scope is
-	// swept once (scope_due.lua ends every sweep of a scope).
-	due, err := e.measure(ctx, opDue, 0, func(ctx context.Context) RouteStats {
-		_, failed = e.settle(ctx, DefaultSettleHorizon)
-		return RouteStats{}
-	})
-	if err = firstErr(err, failed); err != nil {
-		return err
-	}
-	sc.logf("  %s", due.oneLine())
-	res.Costs = append(res.Costs, cost(opDue, due, idle, due.Scripts["scope_due"]*due.Seconds))
-	res.Phases = append(res.Phases, due)
 	dueOnly, bare, err := c.dueTicks(ctx, sc)
 	if err != nil {
 		return err
@@ -352,7 +356,8 @@ func (c *CapacityConfig) reports(ctx context.Context, res *CapacityResults) erro
 // CapacityModel is the capacity model of docs/scaling.md: CPU µs per operation, of
 // Redis (one shard: one core) and of a replica.
 type CapacityModel struct {
-	Warm, Cold, Put, DueScope, DueTick, WatchTick, Report Cost
+	// Cold is a cold route with the sweeps it leaves.
+	Warm, Cold, Put, DueTick, WatchTick, Report Cost
 }
 
 // Cost is the CPU µs of one operation: Redis's and a replica's.
@@ -364,7 +369,7 @@ type Cost struct {
 // ModelFrom picks the model's costs out of measured ones.
 func ModelFrom(costs []OpCost) CapacityModel {
 	var m CapacityModel
-	into := map[string]*Cost{opWarm: &m.Warm, opCold: &m.Cold, opPut: &m.Put, opDue: &m.DueScope, opDueTick: &m.DueTick, opWatch: &m.WatchTick, opReport: &m.Report}
+	into := map[string]*Cost{opWarm: &m.Warm, opCold: &m.Cold, opPut: &m.Put, opDueTick: &m.DueTick, opWatch: &m.WatchTick, opReport: &m.Report}
 	for _, c := range costs {
 		if p := into[c.Name]; p != nil {
 			*p = Cost{RedisUs: c.RedisUs, ReplicaUs: c.ReplicaUs}
@@ -385,12 +390,11 @@ type Load struct {
 	PutsPS float64
 }
 
-// perRoute is a route's cost with the load's mix of warm and cold routes, the sweep of
-// the due scope a cold one leaves included.
+// perRoute is a route's cost with the load's mix of warm and cold routes.
 func (m CapacityModel) perRoute(coldShare float64) Cost {
 	return Cost{
-		RedisUs:   (1-coldShare)*m.Warm.RedisUs + coldShare*(m.Cold.RedisUs+m.DueScope.RedisUs),
-		ReplicaUs: (1-coldShare)*m.Warm.ReplicaUs + coldShare*(m.Cold.ReplicaUs+m.DueScope.ReplicaUs),
+		RedisUs:   (1-coldShare)*m.Warm.RedisUs + coldShare*m.Cold.RedisUs,
+		ReplicaUs: (1-coldShare)*m.Warm.ReplicaUs + coldShare*m.Cold.ReplicaUs,
 	}
 }
 
@@ -457,10 +461,10 @@ func (r *CapacityResults) WriteText(out io.Writer) error {
 	w := new(strings.Builder) // one write to out, whose error is the one to check
 	fmt.Fprintf(w, "Capacity: %s, %s\n\n", r.Started.Format("2006-01-02 15:04 UTC"), r.Machine)
 	if len(r.Costs) > 0 {
-		fmt.Fprintln(w, "| operation (one redis-server) | measured at | ops | s | Redis CPU µs per op | replica CPU µs per op | net of idle | load avg |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+		fmt.Fprintln(w, "| operation (one redis-server) | measured at | ops | s | Redis CPU µs per op | replica CPU µs per op | net of idle | scope sweeps per op | load avg |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
 		for _, c := range r.Costs {
-			fmt.Fprintf(w, "| %s | %s | %.0f | %.1f | %.1f | %.1f | %v | %s |\n", c.Name, c.At.Format("15:04:05"), c.Ops, c.Seconds, c.RedisUs, c.ReplicaUs, c.Net, c.LoadAvg)
+			fmt.Fprintf(w, "| %s | %s | %.0f | %.1f | %.1f | %.1f | %v | %.2f | %s |\n", c.Name, c.At.Format("15:04:05"), c.Ops, c.Seconds, c.RedisUs, c.ReplicaUs, c.Net, c.Sweeps, c.LoadAvg)
 		}
 		m := r.Model
 		fmt.Fprintf(w, "\nOne shard (one Redis core) carries %.0f warm routes/s (%.1f replica cores to send them), %.0f cold routes/s (%.1f replica cores); %.0f/s at 10 %% cold\n",

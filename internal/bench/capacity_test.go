@@ -13,7 +13,7 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 
 func TestCapacityModel(t *testing.T) {
 	m := CapacityModel{
-		Warm: Cost{RedisUs: 50, ReplicaUs: 100}, Cold: Cost{RedisUs: 400, ReplicaUs: 600}, DueScope: Cost{RedisUs: 100, ReplicaUs: 200},
+		Warm: Cost{RedisUs: 50, ReplicaUs: 100}, Cold: Cost{RedisUs: 500, ReplicaUs: 800},
 		Put: Cost{RedisUs: 200, ReplicaUs: 1000}, DueTick: Cost{RedisUs: 20}, WatchTick: Cost{RedisUs: 30}, Report: Cost{RedisUs: 150, ReplicaUs: 300},
 	}
 	cases := []struct {
@@ -21,7 +21,6 @@ func TestCapacityModel(t *testing.T) {
 		got, want float64
 	}{
 		{"warm routes per shard", m.RoutesPerShard(0), 20_000},
-		// a cold route is its own cost and the due scope it leaves: 500 µs
 		{"cold routes per shard", m.RoutesPerShard(1), 2_000},
 		{"10 % cold", m.RoutesPerShard(0.1), 1e6 / (0.9*50 + 0.1*500)},
 		{"replica cores per shard, warm", m.ReplicaCoresPerShard(0), 2},
@@ -56,7 +55,7 @@ func TestModelFromPicksByName(t *testing.T) {
 	if m.Warm != (Cost{50, 90}) || m.Cold != (Cost{600, 700}) || m.WatchTick != (Cost{250, 0}) || m.Report != (Cost{200, 400}) {
 		t.Errorf("model = %+v", m)
 	}
-	if m.DueScope != (Cost{}) || m.Put != (Cost{}) {
+	if m.DueTick != (Cost{}) || m.Put != (Cost{}) {
 		t.Errorf("unmeasured costs should stay zero: %+v", m)
 	}
 }
@@ -165,10 +164,13 @@ func TestCapacitySmoke(t *testing.T) {
 	for _, c := range res.Costs {
 		names[c.Name] = c
 	}
-	for _, n := range []string{opWarm, warmAt(50), opPut, opCold, opDue, opDueTick, opWatch, opReport} {
+	for _, n := range []string{opWarm, warmAt(50), opPut, opCold, opDueTick, opWatch, opReport} {
 		if c, ok := names[n]; !ok || c.Ops <= 0 || c.RedisUs <= 0 {
 			t.Errorf("%s: %+v", n, c)
 		}
+	}
+	if c := names[opCold]; c.Sweeps <= 0 {
+		t.Errorf("cold routes left no scope sweeps: %+v", c)
 	}
 	if res.Model.RoutesPerShard(0) <= 0 {
 		t.Errorf("model: %+v", res.Model)

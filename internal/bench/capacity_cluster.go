@@ -3,10 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -165,7 +166,7 @@ func (e *clusterEnv) spread(ctx context.Context, p Population, nodes []*ClusterN
 	}
 	owner := make([]int, 16384)
 	for _, r := range slots {
-		i := index(e.addrs, r.Nodes[0].Addr)
+		i := slices.Index(e.addrs, r.Nodes[0].Addr)
 		if i < 0 {
 			return fmt.Errorf("CLUSTER SLOTS names %s, not one of %v", r.Nodes[0].Addr, e.addrs)
 		}
@@ -224,15 +225,6 @@ func keyFamily(k string) string {
 		return k[:i]
 	}
 	return k
-}
-
-func index(addrs []string, a string) int {
-	for i, x := range addrs {
-		if x == a {
-			return i
-		}
-	}
-	return -1
 }
 
 // cluster runs the Cluster measurement: the warm population stored and bound through
@@ -401,14 +393,10 @@ func rateText(r float64) string {
 	return fmt.Sprintf("at %.0f/s", r)
 }
 
+// families lists m's counts by name: "due 6, epoch 1".
 func families(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	return strings.Join(parts, ", ")

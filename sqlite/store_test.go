@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/storetest"
 )
 
@@ -341,4 +342,37 @@ func TestHistoryUsesIndex(t *testing.T) {
 	if len(steps) != 1 || !strings.HasPrefix(steps[0], "SEARCH scope_versions USING ") || !strings.HasSuffix(steps[0], " (scope_id=? AND version<?)") {
 		t.Errorf("a history page is not one search of the primary key:\n%s", strings.Join(steps, "\n"))
 	}
+}
+
+// Replicas are processes sharing one file: a follower sees the writes of writer
+// processes, up to the last version they committed.
+func TestFeedSeesWriterProcesses(t *testing.T) {
+	if os.Getenv(envWriterDSN) != "" {
+		t.Skip("child process")
+	}
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dsn := fileDSN(t)
+	s := mustOpen(t, dsn)
+	log := storetest.Follow(t, s, s)
+	const procs, perGoroutine = 2, 5
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range procs {
+		wg.Go(func() {
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestWriterProcess$", "-test.count=1")
+			cmd.Env = append(os.Environ(), envWriterDSN+"="+dsn, envWriterN+"="+strconv.Itoa(perGoroutine))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("writer process: %v\n%s", err, out)
+			}
+		})
+	}
+	wg.Wait()
+	want := warmpool.ConfigChange{ScopeID: "shared", Version: procs * 4 * perGoroutine}
+	await.True(t, storetest.FeedWithin, fmt.Sprintf("the feed delivers %+v", want), func() bool {
+		c, ok := log.Last("shared")
+		return ok && c == want
+	})
 }

@@ -66,7 +66,9 @@ func (s *Sweeper) configChanged(ctx context.Context, changes []warmpool.ConfigCh
 	for _, c := range changes {
 		if err := s.applyChange(ctx, c); err != nil && warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
 			errs = append(errs, fmt.Errorf("%s v%d: %w", c.ScopeID, c.Version, err))
+			continue
 		}
+		s.cfg.Observe("config_feed", "checked")
 	}
 	if err := errors.Join(errs...); err != nil {
 		s.log.WarnContext(ctx, "config feed: changes not applied; they come again", "err", err)

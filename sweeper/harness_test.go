@@ -37,7 +37,7 @@ type harness struct {
 	sm     *sm.Manager
 	sw     *sweeper.Sweeper
 
-	mu       sync.Mutex
+	mu          sync.Mutex
 	observedMap map[string]int
 }
 

@@ -117,17 +117,15 @@ func (w *watchState) forgetPeriod(scope string) {
 }
 
 // unknownPeriods are the scopes of pods whose probe period the watch has not read.
-func (w *watchState) unknownPeriods(list [lua.DueShards][]warmpool.Pod) []string {
+func (w *watchState) unknownPeriods(pods []warmpool.Pod) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	seen := map[string]bool{}
 	var out []string
-	for _, pods := range list {
-		for _, p := range pods {
-			if _, ok := w.periods[p.ScopeID]; !ok && !seen[p.ScopeID] {
-				seen[p.ScopeID] = true
-				out = append(out, p.ScopeID)
-			}
+	seen := map[string]bool{}
+	for _, p := range pods {
+		if _, ok := w.periods[p.ScopeID]; !ok && !seen[p.ScopeID] {
+			seen[p.ScopeID] = true
+			out = append(out, p.ScopeID)
 		}
 	}
 	return out
@@ -197,8 +195,7 @@ func (s *Sweeper) WatchShard(ctx context.Context, shard int) error {
 }
 
 // watchList returns the driver's pods by shard: the list the shards' jobs of one
-// watch interval share, unless fresh. The probe period of a scope seen in it for the
-// first time is read from Redis.
+// watch interval share, unless fresh.
 func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([lua.DueShards][]warmpool.Pod, error) {
 	w := s.watch
 	w.listMu.Lock()
@@ -223,16 +220,24 @@ func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([lua.DueShards][]w
 		}
 		w.mu.Unlock()
 	}
-	if unknown := w.unknownPeriods(list); len(unknown) > 0 {
-		// Redis not answering must not stop the watch: dead pods are still buried, and
-		// these scopes' pods probed at the default until the next tick reads them.
-		if read, err := s.store.ProbePeriods(ctx, unknown); err != nil {
-			s.log.WarnContext(ctx, "watch: probe periods not read; the default for now", "scopes", len(unknown), "err", err)
-		} else {
-			w.addPeriods(unknown, read)
-		}
-	}
 	return list, nil
+}
+
+// readPeriods reads from Redis the probe periods of the scopes of listed whose pods the
+// watch sees for the first time. Redis not answering must not stop the watch: dead
+// pods are still buried, and these scopes' pods probed at the default until the next
+// run reads them.
+func (s *Sweeper) readPeriods(ctx context.Context, listed []warmpool.Pod) {
+	unknown := s.watch.unknownPeriods(listed)
+	if len(unknown) == 0 {
+		return
+	}
+	read, err := s.store.ProbePeriods(ctx, unknown)
+	if err != nil {
+		s.log.WarnContext(ctx, "watch: probe periods not read; the default for now", "scopes", len(unknown), "err", err)
+		return
+	}
+	s.watch.addPeriods(unknown, read)
 }
 
 func (s *Sweeper) watchShard(ctx context.Context, shard int, listed []warmpool.Pod) error {
@@ -249,6 +254,7 @@ func (s *Sweeper) watchShard(ctx context.Context, shard int, listed []warmpool.P
 		}
 	}
 	s.watch.retry(shard, failed)
+	s.readPeriods(ctx, listed)
 	return errors.Join(append(errs, s.probeShard(ctx, shard, cur))...)
 }
 

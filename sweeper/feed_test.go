@@ -154,3 +154,45 @@ func TestProbePeriodOfNewAndChangedScope(t *testing.T) {
 		t.Errorf("config_feed/published = %d, want 1 (feed-ready: the rest the writer published)", got)
 	}
 }
+
+// nsDriver is the fake driver that lists only the namespaces named to it, as the
+// Kubernetes driver does: it records them.
+type nsDriver struct {
+	*fake.Driver
+	mu    sync.Mutex
+	named map[string]int
+}
+
+func (d *nsDriver) WatchNamespace(_ context.Context, ns string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.named[ns]++
+	return nil
+}
+
+func (d *nsDriver) has(ns string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.named[ns] > 0
+}
+
+// The namespaces of the stored scopes are named to the driver when the replica
+// starts following, and a new scope's from its change in the feed, with no read of
+// every config on a timer.
+func TestFeedNamesNamespaces(t *testing.T) {
+	var drv *nsDriver
+	h := newHarness(t, func(o *options) {
+		o.driver = func(f *fake.Driver) warmpool.PodDriver {
+			drv = &nsDriver{Driver: f, named: map[string]int{}}
+			return drv
+		}
+	})
+	in := func(ns string) func(*warmpool.ScopeConfig) {
+		return func(c *warmpool.ScopeConfig) { c.Deploy.Namespace = ns }
+	}
+	h.Scope("before", 4, 2, in("ns-before"))
+	h.follow()
+	await.True(t, feedWithin, "the stored scope's namespace is named at the start", func() bool { return drv.has("ns-before") })
+	h.Scope("after", 4, 2, in("ns-after"))
+	await.True(t, feedWithin, "the new scope's namespace is named from the feed", func() bool { return drv.has("ns-after") })
+}

@@ -5,8 +5,10 @@
 // A Put is one transaction that first bumps the scope's row in scope_heads (INSERT …
 // ON CONFLICT DO UPDATE, which locks the row until commit) and then inserts the new
 // version. Writers of one scope, in this process or in another replica, take turns on
-// that row, so each gets the previous version + 1 and none is lost; writers of
-// different scopes do not wait for one another.
+// that row, so each gets the previous version + 1 and none is lost. Its last step
+// numbers the write for the change feed (feed.go) on one counter row, locked until the
+// commit: there writers of different scopes take turns too, so the numbers follow the
+// commit order.
 package postgres
 
 import (

@@ -1,8 +1,8 @@
 -- config_feed: the one row whose counter numbers the writes for the config feed
 -- (Store.Follow). A write bumps it as its last step before commit, which locks the
 -- row until then: writes take numbers in commit order (writers of different scopes
--- wait for one another for that last step only), so a follower reading the changes
--- numbered past the last one it saw never misses one committed behind it.
+-- wait for one another for that last step and the commit), so a follower reading the
+-- changes numbered past the last one it saw never misses one committed behind it.
 CREATE TABLE config_feed (
     one BOOLEAN NOT NULL PRIMARY KEY DEFAULT TRUE CHECK (one),
     seq BIGINT  NOT NULL

@@ -2,12 +2,16 @@ package lua
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/warmpool/warmpool"
 )
 
 // PodRef names one pod of one scope.
@@ -93,4 +97,62 @@ func (s *Store) PodKnown(ctx context.Context, scope, pod string) (bool, error) {
 		return false, nil
 	}
 	return false, s.redisErr(ctx, err)
+}
+
+// ProbePeriods reads the probe periods (pool.probe_period_s) of the published scopes
+// among scopes, in one round trip: the plain field probe_ms of each scope's config
+// hash. A scope published by a release that did not write it has its config document
+// read and decoded instead, in a second round trip. A scope not published is left
+// out. Errors: STORE_UNAVAILABLE.
+func (s *Store) ProbePeriods(ctx context.Context, scopes []string) (map[string]time.Duration, error) {
+	out := make(map[string]time.Duration, len(scopes))
+	if len(scopes) == 0 {
+		return out, nil
+	}
+	pipe := s.rdb.Pipeline()
+	plain := make([]*redis.StringCmd, len(scopes))
+	for i, id := range scopes {
+		plain[i] = pipe.HGet(ctx, s.keys.Scope(id).Config, "probe_ms")
+	}
+	_, _ = pipe.Exec(ctx) // each command's own error is read below
+	var old []string
+	for i, cmd := range plain {
+		v, err := cmd.Result()
+		if errors.Is(err, redis.Nil) {
+			old = append(old, scopes[i])
+			continue
+		}
+		if err != nil {
+			return nil, s.redisErr(ctx, err)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("scope %q: published probe_ms %q: %w", scopes[i], v, err)
+		}
+		out[scopes[i]] = time.Duration(n) * time.Millisecond
+	}
+	if len(old) == 0 {
+		return out, nil
+	}
+	pipe = s.rdb.Pipeline()
+	docs := make([]*redis.StringCmd, len(old))
+	for i, id := range old {
+		docs[i] = pipe.HGet(ctx, s.keys.Scope(id).Config, "config")
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, cmd := range docs {
+		doc, err := cmd.Result()
+		if errors.Is(err, redis.Nil) {
+			continue // not published
+		}
+		if err != nil {
+			return nil, s.redisErr(ctx, err)
+		}
+		var cfg warmpool.ScopeConfig
+		if err := json.Unmarshal([]byte(doc), &cfg); err != nil {
+			return nil, fmt.Errorf("scope %q: published config: %w", old[i], err)
+		}
+		out[old[i]] = time.Duration(cfg.Pool.ProbePeriodS) * time.Second
+	}
+	return out, nil
 }

@@ -100,6 +100,8 @@ func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 		"version", rec.Version,
 		"deploy", deploy,
 		"config", full,
+		// A plain field, for the watch's read of a scope's probe period (ProbePeriods).
+		"probe_ms", int64(rec.Config.Pool.ProbePeriodS)*1000,
 	)
 	r, err := s.call(ctx, scopePublish, k, nil, args...)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -155,5 +156,55 @@ func TestScopeDeleteAndForget(t *testing.T) {
 	}
 	if done, err := e.store.ScopeForget(ctx, e.scope); err != nil || done {
 		t.Fatalf("forget of a live scope = %v, %v; want kept", done, err)
+	}
+}
+
+// ProbePeriods reads the published probe_period_s of each scope asked for: from the
+// plain field the publish writes, or, for a scope published without it (by an older
+// release), from its config document; a scope not published is left out.
+func TestProbePeriods(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *warmpool.ScopeConfig) { c.Pool.ProbePeriodS = 3 })
+	ctx := context.Background()
+	e.scope = "old"
+	e.publish(func(c *warmpool.ScopeConfig) { c.Pool.ProbePeriodS = 7 })
+	if err := e.r.Client.HDel(ctx, e.store.Keys().Scope("old").Config, "probe_ms").Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.store.ProbePeriods(ctx, []string{"s1", "old", "unknown"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Duration{"s1": 3 * time.Second, "old": 7 * time.Second}
+	if len(got) != len(want) || got["s1"] != want["s1"] || got["old"] != want["old"] {
+		t.Errorf("ProbePeriods = %v, want %v", got, want)
+	}
+}
+
+// BenchmarkProbePeriod is the watch's read of one scope's probe period, the first
+// time it sees a pod of the scope (docs/performance.md, issue 25).
+func BenchmarkProbePeriod(b *testing.B) {
+	r := testredis.New(b)
+	store := lua.NewStore(r.Client, r.Prefix)
+	ctx := context.Background()
+	cfg := warmpool.DefaultScopeConfig()
+	if err := cfg.Normalize(); err != nil {
+		b.Fatal(err)
+	}
+	if err := store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: "s1", Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
+		b.Fatal(err)
+	}
+	for name, read := range map[string]func() error{
+		"probe-periods": func() error { _, err := store.ProbePeriods(ctx, []string{"s1"}); return err },
+		"scope-record":  func() error { _, err := store.Scope(ctx, "s1"); return err },
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := read(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

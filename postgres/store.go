@@ -5,8 +5,10 @@
 // A Put is one transaction that first bumps the scope's row in scope_heads (INSERT …
 // ON CONFLICT DO UPDATE, which locks the row until commit) and then inserts the new
 // version. Writers of one scope, in this process or in another replica, take turns on
-// that row, so each gets the previous version + 1 and none is lost; writers of
-// different scopes do not wait for one another.
+// that row, so each gets the previous version + 1 and none is lost. Its last step
+// numbers the write for the change feed (feed.go) on one counter row, locked until the
+// commit: there writers of different scopes take turns too, so the numbers follow the
+// commit order.
 package postgres
 
 import (
@@ -40,9 +42,20 @@ const (
 type Store struct {
 	db              *sql.DB
 	sqlstore.Reader // Get, List, History, Close
+	feed            sqlstore.Feed
+	// conn is the parsed DSN, for the feed's own listening connection; channel is the
+	// feed's notification channel, one per schema (see feedChannel).
+	conn    *pgx.ConnConfig
+	channel string
+	// beforeListen, when set (by tests), runs each time the feed has connected and is
+	// about to LISTEN.
+	beforeListen func()
 }
 
-var _ warmpool.ConfigStore = (*Store)(nil)
+var (
+	_ warmpool.ConfigStore = (*Store)(nil)
+	_ warmpool.ConfigFeed  = (*Store)(nil)
+)
 
 // Open connects to the database named by dsn (postgres://user:pass@host:port/db?…,
 // or the key=value form) and applies any pending migration. Tables are created in
@@ -62,7 +75,9 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	db.SetMaxOpenConns(MaxOpenConns)
 	db.SetMaxIdleConns(MaxOpenConns)
 	db.SetConnMaxIdleTime(ConnMaxIdleTime)
-	s := &Store{db: db, Reader: reader(db)}
+	s := &Store{db: db, Reader: reader(db), conn: cfg, feed: sqlstore.NewFeed(db, failure,
+		`SELECT seq, scope_id, version, deleted FROM scope_changes WHERE seq > $1 ORDER BY seq LIMIT $2`,
+		`SELECT COALESCE(MAX(seq), 0) FROM scope_changes`)}
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close() // the open's error is the one to report
 		return nil, failure(ctx, "open", err)
@@ -71,6 +86,12 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		_ = db.Close() // the migration's error is the one to report
 		return nil, err
 	}
+	var schema string
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(current_schema(), '')`).Scan(&schema); err != nil {
+		_ = db.Close() // the open's error is the one to report
+		return nil, failure(ctx, "open", err)
+	}
+	s.channel = feedChannel(schema)
 	return s, nil
 }
 
@@ -106,6 +127,9 @@ func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfi
 	if err != nil {
 		return warmpool.StoredConfig{}, failure(ctx, op, err)
 	}
+	if err := s.recordChange(ctx, tx, scopeID, stored.Version, false); err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
 	if err := tx.Commit(); err != nil {
 		return warmpool.StoredConfig{}, failure(ctx, op, err)
 	}
@@ -118,9 +142,15 @@ func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfi
 func (s *Store) Delete(ctx context.Context, scopeID string) (warmpool.StoredConfig, error) {
 	// The scope's head row, locked until Commit: a concurrent Put of the scope waits,
 	// and then makes it live again at the next version.
-	return s.Reader.Delete(ctx, scopeID, `SELECT version FROM scope_heads WHERE scope_id = $1 FOR UPDATE`, `
-		INSERT INTO scope_deletions (scope_id, version) VALUES ($1, $2)
-		ON CONFLICT (scope_id) DO UPDATE SET version = excluded.version`)
+	return s.Reader.Delete(ctx, scopeID, `SELECT version FROM scope_heads WHERE scope_id = $1 FOR UPDATE`,
+		func(ctx context.Context, tx *sql.Tx, scopeID string, version int64) error {
+			if _, err := tx.ExecContext(ctx, `
+				INSERT INTO scope_deletions (scope_id, version) VALUES ($1, $2)
+				ON CONFLICT (scope_id) DO UPDATE SET version = excluded.version`, scopeID, version); err != nil {
+				return err
+			}
+			return s.recordChange(ctx, tx, scopeID, version, true)
+		})
 }
 
 // latestSQL selects the latest version of live scopes: the row scope_heads points at,

@@ -9,11 +9,14 @@ import (
 	"net"
 	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/storetest"
 	"github.com/warmpool/warmpool/internal/testpg"
 )
@@ -254,4 +257,45 @@ func (n planNode) rowsRead(table string) int {
 		read += c.rowsRead(table)
 	}
 	return read
+}
+
+// The feed's listening connection, terminated by the server (pg_terminate_backend: a
+// restart, a failover, an admin), reconnects, and a write committed while no
+// connection listened (so its notification went to no one) is still delivered: the
+// reconnect reads past the last change delivered.
+func TestFeedReconnectDeliversMissed(t *testing.T) {
+	dsn := testpg.DSN(t)
+	s, writer := mustOpen(t, dsn), mustOpen(t, dsn)
+	var (
+		mu      sync.Mutex
+		listens int
+	)
+	s.beforeListen = func() {
+		mu.Lock()
+		listens++
+		n := listens
+		mu.Unlock()
+		if n == 2 {
+			// Reconnected, not listening yet: the write's notification is lost.
+			if _, err := writer.Put(context.Background(), "missed", storetest.Config(t, `{}`)); err != nil {
+				t.Errorf("Put while the feed reconnects: %v", err)
+			}
+		}
+	}
+	log := storetest.Follow(t, s, writer)
+	var pid int
+	err := s.db.QueryRowContext(context.Background(), `SELECT pid FROM pg_stat_activity
+		WHERE application_name = $1 AND query LIKE 'LISTEN %' || $2 || '%'`, feedApp, s.channel).Scan(&pid)
+	if err != nil {
+		t.Fatalf("the listening connection: %v", err)
+	}
+	testpg.Exec(t, dsn, `SELECT pg_terminate_backend(`+strconv.Itoa(pid)+`)`)
+	await.True(t, storetest.FeedWithin, "the write made while reconnecting is delivered", func() bool {
+		return log.Has(warmpool.ConfigChange{ScopeID: "missed", Version: 1})
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if listens != 2 {
+		t.Errorf("the feed listened %d times, want 2 (one reconnect)", listens)
+	}
 }

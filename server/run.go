@@ -85,8 +85,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	}
 	jobs, stopJobs := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); s.Runner.Run(jobs) }()
+	go func() { defer wg.Done(); _ = s.Sweeper.Follow(jobs) }() // it ends when jobs does
 	var err error
 	select {
 	case <-ctx.Done():

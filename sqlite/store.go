@@ -37,9 +37,13 @@ type Store struct {
 	// SQLite write lock: goroutines then queue fairly here instead of all polling the
 	// lock under busy_timeout, where one of them could starve until it times out.
 	writeSem chan struct{}
+	feed     sqlstore.Feed
 }
 
-var _ warmpool.ConfigStore = (*Store)(nil)
+var (
+	_ warmpool.ConfigStore = (*Store)(nil)
+	_ warmpool.ConfigFeed  = (*Store)(nil)
+)
 
 // writeTurn waits for this process's turn to write (writeSem), or for ctx to end, and
 // returns what gives the turn back.
@@ -73,7 +77,9 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		db.SetConnMaxLifetime(0)
 		db.SetConnMaxIdleTime(0)
 	}
-	s := &Store{db: db, Reader: reader(db), writeSem: make(chan struct{}, 1)}
+	s := &Store{db: db, Reader: reader(db), writeSem: make(chan struct{}, 1), feed: sqlstore.NewFeed(db, failure,
+		`SELECT seq, scope_id, version, deleted FROM scope_changes WHERE seq > ? ORDER BY seq LIMIT ?`,
+		`SELECT COALESCE(MAX(seq), 0) FROM scope_changes`)}
 	if err := connect(ctx, db); err != nil {
 		_ = db.Close() // the open's error is the one to report
 		return nil, failure(ctx, "open", err)
@@ -198,10 +204,35 @@ func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfi
 	if err != nil {
 		return warmpool.StoredConfig{}, failure(ctx, op, err)
 	}
+	if err := recordChange(ctx, tx, scopeID, stored.Version, false); err != nil {
+		return warmpool.StoredConfig{}, failure(ctx, op, err)
+	}
 	if err := tx.Commit(); err != nil {
 		return warmpool.StoredConfig{}, failure(ctx, op, err)
 	}
 	return stored, nil
+}
+
+// recordChange numbers a write of the scope in tx as the next change of the feed.
+// The transaction holds the write lock (BEGIN IMMEDIATE), so MAX(seq) cannot move
+// before it commits.
+func recordChange(ctx context.Context, tx *sql.Tx, scopeID string, version int64, deleted bool) error {
+	_, err := tx.ExecContext(ctx, `
+		INSERT INTO scope_changes (scope_id, seq, version, deleted)
+		SELECT ?1, COALESCE(MAX(seq), 0) + 1, ?2, ?3 FROM scope_changes WHERE true
+		ON CONFLICT (scope_id) DO UPDATE SET seq = excluded.seq, version = excluded.version, deleted = excluded.deleted`,
+		scopeID, version, deleted)
+	return err
+}
+
+// FeedPoll is how often Follow reads the change table: one indexed read of the rows
+// past the last change seen, empty while nothing changes.
+const FeedPoll = time.Second
+
+// Follow calls fn with the changes committed from the call on by any process sharing
+// the database (warmpool.ConfigFeed), read every FeedPoll.
+func (s *Store) Follow(ctx context.Context, fn func(context.Context, []warmpool.ConfigChange) error) error {
+	return s.feed.Poll(ctx, FeedPoll, fn)
 }
 
 // Delete marks the scope deleted at its latest version (warmpool.ConfigStore).
@@ -215,9 +246,14 @@ func (s *Store) Delete(ctx context.Context, scopeID string) (warmpool.StoredConf
 	defer release()
 	// BEGIN IMMEDIATE (the DSN's _txlock) locks the database from the first read: no
 	// Put of the scope comes between reading its latest version and marking it.
-	return s.Reader.Delete(ctx, scopeID, "", `
-		INSERT INTO scope_deletions (scope_id, version) VALUES (?1, ?2)
-		ON CONFLICT (scope_id) DO UPDATE SET version = excluded.version`)
+	return s.Reader.Delete(ctx, scopeID, "", func(ctx context.Context, tx *sql.Tx, scopeID string, version int64) error {
+		if _, err := tx.ExecContext(ctx, `
+			INSERT INTO scope_deletions (scope_id, version) VALUES (?1, ?2)
+			ON CONFLICT (scope_id) DO UPDATE SET version = excluded.version`, scopeID, version); err != nil {
+			return err
+		}
+		return recordChange(ctx, tx, scopeID, version, true)
+	})
 }
 
 const selectColumns = `scope_id, version, deploy_ver, config_json, created_at`

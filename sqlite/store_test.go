@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/sqlstore"
 	"github.com/warmpool/warmpool/internal/storetest"
 )
 
@@ -341,4 +343,108 @@ func TestHistoryUsesIndex(t *testing.T) {
 	if len(steps) != 1 || !strings.HasPrefix(steps[0], "SEARCH scope_versions USING ") || !strings.HasSuffix(steps[0], " (scope_id=? AND version<?)") {
 		t.Errorf("a history page is not one search of the primary key:\n%s", strings.Join(steps, "\n"))
 	}
+}
+
+// Replicas are processes sharing one file: a follower sees the writes of writer
+// processes, up to the last version they committed.
+func TestFeedSeesWriterProcesses(t *testing.T) {
+	if os.Getenv(envWriterDSN) != "" {
+		t.Skip("child process")
+	}
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dsn := fileDSN(t)
+	s := mustOpen(t, dsn)
+	log := storetest.Follow(t, s, s)
+	const procs, perGoroutine = 2, 5
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range procs {
+		wg.Go(func() {
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestWriterProcess$", "-test.count=1")
+			cmd.Env = append(os.Environ(), envWriterDSN+"="+dsn, envWriterN+"="+strconv.Itoa(perGoroutine))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("writer process: %v\n%s", err, out)
+			}
+		})
+	}
+	wg.Wait()
+	want := warmpool.ConfigChange{ScopeID: "shared", Version: procs * 4 * perGoroutine}
+	await.True(t, storetest.FeedWithin, fmt.Sprintf("the feed delivers %+v", want), func() bool {
+		c, ok := log.Last("shared")
+		return ok && c == want
+	})
+}
+
+// BenchmarkWatchConfigReads is what the watch's config reads cost at 10,000 scopes
+// (docs/performance.md, issue 25): before, every scope's config read and decoded
+// (List) every 30 s; after, the feed's poll with nothing new, and its read of one
+// change.
+func BenchmarkWatchConfigReads(b *testing.B) {
+	const scopes = 10000
+	ctx := context.Background()
+	s := mustOpen(b, fileDSN(b))
+	cfg := storetest.Config(b, `{"deploy":{"image":"registry.example/agents/support:1.4.2","env":{"OPENAI_API_KEY":"sk-0123456789abcdef0123456789abcdef","REGION":"eu-west-1","LOG_LEVEL":"info"}}}`)
+	_, doc, err := sqlstore.NewVersion("bench", cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range scopes {
+		id := fmt.Sprintf("scope-%05d", i)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO scope_versions (scope_id, version, deploy_ver, config_json, created_at) VALUES (?, 1, ?, ?, 0)`,
+			id, cfg.Deploy.DeployVer(), string(doc)); err != nil {
+			b.Fatal(err)
+		}
+		if err := recordChange(ctx, tx, id, 1, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	head, err := s.feed.Head(ctx)
+	if err != nil || head != scopes {
+		b.Fatalf("head %d, %v; want %d", head, err, scopes)
+	}
+	took := func(ctx context.Context, changes []warmpool.ConfigChange) error { return nil }
+	b.Run("list-every-config", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if all, err := s.List(ctx); err != nil || len(all) != scopes {
+				b.Fatalf("%d configs, %v", len(all), err)
+			}
+		}
+	})
+	b.Run("feed-poll-idle", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			seq := head
+			if err := s.feed.Deliver(ctx, &seq, took); err != nil || seq != head {
+				b.Fatalf("seq %d, %v", seq, err)
+			}
+		}
+	})
+	b.Run("feed-one-change", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			seq := head - 1
+			if err := s.feed.Deliver(ctx, &seq, took); err != nil || seq != head {
+				b.Fatalf("seq %d, %v", seq, err)
+			}
+		}
+	})
+	b.Run("get-one-config", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := s.Get(ctx, "scope-05000"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

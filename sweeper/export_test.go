@@ -13,3 +13,11 @@ func SetPace(s *Sweeper, now func() time.Time, wait func(ctx context.Context, d 
 
 // Sleep is the full pass's wait between steps outside tests.
 var Sleep = sleep
+
+// ProbePeriodOf is the watch's probe period of a scope, and whether it has one.
+func ProbePeriodOf(s *Sweeper, scope string) (time.Duration, bool) {
+	s.watch.mu.Lock()
+	defer s.watch.mu.Unlock()
+	p, ok := s.watch.periods[scope]
+	return p, ok
+}

@@ -37,8 +37,8 @@ type harness struct {
 	sm     *sm.Manager
 	sw     *sweeper.Sweeper
 
-	mu       sync.Mutex
-	observed map[string]int
+	mu          sync.Mutex
+	observedMap map[string]int
 }
 
 // options shape a harness.
@@ -60,7 +60,7 @@ func newHarness(t *testing.T, opts ...func(*options)) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = configs.Close() })
-	h := &harness{Harness: replicatest.New(t, replicatest.WithConfigs(configs)), t: t, observed: map[string]int{}}
+	h := &harness{Harness: replicatest.New(t, replicatest.WithConfigs(configs)), t: t, observedMap: map[string]int{}}
 	// The full pass runs flat out unless a test paces it.
 	if o.sweep.PassDuty == 0 {
 		o.sweep.PassDuty = 1
@@ -68,7 +68,7 @@ func newHarness(t *testing.T, opts ...func(*options)) *harness {
 	o.sweep.Observe = func(event, outcome string) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		h.observed[event+"/"+outcome]++
+		h.observedMap[event+"/"+outcome]++
 	}
 	var driver warmpool.PodDriver
 	if o.driver != nil {
@@ -88,14 +88,14 @@ func (h *harness) replica() *sm.Manager {
 func (h *harness) observedCount(outcome string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.observed["sweep/"+outcome]
+	return h.observedMap["sweep/"+outcome]
 }
 
 // observedAll is a copy of everything the sweeper reported so far.
 func (h *harness) observedAll() map[string]int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return maps.Clone(h.observed)
+	return maps.Clone(h.observedMap)
 }
 
 // addPod puts a ready pod of the scope's current version into the driver and

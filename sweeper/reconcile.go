@@ -254,12 +254,18 @@ func (s *Sweeper) republishStale(ctx context.Context, p *pacer) (lost map[string
 			lost[c.ScopeID] = true
 		case err != nil:
 			return nil, err
-		case rec.Version >= c.Version:
+		case rec.Version > c.Version:
+			continue
+		case rec.Version == c.Version:
+			// The watch's probe period of the scope, in case a change of the feed was
+			// missed (no replica followed it then).
+			s.watch.setPeriod(c.ScopeID, time.Duration(c.Config.Pool.ProbePeriodS)*time.Second)
 			continue
 		}
 		if err := s.publish(ctx, c); err != nil {
 			return nil, err
 		}
+		s.watch.setPeriod(c.ScopeID, time.Duration(c.Config.Pool.ProbePeriodS)*time.Second)
 		s.log.InfoContext(ctx, "reconcile published a scope's stored config", "scope", c.ScopeID, "version", c.Version)
 		s.fixed(ctx, "republished")
 	}

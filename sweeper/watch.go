@@ -13,12 +13,7 @@ import (
 	"github.com/warmpool/warmpool/lua"
 )
 
-const (
-	probeConcurrency = 8
-	// periodsRefresh is how often the watch reads the scopes' probe periods (and
-	// namespaces) from the config store again.
-	periodsRefresh = 30 * time.Second
-)
+const probeConcurrency = 8
 
 // WatchJobName is the name of the watch job of a shard of the due index (its lease is
 // the job lock of that name).
@@ -47,12 +42,15 @@ type watchState struct {
 	// deathsSeen counts the reports: a list begun before one is not shared.
 	deathsSeen uint64
 
-	periods   map[string]time.Duration // scope -> probe period, from the config store
-	periodsAt time.Time
+	// periods are the probe periods of the scopes whose pods the watch has seen, read
+	// from Redis the first time it sees a pod of the scope (ProbePeriods), and set
+	// again from each change of the scope in the config store's feed and by the full
+	// pass.
+	periods map[string]time.Duration
 }
 
 func newWatchState() *watchState {
-	w := &watchState{}
+	w := &watchState{periods: map[string]time.Duration{}}
 	for i := range w.wake {
 		w.wake[i] = make(chan struct{}, 1)
 		w.reported[i] = map[string]warmpool.Pod{}
@@ -103,6 +101,62 @@ func (w *watchState) deaths(shard int, cur map[string]warmpool.Pod) []warmpool.P
 	return out
 }
 
+// setPeriod sets the probe period of a scope, as Redis serves its config now.
+func (w *watchState) setPeriod(scope string, period time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.periods[scope] = period
+}
+
+// forgetPeriod drops a deleted scope's probe period: a scope of that name created
+// again has its own read.
+func (w *watchState) forgetPeriod(scope string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.periods, scope)
+}
+
+// unknownPeriods are the scopes of pods whose probe period the watch has not read.
+func (w *watchState) unknownPeriods(pods []warmpool.Pod) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range pods {
+		if _, ok := w.periods[p.ScopeID]; !ok && !seen[p.ScopeID] {
+			seen[p.ScopeID] = true
+			out = append(out, p.ScopeID)
+		}
+	}
+	return out
+}
+
+// addPeriods adds the periods read of scopes to those known, each unless a change
+// set it meanwhile (which is newer); a scope Redis does not publish gets the default.
+func (w *watchState) addPeriods(scopes []string, read map[string]time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range scopes {
+		if _, ok := w.periods[id]; ok {
+			continue
+		}
+		period, ok := read[id]
+		if !ok {
+			period = warmpool.DefaultProbePeriodS * time.Second
+		}
+		w.periods[id] = period
+	}
+}
+
+// period is the probe period of a scope: the default when it was not read. w.mu is
+// held.
+func (w *watchState) period(scope string) time.Duration {
+	if p, ok := w.periods[scope]; ok {
+		return p
+	}
+	return warmpool.DefaultProbePeriodS * time.Second
+}
+
 // retry puts back deaths that could not be handled, for the next run of their shard.
 func (w *watchState) retry(shard int, pods []warmpool.Pod) {
 	w.mu.Lock()
@@ -115,13 +169,13 @@ func (w *watchState) retry(shard int, pods []warmpool.Pod) {
 // Watch runs the watch of every shard once, on a fresh list of the driver's pods (the
 // jobs run it shard by shard, WatchShard).
 func (s *Sweeper) Watch(ctx context.Context) error {
-	listed, periods, err := s.watchList(ctx, true)
+	listed, err := s.watchList(ctx, true)
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for shard := range lua.DueShards {
-		errs = append(errs, s.watchShard(ctx, shard, listed[shard], periods))
+		errs = append(errs, s.watchShard(ctx, shard, listed[shard]))
 	}
 	return errors.Join(errs...)
 }
@@ -133,41 +187,27 @@ func (s *Sweeper) Watch(ctx context.Context) error {
 // driver's list says which pods there are, and a pod Redis has that the driver never
 // listed is the full pass's (Reconcile) to purge.
 func (s *Sweeper) WatchShard(ctx context.Context, shard int) error {
-	listed, periods, err := s.watchList(ctx, false)
+	listed, err := s.watchList(ctx, false)
 	if err != nil {
 		return err
 	}
-	return s.watchShard(ctx, shard, listed[shard], periods)
+	return s.watchShard(ctx, shard, listed[shard])
 }
 
-// watchList returns the driver's pods by shard (the list the shards' jobs of one watch
-// interval share, unless fresh) and the scopes' probe periods.
-func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([lua.DueShards][]warmpool.Pod, map[string]time.Duration, error) {
+// watchList returns the driver's pods by shard: the list the shards' jobs of one
+// watch interval share, unless fresh.
+func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([lua.DueShards][]warmpool.Pod, error) {
 	w := s.watch
 	w.listMu.Lock()
 	defer w.listMu.Unlock()
 	now := s.clock.Now()
 	w.mu.Lock()
 	list, listAt, gen := w.list, w.listAt, w.deathsSeen
-	periods, stale := w.periods, w.periods == nil || now.Sub(w.periodsAt) >= periodsRefresh || now.Before(w.periodsAt)
 	w.mu.Unlock()
-	if stale {
-		// A config store that does not answer must not stop the watch: dead pods are
-		// still buried, and probed at the periods last read (the default for scopes not
-		// read yet); the next tick tries the store again.
-		if read, err := s.readPeriods(ctx); err != nil {
-			s.log.WarnContext(ctx, "watch: probe periods not refreshed; the last ones kept", "err", err)
-		} else {
-			periods = read
-			w.mu.Lock()
-			w.periods, w.periodsAt = periods, now
-			w.mu.Unlock()
-		}
-	}
 	if fresh || listAt.IsZero() || now.Sub(listAt) >= s.cfg.Watch || now.Before(listAt) {
 		all, err := s.driver.List(ctx)
 		if err != nil {
-			return [lua.DueShards][]warmpool.Pod{}, nil, fmt.Errorf("watch: list pods: %w", err)
+			return [lua.DueShards][]warmpool.Pod{}, fmt.Errorf("watch: list pods: %w", err)
 		}
 		list = [lua.DueShards][]warmpool.Pod{}
 		for _, p := range all {
@@ -180,28 +220,27 @@ func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([lua.DueShards][]w
 		}
 		w.mu.Unlock()
 	}
-	return list, periods, nil
+	return list, nil
 }
 
-// readPeriods reads every scope's probe period from the config store, and names every
-// scope's namespace to a driver that lists only the namespaces it knows of (after a
-// restart its list would otherwise miss live pods).
-func (s *Sweeper) readPeriods(ctx context.Context) (map[string]time.Duration, error) {
-	all, err := s.configs.List(ctx)
+// readPeriods reads from Redis the probe periods of the scopes of listed whose pods the
+// watch sees for the first time. Redis not answering must not stop the watch: dead
+// pods are still buried, and these scopes' pods probed at the default until the next
+// run reads them.
+func (s *Sweeper) readPeriods(ctx context.Context, listed []warmpool.Pod) {
+	unknown := s.watch.unknownPeriods(listed)
+	if len(unknown) == 0 {
+		return
+	}
+	read, err := s.store.ProbePeriods(ctx, unknown)
 	if err != nil {
-		return nil, err
+		s.log.WarnContext(ctx, "watch: probe periods not read; the default for now", "scopes", len(unknown), "err", err)
+		return
 	}
-	periods := make(map[string]time.Duration, len(all))
-	for _, c := range all {
-		periods[c.ScopeID] = time.Duration(c.Config.Pool.ProbePeriodS) * time.Second
-	}
-	if err := s.watchNamespaces(ctx, all); err != nil {
-		return nil, err
-	}
-	return periods, nil
+	s.watch.addPeriods(unknown, read)
 }
 
-func (s *Sweeper) watchShard(ctx context.Context, shard int, listed []warmpool.Pod, periods map[string]time.Duration) error {
+func (s *Sweeper) watchShard(ctx context.Context, shard int, listed []warmpool.Pod) error {
 	cur := make(map[string]warmpool.Pod, len(listed))
 	for _, p := range listed {
 		cur[p.ID] = p
@@ -215,7 +254,8 @@ func (s *Sweeper) watchShard(ctx context.Context, shard int, listed []warmpool.P
 		}
 	}
 	s.watch.retry(shard, failed)
-	return errors.Join(append(errs, s.probeShard(ctx, shard, cur, periods))...)
+	s.readPeriods(ctx, listed)
+	return errors.Join(append(errs, s.probeShard(ctx, shard, cur))...)
 }
 
 // buryDead buries a pod the driver reports dead or gone, if Redis knows it: other pods
@@ -236,7 +276,7 @@ func (s *Sweeper) buryDead(ctx context.Context, p warmpool.Pod) error {
 // agent reported within three report intervals is not probed: its report is as good as
 // a passing probe. Only a failure, and the first pass after failures, is written to
 // Redis.
-func (s *Sweeper) probeShard(ctx context.Context, shard int, cur map[string]warmpool.Pod, periods map[string]time.Duration) error {
+func (s *Sweeper) probeShard(ctx context.Context, shard int, cur map[string]warmpool.Pod) error {
 	now := s.clock.Now()
 	since, failing, reporting, err := s.store.ProbeWindow(ctx, shard, now)
 	if err != nil {
@@ -255,15 +295,13 @@ func (s *Sweeper) probeShard(ctx context.Context, shard int, cur map[string]warm
 		}
 	}
 	var due []warmpool.Pod
+	s.watch.mu.Lock()
 	for _, p := range cur {
-		period, ok := periods[p.ScopeID]
-		if !ok {
-			period = warmpool.DefaultProbePeriodS * time.Second
-		}
-		if p.Dead == "" && probeDue(p.ID, period, since, now) {
+		if p.Dead == "" && probeDue(p.ID, s.watch.period(p.ScopeID), since, now) {
 			due = append(due, p)
 		}
 	}
+	s.watch.mu.Unlock()
 	spared := s.spared(ctx, shard, due, now, reporting)
 	var mu sync.Mutex
 	var recovered []lua.PodRef

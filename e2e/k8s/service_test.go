@@ -172,9 +172,10 @@ func mustService(t *testing.T, cs kubernetes.Interface, ns string, o serviceOpts
 	t.Cleanup(func() { _ = srv.Close() })
 	if o.jobs {
 		jctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); srv.Runner.Run(jctx) }()
-		t.Cleanup(func() { stop(); <-done })
+		var wg sync.WaitGroup
+		wg.Go(func() { srv.Runner.Run(jctx) })
+		wg.Go(func() { _ = srv.Sweeper.Follow(jctx) }) // it ends when jctx does
+		t.Cleanup(func() { stop(); wg.Wait() })
 	}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)

@@ -143,10 +143,10 @@ func (r *Reader) Get(ctx context.Context, scopeID string) (warmpool.StoredConfig
 // unless empty, runs first with the scope id as its argument, to keep a concurrent Put
 // of the scope out until the commit (a store whose transactions lock the whole
 // database passes ""); then the latest version of the live scope is read with the
-// Reader's get query, and mark runs with the scope id and that version as its
-// arguments. It returns the version deleted. Errors: SCOPE_NOT_FOUND, what the store's
+// Reader's get query, and mark runs in the transaction with the scope id and that
+// version. It returns the version deleted. Errors: SCOPE_NOT_FOUND, what the store's
 // failure makes of a database error, or ctx.Err().
-func (r *Reader) Delete(ctx context.Context, scopeID, lock, mark string) (warmpool.StoredConfig, error) {
+func (r *Reader) Delete(ctx context.Context, scopeID, lock string, mark func(ctx context.Context, tx *sql.Tx, scopeID string, version int64) error) (warmpool.StoredConfig, error) {
 	op := fmt.Sprintf("delete %q", scopeID)
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -165,7 +165,7 @@ func (r *Reader) Delete(ctx context.Context, scopeID, lock, mark string) (warmpo
 	if err != nil {
 		return warmpool.StoredConfig{}, r.failure(ctx, op, err)
 	}
-	if _, err := tx.ExecContext(ctx, mark, scopeID, sc.Version); err != nil {
+	if err := mark(ctx, tx, scopeID, sc.Version); err != nil {
 		return warmpool.StoredConfig{}, r.failure(ctx, op, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -292,4 +292,100 @@ func (t *timestamp) Scan(v any) error {
 		return fmt.Errorf("created_at: want a timestamp or unix milliseconds, got %T", v)
 	}
 	return nil
+}
+
+// FeedPage is the most changes one read of a store's change table takes, and hands
+// to the follower in one batch.
+const FeedPage = 1000
+
+// Feed reads a store's change table (scope_changes: each scope's latest write, under
+// the number of the change it was committed as), for the store's warmpool.ConfigFeed.
+// The store numbers its writes in commit order, so a read of the changes past the last
+// number seen never leaves one behind it.
+type Feed struct {
+	db      *sql.DB
+	failure func(ctx context.Context, op string, err error) error
+	since   string
+	head    string
+}
+
+// NewFeed returns the Feed of a store on db. since selects seq, scope_id, version and
+// deleted of the changes numbered past argument 1, by number, at most argument 2;
+// head selects the number of the latest change (0 when there is none).
+func NewFeed(db *sql.DB, failure func(ctx context.Context, op string, err error) error, since, head string) Feed {
+	return Feed{db: db, failure: failure, since: since, head: head}
+}
+
+// Head returns the number of the latest change committed. Errors: STORE_UNAVAILABLE,
+// or ctx.Err().
+func (f Feed) Head(ctx context.Context) (int64, error) {
+	var seq int64
+	if err := f.db.QueryRowContext(ctx, f.head).Scan(&seq); err != nil {
+		return 0, f.failure(ctx, "feed head", err)
+	}
+	return seq, nil
+}
+
+// Deliver hands fn every change committed past *seq, a page at a time, oldest first,
+// and moves *seq past each page fn took. It returns the first error, fn's or the
+// store's: the changes from that page on come at the next call.
+func (f Feed) Deliver(ctx context.Context, seq *int64, fn func(context.Context, []warmpool.ConfigChange) error) error {
+	for {
+		page, last, err := f.read(ctx, *seq)
+		if err != nil {
+			return f.failure(ctx, "feed", err)
+		}
+		if len(page) == 0 {
+			return nil
+		}
+		if err := fn(ctx, page); err != nil {
+			return err
+		}
+		*seq = last
+		if len(page) < FeedPage {
+			return nil
+		}
+	}
+}
+
+// read reads one page of changes past seq, and the number of its last one; its rows
+// are closed when it returns (an in-memory SQLite database has one connection).
+func (f Feed) read(ctx context.Context, seq int64) ([]warmpool.ConfigChange, int64, error) {
+	rows, err := f.db.QueryContext(ctx, f.since, seq, FeedPage)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var page []warmpool.ConfigChange
+	last := seq
+	for rows.Next() {
+		var c warmpool.ConfigChange
+		if err := rows.Scan(&last, &c.ScopeID, &c.Version, &c.Deleted); err != nil {
+			return nil, 0, err
+		}
+		page = append(page, c)
+	}
+	return page, last, rows.Err()
+}
+
+// Poll follows the feed by reading it every interval (warmpool.ConfigFeed.Follow, for
+// a store with no way to be told of a commit): from the latest change when it is
+// first read, until ctx ends. A read that fails is tried again at the next interval.
+func (f Feed) Poll(ctx context.Context, every time.Duration, fn func(context.Context, []warmpool.ConfigChange) error) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	seq, started := int64(0), false
+	for {
+		if !started {
+			head, err := f.Head(ctx)
+			seq, started = head, err == nil
+		} else {
+			_ = f.Deliver(ctx, &seq, fn) // fn logs its own errors; the store's wait for the next interval
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }

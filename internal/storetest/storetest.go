@@ -44,6 +44,8 @@ func Run(t *testing.T, newDB NewDB) {
 		{"ConcurrentWritersTwoInstances", testConcurrentWriters},
 		{"ClosedStore", testClosedStore},
 		{"CancelledContextPassesThrough", testCancelledContext},
+		{"FeedSeesWrites", testFeedSeesWrites},
+		{"FeedRedeliversFailed", testFeedRedeliversFailed},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.test(t, newDB(t))

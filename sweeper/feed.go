@@ -1,0 +1,128 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/scopes"
+)
+
+// feedRetry is the wait before the namespaces are read again at the start, when the
+// config store did not answer.
+const feedRetry = time.Second
+
+// Follow runs beside the jobs on every replica until ctx ends, and then returns
+// ctx.Err(). At the start it names every stored scope's namespace to a driver that
+// lists only the namespaces it knows of (warmpool.NamespaceWatcher), once. Then it
+// follows the config store's change feed (warmpool.ConfigFeed; a store without one is
+// left to the full pass): each scope written, by any replica, is checked against
+// Redis at once, so that a config stored and not published (the writer's publish
+// failed) is published, a scope deleted in the store and still live in Redis is
+// deleted, and the replica's probe period and namespace of the scope follow the
+// change. The full pass does the same over every scope as an audit: what it fixes
+// after the feed ran is counted (Config.OnFix) and should be nothing.
+func (s *Sweeper) Follow(ctx context.Context) error {
+	var wg sync.WaitGroup
+	if _, ok := s.driver.(warmpool.NamespaceWatcher); ok {
+		wg.Go(func() { s.nameNamespaces(ctx) })
+	}
+	defer wg.Wait()
+	feed, ok := s.configs.(warmpool.ConfigFeed)
+	if !ok {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return feed.Follow(ctx, s.configChanged)
+}
+
+// nameNamespaces names every stored scope's namespace to the driver, trying again
+// every feedRetry until the store answers or ctx ends.
+func (s *Sweeper) nameNamespaces(ctx context.Context) {
+	for {
+		all, err := s.configs.List(ctx)
+		if err == nil {
+			err = s.watchNamespaces(ctx, all)
+		}
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		s.log.WarnContext(ctx, "namespaces not named to the driver; trying again", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(feedRetry):
+		}
+	}
+}
+
+// configChanged applies changes of the config store's feed. A change it could not
+// apply makes it fail, and the feed delivers the batch again.
+func (s *Sweeper) configChanged(ctx context.Context, changes []warmpool.ConfigChange) error {
+	var errs []error
+	for _, c := range changes {
+		if err := s.applyChange(ctx, c); err != nil && warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+			errs = append(errs, fmt.Errorf("%s v%d: %w", c.ScopeID, c.Version, err))
+			continue
+		}
+		s.cfg.Observe("config_feed", "checked")
+	}
+	if err := errors.Join(errs...); err != nil {
+		s.log.WarnContext(ctx, "config feed: changes not applied; they come again", "err", err)
+		return err
+	}
+	return nil
+}
+
+// applyChange makes Redis serve what the store has after c, as the full pass's
+// republishStale and deleteStale do for one scope, and keeps the replica's facts of
+// the scope (its probe period, its namespace) current.
+func (s *Sweeper) applyChange(ctx context.Context, c warmpool.ConfigChange) error {
+	if c.Deleted {
+		s.watch.forgetPeriod(c.ScopeID)
+		version, ok, err := scopes.DeletedLive(ctx, s.configs, s.store, c.ScopeID)
+		if err != nil || !ok {
+			return err
+		}
+		if _, err := s.pools.DeleteScope(ctx, c.ScopeID, version, false); err != nil {
+			return err // SCOPE_NOT_FOUND: a Put made it live again meanwhile
+		}
+		s.log.InfoContext(ctx, "config feed deleted a scope the config store has deleted", "scope", c.ScopeID, "version", version)
+		s.cfg.Observe("config_feed", "deleted_scope")
+		return nil
+	}
+	rec, err := s.store.Scope(ctx, c.ScopeID)
+	switch {
+	case err == nil && rec.Version >= c.Version:
+		return s.scopeSeen(ctx, c.ScopeID, rec.Config)
+	case err != nil && warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound:
+		return err
+	}
+	// Redis has an older version, or none (a new scope, or deleted there): the writer
+	// has not published yet, or failed to.
+	stored, err := s.configs.Get(ctx, c.ScopeID)
+	if err != nil {
+		return err // SCOPE_NOT_FOUND: deleted since; its change follows
+	}
+	if stored.Version > rec.Version {
+		if err := s.publish(ctx, stored); err != nil {
+			return err
+		}
+		s.log.InfoContext(ctx, "config feed published a scope's stored config", "scope", stored.ScopeID, "version", stored.Version)
+		s.cfg.Observe("config_feed", "published")
+	}
+	return s.scopeSeen(ctx, stored.ScopeID, stored.Config)
+}
+
+// scopeSeen takes a scope's config as Redis serves it: its probe period for the
+// watch, its namespace for a driver that lists only the namespaces it knows of.
+func (s *Sweeper) scopeSeen(ctx context.Context, scope string, cfg warmpool.ScopeConfig) error {
+	s.watch.setPeriod(scope, time.Duration(cfg.Pool.ProbePeriodS)*time.Second)
+	if w, ok := s.driver.(warmpool.NamespaceWatcher); ok {
+		return w.WatchNamespace(ctx, cfg.Deploy.Namespace)
+	}
+	return nil
+}

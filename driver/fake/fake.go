@@ -35,6 +35,11 @@ type Driver struct {
 	reg     registry
 	probes  map[string]error
 	records []*DeployRecord
+	// started counts the Deploy calls; noRecords (a serving replica's driver) keeps
+	// their records out of records, which would grow with every deploy for the life of
+	// the process.
+	started   int
+	noRecords bool
 	deleted []string
 	failN   int
 	failMsg string
@@ -158,8 +163,12 @@ func (f *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 
 	f.mu.Lock()
 	f.initLocked()
-	rec := &DeployRecord{Req: req, Env: req.WithAgentEnv(req.Spec.PlainEnv(), name), Start: time.Now()}
-	f.records = append(f.records, rec)
+	rec := &DeployRecord{Req: req, Start: time.Now()}
+	f.started++
+	if !f.noRecords {
+		rec.Env = req.WithAgentEnv(req.Spec.PlainEnv(), name)
+		f.records = append(f.records, rec)
+	}
 	f.notifyLocked()
 	pod := warmpool.Pod{
 		ID:        name,

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -141,6 +142,7 @@ func (e *env) measure(ctx context.Context, name string, d time.Duration, work fu
 	if err := e.scrapeMetrics(ctx); err != nil {
 		return nil, err
 	}
+	ph.Heap = int64(e.metrics[heapMetric])
 	m, mSeconds := e.metrics.delta(before), e.metricsAt.Sub(beforeAt).Seconds()
 	for script, n := range m.byLabel("warmpool_redis_script_duration_seconds_count", "script") {
 		if n > 0 {
@@ -156,6 +158,9 @@ func (e *env) measure(ctx context.Context, name string, d time.Duration, work fu
 		if n := m.sum("warmpool_sweeper_lock_held_seconds_count", match); n > 0 {
 			st.MeanMs = 1000 * m.sum("warmpool_sweeper_lock_held_seconds_sum", match) / n
 			st.MaxMs = 1000 * m.histMax("warmpool_sweeper_lock_held_seconds", match)
+			if math.IsInf(st.MaxMs, 1) {
+				st.MaxMs = -1 // JSON has no +Inf
+			}
 		}
 		ph.Sweeps[kind] = st
 	}

@@ -132,6 +132,11 @@ type Size struct {
 	// Redis used_memory per scope: its config alone, and with its pods and sessions.
 	ConfigBytesPerScope float64 `json:"config_bytes_per_scope"`
 	BytesPerScope       float64 `json:"bytes_per_scope"`
+	// FreshRSS and FreshHeap are the replica's VmRSS and heap in use
+	// (go_memstats_heap_inuse_bytes) before the setup, in bytes: what a phase's
+	// per-scope figures are counted from.
+	FreshRSS  int64 `json:"fresh_rss_bytes"`
+	FreshHeap int64 `json:"fresh_heap_inuse_bytes"`
 	// Unsettled counts scopes still due when the idle phase began (0 normally).
 	Unsettled int `json:"unsettled"`
 	// MetricsSeconds and MetricsBytes: one whole scrape of /metrics after the phases.
@@ -162,8 +167,11 @@ type Phase struct {
 	BeyondProbesPS float64 `json:"beyond_probes_per_s"`
 	// Sweeps by job kind (due, watch, reconcile): runs and how long each held its lock.
 	Sweeps map[string]SweepStats `json:"sweeps"`
-	// RSS is the replica's VmRSS at the end, in bytes.
-	RSS int64 `json:"rss_bytes"`
+	// RSS is the replica's VmRSS at the end, in bytes; Heap its heap in use
+	// (go_memstats_heap_inuse_bytes: live objects and the garbage not yet collected)
+	// at the scrape after the window.
+	RSS  int64 `json:"rss_bytes"`
+	Heap int64 `json:"heap_inuse_bytes"`
 	// UsedMemory is Redis's used_memory at the end, in bytes.
 	UsedMemory int64       `json:"used_memory_bytes"`
 	Route      *RouteStats `json:"route,omitempty"`
@@ -173,7 +181,8 @@ type Phase struct {
 type SweepStats struct {
 	Runs   int     `json:"runs"`
 	MeanMs float64 `json:"mean_ms"`
-	// MaxMs is an upper bound of the longest run: the histogram bucket that holds it.
+	// MaxMs is an upper bound of the longest run: the histogram bucket that holds it
+	// (-1: the +Inf one, past the last bound).
 	MaxMs float64 `json:"max_ms_bound"`
 }
 
@@ -181,7 +190,17 @@ type SweepStats struct {
 // scope's pool gauges and per-scope series, which at tens of thousands of scopes
 // takes seconds and hundreds of megabytes, so a scrape stays out of every window and
 // its text is cut down to these.
-var scrapedMetrics = []string{"warmpool_sweeper_runs_total", "warmpool_sweeper_lock_held_seconds", "warmpool_redis_script_duration_seconds"}
+var scrapedMetrics = []string{"warmpool_sweeper_runs_total", "warmpool_sweeper_lock_held_seconds", "warmpool_redis_script_duration_seconds", heapMetric}
+
+// heapMetric is the replica's heap in use.
+const heapMetric = "go_memstats_heap_inuse_bytes"
+
+// PerScope is what each scope added to the replica's RSS and heap by the end of p,
+// and to Redis's used_memory (its config, pods and sessions), in bytes.
+func (s *Size) PerScope(p *Phase) (rss, heap, redis float64) {
+	n := float64(s.Scopes)
+	return float64(p.RSS-s.FreshRSS) / n, float64(p.Heap-s.FreshHeap) / n, s.BytesPerScope
+}
 
 func (c *ScaleConfig) logf(format string, a ...any) {
 	_, _ = fmt.Fprintf(c.Log, "%s  "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, a...)...)
@@ -269,6 +288,15 @@ func (c *ScaleConfig) size(ctx context.Context, n int) (*Size, error) {
 	defer e.stop()
 	p := c.population("scale-", n)
 	sz := &Size{Scopes: n}
+	if sz.FreshRSS, err = procRSS(e.replica.PID); err != nil {
+		return nil, err
+	}
+	if err := e.scrapeMetrics(ctx); err != nil {
+		return nil, err
+	}
+	// The idle window's counters start from its own scrape, after the setup.
+	sz.FreshHeap, e.metrics = int64(e.metrics[heapMetric]), nil
+	c.logf("  fresh replica: RSS %.1f MB, heap in use %.1f MB", mb(sz.FreshRSS), mb(sz.FreshHeap))
 	if err := c.setup(ctx, e, p, sz, true); err != nil {
 		return nil, err
 	}
@@ -277,11 +305,13 @@ func (c *ScaleConfig) size(ctx context.Context, n int) (*Size, error) {
 		return nil, err
 	}
 	c.logf("  %s", sz.Idle.oneLine())
+	c.logf("  %s", sz.perScopeLine(sz.Idle))
 	c.logf("  affinity routes at %.0f/s for %v", c.Rate, c.Route)
 	if sz.Routing, err = e.measure(ctx, "routing", 0, c.routing(e, p)); err != nil {
 		return nil, err
 	}
 	c.logf("  %s", sz.Routing.oneLine())
+	c.logf("  %s", sz.perScopeLine(sz.Routing))
 	t := time.Now()
 	if sz.MetricsBytes, err = fullScrape(ctx, e.replica.URL+"/metrics"); err != nil {
 		return nil, err

@@ -41,7 +41,7 @@ const (
 )
 
 // DefaultSizes are the scope counts of a scale run.
-var DefaultSizes = []int{1_000, 10_000, 50_000}
+var DefaultSizes = []int{1_000, 10_000, 50_000, 100_000}
 
 // ScaleConfig is one scale run. Zero fields take the defaults above.
 type ScaleConfig struct {

@@ -117,8 +117,8 @@ func (e *env) measure(ctx context.Context, name string, d time.Duration, work fu
 	if err != nil {
 		return nil, err
 	}
-	rss, err := procRSS(e.replica.PID)
-	if err != nil {
+	var rss, anon int64
+	if err := procStatus(e.replica.PID, map[string]*int64{"VmRSS": &rss, "RssAnon": &anon}); err != nil {
 		return nil, err
 	}
 	ph := &Phase{Name: name, LoadAvg: loadAvg(), Route: rs, UsedMemory: b.redis.UsedMemory,
@@ -135,7 +135,7 @@ func (e *env) measure(ctx context.Context, name string, d time.Duration, work fu
 			ph.CommandsPS += v
 		}
 	}
-	ph.RSS = rss
+	ph.RSS, ph.Anon = rss, anon
 	if e.bare {
 		return ph, nil
 	}

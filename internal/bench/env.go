@@ -142,7 +142,6 @@ func (e *env) measure(ctx context.Context, name string, d time.Duration, work fu
 	if err := e.scrapeMetrics(ctx); err != nil {
 		return nil, err
 	}
-	ph.Heap = int64(e.metrics[heapMetric])
 	m, mSeconds := e.metrics.delta(before), e.metricsAt.Sub(beforeAt).Seconds()
 	for script, n := range m.byLabel("warmpool_redis_script_duration_seconds_count", "script") {
 		if n > 0 {

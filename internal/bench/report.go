@@ -60,8 +60,8 @@ func bound(ms float64) string {
 
 // perScopeLine is what each scope cost the replica and Redis at the end of p.
 func (s *Size) perScopeLine(p *Phase) string {
-	rss, anon, heap, redis := s.PerScope(p)
-	return fmt.Sprintf("per scope after %s: replica RSS %.0f B (anonymous %.0f B), heap in use %.0f B; Redis %.0f B", p.Name, rss, anon, heap, redis)
+	rss, anon, redis := s.PerScope(p)
+	return fmt.Sprintf("per scope after %s: replica RSS %.0f B (anonymous %.0f B); Redis %.0f B", p.Name, rss, anon, redis)
 }
 
 func sweeps(p *Phase) string {
@@ -99,16 +99,16 @@ func (r *ScaleResults) WriteMarkdown(out io.Writer) error {
 				p.RedisCPU, d.MeanMs, bound(d.MaxMs), route, mb(p.RSS), p.LoadAvg)
 		}
 	}
-	fmt.Fprintln(w, "\n| S | replica fresh: RSS (anonymous) / heap in use MB | phase | RSS (anonymous) MB | heap in use MB | per scope: replica RSS (anonymous) / heap in use bytes | Redis bytes per scope |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "\n| S | replica fresh: RSS (anonymous) MB | phase | RSS (anonymous) MB | per scope: replica RSS (anonymous) bytes | Redis bytes per scope |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, s := range r.Sizes {
 		for _, p := range []*Phase{s.Idle, s.Routing} {
 			if p == nil {
 				continue
 			}
-			rss, anon, heap, redis := s.PerScope(p)
-			fmt.Fprintf(w, "| %d | %.1f (%.1f) / %.1f | %s | %.1f (%.1f) | %.1f | %.0f (%.0f) / %.0f | %.0f |\n", s.Scopes, mb(s.FreshRSS), mb(s.FreshAnon), mb(s.FreshHeap),
-				p.Name, mb(p.RSS), mb(p.Anon), mb(p.Heap), rss, anon, heap, redis)
+			rss, anon, redis := s.PerScope(p)
+			fmt.Fprintf(w, "| %d | %.1f (%.1f) | %s | %.1f (%.1f) | %.0f (%.0f) | %.0f |\n", s.Scopes, mb(s.FreshRSS), mb(s.FreshAnon),
+				p.Name, mb(p.RSS), mb(p.Anon), rss, anon, redis)
 		}
 	}
 	fmt.Fprintln(w, "\n| S | configs stored | sessions bound | Redis bytes per scope: config / with pods and sessions | scopes still due within a minute after 3 min | one /metrics scrape |")

@@ -132,12 +132,11 @@ type Size struct {
 	// Redis used_memory per scope: its config alone, and with its pods and sessions.
 	ConfigBytesPerScope float64 `json:"config_bytes_per_scope"`
 	BytesPerScope       float64 `json:"bytes_per_scope"`
-	// FreshRSS, FreshAnon and FreshHeap are the replica's VmRSS, its anonymous part
-	// (RssAnon) and its heap in use (go_memstats_heap_inuse_bytes) before the setup,
-	// in bytes: what a phase's per-scope figures are counted from.
+	// FreshRSS and FreshAnon are the replica's VmRSS and its anonymous part
+	// (RssAnon) before the setup, in bytes: what a phase's per-scope figures are
+	// counted from.
 	FreshRSS  int64 `json:"fresh_rss_bytes"`
 	FreshAnon int64 `json:"fresh_rss_anon_bytes"`
-	FreshHeap int64 `json:"fresh_heap_inuse_bytes"`
 	// Unsettled counts scopes still due when the idle phase began (0 normally).
 	Unsettled int `json:"unsettled"`
 	// MetricsSeconds and MetricsBytes: one whole scrape of /metrics after the phases.
@@ -168,14 +167,11 @@ type Phase struct {
 	BeyondProbesPS float64 `json:"beyond_probes_per_s"`
 	// Sweeps by job kind (due, watch, reconcile): runs and how long each held its lock.
 	Sweeps map[string]SweepStats `json:"sweeps"`
-	// RSS is the replica's VmRSS at the end, in bytes; Heap its heap in use
-	// (go_memstats_heap_inuse_bytes: live objects and the garbage not yet collected)
-	// at the scrape after the window.
-	// Anon is RSS's anonymous part (RssAnon: heap, stacks, runtime); the rest is
-	// file-backed, the binary's pages as its code runs, which no scope adds to.
+	// RSS is the replica's VmRSS at the end, in bytes; Anon its anonymous part
+	// (RssAnon: heap, stacks, runtime). The rest is file-backed, the binary's pages
+	// as its code runs, which no scope adds to.
 	RSS  int64 `json:"rss_bytes"`
 	Anon int64 `json:"rss_anon_bytes"`
-	Heap int64 `json:"heap_inuse_bytes"`
 	// UsedMemory is Redis's used_memory at the end, in bytes.
 	UsedMemory int64       `json:"used_memory_bytes"`
 	Route      *RouteStats `json:"route,omitempty"`
@@ -194,17 +190,16 @@ type SweepStats struct {
 // scope's pool gauges and per-scope series, which at tens of thousands of scopes
 // takes seconds and hundreds of megabytes, so a scrape stays out of every window and
 // its text is cut down to these.
-var scrapedMetrics = []string{"warmpool_sweeper_runs_total", "warmpool_sweeper_lock_held_seconds", "warmpool_redis_script_duration_seconds", heapMetric}
+var scrapedMetrics = []string{"warmpool_sweeper_runs_total", "warmpool_sweeper_lock_held_seconds", "warmpool_redis_script_duration_seconds"}
 
-// heapMetric is the replica's heap in use.
-const heapMetric = "go_memstats_heap_inuse_bytes"
-
-// PerScope is what each scope added to the replica's RSS, its anonymous part and its
-// heap in use by the end of p, and to Redis's used_memory (its config, pods and
-// sessions), in bytes.
-func (s *Size) PerScope(p *Phase) (rss, anon, heap, redis float64) {
+// PerScope is what each scope added to the replica's RSS and to its anonymous part by
+// the end of p, and to Redis's used_memory (its config, pods and sessions), in bytes.
+// (The heap in use the replica exports is no measure of it: the scrape that reads it
+// gathers every scope's gauges first. docs/performance.md has the live heap from heap
+// profiles.)
+func (s *Size) PerScope(p *Phase) (rss, anon, redis float64) {
 	n := float64(s.Scopes)
-	return float64(p.RSS-s.FreshRSS) / n, float64(p.Anon-s.FreshAnon) / n, float64(p.Heap-s.FreshHeap) / n, s.BytesPerScope
+	return float64(p.RSS-s.FreshRSS) / n, float64(p.Anon-s.FreshAnon) / n, s.BytesPerScope
 }
 
 func (c *ScaleConfig) logf(format string, a ...any) {
@@ -296,12 +291,7 @@ func (c *ScaleConfig) size(ctx context.Context, n int) (*Size, error) {
 	if err := procStatus(e.replica.PID, map[string]*int64{"VmRSS": &sz.FreshRSS, "RssAnon": &sz.FreshAnon}); err != nil {
 		return nil, err
 	}
-	if err := e.scrapeMetrics(ctx); err != nil {
-		return nil, err
-	}
-	// The idle window's counters start from its own scrape, after the setup.
-	sz.FreshHeap, e.metrics = int64(e.metrics[heapMetric]), nil
-	c.logf("  fresh replica: RSS %.1f MB (anonymous %.1f MB), heap in use %.1f MB", mb(sz.FreshRSS), mb(sz.FreshAnon), mb(sz.FreshHeap))
+	c.logf("  fresh replica: RSS %.1f MB (anonymous %.1f MB)", mb(sz.FreshRSS), mb(sz.FreshAnon))
 	if err := c.setup(ctx, e, p, sz, true); err != nil {
 		return nil, err
 	}

@@ -59,10 +59,11 @@ type statusError struct {
 
 func (e *statusError) Error() string { return e.text }
 
-// setupRetries is how many times a call of the setup is tried again after a 503
-// (STORE_UNAVAILABLE when Redis ran late on the loaded machine: the call did nothing),
-// a second apart.
-const setupRetries = 5
+// setupRetries is how many times a call of the setup is tried again after a 503, a
+// second apart: STORE_UNAVAILABLE when Redis ran late on the loaded machine (the call
+// did nothing), NO_POD_AVAILABLE while the scope's deploy of a call that timed out is
+// still in flight.
+const setupRetries = 30
 
 // setupCall is do for the setup, which must not fail for a Redis that was slow once.
 func (c *client) setupCall(ctx context.Context, method, path string, body any) error {

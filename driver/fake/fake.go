@@ -40,15 +40,15 @@ type Driver struct {
 	// the process.
 	started   int
 	noRecords bool
-	deleted []string
-	failN   int
-	failMsg string
-	holds   int
-	holdCh  chan struct{} // non-nil while held; closed on the last release
-	changed chan struct{} // closed and replaced on every change, for waiters
-	done    chan struct{} // closed by Close
-	closed  bool
-	deaths  []func(warmpool.Pod)
+	deleted   []string
+	failN     int
+	failMsg   string
+	holds     int
+	holdCh    chan struct{} // non-nil while held; closed on the last release
+	changed   chan struct{} // closed and replaced on every change, for waiters
+	done      chan struct{} // closed by Close
+	closed    bool
+	deaths    []func(warmpool.Pod)
 }
 
 var (

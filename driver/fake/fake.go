@@ -35,20 +35,21 @@ type Driver struct {
 	reg     registry
 	probes  map[string]error
 	records []*DeployRecord
+	deleted []string
+	failN   int
+	failMsg string
+	holds   int
+	holdCh  chan struct{} // non-nil while held; closed on the last release
+	changed chan struct{} // closed and replaced on every change, for waiters
+	done    chan struct{} // closed by Close
+	closed  bool
+	deaths  []func(warmpool.Pod)
+
 	// started counts the Deploy calls; noRecords (a serving replica's driver) keeps
 	// their records out of records, which would grow with every deploy for the life of
 	// the process.
 	started   int
 	noRecords bool
-	deleted   []string
-	failN     int
-	failMsg   string
-	holds     int
-	holdCh    chan struct{} // non-nil while held; closed on the last release
-	changed   chan struct{} // closed and replaced on every change, for waiters
-	done      chan struct{} // closed by Close
-	closed    bool
-	deaths    []func(warmpool.Pod)
 }
 
 var (

@@ -44,6 +44,12 @@ type Driver struct {
 	done    chan struct{} // closed by Close
 	closed  bool
 	deaths  []func(warmpool.Pod)
+
+	// started counts the Deploy calls; noRecords (a serving replica's driver) keeps
+	// their records out of records, which would grow with every deploy for the life of
+	// the process.
+	started   int
+	noRecords bool
 }
 
 var (
@@ -158,8 +164,12 @@ func (f *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 
 	f.mu.Lock()
 	f.initLocked()
-	rec := &DeployRecord{Req: req, Env: req.WithAgentEnv(req.Spec.PlainEnv(), name), Start: time.Now()}
-	f.records = append(f.records, rec)
+	rec := &DeployRecord{Req: req, Start: time.Now()}
+	f.started++
+	if !f.noRecords {
+		rec.Env = req.WithAgentEnv(req.Spec.PlainEnv(), name)
+		f.records = append(f.records, rec)
+	}
 	f.notifyLocked()
 	pod := warmpool.Pod{
 		ID:        name,

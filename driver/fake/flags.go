@@ -53,5 +53,8 @@ func (o *options) new(env driver.Env) (warmpool.PodDriver, error) {
 		}
 	}
 	f.DeployDelay = o.deployDelay
+	// Nothing in a serving process reads the deploy records (they are the knobs of
+	// tests that hold the Driver), and they would grow with every deploy.
+	f.noRecords = true
 	return f, nil
 }

@@ -60,3 +60,26 @@ func TestFlags(t *testing.T) {
 		t.Errorf("a negative delay: %v, want a refusal", err)
 	}
 }
+
+// The driver of `serve --driver fake` keeps no deploy records (they would grow with
+// every deploy for the life of the process) but still counts its deploys; one made
+// with New keeps them for the tests that read them.
+func TestServedDriverKeepsNoRecords(t *testing.T) {
+	served, _, err := build(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := warmpool.DeployRequest{ScopeID: "rec", DeployVer: "v1", Fence: 1, Spec: warmpool.DeploySpec{ReadyTimeoutS: 5}}
+	own := fake.New()
+	for _, d := range []*fake.Driver{served, own} {
+		if _, err := d.Deploy(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, recs := served.DeployCount(), served.Deploys(); n != 1 || len(recs) != 0 {
+		t.Errorf("served driver: %d deploys counted, %d records kept; want 1 and none", n, len(recs))
+	}
+	if recs := own.Deploys(); len(recs) != 1 || recs[0].Req.ScopeID != "rec" {
+		t.Errorf("a New driver kept %+v, want the one deploy's record", recs)
+	}
+}

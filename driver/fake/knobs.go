@@ -129,7 +129,9 @@ func (f *Driver) Pods() []warmpool.Pod {
 	return pods
 }
 
-// Deploys returns a copy of every deploy record, in the order the calls started.
+// Deploys returns a copy of every deploy record, in the order the calls started (none
+// in the Driver of `serve --driver fake`, which keeps no records; so for InFlight and
+// MaxOverlap).
 func (f *Driver) Deploys() []DeployRecord {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -144,7 +146,7 @@ func (f *Driver) Deploys() []DeployRecord {
 func (f *Driver) DeployCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.records)
+	return f.started
 }
 
 // InFlight is the number of Deploy calls that have started and not yet returned.

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -117,8 +118,8 @@ func (e *env) measure(ctx context.Context, name string, d time.Duration, work fu
 	if err != nil {
 		return nil, err
 	}
-	rss, err := procRSS(e.replica.PID)
-	if err != nil {
+	var rss, anon int64
+	if err := procStatus(e.replica.PID, map[string]*int64{"VmRSS": &rss, "RssAnon": &anon}); err != nil {
 		return nil, err
 	}
 	ph := &Phase{Name: name, LoadAvg: loadAvg(), Route: rs, UsedMemory: b.redis.UsedMemory,
@@ -135,7 +136,7 @@ func (e *env) measure(ctx context.Context, name string, d time.Duration, work fu
 			ph.CommandsPS += v
 		}
 	}
-	ph.RSS = rss
+	ph.RSS, ph.Anon = rss, anon
 	if e.bare {
 		return ph, nil
 	}
@@ -157,6 +158,9 @@ func (e *env) measure(ctx context.Context, name string, d time.Duration, work fu
 		if n := m.sum("warmpool_sweeper_lock_held_seconds_count", match); n > 0 {
 			st.MeanMs = 1000 * m.sum("warmpool_sweeper_lock_held_seconds_sum", match) / n
 			st.MaxMs = 1000 * m.histMax("warmpool_sweeper_lock_held_seconds", match)
+			if math.IsInf(st.MaxMs, 1) {
+				st.MaxMs = -1 // JSON has no +Inf
+			}
 		}
 		ph.Sweeps[kind] = st
 	}

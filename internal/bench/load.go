@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -45,9 +46,39 @@ func (c *client) do(ctx context.Context, method, path string, body any) error {
 	msg, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(msg))
+		return &statusError{status: resp.StatusCode, text: fmt.Sprintf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(msg))}
 	}
 	return nil
+}
+
+// statusError is an answer other than 200.
+type statusError struct {
+	status int
+	text   string
+}
+
+func (e *statusError) Error() string { return e.text }
+
+// setupRetries is how many times a call of the setup is tried again after a 503, a
+// second apart: STORE_UNAVAILABLE when Redis ran late on the loaded machine (the call
+// did nothing), NO_POD_AVAILABLE while the scope's deploy of a call that timed out is
+// still in flight.
+const setupRetries = 30
+
+// setupCall is do for the setup, which must not fail for a Redis that was slow once.
+func (c *client) setupCall(ctx context.Context, method, path string, body any) error {
+	for attempt := 0; ; attempt++ {
+		err := c.do(ctx, method, path, body)
+		var se *statusError
+		if attempt == setupRetries || !errors.As(err, &se) || se.status != http.StatusServiceUnavailable {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // get sends GET path and decodes its answer, which must be 200, into out.
@@ -131,7 +162,7 @@ func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, 
 func (c *client) putConfigs(ctx context.Context, p Population, workers int) error {
 	cfg := p.config()
 	return parallel(ctx, p.Scopes, workers, func(ctx context.Context, i int) error {
-		return c.do(ctx, http.MethodPut, "/v1/scopes/"+p.scope(i)+"/config", cfg)
+		return c.setupCall(ctx, http.MethodPut, "/v1/scopes/"+p.scope(i)+"/config", cfg)
 	})
 }
 
@@ -140,7 +171,7 @@ func (c *client) putConfigs(ctx context.Context, p Population, workers int) erro
 func (c *client) routeAll(ctx context.Context, p Population, workers int) error {
 	return parallel(ctx, p.Scopes, workers, func(ctx context.Context, i int) error {
 		for j := range p.Sessions {
-			if err := c.route(ctx, p.scope(i), p.session(j)); err != nil {
+			if err := c.setupCall(ctx, http.MethodPost, "/v1/scopes/"+p.scope(i)+"/sessions", map[string]string{"session_id": p.session(j)}); err != nil {
 				return err
 			}
 		}

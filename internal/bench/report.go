@@ -50,11 +50,25 @@ func rate(v float64) string {
 	return fmt.Sprintf("%.2g", v)
 }
 
+// bound writes a SweepStats.MaxMs: +Inf for the bucket past the last bound.
+func bound(ms float64) string {
+	if ms < 0 {
+		return "+Inf"
+	}
+	return fmt.Sprintf("%.0f", ms)
+}
+
+// perScopeLine is what each scope cost the replica and Redis at the end of p.
+func (s *Size) perScopeLine(p *Phase) string {
+	rss, anon, redis := s.PerScope(p)
+	return fmt.Sprintf("per scope after %s: replica RSS %.0f B (anonymous %.0f B); Redis %.0f B", p.Name, rss, anon, redis)
+}
+
 func sweeps(p *Phase) string {
 	var parts []string
 	for _, k := range []string{"due", "watch", "reconcile"} {
 		if s := p.Sweeps[k]; s.Runs > 0 {
-			parts = append(parts, fmt.Sprintf("%s %d× mean %.1f ms (max ≤ %.0f ms)", k, s.Runs, s.MeanMs, s.MaxMs))
+			parts = append(parts, fmt.Sprintf("%s %d× mean %.1f ms (max ≤ %s ms)", k, s.Runs, s.MeanMs, bound(s.MaxMs)))
 		}
 	}
 	if len(parts) == 0 {
@@ -80,9 +94,21 @@ func (r *ScaleResults) WriteMarkdown(out io.Writer) error {
 				route = fmt.Sprintf("%.2f / %.2f (%d routes, %d errors)", p.Route.P50Ms, p.Route.P99Ms, p.Route.Routes, p.Route.Errors)
 			}
 			d := p.Sweeps["due"]
-			fmt.Fprintf(w, "| %d | %s | %.0f | %.2f (%.1f %%) | %s (%s) | %.2f | %.1f / %.0f | %s | %.1f | %s |\n",
+			fmt.Fprintf(w, "| %d | %s | %.0f | %.2f (%.1f %%) | %s (%s) | %.2f | %.1f / %s | %s | %.1f | %s |\n",
 				s.Scopes, p.Name, p.Seconds, p.ReplicaCPU, 100*p.ReplicaCPU/p.Seconds, rate(p.CommandsPS), rate(p.BeyondProbesPS),
-				p.RedisCPU, d.MeanMs, d.MaxMs, route, mb(p.RSS), p.LoadAvg)
+				p.RedisCPU, d.MeanMs, bound(d.MaxMs), route, mb(p.RSS), p.LoadAvg)
+		}
+	}
+	fmt.Fprintln(w, "\n| S | replica fresh: RSS (anonymous) MB | phase | RSS (anonymous) MB | per scope: replica RSS (anonymous) bytes | Redis bytes per scope |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	for _, s := range r.Sizes {
+		for _, p := range []*Phase{s.Idle, s.Routing} {
+			if p == nil {
+				continue
+			}
+			rss, anon, redis := s.PerScope(p)
+			fmt.Fprintf(w, "| %d | %.1f (%.1f) | %s | %.1f (%.1f) | %.0f (%.0f) | %.0f |\n", s.Scopes, mb(s.FreshRSS), mb(s.FreshAnon),
+				p.Name, mb(p.RSS), mb(p.Anon), rss, anon, redis)
 		}
 	}
 	fmt.Fprintln(w, "\n| S | configs stored | sessions bound | Redis bytes per scope: config / with pods and sessions | scopes still due within a minute after 3 min | one /metrics scrape |")
@@ -110,8 +136,8 @@ func (r *ScaleResults) WriteMarkdown(out io.Writer) error {
 				continue
 			}
 			rc := p.Sweeps["reconcile"]
-			fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %.1f | %.2f | %d (%.0f / %.0f) | %s |\n", p.Name, p.Route.Routes, p.Route.P50Ms, p.Route.P99Ms, p.Route.MaxMs,
-				p.ReplicaCPU, rc.Runs, rc.MeanMs, rc.MaxMs, p.LoadAvg)
+			fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %.1f | %.2f | %d (%.0f / %s) | %s |\n", p.Name, p.Route.Routes, p.Route.P50Ms, p.Route.P99Ms, p.Route.MaxMs,
+				p.ReplicaCPU, rc.Runs, rc.MeanMs, bound(rc.MaxMs), p.LoadAvg)
 		}
 		if pc.Off != nil && pc.On != nil && pc.Off.Route.P99Ms > 0 {
 			fmt.Fprintf(w, "\np99 during full passes / p99 with sweeps off: %.2f\n", pc.On.Route.P99Ms/pc.Off.Route.P99Ms)

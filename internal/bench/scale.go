@@ -41,7 +41,7 @@ const (
 )
 
 // DefaultSizes are the scope counts of a scale run.
-var DefaultSizes = []int{1_000, 10_000, 50_000}
+var DefaultSizes = []int{1_000, 10_000, 50_000, 100_000}
 
 // ScaleConfig is one scale run. Zero fields take the defaults above.
 type ScaleConfig struct {
@@ -132,6 +132,11 @@ type Size struct {
 	// Redis used_memory per scope: its config alone, and with its pods and sessions.
 	ConfigBytesPerScope float64 `json:"config_bytes_per_scope"`
 	BytesPerScope       float64 `json:"bytes_per_scope"`
+	// FreshRSS and FreshAnon are the replica's VmRSS and its anonymous part
+	// (RssAnon) before the setup, in bytes: what a phase's per-scope figures are
+	// counted from.
+	FreshRSS  int64 `json:"fresh_rss_bytes"`
+	FreshAnon int64 `json:"fresh_rss_anon_bytes"`
 	// Unsettled counts scopes still due when the idle phase began (0 normally).
 	Unsettled int `json:"unsettled"`
 	// MetricsSeconds and MetricsBytes: one whole scrape of /metrics after the phases.
@@ -162,8 +167,11 @@ type Phase struct {
 	BeyondProbesPS float64 `json:"beyond_probes_per_s"`
 	// Sweeps by job kind (due, watch, reconcile): runs and how long each held its lock.
 	Sweeps map[string]SweepStats `json:"sweeps"`
-	// RSS is the replica's VmRSS at the end, in bytes.
-	RSS int64 `json:"rss_bytes"`
+	// RSS is the replica's VmRSS at the end, in bytes; Anon its anonymous part
+	// (RssAnon: heap, stacks, runtime). The rest is file-backed, the binary's pages
+	// as its code runs, which no scope adds to.
+	RSS  int64 `json:"rss_bytes"`
+	Anon int64 `json:"rss_anon_bytes"`
 	// UsedMemory is Redis's used_memory at the end, in bytes.
 	UsedMemory int64       `json:"used_memory_bytes"`
 	Route      *RouteStats `json:"route,omitempty"`
@@ -173,7 +181,8 @@ type Phase struct {
 type SweepStats struct {
 	Runs   int     `json:"runs"`
 	MeanMs float64 `json:"mean_ms"`
-	// MaxMs is an upper bound of the longest run: the histogram bucket that holds it.
+	// MaxMs is an upper bound of the longest run: the histogram bucket that holds it
+	// (-1: the +Inf one, past the last bound).
 	MaxMs float64 `json:"max_ms_bound"`
 }
 
@@ -182,6 +191,16 @@ type SweepStats struct {
 // takes seconds and hundreds of megabytes, so a scrape stays out of every window and
 // its text is cut down to these.
 var scrapedMetrics = []string{"warmpool_sweeper_runs_total", "warmpool_sweeper_lock_held_seconds", "warmpool_redis_script_duration_seconds"}
+
+// PerScope is what each scope added to the replica's RSS and to its anonymous part by
+// the end of p, and to Redis's used_memory (its config, pods and sessions), in bytes.
+// (The heap in use the replica exports is no measure of it: the scrape that reads it
+// gathers every scope's gauges first. docs/performance.md has the live heap from heap
+// profiles.)
+func (s *Size) PerScope(p *Phase) (rss, anon, redis float64) {
+	n := float64(s.Scopes)
+	return float64(p.RSS-s.FreshRSS) / n, float64(p.Anon-s.FreshAnon) / n, s.BytesPerScope
+}
 
 func (c *ScaleConfig) logf(format string, a ...any) {
 	_, _ = fmt.Fprintf(c.Log, "%s  "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, a...)...)
@@ -269,6 +288,10 @@ func (c *ScaleConfig) size(ctx context.Context, n int) (*Size, error) {
 	defer e.stop()
 	p := c.population("scale-", n)
 	sz := &Size{Scopes: n}
+	if err := procStatus(e.replica.PID, map[string]*int64{"VmRSS": &sz.FreshRSS, "RssAnon": &sz.FreshAnon}); err != nil {
+		return nil, err
+	}
+	c.logf("  fresh replica: RSS %.1f MB (anonymous %.1f MB)", mb(sz.FreshRSS), mb(sz.FreshAnon))
 	if err := c.setup(ctx, e, p, sz, true); err != nil {
 		return nil, err
 	}
@@ -277,11 +300,13 @@ func (c *ScaleConfig) size(ctx context.Context, n int) (*Size, error) {
 		return nil, err
 	}
 	c.logf("  %s", sz.Idle.oneLine())
+	c.logf("  %s", sz.perScopeLine(sz.Idle))
 	c.logf("  affinity routes at %.0f/s for %v", c.Rate, c.Route)
 	if sz.Routing, err = e.measure(ctx, "routing", 0, c.routing(e, p)); err != nil {
 		return nil, err
 	}
 	c.logf("  %s", sz.Routing.oneLine())
+	c.logf("  %s", sz.perScopeLine(sz.Routing))
 	t := time.Now()
 	if sz.MetricsBytes, err = fullScrape(ctx, e.replica.URL+"/metrics"); err != nil {
 		return nil, err

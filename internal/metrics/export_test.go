@@ -7,3 +7,10 @@ func RenderSize(m *Metrics, size int) int {
 	x.gzipped()
 	return len(x.text)
 }
+
+// Holds reports whether m keeps a rendering to serve.
+func Holds(m *Metrics) bool {
+	m.serving.mu.Lock()
+	defer m.serving.mu.Unlock()
+	return m.serving.last != nil
+}

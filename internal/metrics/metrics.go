@@ -17,7 +17,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -117,27 +116,19 @@ type Metrics struct {
 	scrapeErrors prometheus.Counter
 	reports      *prometheus.CounterVec
 
-	// scoped are the histograms when they carry scope; seen are the scopes the
-	// counters and those have series of, so the series of a deleted scope can be
-	// dropped.
+	// scoped are the histograms when they carry scope; seen are the scopes of
+	// ScopeDetail those have series of, so the series of a deleted scope can be
+	// dropped (the route counters drop their own).
 	scoped []*prometheus.MetricVec
 	mu     sync.RWMutex
 	seen   map[string]bool
-	// routeSeries and scriptSeries keep the series each route and script call
-	// updates, so that a call costs a map read instead of two label lookups
-	// (hashing and checking every label value); dropDeleted drops a deleted
-	// scope's routeSeries with its series.
-	routeSeries  map[string]map[string]routeSeries // scope -> source -> series
+	// scriptSeries keeps the series each script call updates, so that a call costs
+	// a map read instead of a label lookup (hashing and checking the label value);
+	// the route counters keep the latency series of their routes likewise.
 	scriptSeries map[string]prometheus.Observer
 
 	// serving is the state of the scrapes (serve.go).
 	serving serving
-}
-
-// routeSeries are the series a served route updates.
-type routeSeries struct {
-	count *atomic.Int64
-	took  prometheus.Observer
 }
 
 // New registers warmpool's metrics; store feeds the pool gauges. A ScopeDetail that
@@ -207,7 +198,6 @@ func New(store *lua.Store, cfg Config) (*Metrics, error) {
 		}),
 		reports:      newAgentReports(),
 		seen:         map[string]bool{},
-		routeSeries:  map[string]map[string]routeSeries{},
 		scriptSeries: map[string]prometheus.Observer{},
 	}
 	if cfg.ScopeDetail != "" {
@@ -288,8 +278,11 @@ func (m *Metrics) hist(scope string, rest ...string) []string {
 	return append([]string{m.scopeLabel(scope)}, rest...)
 }
 
-// saw notes that the vectors have series of scope.
+// saw notes that the histograms have series of scope, if they carry its name.
 func (m *Metrics) saw(scope string) {
+	if m.cfg.ScopeDetail == "" || m.scopeLabel(scope) == "" {
+		return
+	}
 	m.mu.Lock()
 	m.seen[scope] = true
 	m.mu.Unlock()
@@ -311,7 +304,6 @@ func (m *Metrics) dropDeleted(live map[string]bool) {
 			v.DeletePartialMatch(prometheus.Labels{labelScope: scope})
 		}
 		delete(m.seen, scope)
-		delete(m.routeSeries, scope)
 	}
 }
 
@@ -327,49 +319,38 @@ func (m *Metrics) ObserveRoute(scope, source string, code warmpool.Code, took ti
 		if code == warmpool.CodeValidation || code == warmpool.CodeScopeNotFound {
 			scope = "" // a name nobody configured: no series of its own
 		}
-		m.saw(scope)
-		m.routeErrors.counter(scope, string(code)).Add(1)
+		n, _ := m.routeErrors.counter(scope, string(code), nil)
+		n.n.Add(1)
 		return
 	}
 	rs := m.route(scope, source)
-	rs.count.Add(1)
+	rs.n.Add(1)
 	rs.took.Observe(took.Seconds())
 }
 
-// route returns the series of the routes of scope served with source, made (and the
-// scope noted, as saw does) on its first route. A route that reads them just before
-// dropDeleted drops them updates series no longer exported, as if it had come before.
-func (m *Metrics) route(scope, source string) routeSeries {
-	m.mu.RLock()
-	rs, ok := m.routeSeries[scope][source]
-	m.mu.RUnlock()
-	if ok {
-		return rs
+// route returns the counter of the routes of scope served with source, with their
+// latency series, made (and the scope noted, as saw does) on its first route. A
+// route that reads them just before dropDeleted drops them updates series no longer
+// exported, as if it had come before.
+func (m *Metrics) route(scope, source string) *scopeCount {
+	n, made := m.routes.counter(scope, source, func(n *scopeCount) {
+		n.took = m.routeTime.WithLabelValues(m.hist(scope, source)...)
+	})
+	if made {
+		m.saw(scope)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.seen[scope] = true
-	if m.routeSeries[scope] == nil {
-		m.routeSeries[scope] = map[string]routeSeries{}
-	}
-	rs = routeSeries{m.routes.counter(scope, source), m.routeTime.WithLabelValues(m.hist(scope, source)...)}
-	m.routeSeries[scope][source] = rs
-	return rs
+	return n
 }
 
 // ObserveDeploy records one finished deploy of a driver.
 func (m *Metrics) ObserveDeploy(scope, driver, result string, took time.Duration) {
-	if m.cfg.ScopeDetail != "" {
-		m.saw(scope)
-	}
+	m.saw(scope)
 	m.deploys.WithLabelValues(m.hist(scope, driver, result)...).Observe(took.Seconds())
 }
 
 // ObservePhase records one phase of a deploy (see warmpool_deploy_phase_seconds).
 func (m *Metrics) ObservePhase(scope, driver, phase string, elapsed time.Duration) {
-	if m.cfg.ScopeDetail != "" {
-		m.saw(scope)
-	}
+	m.saw(scope)
 	m.phases.WithLabelValues(m.hist(scope, driver, phase)...).Observe(elapsed.Seconds())
 }
 

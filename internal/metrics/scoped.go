@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -136,39 +137,66 @@ func (f *scopedFamily) family() *dto.MetricFamily {
 var scopeLabelName = labelScope
 
 // scopeCounter is a counter family labelled by scope and one label more (routes by
-// source, route errors by code), kept by scope: an increment is a map read and an
-// atomic add, a deleted scope's counters go with one map delete, and a rendering
-// writes them without the registry.
+// source, route errors by code), kept by scope: an increment is a map read, a look
+// through a scope's one or two counters and an atomic add, a deleted scope's counters
+// go with one map delete, and a rendering writes them without the registry. A scope
+// costs a map entry and its counters, not a map of its own (docs/performance.md,
+// "Per-scope memory").
 type scopeCounter struct {
 	name, help, label string
 	mu                sync.RWMutex
-	byScope           map[string]map[string]*atomic.Int64
+	byScope           map[string][]*scopeCount
+}
+
+// scopeCount is one counter of a scopeCounter: the value of its second label, its
+// count and, for the route counter, the latency series its routes observe too.
+type scopeCount struct {
+	value string
+	n     atomic.Int64
+	took  prometheus.Observer
 }
 
 func newScopeCounter(name, help, label string) *scopeCounter {
-	return &scopeCounter{name: name, help: help, label: label, byScope: map[string]map[string]*atomic.Int64{}}
+	return &scopeCounter{name: name, help: help, label: label, byScope: map[string][]*scopeCount{}}
 }
 
-// counter is the counter of scope and value, made on its first use.
-func (c *scopeCounter) counter(scope, value string) *atomic.Int64 {
+// counter is the counter of scope and value, made on its first use (made true), when
+// init, if any, fills it before anyone else sees it.
+func (c *scopeCounter) counter(scope, value string, init func(*scopeCount)) (n *scopeCount, made bool) {
 	c.mu.RLock()
-	n := c.byScope[scope][value]
+	n = findCount(c.byScope[scope], value)
 	c.mu.RUnlock()
 	if n != nil {
-		return n
+		return n, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	values := c.byScope[scope]
-	if values == nil {
-		values = map[string]*atomic.Int64{}
-		c.byScope[scope] = values
+	counts := c.byScope[scope]
+	if n = findCount(counts, value); n != nil {
+		return n, false
 	}
-	if n = values[value]; n == nil {
-		n = new(atomic.Int64)
-		values[value] = n
+	n = &scopeCount{value: value}
+	if init != nil {
+		init(n)
 	}
-	return n
+	if counts == nil {
+		// The caller's scope may be a slice of a longer string (a request's path),
+		// which the key would keep whole.
+		scope = strings.Clone(scope)
+	}
+	// A new array when it grows: readers of the old one hold the read lock, so none
+	// reads while this writes.
+	c.byScope[scope] = append(counts, n)
+	return n, true
+}
+
+func findCount(counts []*scopeCount, value string) *scopeCount {
+	for _, n := range counts {
+		if n.value == value {
+			return n
+		}
+	}
+	return nil
 }
 
 // keep forgets the counters of the scopes not in live, but those of scope "" (the
@@ -187,9 +215,9 @@ func (c *scopeCounter) keep(live map[string]bool) {
 func (c *scopeCounter) family() *scopedFamily {
 	var rows []scopedRow
 	c.mu.RLock()
-	for scope, values := range c.byScope {
-		for v, n := range values {
-			rows = append(rows, scopedRow{scope: scope, value: v, n: n.Load()})
+	for scope, counts := range c.byScope {
+		for _, n := range counts {
+			rows = append(rows, scopedRow{scope: scope, value: n.value, n: n.n.Load()})
 		}
 	}
 	c.mu.RUnlock()

@@ -22,8 +22,8 @@ var contentType = string(expfmt.NewFormat(expfmt.TypeTextPlain))
 type serving struct {
 	slots chan struct{}
 	mu    sync.Mutex
-	// last is the newest rendering, served while it is fresh; next is the one being
-	// made, which the scrapes that come meanwhile wait for.
+	// last is the newest rendering, served while it is fresh (and let go after);
+	// next is the one being made, which the scrapes that come meanwhile wait for.
 	last *exposition
 	next *rendering
 	// size is the size of the last rendering, the buffer of the next one.
@@ -192,6 +192,15 @@ func (m *Metrics) renderInto(r *rendering) {
 	s.mu.Unlock()
 	r.x = x
 	close(r.done)
+	// Once it is no longer fresh nothing is served from it: its text (hundreds of
+	// bytes a scope) goes with the scrapes still writing it, not at the next one.
+	time.AfterFunc(m.cfg.Share, func() {
+		s.mu.Lock()
+		if s.last == x {
+			s.last = nil
+		}
+		s.mu.Unlock()
+	})
 }
 
 // render gathers every metric and writes it in the text format, in the order of the

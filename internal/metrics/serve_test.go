@@ -99,6 +99,22 @@ func TestScrapesShareARendering(t *testing.T) {
 	})
 }
 
+// A rendering is let go once it is no longer fresh: its text, hundreds of bytes a
+// scope, is not kept until the next scrape.
+func TestRenderingLetGoAfterShare(t *testing.T) {
+	t.Parallel()
+	r := testredis.New(t)
+	store := lua.NewStore(r.Client, r.Prefix)
+	publish(t, store, "a")
+	m := newMetrics(t, store, metrics.Config{Share: 20 * time.Millisecond})
+	ts := httptest.NewServer(m.Handler())
+	t.Cleanup(ts.Close)
+	if _, body := scrape(t, ts.URL); !bytes.Contains(body, []byte(`warmpool_max_pods{scope="a"}`)) {
+		t.Fatalf("the scrape lacks the gauges:\n%s", body)
+	}
+	await.True(t, 5*time.Second, "the rendering let go after its share", func() bool { return !metrics.Holds(m) })
+}
+
 // The text is served gzipped to a scraper that accepts it (Prometheus does), as is
 // to one that does not, and cut to the families of name[] parameters.
 func TestScrapeEncodings(t *testing.T) {

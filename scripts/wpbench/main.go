@@ -144,7 +144,7 @@ func scale(ctx context.Context, args []string, getenv func(string) string, stdou
 	var sizes string
 	env := &envs{getenv: getenv}
 	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
-	fs.StringVar(&sizes, "sizes", or(getenv("SCALE_SIZES"), "1000,10000,50000"), "scope counts S, comma-separated; none: only the full-pass comparison and the RSS run [SCALE_SIZES]")
+	fs.StringVar(&sizes, "sizes", or(getenv("SCALE_SIZES"), "1000,10000,50000,100000"), "scope counts S, comma-separated; none: only the full-pass comparison and the RSS run [SCALE_SIZES]")
 	fs.IntVar(&c.Pods, "pods", env.int("SCALE_PODS", bench.DefaultPods), "pods per scope P [SCALE_PODS]")
 	fs.IntVar(&c.Sessions, "sessions", env.int("SCALE_SESSIONS", bench.DefaultSessions), "sessions per scope N (at least P) [SCALE_SESSIONS]")
 	fs.DurationVar(&c.Idle, "idle", env.dur("SCALE_IDLE", bench.DefaultIdle), "length of the idle phase [SCALE_IDLE]")

@@ -239,7 +239,7 @@ func ScriptKeys(cmd redis.Cmder) []string {
 	if len(args) < 3 {
 		return nil
 	}
-	name := strings.ToLower(argString(args[0]))
+	name := strings.ToLower(Arg(args[0]))
 	if name != "eval" && name != "evalsha" && name != "evalsha_ro" && name != "eval_ro" {
 		return nil
 	}
@@ -250,19 +250,19 @@ func ScriptKeys(cmd redis.Cmder) []string {
 	case int64:
 		n = int(v)
 	default:
-		n, _ = strconv.Atoi(argString(v)) // not a number: no keys to check
+		n, _ = strconv.Atoi(Arg(v)) // not a number: no keys to check
 	}
 	keys := make([]string, 0, n)
 	for i := 0; i < n && 3+i < len(args); i++ {
-		keys = append(keys, argString(args[3+i]))
+		keys = append(keys, Arg(args[3+i]))
 	}
 	return keys
 }
 
-// argString is a command argument as Redis gets it. Strings, the common case, are
+// Arg is a command argument as Redis gets it. Strings, the common case, are
 // taken as they are: this runs on every command of every test and benchmark, where
 // fmt.Sprint cost a route of server.BenchmarkHTTPRouteAffinity 20 allocations.
-func argString(v any) string {
+func Arg(v any) string {
 	switch v := v.(type) {
 	case string:
 		return v

@@ -6,7 +6,7 @@ MODULE  := github.com/warmpool/warmpool
 # Tests that start the built binary find it here.
 export WARMPOOL_BIN := $(CURDIR)/$(BIN)
 
-.PHONY: all build run test unit soak bench scale pooltrace lint e2e faults image image-test clean
+.PHONY: all build run test unit soak bench pgo scale pooltrace lint e2e faults image image-test clean
 
 all: lint test
 
@@ -45,6 +45,20 @@ soak:
 ## bench: benchmarks against a real redis-server
 bench:
 	scripts/with-redis.sh $(GO) test -run '^$$' -bench . -benchmem -count=1 ./rm/ ./sm/ ./server/
+
+## pgo: refresh cmd/warmpool/default.pgo, the CPU profile `go build` optimises the
+## binary with (profile-guided optimisation; docs/performance.md, "Issue 25"): the warm
+## routes of server (BenchmarkHTTPRouteAffinity, BenchmarkHTTPRouteWarm) and rm's warm
+## and cold acquires, on a real redis-server, merged. Refresh it when the hot paths
+## change; `go build -pgo=off` builds without it.
+PGO_DIR := bin/pgo
+pgo:
+	mkdir -p $(PGO_DIR)
+	scripts/with-redis.sh $(GO) test -run '^$$' -bench '^BenchmarkHTTPRoute(Affinity|Warm)$$' -benchtime 30000x -count=1 \
+		-o $(PGO_DIR)/server.test -cpuprofile $(CURDIR)/$(PGO_DIR)/server.prof ./server/
+	scripts/with-redis.sh $(GO) test -run '^$$' -bench '^BenchmarkAcquire(Warm|Cold)$$' -benchtime 2000x -count=1 \
+		-o $(PGO_DIR)/rm.test -cpuprofile $(CURDIR)/$(PGO_DIR)/rm.prof ./rm/
+	$(GO) tool pprof -proto $(PGO_DIR)/server.prof $(PGO_DIR)/rm.prof > cmd/warmpool/default.pgo
 
 ## scale: the scale benchmark (docs/performance.md): for each size (SCALE_SIZES, default
 ## 1000,10000,50000,100000 scopes of one pod and one session) a throwaway redis-server and

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/testredis"
 )
 
 // headerKey is one KEYS entry of a script's header: a scope key ({s}:<name>), or an
@@ -106,7 +107,7 @@ func (h *scriptCalls) process(_ context.Context, cmd redis.Cmder) error {
 			if args[1] == sc.Hash() || args[1] == Sources[file] {
 				n, _ := strconv.Atoi(fmt.Sprint(args[2]))
 				for _, k := range args[3 : 3+n] {
-					h.keys[file] = append(h.keys[file], fmt.Sprint(k))
+					h.keys[file] = append(h.keys[file], testredis.Arg(k))
 				}
 				h.argv[file] = args[3+n:]
 			}

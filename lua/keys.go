@@ -213,6 +213,13 @@ func (k Keyspace) Scope(id string) ScopeKeys {
 	}
 }
 
+// scopeBase are the keys of scope id for one script call alone: only ID and base are
+// set, and the call cuts the script's keys from base (script.keys) instead of building
+// every key of the scope (900 bytes) for the few it takes.
+func (k Keyspace) scopeBase(id string) ScopeKeys {
+	return ScopeKeys{ID: id, base: k.prefix + "{" + id + "}:"}
+}
+
 // key is the scope's key n.
 func (s *ScopeKeys) key(n scopeKey) string {
 	switch n {

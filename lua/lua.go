@@ -44,6 +44,12 @@ type script struct {
 	// extra the names of the keys its wrapper gives after them: together, its KEYS.
 	scope []scopeKey
 	extra []string
+	// namesLen is the length of the names of scope together: keys sizes the one
+	// string it cuts them from by it.
+	namesLen int
+	// sha and src are the script's hash and source boxed once, the EVALSHA and EVAL
+	// arguments of every call (command).
+	sha, src any
 	*redis.Script
 }
 
@@ -146,6 +152,7 @@ func load(name string, opts option, scope string, extra ...string) *script {
 			panic(fmt.Sprintf("lua: %s takes %q, which is no key of a scope", name, f))
 		}
 		s.scope = append(s.scope, scopeKey(n))
+		s.namesLen += len(f)
 	}
 	if s.due && (s.position(keyConfig) == 0 || s.position(keyDue) == 0) {
 		panic(fmt.Sprintf("lua: %s notes due work but does not take the config and due keys", name))
@@ -188,6 +195,7 @@ func (s *script) compile() {
 		src += body
 	}
 	s.Script = redis.NewScript(src)
+	s.sha, s.src = s.Hash(), src
 	Scripts[s.name] = s.Script
 	Sources[s.name] = src
 }

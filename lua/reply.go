@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/warmpool/warmpool"
 )
@@ -175,11 +176,117 @@ func decodePod(id, raw string) (warmpool.Pod, error) {
 	if raw == "" {
 		return p, fmt.Errorf("pod %q has no info", id)
 	}
-	if err := json.Unmarshal([]byte(raw), &p); err != nil {
-		return p, fmt.Errorf("pod %q info: %w", id, err)
+	if !decodePlainPod(raw, &p) {
+		p = warmpool.Pod{}
+		if err := json.Unmarshal([]byte(raw), &p); err != nil {
+			return p, fmt.Errorf("pod %q info: %w", id, err)
+		}
 	}
 	p.ID = id
 	return p, nil
+}
+
+// decodePlainPod decodes a pod record as json.Marshal writes it without anything to
+// escape, which is every record a replica writes unless a URL has one of &<> in it: a
+// flat object of the Pod's exact field names with strings of printable UTF-8 without
+// a backslash and integers. It reports false for anything else, for json.Unmarshal to
+// decode (and to word an error). A warm route decodes its pod's record every time,
+// and encoding/json took a tenth of its CPU to do so. The strings of p are cut from
+// raw.
+func decodePlainPod(raw string, p *warmpool.Pod) bool {
+	if len(raw) < 2 || raw[0] != '{' || raw[len(raw)-1] != '}' {
+		return false
+	}
+	i := 1
+	if raw[i] == '}' {
+		return i+1 == len(raw)
+	}
+	for {
+		key, ok := plainString(raw, &i)
+		if !ok || i >= len(raw) || raw[i] != ':' {
+			return false
+		}
+		i++
+		var s *string
+		var n *int64
+		switch key {
+		case "pod_id":
+			s = &p.ID
+		case "scope_id":
+			s = &p.ScopeID
+		case "deploy_ver":
+			s = &p.DeployVer
+		case "namespace":
+			s = &p.Namespace
+		case "pod_sse_url":
+			s = &p.SSEURL
+		case "health_url":
+			s = &p.HealthURL
+		case "fence":
+			n = &p.Fence
+		case "created_at":
+			n = &p.CreatedAt
+		default:
+			return false
+		}
+		if s != nil {
+			if *s, ok = plainString(raw, &i); !ok {
+				return false
+			}
+		} else if *n, ok = plainInt(raw, &i); !ok {
+			return false
+		}
+		if i >= len(raw) {
+			return false
+		}
+		switch raw[i] {
+		case ',':
+			i++
+		case '}':
+			return i+1 == len(raw)
+		default:
+			return false
+		}
+	}
+}
+
+// plainString reads the JSON string at raw[*i] that has no escape and only printable
+// UTF-8, and moves *i past it.
+func plainString(raw string, i *int) (string, bool) {
+	if *i >= len(raw) || raw[*i] != '"' {
+		return "", false
+	}
+	start := *i + 1
+	for j := start; j < len(raw); j++ {
+		switch c := raw[j]; {
+		case c == '"':
+			s := raw[start:j]
+			*i = j + 1
+			return s, utf8.ValidString(s)
+		case c == '\\' || c < 0x20:
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// plainInt reads the JSON integer at raw[*i] that fits an int64 (an optional minus,
+// then 0 or digits without a leading 0), and moves *i past it.
+func plainInt(raw string, i *int) (int64, bool) {
+	start, j := *i, *i
+	if j < len(raw) && raw[j] == '-' {
+		j++
+	}
+	digits := j
+	for j < len(raw) && raw[j] >= '0' && raw[j] <= '9' {
+		j++
+	}
+	if j == digits || raw[digits] == '0' && j > digits+1 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(raw[start:j], 10, 64)
+	*i = j
+	return n, err == nil
 }
 
 // backoff reads a refill backoff from fields i (failures), i+1 (until) and i+2 (the

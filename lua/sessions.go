@@ -72,7 +72,7 @@ func (r RouteResult) Served() bool {
 // Errors: IDEMPOTENCY_MISMATCH (the request id names another request),
 // SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
 func (s *Store) SessionRoute(ctx context.Context, scope string, a RouteArgs) (RouteResult, error) {
-	k := s.keys.Scope(scope)
+	k := s.keys.scopeBase(scope)
 	fp := ""
 	if a.RequestID != "" {
 		fp = RouteFingerprint(a.Session)

@@ -127,14 +127,29 @@ func flag(b bool) string {
 // (EVALSHA, falling back to EVAL when Redis lacks the script), tells ObserveScripts
 // how long it took, and maps a failure to an error (redisErr). What the script's
 // answer means is for the call protocol (protocol.go) and the wrappers.
-func (s *Store) run(ctx context.Context, sc *script, keys []string, args []any) (any, error) {
+func (s *Store) run(ctx context.Context, sc *script, argv []any) (any, error) {
 	start := time.Now()
-	v, err := sc.Run(ctx, s.rdb, keys, args...).Result()
+	v, err := s.eval(ctx, argv)
+	if errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT") {
+		argv[0], argv[1] = "eval", sc.src
+		v, err = s.eval(ctx, argv)
+	}
 	s.onScript(sc.metric, time.Since(start))
 	if err != nil {
 		return nil, s.redisErr(ctx, err)
 	}
 	return v, nil
+}
+
+// eval sends argv, an EVALSHA or EVAL command whose first key is its fourth
+// argument, as go-redis's Script.Run does.
+func (s *Store) eval(ctx context.Context, argv []any) (any, error) {
+	cmd := redis.NewCmd(ctx, argv...)
+	if argv[2] != 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	_ = s.rdb.Process(ctx, cmd)
+	return cmd.Result()
 }
 
 // redisErr maps a go-redis error: a cancelled context passes through, a script or

@@ -2,7 +2,6 @@ package httpx
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
@@ -138,8 +137,6 @@ const (
 	accessAdmin                 // the admin token (or no auth at all): every call
 )
 
-type accessKey struct{}
-
 // Auth checks the bearer token of every request it guards (SPEC §10, "Two tokens").
 // With a gateway token set, every call needs the gateway or the admin token; admin
 // calls (marked with RequireAdmin) need the admin token when one is set, and get 403
@@ -166,7 +163,9 @@ func Auth(gateway, admin *Token, log *slog.Logger) func(http.Handler) http.Handl
 			default:
 				acc = accessAdmin
 			}
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), accessKey{}, acc)))
+			st, r := stateOf(r)
+			st.access = acc
+			next.ServeHTTP(w, r)
 		})
 	}
 }
@@ -177,7 +176,10 @@ func Auth(gateway, admin *Token, log *slog.Logger) func(http.Handler) http.Handl
 func RequireAdmin(log *slog.Logger) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			acc, _ := r.Context().Value(accessKey{}).(access)
+			acc := accessNone // a request Auth did not see
+			if st, ok := r.Context().Value(requestKey{}).(*request); ok {
+				acc = st.access
+			}
 			switch acc {
 			case accessAdmin:
 				next.ServeHTTP(w, r)

@@ -14,14 +14,12 @@ import (
 // the connection's write deadline is the call's bound plus this.
 const WriteMargin = 5 * time.Second
 
-// bounds are the time bounds of one request (Bounds), kept in its context.
+// bounds are the time bounds of one request (Bounds), kept in its request state.
 type bounds struct {
 	call  time.Duration // the handler's context of a call that does not wait
 	wait  time.Duration // the write deadline of a call that waits
 	waits bool          // the route is marked with Waits
 }
-
-type boundsKey struct{}
 
 // Bounds gives every request the bounds of a call that does not wait: its handler's
 // context ends after call (so that it answers STORE_UNAVAILABLE instead of running on
@@ -32,8 +30,9 @@ func Bounds(call, wait time.Duration) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(call + WriteMargin))
-			ctx := context.WithValue(r.Context(), boundsKey{}, bounds{call: call, wait: wait})
-			next.ServeHTTP(w, r.WithContext(ctx))
+			st, r := stateOf(r)
+			st.bounds, st.bounded = bounds{call: call, wait: wait}, true
+			next.ServeHTTP(w, r)
 		})
 	}
 }
@@ -44,24 +43,24 @@ func Bounds(call, wait time.Duration) func(http.Handler) http.Handler {
 // context keeps no call bound (the managers bound their own waits).
 func Waits(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, ok := r.Context().Value(boundsKey{}).(bounds)
-		if !ok {
+		st, ok := r.Context().Value(requestKey{}).(*request)
+		if !ok || !st.bounded {
 			next.ServeHTTP(w, r)
 			return
 		}
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(b.wait))
-		b.waits = true
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), boundsKey{}, b)))
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(st.bounds.wait))
+		st.bounds.waits = true
+		next.ServeHTTP(w, r)
 	})
 }
 
 // callContext bounds the context of a request that Bounds saw and Waits did not mark.
 func callContext(r *http.Request) (*http.Request, context.CancelFunc) {
-	b, ok := r.Context().Value(boundsKey{}).(bounds)
-	if !ok || b.waits || b.call <= 0 {
+	st, ok := r.Context().Value(requestKey{}).(*request)
+	if !ok || !st.bounded || st.bounds.waits || st.bounds.call <= 0 {
 		return r, func() {}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), b.call)
+	ctx, cancel := context.WithTimeout(r.Context(), st.bounds.call)
 	return r.WithContext(ctx), cancel
 }
 

@@ -385,3 +385,45 @@ func cpuTime(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// plainBody is strictBody without the embedded struct: its shape is exact, and
+// DecodeStrict decodes it with json.Unmarshal.
+type plainBody struct {
+	SessionID string         `json:"session_id"`
+	N         int            `json:"n"`
+	O         map[string]int `json:"o"`
+	L         []strictItem   `json:"l"`
+	In        struct {
+		Name string `json:"name"`
+	} `json:"in"`
+	Any any `json:"any"`
+}
+
+// TestDecodeStrictExact checks that a type whose shape is exact decodes, and fails,
+// as through the Decoder that refuses unknown fields, and that embedding a struct
+// anywhere in a type makes its shape not exact.
+func TestDecodeStrictExact(t *testing.T) {
+	if !shapeOf(reflect.TypeFor[*plainBody]()).exact || shapeOf(reflect.TypeFor[*strictBody]()).exact {
+		t.Fatal("plainBody's shape should be exact, strictBody's (an embedded struct within) not")
+	}
+	for _, doc := range []string{
+		`{"session_id":"s1"}`, `{"session_id":1}`, `{"n":"1"}`, `{"n":1.5}`, `{"n":99999999999999999999}`,
+		`{"o":{"a":1,"b":"x"}}`, `{"l":[{"K":1},{"K":"y"}]}`, `{"l":[{"k":1}]}`, `{"in":{"name":2}}`,
+		`{"in":{"Name":"x"}}`, `{"any":{"x":[1,{"y":null}]}}`, `{"session_id":"s\u0031","n":-3}`,
+		`{"session_id":null,"o":null,"l":null}`, `{"x":1}`, `{"session_id":"a"} x`, `{"session_id":"a"`,
+	} {
+		var got, want plainBody
+		err := DecodeStrict([]byte(doc), &got)
+		wantErr := checkObject([]byte(doc), shapeOf(reflect.TypeOf(&want)))
+		if wantErr == nil {
+			dec := json.NewDecoder(bytes.NewReader([]byte(doc)))
+			dec.DisallowUnknownFields()
+			if e := dec.Decode(&want); e != nil {
+				wantErr = warmpool.JSONError(e)
+			}
+		}
+		if fmt.Sprint(err) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: got %+v, %v; through the Decoder %+v, %v", doc, got, err, want, wantErr)
+		}
+	}
+}

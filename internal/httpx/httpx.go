@@ -14,11 +14,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -102,32 +102,53 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 // Body reads the request body, at most MaxBody bytes: a larger one is
 // PAYLOAD_TOO_LARGE.
 func Body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
-	if err != nil {
+	var b bytes.Buffer
+	if err := readBody(w, r, &b); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// readBody reads the request body into b as Body does.
+func readBody(w http.ResponseWriter, r *http.Request, b *bytes.Buffer) error {
+	if _, err := b.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBody)); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return nil, warmpool.Errorf(warmpool.CodePayloadTooLarge, "body: larger than %d bytes", MaxBody)
+			return warmpool.Errorf(warmpool.CodePayloadTooLarge, "body: larger than %d bytes", MaxBody)
 		}
 		var timeout net.Error
 		if errors.As(err, &timeout) && timeout.Timeout() {
-			return nil, warmpool.Errorf(warmpool.CodeValidation, "body: not complete within the read timeout")
+			return warmpool.Errorf(warmpool.CodeValidation, "body: not complete within the read timeout")
 		}
-		return nil, warmpool.Errorf(warmpool.CodeValidation, "body: %v", err)
+		return warmpool.Errorf(warmpool.CodeValidation, "body: %v", err)
 	}
-	return body, nil
+	return nil
 }
+
+// bodies are the buffers Decode reads bodies into: the decoder copies what it keeps,
+// so a buffer is reused by the next request instead of being garbage (512 bytes and
+// more a call). One that grew past keptBody is left to the collector.
+var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const keptBody = 64 << 10
 
 // Decode reads a JSON object body into v strictly: unknown fields are named, bodies over
 // MaxBody are PAYLOAD_TOO_LARGE. An empty body leaves v as it is when allowEmpty.
 func Decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
-	body, err := Body(w, r)
-	if err != nil {
+	b := bodies.Get().(*bytes.Buffer)
+	defer func() {
+		if b.Cap() <= keptBody {
+			b.Reset()
+			bodies.Put(b)
+		}
+	}()
+	if err := readBody(w, r, b); err != nil {
 		return err
 	}
-	if allowEmpty && len(bytes.TrimSpace(body)) == 0 {
+	if allowEmpty && len(bytes.TrimSpace(b.Bytes())) == 0 {
 		return nil
 	}
-	return DecodeStrict(body, v)
+	return DecodeStrict(b.Bytes(), v)
 }
 
 // Param returns a URL parameter checked by valid; a bad one is a VALIDATION error that

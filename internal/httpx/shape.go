@@ -20,6 +20,10 @@ var (
 type shape struct {
 	fields map[string]*shape // a struct's fields by JSON name; nil unless a struct
 	elem   *shape            // the values of a map or the elements of a list
+	// exact is set on a type's own shape when checkObject refuses every key that
+	// encoding/json's DisallowUnknownFields would: no struct in it embeds another,
+	// whose fields' names could be ambiguous (see addFields).
+	exact bool
 }
 
 // child is the shape of the value under key in an object of shape s; ok is false when
@@ -40,8 +44,35 @@ func shapeOf(t reflect.Type) *shape {
 	if s, ok := shapes.Load(t); ok {
 		return s.(*shape)
 	}
-	s, _ := shapes.LoadOrStore(t, buildShape(t, map[reflect.Type]*shape{}))
+	b := buildShape(t, map[reflect.Type]*shape{})
+	if b != nil {
+		b.exact = !embeds(t, map[reflect.Type]bool{})
+	}
+	s, _ := shapes.LoadOrStore(t, b)
 	return s.(*shape)
+}
+
+// embeds reports whether a struct that values of t decode into has an embedded field;
+// seen holds the types walked already.
+func embeds(t reflect.Type, seen map[reflect.Type]bool) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if seen[t] || reflect.PointerTo(t).Implements(unmarshalerType) {
+		return false
+	}
+	seen[t] = true
+	switch t.Kind() {
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if f := t.Field(i); f.Anonymous || embeds(f.Type, seen) {
+				return true
+			}
+		}
+	case reflect.Map, reflect.Slice, reflect.Array:
+		return embeds(t.Elem(), seen)
+	}
+	return false
 }
 
 // buildShape builds the shape of t; built holds those under construction, for types

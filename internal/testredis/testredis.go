@@ -239,7 +239,7 @@ func ScriptKeys(cmd redis.Cmder) []string {
 	if len(args) < 3 {
 		return nil
 	}
-	name := strings.ToLower(fmt.Sprint(args[0]))
+	name := strings.ToLower(Arg(args[0]))
 	if name != "eval" && name != "evalsha" && name != "evalsha_ro" && name != "eval_ro" {
 		return nil
 	}
@@ -250,13 +250,26 @@ func ScriptKeys(cmd redis.Cmder) []string {
 	case int64:
 		n = int(v)
 	default:
-		n, _ = strconv.Atoi(fmt.Sprint(v)) // not a number: no keys to check
+		n, _ = strconv.Atoi(Arg(v)) // not a number: no keys to check
 	}
 	keys := make([]string, 0, n)
 	for i := 0; i < n && 3+i < len(args); i++ {
-		keys = append(keys, fmt.Sprint(args[3+i]))
+		keys = append(keys, Arg(args[3+i]))
 	}
 	return keys
+}
+
+// Arg is a command argument as Redis gets it. Strings, the common case, are
+// taken as they are: this runs on every command of every test and benchmark, where
+// fmt.Sprint cost a route of server.BenchmarkHTTPRouteAffinity 20 allocations.
+func Arg(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case *string:
+		return *v
+	}
+	return fmt.Sprint(v)
 }
 
 // Slot is the Redis Cluster slot of a key: CRC16 (XMODEM) of its hash tag, mod 16384.

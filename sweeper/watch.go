@@ -278,7 +278,8 @@ func (s *Sweeper) watchShard(ctx context.Context, shard int, listed []warmpool.P
 
 // watchOrphans looks up, one PodKnown each, the pods of a shard that the driver
 // reported and that were not yet found registered, once their orphan grace has
-// passed: a pod Redis does not know whose deploy lease is dead (its leader crashed
+// passed, as a fresh list of the driver has them (one list when any is due, none
+// otherwise; a pod no longer listed is forgotten): a pod Redis does not know whose deploy lease is dead (its leader crashed
 // half-way, or gave up and failed to delete it) is adopted or deleted as the full pass
 // would (orphan). Nothing is judged while the keyspace has no epoch (a rebuild from
 // the driver is due), and a pod of a scope Redis does not have is left to the full
@@ -293,12 +294,27 @@ func (s *Sweeper) watchOrphans(ctx context.Context, shard int) error {
 	if err != nil || !live {
 		return err
 	}
+	// A fresh list, for the pods as they are now: another replica may have handled
+	// them a moment ago, under this shard's lease, before their events reached here.
+	listed, _, err := s.watchList(ctx, true)
+	if err != nil {
+		return err
+	}
+	cur := make(map[string]warmpool.Pod, len(listed[shard]))
+	for _, p := range listed[shard] {
+		cur[p.ID] = p
+	}
 	var errs []error
 	for _, p := range due {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		settled, registered, err := s.eventOrphan(ctx, p, now)
+		lp, ok := cur[p.ID]
+		if !ok {
+			s.watch.settle(shard, p, false) // gone meanwhile
+			continue
+		}
+		settled, registered, err := s.eventOrphan(ctx, lp, now)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("orphan %s: %w", p.ID, err))
 		}

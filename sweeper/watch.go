@@ -101,6 +101,19 @@ func (w *watchState) event(ev warmpool.PodEvent) {
 	}
 }
 
+// listedPods takes a shard's pods as the driver lists them, as an informer's list
+// would: a pod not yet seen is looked up like one an event reported (a driver may
+// report only its own process's pods, local.Driver does).
+func (w *watchState) listedPods(shard int, cur map[string]warmpool.Pod) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, p := range cur {
+		if _, ok := w.unverified[shard][id]; !ok && !w.verified[shard][id] {
+			w.unverified[shard][id] = p
+		}
+	}
+}
+
 // unverifiedBefore returns the pods of a shard the driver reported and Redis was not
 // yet seen to know, created before t (past their orphan grace).
 func (w *watchState) unverifiedBefore(shard int, t time.Time) []warmpool.Pod {
@@ -272,6 +285,7 @@ func (s *Sweeper) watchShard(ctx context.Context, shard int, listed []warmpool.P
 		}
 	}
 	s.watch.retry(shard, failed)
+	s.watch.listedPods(shard, cur)
 	errs = append(errs, s.watchOrphans(ctx, shard))
 	return errors.Join(append(errs, s.probeShard(ctx, shard, cur, periods))...)
 }

@@ -381,8 +381,12 @@ func (c *cluster) podFiles(t *testing.T, scope string) int {
 	}
 	n := 0
 	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err == nil && strings.Contains(string(b), `"scope_id":"`+scope+`"`) {
+		var rec struct {
+			Pod struct {
+				ScopeID string `json:"scope_id"`
+			} `json:"pod"`
+		}
+		if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &rec) == nil && rec.Pod.ScopeID == scope {
 			n++
 		}
 	}

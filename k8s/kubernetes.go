@@ -188,7 +188,7 @@ type Kubernetes struct {
 }
 
 var (
-	_ warmpool.PodDriver     = (*Kubernetes)(nil)
+	_ warmpool.PodDriver   = (*Kubernetes)(nil)
 	_ warmpool.PodNotifier = (*Kubernetes)(nil)
 )
 

@@ -51,7 +51,7 @@ type Driver struct {
 }
 
 var (
-	_ warmpool.PodDriver     = (*Driver)(nil)
+	_ warmpool.PodDriver   = (*Driver)(nil)
 	_ warmpool.PodNotifier = (*Driver)(nil)
 )
 

@@ -193,16 +193,28 @@ type NamespaceWatcher interface {
 	WatchNamespace(ctx context.Context, namespace string) error
 }
 
-// DeathNotifier is implemented by drivers that learn of a pod's death as it happens
-// (k8s.Kubernetes from its informers' events, local.Driver from a process's exit,
-// fake.Driver from Kill and Delete): the sweeper buries such a pod at once instead of
-// finding it at its next look at the driver's list.
-type DeathNotifier interface {
-	// OnDeath makes the driver call fn with each pod it learns is dead or gone (Dead
-	// set, Ready false), from now on for its whole life. A pod may be reported more
-	// than once, and pods the caller never registered are reported too. fn must not
-	// block.
-	OnDeath(fn func(Pod))
+// PodEvent is what a driver saw happen to one of its pods: it appeared, changed (became
+// ready, died) or is gone.
+type PodEvent struct {
+	// Pod is the pod as the driver sees it now, Ready and Dead filled; a gone pod is
+	// Dead and not Ready.
+	Pod Pod
+	// Gone: the pod is no longer in the driver (deleted, by anyone).
+	Gone bool
+}
+
+// PodNotifier is implemented by drivers that learn of their pods' changes as they happen
+// (k8s.Kubernetes from its informers' add, update and delete events, local.Driver from
+// a process's start, readiness and exit, fake.Driver from its own calls and, sharing a
+// state directory, from watching it): the sweeper buries a dead pod at once, and handles
+// a pod Redis does not know as an orphan once its grace has passed, instead of finding
+// either at its next look at the driver's list or at the full pass.
+type PodNotifier interface {
+	// OnPodEvent makes the driver call fn with each event of a pod it manages, from now
+	// on for its whole life; the pods the driver had before are reported as they are
+	// (a watch's initial list). A pod may be reported more than once, and pods the
+	// caller never registered are reported too. fn must not block.
+	OnPodEvent(fn func(PodEvent))
 }
 
 // DeployPolicy holds a scope's deploy spec to the operator's rules (SPEC §11.1: the

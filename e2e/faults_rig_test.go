@@ -40,8 +40,9 @@ const (
 	rigJobLease    = 2 * time.Second
 	rigOrphanGrace = 3 * time.Second
 	rigSweep       = 250 * time.Millisecond
-	// rigReconcile is the full pass, the one that deletes a crashed replica's half-made
-	// pods and records Redis's replication id.
+	// rigReconcile is the full pass, the one that records Redis's replication id (a
+	// failover is found by it) and purges ghosts; a crashed replica's half-made pods
+	// go on the driver's pod events (caseKillMidBurstNoPass runs with an hour).
 	rigReconcile = time.Second
 	// callTimeout bounds every HTTP call of the rig; no answer within it is a hang.
 	callTimeout = 20 * time.Second
@@ -133,12 +134,25 @@ func (r *rig) useRedis(s *redisServer) {
 }
 
 func (r *rig) startProc(rep *faultReplica) *proc {
-	args := []string{"serve", "--listen", rep.addr, "--redis", r.redis.URL(), "--store", r.store,
-		"--driver", "fake", "--fake-state-dir", r.podDir, "--instance-id", rep.name, "--prefix", rigPrefix,
+	args := append([]string{"serve", "--listen", rep.addr, "--instance-id", rep.name}, r.serveArgs()...)
+	return startProc(r.t, r.bin, cleanEnv(), args...)
+}
+
+// serveArgs are the serve flags of every replica but its address and name.
+func (r *rig) serveArgs() []string {
+	args := []string{"--redis", r.redis.URL(), "--store", r.store,
+		"--driver", "fake", "--fake-state-dir", r.podDir, "--prefix", rigPrefix,
 		"--sweep-interval", rigSweep.String(), "--reconcile-interval", rigReconcile.String(), "--reconcile-duty", "1", "--deploy-lease", rigLease.String(), "--claim-ttl", rigClaimTTL.String(),
 		"--job-lease", rigJobLease.String(), "--orphan-grace", rigOrphanGrace.String(), "--ghost-grace", rigOrphanGrace.String(),
 		"--drain-delay", "0s", "--log-format", "text"}
-	return startProc(r.t, r.bin, cleanEnv(), append(args, r.extra...)...)
+	return append(args, r.extra...)
+}
+
+// audit runs a full pass on one more replica of the rig (auditClean) and fails the
+// test when it had anything to fix.
+func (r *rig) audit() {
+	r.t.Helper()
+	auditClean(r.t, r.bin, r.serveArgs()...)
 }
 
 // waitUp waits until a replica answers /readyz; it does not fail the test, newRig

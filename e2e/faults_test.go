@@ -48,6 +48,7 @@ type faultCase struct {
 
 var faultCases = []faultCase{
 	{"kill -9 during deploys", "SIGKILL of the replica leading a cold burst's first deploy, 3 routes of the others in its room (8 routes, pod_concurrency 4, 3 replicas)", caseKillDuringDeploys},
+	{"kill -9 mid-burst, no full pass", "SIGKILL of the replica leading a cold burst's 4 deploys (pod_concurrency 1, 5s deploys), every replica's full pass an hour away", caseKillMidBurstNoPass},
 	{"kill -9 during follower waits", "SIGKILL of the replica whose two routes wait as followers of another replica's deploy", caseKillDuringFollowerWaits},
 	{"kill -9 during sweeps", "SIGKILL of the replica whose autoscale job is deploying warm pods", caseKillDuringSweeps},
 	{"SIGSTOP of a lease holder", "SIGSTOP of a deploy leader for 2x its 2s lease, a follower waiting, then SIGCONT", caseStopLeaseHolder},
@@ -89,7 +90,8 @@ func TestFaults(t *testing.T) {
 }
 
 // finish stops the watcher, waits for every scope to settle, and fills the row: the
-// recovery time runs from faultEnd until the scopes settled.
+// recovery time runs from faultEnd until the scopes settled. Then a full pass must find
+// nothing left to fix (rig.audit).
 func finish(r *rig, res *caseResult, w *watcher, faultEnd time.Time, within time.Duration, scopes ...string) {
 	for _, scope := range scopes {
 		checks, v := r.settle(scope, within)
@@ -97,6 +99,7 @@ func finish(r *rig, res *caseResult, w *watcher, faultEnd time.Time, within time
 		res.Violations = append(res.Violations, v...)
 	}
 	res.RecoverMs = time.Since(faultEnd).Milliseconds()
+	defer r.audit()
 	seen, checks := w.end()
 	res.Checks += checks
 	res.Violations = append(res.Violations, seen...)
@@ -180,6 +183,56 @@ func caseKillDuringDeploys(t *testing.T, res *caseResult) {
 	finish(r, res, w, killed, 30*time.Second, "a")
 	res.Notes = fmt.Sprintf("the live replicas' 7 routes, 3 of them in the dead leader's room, answered %v, the slowest after %v; the dead replica's route served on retry",
 		codes, slowest.Round(time.Millisecond))
+}
+
+// caseKillMidBurstNoPass kills the replica leading a cold burst's deploys while its
+// pods are created and not yet ready, with every replica's full pass an hour away: the
+// driver's pod events bring the dead replica's half-made pods to the other replicas'
+// watch, which deletes each once its orphan grace has passed and its deploy lease is
+// dead. No unregistered pod may be left beyond grace + lease + a few ticks.
+func caseKillMidBurstNoPass(t *testing.T, res *caseResult) {
+	r := newRig(t, "--fake-deploy-delay", "5s", "--reconcile-interval", "1h")
+	r.scope("m", `"max_concurrency":8,"pod_concurrency":1,"session_ttl_s":120`, 10)
+	w := r.watch("m")
+	victim := r.replicas[0]
+	for i := range 4 {
+		goRoute(r, victim, "m", fmt.Sprintf("m%d", i)) // no answer: the replica is killed under them
+	}
+	halfMade := func() (n int) {
+		for _, p := range r.pods.Pods() {
+			if p.ScopeID == "m" && !p.Ready {
+				n++
+			}
+		}
+		return n
+	}
+	await.True(t, 10*time.Second, "the victim's 4 pods created, not ready", func() bool { return halfMade() == 4 })
+	const passLine = "full pass (audit) done" // the bootstrap of an empty Redis runs one
+	passes := map[string]int{}
+	for _, rep := range r.replicas {
+		passes[rep.name] = logCount(rep, passLine)
+	}
+	r.kill9(victim)
+	killed := time.Now()
+	within := rigOrphanGrace + rigLease + 8*rigSweep
+	await.True(t, within, "no pod of the killed replica left in the driver", func() bool {
+		for _, p := range r.pods.Pods() {
+			if p.ScopeID == "m" {
+				return false
+			}
+		}
+		return true
+	})
+	gone := time.Since(killed)
+	for _, rep := range r.replicas[1:] {
+		if n := logCount(rep, passLine) - passes[rep.name]; n > 0 {
+			t.Errorf("%s ran %d full passes after the kill; the orphans must go without one", rep.name, n)
+		}
+	}
+	r.routeRetry(1, "m", "m0", 30*time.Second)
+	finish(r, res, w, killed, 30*time.Second, "m")
+	res.Notes = fmt.Sprintf("the killed replica's 4 half-made pods deleted %v after the kill (orphan grace %v, deploy lease %v), by the others' watch on pod events; no full pass ran",
+		gone.Round(time.Millisecond), rigOrphanGrace, rigLease)
 }
 
 func caseKillDuringFollowerWaits(t *testing.T, res *caseResult) {

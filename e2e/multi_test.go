@@ -78,11 +78,24 @@ func newCluster(t *testing.T) *cluster {
 // start starts (or restarts) a replica; its process lives as long as the whole test.
 func (c *cluster) start(t *testing.T, r *replica) {
 	t.Helper()
-	r.proc = startServe(c.t, c.bin, "serve", "--listen", r.addr, "--redis", c.redisURL,
-		"--store", c.store, "--driver", "local",
-		"--local-state-dir", filepath.Join(c.dir, "pods"), "--instance-id", r.name,
-		"--prefix", "wp:e2e:", "--sweep-interval", "500ms", "--deploy-lease", "3s")
+	r.proc = startServe(c.t, c.bin, append([]string{"serve", "--listen", r.addr, "--instance-id", r.name}, c.serveArgs()...)...)
 	r.proc.waitReady(t, "http://"+r.addr, 30*time.Second)
+}
+
+// serveArgs are the serve flags of every replica but its address and name. The orphan
+// grace is short, so that a killed replica's half-made pods are gone from the driver
+// by the time the test audits (audit).
+func (c *cluster) serveArgs() []string {
+	return []string{"--redis", c.redisURL, "--store", c.store, "--driver", "local",
+		"--local-state-dir", filepath.Join(c.dir, "pods"), "--prefix", "wp:e2e:",
+		"--sweep-interval", "500ms", "--deploy-lease", "3s", "--orphan-grace", "3s"}
+}
+
+// audit runs a full pass on one more replica (auditClean) and fails the test when it
+// had anything to fix.
+func (c *cluster) audit(t *testing.T) {
+	t.Helper()
+	auditClean(t, c.bin, c.serveArgs()...)
 }
 
 // stop sends SIGTERM and waits for a clean exit.
@@ -257,6 +270,13 @@ func TestMultiReplica(t *testing.T) {
 			t.Fatal("slow scope does not serve after the crash")
 		}
 		c.start(t, victim)
+		// The dead replica's half-made pod (its process died with it, its state file
+		// stays) is deleted by the others' watch past the orphan grace, not by a full
+		// pass: the pass that runs then finds nothing to fix.
+		await.True(t, 20*time.Second, "the dead replica's half-made pod deleted", func() bool {
+			return c.podFiles(t, "slow") == 1 // the pod of "after"
+		})
+		c.audit(t)
 	})
 
 	t.Run("redis restart without persistence: the pool is rebuilt", func(t *testing.T) {
@@ -348,6 +368,29 @@ func TestMultiReplica(t *testing.T) {
 			t.Fatalf("%d calls met a transport error on their first attempt: the drain did not take the stopping replica out first", n)
 		}
 	})
+
+	t.Run("a full pass after it all has nothing to fix", func(t *testing.T) { c.audit(t) })
+}
+
+// podFiles counts the local driver's pod state files of a scope.
+func (c *cluster) podFiles(t *testing.T, scope string) int {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(c.dir, "pods", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		var rec struct {
+			Pod struct {
+				ScopeID string `json:"scope_id"`
+			} `json:"pod"`
+		}
+		if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &rec) == nil && rec.Pod.ScopeID == scope {
+			n++
+		}
+	}
+	return n
 }
 
 // gatewayStats counts what gatewayCall met.

@@ -184,12 +184,12 @@ type Kubernetes struct {
 	caches map[string]*nsCache // namespace -> pod informer
 	nodes  *nodeCache          // nil until the first namespace starts
 	timers map[*time.Timer]struct{}
-	deaths []func(warmpool.Pod) // OnDeath's functions; replaced, never changed in place
+	events []func(warmpool.PodEvent) // OnPodEvent's functions; replaced, never changed in place
 }
 
 var (
-	_ warmpool.PodDriver     = (*Kubernetes)(nil)
-	_ warmpool.DeathNotifier = (*Kubernetes)(nil)
+	_ warmpool.PodDriver   = (*Kubernetes)(nil)
+	_ warmpool.PodNotifier = (*Kubernetes)(nil)
 )
 
 // NewKubernetes returns a driver that talks to the API server through client, a core/v1

@@ -233,8 +233,8 @@ func (k *Kubernetes) afterGrace(node string) {
 	k.timers[t] = struct{}{}
 }
 
-// notifyNode hands every cached pod on node to Config.OnPod and, if dead, to the
-// OnDeath functions again.
+// notifyNode hands every cached pod on node to Config.OnPod and to the OnPodEvent
+// functions again.
 func (k *Kubernetes) notifyNode(node string) {
 	k.mu.Lock()
 	caches := make([]*nsCache, 0, len(k.caches))
@@ -253,13 +253,12 @@ func (k *Kubernetes) notifyNode(node string) {
 	}
 }
 
-// notify hands one informer event to Config.OnPod, and a dead or deleted pod to the
-// OnDeath functions.
+// notify hands one informer event to Config.OnPod and to the OnPodEvent functions.
 func (k *Kubernetes) notify(obj any, deleted bool) {
 	k.mu.Lock()
-	deaths := k.deaths
+	events := k.events
 	k.mu.Unlock()
-	if k.cfg.OnPod == nil && len(deaths) == 0 {
+	if k.cfg.OnPod == nil && len(events) == 0 {
 		return
 	}
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -277,21 +276,32 @@ func (k *Kubernetes) notify(obj any, deleted bool) {
 	if k.cfg.OnPod != nil {
 		k.cfg.OnPod(wp)
 	}
-	if wp.Dead != "" {
-		for _, fn := range deaths {
-			fn(wp)
-		}
+	for _, fn := range events {
+		fn(warmpool.PodEvent{Pod: wp, Gone: deleted})
 	}
 }
 
-// OnDeath makes the informers report each managed pod that dies or is deleted to fn
-// (Dead set, Ready false): a pod that fails, is evicted, or loses its node (after
-// NodeLostGrace, judged from the node informer), and a pod deleted by anyone. A dead
-// pod is reported again on each update and resync of it until it is deleted.
-func (k *Kubernetes) OnDeath(fn func(warmpool.Pod)) {
+// OnPodEvent makes the informers report each managed pod's add, update, resync and
+// delete to fn, with Ready and Dead filled: a pod that fails, is evicted, or loses its
+// node (after NodeLostGrace, judged from the node informer) is reported dead, and a
+// pod deleted by anyone gone. The pods already cached are reported at once; the
+// informers of namespaces started later report theirs with their initial list.
+func (k *Kubernetes) OnPodEvent(fn func(warmpool.PodEvent)) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.deaths = append(k.deaths[:len(k.deaths):len(k.deaths)], fn)
+	k.events = append(k.events[:len(k.events):len(k.events)], fn)
+	caches := make([]*nsCache, 0, len(k.caches))
+	for _, c := range k.caches {
+		caches = append(caches, c)
+	}
+	k.mu.Unlock()
+	now := k.cfg.Clock.Now()
+	for _, c := range caches {
+		for _, obj := range c.informer.GetStore().List() {
+			if p, ok := obj.(*corev1.Pod); ok {
+				fn(warmpool.PodEvent{Pod: k.view(p, now)})
+			}
+		}
+	}
 }
 
 // view is warmpool's view of a cached pod, with Ready and Dead filled.

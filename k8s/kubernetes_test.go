@@ -688,8 +688,8 @@ func TestKubernetesList(t *testing.T) {
 
 	events := make(chan warmpool.Pod, 100)
 	k := mustKube(t, cs, func(c *Config) { c.OnPod = func(p warmpool.Pod) { events <- p } })
-	deaths := make(chan warmpool.Pod, 100)
-	k.OnDeath(func(p warmpool.Pod) { deaths <- p })
+	podEvents := make(chan warmpool.PodEvent, 100)
+	k.OnPodEvent(func(ev warmpool.PodEvent) { podEvents <- ev })
 	pods, err := k.List(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -744,14 +744,30 @@ func TestKubernetesList(t *testing.T) {
 			break
 		}
 	}
-	// OnDeath hears of the dead pods and of the deletion, and of nothing alive.
-	for ev := range deaths {
-		if ev.Dead == "" || ev.Ready || ev.ScopeID == "pending" || ev.ScopeID == "late" {
-			t.Fatalf("OnDeath reported a live pod: %+v", ev)
+	// OnPodEvent hears of every managed pod as the informer lists it (the dead ones
+	// dead), of the late pod as it appears, and of the deletion as the pod gone; of
+	// nothing that is not warmpool's, and of nothing gone but the deleted pod.
+	seen := map[string]warmpool.PodEvent{}
+	for ev := range podEvents {
+		if ev.Pod.ScopeID == "" || ev.Pod.ID == foreign.Name {
+			t.Fatalf("OnPodEvent reported a pod that is not warmpool's: %+v", ev)
 		}
-		if ev.ID == alive.Name && strings.HasPrefix(ev.Dead, DeathDeleted) {
+		if ev.Gone != (ev.Pod.ID == alive.Name && strings.HasPrefix(ev.Pod.Dead, DeathDeleted)) || (ev.Gone && ev.Pod.Ready) {
+			t.Fatalf("OnPodEvent reported %+v: gone only for the deleted pod, and then not Ready", ev)
+		}
+		seen[ev.Pod.ScopeID] = ev
+		if ev.Gone {
 			break
 		}
+	}
+	for scope, dead := range map[string]string{"failed": "failed", "orphan": "node-lost", "sick": "node-lost", "pending": "", "late": ""} {
+		ev, ok := seen[scope]
+		if !ok || !strings.HasPrefix(ev.Pod.Dead, dead) || (dead == "") != (ev.Pod.Dead == "") {
+			t.Errorf("OnPodEvent of %s: %+v (reported %v), want dead %q", scope, ev, ok, dead)
+		}
+	}
+	if late := seen["late"]; !late.Pod.Ready {
+		t.Errorf("OnPodEvent of the late pod %+v, want it Ready", late)
 	}
 
 	// A node that goes away re-judges its pods at once.

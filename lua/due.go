@@ -32,40 +32,64 @@ func (s *Store) DueScopes(ctx context.Context, shard int, now time.Time, limit i
 // the scope earlier and been overwritten here, so the scope's due key is read again
 // after the index write and the earlier time restored. Errors: STORE_UNAVAILABLE.
 func (s *Store) ScopeDue(ctx context.Context, scope string, now time.Time) (time.Time, bool, error) {
+	at, ok, _, err := s.scopeDue(ctx, scope, now, false)
+	return at, ok, err
+}
+
+// ScopeReindex is ScopeDue for the full pass's audit of the due index: it also reports
+// whether the index was wrong, the scope missing from it or indexed later than the due
+// time (its work would have been found late, or never), which the scripts' due notes
+// should never leave. An index earlier than the due time is not wrong: the scope is
+// looked at once more. Errors: STORE_UNAVAILABLE.
+func (s *Store) ScopeReindex(ctx context.Context, scope string, now time.Time) (fixed bool, err error) {
+	_, _, fixed, err = s.scopeDue(ctx, scope, now, true)
+	return fixed, err
+}
+
+func (s *Store) scopeDue(ctx context.Context, scope string, now time.Time, audit bool) (at time.Time, ok, fixed bool, err error) {
 	k := s.keys.Scope(scope)
 	r, err := s.call(ctx, scopeDue, k, nil, ms(now), s.sweepPeriod.Milliseconds())
 	if err != nil {
-		return time.Time{}, false, err
+		return time.Time{}, false, false, err
 	}
 	v := r.str(0)
 	if err := r.err(); err != nil {
-		return time.Time{}, false, err
+		return time.Time{}, false, false, err
 	}
 	index := s.keys.DueIndex(DueShard(scope))
 	var due int64
 	if v == "" {
 		err = s.rdb.ZRem(ctx, index, scope).Err()
 	} else if due, err = strconv.ParseInt(v, 10, 64); err != nil {
-		return time.Time{}, false, fmt.Errorf("scope_due.lua: malformed due time %q", v)
+		return time.Time{}, false, false, fmt.Errorf("scope_due.lua: malformed due time %q", v)
 	} else {
-		err = s.rdb.ZAdd(ctx, index, redis.Z{Score: float64(due), Member: scope}).Err()
+		z := redis.Z{Score: float64(due), Member: scope}
+		if audit {
+			// LT with CH counts an entry added or lowered: missing, or later than due.
+			var n int64
+			n, err = s.rdb.ZAddArgs(ctx, index, redis.ZAddArgs{LT: true, Ch: true, Members: []redis.Z{z}}).Result()
+			fixed = n > 0
+		}
+		if err == nil {
+			err = s.rdb.ZAdd(ctx, index, z).Err()
+		}
 	}
 	if err != nil {
-		return time.Time{}, false, s.redisErr(ctx, err)
+		return time.Time{}, false, false, s.redisErr(ctx, err)
 	}
 	cur, err := s.rdb.Get(ctx, k.Due).Int64()
 	switch {
 	case errors.Is(err, redis.Nil):
 	case err != nil:
-		return time.Time{}, false, s.redisErr(ctx, err)
+		return time.Time{}, false, false, s.redisErr(ctx, err)
 	case v == "" || cur < due:
 		if err := s.indexAtMost(ctx, scope, cur); err != nil {
-			return time.Time{}, false, s.redisErr(ctx, err)
+			return time.Time{}, false, false, s.redisErr(ctx, err)
 		}
 		v, due = "set", cur
 	}
 	if v == "" {
-		return time.Time{}, false, nil
+		return time.Time{}, false, fixed, nil
 	}
-	return time.UnixMilli(due), true, nil
+	return time.UnixMilli(due), true, fixed, nil
 }

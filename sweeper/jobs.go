@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,9 +24,9 @@ const (
 	DefaultOrphanGrace         = 60 * time.Second
 	DefaultExpiryBatch         = 1000
 	DefaultRepairEvery         = 10
-	// DefaultFullPassTicks: reconcile, the full pass over every scope, runs every this
-	// many Intervals (5 minutes at the default Interval).
-	DefaultFullPassTicks = 150
+	// DefaultReconcile: the full pass over every scope, an audit of what the events and
+	// the due jobs keep right, runs this often.
+	DefaultReconcile = time.Hour
 	// DefaultDueBatch bounds the scopes one tick of a shard looks at.
 	DefaultDueBatch = 1000
 	// DefaultPassDuty: the full pass works a tenth of its wall time.
@@ -43,9 +44,12 @@ type Config struct {
 	// Watch is the interval of the watch jobs (dead pods and health probes; each pod
 	// is probed once per its scope's pool.probe_period_s, at its own offset).
 	Watch time.Duration
-	// Reconcile is the interval of the full pass over every scope: reconcile with the
-	// driver and the config store, and every scope's due time computed again (the
-	// safety net of the due index); DefaultFullPassTicks Intervals when zero.
+	// Reconcile is the interval of the full pass over every scope, an audit: reconcile
+	// with the driver and the config store, and every scope's due time computed again
+	// (the safety net of the due index). What it fixes, the driver's pod events, the
+	// config store's changes and the scripts' due notes should have fixed already: it
+	// logs the count by fix once per pass (OnFix is told each). DefaultReconcile when
+	// zero.
 	Reconcile time.Duration
 	// PassDuty paces the full pass run as a job: the share of its wall time it works.
 	// After each scope it waits (1-PassDuty)/PassDuty times as long as the scope took,
@@ -142,7 +146,7 @@ func (c *Config) fill() {
 	defaults.Positive(&c.DueBatch, DefaultDueBatch)
 	defaults.Positive(&c.Interval, DefaultInterval)
 	defaults.Positive(&c.Watch, c.Interval)
-	defaults.Positive(&c.Reconcile, DefaultFullPassTicks*c.Interval)
+	defaults.Positive(&c.Reconcile, DefaultReconcile)
 	defaults.Positive(&c.PassDuty, DefaultPassDuty)
 }
 
@@ -152,19 +156,60 @@ func New(store *lua.Store, pools Pools, sessions Sessions, driver warmpool.PodDr
 	cfg.fill()
 	s := &Sweeper{store: store, pools: pools, sessions: sessions, driver: driver, configs: configs, cfg: cfg, clock: cfg.Clock,
 		log: cfg.Logger.With("component", "sweeper"), watch: newWatchState(), paceNow: time.Now, paceWait: sleep}
-	if n, ok := driver.(warmpool.DeathNotifier); ok {
-		n.OnDeath(s.watch.report)
+	if n, ok := driver.(warmpool.PodNotifier); ok {
+		n.OnPodEvent(s.watch.event)
 	}
 	return s
 }
 
-// ReconcileJob is the full pass: reconcile (which also rebuilds a keyspace that lost
-// its data), then every scope's due time computed again, paced to PassDuty.
+// ReconcileJob is the full pass, an audit: reconcile (which also rebuilds a keyspace
+// that lost its data), then every scope's due time computed again, paced to PassDuty.
+// It logs one line per pass with what it had to fix, by fix: a number that should be
+// 0, for the events and the due notes fix it first.
 func (s *Sweeper) ReconcileJob() Job {
 	return Job{Name: "reconcile", Interval: s.cfg.Reconcile, Run: func(ctx context.Context) error {
+		started := s.paceNow()
+		fixes := &passFixes{by: map[string]int{}}
+		ctx = context.WithValue(ctx, passFixesKey{}, fixes)
 		p := s.newPacer()
-		return errors.Join(s.reconcile(ctx, p), s.reindex(ctx, p))
+		err := errors.Join(s.reconcile(ctx, p), s.reindex(ctx, p))
+		s.logPass(ctx, fixes, s.paceNow().Sub(started), err)
+		return err
 	}}
+}
+
+// passFixes counts the fixes of one full pass, by fix.
+type passFixes struct {
+	mu sync.Mutex
+	by map[string]int
+}
+
+type passFixesKey struct{}
+
+// logPass writes the pass's one line: the fixes by fix, at warning level when there
+// were any.
+func (s *Sweeper) logPass(ctx context.Context, fixes *passFixes, took time.Duration, err error) {
+	fixes.mu.Lock()
+	defer fixes.mu.Unlock()
+	total := 0
+	names := make([]string, 0, len(fixes.by))
+	for fix, n := range fixes.by {
+		total += n
+		names = append(names, fix)
+	}
+	sort.Strings(names)
+	attrs := []any{"fixes", total, "took", took.Round(time.Millisecond)}
+	for _, fix := range names {
+		attrs = append(attrs, "fix_"+fix, fixes.by[fix])
+	}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	level := slog.LevelInfo
+	if total > 0 || err != nil {
+		level = slog.LevelWarn
+	}
+	s.log.Log(ctx, level, "full pass (audit) done", attrs...)
 }
 
 // DueJobName is the name of the due job of a shard of the due index (its lease is
@@ -253,7 +298,11 @@ func (s *Sweeper) Reindex(ctx context.Context) error { return s.reindex(ctx, nil
 
 func (s *Sweeper) reindex(ctx context.Context, p *pacer) error {
 	return s.forScopes(ctx, p, func(scope string) error {
-		_, _, err := s.store.ScopeDue(ctx, scope, s.clock.Now())
+		fixed, err := s.store.ScopeReindex(ctx, scope, s.clock.Now())
+		if fixed {
+			s.log.InfoContext(ctx, "reindex: the scope's due time was missing from the due index, or later than its work", "scope", scope)
+			s.fixed(ctx, "reindexed")
+		}
 		return err
 	})
 }

@@ -124,10 +124,16 @@ func (s *Sweeper) retire(ctx context.Context, scope string, p lua.PodState, reas
 	s.fixed(ctx, "reclaimed")
 }
 
-// fixed reports a repair made by the job running under ctx.
+// fixed reports a repair made by the job running under ctx, and counts it in the full
+// pass's fixes when ctx is the pass's.
 func (s *Sweeper) fixed(ctx context.Context, fix string) {
 	s.cfg.Observe("sweep", fix)
 	s.cfg.OnFix(jobName(ctx), fix)
+	if f, ok := ctx.Value(passFixesKey{}).(*passFixes); ok {
+		f.mu.Lock()
+		f.by[fix]++
+		f.mu.Unlock()
+	}
 }
 
 // bury forgets a dead pod (its sessions are released; the gateway learns on its next

@@ -187,49 +187,63 @@ func inFlight(snap lua.Snapshot, fence int64, now time.Time) bool {
 	return false
 }
 
+// What orphan did with a pod.
+type orphanOutcome int
+
+const (
+	orphanLeft    orphanOutcome = iota // left alone: within its grace, or a call failed
+	orphanDeleted                      // deleted from the driver
+	orphanAdopted                      // registered in Redis (adopted now, or known already)
+)
+
 // orphan adopts or deletes a pod the driver has and Redis does not know. Such a pod had
 // no session through warmpool (Redis binds sessions only to pods it knows, and forgets
 // a pod's sessions with it), unless its scope's keys were lost (lost): then it may
 // serve sessions Redis no longer has, and takes no new one until they have expired.
-func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Pod, now time.Time, lost bool) {
+func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Pod, now time.Time, lost bool) orphanOutcome {
 	switch {
 	case p.Dead != "":
-		s.deleteOrphan(ctx, p, "dead: "+p.Dead)
+		return s.deleteOrphan(ctx, p, "dead: "+p.Dead)
 	case rec.Deleted:
-		s.deleteOrphan(ctx, p, "its scope is deleted")
+		return s.deleteOrphan(ctx, p, "its scope is deleted")
 	case !p.Ready:
 		if now.Sub(time.UnixMilli(p.CreatedAt)) >= s.cfg.OrphanGrace {
-			s.deleteOrphan(ctx, p, "never became ready")
+			return s.deleteOrphan(ctx, p, "never became ready")
 		}
+		return orphanLeft
 	case p.DeployVer != rec.DeployVer:
-		s.deleteOrphan(ctx, p, "old deploy_ver "+p.DeployVer)
+		return s.deleteOrphan(ctx, p, "old deploy_ver "+p.DeployVer)
 	case p.SSEURL == "":
-		s.deleteOrphan(ctx, p, "no SSE address to adopt it with")
-	default:
-		st, err := s.store.PodAdopt(ctx, p, now, lost)
-		switch {
-		case err != nil:
-			s.log.WarnContext(ctx, "reconcile: adopt failed", "pod", p.ID, "err", err)
-		case st == lua.AdoptFull:
-			s.deleteOrphan(ctx, p, "no room under max_pods")
-		case st == lua.AdoptGone:
-			// Purged lately by a job that deletes it (or failed to): it stays gone.
-			s.deleteOrphan(ctx, p, "purged")
-		case st == lua.AdoptAdopted:
-			s.log.InfoContext(ctx, "reconcile adopted a pod", "scope", p.ScopeID, "pod", p.ID)
-			s.fixed(ctx, "adopted")
-			s.sessions.Wake(ctx, p.ScopeID)
-		}
+		return s.deleteOrphan(ctx, p, "no SSE address to adopt it with")
 	}
+	st, err := s.store.PodAdopt(ctx, p, now, lost)
+	switch {
+	case err != nil:
+		s.log.WarnContext(ctx, "orphan: adopt failed", "pod", p.ID, "err", err)
+	case st == lua.AdoptFull:
+		return s.deleteOrphan(ctx, p, "no room under max_pods")
+	case st == lua.AdoptGone:
+		// Purged lately by a job that deletes it (or failed to): it stays gone.
+		return s.deleteOrphan(ctx, p, "purged")
+	case st == lua.AdoptAdopted:
+		s.log.InfoContext(ctx, "adopted an orphan pod", "scope", p.ScopeID, "pod", p.ID, "job", jobName(ctx))
+		s.fixed(ctx, "adopted")
+		s.sessions.Wake(ctx, p.ScopeID)
+		return orphanAdopted
+	case st == lua.AdoptKnown:
+		return orphanAdopted // registered meanwhile by its deploy
+	}
+	return orphanLeft
 }
 
-func (s *Sweeper) deleteOrphan(ctx context.Context, p warmpool.Pod, reason string) {
+func (s *Sweeper) deleteOrphan(ctx context.Context, p warmpool.Pod, reason string) orphanOutcome {
 	if err := s.driver.Delete(ctx, p); err != nil {
-		s.log.WarnContext(ctx, "reconcile: orphan not deleted", "pod", p.ID, "err", err)
-		return
+		s.log.WarnContext(ctx, "orphan pod not deleted", "pod", p.ID, "err", err)
+		return orphanLeft
 	}
-	s.log.InfoContext(ctx, "reconcile deleted an orphan pod", "scope", p.ScopeID, "pod", p.ID, "reason", reason)
+	s.log.InfoContext(ctx, "deleted an orphan pod", "scope", p.ScopeID, "pod", p.ID, "reason", reason, "job", jobName(ctx))
 	s.fixed(ctx, "deleted_orphan")
+	return orphanDeleted
 }
 
 // republishStale makes Redis serve the latest stored config of every scope: a stored

@@ -19,9 +19,10 @@ const probeConcurrency = 8
 // the job lock of that name).
 func WatchJobName(shard int) string { return "watch:" + strconv.Itoa(shard) }
 
-// watchState is what a replica keeps between its runs of the watch jobs. Nothing in it
-// needs to survive the replica or to agree across replicas: the probe window and the
-// failing pods are in Redis, and what a replica has not seen the full pass finds.
+// watchState is what a replica keeps between its runs of the watch jobs, and what the
+// driver's pod events (warmpool.PodNotifier) told it. Nothing in it needs to survive the
+// replica or to agree across replicas: the probe window and the failing pods are in
+// Redis, and what a replica has not seen the full pass (the audit) finds.
 type watchState struct {
 	// listMu is held while the driver is listed (which may wait for a cache), so the
 	// shards' jobs share one list; mu guards the fields and is never held long.
@@ -30,6 +31,13 @@ type watchState struct {
 	// reported are the deaths the driver reported, per shard, by pod id, not yet
 	// handled by a run of that shard here.
 	reported [lua.DueShards]map[string]warmpool.Pod
+	// unverified are the live pods the driver reported, per shard, by pod id (as the
+	// last event had them), not yet found registered in Redis by a run of that shard
+	// here: past OrphanGrace, one that is not registered nor in flight is an orphan.
+	unverified [lua.DueShards]map[string]warmpool.Pod
+	// verified are the pods of each shard found registered (or adopted), until the
+	// driver reports them gone: their later events need no look at Redis.
+	verified [lua.DueShards]map[string]bool
 	// seen are the pods of each shard at this replica's last run of it (nil before the
 	// first), with Dead as then.
 	seen [lua.DueShards]map[string]warmpool.Pod
@@ -54,22 +62,83 @@ func newWatchState() *watchState {
 	for i := range w.wake {
 		w.wake[i] = make(chan struct{}, 1)
 		w.reported[i] = map[string]warmpool.Pod{}
+		w.unverified[i] = map[string]warmpool.Pod{}
+		w.verified[i] = map[string]bool{}
 	}
 	return w
 }
 
-// report takes a death from the driver (warmpool.DeathNotifier): the pod's shard's
-// watch job runs at once, on a fresh list.
-func (w *watchState) report(p warmpool.Pod) {
+// event takes a pod event from the driver (warmpool.PodNotifier). A pod not yet found
+// registered is kept for its shard's watch job to look up once its orphan grace has
+// passed; a pod gone is forgotten. A death (a dead or gone pod) makes the pod's
+// shard's watch job run at once, on a fresh list.
+func (w *watchState) event(ev warmpool.PodEvent) {
+	p := ev.Pod
 	shard := lua.DueShard(p.ScopeID)
 	w.mu.Lock()
-	w.reported[shard][p.ID] = p
-	w.listAt = time.Time{}
-	w.deathsSeen++
+	switch {
+	case ev.Gone:
+		delete(w.unverified[shard], p.ID)
+		delete(w.verified[shard], p.ID)
+	case !w.verified[shard][p.ID]:
+		w.unverified[shard][p.ID] = p
+	}
+	dead := p.Dead != ""
+	if dead {
+		w.reported[shard][p.ID] = p
+		w.listAt = time.Time{}
+		w.deathsSeen++
+	}
 	w.mu.Unlock()
+	if !dead {
+		return
+	}
 	select {
 	case w.wake[shard] <- struct{}{}:
 	default:
+	}
+}
+
+// listedPods takes a shard's pods as the driver lists them, as an informer's list
+// would: a pod not yet seen is looked up like one an event reported (a driver may
+// report only its own process's pods, local.Driver does).
+func (w *watchState) listedPods(shard int, cur map[string]warmpool.Pod) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, p := range cur {
+		if _, ok := w.unverified[shard][id]; !ok && !w.verified[shard][id] {
+			w.unverified[shard][id] = p
+		}
+	}
+}
+
+// unverifiedBefore returns the pods of a shard the driver reported and Redis was not
+// yet seen to know, created before t (past their orphan grace).
+func (w *watchState) unverifiedBefore(shard int, t time.Time) []warmpool.Pod {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []warmpool.Pod
+	for _, p := range w.unverified[shard] {
+		if time.UnixMilli(p.CreatedAt).Before(t) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// settle forgets an unverified pod that was looked up (unless an event changed it
+// meanwhile: the next run looks at it again), and remembers it as registered when
+// registered is set and it is not gone meanwhile.
+func (w *watchState) settle(shard int, p warmpool.Pod, registered bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cur, ok := w.unverified[shard][p.ID]
+	if !ok || cur != p {
+		return
+	}
+	delete(w.unverified[shard], p.ID)
+	if registered {
+		w.verified[shard][p.ID] = true
 	}
 }
 
@@ -182,10 +251,11 @@ func (s *Sweeper) Watch(ctx context.Context) error {
 
 // WatchShard is the watch of one shard of the due index: it buries the registered pods
 // of the shard's scopes that the driver reported dead, lists dead, or no longer lists,
-// and probes each live pod once per its scope's probe period, burying a pod whose
-// probe failed HealthFailThreshold times in a row. It reads no scope's pool: the
-// driver's list says which pods there are, and a pod Redis has that the driver never
-// listed is the full pass's (Reconcile) to purge.
+// handles as orphans the pods the driver reported that Redis does not know once past
+// OrphanGrace (watchOrphans), and probes each live pod once per its scope's probe
+// period, burying a pod whose probe failed HealthFailThreshold times in a row. It reads
+// a scope's pool only for an orphan: the driver's list says which pods there are, and
+// a pod Redis has that the driver never listed is the full pass's (Reconcile) to purge.
 func (s *Sweeper) WatchShard(ctx context.Context, shard int) error {
 	listed, err := s.watchList(ctx, false)
 	if err != nil {
@@ -254,12 +324,95 @@ func (s *Sweeper) watchShard(ctx context.Context, shard int, listed []warmpool.P
 		}
 	}
 	s.watch.retry(shard, failed)
+	s.watch.listedPods(shard, cur)
 	s.readPeriods(ctx, listed)
+	errs = append(errs, s.watchOrphans(ctx, shard))
 	return errors.Join(append(errs, s.probeShard(ctx, shard, cur))...)
 }
 
+// watchOrphans looks up, one PodKnown each, the pods of a shard that the driver
+// reported and that were not yet found registered, once their orphan grace has
+// passed, as a fresh list of the driver has them (one list when any is due, none
+// otherwise; a pod no longer listed is forgotten): a pod Redis does not know whose deploy lease is dead (its leader crashed
+// half-way, or gave up and failed to delete it) is adopted or deleted as the full pass
+// would (orphan). Nothing is judged while the keyspace has no epoch (a rebuild from
+// the driver is due), and a pod of a scope Redis does not have is left to the full
+// pass, which republishes the stored configs first.
+func (s *Sweeper) watchOrphans(ctx context.Context, shard int) error {
+	now := s.clock.Now()
+	due := s.watch.unverifiedBefore(shard, now.Add(-s.cfg.OrphanGrace))
+	if len(due) == 0 {
+		return nil
+	}
+	live, err := s.store.EpochLive(ctx)
+	if err != nil || !live {
+		return err
+	}
+	// A fresh list, for the pods as they are now: another replica may have handled
+	// them a moment ago, under this shard's lease, before their events reached here.
+	listed, err := s.watchList(ctx, true)
+	if err != nil {
+		return err
+	}
+	cur := make(map[string]warmpool.Pod, len(listed[shard]))
+	for _, p := range listed[shard] {
+		cur[p.ID] = p
+	}
+	var errs []error
+	for _, p := range due {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		lp, ok := cur[p.ID]
+		if !ok {
+			s.watch.settle(shard, p, false) // gone meanwhile
+			continue
+		}
+		settled, registered, err := s.eventOrphan(ctx, lp, now)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("orphan %s: %w", p.ID, err))
+		}
+		if settled {
+			s.watch.settle(shard, p, registered)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// eventOrphan looks up a pod the driver reported: settled when nothing is left to do
+// for it (registered or adopted: registered; deleted; of a scope Redis lacks), not
+// while its deploy is in flight or its delete or adoption failed.
+func (s *Sweeper) eventOrphan(ctx context.Context, p warmpool.Pod, now time.Time) (settled, registered bool, err error) {
+	known, err := s.store.PodKnown(ctx, p.ScopeID, p.ID)
+	if err != nil || known {
+		return known, known, err
+	}
+	rec, snap, err := s.pool(ctx, p.ScopeID)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+		return true, false, nil
+	}
+	if err != nil {
+		return false, false, err
+	}
+	for _, r := range snap.Pods {
+		if r.Pod.ID == p.ID {
+			return true, true, nil // registered meanwhile
+		}
+	}
+	if inFlight(snap, p.Fence, now) {
+		return false, false, nil
+	}
+	switch s.orphan(ctx, rec, p, now, false) {
+	case orphanAdopted:
+		return true, true, nil
+	case orphanDeleted:
+		return true, false, nil
+	}
+	return false, false, nil
+}
+
 // buryDead buries a pod the driver reports dead or gone, if Redis knows it: other pods
-// (a deploy that failed, an orphan) are the deploy's or the full pass's.
+// (a deploy that failed, an orphan) are the deploy's or watchOrphans'.
 func (s *Sweeper) buryDead(ctx context.Context, p warmpool.Pod) error {
 	known, err := s.store.PodKnown(ctx, p.ScopeID, p.ID)
 	if err != nil || !known {

@@ -18,9 +18,11 @@ import (
 // checkLifecycle: a deploy returns a Ready pod carrying the request's scope, deploy_ver
 // and fence with SSE and health URLs, having reported its phases in order (create
 // first, ready last); Probe passes and List shows the same pod; Delete removes it, its
-// probe then fails, and a second Delete is no error.
+// probe then fails, and a second Delete is no error. A driver that reports pod events
+// (warmpool.PodNotifier) reports the pod ready, then gone.
 func checkLifecycle(t *testing.T, h *Harness) {
 	ctx := testCtx(t)
+	events := recordEvents(h.Driver)
 	req := h.request(t, "dt_life.cycle", 7)
 	var mu sync.Mutex
 	var phases []string
@@ -81,11 +83,17 @@ func checkLifecycle(t *testing.T, h *Harness) {
 	if listed != pod {
 		t.Errorf("List shows %+v, Deploy returned %+v", listed, pod)
 	}
+	events.await(t, h, "an event of the ready pod", func(ev warmpool.PodEvent) bool {
+		return ev.Pod == pod && !ev.Gone
+	})
 
 	if err := h.Driver.Delete(ctx, pod); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	h.awaitGone(t, ctx, req.ScopeID, pod.ID)
+	events.await(t, h, "an event of the deleted pod, gone", func(ev warmpool.PodEvent) bool {
+		return ev.Pod.ID == pod.ID && ev.Gone && ev.Pod.Dead != "" && !ev.Pod.Ready && ev.Pod.ScopeID == pod.ScopeID
+	})
 	h.await(t, "the deleted pod's probe to fail", func() (bool, string) {
 		return h.Driver.Probe(ctx, pod) != nil, "Probe answers nil"
 	})
@@ -138,38 +146,27 @@ func checkListOrder(t *testing.T, h *Harness) {
 
 // checkDeadPod: a pod that dies behind the driver's back is listed Dead and not Ready,
 // its probe fails, and Delete still removes it. A driver that reports deaths
-// (warmpool.DeathNotifier) reports it dead and not Ready.
+// (warmpool.PodNotifier) reports it dead and not Ready.
 func checkDeadPod(t *testing.T, h *Harness) {
 	if h.Kill == nil {
 		t.Fatal("the harness cannot kill a pod (Harness.Kill)")
 	}
 	ctx := testCtx(t)
-	var mu sync.Mutex
-	var reported []warmpool.Pod
-	dn, notifies := h.Driver.(warmpool.DeathNotifier)
-	if notifies {
-		dn.OnDeath(func(p warmpool.Pod) { mu.Lock(); reported = append(reported, p); mu.Unlock() })
-	}
+	events := recordEvents(h.Driver)
 	pod, err := h.Driver.Deploy(ctx, h.request(t, "dt_dead", 1))
 	if err != nil {
 		t.Fatalf("Deploy: %v", err)
 	}
 	h.Kill(t, pod)
-	if notifies {
-		h.await(t, "OnDeath reports the killed pod", func() (bool, string) {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, p := range reported {
-				if p.ID == pod.ID {
-					if p.Dead == "" || p.Ready || p.ScopeID != pod.ScopeID {
-						t.Fatalf("OnDeath reported %+v, want it dead, not Ready, of scope %s", p, pod.ScopeID)
-					}
-					return true, ""
-				}
-			}
-			return false, fmt.Sprintf("reported %+v", reported)
-		})
-	}
+	events.await(t, h, "an event of the killed pod, dead", func(ev warmpool.PodEvent) bool {
+		if ev.Pod.ID != pod.ID || ev.Pod.Dead == "" {
+			return false
+		}
+		if ev.Pod.Ready || ev.Pod.ScopeID != pod.ScopeID {
+			t.Fatalf("event %+v of the killed pod, want it dead, not Ready, of scope %s", ev, pod.ScopeID)
+		}
+		return true
+	})
 	h.await(t, "List reports the killed pod dead", func() (bool, string) {
 		pods := h.list(t, ctx, pod.ScopeID)
 		for _, p := range pods {
@@ -296,4 +293,36 @@ func checkURL(t *testing.T, what, raw, path string) {
 	if err != nil || u.Scheme != "http" || u.Host == "" || !strings.HasSuffix(u.Path, path) {
 		t.Errorf("%s URL %q, want http://host…%s", what, raw, path)
 	}
+}
+
+// podEvents records the events of a driver that reports them (warmpool.PodNotifier).
+type podEvents struct {
+	notifies bool
+	mu       sync.Mutex
+	seen     []warmpool.PodEvent
+}
+
+func recordEvents(d warmpool.PodDriver) *podEvents {
+	e := &podEvents{}
+	if n, ok := d.(warmpool.PodNotifier); ok {
+		e.notifies = true
+		n.OnPodEvent(func(ev warmpool.PodEvent) { e.mu.Lock(); e.seen = append(e.seen, ev); e.mu.Unlock() })
+	}
+	return e
+}
+
+// await waits until an event recorded matches, for a driver that reports events.
+func (e *podEvents) await(t *testing.T, h *Harness, what string, match func(warmpool.PodEvent) bool) {
+	t.Helper()
+	if !e.notifies {
+		return
+	}
+	h.await(t, what, func() (bool, string) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if slices.ContainsFunc(e.seen, match) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("events %+v", e.seen)
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,7 +44,10 @@ type Driver struct {
 	changed chan struct{} // closed and replaced on every change, for waiters
 	done    chan struct{} // closed by Close
 	closed  bool
-	deaths  []func(warmpool.Pod)
+	events  []func(warmpool.PodEvent)
+	// watched is what the watch of a shared directory saw at its last look (nil until
+	// it starts, with the first OnPodEvent).
+	watched map[string]watchedFile
 
 	// started counts the Deploy calls; noRecords (a serving replica's driver) keeps
 	// their records out of records, which would grow with every deploy for the life of
@@ -53,8 +57,8 @@ type Driver struct {
 }
 
 var (
-	_ warmpool.PodDriver     = (*Driver)(nil)
-	_ warmpool.DeathNotifier = (*Driver)(nil)
+	_ warmpool.PodDriver   = (*Driver)(nil)
+	_ warmpool.PodNotifier = (*Driver)(nil)
 )
 
 // New returns an empty Driver whose pods exist only inside it: a second server
@@ -106,18 +110,126 @@ func (f *Driver) notifyLocked() {
 	f.changed = make(chan struct{})
 }
 
-// OnDeath makes Kill and Delete (of this Driver, not of another process sharing its
-// directory) report the pod to fn, dead and not Ready.
-func (f *Driver) OnDeath(fn func(warmpool.Pod)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.deaths = append(f.deaths, fn)
+// OnPodEvent makes the Driver report to fn, at once, every pod it has (as a watch's
+// initial list does), then each change it makes: a deploy's pod as it is created, as
+// it becomes ready and when a failed deploy removes it; Kill, AddExternal and Delete.
+// A shared Driver also watches its directory (every WatchPeriod, until Close), so the
+// pods that other processes create, change and delete are reported too, as an
+// informer's list and watch report them.
+func (f *Driver) OnPodEvent(fn func(warmpool.PodEvent)) {
+	defer f.lock()()
+	f.events = append(f.events, fn)
+	if _, shared := f.reg.(dirRegistry); shared {
+		if f.watched == nil {
+			f.watched = map[string]watchedFile{}
+			f.watchLocked(f.events) // the initial list: every pod there is to every function
+			go f.watchDir(f.done)
+		} else {
+			f.replayLocked(fn)
+		}
+		return
+	}
+	f.replayLocked(fn)
 }
 
-// reportLocked hands a dead pod to every OnDeath function; f.mu is held.
-func (f *Driver) reportLocked(p warmpool.Pod) {
-	for _, fn := range f.deaths {
-		fn(p)
+// replayLocked reports every pod there is to fn; f.mu is held.
+func (f *Driver) replayLocked(fn func(warmpool.PodEvent)) {
+	all, err := f.reg.all()
+	if err != nil {
+		return // a shared directory that cannot be read: its watch reports what it reads later
+	}
+	for _, e := range all {
+		fn(warmpool.PodEvent{Pod: e.pod()})
+	}
+}
+
+// reportLocked hands an event of p to every OnPodEvent function; f.mu is held.
+func (f *Driver) reportLocked(p warmpool.Pod, gone bool) {
+	if gone {
+		p.Ready = false
+		if p.Dead == "" {
+			p.Dead = "deleted"
+		}
+	}
+	for _, fn := range f.events {
+		fn(warmpool.PodEvent{Pod: p, Gone: gone})
+	}
+}
+
+// WatchPeriod is how often a shared Driver with OnPodEvent functions looks at its
+// directory for the changes other processes made.
+const WatchPeriod = 250 * time.Millisecond
+
+// watchedFile is a pod file as the directory's watch last saw it.
+type watchedFile struct {
+	mod  time.Time
+	size int64
+	pod  warmpool.Pod
+}
+
+// watchDir looks at the shared directory every WatchPeriod until done is closed.
+func (f *Driver) watchDir(done <-chan struct{}) {
+	t := time.NewTicker(WatchPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		f.mu.Lock()
+		f.watchLocked(f.events)
+		f.mu.Unlock()
+	}
+}
+
+// watchLocked reads the shared directory and reports to fns each pod that appeared,
+// changed (ready, dead) or is gone since the last look; a file whose time and size
+// are as they were is not read again. f.mu is held.
+func (f *Driver) watchLocked(fns []func(warmpool.PodEvent)) {
+	d := f.reg.(dirRegistry)
+	files, err := os.ReadDir(string(d))
+	if err != nil {
+		return // the next look tries again
+	}
+	report := func(p warmpool.Pod, gone bool) {
+		for _, fn := range fns {
+			fn(warmpool.PodEvent{Pod: p, Gone: gone})
+		}
+	}
+	seen := make(map[string]bool, len(files))
+	for _, file := range files {
+		id, ok := strings.CutSuffix(file.Name(), entryExt)
+		if !ok || file.IsDir() || strings.HasPrefix(file.Name(), ".") {
+			continue
+		}
+		info, err := file.Info()
+		if err != nil {
+			continue // removed meanwhile: gone below, or at the next look
+		}
+		seen[id] = true
+		was, known := f.watched[id]
+		if known && was.mod.Equal(info.ModTime()) && was.size == info.Size() {
+			continue
+		}
+		e, found, err := d.get(id)
+		if err != nil || !found {
+			delete(seen, id)
+			continue
+		}
+		p := e.pod()
+		f.watched[id] = watchedFile{mod: info.ModTime(), size: info.Size(), pod: p}
+		if !known || was.pod.Ready != p.Ready || was.pod.Dead != p.Dead {
+			report(p, false)
+		}
+	}
+	for id, was := range f.watched {
+		if !seen[id] {
+			delete(f.watched, id)
+			p := was.pod
+			p.Ready, p.Dead = false, "deleted"
+			report(p, true)
+		}
 	}
 }
 
@@ -203,6 +315,7 @@ func (f *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 		f.mu.Unlock()
 		return warmpool.Pod{}, early
 	}
+	f.reportLocked(pod, false)
 	fail, failMsg := f.failN > 0, f.failMsg
 	if fail {
 		f.failN--
@@ -241,13 +354,14 @@ func (f *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 	rec.End = time.Now()
 	f.notifyLocked()
 	if err != nil {
-		if mine {
-			_ = f.reg.remove(name) // best effort: a leftover is an orphan reconcile removes
+		if mine && f.reg.remove(name) == nil { // best effort: a leftover is an orphan the sweeper removes
+			f.reportLocked(cur.pod(), true)
 		}
 		rec.Err = err
 		return warmpool.Pod{}, err
 	}
 	rec.Pod = cur.pod()
+	f.reportLocked(rec.Pod, false)
 	req.Phase(warmpool.PhaseReady)
 	return rec.Pod, nil
 }
@@ -335,9 +449,7 @@ func (f *Driver) Delete(ctx context.Context, pod warmpool.Pod) error {
 		return fmt.Errorf("fake driver: delete %s: %w", pod.ID, err)
 	}
 	if ok {
-		p := e.pod()
-		p.Ready, p.Dead = false, "deleted"
-		f.reportLocked(p)
+		f.reportLocked(e.pod(), true)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/drivertest"
 	"github.com/warmpool/warmpool/driver/fake"
+	"github.com/warmpool/warmpool/internal/await"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -462,5 +464,56 @@ func TestFakeConcurrent(t *testing.T) {
 	}
 	if f.DeployCount() != 2*fences {
 		t.Fatalf("DeployCount = %d", f.DeployCount())
+	}
+}
+
+// A shared driver reports the pods of the other processes of its directory as its
+// watch sees them: those there before (its initial list), one another's deploy, the
+// kill and the delete; a memory driver reports its pods at once and its own changes.
+func TestPodEventsAcrossASharedDirectory(t *testing.T) {
+	dir := t.TempDir()
+	a, b := mustShared(t, dir), mustShared(t, dir)
+	before := mustDeploy(t, b, "s", 1)
+
+	var mu sync.Mutex
+	var events []warmpool.PodEvent
+	a.OnPodEvent(func(ev warmpool.PodEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() })
+	saw := func(what string, match func(warmpool.PodEvent) bool) {
+		t.Helper()
+		await.True(t, 10*time.Second, what, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.ContainsFunc(events, match)
+		})
+	}
+	saw("the pod there before, ready", func(ev warmpool.PodEvent) bool { return ev.Pod == before && !ev.Gone })
+
+	other := mustDeploy(t, b, "s", 2)
+	saw("the other process's new pod, ready", func(ev warmpool.PodEvent) bool { return ev.Pod == other && !ev.Gone })
+	b.Kill(other.ID, "OOMKilled")
+	saw("the other process's kill", func(ev warmpool.PodEvent) bool {
+		return ev.Pod.ID == other.ID && ev.Pod.Dead == "OOMKilled" && !ev.Pod.Ready && !ev.Gone
+	})
+	if err := b.Delete(testCtx(t), before); err != nil {
+		t.Fatal(err)
+	}
+	saw("the other process's delete, gone", func(ev warmpool.PodEvent) bool {
+		return ev.Pod.ID == before.ID && ev.Gone && ev.Pod.Dead != "" && !ev.Pod.Ready
+	})
+	mu.Lock()
+	for _, ev := range events {
+		if ev.Gone && ev.Pod.ID != before.ID {
+			t.Errorf("gone reported of a pod still there: %+v", ev)
+		}
+	}
+	mu.Unlock()
+
+	m := mustFake(t)
+	kept := mustDeploy(t, m, "s", 3)
+	var mine []warmpool.PodEvent
+	m.OnPodEvent(func(ev warmpool.PodEvent) { mine = append(mine, ev) })
+	m.AddExternal(warmpool.Pod{ID: "ext", ScopeID: "s", DeployVer: "v1", Fence: 4})
+	if len(mine) != 2 || mine[0].Pod != kept || mine[1].Pod.ID != "ext" || !mine[1].Pod.Ready || mine[1].Gone {
+		t.Fatalf("memory driver's events %+v, want its pod, then the external one ready", mine)
 	}
 }

@@ -93,7 +93,7 @@ func (f *Driver) Kill(podID, reason string) {
 	e.Dead, e.Ready = reason, false
 	mustNot(f.reg.put(e))
 	f.notifyLocked()
-	f.reportLocked(e.pod())
+	f.reportLocked(e.pod(), false)
 }
 
 // mustNot panics on an error of a test knob that has no error to return.
@@ -117,8 +117,10 @@ func (f *Driver) AddExternal(pod warmpool.Pod) {
 	if pod.CreatedAt == 0 {
 		pod.CreatedAt = warmpool.UnixMs(time.Now())
 	}
-	mustNot(f.reg.put(entry{Pod: pod, Ready: pod.Dead == "", Dead: pod.Dead, Token: warmpool.NewID()}))
+	e := entry{Pod: pod, Ready: pod.Dead == "", Dead: pod.Dead, Token: warmpool.NewID()}
+	mustNot(f.reg.put(e))
 	f.notifyLocked()
+	f.reportLocked(e.pod(), false)
 }
 
 // Pods returns every pod the driver has, like List without a context; it panics when

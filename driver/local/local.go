@@ -82,12 +82,12 @@ type Driver struct {
 	closed  bool
 	deploys sync.WaitGroup // Deploy calls in flight
 	reapers sync.WaitGroup // one per started process
-	deaths  []func(warmpool.Pod)
+	events  []func(warmpool.PodEvent)
 }
 
 var (
-	_ warmpool.PodDriver     = (*Driver)(nil)
-	_ warmpool.DeathNotifier = (*Driver)(nil)
+	_ warmpool.PodDriver   = (*Driver)(nil)
+	_ warmpool.PodNotifier = (*Driver)(nil)
 )
 
 // New fills cfg's defaults and returns the driver. Close it to stop its pods.
@@ -227,12 +227,14 @@ func (l *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 	l.mu.Lock()
 	l.procs[name] = p
 	l.mu.Unlock()
+	l.report(pod, false)
 	req.Phase(warmpool.PhaseCreate)
 
 	if err := l.awaitReady(dctx, p, pod, readyTimeout, req.Phase); err != nil {
 		l.stop(context.Background(), p)
 		l.removeRecord(name, p.pid)
 		l.forget(p)
+		l.report(pod, true)
 		switch {
 		case l.ctx.Err() != nil:
 			err = warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s: local driver closed", name)
@@ -256,21 +258,50 @@ func (l *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 		l.stop(context.Background(), p)
 		l.removeRecord(name, p.pid)
 		l.forget(p)
+		l.report(pod, true)
 		return warmpool.Pod{}, warmpool.Errorf(warmpool.CodeDeployFailed, "pod %s was deleted before it became ready", name)
 	}
 	log.InfoContext(ctx, "pod ready", "after", time.Since(now).Round(time.Millisecond))
 	req.Phase(warmpool.PhaseReady)
 	pod.Ready = true
+	l.report(pod, false)
 	return pod, nil
 }
 
-// OnDeath makes the driver report to fn each of its own pods whose process ends
-// (killed, crashed, or stopped by Delete), as it is reaped. Pods of other server
-// processes sharing StateDir are seen dead by List only.
-func (l *Driver) OnDeath(fn func(warmpool.Pod)) {
+// OnPodEvent makes the driver report to fn every pod of its state directory, at once
+// (as a watch's initial list does), then each change of its own pods: a deploy's
+// process as it starts, becomes ready, and when a failed deploy removes it; a process
+// that ends (killed, crashed, or stopped by Delete) as it is reaped; a pod that Delete
+// removed, its own or another server's. Pods that other server processes sharing
+// StateDir start are seen by List only.
+func (l *Driver) OnPodEvent(fn func(warmpool.PodEvent)) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.deaths = append(l.deaths[:len(l.deaths):len(l.deaths)], fn)
+	l.events = append(l.events[:len(l.events):len(l.events)], fn)
+	l.mu.Unlock()
+	pods, err := l.List(context.Background())
+	if err != nil {
+		l.log.Warn("local driver: pods not listed for a new event function", "err", err)
+	}
+	for _, p := range pods {
+		fn(warmpool.PodEvent{Pod: p})
+	}
+}
+
+// report hands an event of pod to the OnPodEvent functions; a gone pod is reported
+// Dead and not Ready.
+func (l *Driver) report(pod warmpool.Pod, gone bool) {
+	l.mu.Lock()
+	events := l.events
+	l.mu.Unlock()
+	if gone {
+		pod.Ready = false
+		if pod.Dead == "" {
+			pod.Dead = "deleted"
+		}
+	}
+	for _, fn := range events {
+		fn(warmpool.PodEvent{Pod: pod, Gone: gone})
+	}
 }
 
 // awaitReady polls the health endpoint until it answers 200 for this pod. The first
@@ -374,6 +405,11 @@ func (l *Driver) Delete(ctx context.Context, pod warmpool.Pod) error {
 	default:
 		return nil
 	}
+	gone := pod
+	if rec != nil {
+		gone = rec.Pod
+	}
+	l.report(gone, true)
 	l.log.InfoContext(ctx, "pod deleted", "pod", name)
 	return nil
 }

@@ -70,13 +70,13 @@ func (l *Driver) start(name string, args []string, specEnv map[string]string) (*
 	return p, nil
 }
 
-// reportExit hands a pod whose process was reaped to the OnDeath functions, if it is
-// a pod of this driver (the process of a deploy in flight is not a pod yet).
+// reportExit hands a pod whose process was reaped to the OnPodEvent functions, dead, if
+// it is a pod of this driver (the process of a deploy in flight is not a pod yet).
 func (l *Driver) reportExit(p *podProc) {
 	l.mu.Lock()
-	owned, deaths := l.procs[p.name] == p, l.deaths
+	owned, events := l.procs[p.name] == p, l.events
 	l.mu.Unlock()
-	if !owned || len(deaths) == 0 {
+	if !owned || len(events) == 0 {
 		return
 	}
 	rec, err := l.readRecord(p.name)
@@ -85,9 +85,7 @@ func (l *Driver) reportExit(p *podProc) {
 	}
 	pod := rec.Pod
 	pod.Ready, pod.Dead = false, p.exitReason()
-	for _, fn := range deaths {
-		fn(pod)
-	}
+	l.report(pod, false)
 }
 
 // forget drops p from the processes of this driver, once it is stopped.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -160,19 +162,26 @@ func (e *clusterEnv) take(ctx context.Context) (clusterSample, error) {
 // spread fills each node's slots, the scopes its slots predict, the scopes' config keys
 // and the keys of no scope found on it.
 func (e *clusterEnv) spread(ctx context.Context, p Population, nodes []*ClusterNode) error {
-	slots, err := e.cc.ClusterSlots(ctx).Result()
+	shards, err := e.cc.ClusterShards(ctx).Result()
 	if err != nil {
 		return err
 	}
 	owner := make([]int, 16384)
-	for _, r := range slots {
-		i := slices.Index(e.addrs, r.Nodes[0].Addr)
-		if i < 0 {
-			return fmt.Errorf("CLUSTER SLOTS names %s, not one of %v", r.Nodes[0].Addr, e.addrs)
+	for _, sh := range shards {
+		i := -1
+		for _, n := range sh.Nodes {
+			if n.Role == "master" {
+				i = slices.Index(e.addrs, net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)))
+			}
 		}
-		nodes[i].Slots += int(r.End - r.Start + 1)
-		for s := r.Start; s <= r.End; s++ {
-			owner[s] = i
+		if i < 0 {
+			return fmt.Errorf("CLUSTER SHARDS names no master among %v", e.addrs)
+		}
+		for _, r := range sh.Slots {
+			nodes[i].Slots += int(r.End - r.Start + 1)
+			for s := r.Start; s <= r.End; s++ {
+				owner[s] = i
+			}
 		}
 	}
 	keys := lua.NewKeyspace("")

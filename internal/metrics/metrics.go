@@ -190,7 +190,7 @@ func New(store *lua.Store, cfg Config) (*Metrics, error) {
 		}, []string{labelSweep}),
 		jobFixes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpool_sweeper_fixes_total",
-			Help: "Repairs the sweeper jobs made, by sweep (the job's name) and fix (reclaimed, dead, unhealthy, adopted, deleted_orphan, ...).",
+			Help: "Repairs the sweeper jobs made, by sweep (the job's name) and fix (reclaimed, dead, unhealthy, adopted, deleted_orphan, reindexed, ...). Under sweep=\"reconcile\", the hourly full pass, an audit: what the pod events and the due notes missed, which should stay 0.",
 		}, []string{labelSweep, labelFix}),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "warmpool_pool_scrape_errors_total",

@@ -164,8 +164,12 @@ func TestCapacitySmoke(t *testing.T) {
 	for _, c := range res.Costs {
 		names[c.Name] = c
 	}
+	// A cost net of the idle window's rate is a difference of two small figures at
+	// this size (8 cold routes in 14 s came out below the idle rate once, at load 2):
+	// its arithmetic is TestCostNetOfIdle's; here it must only have been measured.
 	for _, n := range []string{opWarm, warmAt(50), opPut, opCold, opDueTick, opWatch, opReport} {
-		if c, ok := names[n]; !ok || c.Ops <= 0 || c.RedisUs <= 0 {
+		c, ok := names[n]
+		if !ok || c.Ops <= 0 || math.IsNaN(c.RedisUs) || math.IsInf(c.RedisUs, 0) || (!c.Net && c.RedisUs <= 0) {
 			t.Errorf("%s: %+v", n, c)
 		}
 	}

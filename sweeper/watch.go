@@ -326,19 +326,22 @@ func (s *Sweeper) watchShard(ctx context.Context, shard int, listed []warmpool.P
 	s.watch.retry(shard, failed)
 	s.watch.listedPods(shard, cur)
 	s.readPeriods(ctx, listed)
-	errs = append(errs, s.watchOrphans(ctx, shard))
+	errs = append(errs, s.watchOrphans(ctx, shard, cur))
 	return errors.Join(append(errs, s.probeShard(ctx, shard, cur))...)
 }
 
 // watchOrphans looks up, one PodKnown each, the pods of a shard that the driver
 // reported and that were not yet found registered, once their orphan grace has
-// passed, as a fresh list of the driver has them (one list when any is due, none
-// otherwise; a pod no longer listed is forgotten): a pod Redis does not know whose deploy lease is dead (its leader crashed
-// half-way, or gave up and failed to delete it) is adopted or deleted as the full pass
-// would (orphan). Nothing is judged while the keyspace has no epoch (a rebuild from
-// the driver is due), and a pod of a scope Redis does not have is left to the full
-// pass, which republishes the stored configs first.
-func (s *Sweeper) watchOrphans(ctx context.Context, shard int) error {
+// passed, as cur (the shard's share of the watch's list, at most a watch interval
+// old: no list of its own, so a replica that deploys all the time lists no more often
+// than one that does not) has them; a pod no longer listed is forgotten. A pod Redis
+// does not know whose deploy lease is dead (its leader crashed half-way, or gave up
+// and failed to delete it) is adopted or deleted as the full pass would (orphan); one
+// that another replica deleted since the list is deleted again, which the driver takes
+// as done. Nothing is judged while the keyspace has no epoch (a rebuild from the
+// driver is due), and a pod of a scope Redis does not have is left to the full pass,
+// which republishes the stored configs first.
+func (s *Sweeper) watchOrphans(ctx context.Context, shard int, cur map[string]warmpool.Pod) error {
 	now := s.clock.Now()
 	due := s.watch.unverifiedBefore(shard, now.Add(-s.cfg.OrphanGrace))
 	if len(due) == 0 {
@@ -347,16 +350,6 @@ func (s *Sweeper) watchOrphans(ctx context.Context, shard int) error {
 	live, err := s.store.EpochLive(ctx)
 	if err != nil || !live {
 		return err
-	}
-	// A fresh list, for the pods as they are now: another replica may have handled
-	// them a moment ago, under this shard's lease, before their events reached here.
-	listed, err := s.watchList(ctx, true)
-	if err != nil {
-		return err
-	}
-	cur := make(map[string]warmpool.Pod, len(listed[shard]))
-	for _, p := range listed[shard] {
-		cur[p.ID] = p
 	}
 	var errs []error
 	for _, p := range due {

@@ -48,8 +48,9 @@ bench:
 
 ## pgo: refresh cmd/warmpool/default.pgo, the CPU profile `go build` optimises the
 ## binary with (profile-guided optimisation; docs/performance.md, "Issue 25"): the warm
-## routes of server (BenchmarkHTTPRouteAffinity, BenchmarkHTTPRouteWarm) and rm's warm
-## and cold acquires, on a real redis-server, merged. Refresh it when the hot paths
+## routes of server (BenchmarkHTTPRouteAffinity, BenchmarkHTTPRouteWarm), rm's warm
+## and cold acquires and the sweeper's due and watch ticks (BenchmarkSweepShards,
+## BenchmarkWatch), on a real redis-server, merged. Refresh it when the hot paths
 ## change; `go build -pgo=off` builds without it.
 PGO_DIR := bin/pgo
 pgo:
@@ -58,7 +59,9 @@ pgo:
 		-o $(PGO_DIR)/server.test -cpuprofile $(CURDIR)/$(PGO_DIR)/server.prof ./server/
 	scripts/with-redis.sh $(GO) test -run '^$$' -bench '^BenchmarkAcquire(Warm|Cold)$$' -benchtime 2000x -count=1 \
 		-o $(PGO_DIR)/rm.test -cpuprofile $(CURDIR)/$(PGO_DIR)/rm.prof ./rm/
-	$(GO) tool pprof -proto $(PGO_DIR)/server.prof $(PGO_DIR)/rm.prof > cmd/warmpool/default.pgo
+	scripts/with-redis.sh $(GO) test -run '^$$' -bench '^Benchmark(SweepShards|Watch)$$' -benchtime 200x -count=1 \
+		-o $(PGO_DIR)/sweeper.test -cpuprofile $(CURDIR)/$(PGO_DIR)/sweeper.prof ./sweeper/
+	$(GO) tool pprof -proto $(PGO_DIR)/server.prof $(PGO_DIR)/rm.prof $(PGO_DIR)/sweeper.prof > cmd/warmpool/default.pgo
 
 ## scale: the scale benchmark (docs/performance.md): for each size (SCALE_SIZES, default
 ## 1000,10000,50000,100000 scopes of one pod and one session) a throwaway redis-server and

@@ -113,12 +113,7 @@ func TestFeedPublishesWhatTheWriterDidNot(t *testing.T) {
 // feed brings the change.
 func TestProbePeriodOfNewAndChangedScope(t *testing.T) {
 	var drv *countingDriver
-	h := newHarness(t, func(o *options) {
-		o.driver = func(f *fake.Driver) warmpool.PodDriver {
-			drv = &countingDriver{Driver: f, probes: map[string]int{}}
-			return drv
-		}
-	})
+	h := newHarness(t, countingProbes(&drv))
 	ctx := t.Context()
 	h.follow()
 	h.Scope("old", 4, 2)

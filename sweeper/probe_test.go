@@ -26,6 +26,17 @@ type countingDriver struct {
 	probes map[string]int
 }
 
+// countingProbes makes the harness's replica probe through a countingDriver over the
+// fake one, which it stores in *drv.
+func countingProbes(drv **countingDriver) func(*options) {
+	return func(o *options) {
+		o.driver = func(f *fake.Driver) warmpool.PodDriver {
+			*drv = &countingDriver{Driver: f, probes: map[string]int{}}
+			return *drv
+		}
+	}
+}
+
 func (c *countingDriver) Probe(ctx context.Context, pod warmpool.Pod) error {
 	c.mu.Lock()
 	c.probes[pod.ID]++
@@ -89,12 +100,7 @@ func (l *commandLog) take() map[string]int {
 // pods send Redis nothing but each shard's window move, whatever the number of pods.
 func TestProbesOncePerPeriodSpreadAndWriteNothing(t *testing.T) {
 	var drv *countingDriver
-	h := newHarness(t, func(o *options) {
-		o.driver = func(f *fake.Driver) warmpool.PodDriver {
-			drv = &countingDriver{Driver: f, probes: map[string]int{}}
-			return drv
-		}
-	})
+	h := newHarness(t, countingProbes(&drv))
 	ctx := t.Context()
 	const tick = sweeper.DefaultInterval
 	scopes := []struct {

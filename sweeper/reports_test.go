@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -16,12 +15,7 @@ import (
 // probed throughout.
 func TestWatchSkipsPodsThatReport(t *testing.T) {
 	var drv *countingDriver
-	h := newHarness(t, func(o *options) {
-		o.driver = func(f *fake.Driver) warmpool.PodDriver {
-			drv = &countingDriver{Driver: f, probes: map[string]int{}}
-			return drv
-		}
-	})
+	h := newHarness(t, countingProbes(&drv))
 	ctx := t.Context()
 	const period, interval, tick = 2 * time.Second, 5 * time.Second, 2 * time.Second
 	h.Scope("a", 8, 2, func(c *warmpool.ScopeConfig) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,10 +132,14 @@ func (k *Kubernetes) cacheFor(ns string) *nsCache {
 		return nil, nil
 	}})
 	// managedFields, the largest part of a pod, is never read: dropped before the pod
-	// is stored, it is not kept, copied or scanned by the collector.
+	// is stored, it is not kept, copied or scanned by the collector. The pod is copied
+	// (shallow) rather than changed: a watch may hand out an object its source still
+	// holds (client-go's fake tracker does), and writing to it races that source.
 	_ = c.informer.SetTransform(func(obj any) (any, error) {
-		if p, ok := obj.(*corev1.Pod); ok {
-			p.ManagedFields = nil
+		if p, ok := obj.(*corev1.Pod); ok && p.ManagedFields != nil {
+			q := *p
+			q.ManagedFields = nil
+			return &q, nil
 		}
 		return obj, nil
 	})
@@ -203,7 +208,28 @@ func (k *Kubernetes) startNodes() *nodeCache {
 		},
 	})
 	c.run(c.informer)
+	// Pod events that came before the node cache filled judged their pods without node
+	// state, and a pod whose node was gone before then gets no node event after it: so
+	// once the cache has synced every cached pod is judged again.
+	go func() {
+		if cache.WaitForCacheSync(c.done, c.informer.HasSynced) {
+			k.notifyCached()
+		}
+	}()
 	return c
+}
+
+// notifyCached hands every cached pod to Config.OnPod and to the OnPodEvent functions
+// again.
+func (k *Kubernetes) notifyCached() {
+	k.mu.Lock()
+	caches := slices.Collect(maps.Values(k.caches))
+	k.mu.Unlock()
+	for _, c := range caches {
+		for _, obj := range c.informer.GetStore().List() {
+			k.notify(obj, false)
+		}
+	}
 }
 
 // nodeIndex indexes cached pods by the node they are bound to.
@@ -237,10 +263,7 @@ func (k *Kubernetes) afterGrace(node string) {
 // functions again.
 func (k *Kubernetes) notifyNode(node string) {
 	k.mu.Lock()
-	caches := make([]*nsCache, 0, len(k.caches))
-	for _, c := range k.caches {
-		caches = append(caches, c)
-	}
+	caches := slices.Collect(maps.Values(k.caches))
 	k.mu.Unlock()
 	for _, c := range caches {
 		objs, err := c.informer.GetIndexer().ByIndex(nodeIndex, node)
@@ -289,10 +312,7 @@ func (k *Kubernetes) notify(obj any, deleted bool) {
 func (k *Kubernetes) OnPodEvent(fn func(warmpool.PodEvent)) {
 	k.mu.Lock()
 	k.events = append(k.events[:len(k.events):len(k.events)], fn)
-	caches := make([]*nsCache, 0, len(k.caches))
-	for _, c := range k.caches {
-		caches = append(caches, c)
-	}
+	caches := slices.Collect(maps.Values(k.caches))
 	k.mu.Unlock()
 	now := k.cfg.Clock.Now()
 	for _, c := range caches {
@@ -383,10 +403,7 @@ func (k *Kubernetes) List(ctx context.Context) ([]warmpool.Pod, error) {
 	}
 	k.stopIdle()
 	k.mu.Lock()
-	caches := make([]*nsCache, 0, len(k.caches))
-	for _, c := range k.caches {
-		caches = append(caches, c)
-	}
+	caches := slices.Collect(maps.Values(k.caches))
 	k.mu.Unlock()
 	k.waitNodes(ctx)
 	now := k.cfg.Clock.Now()

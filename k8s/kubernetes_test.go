@@ -1117,3 +1117,44 @@ func TestAPIMessageHidesTheServer(t *testing.T) {
 		t.Errorf("apiMessage = %q: want the server's message", got)
 	}
 }
+
+// A pod whose node was gone before the node cache filled is reported dead once it has
+// filled: its first event judged it without node state, and no node event follows.
+func TestKubernetesNodeCacheLateJudgesPodsAgain(t *testing.T) {
+	p, err := newAgentPod(kubeReq("orphan", 1), warmpool.PodName("orphan", 1), "wp", time.UnixMilli(1000), podExtras{grace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := newFakeClient(schedule(p, "gone-node", readyStatus("127.1.0.2")))
+	// The node list fails until the gate opens (a reactor must not block: the fake
+	// client runs reactors under its lock); the reflector lists again after a backoff.
+	var open atomic.Bool
+	cs.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !open.Load() {
+			return true, nil, errors.New("nodes not listed yet")
+		}
+		return false, nil, nil
+	})
+	k := mustKube(t, cs, nil)
+	events := make(chan warmpool.PodEvent, 100)
+	k.OnPodEvent(func(ev warmpool.PodEvent) { events <- ev })
+	if err := k.WatchNamespace(context.Background(), "wp"); err != nil {
+		t.Fatal(err)
+	}
+	first := <-events
+	if first.Pod.Dead != "" {
+		t.Fatalf("first event %+v: judged dead before the node cache filled", first)
+	}
+	open.Store(true)
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if strings.HasPrefix(ev.Pod.Dead, DeathNodeLost) {
+				return
+			}
+		case <-timeout:
+			t.Fatal("the pod on the gone node was never reported dead after the node cache filled")
+		}
+	}
+}

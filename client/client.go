@@ -66,9 +66,11 @@ func WithTransport(rt http.RoundTripper) Option { return func(s *settings) { s.t
 // WithMaxAttempts sends a call at most n times (n >= 1; 1 turns retries off).
 func WithMaxAttempts(n int) Option { return func(s *settings) { s.retry.attempts = n } }
 
-// WithRetryBudget bounds each call, with its retries and the waits between them, to d
-// (d >= 0; 0: the attempts and the context alone bound it). A wait that would end past
-// the budget is not begun: the call returns its last error.
+// WithRetryBudget bounds the retries of each call to d from its start (d >= 0; 0: the
+// attempts and the context alone bound them): a wait that would end past the budget
+// is not begun, and the call returns its last error. An attempt itself is bounded by
+// the context (and the http.Client's Timeout), not by the budget: a route may wait
+// in the scope's queue on the server for up to its wait_timeout_s.
 func WithRetryBudget(d time.Duration) Option { return func(s *settings) { s.retry.budget = d } }
 
 // WithBackoff sets the wait before the first retry (base) and the cap of its doubling

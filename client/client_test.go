@@ -40,6 +40,8 @@ func TestErrorOfTheEnvelope(t *testing.T) {
 	}
 }
 
+// TestErrorDetails: Quota decodes the details of QUOTA_EXCEEDED, limits as numbers or
+// quantities, and nothing else.
 func TestErrorDetails(t *testing.T) {
 	for _, c := range []struct {
 		name string

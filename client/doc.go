@@ -11,9 +11,9 @@
 // A call the server refused returns an *Error with the answer's status, the code and
 // message of its error envelope, the Retry-After it asked for and its X-Request-Id.
 // Each Code is also an error, so errors.Is(err, client.CodeQueueFull) tells one
-// code, and CodeOf(err) gives the code to switch on. Anything else (a transport
-// error, a cancelled context, an answer that is not JSON) is returned as it is,
-// wrapped.
+// code, and CodeOf(err) gives the code to switch on. Any other failure (a transport
+// error as net/http returns it, a cancelled context, an answer that is not JSON) is
+// an error of its own, whose CodeOf is "".
 //
 // The codes are the package's own, not the root package's warmpool.Code: the client
 // links the standard library alone, so that a gateway pulls in nothing of the server,
@@ -32,12 +32,13 @@
 // the backoff max), plus up to a quarter more at random, so that gateways refused
 // together do not all come back at the same instant. It gives up, returning the last
 // error, after WithMaxAttempts attempts, or at once when the next wait would end past
-// the context's deadline or past the call's WithRetryBudget.
+// the context's deadline or past the call's WithRetryBudget (counted from its start).
 //
 // Every mutating call (Route, Acquire, Touch, End, TouchHold, Release) carries an
 // Idempotency-Key, made once per call and sent again on each of its retries, or the
-// caller's own (WithIdempotencyKey): the server answers a repeated route or acquire
-// with the first one's answer instead of taking a second slot. Touch, End, TouchHold
+// caller's own (WithIdempotencyKey): a repeated route or acquire gets the answer of
+// the first one that succeeded instead of taking a second slot (the server keeps no
+// refusal, so a retry after one runs again). Touch, End, TouchHold
 // and Release change the same state however often they run, so a retry of one whose
 // first answer was lost only answers differently: End false, Release HOLD_NOT_FOUND,
 // as the first attempt did the work.

@@ -87,7 +87,9 @@ pooltrace: build
 ## root, not the driver registry nor the drivers of driver/); those
 ## that do link client-go's core/v1 client, never the clientset, informers or fake
 ## clientset of every API group (only e2e/k8s, built for make e2e-k8s, uses the clientset);
-## the root package free of net/http (the domain knows codes, not statuses);
+## the root package free of net/http (the domain knows codes, not statuses); the Go
+## client of gateways (client/) on the standard library alone, so that a gateway links
+## nothing else through it;
 ## and no net/http/pprof in the binary: linking it keeps the runtime's memory profiling
 ## on (1.5 MB of a replica's RSS) for a profile nothing serves; sm and rm never import
 ## each other (SM takes a root interface, and cmd wires them); rm, sm and the sweeper log
@@ -102,7 +104,7 @@ pooltrace: build
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ERRCHECK    := github.com/kisielk/errcheck@v1.30.0
 LINT_TAGS   := e2e_multi,faults,e2e_k8s
-NO_K8S_PKGS := . ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/harness/testserver/
+NO_K8S_PKGS := . ./client/ ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/harness/testserver/
 K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./internal/manifests/ ./deploy/ ./e2e/
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -115,6 +117,8 @@ lint:
 		if [ -n "$$out" ]; then echo "$(K8S_PKGS) link all of client-go's API groups through:"; echo "$$out"; exit 1; fi
 	@if $(GO) list -deps . | grep -qx 'net/http'; then \
 		echo "the root package links net/http: statuses and request decoding belong to internal/httpx"; exit 1; fi
+	@out=$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./client/ | grep -vx '$(MODULE)/client'); \
+		if [ -n "$$out" ]; then echo "client/ links more than the standard library (gateways import it):"; echo "$$out"; exit 1; fi
 	@if $(GO) list -deps ./cmd/warmpool | grep -qx 'net/http/pprof'; then \
 		echo "cmd/warmpool links net/http/pprof, which keeps memory profiling on: drop the import that brings it"; exit 1; fi
 	@for pair in sm:rm rm:sm; do from=$${pair%:*}; to=$${pair#*:}; \

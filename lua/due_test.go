@@ -81,6 +81,7 @@ func TestDueNoteOutlivesItsCaller(t *testing.T) {
 		t.Fatalf("indexed at %v after a note of %v whose caller went away: the index write was lost", got, want)
 	}
 }
+
 // A due-index write that fails (Redis unreachable for a moment, the Cluster node of
 // the shard down) does not fail the call, whose script has committed: it is counted
 // (ObserveDueIndexFailures, the metric warmpool_due_index_write_failures_total) and

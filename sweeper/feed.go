@@ -100,6 +100,10 @@ func (s *Sweeper) applyChange(ctx context.Context, c warmpool.ConfigChange) erro
 	rec, err := s.store.Scope(ctx, c.ScopeID)
 	switch {
 	case err == nil && rec.Version >= c.Version:
+		// Published: by the writer, whose index write may have failed after.
+		if err := s.indexServed(ctx, c.ScopeID); err != nil {
+			return err
+		}
 		return s.scopeSeen(ctx, c.ScopeID, rec.Config)
 	case err != nil && warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound:
 		return err
@@ -118,6 +122,17 @@ func (s *Sweeper) applyChange(ctx context.Context, c warmpool.ConfigChange) erro
 		s.cfg.Observe("config_feed", "published")
 	}
 	return s.scopeSeen(ctx, stored.ScopeID, stored.Config)
+}
+
+// indexServed puts a scope Redis serves into the global index, which should have it
+// already: one it lacked is counted (config_feed, indexed_scope).
+func (s *Sweeper) indexServed(ctx context.Context, scope string) error {
+	added, err := s.store.ScopeIndex(ctx, scope)
+	if added {
+		s.log.InfoContext(ctx, "config feed indexed a served scope the index lacked", "scope", scope)
+		s.cfg.Observe("config_feed", "indexed_scope")
+	}
+	return err
 }
 
 // scopeSeen takes a scope's config as Redis serves it: its probe period for the

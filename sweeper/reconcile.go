@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/warmpool/warmpool"
@@ -85,59 +82,53 @@ func (s *Sweeper) reconcile(ctx context.Context, p *pacer) error {
 	if err != nil {
 		return err
 	}
-	listed, err := s.listPods(ctx)
+	v, err := s.listView(ctx, s.listPods)
 	if err != nil {
-		return fmt.Errorf("reconcile: list pods: %w", err)
-	}
-	now := s.clock.Now()
-	inDriver := map[string]bool{}
-	byScope := map[string][]warmpool.Pod{}
-	for _, p := range listed {
-		inDriver[p.ID] = true
-		byScope[p.ScopeID] = append(byScope[p.ScopeID], p)
-	}
-	visit := func(scope string, indexed bool) error {
-		return s.reconcileScope(ctx, scope, indexed, byScope[scope], inDriver, now, lost[scope])
+		return fmt.Errorf("reconcile: %w", err)
 	}
 	visited := map[string]bool{}
 	err = s.forScopes(ctx, p, func(scope string) error {
 		visited[scope] = true
-		return visit(scope, true)
+		return s.reconcileScope(ctx, v, scope, true, lost[scope])
 	})
 	if rerr := s.repair(ctx, p); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
 	// A scope published while the keyspace was being rebuilt gets its epoch now.
-	if _, berr := s.store.Bootstrap(ctx, strconv.FormatInt(now.UnixNano(), 36)); berr != nil {
+	if _, berr := s.store.Bootstrap(ctx, strconv.FormatInt(s.clock.Now().UnixNano(), 36)); berr != nil {
 		err = errors.Join(err, berr)
 	}
 	// The pods of scopes the index does not name: whether their scope has a config
 	// is for its config hash to say, not the index.
-	for _, scope := range slices.Sorted(maps.Keys(byScope)) {
+	for _, scope := range v.scopes() {
 		if visited[scope] {
 			continue
 		}
 		if serr := p.step(ctx); serr != nil {
 			return errors.Join(err, serr)
 		}
-		if verr := visit(scope, false); verr != nil {
+		if verr := s.reconcileScope(ctx, v, scope, false, lost[scope]); verr != nil {
 			err = errors.Join(err, fmt.Errorf("%s: %w", scope, verr))
 		}
 	}
 	return err
 }
 
-// reconcileScope makes a scope's pool agree with pods, the driver's pods of the scope
-// (inDriver names every pod listed, listed at now): a pod Redis does not know is
-// adopted or deleted (orphan), a pod Redis has that the driver lacks is purged past
+// reconcileScope makes a scope's pool agree with the driver's pods of it in v (listed
+// again first when v is too old to adopt from): a pod Redis does not know is adopted
+// or deleted (judgeOrphan), a pod Redis has that the list lacks is purged past
 // GhostGrace. A scope with no config in Redis (the stored ones were published again
 // first) has its pods deleted past OrphanGrace, and leaves the index; a served scope
 // the index lacks (a lost write) goes back in. indexed: the scope was found in the
 // index.
-func (s *Sweeper) reconcileScope(ctx context.Context, scope string, indexed bool, pods []warmpool.Pod, inDriver map[string]bool, now time.Time, lost bool) error {
+func (s *Sweeper) reconcileScope(ctx context.Context, v *podView, scope string, indexed, lost bool) error {
+	if err := s.freshen(ctx, v); err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	pods := v.byScope[scope]
 	rec, snap, err := s.pool(ctx, scope)
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
-		return s.noConfig(ctx, scope, indexed, pods, now)
+		return s.noConfig(ctx, scope, indexed, pods, v.at)
 	}
 	if err != nil {
 		return err
@@ -147,17 +138,10 @@ func (s *Sweeper) reconcileScope(ctx context.Context, scope string, indexed bool
 			return err
 		}
 	}
-	known := map[string]bool{}
-	for _, p := range snap.Pods {
-		known[p.Pod.ID] = true
-	}
 	var maxFence int64
 	for _, p := range pods {
 		maxFence = max(maxFence, p.Fence)
-		if known[p.ID] || inFlight(snap, p.Fence, now) {
-			continue
-		}
-		s.orphan(ctx, rec, p, now, lost)
+		s.judgeOrphan(ctx, rec, snap, p, v.at, lost)
 	}
 	if maxFence > 0 {
 		if err := s.store.FenceRaise(ctx, scope, maxFence); err != nil {
@@ -165,7 +149,7 @@ func (s *Sweeper) reconcileScope(ctx context.Context, scope string, indexed bool
 		}
 	}
 	for _, p := range snap.Pods {
-		if !inDriver[p.Pod.ID] && now.Sub(p.RegisteredAt) >= s.cfg.GhostGrace {
+		if !v.listed[p.Pod.ID] && v.at.Sub(p.RegisteredAt) >= s.cfg.GhostGrace {
 			s.bury(ctx, scope, p.Pod, "gone from the driver", "purged_ghost")
 		}
 	}
@@ -231,77 +215,6 @@ func (s *Sweeper) repair(ctx context.Context, p *pacer) error {
 		}
 		return nil
 	})
-}
-
-// inFlight reports whether a deploy lease with this fence is live: its pod is about
-// to be registered by its leader. A lease past its deadline is dead (the register
-// script refuses it), even before a repair removes it.
-func inFlight(snap lua.Snapshot, fence int64, now time.Time) bool {
-	for d, deadline := range snap.Deploys {
-		if strings.TrimSuffix(d, "w") == strconv.FormatInt(fence, 10) && deadline.After(now) {
-			return true
-		}
-	}
-	return false
-}
-
-// What orphan did with a pod.
-type orphanOutcome int
-
-const (
-	orphanLeft    orphanOutcome = iota // left alone: within its grace, or a call failed
-	orphanDeleted                      // deleted from the driver
-	orphanAdopted                      // registered in Redis (adopted now, or known already)
-)
-
-// orphan adopts or deletes a pod the driver has and Redis does not know. Such a pod had
-// no session through warmpool (Redis binds sessions only to pods it knows, and forgets
-// a pod's sessions with it), unless its scope's keys were lost (lost): then it may
-// serve sessions Redis no longer has, and takes no new one until they have expired.
-func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Pod, now time.Time, lost bool) orphanOutcome {
-	switch {
-	case p.Dead != "":
-		return s.deleteOrphan(ctx, p, "dead: "+p.Dead)
-	case rec.Deleted:
-		return s.deleteOrphan(ctx, p, "its scope is deleted")
-	case !p.Ready:
-		if now.Sub(time.UnixMilli(p.CreatedAt)) >= s.cfg.OrphanGrace {
-			return s.deleteOrphan(ctx, p, "never became ready")
-		}
-		return orphanLeft
-	case p.DeployVer != rec.DeployVer:
-		return s.deleteOrphan(ctx, p, "old deploy_ver "+p.DeployVer)
-	case p.SSEURL == "":
-		return s.deleteOrphan(ctx, p, "no SSE address to adopt it with")
-	}
-	st, err := s.store.PodAdopt(ctx, p, now, lost)
-	switch {
-	case err != nil:
-		s.log.WarnContext(ctx, "orphan: adopt failed", "pod", p.ID, "err", err)
-	case st == lua.AdoptFull:
-		return s.deleteOrphan(ctx, p, "no room under max_pods")
-	case st == lua.AdoptGone:
-		// Purged lately by a job that deletes it (or failed to): it stays gone.
-		return s.deleteOrphan(ctx, p, "purged")
-	case st == lua.AdoptAdopted:
-		s.log.InfoContext(ctx, "adopted an orphan pod", "scope", p.ScopeID, "pod", p.ID, "job", jobName(ctx))
-		s.fixed(ctx, "adopted")
-		s.sessions.Wake(ctx, p.ScopeID)
-		return orphanAdopted
-	case st == lua.AdoptKnown:
-		return orphanAdopted // registered meanwhile by its deploy
-	}
-	return orphanLeft
-}
-
-func (s *Sweeper) deleteOrphan(ctx context.Context, p warmpool.Pod, reason string) orphanOutcome {
-	if err := s.driver.Delete(ctx, p); err != nil {
-		s.log.WarnContext(ctx, "orphan pod not deleted", "pod", p.ID, "err", err)
-		return orphanLeft
-	}
-	s.log.InfoContext(ctx, "deleted an orphan pod", "scope", p.ScopeID, "pod", p.ID, "reason", reason, "job", jobName(ctx))
-	s.fixed(ctx, "deleted_orphan")
-	return orphanDeleted
 }
 
 // republishStale makes Redis serve the latest stored config of every scope: a stored

@@ -12,6 +12,22 @@ import (
 	"github.com/warmpool/warmpool/sweeper"
 )
 
+// reclaimedLongAgo reclaims a registered pod as a due job does (purged, its
+// tombstone set, deleted from the driver) and lets its tombstone expire.
+func (h *harness) reclaimedLongAgo(pod warmpool.Pod) {
+	h.t.Helper()
+	ctx := context.Background()
+	if _, err := h.Store.PodPurge(ctx, pod.ScopeID, pod.ID, "reclaimed", nil); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.Fake.Delete(ctx, pod); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.Redis.Client.Del(ctx, h.Store.Keys().Scope(pod.ScopeID).Gone(pod.ID)).Err(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 // The paced pass never adopts a pod from a list older than the pod's tombstone can
 // vouch for. It lists the driver once and visits the scopes over minutes: a pod
 // reclaimed after the list (purged, its tombstone set, deleted from the driver) whose
@@ -33,15 +49,7 @@ func TestPacedPassDoesNotAdoptFromAnOldList(t *testing.T) {
 	reclaim := func() {
 		// After the pass's list, before its visit of b: the pod is reclaimed, and its
 		// tombstone has expired by the visit.
-		if _, err := h.Store.PodPurge(ctx, "b", pod.ID, "reclaimed", nil); err != nil {
-			t.Error(err)
-		}
-		if err := h.Fake.Delete(ctx, pod); err != nil {
-			t.Error(err)
-		}
-		if err := h.Redis.Client.Del(ctx, h.Store.Keys().Scope("b").Gone(pod.ID)).Err(); err != nil {
-			t.Error(err)
-		}
+		h.reclaimedLongAgo(pod)
 		h.Clock.Advance(lua.GoneTTL + time.Second)
 	}
 	sweeper.SetPace(h.sw, time.Now, func(context.Context, time.Duration) error {
@@ -89,15 +97,7 @@ func TestWatchDoesNotAdoptFromAnOldList(t *testing.T) {
 	if st, err := h.Store.PodAdopt(ctx, pod, h.Clock.Now(), false); err != nil || st != lua.AdoptAdopted {
 		t.Fatalf("adopt: %q %v", st, err)
 	}
-	if _, err := h.Store.PodPurge(ctx, "a", pod.ID, "reclaimed", nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Fake.Delete(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Redis.Client.Del(ctx, h.Store.Keys().Scope("a").Gone(pod.ID)).Err(); err != nil {
-		t.Fatal(err)
-	}
+	h.reclaimedLongAgo(pod)
 	h.Clock.Advance(lua.GoneTTL + time.Second) // past the grace of o1, created on the clock
 	if err := h.sw.WatchShard(ctx, shard); err != nil {
 		t.Fatal(err)

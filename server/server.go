@@ -307,6 +307,7 @@ func (s *Server) build(ctx context.Context) error {
 		return fmt.Errorf("--metrics-scope-detail: %w", err)
 	}
 	s.store.ObserveScripts(s.metrics.ObserveScript)
+	s.store.ObserveDueIndexFailures(s.metrics.ObserveDueIndexFailure)
 
 	// Pod driver.
 	if cfg.Driver != nil {

@@ -16,6 +16,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -63,13 +64,13 @@ func Documents(rendered []byte) ([][]byte, error) {
 }
 
 // decoder knows the API groups deploy/ renders: core/v1 (Namespace, ServiceAccount,
-// ConfigMap, Service), apps/v1 (Deployment), rbac/v1 (Role, RoleBinding) and policy/v1
-// (PodDisruptionBudget). Registering only these keeps the other groups' types out of
+// ConfigMap, Service), apps/v1 (Deployment), rbac/v1 (Role, RoleBinding), policy/v1
+// (PodDisruptionBudget) and networking/v1 (NetworkPolicy). Registering only these keeps the other groups' types out of
 // every build that decodes manifests.
 var decoder = func() runtime.Decoder {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
-		corev1.AddToScheme, appsv1.AddToScheme, rbacv1.AddToScheme, policyv1.AddToScheme,
+		corev1.AddToScheme, appsv1.AddToScheme, rbacv1.AddToScheme, policyv1.AddToScheme, networkingv1.AddToScheme,
 	} {
 		if err := add(scheme); err != nil {
 			panic(err)
@@ -80,7 +81,7 @@ var decoder = func() runtime.Decoder {
 
 // Decode decodes each document of rendered YAML into the typed object of its kind
 // (apps/v1 Deployment, v1 Service, …). A kind outside the groups deploy/ uses (core,
-// apps, rbac, policy) is an error naming the document.
+// apps, rbac, policy, networking) is an error naming the document.
 func Decode(rendered []byte) ([]runtime.Object, error) {
 	docs, err := Documents(rendered)
 	if err != nil {

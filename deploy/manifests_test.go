@@ -5,6 +5,7 @@
 package deploy
 
 import (
+	"cmp"
 	"context"
 	"net/url"
 	"slices"
@@ -158,12 +159,16 @@ func check(t *testing.T, r rendered) {
 	if r.namespaces[agents] == nil {
 		t.Errorf("the agents' namespace %s is not created", agents)
 	}
+	// The agents' namespace enforces the level scopes are held to (--pod-security,
+	// default restricted); warmpool's pods meet restricted.
+	level := cmp.Or(r.cm.Data["WARMPOOL_POD_SECURITY"], "restricted")
 	for name, n := range r.namespaces {
-		if name != ns && name != agents {
+		want := map[string]string{ns: "restricted", agents: level}[name]
+		if want == "" {
 			t.Errorf("namespace %s: neither warmpool's nor the agents'", name)
 		}
-		if l := n.Labels["pod-security.kubernetes.io/enforce"]; l != "restricted" {
-			t.Errorf("namespace %s enforces Pod Security %q, want restricted", name, l)
+		if l := n.Labels["pod-security.kubernetes.io/enforce"]; l != want {
+			t.Errorf("namespace %s enforces Pod Security %q, want %q", name, l, want)
 		}
 	}
 	if got := r.cm.Data["WARMPOOL_NAMESPACE"]; got != agents {
@@ -299,8 +304,15 @@ func check(t *testing.T, r rendered) {
 	if !labels.SelectorFromSet(r.svc.Spec.Selector).Matches(podLabels) || len(r.svc.Spec.Selector) == 0 {
 		t.Errorf("service selector %v does not select the replicas %v", r.svc.Spec.Selector, podLabels)
 	}
-	if len(r.svc.Spec.Ports) != 1 || resolvePort(c, r.svc.Spec.Ports[0].TargetPort.String()) != port {
-		t.Errorf("service ports %+v, want one to the container's http port", r.svc.Spec.Ports)
+	// Its first port, named http, is the container's; any other reaches a port of the
+	// container too.
+	if len(r.svc.Spec.Ports) == 0 {
+		t.Fatal("the Service has no port")
+	}
+	for i, p := range r.svc.Spec.Ports {
+		if target := resolvePort(c, p.TargetPort.String()); target < 0 || (i == 0) != (p.Name == "http" && target == port) {
+			t.Errorf("service ports %+v, want the first, http, to the container's http port, every other to a port of the container", r.svc.Spec.Ports)
+		}
 	}
 	pdbSel, err := metav1.LabelSelectorAsSelector(r.pdb.Spec.Selector)
 	if err != nil || !pdbSel.Matches(podLabels) {

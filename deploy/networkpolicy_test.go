@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"slices"
@@ -203,6 +204,9 @@ func checkNetworkPolicies(t *testing.T, r rendered) {
 	if http == 0 || agentHTTP == 0 {
 		t.Fatalf("the replica's ports %v and the agent pod's %v: want each an http port", replica.ports, agent.ports)
 	}
+	// Prometheus scrapes the metrics port when the replicas have one (--metrics-listen),
+	// else the API port; gateways call the E2B port when there is one (--e2b-listen).
+	scrape, e2b := cmp.Or(replica.ports["metrics"], http), replica.ports["e2b"]
 
 	for _, s := range []struct {
 		np       *networkingv1.NetworkPolicy
@@ -212,16 +216,25 @@ func checkNetworkPolicies(t *testing.T, r rendered) {
 			t.Errorf("NetworkPolicy %s selects %v: want %s and not %s", s.np.Name, s.np.Spec.PodSelector, s.pod.what, s.not.what)
 		}
 	}
-	for _, tc := range []struct {
+	type judged struct {
 		np      *networkingv1.NetworkPolicy
 		ingress bool
 		pod     endpoint
 		peer    endpoint
 		c       conn
 		want    bool
-	}{
+	}
+	var ports []judged
+	if scrape != http {
+		ports = append(ports, judged{server, true, replica, prometheus, tcp(http), false}, judged{server, true, replica, gateway, tcp(scrape), false})
+	}
+	if e2b != 0 {
+		ports = append(ports, judged{server, true, replica, gateway, tcp(e2b), true},
+			judged{server, true, replica, stranger, tcp(e2b), false}, judged{server, true, replica, agent, tcp(e2b), false})
+	}
+	for _, tc := range append(ports, []judged{
 		{server, true, replica, gateway, tcp(http), true},
-		{server, true, replica, prometheus, tcp(http), true},
+		{server, true, replica, prometheus, tcp(scrape), true},
 		{server, true, replica, agent, tcp(http), true},
 		{server, true, replica, stranger, tcp(http), false},
 		{server, true, replica, gateway, tcp(9999), false},
@@ -251,7 +264,7 @@ func checkNetworkPolicies(t *testing.T, r rendered) {
 		{agents, false, agent, agent, tcp(agentHTTP), false},
 		{agents, false, agent, replica, tcp(9999), false},
 		{agents, false, agent, stranger, udp(53), false},
-	} {
+	}...) {
 		if got := allows(tc.np, tc.ingress, tc.pod, tc.peer, tc.c); got != tc.want {
 			dir := "from " + tc.peer.what + " to " + tc.pod.what
 			if !tc.ingress {

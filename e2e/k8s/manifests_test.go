@@ -7,6 +7,7 @@ import (
 	"context"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -257,4 +258,34 @@ func agentPodAdmitted(t *testing.T, r *rig, objs []*unstructured.Unstructured) {
 	if _, err := r.cs.CoreV1().Pods(agents).Create(r.ctx, root, dry); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "restricted") {
 		t.Errorf("an agent pod that may run as root in %s: %v, want it forbidden by the restricted level", agents, err)
 	}
+}
+
+// TestChartDryRun: what the Helm chart renders (deploy/helm/warmpool, with the
+// listeners and policy values set) passes the real kube-apiserver's validation and
+// admission as `helm install --dry-run=server` would check it: the release's
+// namespace created for real (helm install --create-namespace), the chart's own
+// namespace too, every other object with dryRun=All, no refusal and no warning; its
+// agents' namespace admits the agent pod warmpool renders.
+func TestChartDryRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	_, file, _, _ := runtime.Caller(0)
+	const ns = "wp-chart"
+	out, err := manifests.RenderChart(ctx, filepath.Join(filepath.Dir(file), "..", "..", "deploy", "helm", "warmpool"), "warmpool", ns,
+		[]byte("metrics: {port: 9090}\ne2b: {port: 3000}\npolicy: {imagePrefixes: [registry.example/], maxPodCPU: \"4\"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, out)
+	r := newRig(t, ctx)
+	kinds := r.dryRun(objs, ns)
+	for _, kind := range deployKinds {
+		if !kinds[kind] {
+			t.Errorf("the chart renders no %s", kind)
+		}
+	}
+	if !slices.ContainsFunc(objs, func(u *unstructured.Unstructured) bool { return u.GetKind() == "Namespace" }) {
+		t.Error("the chart renders no Namespace for the agents")
+	}
+	agentPodAdmitted(t, r, objs)
 }

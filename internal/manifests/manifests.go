@@ -1,8 +1,10 @@
-// Package manifests renders the kustomize directories under deploy/ for tests and
-// decodes what they render into typed Kubernetes objects.
+// Package manifests renders the kustomize directories and the Helm chart under deploy/
+// for tests and decodes what they render into typed Kubernetes objects.
 //
-// It renders with `kubectl kustomize`, what operators run (kubectl apply -k), and
-// without kubectl with the kustomize of the same line from the Go module proxy.
+// It renders kustomize with `kubectl kustomize`, what operators run (kubectl apply
+// -k), and without kubectl with the kustomize of the same line from the Go module
+// proxy; the chart with the helm that `make lint` runs (Helm), from the module proxy
+// too.
 package manifests
 
 import (
@@ -28,6 +30,11 @@ import (
 // kubectl is missing: the one kubectl 1.32 embeds.
 const Kustomize = "sigs.k8s.io/kustomize/kustomize/v5@v5.5.0"
 
+// Helm is the module path and version of the helm that renders the chart: the one the
+// Makefile's HELM names (a test in deploy/ checks they agree). The Go build cache
+// keeps its binary after the first run.
+const Helm = "helm.sh/helm/v4/cmd/helm@v4.3.2"
+
 // Render returns the multi-document YAML that kustomize renders from dir.
 func Render(ctx context.Context, dir string) ([]byte, error) {
 	var cmd *exec.Cmd
@@ -36,6 +43,23 @@ func Render(ctx context.Context, dir string) ([]byte, error) {
 	} else {
 		cmd = exec.CommandContext(ctx, "go", "run", Kustomize, "build", dir)
 	}
+	return output(cmd)
+}
+
+// RenderChart returns what `helm template RELEASE CHART --namespace NAMESPACE` renders
+// from the chart in dir, with values (YAML; none when empty) over the chart's own.
+func RenderChart(ctx context.Context, dir, release, namespace string, values []byte) ([]byte, error) {
+	args := []string{"run", Helm, "template", release, dir, "--namespace", namespace}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	if len(values) > 0 {
+		cmd.Args = append(cmd.Args, "--values", "-")
+		cmd.Stdin = bytes.NewReader(values)
+	}
+	return output(cmd)
+}
+
+// output runs cmd and returns its stdout, or an error with its stderr.
+func output(cmd *exec.Cmd) ([]byte, error) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -99,10 +99,16 @@ pooltrace: build
 ## ~/.cache/warmpool-lint the first time). vet, staticcheck and errcheck (every error
 ## checked, or discarded with `_ =` where a comment says why; the few calls it does not
 ## ask about are in scripts/errcheck-excludes.txt, each with why) read the files of every
-## build tag too. The two tools run at pinned versions through `go run tool@version`:
-## their modules stay out of go.mod, and the go build cache keeps their binaries.
+## build tag too. The Helm chart (deploy/helm/warmpool) passes `helm lint --strict` and
+## renders with `helm template`, at its defaults and with every optional value set
+## (scripts/chart-values.yaml). These tools run at pinned versions through `go run
+## tool@version`: their modules stay out of go.mod, and the go build cache keeps their
+## binaries (helm's first build takes some minutes; deploy/'s tests render the chart
+## with the same HELM, internal/manifests.Helm).
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ERRCHECK    := github.com/kisielk/errcheck@v1.30.0
+HELM        := helm.sh/helm/v4/cmd/helm@v4.3.2
+CHART       := deploy/helm/warmpool
 LINT_TAGS   := e2e_multi,faults,e2e_k8s
 NO_K8S_PKGS := . ./client/ ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/harness/testserver/
 K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./internal/manifests/ ./deploy/ ./e2e/
@@ -127,6 +133,10 @@ lint:
 	@out=$$(grep -nE '\.(Debug|Info|Warn|Error)\("' $$(git ls-files 'rm/*.go' 'sm/*.go' 'sweeper/*.go' | grep -v '_test\.go$$')); \
 		if [ -n "$$out" ]; then echo "log with the call's context (InfoContext(ctx, ...)), as rm, sm and the sweeper do:"; echo "$$out"; exit 1; fi
 	scripts/openapi-lint.sh
+	$(GO) run $(HELM) lint --strict $(CHART)
+	$(GO) run $(HELM) lint --strict $(CHART) --values scripts/chart-values.yaml
+	$(GO) run $(HELM) template warmpool $(CHART) --namespace warmpool >/dev/null
+	$(GO) run $(HELM) template warmpool $(CHART) --namespace warmpool --values scripts/chart-values.yaml >/dev/null
 
 ## e2e: three replicas behind haproxy on one redis-server, then on a 3-master Redis
 ## Cluster, together with the whole Redis-facing suite; the replicas share one

@@ -27,12 +27,23 @@ type PolicyConfig struct {
 	// Namespaces a scope's deploy.namespace may name; empty: Namespace alone (an empty
 	// deploy.namespace, the driver's own namespace, is always allowed).
 	Namespaces []string
-	// ImagePrefixes, when set, are the prefixes every image of the pod must start with.
+	// ImagePrefixes, when set, are the prefixes every image of the pod must start with
+	// (containers, init containers, image volumes).
 	ImagePrefixes []string
-	// MaxPodCPU and MaxPodMemory, when set, cap the sum of the pod's requests (and of
-	// its limits).
+	// MaxPodCPU and MaxPodMemory, when set, cap the pod's requests (and its limits) as
+	// the scheduler counts them: init containers, sidecars, pod-level resources and
+	// overhead included (effectiveUse).
 	MaxPodCPU, MaxPodMemory string
 }
+
+// The most containers, init containers and volumes a scope's pod may have. Kubernetes
+// sets no number, but each one costs the policy check, the render, the dry run and the
+// kubelet, and an agent pod needs a handful: the agent, a few sidecars, their mounts.
+const (
+	maxPodContainers     = 16
+	maxPodInitContainers = 16
+	maxPodVolumes        = 64
+)
 
 // Policy checks scope configs against a PolicyConfig before they are stored. It
 // implements warmpool.DeployPolicy.
@@ -102,6 +113,9 @@ func (p *Policy) Check(ctx context.Context, scope string, spec warmpool.DeploySp
 	if err != nil {
 		return err
 	}
+	if faults := shape(&pod.Spec); len(faults) > 0 {
+		return warmpool.Errorf(warmpool.CodeValidation, "%s", strings.Join(faults, "; "))
+	}
 	var faults []string
 	if spec.Namespace != "" && !slices.Contains(p.cfg.Namespaces, spec.Namespace) {
 		faults = append(faults, fmt.Sprintf("deploy.namespace: %q is not one of the namespaces scopes may use (%s; --namespaces)", spec.Namespace, list(p.cfg.Namespaces)))
@@ -119,68 +133,59 @@ func (p *Policy) Check(ctx context.Context, scope string, spec warmpool.DeploySp
 	return nil
 }
 
-// images are the faults of the pod's images against the allowed prefixes; shorthand
-// says the pod has no template (its one image is deploy.image).
+// shape refuses what a pod may not hold: more containers, init containers or volumes
+// than the caps (once a list, before anything checks its items), and ephemeral
+// containers, which the API server refuses in a pod's create (they join a running pod
+// through its ephemeralcontainers subresource) and which would otherwise run an image
+// no other check sees.
+func shape(spec *corev1.PodSpec) []string {
+	var faults []string
+	for _, l := range []struct {
+		field, what string
+		n, max      int
+	}{
+		{"containers", "containers", len(spec.Containers), maxPodContainers},
+		{"initContainers", "init containers", len(spec.InitContainers), maxPodInitContainers},
+		{"volumes", "volumes", len(spec.Volumes), maxPodVolumes},
+	} {
+		if l.n > l.max {
+			faults = append(faults, fmt.Sprintf("%s.spec.%s: %d %s, at most %d", templatePath, l.field, l.n, l.what, l.max))
+		}
+	}
+	if len(spec.EphemeralContainers) > 0 {
+		faults = append(faults, fmt.Sprintf("%s.spec.ephemeralContainers: Kubernetes refuses them in a pod's create: leave them out", templatePath))
+	}
+	return faults
+}
+
+// images are the faults of the pod's images against the allowed prefixes: every place
+// a pod names one, its containers', its init containers' and its image volumes'
+// (ephemeral containers are refused by shape). shorthand says the pod has no template
+// (its one image is deploy.image).
 func (p *Policy) images(pod *corev1.Pod, shorthand bool) []string {
 	if len(p.cfg.ImagePrefixes) == 0 {
 		return nil
 	}
 	var faults []string
-	check := func(kind string, cs []corev1.Container) {
-		for i, c := range cs {
-			ok := slices.ContainsFunc(p.cfg.ImagePrefixes, func(pre string) bool { return strings.HasPrefix(c.Image, pre) })
-			field := fmt.Sprintf("%s.spec.%s[%d].image", templatePath, kind, i)
-			if shorthand {
-				field = "deploy.image"
-			}
-			if !ok {
-				faults = append(faults, fmt.Sprintf("%s: %q does not start with an allowed prefix (%s)", field, c.Image, strings.Join(p.cfg.ImagePrefixes, ", ")))
-			}
+	check := func(field, image string) {
+		if shorthand {
+			field = "deploy.image"
+		}
+		if !slices.ContainsFunc(p.cfg.ImagePrefixes, func(pre string) bool { return strings.HasPrefix(image, pre) }) {
+			faults = append(faults, fmt.Sprintf("%s: %q does not start with an allowed prefix (%s)", field, image, strings.Join(p.cfg.ImagePrefixes, ", ")))
 		}
 	}
-	check("initContainers", pod.Spec.InitContainers)
-	check("containers", pod.Spec.Containers)
-	return faults
-}
-
-// resources are the faults of the pod's cpu and memory: a zero or overflowing
-// quantity, and sums over the caps.
-func (p *Policy) resources(pod *corev1.Pod) []string {
-	var faults []string
-	for _, r := range []struct {
-		name corev1.ResourceName
-		max  *resource.Quantity
-		flag string
-	}{{corev1.ResourceCPU, p.maxCPU, "--max-pod-cpu"}, {corev1.ResourceMemory, p.maxMem, "--max-pod-memory"}} {
-		var req, lim resource.Quantity
-		for i, c := range pod.Spec.Containers {
-			for _, l := range []struct {
-				kind string
-				list corev1.ResourceList
-			}{{"requests", c.Resources.Requests}, {"limits", c.Resources.Limits}} {
-				kind := l.kind
-				q, ok := l.list[r.name]
-				if !ok {
-					continue
-				}
-				if why := quantityFault(q); why != "" {
-					faults = append(faults, fmt.Sprintf("%s.spec.containers[%d].resources.%s.%s: %s", templatePath, i, kind, r.name, why))
-				}
-				if kind == "requests" {
-					req.Add(q)
-				} else {
-					lim.Add(q)
-				}
-			}
+	for _, l := range []struct {
+		kind string
+		cs   []corev1.Container
+	}{{"initContainers", pod.Spec.InitContainers}, {"containers", pod.Spec.Containers}} {
+		for i, c := range l.cs {
+			check(fmt.Sprintf("%s.spec.%s[%d].image", templatePath, l.kind, i), c.Image)
 		}
-		if r.max == nil {
-			continue
-		}
-		if req.Cmp(*r.max) > 0 {
-			faults = append(faults, fmt.Sprintf("deploy: the pod requests %s %s, over %s %s", req.String(), r.name, r.flag, r.max.String()))
-		}
-		if lim.Cmp(*r.max) > 0 {
-			faults = append(faults, fmt.Sprintf("deploy: the pod's %s limits add up to %s, over %s %s", r.name, lim.String(), r.flag, r.max.String()))
+	}
+	for i, v := range pod.Spec.Volumes {
+		if v.Image != nil {
+			check(fmt.Sprintf("%s.spec.volumes[%d].image.reference", templatePath, i), v.Image.Reference)
 		}
 	}
 	return faults

@@ -18,9 +18,9 @@ func policyFlags(fs *flag.FlagSet) *policyOptions {
 	p := &policyOptions{}
 	fs.StringVar(&p.podSecurity, "pod-security", "restricted", "Pod Security Standards level every scope's pod is held to: restricted, baseline or privileged")
 	fs.StringVar(&p.namespaces, "namespaces", "", "comma-separated namespaces a scope's deploy.namespace may name (default: --namespace alone)")
-	fs.StringVar(&p.imagePrefixes, "image-prefixes", "", "comma-separated prefixes every image of a scope's pod must start with, e.g. registry.example/agents/ (default: any image)")
-	fs.StringVar(&p.maxCPU, "max-pod-cpu", "", "most cpu one pod may request, summed over its containers, e.g. 4 (default: no cap)")
-	fs.StringVar(&p.maxMemory, "max-pod-memory", "", "most memory one pod may request, summed over its containers, e.g. 8Gi (default: no cap)")
+	fs.StringVar(&p.imagePrefixes, "image-prefixes", "", "comma-separated prefixes every image of a scope's pod (containers, init containers, image volumes) must start with, e.g. registry.example/agents/ (default: any image)")
+	fs.StringVar(&p.maxCPU, "max-pod-cpu", "", "most cpu one pod may request (and have as limits), counted as the scheduler does: containers and sidecars, init containers, pod-level resources and overhead, e.g. 4 (default: no cap)")
+	fs.StringVar(&p.maxMemory, "max-pod-memory", "", "most memory one pod may request (and have as limits), counted as the scheduler does: containers and sidecars, init containers, pod-level resources and overhead, e.g. 8Gi (default: no cap)")
 	return p
 }
 

@@ -4,7 +4,7 @@ import (
 	"flag"
 	"strings"
 
-	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/podpolicy"
 )
 
 // policyOptions are the serve flags of the deploy policy (SPEC §11.1), which every
@@ -25,8 +25,8 @@ func policyFlags(fs *flag.FlagSet) *policyOptions {
 }
 
 // build is the policy of the parsed flags; namespace is --namespace.
-func (p *policyOptions) build(namespace string) (*k8s.Policy, error) {
-	return k8s.NewPolicy(k8s.PolicyConfig{PodSecurity: p.podSecurity, Namespace: namespace, Namespaces: commaList(p.namespaces),
+func (p *policyOptions) build(namespace string) (*podpolicy.Policy, error) {
+	return podpolicy.New(podpolicy.Config{PodSecurity: p.podSecurity, Namespace: namespace, Namespaces: commaList(p.namespaces),
 		ImagePrefixes: commaList(p.imagePrefixes), MaxPodCPU: p.maxCPU, MaxPodMemory: p.maxMemory})
 }
 

@@ -87,6 +87,10 @@ pooltrace: build
 ## root, not the driver registry nor the drivers of driver/); those
 ## that do link client-go's core/v1 client, never the clientset, informers or fake
 ## clientset of every API group (only e2e/k8s, built for make e2e-k8s, uses the clientset);
+## the pod policy (podpolicy/) on Kubernetes' API types, apimachinery and Pod Security
+## admission, with what they need (POLICY_K8S), never client-go; cmd/warmpool without
+## drivers.go linking no k8s.io package the policy does not (a driver brings its own),
+## and drivers.go holding one blank import per driver and nothing else;
 ## the root package free of net/http (the domain knows codes, not statuses); the Go
 ## client of gateways (client/) on the standard library alone, so that a gateway links
 ## nothing else through it;
@@ -111,7 +115,9 @@ HELM        := helm.sh/helm/v4/cmd/helm@v4.3.2
 CHART       := deploy/helm/warmpool
 LINT_TAGS   := e2e_multi,faults,e2e_k8s
 NO_K8S_PKGS := . ./client/ ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/harness/testserver/
-K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./internal/manifests/ ./deploy/ ./e2e/
+K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./podpolicy/ ./internal/manifests/ ./deploy/ ./e2e/
+POLICY_PKG := ./podpolicy/
+POLICY_K8S := k8s\.io/(api|apimachinery|pod-security-admission|component-base|klog|utils|kube-openapi)/
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags $(LINT_TAGS) $(PKGS)
@@ -121,6 +127,14 @@ lint:
 		if [ -n "$$out" ]; then echo "$$p links k8s.io packages in its tests, e.g.:"; echo "$$out" | head -3; exit 1; fi; done
 	@out=$$($(GO) list -test -deps $(K8S_PKGS) | grep -E '^k8s\.io/client-go/(informers|kubernetes|kubernetes/fake)$$'); \
 		if [ -n "$$out" ]; then echo "$(K8S_PKGS) link all of client-go's API groups through:"; echo "$$out"; exit 1; fi
+	@out=$$($(GO) list -test -deps $(POLICY_PKG) | grep '^k8s\.io/' | grep -vE '^$(POLICY_K8S)'); if [ -n "$$out" ]; then \
+		echo "$(POLICY_PKG) links more of k8s.io than the API types, apimachinery and Pod Security admission, e.g.:"; echo "$$out" | head -3; exit 1; fi
+	@files=$$($(GO) list -f '{{range .GoFiles}}{{if ne . "drivers.go"}}{{$$.Dir}}/{{.}} {{end}}{{end}}' ./cmd/warmpool); \
+		out=$$($(GO) list -deps $$files | grep '^k8s\.io/' | grep -vxF "$$($(GO) list -deps $(POLICY_PKG) | grep '^k8s\.io/')"); \
+		if [ -n "$$out" ]; then echo "cmd/warmpool without drivers.go links k8s.io packages the pod policy does not (only a driver's import may bring them), e.g.:"; \
+		echo "$$out" | head -3; exit 1; fi
+	@out=$$(grep -vE '^(package main|import \(|\)|(import )?[[:space:]]*_ "[^"]+"|[[:space:]]*//.*|)$$' cmd/warmpool/drivers.go); \
+		if [ -n "$$out" ]; then echo "cmd/warmpool/drivers.go holds more than one blank import per driver:"; echo "$$out"; exit 1; fi
 	@if $(GO) list -deps . | grep -qx 'net/http'; then \
 		echo "the root package links net/http: statuses and request decoding belong to internal/httpx"; exit 1; fi
 	@out=$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./client/ | grep -vx '$(MODULE)/client'); \

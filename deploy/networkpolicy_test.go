@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/podpolicy"
 )
 
 // endpoint is one side of a connection a NetworkPolicy judges: a pod (its namespace,
@@ -139,7 +139,7 @@ func selects(sel *metav1.LabelSelector, l map[string]string) bool {
 // namespace ns, as warmpool renders it.
 func agentPod(t *testing.T, ns string) *corev1.Pod {
 	t.Helper()
-	p, err := k8s.NewPolicy(k8s.PolicyConfig{Namespace: ns})
+	p, err := podpolicy.New(podpolicy.Config{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/manifests"
-	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/podpolicy"
 )
 
 // warnings collects the warnings the API server sends, such as Pod Security
@@ -238,7 +238,7 @@ func agentPodAdmitted(t *testing.T, r *rig, objs []*unstructured.Unstructured) {
 	if _, err := admin.CoreV1().ServiceAccounts(agents).Create(r.ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	p, err := k8s.NewPolicy(k8s.PolicyConfig{Namespace: agents})
+	p, err := podpolicy.New(podpolicy.Config{Namespace: agents})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package k8s
+package podpolicy
 
 import (
 	"context"
@@ -50,7 +50,7 @@ func TestPolicyCountsEveryRequest(t *testing.T) {
 			"deploy.pod_template.spec.resources.limits.cpu:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := mustPolicy(t, PolicyConfig{MaxPodCPU: "2", MaxPodMemory: "1Gi"}).Check(ctx, "s", specOf(t, tc.deploy))
+			err := mustPolicy(t, Config{MaxPodCPU: "2", MaxPodMemory: "1Gi"}).Check(ctx, "s", specOf(t, tc.deploy))
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -69,7 +69,7 @@ func TestPolicyCountsEveryRequest(t *testing.T) {
 // in a pod's create, are refused whatever their image.
 func TestPolicyChecksEveryImage(t *testing.T) {
 	ctx := context.Background()
-	p := mustPolicy(t, PolicyConfig{ImagePrefixes: []string{"reg.example/"}})
+	p := mustPolicy(t, Config{ImagePrefixes: []string{"reg.example/"}})
 	tmpl := func(spec string) warmpool.DeploySpec {
 		return specOf(t, `{"image":"reg.example/agent:1","pod_template":{"spec":`+spec+`}}`)
 	}
@@ -98,7 +98,7 @@ func TestPolicyChecksEveryImage(t *testing.T) {
 // and maxPodVolumes volumes; the cap is refused once, by its path, not once an item.
 func TestPolicyCapsTheLists(t *testing.T) {
 	ctx := context.Background()
-	p := mustPolicy(t, PolicyConfig{})
+	p := mustPolicy(t, Config{})
 	list := func(n int, item string) string {
 		items := make([]string, n)
 		for i := range items {

@@ -1,4 +1,4 @@
-package k8s
+package podpolicy
 
 import (
 	"context"
@@ -10,19 +10,25 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	psapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 
 	"github.com/warmpool/warmpool"
 )
 
-// PolicyConfig is what an operator allows a scope's pods (SPEC §11.1, the serve flags
+// DefaultNamespace is Kubernetes' own default namespace: a scope's pod goes there when
+// neither its deploy.namespace nor the driver names one.
+const DefaultNamespace = metav1.NamespaceDefault
+
+// Config is what an operator allows a scope's pods (SPEC §11.1, the serve flags
 // --pod-security, --namespaces, --image-prefixes, --max-pod-cpu, --max-pod-memory).
-type PolicyConfig struct {
+type Config struct {
 	// PodSecurity is the Pod Security Standards level: restricted (default), baseline
 	// or privileged.
 	PodSecurity string
-	// Namespace is the driver's namespace (deploy.namespace left empty).
+	// Namespace is the driver's namespace (deploy.namespace left empty; "":
+	// DefaultNamespace).
 	Namespace string
 	// Namespaces a scope's deploy.namespace may name; empty: Namespace alone (an empty
 	// deploy.namespace, the driver's own namespace, is always allowed).
@@ -45,17 +51,17 @@ const (
 	maxPodVolumes        = 64
 )
 
-// Policy checks scope configs against a PolicyConfig before they are stored. It
+// Policy checks scope configs against a Config before they are stored. It
 // implements warmpool.DeployPolicy.
 type Policy struct {
-	cfg            PolicyConfig
+	cfg            Config
 	level          psapi.LevelVersion
 	eval           policy.Evaluator
 	maxCPU, maxMem *resource.Quantity
 }
 
-// NewPolicy checks cfg and returns its Policy.
-func NewPolicy(cfg PolicyConfig) (*Policy, error) {
+// New checks cfg and returns its Policy.
+func New(cfg Config) (*Policy, error) {
 	if cfg.PodSecurity == "" {
 		cfg.PodSecurity = string(psapi.LevelRestricted)
 	}
@@ -96,14 +102,15 @@ func (p *Policy) Render(ctx context.Context, scope string, spec warmpool.DeployS
 }
 
 // Pod is the pod a spec deploys into its namespace, as the kubernetes driver would
-// create it (its name and fencing number are placeholders). Errors: VALIDATION.
+// create it (AgentPod, without the driver's Extras; its name and fencing number are
+// placeholders). Errors: VALIDATION.
 func (p *Policy) Pod(_ context.Context, scope string, spec warmpool.DeploySpec) (*corev1.Pod, error) {
 	ns := spec.Namespace
 	if ns == "" {
 		ns = p.cfg.Namespace
 	}
 	req := warmpool.DeployRequest{ScopeID: scope, DeployVer: spec.DeployVer(), Fence: 1, Spec: spec}
-	return newAgentPod(req, warmpool.PodName(scope, 1), ns, time.UnixMilli(0), podExtras{})
+	return AgentPod(req, warmpool.PodName(scope, 1), ns, time.UnixMilli(0), Extras{})
 }
 
 // Check refuses, with one VALIDATION error naming every field and rule it breaks, a

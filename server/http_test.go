@@ -662,7 +662,7 @@ func TestStoreUnavailableDataLoss(t *testing.T) {
 			e.ok(http.MethodGet, "/healthz", nil)
 
 			// Reconcile (the sweeper job) rebuilds the keyspace: ready again.
-			if !e.srv.Runner.RunOnce(ctx, e.srv.Sweeper.ReconcileJob()) {
+			if !runJob(t, e.srv, ctx, e.srv.Sweeper.ReconcileJob()) {
 				t.Fatal("reconcile did not run")
 			}
 			e.ok(http.MethodGet, "/readyz", nil)
@@ -898,7 +898,7 @@ func TestAcquireRelease(t *testing.T) {
 	e.clock.Advance(61 * time.Second)
 	e.wantErr(touch(pod, lost["hold_id"]), http.StatusNotFound, warmpool.CodeHoldNotFound)
 	for _, j := range e.srv.Sweeper.Jobs() {
-		if j.Name == sweeper.DueJobName(lua.DueShard("a")) && !e.srv.Runner.RunOnce(context.Background(), j) {
+		if j.Name == sweeper.DueJobName(lua.DueShard("a")) && !runJob(t, e.srv, context.Background(), j) {
 			t.Fatal("the due job of the scope did not run")
 		}
 	}

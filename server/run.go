@@ -38,12 +38,20 @@ func (s *Server) bootstrap(ctx context.Context) error {
 		if live {
 			return nil
 		}
-		if !s.Runner.RunOnce(ctx, s.Sweeper.ReconcileJob()) {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(100 * time.Millisecond):
-			}
+		ran, err := s.Runner.RunOnce(ctx, s.Sweeper.ReconcileJob())
+		if ran && err == nil {
+			continue
+		}
+		// Another replica rebuilds (look again soon), or the rebuild failed (the runner
+		// logged why; try again a second later rather than at once).
+		wait := 100 * time.Millisecond
+		if err != nil {
+			wait = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,6 +27,12 @@ type Store struct {
 	// sweepPeriod is the sweep's tick (SweepPeriod), part of a refill's lead time in
 	// the demand policy's target.
 	sweepPeriod time.Duration
+	// wall is the replica's wall clock (time.Now; never an injected Clock), of the
+	// guarded calls' deadlines and the clock skew measurements; skew is the last
+	// measurement's ClockSkew.Guard in nanoseconds (MeasureClockSkew), taken off each
+	// deadline.
+	wall func() time.Time
+	skew atomic.Int64
 }
 
 // DefaultSweepPeriod is the sweep tick the demand target assumes unless SweepPeriod
@@ -43,7 +50,7 @@ func (s *Store) SweepPeriod(d time.Duration) {
 
 // NewStore returns a Store over rdb with the given key prefix.
 func NewStore(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, keys: NewKeyspace(prefix), wait: readTimeout(rdb), onScript: func(string, time.Duration) {}, sweepPeriod: DefaultSweepPeriod}
+	return &Store{rdb: rdb, keys: NewKeyspace(prefix), wait: readTimeout(rdb), onScript: func(string, time.Duration) {}, sweepPeriod: DefaultSweepPeriod, wall: time.Now}
 }
 
 // ObserveScripts makes the store tell f how long each script call took, by script

@@ -19,6 +19,9 @@ import (
 // reconcile job rebuilds it from the config store and the driver. When another replica
 // holds the job, this one waits for it.
 func (s *Server) bootstrap(ctx context.Context) error {
+	if err := s.awaitRedis(ctx); err != nil {
+		return err
+	}
 	for {
 		live, err := s.store.EpochLive(ctx)
 		if warmpool.ErrorCode(err) == warmpool.CodeStoreUnavailable {
@@ -93,9 +96,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	}
 	jobs, stopJobs := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); s.Runner.Run(jobs) }()
-	go func() { defer wg.Done(); _ = s.Sweeper.Follow(jobs) }() // it ends when jobs does
+	wg.Go(func() { s.Runner.Run(jobs) })
+	wg.Go(func() { _ = s.Sweeper.Follow(jobs) }) // it ends when jobs does
+	wg.Go(func() { s.watchClock(jobs) })
 	var err error
 	select {
 	case <-ctx.Done():

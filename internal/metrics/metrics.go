@@ -115,6 +115,7 @@ type Metrics struct {
 	jobFixes     *prometheus.CounterVec
 	scrapeErrors prometheus.Counter
 	reports      *prometheus.CounterVec
+	clockSkew    prometheus.Gauge
 
 	// scoped are the histograms when they carry scope; seen are the scopes of
 	// ScopeDetail those have series of, so the series of a deleted scope can be
@@ -196,7 +197,11 @@ func New(store *lua.Store, cfg Config) (*Metrics, error) {
 			Name: "warmpool_pool_scrape_errors_total",
 			Help: "Gatherings of the metrics whose pool gauges could not be read from Redis.",
 		}),
-		reports:      newAgentReports(),
+		reports: newAgentReports(),
+		clockSkew: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "warmpool_clock_skew_seconds",
+			Help: "The replica's wall clock minus Redis's TIME (on a Cluster the largest over its masters), measured at start and every minute; the deadline guard takes it into account, the rules that compare times written by different replicas do not (docs/operations.md).",
+		}),
 		seen:         map[string]bool{},
 		scriptSeries: map[string]prometheus.Observer{},
 	}
@@ -210,7 +215,7 @@ func New(store *lua.Store, cfg Config) (*Metrics, error) {
 	})
 	build.Set(1)
 	m.reg.MustRegister(m.routeTime, m.deploys, m.phases, m.scripts, m.events,
-		m.jobRuns, m.jobHeld, m.jobFixes, build, m.scrapeErrors, m.reports,
+		m.jobRuns, m.jobHeld, m.jobFixes, build, m.scrapeErrors, m.reports, m.clockSkew,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.serving.init(cfg.Scrapes)
 	return m, nil
@@ -379,4 +384,10 @@ func (m *Metrics) ObserveJob(job, outcome string, held time.Duration) {
 // ObserveFix counts one repair of a sweeper job; it fits sweeper.Config.OnFix.
 func (m *Metrics) ObserveFix(job, fix string) {
 	m.jobFixes.WithLabelValues(job, fix).Inc()
+}
+
+// ObserveClockSkew records the last measured skew of the replica's clock against
+// Redis's (replica minus Redis).
+func (m *Metrics) ObserveClockSkew(skew time.Duration) {
+	m.clockSkew.Set(skew.Seconds())
 }

@@ -57,7 +57,7 @@ func oldClient(t *testing.T, v string) *redis.Client {
 // The versions are compared number by number, not as text.
 func TestOlderVersion(t *testing.T) {
 	for _, c := range []struct {
-		a, b string
+		a, b  string
 		older bool
 	}{
 		{"6.0.9", "6.2", true}, {"6.2.0", "6.2", false}, {"6.10.1", "6.2", false}, {"7.0.0", "7.0", false},

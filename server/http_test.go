@@ -1008,7 +1008,7 @@ func TestScopesList(t *testing.T) {
 	e.route("a", "s1")
 	e.route("a", "s2")
 	e.route("a", "s3")
-	e.clock.Advance(ui.Refresh) // the list is the pass over every scope, a second old at most
+	e.clock.Advance(ui.ListAge) // the list is a pass over every scope up to ui.ListAge old
 	got := e.ok(http.MethodGet, "/v1/scopes", nil)
 	keys(t, got, "scopes", "next")
 	list := got["scopes"].([]any)

@@ -8,13 +8,14 @@ import (
 )
 
 // ScopePage answers a page of GET /v1/scopes from the same pass over every scope that
-// the pool page reads (summaries: made at most once a Refresh per replica and shared
-// through Redis, so that however many callers page through the scopes, Redis reads
-// every scope about once a second): at most limit scopes whose id sorts after after
+// the pool page reads (summaries, shared through Redis), one less than ListAge old, so
+// that however many callers page through the scopes on however many replicas, Redis
+// reads every scope once every ListAge (or every Refresh while a pool page is open,
+// whose pass the pages take too): at most limit scopes whose id sorts after after
 // ("" for the first page), in the order of their ids, and next, the id of the page's
 // last scope when more follow ("" on the last page). Errors: STORE_UNAVAILABLE.
 func (u *UI) ScopePage(ctx context.Context, after string, limit int) (page []lua.ScopeSummary, next string, err error) {
-	sum, err := u.sums.get(ctx)
+	sum, err := u.sums.get(ctx, ListAge)
 	if err != nil {
 		return nil, "", err
 	}

@@ -220,11 +220,8 @@ func (s *Server) awaitRedis(ctx context.Context) error {
 	for {
 		found, err := s.store.CheckVersion(ctx)
 		if warmpool.ErrorCode(err) == warmpool.CodeStoreUnavailable {
-			s.log.Warn("waiting for redis", "err", err)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Second):
+			if err := s.waitForRedis(ctx, err); err != nil {
+				return err
 			}
 			continue
 		}
@@ -235,6 +232,18 @@ func (s *Server) awaitRedis(ctx context.Context) error {
 			s.log.Warn("redis does not tell its version (INFO server): warmpool needs " + lua.MinRedisVersion + " or later, " + lua.MinClusterVersion + " on a Cluster")
 		}
 		s.measureClock(ctx)
+		return nil
+	}
+}
+
+// waitForRedis logs that Redis did not answer (err) and waits a second for it, or
+// until ctx ends: a replica started before its Redis waits for it.
+func (s *Server) waitForRedis(ctx context.Context, err error) error {
+	s.log.Warn("waiting for redis", "err", err)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Second):
 		return nil
 	}
 }

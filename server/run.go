@@ -25,13 +25,9 @@ func (s *Server) bootstrap(ctx context.Context) error {
 	for {
 		live, err := s.store.EpochLive(ctx)
 		if warmpool.ErrorCode(err) == warmpool.CodeStoreUnavailable {
-			// Redis is not up yet (or restarting): wait for it, as a replica
-			// started before its Redis should.
-			s.log.Warn("waiting for redis", "err", err)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Second):
+			// Redis is not up yet (or restarting).
+			if err := s.waitForRedis(ctx, err); err != nil {
+				return err
 			}
 			continue
 		}

@@ -224,11 +224,7 @@ func (c client) history(ctx context.Context, out printer, scope string, f opFlag
 		if !f.all {
 			return out.print(v, historyTable)
 		}
-		if all == nil {
-			all = v
-		} else {
-			all["versions"] = append(list(all, "versions"), list(v, "versions")...)
-		}
+		all = appendPage(all, v, "versions")
 		next := field(v, "next_before")
 		if next == "" {
 			delete(all, "next_before")
@@ -266,11 +262,7 @@ func (c client) scopes(ctx context.Context, out printer, f opFlags) error {
 		if f.limit.set {
 			return out.print(v, scopesTable)
 		}
-		if all == nil {
-			all = v
-		} else {
-			all["scopes"] = append(list(all, "scopes"), list(v, "scopes")...)
-		}
+		all = appendPage(all, v, "scopes")
 		next := field(v, "next")
 		if next == "" {
 			delete(all, "next")
@@ -281,6 +273,16 @@ func (c client) scopes(ctx context.Context, out printer, f opFlags) error {
 		}
 		after = next
 	}
+}
+
+// appendPage adds the list under key of the answer v to all, the answers of the
+// pages before (nil before the first), and returns it.
+func appendPage(all, v map[string]any, key string) map[string]any {
+	if all == nil {
+		return v
+	}
+	all[key] = append(list(all, key), list(v, key)...)
+	return all
 }
 
 // dryRun puts a config with dry_run=true and prints the pod the server answers: as

@@ -264,7 +264,7 @@ func TestScopesSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := Scopes(ctx, ScopesConfig{Bin: bin, RedisScript: "../../scripts/redis.sh", Dir: t.TempDir(), Scopes: 30, Workers: 4,
-		Readers: 3, Limit: 7, Window: time.Second, TouchRate: 50, TouchWorkers: 2, SettleHorizon: -1})
+		Readers: 3, Limit: 7, ReaderGap: time.Millisecond, Window: time.Second, TouchRate: 50, TouchWorkers: 2, SettleHorizon: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

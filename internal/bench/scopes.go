@@ -51,8 +51,10 @@ type ScopesConfig struct {
 	Flags []string
 	// Scopes is S; Workers the concurrency of the setup.
 	Scopes, Workers int
-	// Readers page through the scopes at once, Limit scopes a page.
+	// Readers page through the scopes at once, Limit scopes a page, each waiting
+	// ReaderGap after each answer (0: flat out).
 	Readers, Limit int
+	ReaderGap      time.Duration
 	// Window is the length of each window.
 	Window time.Duration
 	// TouchRate touches a second, from TouchWorkers at once, on the second replica.
@@ -85,6 +87,7 @@ type ScopesResults struct {
 	Machine string    `json:"machine"`
 	Scopes  int       `json:"scopes"`
 	Readers int       `json:"readers"`
+	Gap     float64   `json:"reader_gap_s,omitempty"`
 	Limit   int       `json:"limit"`
 	Window  float64   `json:"window_s"`
 	Flags   []string  `json:"flags,omitempty"`
@@ -123,7 +126,7 @@ type ListWindow struct {
 // Scopes runs the probe of GET /v1/scopes and writes scopes.json to cfg.Dir.
 func Scopes(ctx context.Context, cfg ScopesConfig) (*ScopesResults, error) {
 	cfg.fill()
-	res := &ScopesResults{Started: time.Now().UTC(), Machine: machine(), Scopes: cfg.Scopes, Readers: cfg.Readers, Limit: cfg.Limit,
+	res := &ScopesResults{Started: time.Now().UTC(), Machine: machine(), Scopes: cfg.Scopes, Readers: cfg.Readers, Gap: cfg.ReaderGap.Seconds(), Limit: cfg.Limit,
 		Window: cfg.Window.Seconds(), Flags: cfg.Flags}
 	sc := ScaleConfig{Bin: cfg.Bin, RedisScript: cfg.RedisScript, Dir: cfg.Dir, Workers: cfg.Workers, Log: cfg.Log}
 	sc.logf("S=%d scopes of one pod and one session: fresh redis-server and two replicas %s", cfg.Scopes, strings.Join(cfg.Flags, " "))
@@ -281,6 +284,12 @@ func (c *ScopesConfig) walk(ctx context.Context, cl *client) *walkStats {
 			st.pages[200]++
 			st.took = append(st.took, took)
 		}
+		if c.ReaderGap > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(c.ReaderGap):
+			}
+		}
 		if err != nil {
 			if st.first == "" {
 				st.first = err.Error()
@@ -295,6 +304,14 @@ func (c *ScopesConfig) walk(ctx context.Context, cl *client) *walkStats {
 		after = *page.Next
 	}
 	return st
+}
+
+// gapText says how the readers were paced.
+func gapText(gap float64) string {
+	if gap <= 0 {
+		return "flat out"
+	}
+	return fmt.Sprintf("%.0f ms after each answer", 1000*gap)
 }
 
 // cpuOf reads the CPU time of each process of pids.
@@ -330,8 +347,8 @@ func mbList(v []int64) string {
 // WriteText writes the results as the lines of docs/reliability.md.
 func (r *ScopesResults) WriteText(out io.Writer) error {
 	w := new(strings.Builder) // one write to out, whose error is the one to check
-	fmt.Fprintf(w, "GET /v1/scopes probe of %s on %s; S = %d scopes of one pod and one session, two replicas; %d readers on replica 1, %d scopes a page, windows of %.0f s; serve flags: %s\n",
-		r.Started.Format("2006-01-02 15:04 UTC"), r.Machine, r.Scopes, r.Readers, r.Limit, r.Window, strings.Join(r.Flags, " "))
+	fmt.Fprintf(w, "GET /v1/scopes probe of %s on %s; S = %d scopes of one pod and one session, two replicas; %d readers on replica 1 (%s), %d scopes a page, windows of %.0f s; serve flags: %s\n",
+		r.Started.Format("2006-01-02 15:04 UTC"), r.Machine, r.Scopes, r.Readers, gapText(r.Gap), r.Limit, r.Window, strings.Join(r.Flags, " "))
 	fmt.Fprintf(w, "RSS at rest: %s MB (replica 1 / replica 2)\n", mbList(r.RestRSS))
 	for _, x := range []struct {
 		name string

@@ -302,6 +302,7 @@ func scopeList(ctx context.Context, args []string, getenv func(string) string, s
 	fs.IntVar(&c.Workers, "workers", bench.DefaultWorkers, "concurrent calls of the setup")
 	fs.IntVar(&c.Readers, "readers", bench.DefaultListReaders, "callers paging through GET /v1/scopes at once, on replica 1")
 	fs.IntVar(&c.Limit, "limit", bench.DefaultListLimit, "scopes a page (the limit parameter)")
+	fs.DurationVar(&c.ReaderGap, "reader-gap", 0, "how long each reader waits after each answer (0: flat out)")
 	fs.DurationVar(&c.Window, "window", bench.DefaultListWindow, "length of each window (touches alone, then with the readers)")
 	fs.Float64Var(&c.TouchRate, "touch-rate", bench.DefaultTouchRate, "touches a second on replica 2")
 	fs.IntVar(&c.TouchWorkers, "touch-workers", bench.DefaultTouchWorkers, "concurrent touches")

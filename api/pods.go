@@ -3,6 +3,9 @@ package api
 import (
 	"context"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/warmpool/warmpool"
@@ -94,16 +97,57 @@ type scopeListing struct {
 	Waiters   int64  `json:"waiters"`
 }
 
-// listScopes answers GET /v1/scopes: every scope with its pod and session counts.
+// Bounds of GET /v1/scopes's limit (SPEC §12.4).
+const (
+	DefaultScopesLimit = 100
+	MaxScopesLimit     = 500
+)
+
+// scopePage is the answer of GET /v1/scopes: Next is null on the last page.
+type scopePage struct {
+	Scopes []scopeListing `json:"scopes"`
+	Next   *string        `json:"next"`
+}
+
+// listScopes answers GET /v1/scopes[?limit=N&after=CURSOR]: a page of the scopes with
+// their pod and session counts, in the order of their ids, and the cursor of the next.
 func (a *handlers) listScopes(w http.ResponseWriter, r *http.Request) error {
-	counts, err := a.Pods.Scopes(r.Context())
+	after, limit, err := scopesQuery(r.URL.Query())
 	if err != nil {
 		return err
 	}
-	out := make([]scopeListing, 0, len(counts))
-	for _, c := range counts {
-		out = append(out, scopeListing{ScopeID: c.ScopeID, DeployVer: c.DeployVer, Version: c.Version, Pods: c.Pods,
+	page, next, err := a.ScopeList.ScopePage(r.Context(), after, limit)
+	if err != nil {
+		return err
+	}
+	out := scopePage{Scopes: make([]scopeListing, 0, len(page))}
+	for _, c := range page {
+		out.Scopes = append(out.Scopes, scopeListing{ScopeID: c.ScopeID, DeployVer: c.DeployVer, Version: c.Version, Pods: c.Pods,
 			IdlePods: c.Idle, BusyPods: c.Pods - c.Idle, Sessions: c.Sessions, Deploying: c.Deploying, Waiters: c.Waiters})
 	}
-	return httpx.OK(w, map[string]any{"scopes": out})
+	if next != "" {
+		out.Next = &next
+	}
+	return httpx.OK(w, out)
+}
+
+// scopesQuery reads GET /v1/scopes's limit (DefaultScopesLimit when not given) and
+// after, the cursor (the next of the page before: a scope id; none for the first
+// page). Errors: VALIDATION naming the parameter.
+func scopesQuery(v url.Values) (after string, limit int, err error) {
+	limit = DefaultScopesLimit
+	if l, ok := v["limit"]; ok {
+		n, err := strconv.Atoi(l[0])
+		if err != nil || len(l) > 1 || n < 1 || n > MaxScopesLimit {
+			return "", 0, warmpool.Errorf(warmpool.CodeValidation, "limit: want one integer from 1 to %d, got %q", MaxScopesLimit, strings.Join(l, ","))
+		}
+		limit = n
+	}
+	if c, ok := v["after"]; ok {
+		if len(c) > 1 || !warmpool.ValidScopeID(c[0]) {
+			return "", 0, warmpool.Errorf(warmpool.CodeValidation, "after: want one cursor, the next of the page before (a scope id), got %q", strings.Join(c, ","))
+		}
+		after = c[0]
+	}
+	return after, limit, nil
 }

@@ -27,13 +27,19 @@ type Sessions interface {
 	Touch(ctx context.Context, scope, session string) (bool, error)
 }
 
-// Pods is what the pod, pool and scope-listing routes call (rm.Manager).
+// Pods is what the pod and pool routes call (rm.Manager).
 type Pods interface {
 	Hold(ctx context.Context, scope, requestID string) (rm.Hold, error)
 	ReleaseHold(ctx context.Context, scope, pod, hold string) (bool, error)
 	TouchHold(ctx context.Context, scope, pod, hold string) (time.Time, error)
 	Pool(ctx context.Context, scope string) (rm.Pool, error)
-	Scopes(ctx context.Context) ([]lua.ScopeCounts, error)
+}
+
+// ScopeList is what GET /v1/scopes calls (ui.UI): a page of the scopes, in the order
+// of their ids, after the cursor after, from the pass over every scope that the pool
+// page reads too; next is the cursor of the next page, "" on the last.
+type ScopeList interface {
+	ScopePage(ctx context.Context, after string, limit int) (page []lua.ScopeSummary, next string, err error)
 }
 
 // Configs is what the config and scope-deletion routes call (scopes.Service).
@@ -59,11 +65,12 @@ type Reports interface {
 
 // Services are the managers behind the routes, and what the replica adds of its own.
 type Services struct {
-	Sessions Sessions
-	Pods     Pods
-	Configs  Configs
-	PoolPage PoolPage
-	Reports  Reports
+	Sessions  Sessions
+	Pods      Pods
+	ScopeList ScopeList
+	Configs   Configs
+	PoolPage  PoolPage
+	Reports   Reports
 	// ReportKey checks the pods' report tokens (nil: reports are off, every report is
 	// 401), and ObserveReport counts each report by its result.
 	ReportKey     *httpx.ReportKey

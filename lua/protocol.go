@@ -100,11 +100,12 @@ func ScriptKeys(file string, k ScopeKeys, extra ...string) ([]string, error) {
 // deadline is when the caller of a script stops waiting for its answer: ctx's
 // deadline, or the client's read timeout from now, whichever comes first; "0" for
 // none. It is wall-clock time, compared with Redis's own clock by _guard.lua, so it
-// never comes from an injected Clock.
+// never comes from an injected Clock, and it is sent in Redis's time: less the skew
+// of the replica's clock the last MeasureClockSkew found.
 func (s *Store) deadline(ctx context.Context) string {
 	var d time.Time
 	if s.wait > 0 {
-		d = time.Now().Add(s.wait)
+		d = s.wall().Add(s.wait)
 	}
 	if cd, ok := ctx.Deadline(); ok && (d.IsZero() || cd.Before(d)) {
 		d = cd
@@ -112,7 +113,7 @@ func (s *Store) deadline(ctx context.Context) string {
 	if d.IsZero() {
 		return "0"
 	}
-	return ms(d)
+	return ms(d.Add(-time.Duration(s.skew.Load())))
 }
 
 // noted takes the due note off the answer of a script that notes due work

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,6 +31,12 @@ type Store struct {
 	// dueRetries keeps those writes for RetryDueIndex.
 	onDueFailure func()
 	dueRetries   dueRetries
+	// wall is the replica's wall clock (time.Now; never an injected Clock), of the
+	// guarded calls' deadlines and the clock skew measurements; skew is the last
+	// measurement's ClockSkew.Guard in nanoseconds (MeasureClockSkew), taken off each
+	// deadline.
+	wall func() time.Time
+	skew atomic.Int64
 }
 
 // DefaultSweepPeriod is the sweep tick the demand target assumes unless SweepPeriod
@@ -48,7 +55,7 @@ func (s *Store) SweepPeriod(d time.Duration) {
 // NewStore returns a Store over rdb with the given key prefix.
 func NewStore(rdb redis.UniversalClient, prefix string) *Store {
 	return &Store{rdb: rdb, keys: NewKeyspace(prefix), wait: readTimeout(rdb), onScript: func(string, time.Duration) {},
-		onDueFailure: func() {}, sweepPeriod: DefaultSweepPeriod}
+		onDueFailure: func() {}, sweepPeriod: DefaultSweepPeriod, wall: time.Now}
 }
 
 // ObserveScripts makes the store tell f how long each script call took, by script

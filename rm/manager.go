@@ -83,9 +83,12 @@ type Manager struct {
 	log    *slog.Logger
 
 	// ctx bounds the deploys, which run detached from the requests that started them;
-	// Close cancels it and waits for them.
+	// Close cancels it and waits for them. mu orders each deploy's wg.Add before
+	// Close's Wait: once closed is set no deploy starts (goDeploy).
 	ctx    context.Context
 	cancel context.CancelFunc
+	mu     sync.Mutex
+	closed bool
 	wg     sync.WaitGroup
 }
 
@@ -112,10 +115,47 @@ func New(store *lua.Store, driver warmpool.PodDriver, cfg Config) *Manager {
 	}
 }
 
-// Close cancels the deploys in flight and waits until they have cleaned up.
+// Close cancels the deploys in flight and waits until they have cleaned up; a deploy
+// an acquire or a fill would start from then on is given up instead (goDeploy).
 func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
 	m.cancel()
 	m.wg.Wait()
+}
+
+// goDeploy runs f, a deploy, in a goroutine Close waits for, and reports true; once
+// Close has begun it runs nothing and reports false.
+func (m *Manager) goDeploy(f func()) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// errClosing is the answer of an acquire whose deploy the closing replica did not
+// start: another replica can lead it.
+func errClosing(scope string) error {
+	return warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: this replica is shutting down and starts no deploy; retry", scope).Retry(1)
+}
+
+// abandon gives up the deploy lease of a deploy that was not started (the replica
+// closes): its followers are told it was lost and try again elsewhere.
+func (m *Manager) abandon(scope, deploy string, spec warmpool.DeploySpec) {
+	ctx, cancel := lua.CleanupContext(context.Background())
+	defer cancel()
+	now := m.clock.Now()
+	if _, err := m.store.DeployAbort(ctx, scope, deploy, spec.DeployVer(), "the replica shut down before the deploy started", true, now, now.Add(m.cfg.ClaimTTL)); err != nil {
+		m.log.WarnContext(ctx, "deploy lease of a replica shutting down not given up; it expires by itself", "scope", scope, "err", err)
+	}
 }
 
 // lostTries bounds how often an acquire starts again when the deploy it followed was
@@ -245,9 +285,7 @@ func (m *Manager) lead(ctx context.Context, scope string, res lua.AcquireResult,
 	// done is unbuffered: the result is either handed to the caller or, once left
 	// is closed, nobody's, and the claim goes back.
 	done, left := make(chan result), make(chan struct{})
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
+	started := m.goDeploy(func() {
 		pod, err := m.deploy(ctx, scope, res.Deploy, res.Fence, res.Spec, claim, leaseWait)
 		select {
 		case done <- result{pod, err}:
@@ -256,7 +294,11 @@ func (m *Manager) lead(ctx context.Context, scope string, res lua.AcquireResult,
 				m.releaseAbandoned(scope, claim)
 			}
 		}
-	}()
+	})
+	if !started {
+		m.abandon(scope, res.Deploy, res.Spec)
+		return warmpool.Lease{}, errClosing(scope)
+	}
 	select {
 	case r := <-done:
 		if r.err != nil {
@@ -354,14 +396,15 @@ func (m *Manager) Fill(ctx context.Context, scope string) (int, error) {
 		if res.Kind != lua.PlaceholderDeploy {
 			return started, nil
 		}
-		started++
 		leaseWait := time.Since(asked)
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
+		if !m.goDeploy(func() {
 			// A failure is logged by deploy and retried on the next fill.
 			_, _ = m.deploy(ctx, scope, res.Deploy, res.Fence, res.Spec, "", leaseWait)
-		}()
+		}) {
+			m.abandon(scope, res.Deploy, res.Spec)
+			return started, errClosing(scope)
+		}
+		started++
 	}
 }
 

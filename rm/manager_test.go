@@ -531,3 +531,60 @@ func TestStressInvariants(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// Close while acquires keep starting deploys: each deploy's wg.Add is ordered before
+// Close's Wait (under -race an Add from zero after a Wait that blocked is a race),
+// and an acquire that would lead a deploy once Close has begun starts none: it answers
+// 503 NO_POD_AVAILABLE and gives its deploy lease back, so nothing is left in flight.
+func TestCloseWhileAcquiresStart(t *testing.T) {
+	h := replicatest.New(t)
+	h.Scope("c", 1000, 1) // one session a pod: every acquire leads a deploy of its own
+	m := manager(h, rm.Config{})
+	ctx := context.Background()
+	release := h.Fake.Hold()
+	defer release()
+	first := burst(ctx, "c", 4, m)
+	h.WaitInFlight(4) // Close's Wait has deploys to wait for
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var after atomic.Int64 // acquires begun after Close returned
+	closed := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				isAfter := false
+				select {
+				case <-closed:
+					isAfter = true
+				default:
+				}
+				_, err := m.Acquire(ctx, "c")
+				if isAfter {
+					after.Add(1)
+					if warmpool.ErrorCode(err) != warmpool.CodeNoPodAvailable || !contains(fmt.Sprint(err), "shutting down") {
+						t.Errorf("an acquire after Close: %v, want NO_POD_AVAILABLE from a replica shutting down", err)
+					}
+				}
+			}
+		})
+	}
+	m.Close()
+	close(closed)
+	replicatest.WaitFor(t, "acquires after Close", func() bool { return after.Load() >= 20 })
+	close(stop)
+	wg.Wait()
+	for _, o := range collect(first, 4) {
+		if o.err == nil {
+			t.Errorf("an acquire whose deploy Close cancelled got pod %s", o.lease.Pod.ID)
+		}
+	}
+	if s := h.Settled("c"); len(s.Deploys) != 0 || len(s.Pods) != 0 {
+		t.Fatalf("after Close: %d deploys in flight and %d pods, want none", len(s.Deploys), len(s.Pods))
+	}
+}

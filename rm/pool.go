@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
 )
 
 // Pool is a scope's pool: its pods and what waits for them (GET …/pool).
@@ -114,9 +113,3 @@ func (m *Manager) Pool(ctx context.Context, scope string) (Pool, error) {
 
 // round3 rounds to three decimals: the figures of a demand estimate are not exact.
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
-
-// Scopes reads the pool sizes of every published scope in one pass.
-// Errors: STORE_UNAVAILABLE.
-func (m *Manager) Scopes(ctx context.Context) ([]lua.ScopeCounts, error) {
-	return m.store.Counts(ctx)
-}

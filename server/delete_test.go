@@ -221,7 +221,7 @@ func TestDeleteScopeOnEveryReplica(t *testing.T) {
 	}
 	other.wantErr(other.do(http.MethodPost, "/v1/scopes/shared/sessions", map[string]string{"session_id": "s2"}), http.StatusNotFound, warmpool.CodeScopeNotFound)
 	ctx := context.Background()
-	if !srvB.Runner.RunOnce(ctx, srvB.Sweeper.ReconcileJob()) {
+	if !runJob(t, srvB, ctx, srvB.Sweeper.ReconcileJob()) {
 		t.Fatal("reconcile did not run")
 	}
 	other.ok(http.MethodPost, "/v1/config/sync", nil)
@@ -286,7 +286,7 @@ func halfDeleted(t *testing.T, unpublished bool) (*env, *historyHook) {
 func TestReconcileFinishesAStoredDelete(t *testing.T) {
 	t.Parallel()
 	e, _ := halfDeleted(t, false)
-	if !e.srv.Runner.RunOnce(context.Background(), e.srv.Sweeper.ReconcileJob()) {
+	if !runJob(t, e.srv, context.Background(), e.srv.Sweeper.ReconcileJob()) {
 		t.Fatal("reconcile did not run")
 	}
 	e.wantErr(e.do(http.MethodPost, "/v1/scopes/half/sessions", map[string]string{"session_id": "s2"}), http.StatusNotFound, warmpool.CodeScopeNotFound)

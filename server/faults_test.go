@@ -109,7 +109,7 @@ func TestNothingDoneAfterAnError(t *testing.T) {
 	if rec, err := store.Scope(ctx, "p"); err != nil || rec.Version != 1 {
 		t.Fatalf("published before reconcile: v%d, %v; want v1", rec.Version, err)
 	}
-	if !e.srv.Runner.RunOnce(ctx, e.srv.Sweeper.ReconcileJob()) {
+	if !runJob(t, e.srv, ctx, e.srv.Sweeper.ReconcileJob()) {
 		t.Fatal("reconcile did not run")
 	}
 	if rec, err := store.Scope(ctx, "p"); err != nil || rec.Version != 2 || rec.Config.Pool.MaxConcurrency != 6 {
@@ -150,7 +150,7 @@ func TestFakeReplicasKeepEachOthersPods(t *testing.T) {
 	pod := rs.a.route("f", "s1")["pod_id"] // deployed by a's driver
 	rs.clock.Advance(2 * time.Minute)      // past the ghost and orphan graces
 	for _, job := range []string{sweeper.WatchJobName(lua.DueShard("f")), "reconcile"} {
-		if !rs.b.srv.Runner.RunOnce(ctx, jobNamed(t, rs.b.srv, job)) {
+		if !runJob(t, rs.b.srv, ctx, jobNamed(t, rs.b.srv, job)) {
 			t.Fatalf("%s did not run on b", job)
 		}
 	}

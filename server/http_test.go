@@ -20,9 +20,11 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/httpx"
+	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sweeper"
+	"github.com/warmpool/warmpool/ui"
 )
 
 var deployVerRe = regexp.MustCompile(`^[0-9a-f]{16}$`)
@@ -662,7 +664,7 @@ func TestStoreUnavailableDataLoss(t *testing.T) {
 			e.ok(http.MethodGet, "/healthz", nil)
 
 			// Reconcile (the sweeper job) rebuilds the keyspace: ready again.
-			if !e.srv.Runner.RunOnce(ctx, e.srv.Sweeper.ReconcileJob()) {
+			if !runJob(t, e.srv, ctx, e.srv.Sweeper.ReconcileJob()) {
 				t.Fatal("reconcile did not run")
 			}
 			e.ok(http.MethodGet, "/readyz", nil)
@@ -898,7 +900,7 @@ func TestAcquireRelease(t *testing.T) {
 	e.clock.Advance(61 * time.Second)
 	e.wantErr(touch(pod, lost["hold_id"]), http.StatusNotFound, warmpool.CodeHoldNotFound)
 	for _, j := range e.srv.Sweeper.Jobs() {
-		if j.Name == sweeper.DueJobName(lua.DueShard("a")) && !e.srv.Runner.RunOnce(context.Background(), j) {
+		if j.Name == sweeper.DueJobName(lua.DueShard("a")) && !runJob(t, e.srv, context.Background(), j) {
 			t.Fatal("the due job of the scope did not run")
 		}
 	}
@@ -1006,8 +1008,9 @@ func TestScopesList(t *testing.T) {
 	e.route("a", "s1")
 	e.route("a", "s2")
 	e.route("a", "s3")
+	e.clock.Advance(ui.ListAge) // the list is a pass over every scope up to ui.ListAge old
 	got := e.ok(http.MethodGet, "/v1/scopes", nil)
-	keys(t, got, "scopes")
+	keys(t, got, "scopes", "next")
 	list := got["scopes"].([]any)
 	if len(list) != 2 {
 		t.Fatalf("scopes: %v", list)
@@ -1021,6 +1024,64 @@ func TestScopesList(t *testing.T) {
 	}
 	if b["scope_id"] != "b" || num(t, b, "pods") != 0 || num(t, b, "sessions") != 0 {
 		t.Fatalf("scope b: %v", b)
+	}
+}
+
+// GET /v1/scopes pages (SPEC §12.4): limit scopes (1 to 500, default 100) after the
+// cursor after, in the order of their ids, and next, the cursor of the next page, null
+// on the last; a bad limit or after is 400 VALIDATION naming it. The pages come from
+// the pool page's shared pass over every scope: however many callers page, Redis is
+// read once a Refresh (here, with the clock stopped, once).
+func TestScopesPages(t *testing.T) {
+	t.Parallel()
+	calls := &testredis.Counter{}
+	e := mustEnv(t, func(c *server.Config) { c.Redis.AddHook(calls) })
+	for _, id := range []string{"e", "c", "a", "d", "b"} {
+		e.putScope(id, scopeCfg(4, 2, 0, 1))
+	}
+	page := func(query string) (ids string, next any) {
+		t.Helper()
+		got := e.ok(http.MethodGet, "/v1/scopes"+query, nil)
+		keys(t, got, "scopes", "next")
+		var l []string
+		for _, s := range got["scopes"].([]any) {
+			l = append(l, s.(map[string]any)["scope_id"].(string))
+		}
+		return strings.Join(l, ","), got["next"]
+	}
+	for _, c := range []struct {
+		query, ids string
+		next       any
+	}{
+		{"", "a,b,c,d,e", nil},
+		{"?limit=2", "a,b", "b"},
+		{"?limit=2&after=b", "c,d", "d"},
+		{"?after=d&limit=2", "e", nil},
+		{"?limit=5", "a,b,c,d,e", nil},
+		{"?limit=4", "a,b,c,d", "d"},
+		{"?after=e", "", nil},
+		{"?after=bb&limit=1", "c", "c"}, // a cursor of a scope gone since is still a place in the order
+		{"?limit=500", "a,b,c,d,e", nil},
+	} {
+		if ids, next := page(c.query); ids != c.ids || next != c.next {
+			t.Errorf("GET /v1/scopes%s: %q next %v, want %q next %v", c.query, ids, next, c.ids, c.next)
+		}
+	}
+	before := calls.Count()
+	for range 20 {
+		page("?limit=2&after=a")
+	}
+	if n := calls.Count() - before; n != 0 {
+		t.Errorf("20 pages within a Refresh sent Redis %d round trips, want none: they share one pass", n)
+	}
+	for _, c := range []struct{ query, names string }{
+		{"?limit=0", "limit"}, {"?limit=501", "limit"}, {"?limit=x", "limit"}, {"?limit=1&limit=2", "limit"}, {"?limit=", "limit"},
+		{"?after=", "after"}, {"?after=B%20ad", "after"}, {"?after=a&after=b", "after"},
+	} {
+		eo := e.wantErr(e.do(http.MethodGet, "/v1/scopes"+c.query, nil), http.StatusBadRequest, warmpool.CodeValidation)
+		if msg := eo["message"].(string); !strings.HasPrefix(msg, c.names+":") {
+			t.Errorf("GET /v1/scopes%s: %q does not name %s", c.query, msg, c.names)
+		}
 	}
 }
 

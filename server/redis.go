@@ -14,7 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
+	"github.com/warmpool/warmpool/lua"
 )
 
 // Bounds of every Redis call of a replica: short, so that requests fail fast
@@ -209,4 +211,80 @@ func refusedByRedis(ctx context.Context, rdb redis.UniversalClient) error {
 		}
 	}
 	return nil
+}
+
+// awaitRedis waits until Redis answers (a replica may start before its Redis), then
+// refuses a Redis older than warmpool needs (lua.CheckVersion: the error names the
+// version found and the one needed) and measures the replica's clock against it.
+func (s *Server) awaitRedis(ctx context.Context) error {
+	for {
+		found, err := s.store.CheckVersion(ctx)
+		if warmpool.ErrorCode(err) == warmpool.CodeStoreUnavailable {
+			if err := s.waitForRedis(ctx, err); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if found == "" && s.mini == nil {
+			s.log.Warn("redis does not tell its version (INFO server): warmpool needs " + lua.MinRedisVersion + " or later, " + lua.MinClusterVersion + " on a Cluster")
+		}
+		s.measureClock(ctx)
+		return nil
+	}
+}
+
+// waitForRedis logs that Redis did not answer (err) and waits a second for it, or
+// until ctx ends: a replica started before its Redis waits for it.
+func (s *Server) waitForRedis(ctx context.Context, err error) error {
+	s.log.Warn("waiting for redis", "err", err)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Second):
+		return nil
+	}
+}
+
+// Clock skew: measured every ClockCheckInterval; above MaxClockSkew it is logged as a
+// warning (docs/operations.md says what it costs).
+const (
+	ClockCheckInterval = time.Minute
+	MaxClockSkew       = 100 * time.Millisecond
+)
+
+// watchClock measures the clock skew every ClockCheckInterval until ctx ends.
+func (s *Server) watchClock(ctx context.Context) {
+	t := time.NewTicker(ClockCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.measureClock(ctx)
+		}
+	}
+}
+
+// measureClock measures the skew of the replica's clock against Redis's TIME, which
+// the store takes off the guarded calls' deadlines from then on, exports it
+// (warmpool_clock_skew_seconds) and warns when it is above MaxClockSkew. A failed
+// measurement keeps the last one.
+func (s *Server) measureClock(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, redisDialTimeout)
+	defer cancel()
+	m, err := s.store.MeasureClockSkew(ctx)
+	if err != nil {
+		s.log.Warn("clock skew against redis not measured; the last measurement stands", "err", err)
+		return
+	}
+	s.metrics.ObserveClockSkew(m.Skew)
+	if m.Skew.Abs() > MaxClockSkew {
+		s.log.Warn("the replica's clock differs from Redis's by more than "+MaxClockSkew.String()+
+			": guarded calls are sent in Redis's time, but session, lease and idle times written by replicas whose clocks differ are off by as much (docs/operations.md)",
+			"skew", m.Skew.Round(time.Millisecond), "rtt", m.RTT.Round(time.Microsecond))
+	}
 }

@@ -258,3 +258,10 @@ func (p *pki) serverArgs() []string {
 func (p *pki) clientTLS() *tls.Config {
 	return &tls.Config{RootCAs: p.pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 }
+
+// A Redis older than warmpool's commands need stops the start at once, with one line
+// naming the version found and the one needed, instead of failing calls later.
+func TestRedisTooOld(t *testing.T) {
+	t.Parallel()
+	refusedAtStart(t, server.Config{RedisURL: "redis://" + testredis.OldServer(t, "6.0.9")}, "is version 6.0.9: warmpool needs 6.2 or later")
+}

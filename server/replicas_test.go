@@ -453,7 +453,7 @@ func TestReplicaLoserReusesWarmPod(t *testing.T) {
 	rs := newReplicas(t)
 	rs.a.putScope("warm", `{"deploy":{"ready_timeout_s":10},"pool":{"max_concurrency":4,"pod_concurrency":2,"min_idle_pods":1,"queue_size":0,"max_parallel_deploys":1}}`)
 	release := rs.holdDeploys()
-	if !rs.b.srv.Runner.RunOnce(context.Background(), dueJob(t, rs.b.srv, "warm")) {
+	if !runJob(t, rs.b.srv, context.Background(), dueJob(t, rs.b.srv, "warm")) {
 		t.Fatal("B's due job of the scope did not run")
 	}
 	rs.waitInFlight(1)
@@ -568,6 +568,17 @@ func jobNamed(t *testing.T, srv *server.Server, name string) sweeper.Job {
 	return sweeper.Job{}
 }
 
+// runJob runs job j on srv's runner now, if its lock is free, and reports whether it
+// ran; a run that failed fails the test.
+func runJob(t *testing.T, srv *server.Server, ctx context.Context, j sweeper.Job) bool {
+	t.Helper()
+	ran, err := srv.Runner.RunOnce(ctx, j)
+	if err != nil {
+		t.Fatalf("job %s: %v", j.Name, err)
+	}
+	return ran
+}
+
 // dueJob returns the replica's due job of the shard that holds scope.
 func dueJob(t *testing.T, srv *server.Server, scope string) sweeper.Job {
 	t.Helper()
@@ -619,7 +630,7 @@ func TestReplicaConfigChangeAcrossReplicas(t *testing.T) {
 	if s1 := rs.b.route("cfg", "s1"); s1["pod_id"] != p1 || s1["new"] != false || s1["deploy_ver"] != dv1 {
 		t.Fatalf("s1 on B after the change: %v, want its old pod %v", s1, p1)
 	}
-	if !rs.b.srv.Runner.RunOnce(context.Background(), dueJob(t, rs.b.srv, "cfg")) {
+	if !runJob(t, rs.b.srv, context.Background(), dueJob(t, rs.b.srv, "cfg")) {
 		t.Fatal("B's due job of the scope did not run")
 	}
 	pods := podsOf(rs.a.pool("cfg"))
@@ -761,7 +772,7 @@ func TestReplicaSweeperMutualExclusion(t *testing.T) {
 	}
 	for _, e := range []*env{rs.a, rs.b} {
 		for _, j := range jobs {
-			if e.srv.Runner.RunOnce(ctx, jobNamed(t, e.srv, j.Name)) {
+			if runJob(t, e.srv, ctx, jobNamed(t, e.srv, j.Name)) {
 				t.Fatalf("%s ran %s while another holder has its lock", e.srv.InstanceID(), j.Name)
 			}
 		}
@@ -786,14 +797,14 @@ func TestReplicaSweeperMutualExclusion(t *testing.T) {
 			t.Fatalf("releasing %s: %v", j.Name, err)
 		}
 	}
-	if !rs.a.srv.Runner.RunOnce(ctx, dueJob(t, rs.a.srv, "sw")) {
+	if !runJob(t, rs.a.srv, ctx, dueJob(t, rs.a.srv, "sw")) {
 		t.Fatal("A's due job of the scope did not run after the lock was released")
 	}
 	if pods := podsOf(rs.b.pool("sw")); len(pods) != 0 || !slices.Equal(rs.fake.Deleted(), []string{pod}) {
 		t.Fatalf("after the reclaim: pool %v, deleted %v, want %s reclaimed", pods, rs.fake.Deleted(), pod)
 	}
 	for _, j := range jobs {
-		if !rs.b.srv.Runner.RunOnce(ctx, jobNamed(t, rs.b.srv, j.Name)) {
+		if !runJob(t, rs.b.srv, ctx, jobNamed(t, rs.b.srv, j.Name)) {
 			t.Fatalf("B's %s did not run with its lock free", j.Name)
 		}
 	}
@@ -858,7 +869,7 @@ func TestReplicaConcurrentSweepsConverge(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-gate
-				e.srv.Runner.RunOnce(ctx, j)
+				_, _ = e.srv.Runner.RunOnce(ctx, j) // one of them runs it; the others find it held
 			}()
 		}
 	}

@@ -19,16 +19,15 @@ import (
 // reconcile job rebuilds it from the config store and the driver. When another replica
 // holds the job, this one waits for it.
 func (s *Server) bootstrap(ctx context.Context) error {
+	if err := s.awaitRedis(ctx); err != nil {
+		return err
+	}
 	for {
 		live, err := s.store.EpochLive(ctx)
 		if warmpool.ErrorCode(err) == warmpool.CodeStoreUnavailable {
-			// Redis is not up yet (or restarting): wait for it, as a replica
-			// started before its Redis should.
-			s.log.Warn("waiting for redis", "err", err)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Second):
+			// Redis is not up yet (or restarting).
+			if err := s.waitForRedis(ctx, err); err != nil {
+				return err
 			}
 			continue
 		}
@@ -38,12 +37,20 @@ func (s *Server) bootstrap(ctx context.Context) error {
 		if live {
 			return nil
 		}
-		if !s.Runner.RunOnce(ctx, s.Sweeper.ReconcileJob()) {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(100 * time.Millisecond):
-			}
+		ran, err := s.Runner.RunOnce(ctx, s.Sweeper.ReconcileJob())
+		if ran && err == nil {
+			continue
+		}
+		// Another replica rebuilds (look again soon), or the rebuild failed (the runner
+		// logged why; try again a second later rather than at once).
+		wait := 100 * time.Millisecond
+		if err != nil {
+			wait = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
 		}
 	}
 }
@@ -85,9 +92,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	}
 	jobs, stopJobs := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); s.Runner.Run(jobs) }()
-	go func() { defer wg.Done(); _ = s.Sweeper.Follow(jobs) }() // it ends when jobs does
+	wg.Go(func() { s.Runner.Run(jobs) })
+	wg.Go(func() { _ = s.Sweeper.Follow(jobs) }) // it ends when jobs does
+	wg.Go(func() { s.watchClock(jobs) })
 	var err error
 	select {
 	case <-ctx.Done():

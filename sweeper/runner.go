@@ -81,7 +81,7 @@ func (r *Runner) Run(ctx context.Context) {
 					t.Reset(j.Interval)
 				case <-j.Wake:
 				}
-				r.RunOnce(ctx, j)
+				_, _ = r.RunOnce(ctx, j) // logged and counted (OnRun) there
 			}
 		}()
 	}
@@ -90,23 +90,25 @@ func (r *Runner) Run(ctx context.Context) {
 
 // RunOnce runs one job now if its lock is free: the lock is kept alive while the job
 // runs, the job's context is cancelled when the lock is lost, and the lock is
-// released at the end. It reports whether the job ran.
-func (r *Runner) RunOnce(ctx context.Context, j Job) bool {
+// released at the end. It reports whether the job ran, and the job's own error: when
+// the lock was lost too, that error joined with the loss (warmpool.ErrLockNotHeld).
+func (r *Runner) RunOnce(ctx context.Context, j Job) (bool, error) {
 	lock, err := r.store.Obtain(ctx, r.store.Keys().Lock("sweep:"+j.Name), r.lease)
 	if err != nil {
 		if !errors.Is(err, warmpool.ErrNotObtained) {
 			r.log.DebugContext(ctx, "job lock not obtained", "job", j.Name, "err", err)
 		}
 		r.OnRun(j.Name, "skipped", 0)
-		return false
+		return false, nil
 	}
 	held := time.Now()
 	jctx, stop := lock.KeepAlive(context.WithValue(ctx, jobKey{}, j.Name))
 	err = j.Run(jctx)
 	outcome := "ok"
 	if lerr := stop(); lerr != nil {
-		r.log.WarnContext(ctx, "job lock lost; the job was cancelled", "job", j.Name, "err", lerr)
 		outcome = "lost_lock"
+		err = errors.Join(err, lerr)
+		r.log.WarnContext(ctx, "job lock lost; the job was cancelled", "job", j.Name, "err", err)
 	} else {
 		release, cancel := lua.CleanupContext(ctx)
 		if rerr := lock.Release(release); rerr != nil {
@@ -119,5 +121,5 @@ func (r *Runner) RunOnce(ctx context.Context, j Job) bool {
 		}
 	}
 	r.OnRun(j.Name, outcome, time.Since(held))
-	return true
+	return true, err
 }

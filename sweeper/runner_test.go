@@ -2,6 +2,8 @@ package sweeper_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/harness/replicatest"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sweeper"
@@ -72,6 +75,17 @@ func (iv *intervals) check(t *testing.T) int {
 	return len(runs)
 }
 
+// runOnce runs j on r now, if its lock is free, and reports whether it ran; a run
+// that failed fails the test.
+func runOnce(t *testing.T, r *sweeper.Runner, ctx context.Context, j sweeper.Job) bool {
+	t.Helper()
+	ran, err := r.RunOnce(ctx, j)
+	if err != nil {
+		t.Errorf("job %s: %v", j.Name, err)
+	}
+	return ran
+}
+
 // Two runners (replicas) on one Redis, and two goroutines on each, try the same job
 // over and over: it never runs twice at once, and the work it does is never lost.
 func TestRunnersNeverOverlap(t *testing.T) {
@@ -89,7 +103,8 @@ func TestRunnersNeverOverlap(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for range 100 {
-					if runner.RunOnce(ctx, job) {
+					// A run whose lock was lost under load counts as a run as well.
+					if did, _ := runner.RunOnce(ctx, job); did {
 						ran.Add(1)
 					}
 				}
@@ -133,7 +148,7 @@ func TestRunnerTakesOverFromADeadHolder(t *testing.T) {
 		return ctx.Err()
 	}}
 	done := make(chan bool, 1)
-	go func() { done <- dead.RunOnce(context.Background(), blocking) }()
+	go func() { ran, _ := dead.RunOnce(context.Background(), blocking); done <- ran }()
 	replicatest.Recv(t, "the job to start", started)
 
 	alive := sweeper.NewRunner(h.Store, nil, lease, nil)
@@ -142,7 +157,7 @@ func TestRunnerTakesOverFromADeadHolder(t *testing.T) {
 		aliveStart = time.Now()
 		return nil
 	}}
-	if alive.RunOnce(ctx, work) {
+	if runOnce(t, alive, ctx, work) {
 		t.Fatal("job ran while another runner held its lock")
 	}
 
@@ -157,12 +172,12 @@ func TestRunnerTakesOverFromADeadHolder(t *testing.T) {
 	}
 	if h.Redis.Mini != nil {
 		// miniredis's clock stands still until told: the lease is still held.
-		if alive.RunOnce(ctx, work) {
+		if runOnce(t, alive, ctx, work) {
 			t.Fatal("job ran before the dead holder's lease ran out")
 		}
 	}
 	h.passLease(key, lease)
-	if !alive.RunOnce(ctx, work) {
+	if !runOnce(t, alive, ctx, work) {
 		t.Fatal("job did not run after the dead holder's lease ran out")
 	}
 	if !aliveStart.After(deadEnd) {
@@ -185,7 +200,7 @@ func TestRunnerWaitsOutAStaleLock(t *testing.T) {
 		}
 	}
 	job := sweeper.Job{Name: "work", Interval: time.Hour, Run: func(context.Context) error { runs.Add(1); return nil }}
-	if runner.RunOnce(ctx, job) {
+	if runOnce(t, runner, ctx, job) {
 		// On a real server the lease may have run out already under load; it must
 		// have, for the job to run.
 		if time.Since(set) < lease {
@@ -193,7 +208,7 @@ func TestRunnerWaitsOutAStaleLock(t *testing.T) {
 		}
 	} else {
 		h.passLease(key, lease)
-		if !runner.RunOnce(ctx, job) {
+		if !runOnce(t, runner, ctx, job) {
 			t.Fatal("job did not run after the stale lock expired")
 		}
 		if skipped.Load() != 1 {
@@ -220,7 +235,7 @@ func TestRunnerCancelsTheJobWhenItsLockIsLost(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}}
-	go runner.RunOnce(context.Background(), job)
+	go func() { _, _ = runner.RunOnce(context.Background(), job) }()
 	replicatest.Recv(t, "the job to start", started)
 	if err := h.Redis.Client.Set(t.Context(), key, "thief", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -235,6 +250,41 @@ func TestRunnerCancelsTheJobWhenItsLockIsLost(t *testing.T) {
 	}
 	if v, _ := h.Redis.Client.Get(t.Context(), key).Result(); v != "thief" {
 		t.Fatalf("lock now %q: the runner touched another holder's lock", v)
+	}
+}
+
+// RunOnce hands its caller the job's own error, also when the job's lock was lost
+// while it ran: a bootstrap that runs reconcile once must see that it failed.
+func TestRunOnceReturnsTheJobsError(t *testing.T) {
+	h := newHarness(t)
+	const lease = 300 * time.Millisecond
+	errBoom := errors.New("boom")
+	runner := sweeper.NewRunner(h.Store, nil, lease, nil)
+	ran, err := runner.RunOnce(t.Context(), sweeper.Job{Name: "fails", Interval: time.Hour, Run: func(context.Context) error { return errBoom }})
+	if !ran || !errors.Is(err, errBoom) {
+		t.Fatalf("a failing job: ran %v, err %v; want it run and its error", ran, err)
+	}
+
+	key := h.Store.Keys().Lock("sweep:robbed")
+	started := make(chan struct{})
+	robbed := sweeper.Job{Name: "robbed", Interval: time.Hour, Run: func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done()
+		return fmt.Errorf("half done: %w", errBoom)
+	}}
+	type result struct {
+		ran bool
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { ran, err := runner.RunOnce(context.Background(), robbed); done <- result{ran, err} }()
+	replicatest.Recv(t, "the job to start", started)
+	if err := h.Redis.Client.Set(t.Context(), key, "thief", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := replicatest.Recv(t, "the robbed job's run to end", done)
+	if !r.ran || !errors.Is(r.err, errBoom) || !errors.Is(r.err, warmpool.ErrLockNotHeld) {
+		t.Fatalf("a job that lost its lock: ran %v, err %v; want it run, its own error and the lost lock", r.ran, r.err)
 	}
 }
 

@@ -797,7 +797,7 @@ func TestReconcileAfterAStaleLock(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	key, set := h.staleLock("reconcile", lease)
 	runner := sweeper.NewRunner(h.Store, nil, lease, nil)
-	if runner.RunOnce(ctx, h.sw.ReconcileJob()) {
+	if runOnce(t, runner, ctx, h.sw.ReconcileJob()) {
 		// A real server's clock runs: under load the lease may have run out already,
 		// and only then may the job run.
 		if since := time.Since(set); since < lease {
@@ -808,7 +808,7 @@ func TestReconcileAfterAStaleLock(t *testing.T) {
 			t.Fatal("orphan adopted by a job that did not hold its lock")
 		}
 		h.passLease(key, lease)
-		if !runner.RunOnce(ctx, h.sw.ReconcileJob()) {
+		if !runOnce(t, runner, ctx, h.sw.ReconcileJob()) {
 			t.Fatal("reconcile did not run after the stale lock expired")
 		}
 	}

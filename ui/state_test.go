@@ -416,3 +416,65 @@ func TestStateDetailShowsBackoff(t *testing.T) {
 		t.Fatalf("backoff in the details %+v, in the pool %+v: want one failure with its reason, the same", got, want)
 	}
 }
+
+// GET /v1/scopes takes a pass up to ui.ListAge old, on any replica, so that callers
+// paging through every scope cost Redis one pass every ListAge; a pool page's request
+// wants one less than a Refresh old and makes it, and the scope list of its replica
+// takes that one from then on.
+func TestScopeListTakesOlderPasses(t *testing.T) {
+	t.Parallel()
+	b := testserver.NewBacking(t)
+	clock := testredis.NewClock()
+	r1, r2 := newReplica(t, b, "r1", clock), newReplica(t, b, "r2", clock)
+	for _, s := range []string{"a", "b", "c"} {
+		putScope(t, r1.ts.URL, s)
+	}
+	list := func(base string) int {
+		t.Helper()
+		code, body := get(t, base, "/v1/scopes?limit=2")
+		var page struct {
+			Scopes []struct{} `json:"scopes"`
+			Next   *string    `json:"next"`
+		}
+		if err := json.Unmarshal(body, &page); code != http.StatusOK || err != nil || page.Next == nil {
+			t.Fatalf("GET /v1/scopes?limit=2: %d %s", code, body)
+		}
+		code, body = get(t, base, "/v1/scopes?after="+*page.Next)
+		var rest struct {
+			Scopes []struct{} `json:"scopes"`
+		}
+		if err := json.Unmarshal(body, &rest); code != http.StatusOK || err != nil {
+			t.Fatalf("GET /v1/scopes?after=%s: %d %s", *page.Next, code, body)
+		}
+		return len(page.Scopes) + len(rest.Scopes)
+	}
+	count := func(when string, want1, want2 int64) {
+		t.Helper()
+		if n1, n2 := r1.passes.n.Load(), r2.passes.n.Load(); n1 != want1 || n2 != want2 {
+			t.Fatalf("%s: %d and %d passes, want %d and %d", when, n1, n2, want1, want2)
+		}
+	}
+	if n := list(r1.ts.URL); n != 3 {
+		t.Fatalf("the first list: %d scopes", n)
+	}
+	count("the first list", 1, 0)
+	putScope(t, r1.ts.URL, "d")
+	clock.Advance(ui.ListAge - 1)
+	if n1, n2 := list(r1.ts.URL), list(r2.ts.URL); n1 != 3 || n2 != 3 {
+		t.Fatalf("lists just before ListAge: %d and %d scopes, want the first pass's 3", n1, n2)
+	}
+	count("lists just before ListAge, on both replicas", 1, 0)
+	if st := uiState(t, r2.ts.URL, ""); st.Totals.Scopes != 4 || st.SummaryBy != "r2" {
+		t.Fatalf("a pool page then: %+v, want a pass of its own", st)
+	}
+	count("a pool page", 1, 1)
+	if n1, n2 := list(r1.ts.URL), list(r2.ts.URL); n1 != 3 || n2 != 4 {
+		t.Fatalf("lists after the page's pass: %d and %d scopes, want r1's pass's 3 and the page's 4", n1, n2)
+	}
+	count("lists after the page's pass", 1, 1)
+	clock.Advance(ui.ListAge)
+	if n := list(r1.ts.URL); n != 4 {
+		t.Fatalf("a list after ListAge: %d scopes", n)
+	}
+	count("a list after ListAge", 2, 1)
+}

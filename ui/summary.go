@@ -11,10 +11,17 @@ import (
 	"github.com/warmpool/warmpool/lua"
 )
 
-// shareKeep is how long the pass a replica shares stays in Redis: it is fresh for
-// Refresh by its own time (SummaryPass.At, which each reader checks against its
-// clock), and goes by itself a while after the last page closes.
-const shareKeep = 5 * Refresh
+// ListAge is the oldest pass GET /v1/scopes answers from: callers that page
+// through every scope (a gateway, the CLI) cost Redis one pass every ListAge across
+// the replicas, where the pool page's refresh asks for one every Refresh while a page
+// is open.
+const ListAge = 5 * Refresh
+
+// shareKeep is how long the pass a replica shares stays in Redis: long enough for
+// the oldest a caller takes while another replica makes the next (ListAge +
+// Refresh; each reader checks its age, SummaryPass.At, against its clock), and it
+// goes by itself a while after the last caller.
+const shareKeep = ListAge + Refresh
 
 // PassTimeout bounds one pass over every scope. The pass runs for every request that
 // waits for it, so it does not stop when the request that began it goes away.
@@ -78,22 +85,30 @@ func (s *summaries) fresh(at time.Time, within time.Duration) bool {
 	return !now.Before(at) && now.Sub(at) < within
 }
 
-// get returns a summary less than ttl old. Errors: STORE_UNAVAILABLE, and ctx's own
-// when it ends first.
-func (s *summaries) get(ctx context.Context) (*summary, error) {
-	s.mu.Lock()
-	if s.cur != nil && s.fresh(s.cur.at, s.ttl) {
-		cur := s.cur
-		s.mu.Unlock()
-		return cur, nil
-	}
-	if f := s.flight; f != nil {
+// get returns a summary less than within old (the pool page asks for one less than
+// ttl old, GET /v1/scopes for one less than ListAge). A caller that waited for a pass
+// another began and got one older than it takes (a shared pass its starter took)
+// makes its own. Errors: STORE_UNAVAILABLE, and ctx's own when it ends first.
+func (s *summaries) get(ctx context.Context, within time.Duration) (*summary, error) {
+	for {
+		s.mu.Lock()
+		if s.cur != nil && s.fresh(s.cur.at, within) {
+			cur := s.cur
+			s.mu.Unlock()
+			return cur, nil
+		}
+		f := s.flight
+		if f == nil {
+			break
+		}
 		s.mu.Unlock()
 		select {
 		case <-f.done:
-			return f.sum, f.err
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		}
+		if f.err != nil || s.fresh(f.sum.at, within) {
+			return f.sum, f.err
 		}
 	}
 	f := &pass{done: make(chan struct{})}
@@ -101,7 +116,7 @@ func (s *summaries) get(ctx context.Context) (*summary, error) {
 	s.mu.Unlock()
 
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PassTimeout)
-	f.sum, f.err = s.load(pctx)
+	f.sum, f.err = s.load(pctx, within)
 	cancel()
 	s.mu.Lock()
 	if f.err == nil {
@@ -115,24 +130,24 @@ func (s *summaries) get(ctx context.Context) (*summary, error) {
 
 // PassLock is the name of the lease lock (lua.Keyspace.Lock) a replica holds while
 // it reads every scope for the others: one that finds it taken serves the last pass
-// shared, if it ended less than two Refresh ago, instead of reading every scope at the
-// same time. Without it, pages on two replicas that ask about as often as a pass stays
+// shared, if it is at most a Refresh older than the caller takes, instead of reading
+// every scope at the same time. Without it, pages on two replicas that ask about as often as a pass stays
 // fresh fall into step, and each replica reads every scope for each of its pages.
 const PassLock = "ui-summaries"
 
-// load takes the pass another replica shared if it is fresh, else reads every scope
-// and shares the pass. A pass that cannot be shared is still used.
-func (s *summaries) load(ctx context.Context) (*summary, error) {
+// load takes the pass another replica shared if it is less than within old, else
+// reads every scope and shares the pass. A pass that cannot be shared is still used.
+func (s *summaries) load(ctx context.Context, within time.Duration) (*summary, error) {
 	shared, ok, err := s.store.SharedSummaries(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if ok && s.fresh(shared.At, s.ttl) {
+	if ok && s.fresh(shared.At, within) {
 		return newSummary(shared), nil
 	}
 	lock, err := s.store.Obtain(ctx, s.store.Keys().Lock(PassLock), PassTimeout)
 	switch {
-	case errors.Is(err, warmpool.ErrNotObtained) && ok && s.fresh(shared.At, 2*s.ttl):
+	case errors.Is(err, warmpool.ErrNotObtained) && ok && s.fresh(shared.At, within+s.ttl):
 		return newSummary(shared), nil
 	case errors.Is(err, warmpool.ErrNotObtained):
 		// Nothing recent to serve while the other replica reads: read as well.

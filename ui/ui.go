@@ -148,7 +148,7 @@ type Deploy struct {
 // State answers q: the summary of every scope (shared, see summaries) and the details
 // of the scopes q names, read now. Errors: STORE_UNAVAILABLE.
 func (u *UI) State(ctx context.Context, q Query) (State, error) {
-	sum, err := u.sums.get(ctx)
+	sum, err := u.sums.get(ctx, u.sums.ttl)
 	if err != nil {
 		return State{}, err
 	}

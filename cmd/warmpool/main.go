@@ -84,7 +84,10 @@ usage:
   warmpool version                   this binary's version
 
 operator commands, over the HTTP API:
-  warmpool scope list                every scope with pod and session counts (also: scopes)
+  warmpool scope list [--limit N] [--after CURSOR]
+                                     every scope with pod and session counts, page after
+                                     page (also: scopes); --limit: one page of N (up to
+                                     500) and its next cursor, --after: from a cursor on
   warmpool scope get NAME            a scope's stored config
   warmpool scope put NAME -f FILE    store a scope config (JSON or YAML; - for stdin);
                                      --dry-run prints the pod it would deploy instead

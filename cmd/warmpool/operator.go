@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/api"
 )
 
 // Exit statuses of the operator commands (SPEC §10, "CLI"); a usage mistake is 2.
@@ -35,6 +36,7 @@ const requestTimeout = 30 * time.Second
 // opFlags are the flags every operator command takes.
 type opFlags struct {
 	server, token, output, file string
+	after                       string
 	force, all, dryRun          bool
 	outputSet                   bool // -o or --output given
 	limit, before               optInt
@@ -77,8 +79,9 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 	fs.StringVar(&f.file, "f", "", "scope put: the config file, JSON or YAML (- for stdin)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "scope put: check the config as a put does and print the pod it would deploy (YAML; JSON with -o json), storing nothing")
 	fs.BoolVar(&f.force, "force", false, "scope delete: delete every pod now, busy ones too (their sessions and holds end)")
-	fs.Var(&f.limit, "limit", fmt.Sprintf("scope history: `N` versions a page, 1 to %d (default %d; %d with --all)",
-		warmpool.MaxHistoryLimit, warmpool.DefaultHistoryLimit, warmpool.MaxHistoryLimit))
+	fs.Var(&f.limit, "limit", fmt.Sprintf("scope history: `N` versions a page, 1 to %d (default %d; %d with --all); scope list: one page of N scopes, 1 to %d (default: every page)",
+		warmpool.MaxHistoryLimit, warmpool.DefaultHistoryLimit, warmpool.MaxHistoryLimit, api.MaxScopesLimit))
+	fs.StringVar(&f.after, "after", "", "scope list: only the scopes after `CURSOR` (the next of the page before)")
 	fs.Var(&f.before, "before", "scope history: only versions older than version `V` (the next_before of the page before)")
 	fs.BoolVar(&f.all, "all", false, "scope history: follow next_before to the oldest version (default: one page, the newest)")
 	// Flags may follow the positional arguments ("scope put NAME -f FILE").
@@ -106,7 +109,7 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 	case cmd == "version" && len(pos) == 0:
 		return out.print(versionInfo(), versionTable)
 	case cmd == "scopes" && len(pos) == 0, cmd == "scope" && sub == "list" && len(pos) == 1:
-		return c.read(ctx, out, "/v1/scopes", scopesTable)
+		return c.scopes(ctx, out, f)
 	case cmd == "sync" && len(pos) == 0:
 		return c.write(ctx, out, http.MethodPost, "/v1/config/sync", nil, func(v map[string]any) string {
 			return fmt.Sprintf("%v scopes published", v["scopes"])
@@ -221,11 +224,7 @@ func (c client) history(ctx context.Context, out printer, scope string, f opFlag
 		if !f.all {
 			return out.print(v, historyTable)
 		}
-		if all == nil {
-			all = v
-		} else {
-			all["versions"] = append(list(all, "versions"), list(v, "versions")...)
-		}
+		all = appendPage(all, v, "versions")
 		next := field(v, "next_before")
 		if next == "" {
 			delete(all, "next_before")
@@ -238,6 +237,52 @@ func (c client) history(ctx context.Context, out printer, scope string, f opFlag
 		before = n
 		q.Set("before", next)
 	}
+}
+
+// scopes prints the scopes: with --limit one page of them (and its next cursor);
+// otherwise it follows next from page to page, api.MaxScopesLimit scopes each, and
+// prints every scope as one answer. --after starts after a cursor.
+func (c client) scopes(ctx context.Context, out printer, f opFlags) error {
+	q := url.Values{}
+	q.Set("limit", strconv.Itoa(api.MaxScopesLimit))
+	if f.limit.set {
+		q.Set("limit", f.limit.String())
+	}
+	after := f.after
+	var all map[string]any
+	for {
+		path := "/v1/scopes?" + q.Encode()
+		if after != "" {
+			path += "&after=" + url.QueryEscape(after)
+		}
+		v, err := c.call(ctx, http.MethodGet, path, nil)
+		if err != nil {
+			return err
+		}
+		if f.limit.set {
+			return out.print(v, scopesTable)
+		}
+		all = appendPage(all, v, "scopes")
+		next := field(v, "next")
+		if next == "" {
+			delete(all, "next")
+			return out.print(all, scopesTable)
+		}
+		if next <= after {
+			return fmt.Errorf("GET %s: next %q does not go forward", path, next)
+		}
+		after = next
+	}
+}
+
+// appendPage adds the list under key of the answer v to all, the answers of the
+// pages before (nil before the first), and returns it.
+func appendPage(all, v map[string]any, key string) map[string]any {
+	if all == nil {
+		return v
+	}
+	all[key] = append(list(all, key), list(v, key)...)
+	return all
 }
 
 // dryRun puts a config with dry_run=true and prints the pod the server answers: as

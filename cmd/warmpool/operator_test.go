@@ -11,11 +11,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/harness/testserver"
 )
 
@@ -172,10 +175,11 @@ func TestScopeCommands(t *testing.T) {
 	}
 	c.fails(exitNotFound, []string{"scope", "get", "a"}, "SCOPE_NOT_FOUND")
 	c.fails(exitNotFound, []string{"scope", "delete", "a", "--force"}, "404 SCOPE_NOT_FOUND")
-	c.json(&list, "scope", "list")
-	if len(list.Scopes) != 0 {
-		t.Fatalf("scope list after the delete: %+v", list)
-	}
+	// The list comes from a pass over every scope up to ui.ListAge (5 s) old.
+	await.True(t, 15*time.Second, "scope list without the deleted scope", func() bool {
+		c.json(&list, "scope", "list")
+		return len(list.Scopes) == 0
+	})
 	c.json(&hist, "scope", "history", "a")
 	if len(hist.Versions) != 2 {
 		t.Fatalf("scope history after the delete: %+v", hist)
@@ -191,6 +195,73 @@ func TestScopeCommands(t *testing.T) {
 	c.json(&deleted, "scope", "delete", "a", "--force")
 	if deleted.ScopeID != "a" || deleted.Pods == nil || *deleted.Pods != 0 {
 		t.Fatalf("scope delete --force (json): %+v", deleted)
+	}
+}
+
+// scope list follows the pages of GET /v1/scopes from the first (or --after's
+// cursor) to the last, 500 scopes a page, and prints every scope as one answer;
+// --limit prints one page and its next cursor.
+func TestScopeListPages(t *testing.T) {
+	ids := []string{"a", "b", "c", "d", "e"}
+	var mu sync.Mutex
+	var asked []string
+	queries := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		q := strings.Join(asked, " ")
+		asked = nil
+		return q
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked = append(asked, r.URL.RawQuery)
+		mu.Unlock()
+		after, limit := r.URL.Query().Get("after"), 2 // the server's pages are smaller than asked
+		var page []map[string]any
+		next := any(nil)
+		for _, id := range ids {
+			if id > after && len(page) < limit {
+				page = append(page, map[string]any{"scope_id": id, "version": 1, "pods": 0, "sessions": 0})
+			}
+		}
+		if last := page[len(page)-1]["scope_id"]; last != ids[len(ids)-1] {
+			next = last
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"scopes": page, "next": next})
+	}))
+	t.Cleanup(srv.Close)
+	c := &cli{t: t, base: srv.URL, env: map[string]string{"WARMPOOL_SERVER": srv.URL}}
+	got := func(args ...string) (scopes []string, next any) {
+		t.Helper()
+		var v struct {
+			Scopes []struct {
+				ScopeID string `json:"scope_id"`
+			} `json:"scopes"`
+			Next any `json:"next"`
+		}
+		c.json(&v, append([]string{"scope", "list"}, args...)...)
+		for _, s := range v.Scopes {
+			scopes = append(scopes, s.ScopeID)
+		}
+		return scopes, v.Next
+	}
+	if s, next := got(); strings.Join(s, ",") != "a,b,c,d,e" || next != nil {
+		t.Fatalf("scope list: %v, next %v; want every scope, page after page", s, next)
+	}
+	if q := queries(); q != "limit=500 limit=500&after=b limit=500&after=d" {
+		t.Fatalf("scope list asked %q", q)
+	}
+	if s, _ := got("--after", "c"); strings.Join(s, ",") != "d,e" {
+		t.Fatalf("scope list --after c: %v", s)
+	}
+	if q := queries(); q != "limit=500&after=c" {
+		t.Fatalf("scope list --after c asked %q", q)
+	}
+	if s, next := got("--limit", "2"); strings.Join(s, ",") != "a,b" || next != "b" {
+		t.Fatalf("scope list --limit 2: %v, next %v; want one page and its cursor", s, next)
+	}
+	if table := c.ok("scope", "list", "--limit", "2", "-o", "table"); !strings.Contains(table, "next b: more scopes follow (scope list --after b") {
+		t.Fatalf("scope list --limit 2 -o table:\n%s", table)
 	}
 }
 

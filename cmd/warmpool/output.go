@@ -101,7 +101,11 @@ func scopesTable(v map[string]any) string {
 		rows = append(rows, []string{field(s, "scope_id"), field(s, "version"), field(s, "deploy_ver"), field(s, "pods"),
 			field(s, "idle_pods"), field(s, "busy_pods"), field(s, "sessions"), field(s, "deploying"), field(s, "waiters")})
 	}
-	return tabulate([]string{"SCOPE", "VERSION", "DEPLOY_VER", "PODS", "IDLE", "BUSY", "SESSIONS", "DEPLOYING", "WAITERS"}, rows)
+	t := tabulate([]string{"SCOPE", "VERSION", "DEPLOY_VER", "PODS", "IDLE", "BUSY", "SESSIONS", "DEPLOYING", "WAITERS"}, rows)
+	if next := field(v, "next"); next != "" {
+		t += fmt.Sprintf("\nnext %s: more scopes follow (scope list --after %s, or without --limit for all)\n", next, next)
+	}
+	return t
 }
 
 // configRow is one stored config version as a table row.

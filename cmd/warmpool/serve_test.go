@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/driver"
+	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/server"
 )
 
@@ -131,6 +132,22 @@ func TestServeNeedsRedis(t *testing.T) {
 	msg := out.String()
 	if strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "--redis") || !strings.Contains(msg, "--dev") || stderr.Len() != 0 || stdout.Len() != 0 {
 		t.Fatalf("message %q (stderr %q, stdout %q): want one line naming --redis and --dev", msg, stderr.String(), stdout.String())
+	}
+}
+
+// serve on a Redis older than warmpool needs exits 1 with one line naming the version
+// it found and the one it needs.
+func TestServeRefusesAnOldRedis(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"warmpool", "serve", "--listen", "127.0.0.1:0", "--store", t.TempDir() + "/w.db", "--driver", "fake",
+		"--redis", "redis://" + testredis.OldServer(t, "6.0.9") + "/0", "--auth-token", "t"}, func(string) string { return "" }, &stdout, &stderr)
+	var out bytes.Buffer
+	if code := exitCode(err, &out); code != 1 {
+		t.Fatalf("exit %d (%v), want 1", code, err)
+	}
+	msg := out.String()
+	if strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "version 6.0.9") || !strings.Contains(msg, "needs 6.2 or later") {
+		t.Fatalf("message %q: want one line naming 6.0.9 and 6.2", msg)
 	}
 }
 

@@ -256,6 +256,39 @@ func TestUISmoke(t *testing.T) {
 	}
 }
 
+// TestScopesSmoke runs the GET /v1/scopes probe at a tiny size for seconds: pages of
+// 7 of 30 scopes, every answer 200, walks that reach the last page, and touches
+// measured in both windows.
+func TestScopesSmoke(t *testing.T) {
+	bin, _ := smokeBins(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Scopes(ctx, ScopesConfig{Bin: bin, RedisScript: "../../scripts/redis.sh", Dir: t.TempDir(), Scopes: 30, Workers: 4,
+		Readers: 3, Limit: 7, ReaderGap: time.Millisecond, Window: time.Second, TouchRate: 50, TouchWorkers: 2, SettleHorizon: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := res.WithReaders
+	if len(res.RestRSS) != 2 || len(w.PeakRSS) != 2 || w.Pages[200] < 5 || len(w.Pages) != 1 || w.Passes < 1 || w.PageP99Ms <= 0 {
+		t.Fatalf("with readers: %+v (rest RSS %v)", w, res.RestRSS)
+	}
+	for _, x := range []*ListWindow{res.Touches, w} {
+		if x.Touch.Routes == 0 || x.Touch.Errors != 0 || x.Touch.P99Ms <= 0 {
+			t.Errorf("touches: %+v", x.Touch)
+		}
+	}
+	if res.Touches.Pages != nil {
+		t.Errorf("pages read in the window of touches alone: %v", res.Touches.Pages)
+	}
+	var txt bytes.Buffer
+	if err := res.WriteText(&txt); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(txt.String(), "\n") != 4 {
+		t.Errorf("text:\n%s", txt.String())
+	}
+}
+
 // TestReportsSmoke runs the report measurement at a tiny size for seconds: every
 // figure it reports must have been measured, and every report answered 200 (a token
 // the replica would not make is a 401).

@@ -9,7 +9,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,10 +16,24 @@ import (
 	"github.com/warmpool/warmpool"
 )
 
-// client calls one replica (or the baseline handler) over keep-alive connections.
+// client calls one replica (or the baseline handler) over keep-alive connections,
+// with a bearer token when token is set.
 type client struct {
-	base string
-	hc   *http.Client
+	base  string
+	hc    *http.Client
+	token string
+}
+
+// withToken is c sending token as its bearer token, over c's connections.
+func (c *client) withToken(token string) *client {
+	return &client{base: c.base, hc: c.hc, token: token}
+}
+
+// authorize sets the client's bearer token on req.
+func (c *client) authorize(req *http.Request) {
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 }
 
 func newClient(base string, conns int) *client {
@@ -39,6 +52,7 @@ func (c *client) do(ctx context.Context, method, path string, body any) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	c.authorize(req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return err
@@ -87,6 +101,7 @@ func (c *client) get(ctx context.Context, path string, out any) error {
 	if err != nil {
 		return err
 	}
+	c.authorize(req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return err
@@ -94,7 +109,7 @@ func (c *client) get(ctx context.Context, path string, out any) error {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, bytes.TrimSpace(msg))
+		return &statusError{status: resp.StatusCode, text: fmt.Sprintf("GET %s: %d %s", path, resp.StatusCode, bytes.TrimSpace(msg))}
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
 }
@@ -200,6 +215,21 @@ type RouteStats struct {
 // second (0 = flat out) with workers concurrent calls. Each is an affinity route:
 // the session keeps its pod.
 func (c *client) routeLoad(ctx context.Context, p Population, d time.Duration, rate float64, workers int) RouteStats {
+	return callLoad(ctx, d, rate, workers, func(ctx context.Context) error {
+		return c.route(ctx, p.scope(rand.IntN(p.Scopes)), p.session(rand.IntN(max(p.Sessions, 1))))
+	})
+}
+
+// touchLoad touches bound sessions of p, picked at random, as routeLoad routes them.
+func (c *client) touchLoad(ctx context.Context, p Population, d time.Duration, rate float64, workers int) RouteStats {
+	return callLoad(ctx, d, rate, workers, func(ctx context.Context) error {
+		return c.do(ctx, http.MethodPost, "/v1/scopes/"+p.scope(rand.IntN(p.Scopes))+"/sessions/"+p.session(rand.IntN(max(p.Sessions, 1)))+"/touch", struct{}{})
+	})
+}
+
+// callLoad makes calls for d, at rate calls per second (0 = flat out) with workers
+// concurrent ones, and measures their latency.
+func callLoad(ctx context.Context, d time.Duration, rate float64, workers int, call func(ctx context.Context) error) RouteStats {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var ticks <-chan time.Time
@@ -227,9 +257,8 @@ func (c *client) routeLoad(ctx context.Context, p Population, d time.Duration, r
 				if ctx.Err() != nil {
 					break
 				}
-				scope, session := p.scope(rand.IntN(p.Scopes)), p.session(rand.IntN(max(p.Sessions, 1)))
 				t0 := time.Now()
-				err := c.route(ctx, scope, session)
+				err := call(ctx)
 				switch {
 				case err == nil:
 					mine = append(mine, time.Since(t0))
@@ -252,16 +281,6 @@ func (c *client) routeLoad(ctx context.Context, p Population, d time.Duration, r
 	wg.Wait()
 	st.Seconds = time.Since(start).Seconds()
 	st.Routes = len(lat)
-	slices.Sort(lat)
-	q := func(f float64) float64 {
-		if len(lat) == 0 {
-			return 0
-		}
-		return float64(lat[min(len(lat)-1, int(f*float64(len(lat))))]) / float64(time.Millisecond)
-	}
-	st.P50Ms, st.P99Ms = q(0.50), q(0.99)
-	if len(lat) > 0 {
-		st.MaxMs = float64(lat[len(lat)-1]) / float64(time.Millisecond)
-	}
+	st.P50Ms, st.P99Ms, st.MaxMs = quantileMs(lat, 0.50), quantileMs(lat, 0.99), quantileMs(lat, 1)
 	return st
 }

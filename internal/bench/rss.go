@@ -86,28 +86,39 @@ func (c *ScaleConfig) rssRun(ctx context.Context) (*RSSRun, error) {
 		r.BytesPerSession = float64(last.UsedMemory-first.UsedMemory) / float64(n)
 	}
 	c.logf("  bound; holding them for %v", c.RSSHold)
+	peak := samplePeakRSS(200*time.Millisecond, e.replica.PID)
+	r.Hold, err = e.measure(ctx, "hold", c.RSSHold, nil)
+	r.HoldMaxRSS = peak()[0]
+	return r, err
+}
+
+// samplePeakRSS samples the RSS of each process of pids every period until the
+// function it returns is called, which returns the largest RSS each had.
+func samplePeakRSS(period time.Duration, pids ...int) func() []int64 {
 	stop := make(chan struct{})
-	maxRSS := make(chan int64)
+	peaks := make(chan []int64)
 	go func() {
-		var m int64
-		t := time.NewTicker(200 * time.Millisecond)
+		m := make([]int64, len(pids))
+		t := time.NewTicker(period)
 		defer t.Stop()
 		for {
-			if v, err := procRSS(e.replica.PID); err == nil {
-				m = max(m, v)
+			for i, pid := range pids {
+				if v, err := procRSS(pid); err == nil {
+					m[i] = max(m[i], v)
+				}
 			}
 			select {
 			case <-stop:
-				maxRSS <- m
+				peaks <- m
 				return
 			case <-t.C:
 			}
 		}
 	}()
-	r.Hold, err = e.measure(ctx, "hold", c.RSSHold, nil)
-	close(stop)
-	r.HoldMaxRSS = <-maxRSS
-	return r, err
+	return func() []int64 {
+		close(stop)
+		return <-peaks
+	}
 }
 
 // steps splits [1, n] into k even steps, ending at n.

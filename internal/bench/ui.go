@@ -350,10 +350,13 @@ func readState(ctx context.Context, hc *http.Client, u string) (int64, bool, err
 	return int64(len(b)), st.SummaryBy != "" && st.SummaryBy != st.InstanceID, nil
 }
 
-func msList(v []float64) string {
+func msList(v []float64) string { return floatList(v, "%.1f") }
+
+// floatList formats each of v with format, joined by " / ".
+func floatList(v []float64, format string) string {
 	parts := make([]string, len(v))
 	for i, x := range v {
-		parts[i] = fmt.Sprintf("%.1f", x)
+		parts[i] = fmt.Sprintf(format, x)
 	}
 	return strings.Join(parts, " / ")
 }

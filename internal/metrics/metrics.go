@@ -116,6 +116,7 @@ type Metrics struct {
 	scrapeErrors prometheus.Counter
 	dueFailures  prometheus.Counter
 	reports      *prometheus.CounterVec
+	clockSkew    prometheus.Gauge
 
 	// scoped are the histograms when they carry scope; seen are the scopes of
 	// ScopeDetail those have series of, so the series of a deleted scope can be
@@ -201,7 +202,11 @@ func New(store *lua.Store, cfg Config) (*Metrics, error) {
 			Name: "warmpool_due_index_write_failures_total",
 			Help: "Writes of the due index after a script's due note that failed on this replica, retries included; each is retried every sweep interval until it is written.",
 		}),
-		reports:      newAgentReports(),
+		reports: newAgentReports(),
+		clockSkew: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "warmpool_clock_skew_seconds",
+			Help: "The replica's wall clock minus Redis's TIME (on a Cluster the largest over its masters), measured at start and every minute; the deadline guard takes it into account, the rules that compare times written by different replicas do not (docs/operations.md).",
+		}),
 		seen:         map[string]bool{},
 		scriptSeries: map[string]prometheus.Observer{},
 	}
@@ -215,7 +220,7 @@ func New(store *lua.Store, cfg Config) (*Metrics, error) {
 	})
 	build.Set(1)
 	m.reg.MustRegister(m.routeTime, m.deploys, m.phases, m.scripts, m.events,
-		m.jobRuns, m.jobHeld, m.jobFixes, build, m.scrapeErrors, m.dueFailures, m.reports,
+		m.jobRuns, m.jobHeld, m.jobFixes, build, m.scrapeErrors, m.dueFailures, m.reports, m.clockSkew,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.serving.init(cfg.Scrapes)
 	return m, nil
@@ -390,4 +395,10 @@ func (m *Metrics) ObserveJob(job, outcome string, held time.Duration) {
 // ObserveFix counts one repair of a sweeper job; it fits sweeper.Config.OnFix.
 func (m *Metrics) ObserveFix(job, fix string) {
 	m.jobFixes.WithLabelValues(job, fix).Inc()
+}
+
+// ObserveClockSkew records the last measured skew of the replica's clock against
+// Redis's (replica minus Redis).
+func (m *Metrics) ObserveClockSkew(skew time.Duration) {
+	m.clockSkew.Set(skew.Seconds())
 }

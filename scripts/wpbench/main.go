@@ -12,6 +12,9 @@
 //	wpbench ui         what the pool page's data (GET /v1/ui/state) costs per refresh
 //	                   at S scopes: replica and Redis CPU, bytes; one page, two pages on
 //	                   one replica, one page on each of two replicas
+//	wpbench scopes     callers paging through GET /v1/scopes at S scopes (issue 31):
+//	                   answers by status, each replica's peak RSS, and the other
+//	                   replica's touch latency with the readers and without
 //	wpbench reports    what agent reports cost at S pods reporting every 5 s: Redis
 //	                   commands, Redis and replica CPU per report; route latency with
 //	                   reports and without, sweeps on and off
@@ -64,7 +67,7 @@ func main() {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|reports|rollout|pooltrace|capacity [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
+		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|scopes|reports|rollout|pooltrace|capacity [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
 	}
 	switch args[0] {
 	case "script":
@@ -95,6 +98,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return metrics(ctx, args[1:], getenv, stdout, stderr)
 	case "ui":
 		return poolPage(ctx, args[1:], getenv, stdout, stderr)
+	case "scopes":
+		return scopeList(ctx, args[1:], getenv, stdout, stderr)
 	case "reports":
 		return agentReports(ctx, args[1:], getenv, stdout, stderr)
 	case "rollout":
@@ -104,7 +109,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "capacity":
 		return capacity(ctx, args[1:], getenv, stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, reports, rollout, pooltrace, capacity, script or keys", args[0])
+	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, scopes, reports, rollout, pooltrace, capacity, script or keys", args[0])
 }
 
 func scriptNames() []string {
@@ -283,6 +288,35 @@ func poolPage(ctx context.Context, args []string, getenv func(string) string, st
 	c.Log = stderr
 	_, _ = fmt.Fprintf(stderr, "wpbench ui: files in %s\n", c.Dir) // progress on stderr: nothing to do if it fails
 	res, err := bench.UI(ctx, c)
+	return report(stdout, res, err)
+}
+
+func scopeList(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("scopes", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c bench.ScopesConfig
+	var flags string
+	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
+	fs.StringVar(&flags, "flags", "", "serve flags added to the replicas', space-separated")
+	fs.IntVar(&c.Scopes, "scopes", bench.DefaultListScopes, "scopes S, one pod and one session each")
+	fs.IntVar(&c.Workers, "workers", bench.DefaultWorkers, "concurrent calls of the setup")
+	fs.IntVar(&c.Readers, "readers", bench.DefaultListReaders, "callers paging through GET /v1/scopes at once, on replica 1")
+	fs.IntVar(&c.Limit, "limit", bench.DefaultListLimit, "scopes a page (the limit parameter)")
+	fs.DurationVar(&c.ReaderGap, "reader-gap", 0, "how long each reader waits after each answer (0: flat out)")
+	fs.DurationVar(&c.Window, "window", bench.DefaultListWindow, "length of each window (touches alone, then with the readers)")
+	fs.Float64Var(&c.TouchRate, "touch-rate", bench.DefaultTouchRate, "touches a second on replica 2")
+	fs.IntVar(&c.TouchWorkers, "touch-workers", bench.DefaultTouchWorkers, "concurrent touches")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c.Flags = strings.Fields(flags)
+	var err error
+	if c.Dir, err = outDir(c.Dir); err != nil {
+		return err
+	}
+	c.Log = stderr
+	_, _ = fmt.Fprintf(stderr, "wpbench scopes: files in %s\n", c.Dir) // progress on stderr: nothing to do if it fails
+	res, err := bench.Scopes(ctx, c)
 	return report(stdout, res, err)
 }
 

@@ -5,14 +5,7 @@
 -- deploy of the current deploy_ver counts toward the refill backoff (backoff_refusal
 -- in _lib.lua): failures + 1, and no deploy before now + base * 2^(failures - 1), at
 -- most the cap.
--- KEYS[1] {s}:config     HASH   published scope config
--- KEYS[2] {s}:deploying  ZSET deploy member -> lease deadline (ms)
--- KEYS[3] {s}:followers  ZSET "<deploy>|<claim>" -> deadline (ms)
--- KEYS[4] {s}:claims     ZSET claim id -> deadline (ms)
--- KEYS[5] {s}:claimpod   HASH claim id -> pod id | "!reason" | "!lost:reason"
--- KEYS[6] {s}:dstats     HASH deploy time estimate and start times of deploys in flight
--- KEYS[7] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[8] {s}:backoff    HASH   refill backoff: failures, until (ms), error
+-- KEYS: config deploying followers claims claimpod dstats due backoff
 -- ARGV[1] deploy member  ARGV[2] reason  ARGV[3] note deadline (ms)
 -- ARGV[4] "1" when the deploy was lost, "0" when it failed  ARGV[5] the deploy's deploy_ver
 -- ARGV[6] now (ms)  ARGV[7] backoff base (ms)  ARGV[8] backoff cap (ms)

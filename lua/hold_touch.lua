@@ -1,11 +1,7 @@
 -- hold_touch.lua: extend a live hold on its pod to now + hold_ttl_s; acquire uses it to
 -- turn the claim it handed out into a hold.
 -- A deleted scope's holds go on until they end, so this works on it too.
--- KEYS[1] {s}:epoch      STRING scope epoch
--- KEYS[2] {s}:config     HASH   published scope config
--- KEYS[3] {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[4] {s}:claimpod   HASH   claim id -> pod id | "!reason"
--- KEYS[5] {s}:due        STRING when the scope's next sweep work falls due (ms)
+-- KEYS: epoch config claims claimpod due
 -- ARGV[1] now (ms)  ARGV[2] hold id  ARGV[3] pod id
 -- Returns {"held", hold until (ms)} | {"unknown"} (no such live hold on that pod)
 --       | {"NO_SCOPE"} | {"EPOCH_LOST"}

@@ -1,6 +1,6 @@
 -- lock_obtain.lua: take a lease lock when nobody holds it (SET NX PX); every obtain
 -- brings a new token, so a holder never takes its own lock twice.
--- KEYS[1] lock lock:<name>  STRING holder token, PX lease
+-- KEYS: | extra: lock
 -- ARGV[1] token  ARGV[2] lease (ms)
 -- Returns 1 when taken, 0 when another holder has it.
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes

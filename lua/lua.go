@@ -147,11 +147,11 @@ var scripts = map[string]*script{}
 func load(name string, opts option, scope string, extra ...string) *script {
 	s := &script{name: name, metric: strings.TrimSuffix(name, ".lua"), guarded: opts&guarded != 0, due: opts&notes != 0, extra: extra}
 	for _, f := range strings.Fields(scope) {
-		n := slices.Index(scopeKeyNames[:], f)
-		if n < 0 {
+		n, ok := scopeKeyNamed(f)
+		if !ok {
 			panic(fmt.Sprintf("lua: %s takes %q, which is no key of a scope", name, f))
 		}
-		s.scope = append(s.scope, scopeKey(n))
+		s.scope = append(s.scope, n)
 		s.namesLen += len(f)
 	}
 	if s.due && (s.position(keyConfig) == 0 || s.position(keyDue) == 0) {
@@ -177,7 +177,7 @@ func (s *script) position(n scopeKey) int {
 func (s *script) compile() {
 	names := make([]string, 0, len(s.scope)+len(s.extra))
 	for _, n := range s.scope {
-		names = append(names, "'"+scopeKeyNames[n]+"'")
+		names = append(names, "'"+n.name()+"'")
 	}
 	for _, e := range s.extra {
 		names = append(names, "'"+e+"'")

@@ -47,7 +47,7 @@ func TestEveryFileHasAHeader(t *testing.T) {
 		if !strings.HasPrefix(src, "-- "+name+": ") {
 			t.Errorf("%s does not open with '-- %s: <what it does>'", name, name)
 		}
-		for _, want := range []string{"-- KEYS[1]", "-- ARGV[1]", "-- Returns"} {
+		for _, want := range []string{"-- KEYS:", "-- ARGV[1]", "-- Returns"} {
 			if want == "-- ARGV[1]" && strings.Contains(src, "\n-- ARGV none\n") {
 				continue // a script without arguments says so
 			}

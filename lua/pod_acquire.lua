@@ -2,26 +2,8 @@
 -- prewarm serves), else a place in the room of a deploy in flight, else a new deploy
 -- lease, else max_reached. A room takes no more followers than max_sessions_per_pod
 -- lets its pod serve.
--- KEYS[1]  {s}:epoch      STRING scope epoch (missing = Redis lost its data)
--- KEYS[2]  {s}:config     HASH   published scope config
--- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
--- KEYS[4]  {s}:podver     HASH   pod id -> deploy_ver
--- KEYS[5]  {s}:podinfo    HASH   pod id -> pod JSON
--- KEYS[6]  {s}:slots      HASH   pod id -> sessions + claims
--- KEYS[7]  {s}:idle       ZSET   pod id -> idle since (ms)
--- KEYS[8]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
--- KEYS[9]  {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
--- KEYS[10] {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[11] {s}:claimpod   HASH   claim id -> pod id | "!reason"
--- KEYS[12] {s}:fence      STRING fencing counter
--- KEYS[13] {s}:waiters    ZSET   waiter id -> deadline (ms)
--- KEYS[14] {s}:queue      ZSET   waiter id -> arrival number
--- KEYS[15] {s}:wake       the scope's wake-up channel
--- KEYS[16] {s}:dstats     HASH   deploy time estimate and start times of deploys in flight
--- KEYS[17] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[18] {s}:backoff    HASH   refill backoff: failures, until (ms), error
--- KEYS[19] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
--- KEYS[20] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
+-- KEYS: epoch config pods podver podinfo slots idle deploying followers claims claimpod
+--       fence waiters queue wake dstats due backoff served demand
 -- ARGV[1] now (ms)  ARGV[2] claim id  ARGV[3] claim deadline (ms)
 -- ARGV[4] lease deadline (ms)  ARGV[5] room margin (ms): a follower waits up to the
 -- scope's ready timeout plus this margin

@@ -79,7 +79,7 @@ func (sc *script) keys(k *ScopeKeys, extra []string) ([]string, error) {
 	for _, n := range sc.scope {
 		start := b.Len()
 		b.WriteString(k.base)
-		b.WriteString(scopeKeyNames[n])
+		b.WriteString(n.name())
 		keys = append(keys, b.String()[start:])
 	}
 	return append(keys, extra...), nil

@@ -7,19 +7,8 @@
 -- deleted by their leaders) and their followers get a note; the waiters are dropped and
 -- woken, to learn that the scope is gone. Sessions and holds on the pods go on until
 -- they end; the sweeper deletes each pod once it is idle (the scope is due at once).
--- KEYS[1]  {s}:epoch      STRING scope epoch
--- KEYS[2]  {s}:config     HASH   published scope config
--- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
--- KEYS[4]  {s}:podver     HASH   pod id -> deploy_ver
--- KEYS[5]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
--- KEYS[6]  {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
--- KEYS[7]  {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[8]  {s}:claimpod   HASH   claim id -> pod id | "!reason"
--- KEYS[9]  {s}:waiters    ZSET   waiter id -> deadline (ms)
--- KEYS[10] {s}:queue      ZSET   waiter id -> arrival number
--- KEYS[11] {s}:wake       the scope's wake-up channel
--- KEYS[12] {s}:dstats     HASH   deploy time estimate and start times of deploys in flight
--- KEYS[13] {s}:due        STRING when the scope's next sweep work falls due (ms)
+-- KEYS: epoch config pods podver deploying followers claims claimpod waiters queue wake
+--       dstats due
 -- ARGV[1] version deleted (the latest stored)  ARGV[2] note deadline (ms)
 -- ARGV[3] publish command  ARGV[4] broadcast wake-up message
 -- Returns {"deleted", pods} (how many pods the scope had) | {"unknown"} (never

@@ -11,10 +11,7 @@
 -- "prewarm" it starts a prewarm (see prewarm_ver in _lib.lua): the deploy_ver it
 -- replaces goes on taking new sessions until now + ready_timeout_s or until the new
 -- version's first pods are registered. Under "drain" it ends a prewarm still running.
--- KEYS[1] {s}:epoch      STRING scope epoch
--- KEYS[2] {s}:config     HASH   published scope config
--- KEYS[3] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[4] {s}:backoff    HASH   refill backoff: failures, until (ms), error
+-- KEYS: epoch config due backoff
 -- ARGV[1] version  ARGV[2] global epoch ("" while the keyspace is being rebuilt)
 -- ARGV[3] now (ms)
 -- ARGV[4] n: the first n field pairs below say what the config is (compared at an

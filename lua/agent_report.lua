@@ -13,16 +13,17 @@
 -- sessions go on until they end.
 -- KEYS: epoch config pods podver slots idle claims claimpod sessions sexp waiters queue
 --       wake due agents served demand
+-- uses: config due handoff slots
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] "1" when the agent drains, "0" when ready
 -- ARGV[4] the default report interval (ms), for a config published without one
 -- ARGV[5] grant deadline (ms)  ARGV[6] publish command  ARGV[7..] the listed sessions
 -- Returns {"ok", report interval (ms), spared until (ms, "0": unchanged), sessions
 --          ended, n unknown, unknown session ids...}
 --       | {"unknown_pod"} | {"NO_SCOPE"} | {"EPOCH_LOST"}
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local pod = ARGV[2]

@@ -2,11 +2,12 @@
 -- is given back (to the oldest waiter, or freed: the pod idle if it was its last slot).
 -- KEYS: config pods podver slots idle followers claims claimpod waiters queue wake due
 --       served demand
+-- uses: handoff slots
 -- ARGV[1] room member  ARGV[2] claim id  ARGV[3] now (ms)  ARGV[4] grant deadline (ms)
 -- ARGV[5] publish command
 -- Returns 1 when the follower was still in the room, else 0.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[3])
 local was = redis.call('ZREM', k.followers, ARGV[1])

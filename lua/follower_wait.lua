@@ -3,6 +3,7 @@
 -- acquires again), or it keeps waiting. A follower whose leader's lease expired leaves
 -- the room: that deploy is lost.
 -- KEYS: podinfo deploying followers claimpod
+-- uses: claimpod
 -- ARGV[1] deploy member  ARGV[2] room member  ARGV[3] claim id  ARGV[4] now (ms)
 -- Returns {"ready", pod, pod JSON} | {"failed", reason} | {"lost", reason} | {"retry"}
 --   | {"wait"}

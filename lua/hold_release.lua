@@ -4,12 +4,13 @@
 -- A deleted scope's holds go on until they end, so this works on it too.
 -- KEYS: epoch config pods podver slots idle claims claimpod waiters queue wake due
 --       served demand
+-- uses: config handoff slots
 -- ARGV[1] now (ms)  ARGV[2] hold id  ARGV[3] pod id  ARGV[4] grant deadline (ms)
 -- ARGV[5] publish command
 -- Returns {"released", "1" when the pod is idle now else "0"} | {"unknown"} (no such
 -- live hold on that pod) | {"NO_SCOPE"} | {"EPOCH_LOST"}
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local cfg, refused = published_config(k, 'deploy_ver')

@@ -2,6 +2,7 @@
 -- for the mark's owner while it runs: a first request that outlived its mark (the ttl
 -- passed and a retry took the id) leaves the retry's mark as it is.
 -- KEYS: | extra: idem_mark
+-- uses: idem
 -- ARGV[1] owner token  ARGV[2] answer (never empty)  ARGV[3] ttl (ms)
 -- Returns 1 when kept, 0 when the mark is not the caller's running one.
 local k = scope_keys(KEYS)

@@ -3,9 +3,10 @@
 -- names another request (another fingerprint, in its mark or a route's answer) is
 -- refused, and nothing changes.
 -- KEYS: | extra: idem_mark route_answer
+-- uses: idem
 -- ARGV[1] fingerprint  ARGV[2] owner token  ARGV[3] ttl (ms)
 -- Returns {"won"} | {"running"} | {"done", answer} | {"mismatch"}
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it:
 -- a claim run after its caller gave up (Redis paused with the call queued) would
 -- leave a mark of a first request that runs nowhere, and every retry of the id would

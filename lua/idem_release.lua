@@ -3,6 +3,7 @@
 -- outlived its mark (the ttl passed and a retry took the id) leaves the retry's mark
 -- as it is.
 -- KEYS: | extra: idem_mark
+-- uses: idem
 -- ARGV[1] owner token
 -- Returns 1 when freed, 0 when the mark is not the caller's running one.
 local k = scope_keys(KEYS)

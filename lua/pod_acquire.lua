@@ -4,6 +4,7 @@
 -- lets its pod serve.
 -- KEYS: epoch config pods podver podinfo slots idle deploying followers claims claimpod
 --       fence waiters queue wake dstats due backoff served demand
+-- uses: config demand deploy due expire handoff served surplus
 -- ARGV[1] now (ms)  ARGV[2] claim id  ARGV[3] claim deadline (ms)
 -- ARGV[4] lease deadline (ms)  ARGV[5] room margin (ms): a follower waits up to the
 -- scope's ready timeout plus this margin
@@ -15,10 +16,10 @@
 --       | {"backoff", failures, until, last error, deploys} (a deploy it would lead is held
 --         back by the refill backoff; warm pods and rooms are taken first)
 --       | {"NO_SCOPE"} | {"EPOCH_LOST"}
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local claim = ARGV[2]

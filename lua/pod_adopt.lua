@@ -11,15 +11,16 @@
 -- held the same way.
 -- KEYS: config pods podver podinfo slots idle deploying claims claimpod due
 --       | extra: gone
+-- uses: due
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] deploy_ver  ARGV[4] pod JSON
 -- ARGV[5] "1" when the pod's sessions are unknown, "0" when it has none
 -- Returns {"adopted"} | {"known"} | {"full"} (no room under max_pods)
 --       | {"gone"} (purged lately: it is being deleted, not adopted)
 --       | {"NO_SCOPE"} (also for a deleted scope)
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local cfg = redis.call('HMGET', k.config, 'max_pods', 'pod_concurrency', 'session_ttl_ms', 'deleted')
 if not cfg[1] or cfg[4] then

@@ -3,7 +3,7 @@
 -- KEYS: pods health
 -- ARGV[1] pod id  ARGV[2] "1" when the probe passed, "0" when it failed
 -- Returns the consecutive failures now (0 for a passing probe or an unknown pod).
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 local k = scope_keys(KEYS)
 if ARGV[2] == '1' or not redis.call('ZSCORE', k.pods, ARGV[1]) then

@@ -5,6 +5,7 @@
 -- takes an idle pod.
 -- KEYS: epoch config pods podver slots idle deploying followers claims claimpod fence
 --       waiters queue wake dstats due backoff served demand
+-- uses: config demand deploy due expire handoff surplus
 -- ARGV[1] now (ms)  ARGV[2] lease deadline (ms)  ARGV[3] note deadline (ms)
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command (expired claims' slots go to
 -- waiters first)  ARGV[6] the sweep's tick (ms), for the demand target (idle_target)
@@ -12,10 +13,10 @@
 --       | {"max_reached"} | {"busy"} (parallel bound)
 --       | {"backoff", failures, until, last error, deploys} (the refill backoff)
 --       | {"NO_SCOPE"} | {"EPOCH_LOST"}
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local cfg, refused = scope_config(k, 'deploy_ver', 'max_pods', 'parallel', 'deploy')

@@ -1,6 +1,7 @@
--- pool_target.lua: how many idle pods the scope keeps now (idle_target in _lib.lua),
--- and the figures the target came from. Reads only.
+-- pool_target.lua: how many idle pods the scope keeps now (idle_target in
+-- lib/demand.lua), and the figures the target came from. Reads only.
 -- KEYS: config dstats demand
+-- uses: demand
 -- ARGV[1] now (ms)  ARGV[2] the sweep's tick (ms)
 -- Returns {target, warm_policy, min_idle_pods} for a static scope, and for a demand
 -- scope after those {max idle, takes per ms, frees per ms, trend per ms², deploy time

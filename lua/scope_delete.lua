@@ -9,15 +9,16 @@
 -- they end; the sweeper deletes each pod once it is idle (the scope is due at once).
 -- KEYS: epoch config pods podver deploying followers claims claimpod waiters queue wake
 --       dstats due
+-- uses: config deploy due
 -- ARGV[1] version deleted (the latest stored)  ARGV[2] note deadline (ms)
 -- ARGV[3] publish command  ARGV[4] broadcast wake-up message
 -- Returns {"deleted", pods} (how many pods the scope had) | {"unknown"} (never
 -- published, or deleted already) | {"newer"} (a newer version is published: it stays)
 -- | {"EPOCH_LOST"}
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 if redis.call('EXISTS', k.epoch) == 0 then
   return {'EPOCH_LOST'}

@@ -7,11 +7,12 @@
 -- kept beyond min_idle_pods a pod_ttl_s from now too (the target falls as the demand
 -- decays, with no script to note it); the end of a refill backoff
 -- still to come (the refill tries again then). Scripts only move the due
--- time earlier (note_due in _lib.lua); this is the one script that moves it later,
+-- time earlier (note_due in lib/due.lua); this is the one script that moves it later,
 -- reading the state it is computed from in the same step, so a note made before it is
 -- counted and one made after it is kept.
 -- KEYS: config pods podver idle deploying followers claims sexp waiters dstats due
 --       backoff demand
+-- uses: demand surplus
 -- ARGV[1] now (ms)  ARGV[2] the sweep's tick (ms), for the demand target (idle_target)
 -- Returns the due time (ms, as a string), or "" when nothing is due (the key is deleted:
 -- an unknown scope has nothing due either).

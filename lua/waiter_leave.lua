@@ -2,10 +2,11 @@
 -- slot handed to it in the meantime goes on to the next waiter, or is freed.
 -- KEYS: config pods podver slots idle claims claimpod waiters queue wake due served
 --       demand
+-- uses: handoff slots
 -- ARGV[1] waiter id  ARGV[2] now (ms)  ARGV[3] grant deadline (ms)  ARGV[4] publish command
 -- Returns 1 when it was a waiter, else 0.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[2])
 local was = redis.call('ZREM', k.waiters, ARGV[1])

@@ -5,6 +5,7 @@ package lua
 import (
 	"hash/fnv"
 	"strconv"
+	"strings"
 )
 
 // Keyspace builds every Redis key name; it is the only place that does. All keys of a
@@ -104,8 +105,8 @@ type scopeKeyDef struct {
 // script's KEYS are the scope's keys it takes, in this order, then the extra keys its
 // wrapper gives (lua.go declares both for each script, its header names them, and
 // header_test.go checks that the two agree). keys_gen.go (the scopeKey constants, the
-// ScopeKeys fields, Scope and ScopeKeys.key) and the scope's rows of the key table in
-// docs/architecture.md are generated from it by `go generate ./lua/`;
+// ScopeKeys fields, newScopeKeys and ScopeKeys.key) and the scope's rows of the key
+// table in docs/architecture.md are generated from it by `go generate ./lua/`;
 // TestGeneratedKeys fails while either is stale.
 var scopeKeyTable = [...]scopeKeyDef{
 	{"Epoch", "epoch", "STRING", "the scope's epoch, no TTL; missing = Redis lost its data (EPOCH_LOST)"},
@@ -174,6 +175,23 @@ func scopeKeyNamed(name string) (scopeKey, bool) {
 
 // name is the key's name (scopeKeyTable).
 func (n scopeKey) name() string { return scopeKeyTable[n].name }
+
+// Scope returns the keys of one scope. They are cut from one string built at once: a
+// warm route builds them for its one script call, and a string per key would cost an
+// allocation per key.
+func (k Keyspace) Scope(id string) ScopeKeys {
+	p := k.prefix + "{" + id + "}:"
+	var b strings.Builder
+	b.Grow(int(numScopeKeys)*len(p) + scopeKeyNamesLen)
+	var keys [numScopeKeys]string
+	for n := range numScopeKeys {
+		start := b.Len()
+		b.WriteString(p)
+		b.WriteString(n.name())
+		keys[n] = b.String()[start:]
+	}
+	return newScopeKeys(id, p, &keys)
+}
 
 // scopeBase are the keys of scope id for one script call alone: only ID and base are
 // set, and the call cuts the script's keys from base (script.keys) instead of building

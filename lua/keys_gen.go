@@ -3,10 +3,7 @@
 
 package lua
 
-import (
-	"strconv"
-	"strings"
-)
+import "strconv"
 
 // The scope's keys, by their place in the fixed order of scopeKeyTable.
 const (
@@ -122,48 +119,38 @@ type ScopeKeys struct {
 	Demand string
 }
 
-// Scope returns the keys of one scope. They are cut from one string built at once: a
-// warm route builds them for its one script call, and a string per key would cost an
-// allocation per key.
-func (k Keyspace) Scope(id string) ScopeKeys {
-	p := k.prefix + "{" + id + "}:"
-	var b strings.Builder
-	b.Grow(int(numScopeKeys)*len(p) + scopeKeyNamesLen)
-	key := func(n scopeKey) string {
-		start := b.Len()
-		b.WriteString(p)
-		b.WriteString(n.name())
-		return b.String()[start:]
-	}
+// newScopeKeys are the keys of scope id whose keys start with base: keys, by their
+// place in the fixed order (Keyspace.Scope).
+func newScopeKeys(id, base string, keys *[numScopeKeys]string) ScopeKeys {
 	return ScopeKeys{
 		ID:          id,
-		base:        p,
-		Epoch:       key(keyEpoch),
-		Config:      key(keyConfig),
-		Pods:        key(keyPods),
-		PodVer:      key(keyPodVer),
-		PodInfo:     key(keyPodInfo),
-		Slots:       key(keySlots),
-		Idle:        key(keyIdle),
-		Deploying:   key(keyDeploying),
-		Followers:   key(keyFollowers),
-		Claims:      key(keyClaims),
-		ClaimPod:    key(keyClaimPod),
-		Fence:       key(keyFence),
-		Sessions:    key(keySessions),
-		SessExp:     key(keySessExp),
-		Waiters:     key(keyWaiters),
-		Queue:       key(keyQueue),
-		QSeq:        key(keyQSeq),
-		Wake:        key(keyWake),
-		Health:      key(keyHealth),
-		DeployStats: key(keyDeployStats),
-		Due:         key(keyDue),
-		DeployLog:   key(keyDeployLog),
-		Agents:      key(keyAgents),
-		Backoff:     key(keyBackoff),
-		Served:      key(keyServed),
-		Demand:      key(keyDemand),
+		base:        base,
+		Epoch:       keys[keyEpoch],
+		Config:      keys[keyConfig],
+		Pods:        keys[keyPods],
+		PodVer:      keys[keyPodVer],
+		PodInfo:     keys[keyPodInfo],
+		Slots:       keys[keySlots],
+		Idle:        keys[keyIdle],
+		Deploying:   keys[keyDeploying],
+		Followers:   keys[keyFollowers],
+		Claims:      keys[keyClaims],
+		ClaimPod:    keys[keyClaimPod],
+		Fence:       keys[keyFence],
+		Sessions:    keys[keySessions],
+		SessExp:     keys[keySessExp],
+		Waiters:     keys[keyWaiters],
+		Queue:       keys[keyQueue],
+		QSeq:        keys[keyQSeq],
+		Wake:        keys[keyWake],
+		Health:      keys[keyHealth],
+		DeployStats: keys[keyDeployStats],
+		Due:         keys[keyDue],
+		DeployLog:   keys[keyDeployLog],
+		Agents:      keys[keyAgents],
+		Backoff:     keys[keyBackoff],
+		Served:      keys[keyServed],
+		Demand:      keys[keyDemand],
 	}
 }
 

@@ -310,8 +310,8 @@ func TestAgentStoppedIsProbedAndBuried(t *testing.T) {
 // waits for its stream to close.
 // Guards agent_report.lua's HSET of podver DRAINING, the sweep's reclaim of a drained
 // pod (sweeper/pools.go), and the due note of an empty draining pod (free_slot in
-// _lib.lua, and agent_report.lua's for an idle one: seen red with both broken; either
-// alone deletes it within a report interval).
+// lua/lib/slots.lua, and agent_report.lua's for an idle one: seen red with both
+// broken; either alone deletes it within a report interval).
 func TestAgentDrainingPodTakesNoNewSession(t *testing.T) {
 	r := newAgentRig(t, `{"deploy":{"ready_timeout_s":30},"pool":{"max_concurrency":4,"pod_concurrency":2},
 		"agent":{"report_interval_s":1}}`)

@@ -11,33 +11,19 @@
 -- or freed). Draining: the pod gets podver DRAINING and takes nothing new; idle, it is
 -- due at once and the sweep deletes it. A deleted scope's pods report too: their
 -- sessions go on until they end.
--- KEYS[1]  {s}:epoch      STRING scope epoch
--- KEYS[2]  {s}:config     HASH   published scope config
--- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
--- KEYS[4]  {s}:podver     HASH   pod id -> deploy_ver
--- KEYS[5]  {s}:slots      HASH   pod id -> sessions + claims
--- KEYS[6]  {s}:idle       ZSET   pod id -> idle since (ms)
--- KEYS[7]  {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[8]  {s}:claimpod   HASH   claim id -> pod id | "!reason"
--- KEYS[9]  {s}:sessions   HASH   session id -> pod id
--- KEYS[10] {s}:sexp       ZSET   session id -> expiry (ms)
--- KEYS[11] {s}:waiters    ZSET   waiter id -> deadline (ms)
--- KEYS[12] {s}:queue      ZSET   waiter id -> arrival number
--- KEYS[13] {s}:wake       the scope's wake-up channel
--- KEYS[14] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[15] {s}:agents     HASH   "<pod>" -> spared until (ms); "<pod>|miss" -> sessions
--- KEYS[16] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
--- KEYS[17] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
+-- KEYS: epoch config pods podver slots idle claims claimpod sessions sexp waiters queue
+--       wake due agents served demand
+-- uses: config due handoff slots
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] "1" when the agent drains, "0" when ready
 -- ARGV[4] the default report interval (ms), for a config published without one
 -- ARGV[5] grant deadline (ms)  ARGV[6] publish command  ARGV[7..] the listed sessions
 -- Returns {"ok", report interval (ms), spared until (ms, "0": unchanged), sessions
 --          ended, n unknown, unknown session ids...}
 --       | {"unknown_pod"} | {"NO_SCOPE"} | {"EPOCH_LOST"}
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local pod = ARGV[2]

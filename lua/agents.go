@@ -11,7 +11,7 @@ import (
 
 // DrainingVer is what the pool records as the deploy_ver of a pod whose agent reported
 // "draining" (PodState.Draining): never a scope's deploy_ver, so the pod is never
-// handed out again, and it goes once it has no session (_lib.lua's DRAINING).
+// handed out again, and it goes once it has no session (lib/config.lua's DRAINING).
 const DrainingVer = "draining"
 
 // AgentReport is one report of a pod's agent (SPEC §11.2).

@@ -3,22 +3,16 @@
 -- them fast, a lost one (its lease lost, or its register kept missing Redis) sends them
 -- to try again. Neither counts toward the scope's deploy time estimate. A failed
 -- deploy of the current deploy_ver counts toward the refill backoff (backoff_refusal
--- in _lib.lua): failures + 1, and no deploy before now + base * 2^(failures - 1), at
--- most the cap.
--- KEYS[1] {s}:config     HASH   published scope config
--- KEYS[2] {s}:deploying  ZSET deploy member -> lease deadline (ms)
--- KEYS[3] {s}:followers  ZSET "<deploy>|<claim>" -> deadline (ms)
--- KEYS[4] {s}:claims     ZSET claim id -> deadline (ms)
--- KEYS[5] {s}:claimpod   HASH claim id -> pod id | "!reason" | "!lost:reason"
--- KEYS[6] {s}:dstats     HASH deploy time estimate and start times of deploys in flight
--- KEYS[7] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[8] {s}:backoff    HASH   refill backoff: failures, until (ms), error
+-- in lib/deploy.lua): failures + 1, and no deploy before now + base *
+-- 2^(failures - 1), at most the cap.
+-- KEYS: config deploying followers claims claimpod dstats due backoff
+-- uses: deploy due
 -- ARGV[1] deploy member  ARGV[2] reason  ARGV[3] note deadline (ms)
 -- ARGV[4] "1" when the deploy was lost, "0" when it failed  ARGV[5] the deploy's deploy_ver
 -- ARGV[6] now (ms)  ARGV[7] backoff base (ms)  ARGV[8] backoff cap (ms)
 -- Returns the number of followers told.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 redis.call('ZREM', k.deploying, ARGV[1])
 redis.call('HDEL', k.dstats, 'start:' .. ARGV[1])

@@ -1,7 +1,7 @@
 -- fence_raise.lua: raise the fencing counter to at least the highest number a pod in
 -- the cluster carries, so that after Redis lost its data new deploys never reuse a
 -- live pod's number (and name).
--- KEYS[1] {s}:fence      STRING fencing counter
+-- KEYS: fence
 -- ARGV[1] lowest allowed value
 -- Returns the counter.
 local k = scope_keys(KEYS)

@@ -2,10 +2,8 @@
 -- deploy was lost (a retry may succeed), its pod had no slot left for it (NO_SLOT: it
 -- acquires again), or it keeps waiting. A follower whose leader's lease expired leaves
 -- the room: that deploy is lost.
--- KEYS[1] {s}:podinfo    HASH pod id -> pod JSON
--- KEYS[2] {s}:deploying  ZSET deploy member -> lease deadline (ms)
--- KEYS[3] {s}:followers  ZSET "<deploy>|<claim>" -> deadline (ms)
--- KEYS[4] {s}:claimpod   HASH claim id -> pod id | "!reason" | "!lost:reason"
+-- KEYS: podinfo deploying followers claimpod
+-- uses: claimpod
 -- ARGV[1] deploy member  ARGV[2] room member  ARGV[3] claim id  ARGV[4] now (ms)
 -- Returns {"ready", pod, pod JSON} | {"failed", reason} | {"lost", reason} | {"retry"}
 --   | {"wait"}

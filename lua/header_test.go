@@ -17,30 +17,27 @@ import (
 	"github.com/warmpool/warmpool/internal/testredis"
 )
 
-// headerKey is one KEYS entry of a script's header: a scope key ({s}:<name>), or an
-// extra key named by its field in the script's key table and written as the form of
-// its name in Redis (a <placeholder> for its variable part).
-type headerKey struct {
-	name, form string
-	scope      bool
-}
-
 // header is what a script's header (its opening comment lines) says of its KEYS and
-// ARGV: the keys in order, and the highest ARGV it names; open when that one is
-// "ARGV[n..]" (n and those after, as many as the caller gives).
+// ARGV: the scope's keys and the extra keys its KEYS line names, how many KEYS lines
+// it has, and the highest ARGV it names; open when that one is "ARGV[n..]" (n and
+// those after, as many as the caller gives).
 type header struct {
-	keys []headerKey
-	argv int
-	open bool
+	scope, extra []string
+	keysLines    int
+	argv         int
+	open         bool
 }
 
 var (
-	headerKeysLine = regexp.MustCompile(`^-- KEYS\[(\d+)\]\s+(\S+)(?:\s+(\S+))?`)
-	headerArgv     = regexp.MustCompile(`ARGV\[(\d+)(\.\.)?\]`)
-	bodyKeyField   = regexp.MustCompile(`\bk\.([a-z_]+)`)
+	headerArgv   = regexp.MustCompile(`ARGV\[(\d+)(\.\.)?\]`)
+	bodyKeyField = regexp.MustCompile(`\bk\.([a-z_]+)`)
+	// continued is a line that goes on with the line before it (a KEYS line).
+	continued = regexp.MustCompile(`^--\s{2,}\S`)
 )
 
-// readScript splits a script's file into its header and its body.
+// readScript splits a script's file into its header and its body. Its KEYS line is
+// "-- KEYS: <scope keys> | extra: <extra keys>" (either list may be empty, the "|
+// extra:" part left out without extra keys), continued on indented comment lines.
 func readScript(t *testing.T, name string) (header, string) {
 	t.Helper()
 	b, err := os.ReadFile(name)
@@ -52,15 +49,19 @@ func readScript(t *testing.T, name string) (header, string) {
 	n := 0
 	for ; n < len(lines) && strings.HasPrefix(lines[n], "--"); n++ {
 		line := lines[n]
-		if m := headerKeysLine.FindStringSubmatch(line); m != nil {
-			if i, _ := strconv.Atoi(m[1]); i != len(h.keys)+1 {
-				t.Errorf("%s: header names KEYS[%d] after KEYS[%d]", name, i, len(h.keys))
+		if keys, ok := strings.CutPrefix(line, "-- KEYS:"); ok {
+			for n+1 < len(lines) && continued.MatchString(lines[n+1]) {
+				n++
+				keys += " " + strings.TrimPrefix(lines[n], "--")
 			}
-			if key, ok := strings.CutPrefix(m[2], "{s}:"); ok {
-				h.keys = append(h.keys, headerKey{name: key, form: m[2], scope: true})
-			} else {
-				h.keys = append(h.keys, headerKey{name: m[2], form: m[3]})
+			scope, extra, _ := strings.Cut(keys, "|")
+			extra, ok := strings.CutPrefix(strings.TrimSpace(extra), "extra:")
+			if !ok && extra != "" {
+				t.Errorf("%s: KEYS line %q: after | comes extra: <names>", name, keys)
 			}
+			h.scope, h.extra = strings.Fields(scope), strings.Fields(extra)
+			h.keysLines++
+			continue
 		}
 		for _, m := range headerArgv.FindAllStringSubmatch(line, -1) {
 			if i, _ := strconv.Atoi(m[1]); i >= h.argv {
@@ -69,20 +70,6 @@ func readScript(t *testing.T, name string) (header, string) {
 		}
 	}
 	return h, strings.Join(lines[n:], "\n")
-}
-
-// keyPattern matches the Redis names of a header key's form: {s} is the scope's hash
-// tag, a <placeholder> anything.
-func keyPattern(prefix, scope, form string) *regexp.Regexp {
-	var b strings.Builder
-	b.WriteString("^" + regexp.QuoteMeta(prefix))
-	for i, part := range regexp.MustCompile(`<[^>]*>`).Split(form, -1) {
-		if i > 0 {
-			b.WriteString(".*")
-		}
-		b.WriteString(regexp.QuoteMeta(strings.ReplaceAll(part, "{s}", "{"+scope+"}")))
-	}
-	return regexp.MustCompile(b.String() + "$")
 }
 
 // scriptCalls records the KEYS and ARGV of every script call, by script, answering
@@ -134,10 +121,11 @@ func (h *scriptCalls) ProcessPipelineHook(redis.ProcessPipelineHook) redis.Proce
 }
 
 // Every script's header, its declaration in lua.go, the fixed order of a scope's keys
-// and the keys its wrapper sends agree: the header lists the scope's keys the script
-// takes in the fixed order, then its extra keys by the names lua.go gives them; the
-// wrapper sends, key by key, what the header names and as many ARGV as it lists; and
-// the body reads KEYS only through its key table, by the names it has.
+// and the keys its wrapper sends agree: the header's KEYS line names the scope's keys
+// the script takes, in the fixed order (scopeKeyTable), then its extra keys, as lua.go
+// declares them; the wrapper sends, key by key, the keys so named and as many ARGV as
+// the header lists; and the body reads KEYS only through its key table, by the names
+// it has.
 func TestScriptHeadersWrappersAndKeyOrderAgree(t *testing.T) {
 	const prefix, scope = "t:", "s1"
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
@@ -146,45 +134,49 @@ func TestScriptHeadersWrappersAndKeyOrderAgree(t *testing.T) {
 	c.AddHook(h)
 	s := NewStore(c, prefix)
 	callEveryWrapper(context.Background(), s, scope)
+	// What callEveryWrapper gives for each extra key (its request id, pod and lock).
+	k := s.Keys().Scope(scope)
+	extraKeys := map[string]string{"idem_mark": k.IdemMark("r1"), "route_answer": k.RouteAnswer("r1"),
+		"gone": k.Gone("p1"), "lock": s.Keys().Lock("x")}
 
 	for name, sc := range scripts {
 		t.Run(name, func(t *testing.T) {
 			head, body := readScript(t, name)
-			var scopeNames, extraNames []string
-			for i, k := range head.keys {
-				if k.scope {
-					if len(extraNames) > 0 {
-						t.Errorf("header: KEYS[%d] {s}:%s follows an extra key: a scope's keys come first", i+1, k.name)
-					}
-					scopeNames = append(scopeNames, k.name)
-				} else {
-					extraNames = append(extraNames, k.name)
-				}
+			if head.keysLines != 1 {
+				t.Fatalf("header has %d KEYS lines, want one: -- KEYS: <scope keys> | extra: <extra keys>", head.keysLines)
 			}
-			var declared []string
+			var declared, want []string
 			for i, n := range sc.scope {
-				declared = append(declared, scopeKeyNames[n])
+				declared = append(declared, n.name())
+				want = append(want, prefix+"{"+scope+"}:"+n.name())
 				if i > 0 && n <= sc.scope[i-1] {
-					t.Errorf("lua.go: %s takes %s after %s, against the fixed order of keys.go", name, scopeKeyNames[n], scopeKeyNames[sc.scope[i-1]])
+					t.Errorf("lua.go: %s takes %s after %s, against the fixed order of scopeKeyTable", name, n.name(), sc.scope[i-1].name())
 				}
 			}
-			if !slices.Equal(scopeNames, declared) {
-				t.Errorf("header's scope keys %v, lua.go's %v", scopeNames, declared)
+			if !slices.Equal(head.scope, declared) {
+				t.Errorf("header's scope keys %v, lua.go's %v", head.scope, declared)
 			}
-			if !slices.Equal(extraNames, sc.extra) {
-				t.Errorf("header's extra keys %v, lua.go's %v", extraNames, sc.extra)
+			if !slices.Equal(head.extra, sc.extra) {
+				t.Errorf("header's extra keys %v, lua.go's %v", head.extra, sc.extra)
+			}
+			for _, e := range sc.extra {
+				key, ok := extraKeys[e]
+				if !ok {
+					t.Errorf("extra key %s: say in this test which key callEveryWrapper gives for it", e)
+				}
+				want = append(want, key)
 			}
 
 			keys, argv := h.keys[name], h.argv[name]
 			if keys == nil {
 				t.Fatalf("no wrapper of %s was called (callEveryWrapper)", name)
 			}
-			if len(keys) != len(head.keys) {
-				t.Errorf("wrapper sends %d KEYS %q, header names %d", len(keys), keys, len(head.keys))
+			if len(keys) != len(want) {
+				t.Errorf("wrapper sends %d KEYS %q, header names %d", len(keys), keys, len(want))
 			}
-			for i := range min(len(keys), len(head.keys)) {
-				if want := head.keys[i]; !keyPattern(prefix, scope, want.form).MatchString(keys[i]) {
-					t.Errorf("wrapper sends KEYS[%d] = %q, header names %s %s", i+1, keys[i], want.name, want.form)
+			for i := range min(len(keys), len(want)) {
+				if keys[i] != want[i] {
+					t.Errorf("wrapper sends KEYS[%d] = %q, header names %q", i+1, keys[i], want[i])
 				}
 			}
 			n := len(argv)
@@ -199,7 +191,7 @@ func TestScriptHeadersWrappersAndKeyOrderAgree(t *testing.T) {
 				t.Errorf("body reads KEYS by position; read its key table (local k = scope_keys(KEYS))")
 			}
 			for _, m := range bodyKeyField.FindAllStringSubmatch(body, -1) {
-				if !slices.Contains(scopeNames, m[1]) && !slices.Contains(extraNames, m[1]) {
+				if !slices.Contains(head.scope, m[1]) && !slices.Contains(head.extra, m[1]) {
 					t.Errorf("body reads k.%s, which is none of its KEYS", m[1])
 				}
 			}

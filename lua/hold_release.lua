@@ -2,26 +2,15 @@
 -- goes to the oldest waiter, or is freed (the pod idle if it was the last). Holds past
 -- their deadline are dropped first, so an expired hold is not found.
 -- A deleted scope's holds go on until they end, so this works on it too.
--- KEYS[1]  {s}:epoch      STRING scope epoch
--- KEYS[2]  {s}:config     HASH   published scope config
--- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
--- KEYS[4]  {s}:podver     HASH   pod id -> deploy_ver
--- KEYS[5]  {s}:slots      HASH   pod id -> sessions + claims
--- KEYS[6]  {s}:idle       ZSET   pod id -> idle since (ms)
--- KEYS[7]  {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[8]  {s}:claimpod   HASH   claim id -> pod id | "!reason"
--- KEYS[9]  {s}:waiters    ZSET   waiter id -> deadline (ms)
--- KEYS[10] {s}:queue      ZSET   waiter id -> arrival number
--- KEYS[11] {s}:wake       the scope's wake-up channel
--- KEYS[12] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[13] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
--- KEYS[14] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
+-- KEYS: epoch config pods podver slots idle claims claimpod waiters queue wake due
+--       served demand
+-- uses: config handoff slots
 -- ARGV[1] now (ms)  ARGV[2] hold id  ARGV[3] pod id  ARGV[4] grant deadline (ms)
 -- ARGV[5] publish command
 -- Returns {"released", "1" when the pod is idle now else "0"} | {"unknown"} (no such
 -- live hold on that pod) | {"NO_SCOPE"} | {"EPOCH_LOST"}
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local cfg, refused = published_config(k, 'deploy_ver')

@@ -1,18 +1,15 @@
 -- hold_touch.lua: extend a live hold on its pod to now + hold_ttl_s; acquire uses it to
 -- turn the claim it handed out into a hold.
 -- A deleted scope's holds go on until they end, so this works on it too.
--- KEYS[1] {s}:epoch      STRING scope epoch
--- KEYS[2] {s}:config     HASH   published scope config
--- KEYS[3] {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[4] {s}:claimpod   HASH   claim id -> pod id | "!reason"
--- KEYS[5] {s}:due        STRING when the scope's next sweep work falls due (ms)
+-- KEYS: epoch config claims claimpod
+-- uses: config
 -- ARGV[1] now (ms)  ARGV[2] hold id  ARGV[3] pod id
 -- Returns {"held", hold until (ms)} | {"unknown"} (no such live hold on that pod)
 --       | {"NO_SCOPE"} | {"EPOCH_LOST"}
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes no due work: a hold extended moves its work later, and the sweep that finds
+-- nothing at the old time computes the due time again.
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local cfg, refused = published_config(k, 'hold_ttl_ms')

@@ -2,13 +2,11 @@
 -- owner token, or read what an earlier request of that id left there; an id that
 -- names another request (another fingerprint, in its mark or a route's answer) is
 -- refused, and nothing changes.
--- KEYS[1] idem_mark {s}:idem:run:<id>  STRING "<fingerprint>\n<owner token>\n<answer>",
---         the answer "" while the first request runs; PX ttl
--- KEYS[2] route_answer {s}:idem:route:<id>  STRING a route's answer, "<fingerprint>\n…"
---         (session_route.lua)
+-- KEYS: | extra: idem_mark route_answer
+-- uses: idem
 -- ARGV[1] fingerprint  ARGV[2] owner token  ARGV[3] ttl (ms)
 -- Returns {"won"} | {"running"} | {"done", answer} | {"mismatch"}
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it:
 -- a claim run after its caller gave up (Redis paused with the call queued) would
 -- leave a mark of a first request that runs nowhere, and every retry of the id would

@@ -2,8 +2,8 @@
 -- a retry runs again; only for the mark's owner while it runs: a first request that
 -- outlived its mark (the ttl passed and a retry took the id) leaves the retry's mark
 -- as it is.
--- KEYS[1] idem_mark {s}:idem:run:<id>  STRING "<fingerprint>\n<owner token>\n<answer>"
---         (idem_claim.lua)
+-- KEYS: | extra: idem_mark
+-- uses: idem
 -- ARGV[1] owner token
 -- Returns 1 when freed, 0 when the mark is not the caller's running one.
 local k = scope_keys(KEYS)

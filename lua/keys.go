@@ -1,5 +1,7 @@
 package lua
 
+//go:generate go test -run ^TestGeneratedKeys$ . -update
+
 import (
 	"hash/fnv"
 	"strconv"
@@ -89,84 +91,90 @@ func (k Keyspace) Reported(shard int) string {
 // WakeChannel is the pub/sub channel that wakes the waiters of a scope.
 func (k Keyspace) WakeChannel(scope string) string { return k.Scope(scope).Wake }
 
-// A scopeKey is one of a scope's keys. The constants are the one fixed order in
-// which a script takes a scope's keys: its KEYS are the scope's keys it needs, in
-// this order, then the extra keys its wrapper gives (lua.go declares both for each
-// script; the scripts' headers list them in that order, which a test checks).
+// A scopeKey is one of a scope's keys: its place in scopeKeyTable.
 type scopeKey int
 
-// The scope's keys, in their fixed order.
-const (
-	keyEpoch scopeKey = iota
-	keyConfig
-	keyPods
-	keyPodVer
-	keyPodInfo
-	keySlots
-	keyIdle
-	keyDeploying
-	keyFollowers
-	keyClaims
-	keyClaimPod
-	keyFence
-	keySessions
-	keySessExp
-	keyWaiters
-	keyQueue
-	keyQSeq
-	keyWake
-	keyHealth
-	keyDeployStats
-	keyDue
-	keyDeployLog
-	keyAgents
-	keyBackoff
-	keyServed
-	keyDemand
-	numScopeKeys
-)
-
-// scopeKeyNames name the scope's keys: each name is the last part of the key's name in
-// Redis, the key's field in a script's key table (scope_keys in _lib.lua: k.pods) and
-// how scripts' headers write it ({s}:pods).
-var scopeKeyNames = [numScopeKeys]string{
-	keyEpoch:       "epoch",
-	keyConfig:      "config",
-	keyPods:        "pods",
-	keyPodVer:      "podver",
-	keyPodInfo:     "podinfo",
-	keySlots:       "slots",
-	keyIdle:        "idle",
-	keyDeploying:   "deploying",
-	keyFollowers:   "followers",
-	keyClaims:      "claims",
-	keyClaimPod:    "claimpod",
-	keyFence:       "fence",
-	keySessions:    "sessions",
-	keySessExp:     "sexp",
-	keyWaiters:     "waiters",
-	keyQueue:       "queue",
-	keyQSeq:        "qseq",
-	keyWake:        "wake",
-	keyHealth:      "health",
-	keyDeployStats: "dstats",
-	keyDue:         "due",
-	keyDeployLog:   "deploylog",
-	keyAgents:      "agents",
-	keyBackoff:     "backoff",
-	keyServed:      "served",
-	keyDemand:      "demand",
+// scopeKeyDef is one key of a scope: its ScopeKeys field, its name (the last part of
+// its name in Redis, <prefix>{<scope>}:<name>, its field in a script's key table,
+// k.<name>, and how a script's header names it), its Redis type and what it holds.
+type scopeKeyDef struct {
+	field, name, typ, holds string
 }
+
+// scopeKeyTable is the one table of a scope's keys, in their one fixed order: a
+// script's KEYS are the scope's keys it takes, in this order, then the extra keys its
+// wrapper gives (lua.go declares both for each script, its header names them, and
+// header_test.go checks that the two agree). keys_gen.go (the scopeKey constants, the
+// ScopeKeys fields, newScopeKeys and ScopeKeys.key) and the scope's rows of the key
+// table in docs/architecture.md are generated from it by `go generate ./lua/`;
+// TestGeneratedKeys fails while either is stale.
+var scopeKeyTable = [...]scopeKeyDef{
+	{"Epoch", "epoch", "STRING", "the scope's epoch, no TTL; missing = Redis lost its data (EPOCH_LOST)"},
+	{"Config", "config", "HASH", "the published config (deploy_ver, version, the pool fields in ms); " +
+		"deleted -> the version a deleted scope was deleted at; prewarm_ver, prewarm_until -> a rollout's " +
+		"prewarm (the old deploy_ver, until when its pods take sessions, ms)"},
+	{"Pods", "pods", "ZSET", "pod id -> registered at (ms)"},
+	{"PodVer", "podver", "HASH", "pod id -> deploy_ver, or retired (a pod of a deleted scope, recycled, " +
+		"or past max_sessions_per_pod) or draining: such a pod is never handed out again"},
+	{"PodInfo", "podinfo", "HASH", "pod id -> pod JSON"},
+	{"Slots", "slots", "HASH", "pod id -> sessions + live claims on the pod"},
+	{"Idle", "idle", "ZSET", "pod id -> idle since (ms); a pod is idle only with 0 slots"},
+	{"Deploying", "deploying", "ZSET", `deploy member ("<fence>" or "<fence>w") -> lease deadline (ms): ` +
+		"the deploys in flight (placeholders)"},
+	{"Followers", "followers", "ZSET", `"<deploy member>|<claim id>" -> deadline (ms): the rooms of the deploys in flight`},
+	{"Claims", "claims", "ZSET", "claim id -> deadline (ms); holds and grants are claims"},
+	{"ClaimPod", "claimpod", "HASH", "claim id -> pod id, or the note of a follower whose deploy ended " +
+		`without a pod: "!reason" when it failed, "!lost:reason" when it was lost (lib/claimpod.lua)`},
+	{"Fence", "fence", "STRING", "the fencing counter"},
+	{"Sessions", "sessions", "HASH", "session id -> pod id"},
+	{"SessExp", "sexp", "ZSET", "session id -> expiry (ms)"},
+	{"Waiters", "waiters", "ZSET", "waiter id -> deadline (ms): every live waiter, served a slot or not"},
+	{"Queue", "queue", "ZSET", "waiter id -> arrival number: the waiters still without a slot"},
+	{"QSeq", "qseq", "STRING", "the arrival counter of the queue"},
+	{"Wake", "wake", "channel", `the scope's wake-up messages (a waiter id, or "*"): a pub/sub channel, ` +
+		"not a key, in KEYS for its cluster slot"},
+	{"Health", "health", "HASH", "pod id -> consecutive failed probes"},
+	{"DeployStats", "dstats", "HASH", `"est" -> the scope's deploy time estimate (ms); ` +
+		`"start:<deploy member>" -> when that deploy in flight started (ms)`},
+	{"Due", "due", "STRING", "when the scope's next sweep work falls due (ms)"},
+	{"DeployLog", "deploylog", "LIST", "the latest finished deploys, newest first (DeployRecord JSON)"},
+	{"Agents", "agents", "HASH", `"<pod>" -> until when the pod's reports spare it the probes (ms, as the ` +
+		`shard's Reported index has it); "<pod>|miss" -> the sessions bound to it that its last report ` +
+		"left out (space-separated)"},
+	{"Backoff", "backoff", "HASH", "the refill backoff after failed deploys of the current deploy_ver: " +
+		`"failures" (in a row), "until" (ms), "error" (the last reason); no key, no backoff`},
+	{"Served", "served", "HASH", "pod id -> the slots handed out on the pod over its life (its sessions " +
+		"and holds), counted while max_sessions_per_pod is set"},
+	{"Demand", "demand", "HASH", `under warm_policy "demand", the slot takes and frees, counted across ` +
+		`replicas: "t" (ms, when last decayed), "in_fast", "in_slow", "out_fast", "out_slow" ` +
+		"(exponentially decayed counts; lib/demand.lua)"},
+}
+
+// numScopeKeys is the number of a scope's keys.
+const numScopeKeys = scopeKey(len(scopeKeyTable))
 
 // scopeKeyNamesLen is the length of the scope's key names together: Scope cuts the
 // keys from one string of numScopeKeys prefixes and these names.
 var scopeKeyNamesLen = func() int {
 	n := 0
-	for _, name := range scopeKeyNames {
-		n += len(name)
+	for _, d := range scopeKeyTable {
+		n += len(d.name)
 	}
 	return n
 }()
+
+// scopeKeyNamed is the scope's key called name; false when no key of a scope is.
+func scopeKeyNamed(name string) (scopeKey, bool) {
+	for n, d := range scopeKeyTable {
+		if d.name == name {
+			return scopeKey(n), true
+		}
+	}
+	return 0, false
+}
+
+// name is the key's name (scopeKeyTable).
+func (n scopeKey) name() string { return scopeKeyTable[n].name }
 
 // Scope returns the keys of one scope. They are cut from one string built at once: a
 // warm route builds them for its one script call, and a string per key would cost an
@@ -175,42 +183,14 @@ func (k Keyspace) Scope(id string) ScopeKeys {
 	p := k.prefix + "{" + id + "}:"
 	var b strings.Builder
 	b.Grow(int(numScopeKeys)*len(p) + scopeKeyNamesLen)
-	key := func(n scopeKey) string {
+	var keys [numScopeKeys]string
+	for n := range numScopeKeys {
 		start := b.Len()
 		b.WriteString(p)
-		b.WriteString(scopeKeyNames[n])
-		return b.String()[start:]
+		b.WriteString(n.name())
+		keys[n] = b.String()[start:]
 	}
-	return ScopeKeys{
-		ID:          id,
-		base:        p,
-		Epoch:       key(keyEpoch),
-		Config:      key(keyConfig),
-		Pods:        key(keyPods),
-		PodVer:      key(keyPodVer),
-		PodInfo:     key(keyPodInfo),
-		Slots:       key(keySlots),
-		Idle:        key(keyIdle),
-		Deploying:   key(keyDeploying),
-		Followers:   key(keyFollowers),
-		Claims:      key(keyClaims),
-		ClaimPod:    key(keyClaimPod),
-		Fence:       key(keyFence),
-		Sessions:    key(keySessions),
-		SessExp:     key(keySessExp),
-		Waiters:     key(keyWaiters),
-		Queue:       key(keyQueue),
-		QSeq:        key(keyQSeq),
-		Wake:        key(keyWake),
-		Health:      key(keyHealth),
-		DeployStats: key(keyDeployStats),
-		Due:         key(keyDue),
-		DeployLog:   key(keyDeployLog),
-		Agents:      key(keyAgents),
-		Backoff:     key(keyBackoff),
-		Served:      key(keyServed),
-		Demand:      key(keyDemand),
-	}
+	return newScopeKeys(id, p, &keys)
 }
 
 // scopeBase are the keys of scope id for one script call alone: only ID and base are
@@ -218,110 +198,6 @@ func (k Keyspace) Scope(id string) ScopeKeys {
 // every key of the scope (900 bytes) for the few it takes.
 func (k Keyspace) scopeBase(id string) ScopeKeys {
 	return ScopeKeys{ID: id, base: k.prefix + "{" + id + "}:"}
-}
-
-// key is the scope's key n.
-func (s *ScopeKeys) key(n scopeKey) string {
-	switch n {
-	case keyEpoch:
-		return s.Epoch
-	case keyConfig:
-		return s.Config
-	case keyPods:
-		return s.Pods
-	case keyPodVer:
-		return s.PodVer
-	case keyPodInfo:
-		return s.PodInfo
-	case keySlots:
-		return s.Slots
-	case keyIdle:
-		return s.Idle
-	case keyDeploying:
-		return s.Deploying
-	case keyFollowers:
-		return s.Followers
-	case keyClaims:
-		return s.Claims
-	case keyClaimPod:
-		return s.ClaimPod
-	case keyFence:
-		return s.Fence
-	case keySessions:
-		return s.Sessions
-	case keySessExp:
-		return s.SessExp
-	case keyWaiters:
-		return s.Waiters
-	case keyQueue:
-		return s.Queue
-	case keyQSeq:
-		return s.QSeq
-	case keyWake:
-		return s.Wake
-	case keyHealth:
-		return s.Health
-	case keyDeployStats:
-		return s.DeployStats
-	case keyDue:
-		return s.Due
-	case keyDeployLog:
-		return s.DeployLog
-	case keyAgents:
-		return s.Agents
-	case keyBackoff:
-		return s.Backoff
-	case keyServed:
-		return s.Served
-	case keyDemand:
-		return s.Demand
-	}
-	panic("lua: no scope key " + strconv.Itoa(int(n)))
-}
-
-// ScopeKeys are the keys of one scope; see each script's header for their types.
-type ScopeKeys struct {
-	ID   string
-	base string
-
-	Epoch     string // STRING scope epoch, no TTL
-	Config    string // HASH   published config
-	Pods      string // ZSET   pod id -> registered at (ms)
-	PodVer    string // HASH   pod id -> deploy_ver
-	PodInfo   string // HASH   pod id -> pod JSON
-	Slots     string // HASH   pod id -> sessions + claims
-	Idle      string // ZSET   pod id -> idle since (ms)
-	Deploying string // ZSET   deploy member -> lease deadline (ms)
-	Followers string // ZSET   "<deploy>|<claim>" -> deadline (ms)
-	Claims    string // ZSET   claim id -> deadline (ms)
-	ClaimPod  string // HASH   claim id -> pod id | "!reason"
-	Fence     string // STRING fencing counter
-	Sessions  string // HASH   session id -> pod id
-	SessExp   string // ZSET   session id -> expiry (ms)
-	Waiters   string // ZSET   waiter id -> deadline (ms), every live waiter
-	Queue     string // ZSET   waiter id -> arrival number, the waiters without a slot yet
-	QSeq      string // STRING arrival counter of the queue
-	Wake      string // the pub/sub channel of the scope's wake-ups (not a key; its slot)
-	Health    string // HASH   pod id -> consecutive failed probes
-	// DeployStats: "est" -> rolling estimate of the deploy time (ms), "start:<deploy
-	// member>" -> when that deploy in flight started (ms).
-	DeployStats string // HASH
-	Due         string // STRING when the scope's next sweep work falls due (ms)
-	DeployLog   string // LIST   the latest finished deploys, newest first (DeployRecord JSON)
-	// Agents: "<pod>" -> until when the pod's reports keep it from being probed
-	// (ms, as the shard's Reported index has it), "<pod>|miss" -> the sessions bound
-	// to the pod that its last report left out (space-separated; sessions_from_reports).
-	Agents string // HASH
-	// Backoff: the refill backoff after failed deploys of the current deploy_ver,
-	// "failures", "until" (ms), "error" (the last failure's reason); no key, no backoff.
-	Backoff string // HASH
-	// Served: pod id -> the slots handed out on the pod over its life (its sessions
-	// and holds), counted while pool.max_sessions_per_pod is set.
-	Served string // HASH
-	// Demand: the slot takes and frees of the scope, counted across replicas for the
-	// demand policy's target (demand_note in _lib.lua): "t" (ms, when last decayed),
-	// "in_fast", "in_slow", "out_fast", "out_slow" (exponentially decayed counts).
-	Demand string // HASH
 }
 
 // Gone is the tombstone of a purged pod (STRING, reason, with a TTL of GoneTTL):

@@ -33,9 +33,9 @@ func TestScopeKeys(t *testing.T) {
 		t.Errorf("ScopeKeys has %d keys, the fixed order %d", len(seen), numScopeKeys)
 	}
 	for n := range numScopeKeys {
-		want := "p:{s1}:" + scopeKeyNames[n]
+		want := "p:{s1}:" + n.name()
 		if got := k.key(n); got != want {
-			t.Errorf("key %d (%s) = %q, want %q", n, scopeKeyNames[n], got, want)
+			t.Errorf("key %d (%s) = %q, want %q", n, n.name(), got, want)
 		}
 		if _, ok := seen[want]; !ok {
 			t.Errorf("no field of ScopeKeys is %q", want)

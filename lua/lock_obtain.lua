@@ -1,9 +1,9 @@
 -- lock_obtain.lua: take a lease lock when nobody holds it (SET NX PX); every obtain
 -- brings a new token, so a holder never takes its own lock twice.
--- KEYS[1] lock lock:<name>  STRING holder token, PX lease
+-- KEYS: | extra: lock
 -- ARGV[1] token  ARGV[2] lease (ms)
 -- Returns 1 when taken, 0 when another holder has it.
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 local k = scope_keys(KEYS)
 if redis.call('SET', k.lock, ARGV[1], 'NX', 'PX', ARGV[2]) then

@@ -1,5 +1,5 @@
 -- lock_release.lua: release a lease lock, only for its holder.
--- KEYS[1] lock lock:<name>  STRING holder token, PX lease
+-- KEYS: | extra: lock
 -- ARGV[1] token
 -- Returns 1 when released, 0 when the caller did not hold it.
 local k = scope_keys(KEYS)

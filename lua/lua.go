@@ -1,13 +1,14 @@
 // Package lua holds the Redis Lua scripts that make every pool and session mutation
-// atomic, the key schema (keys.go, with the one fixed order in which a script takes a
-// scope's keys) and the Store that runs them. Its files go by what they do: lua.go
-// declares each script and the keys it takes, store.go runs a script and maps its
-// failures (the runner), protocol.go is the call protocol around the runner (KEYS, the
-// caller's deadline, due notes, the epoch check), reply.go reads a script's answer with
-// every field type-checked, scopes.go, pods.go, deploys.go and sessions.go wrap the
-// scripts of each kind of state (each wrapper named after its script), locks.go is the
-// lease type, wake.go the pub/sub that wakes waiters and snapshot.go the read-only
-// views.
+// atomic, the key schema (keys.go, with scopeKeyTable, the one table of a scope's keys
+// in the fixed order in which a script takes them) and the Store that runs them. Its
+// files go by what they do: lua.go declares each script and the keys it takes,
+// includes.go prepends to each the helpers of lib/ it declares it uses, store.go runs
+// a script and maps its failures (the runner), protocol.go is the call protocol around
+// the runner (KEYS, the caller's deadline, due notes, the epoch check), reply.go reads
+// a script's answer with every field type-checked, scopes.go, pods.go, deploys.go and
+// sessions.go wrap the scripts of each kind of state (each wrapper named after its
+// script), locks.go is the lease type, wake.go the pub/sub that wakes waiters and
+// snapshot.go the read-only views.
 package lua
 
 import (
@@ -19,16 +20,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed *.lua
+//go:embed *.lua lib/*.lua
 var files embed.FS
-
-// lib holds helper functions prepended to every script: Redis scripts cannot call one
-// another, and sharing the text keeps one definition of each rule.
-var lib = mustRead("_lib.lua")
-
-// guard is prepended to the guarded scripts, after lib: it refuses a call that Redis
-// runs after its caller's deadline, which Store.call appends to ARGV.
-var guard = mustRead("_guard.lua")
 
 // script is one embedded script with the name of its file, for error messages.
 type script struct {
@@ -37,8 +30,9 @@ type script struct {
 	metric string
 	// guarded scripts change state on a caller's behalf and take its deadline.
 	guarded bool
-	// due scripts note the sweep work they leave (see note_due in _lib.lua): they take
-	// the scope's config and due keys, and may answer {"DUE", due, answer}.
+	// due scripts note the sweep work they leave (note_due in lib/due.lua, which they
+	// and only they get): they take the scope's config and due keys, and may answer
+	// {"DUE", due, answer}.
 	due bool
 	// scope are the scope's keys the script takes, in the fixed order (keys.go), and
 	// extra the names of the keys its wrapper gives after them: together, its KEYS.
@@ -55,8 +49,8 @@ type script struct {
 
 // The scripts, one per file, each with the scope's keys it takes (by name, in the
 // fixed order of keys.go) and the names of the extra keys its wrapper gives after
-// them; see each file's header for its KEYS, ARGV and result.
-// Guarded scripts refuse a call run after its caller's deadline (_guard.lua); the
+// them; see each file's header for its KEYS, ARGV, result and the includes it uses.
+// Guarded scripts refuse a call run after its caller's deadline (lib/guard.lua); the
 // others only give back, complete or read what a caller holds (a claim, a room entry,
 // a lock, an idempotency mark) or raise a counter, which is as right late as on time.
 var (
@@ -79,7 +73,7 @@ var (
 		"config pods podver slots idle followers claims claimpod waiters queue wake due served demand")
 	claimRelease = load("claim_release.lua", unguarded|notes,
 		"config pods podver slots idle claims claimpod waiters queue wake due served demand")
-	holdTouch   = load("hold_touch.lua", guarded|notes, "epoch config claims claimpod due")
+	holdTouch   = load("hold_touch.lua", guarded, "epoch config claims claimpod")
 	holdRelease = load("hold_release.lua", unguarded|notes,
 		"epoch config pods podver slots idle claims claimpod waiters queue wake due served demand")
 	idemClaim    = load("idem_claim.lua", guarded, "", "idem_mark", "route_answer")
@@ -121,7 +115,9 @@ const (
 	unguarded option = 0
 	// guarded: load prepends the deadline guard.
 	guarded option = 1 << iota
-	// notes: the script notes the sweep work it leaves (script.due).
+	// notes: the script notes the sweep work it leaves (script.due): lib/due.lua is
+	// among the includes it uses (itself or through another include), as it is
+	// among no other script's.
 	notes
 )
 
@@ -131,8 +127,8 @@ const (
 var Scripts = map[string]*redis.Script{}
 
 // Sources maps each script file name to the source Redis runs: the names of its KEYS,
-// the shared helpers, the guard and the due notes assembled around the file, as
-// Scripts hashes it.
+// scope_keys, the includes it uses, the guard and the due notes assembled around the
+// file, as Scripts hashes it.
 var Sources = map[string]string{}
 
 // Guarded lists the scripts that take their caller's deadline as an extra last ARGV
@@ -147,11 +143,11 @@ var scripts = map[string]*script{}
 func load(name string, opts option, scope string, extra ...string) *script {
 	s := &script{name: name, metric: strings.TrimSuffix(name, ".lua"), guarded: opts&guarded != 0, due: opts&notes != 0, extra: extra}
 	for _, f := range strings.Fields(scope) {
-		n := slices.Index(scopeKeyNames[:], f)
-		if n < 0 {
+		n, ok := scopeKeyNamed(f)
+		if !ok {
 			panic(fmt.Sprintf("lua: %s takes %q, which is no key of a scope", name, f))
 		}
-		s.scope = append(s.scope, scopeKey(n))
+		s.scope = append(s.scope, n)
 		s.namesLen += len(f)
 	}
 	if s.due && (s.position(keyConfig) == 0 || s.position(keyDue) == 0) {
@@ -172,25 +168,34 @@ func (s *script) position(n scopeKey) int {
 }
 
 // compile builds the script's source: the names of its KEYS (KEY_NAMES, which
-// scope_keys in _lib.lua gives its keys by), the shared helpers, then the guard and
-// the body, wrapped for the due notes when the script takes them.
+// scope_keys in lib/keys.lua gives its keys by), scope_keys, the includes it uses (its
+// header's "-- uses:" line, with theirs), then the guard and the body, wrapped for the
+// due notes when the script takes them.
 func (s *script) compile() {
 	names := make([]string, 0, len(s.scope)+len(s.extra))
 	for _, n := range s.scope {
-		names = append(names, "'"+scopeKeyNames[n]+"'")
+		names = append(names, "'"+n.name()+"'")
 	}
 	for _, e := range s.extra {
 		names = append(names, "'"+e+"'")
 	}
-	src := "local KEY_NAMES = {" + strings.Join(names, ", ") + "}\n" + lib + "\n"
 	body := mustRead(s.name)
+	uses, err := resolveUses(declaredUses(body))
+	if err != nil {
+		panic(fmt.Sprintf("lua: %s %v", s.name, err))
+	}
+	if notes := slices.Contains(uses, dueInclude); notes != s.due {
+		panic(fmt.Sprintf("lua: %s gets the includes %v: it must be marked notes in lua.go if and only if lib/%s.lua is one of them", s.name, uses, dueInclude))
+	}
+	src := "local KEY_NAMES = {" + strings.Join(names, ", ") + "}\n" + keysLib + "\n"
+	for _, u := range uses {
+		src += includes[u].src + "\n"
+	}
 	if s.guarded {
 		body = guard + "\n" + body
 	}
 	if s.due {
-		src += "local function main()\n" + body + "end\n" +
-			fmt.Sprintf("due.key, due.config = KEYS[%d], KEYS[%d]\n", s.position(keyDue), s.position(keyConfig)) +
-			"return due_reply(main())\n"
+		src += "local function main()\n" + body + "end\nreturn due_reply(main())\n"
 	} else {
 		src += body
 	}

@@ -2,26 +2,9 @@
 -- prewarm serves), else a place in the room of a deploy in flight, else a new deploy
 -- lease, else max_reached. A room takes no more followers than max_sessions_per_pod
 -- lets its pod serve.
--- KEYS[1]  {s}:epoch      STRING scope epoch (missing = Redis lost its data)
--- KEYS[2]  {s}:config     HASH   published scope config
--- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
--- KEYS[4]  {s}:podver     HASH   pod id -> deploy_ver
--- KEYS[5]  {s}:podinfo    HASH   pod id -> pod JSON
--- KEYS[6]  {s}:slots      HASH   pod id -> sessions + claims
--- KEYS[7]  {s}:idle       ZSET   pod id -> idle since (ms)
--- KEYS[8]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
--- KEYS[9]  {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
--- KEYS[10] {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[11] {s}:claimpod   HASH   claim id -> pod id | "!reason"
--- KEYS[12] {s}:fence      STRING fencing counter
--- KEYS[13] {s}:waiters    ZSET   waiter id -> deadline (ms)
--- KEYS[14] {s}:queue      ZSET   waiter id -> arrival number
--- KEYS[15] {s}:wake       the scope's wake-up channel
--- KEYS[16] {s}:dstats     HASH   deploy time estimate and start times of deploys in flight
--- KEYS[17] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[18] {s}:backoff    HASH   refill backoff: failures, until (ms), error
--- KEYS[19] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
--- KEYS[20] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
+-- KEYS: epoch config pods podver podinfo slots idle deploying followers claims claimpod
+--       fence waiters queue wake dstats due backoff served demand
+-- uses: config demand deploy due expire handoff served surplus
 -- ARGV[1] now (ms)  ARGV[2] claim id  ARGV[3] claim deadline (ms)
 -- ARGV[4] lease deadline (ms)  ARGV[5] room margin (ms): a follower waits up to the
 -- scope's ready timeout plus this margin
@@ -33,10 +16,10 @@
 --       | {"backoff", failures, until, last error, deploys} (a deploy it would lead is held
 --         back by the refill backoff; warm pods and rooms are taken first)
 --       | {"NO_SCOPE"} | {"EPOCH_LOST"}
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local claim = ARGV[2]

@@ -9,26 +9,18 @@
 -- A pod Redis knows keeps its sessions and claims; when sessions are unknown (the
 -- rebuild after a failover, whose history may lack some of them) its free slots are
 -- held the same way.
--- KEYS[1]  {s}:config     HASH   published scope config
--- KEYS[2]  {s}:pods       ZSET   pod id -> registered at (ms)
--- KEYS[3]  {s}:podver     HASH   pod id -> deploy_ver
--- KEYS[4]  {s}:podinfo    HASH   pod id -> pod JSON
--- KEYS[5]  {s}:slots      HASH   pod id -> sessions + claims
--- KEYS[6]  {s}:idle       ZSET   pod id -> idle since (ms)
--- KEYS[7]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
--- KEYS[8]  {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[9]  {s}:claimpod   HASH   claim id -> pod id | "!reason"
--- KEYS[10] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[11] gone {s}:gone:<pod>  STRING the pod's tombstone, set when it was purged
+-- KEYS: config pods podver podinfo slots idle deploying claims claimpod due
+--       | extra: gone
+-- uses: due
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] deploy_ver  ARGV[4] pod JSON
 -- ARGV[5] "1" when the pod's sessions are unknown, "0" when it has none
 -- Returns {"adopted"} | {"known"} | {"full"} (no room under max_pods)
 --       | {"gone"} (purged lately: it is being deleted, not adopted)
 --       | {"NO_SCOPE"} (also for a deleted scope)
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local cfg = redis.call('HMGET', k.config, 'max_pods', 'pod_concurrency', 'session_ttl_ms', 'deleted')
 if not cfg[1] or cfg[4] then

@@ -6,26 +6,10 @@
 -- time estimate (an exponentially weighted moving average, weight 0.3 for the newest).
 -- A pod of the current deploy_ver ends the refill backoff, and the prewarm of a
 -- rollout when it is the last of the max(1, min_idle_pods) the prewarm waits for. The
--- slots it hands out count toward max_sessions_per_pod (serve in _lib.lua).
--- KEYS[1]  {s}:epoch      STRING scope epoch
--- KEYS[2]  {s}:config     HASH   published scope config
--- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
--- KEYS[4]  {s}:podver     HASH   pod id -> deploy_ver
--- KEYS[5]  {s}:podinfo    HASH   pod id -> pod JSON
--- KEYS[6]  {s}:slots      HASH   pod id -> sessions + claims
--- KEYS[7]  {s}:idle       ZSET   pod id -> idle since (ms)
--- KEYS[8]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
--- KEYS[9]  {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
--- KEYS[10] {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[11] {s}:claimpod   HASH   claim id -> pod id | "!reason"
--- KEYS[12] {s}:waiters    ZSET   waiter id -> deadline (ms)
--- KEYS[13] {s}:queue      ZSET   waiter id -> arrival number
--- KEYS[14] {s}:wake       the scope's wake-up channel
--- KEYS[15] {s}:dstats     HASH   "est" -> deploy time estimate (ms), "start:<member>" -> start (ms)
--- KEYS[16] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[17] {s}:backoff    HASH   refill backoff: failures, until (ms), error
--- KEYS[18] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
--- KEYS[19] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
+-- slots it hands out count toward max_sessions_per_pod (serve in lib/served.lua).
+-- KEYS: epoch config pods podver podinfo slots idle deploying followers claims claimpod
+--       waiters queue wake dstats due backoff served demand
+-- uses: claimpod due handoff served surplus
 -- ARGV[1] now (ms)  ARGV[2] deploy member  ARGV[3] pod id  ARGV[4] deploy_ver
 -- ARGV[5] pod JSON  ARGV[6] leader claim id ("" for none)  ARGV[7] claim deadline (ms)
 -- ARGV[8] grant deadline (ms)  ARGV[9] publish command
@@ -33,10 +17,10 @@
 -- A pod the pool has already is answered {"ok", its slots} and nothing changes: its
 -- leader tries the register again when Redis did not answer, and the try it never got
 -- the answer of may have committed it.
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 if redis.call('EXISTS', k.epoch) == 0 then

@@ -1,8 +1,7 @@
--- pool_target.lua: how many idle pods the scope keeps now (idle_target in _lib.lua),
--- and the figures the target came from. Reads only.
--- KEYS[1]  {s}:config     HASH   published scope config
--- KEYS[2]  {s}:dstats     HASH   deploy time estimate and start times of deploys in flight
--- KEYS[3]  {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
+-- pool_target.lua: how many idle pods the scope keeps now (idle_target in
+-- lib/demand.lua), and the figures the target came from. Reads only.
+-- KEYS: config dstats demand
+-- uses: demand
 -- ARGV[1] now (ms)  ARGV[2] the sweep's tick (ms)
 -- Returns {target, warm_policy, min_idle_pods} for a static scope, and for a demand
 -- scope after those {max idle, takes per ms, frees per ms, trend per ms², deploy time

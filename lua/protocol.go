@@ -16,7 +16,7 @@ import (
 //   - keys: the script's KEYS are the scope's keys it takes, in the fixed order of
 //     keys.go, then the extra keys its wrapper gives (lua.go declares both);
 //   - deadline: a guarded script gets its caller's deadline as its last ARGV, and its
-//     refusal to run past it, {"DEADLINE"}, is STORE_UNAVAILABLE (_guard.lua);
+//     refusal to run past it, {"DEADLINE"}, is STORE_UNAVAILABLE (lib/guard.lua);
 //   - due note: a script that notes sweep work may answer {"DUE", due, answer}; the
 //     scope moves in its shard of the due index and the answer is passed on;
 //   - epoch check: {"EPOCH_LOST"} is ErrEpochLost, and {"NO_SCOPE"} is
@@ -79,7 +79,7 @@ func (sc *script) keys(k *ScopeKeys, extra []string) ([]string, error) {
 	for _, n := range sc.scope {
 		start := b.Len()
 		b.WriteString(k.base)
-		b.WriteString(scopeKeyNames[n])
+		b.WriteString(n.name())
 		keys = append(keys, b.String()[start:])
 	}
 	return append(keys, extra...), nil
@@ -99,7 +99,7 @@ func ScriptKeys(file string, k ScopeKeys, extra ...string) ([]string, error) {
 
 // deadline is when the caller of a script stops waiting for its answer: ctx's
 // deadline, or the client's read timeout from now, whichever comes first; "0" for
-// none. It is wall-clock time, compared with Redis's own clock by _guard.lua, so it
+// none. It is wall-clock time, compared with Redis's own clock by lib/guard.lua, so it
 // never comes from an injected Clock, and it is sent in Redis's time: less the skew
 // of the replica's clock the last MeasureClockSkew found.
 func (s *Store) deadline(ctx context.Context) string {

@@ -7,28 +7,18 @@
 -- deleted by their leaders) and their followers get a note; the waiters are dropped and
 -- woken, to learn that the scope is gone. Sessions and holds on the pods go on until
 -- they end; the sweeper deletes each pod once it is idle (the scope is due at once).
--- KEYS[1]  {s}:epoch      STRING scope epoch
--- KEYS[2]  {s}:config     HASH   published scope config
--- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
--- KEYS[4]  {s}:podver     HASH   pod id -> deploy_ver
--- KEYS[5]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
--- KEYS[6]  {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
--- KEYS[7]  {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[8]  {s}:claimpod   HASH   claim id -> pod id | "!reason"
--- KEYS[9]  {s}:waiters    ZSET   waiter id -> deadline (ms)
--- KEYS[10] {s}:queue      ZSET   waiter id -> arrival number
--- KEYS[11] {s}:wake       the scope's wake-up channel
--- KEYS[12] {s}:dstats     HASH   deploy time estimate and start times of deploys in flight
--- KEYS[13] {s}:due        STRING when the scope's next sweep work falls due (ms)
+-- KEYS: epoch config pods podver deploying followers claims claimpod waiters queue wake
+--       dstats due
+-- uses: config deploy due
 -- ARGV[1] version deleted (the latest stored)  ARGV[2] note deadline (ms)
 -- ARGV[3] publish command  ARGV[4] broadcast wake-up message
 -- Returns {"deleted", pods} (how many pods the scope had) | {"unknown"} (never
 -- published, or deleted already) | {"newer"} (a newer version is published: it stays)
 -- | {"EPOCH_LOST"}
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 if redis.call('EXISTS', k.epoch) == 0 then
   return {'EPOCH_LOST'}

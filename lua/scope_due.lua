@@ -7,22 +7,12 @@
 -- kept beyond min_idle_pods a pod_ttl_s from now too (the target falls as the demand
 -- decays, with no script to note it); the end of a refill backoff
 -- still to come (the refill tries again then). Scripts only move the due
--- time earlier (note_due in _lib.lua); this is the one script that moves it later,
+-- time earlier (note_due in lib/due.lua); this is the one script that moves it later,
 -- reading the state it is computed from in the same step, so a note made before it is
 -- counted and one made after it is kept.
--- KEYS[1]  {s}:config     HASH   published scope config
--- KEYS[2]  {s}:pods       ZSET   pod id -> registered at (ms)
--- KEYS[3]  {s}:podver     HASH   pod id -> deploy_ver
--- KEYS[4]  {s}:idle       ZSET   pod id -> idle since (ms)
--- KEYS[5]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
--- KEYS[6]  {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
--- KEYS[7]  {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[8]  {s}:sexp       ZSET   session id -> expiry (ms)
--- KEYS[9]  {s}:waiters    ZSET   waiter id -> deadline (ms)
--- KEYS[10] {s}:dstats     HASH   deploy time estimate and start times of deploys in flight
--- KEYS[11] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[12] {s}:backoff    HASH   refill backoff: failures, until (ms), error
--- KEYS[13] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
+-- KEYS: config pods podver idle deploying followers claims sexp waiters dstats due
+--       backoff demand
+-- uses: demand surplus
 -- ARGV[1] now (ms)  ARGV[2] the sweep's tick (ms), for the demand target (idle_target)
 -- Returns the due time (ms, as a string), or "" when nothing is due (the key is deleted:
 -- an unknown scope has nothing due either).

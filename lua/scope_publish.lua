@@ -8,13 +8,11 @@
 -- a later one stays deleted (a sync that read the store before the delete publishes
 -- late); a newer version makes it live again, its pods of before staying retired.
 -- A new deploy_ver (a class A change) ends the refill backoff; under rollout
--- "prewarm" it starts a prewarm (see prewarm_ver in _lib.lua): the deploy_ver it
+-- "prewarm" it starts a prewarm (see prewarm_ver in lib/surplus.lua): the deploy_ver it
 -- replaces goes on taking new sessions until now + ready_timeout_s or until the new
 -- version's first pods are registered. Under "drain" it ends a prewarm still running.
--- KEYS[1] {s}:epoch      STRING scope epoch
--- KEYS[2] {s}:config     HASH   published scope config
--- KEYS[3] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[4] {s}:backoff    HASH   refill backoff: failures, until (ms), error
+-- KEYS: epoch config due backoff
+-- uses: due
 -- ARGV[1] version  ARGV[2] global epoch ("" while the keyspace is being rebuilt)
 -- ARGV[3] now (ms)
 -- ARGV[4] n: the first n field pairs below say what the config is (compared at an
@@ -23,10 +21,10 @@
 -- Returns {"published"} | {"newer"} (a newer version is there) |
 --         {"deleted"} (the scope is deleted at this version or a later one) |
 --         {"conflict", field, published value} (same version, other content)
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local cur = redis.call('HGET', k.config, 'version')
 local version = tonumber(ARGV[1])

@@ -4,33 +4,18 @@
 -- from the sessions and claims that point at it (never patched entry by entry), sessions
 -- and claims on unknown pods are dropped, and the idle set is made to agree: a pod with
 -- a slot is not idle, and idle pods keep their idle_since.
--- KEYS[1]  {s}:epoch      STRING scope epoch
--- KEYS[2]  {s}:config     HASH   published scope config
--- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
--- KEYS[4]  {s}:podver     HASH   pod id -> deploy_ver
--- KEYS[5]  {s}:slots      HASH   pod id -> sessions + claims
--- KEYS[6]  {s}:idle       ZSET   pod id -> idle since (ms)
--- KEYS[7]  {s}:deploying  ZSET   deploy member -> lease deadline (ms)
--- KEYS[8]  {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
--- KEYS[9]  {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[10] {s}:claimpod   HASH   claim id -> pod id | "!reason"
--- KEYS[11] {s}:sessions   HASH   session id -> pod id
--- KEYS[12] {s}:sexp       ZSET   session id -> expiry (ms)
--- KEYS[13] {s}:waiters    ZSET   waiter id -> deadline (ms)
--- KEYS[14] {s}:queue      ZSET   waiter id -> arrival number
--- KEYS[15] {s}:wake       the scope's wake-up channel
--- KEYS[16] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[17] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
--- KEYS[18] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
+-- KEYS: epoch config pods podver slots idle deploying followers claims claimpod
+--       sessions sexp waiters queue wake due served demand
+-- uses: claimpod expire handoff
 -- ARGV[1] now (ms)  ARGV[2] note deadline (ms)
 -- ARGV[3] "1" to recount (reads every session of the scope), "0" to expire only
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command
 -- Returns {fixed slot counts, dropped sessions, dropped claims, expired waiters,
 --          expired deploys} | {"EPOCH_LOST"}
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 if redis.call('EXISTS', k.epoch) == 0 then
   return {'EPOCH_LOST'}

@@ -1,14 +1,7 @@
 -- scope_summary.lua: the sizes of a scope's pool in one short answer, for the pool
 -- page's summary of every scope (Store.ScopeSummaries pipelines one call a scope).
 -- Reads only; O(pods) for the count of old pods, O(1) otherwise.
--- KEYS[1] {s}:config     HASH   published scope config
--- KEYS[2] {s}:pods       ZSET   pod id -> registered at (ms)
--- KEYS[3] {s}:podver     HASH   pod id -> deploy_ver
--- KEYS[4] {s}:idle       ZSET   pod id -> idle since (ms)
--- KEYS[5] {s}:deploying  ZSET   deploy member -> lease deadline (ms)
--- KEYS[6] {s}:followers  ZSET   "<deploy>|<claim>" -> deadline (ms)
--- KEYS[7] {s}:sessions   HASH   session id -> pod id
--- KEYS[8] {s}:waiters    ZSET   waiter id -> deadline (ms)
+-- KEYS: config pods podver idle deploying followers sessions waiters
 -- ARGV none
 -- Returns "" when the scope is not published or deleted, else one string of eleven
 -- fields separated by single spaces: deploy_ver version max_pods pod_concurrency pods

@@ -67,7 +67,8 @@ func (rec ScopeRecord) Published() (content [][2]string, deploy, config string, 
 }
 
 // RetiredVer is what the pool records as the deploy_ver of a retired pod (one of a
-// deleted scope, PodState.Retired): never a scope's deploy_ver (_lib.lua's RETIRED).
+// deleted scope, PodState.Retired): never a scope's deploy_ver (lib/config.lua's
+// RETIRED).
 const RetiredVer = "retired"
 
 // ErrPublishConflict is in the chain of the error ScopePublish returns when the

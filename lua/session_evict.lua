@@ -2,29 +2,16 @@
 -- passed and drops the claims past their deadline (holds not released, grants never
 -- bound), so that their capacity comes back even when no route runs. Each freed slot
 -- goes to the oldest waiter, or is freed (the pod idle if it was the last).
--- KEYS[1]  {s}:epoch      STRING scope epoch
--- KEYS[2]  {s}:config     HASH   published scope config
--- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
--- KEYS[4]  {s}:podver     HASH   pod id -> deploy_ver
--- KEYS[5]  {s}:slots      HASH   pod id -> sessions + claims
--- KEYS[6]  {s}:idle       ZSET   pod id -> idle since (ms)
--- KEYS[7]  {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[8]  {s}:claimpod   HASH   claim id -> pod id | "!reason"
--- KEYS[9]  {s}:sessions   HASH   session id -> pod id
--- KEYS[10] {s}:sexp       ZSET   session id -> expiry (ms)
--- KEYS[11] {s}:waiters    ZSET   waiter id -> deadline (ms)
--- KEYS[12] {s}:queue      ZSET   waiter id -> arrival number
--- KEYS[13] {s}:wake       the scope's wake-up channel
--- KEYS[14] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[15] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
--- KEYS[16] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
+-- KEYS: epoch config pods podver slots idle claims claimpod sessions sexp waiters queue
+--       wake due served demand
+-- uses: handoff slots
 -- ARGV[1] now (ms)  ARGV[2] most sessions to evict  ARGV[3] grant deadline (ms)
 -- ARGV[4] publish command
 -- Returns {sessions evicted, claims expired} | {"EPOCH_LOST"}
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 if redis.call('EXISTS', k.epoch) == 0 then
   return {'EPOCH_LOST'}

@@ -1,9 +1,6 @@
 -- session_get.lua: read a session's binding (read-only: an expired one reads as gone
 -- and is left to touch or the expiry sweep).
--- KEYS[1] {s}:config     HASH published scope config
--- KEYS[2] {s}:podinfo    HASH pod id -> pod JSON
--- KEYS[3] {s}:sessions   HASH session id -> pod id
--- KEYS[4] {s}:sexp       ZSET session id -> expiry (ms)
+-- KEYS: config podinfo sessions sexp
 -- ARGV[1] now (ms)  ARGV[2] session id
 -- Returns {"found", pod, pod JSON, expiry} | {"unknown"} | {"NO_SCOPE"}
 local k = scope_keys(KEYS)

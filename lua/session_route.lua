@@ -11,27 +11,9 @@
 -- after a lowering takes none), and a pod beyond max_pods takes none either. A caller
 -- that is served leaves the queue; a slot handed to it and not used goes on to the next
 -- waiter.
--- KEYS[1]  {s}:epoch      STRING scope epoch
--- KEYS[2]  {s}:config     HASH   published scope config
--- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
--- KEYS[4]  {s}:podver     HASH   pod id -> deploy_ver
--- KEYS[5]  {s}:podinfo    HASH   pod id -> pod JSON
--- KEYS[6]  {s}:slots      HASH   pod id -> sessions + claims
--- KEYS[7]  {s}:idle       ZSET   pod id -> idle since (ms)
--- KEYS[8]  {s}:claims     ZSET   claim id -> deadline (ms)
--- KEYS[9]  {s}:claimpod   HASH   claim id -> pod id | "!reason"
--- KEYS[10] {s}:sessions   HASH   session id -> pod id
--- KEYS[11] {s}:sexp       ZSET   session id -> expiry (ms)
--- KEYS[12] {s}:waiters    ZSET   waiter id -> deadline (ms)
--- KEYS[13] {s}:queue      ZSET   waiter id -> arrival number
--- KEYS[14] {s}:qseq       STRING arrival counter
--- KEYS[15] {s}:wake       the scope's wake-up channel
--- KEYS[16] {s}:due        STRING when the scope's next sweep work falls due (ms)
--- KEYS[17] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
--- KEYS[18] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
--- KEYS[19] route_answer {s}:idem:route:<id>  STRING cached answer (PX), "<fingerprint>\n<new
---          flag>\n<pod id>\n<pod JSON>"
--- KEYS[20] idem_mark {s}:idem:run:<id>  STRING the request id's mark (idem_claim.lua)
+-- KEYS: epoch config pods podver podinfo slots idle claims claimpod sessions sexp
+--       waiters queue qseq wake due served demand | extra: route_answer idem_mark
+-- uses: claimpod config demand due handoff idem served slots surplus
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] claim id ("" for none)
 -- ARGV[4] the request's fingerprint ("" without a request id)  ARGV[5] answer cache TTL (ms)
 -- ARGV[6] waiter id of the caller ("": it does not queue)
@@ -44,10 +26,10 @@
 --         is "") | {"queued", rank (0 = first in line), deadline (ms)}
 --       | {"full", queue_size} | {"no_wait"} (queue_size or wait_timeout_s is 0)
 --       | {"NO_SCOPE"} | {"EPOCH_LOST"}
--- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
--- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
--- note moved the scope's due time; Store.call takes the note off.
+-- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
+-- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local sid, claim, waiter = ARGV[2], ARGV[3], ARGV[6]

@@ -10,7 +10,8 @@ import (
 
 // Target is how many idle pods of its current version a scope keeps (the refill deploys
 // up to it, the reclaim keeps it), and under warm_policy "demand" the figures it came
-// from (idle_target in _lib.lua; docs/architecture.md, "Demand-driven warm pools").
+// from (idle_target in lib/demand.lua; docs/architecture.md, "Demand-driven warm
+// pools").
 type Target struct {
 	Idle        int
 	Policy      string

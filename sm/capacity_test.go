@@ -42,9 +42,9 @@ func mustEnd(t *testing.T, m *sm.Manager, scope, session string) {
 // pods with 4 sessions each. New routes go elsewhere at once (a third pod is deployed,
 // max_pods now 3, then filled to 2), and once every pod is full they queue. The
 // over-full pods drain: a session ending on one frees its slot instead of handing it to
-// the waiter while the pod is still at or over 2 (3 and 2 slots left), and only the slot
-// freed on a pod back at the limit goes to the waiter. Red before the fix with the
-// slot handed on from 4 (hand_off in _lib.lua checked no pod_concurrency).
+// the waiter while the pod is still at or over 2 (3 and 2 slots left), and only the
+// slot freed on a pod back at the limit goes to the waiter. Red before the fix with the
+// slot handed on from 4 (hand_off in lib/handoff.lua checked no pod_concurrency).
 func TestLoweredPodConcurrencyDrainsOverFullPods(t *testing.T) {
 	h := replicatest.New(t)
 	queue := func(c *warmpool.ScopeConfig) { c.Pool.QueueSize, c.Pool.WaitTimeoutS = 4, 30 }

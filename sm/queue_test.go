@@ -31,7 +31,7 @@ func queueScope(h *replicatest.Harness, scope string, mc, pc, queue, waitS int) 
 // order as 20 sessions end one by one (alternately on either replica), each by the
 // wake-up of the end that freed its slot: the re-check is a minute. The wake latency
 // is the time from the end's return to the waiter's answer. Guards next_waiter in
-// _lib.lua (the oldest waiter first) and the hand-off of session_end.lua.
+// lua/lib/handoff.lua (the oldest waiter first) and the hand-off of session_end.lua.
 func TestFairQueueServesInArrivalOrder(t *testing.T) {
 	const n = 20
 	h := replicatest.New(t)
@@ -184,7 +184,8 @@ func TestExpiredHoldGoesToAWaiter(t *testing.T) {
 
 // Issue 12.2: a slot handed to a waiter that died (its replica crashed with it queued)
 // is not lost: the grant expires after lua.GrantTTL and goes to the next waiter, which
-// finds it on its periodic re-check. Guards the grant's deadline (grant in _lib.lua).
+// finds it on its periodic re-check. Guards the grant's deadline (grant in
+// lib/handoff.lua).
 func TestDeadWaitersSlotIsHandedOn(t *testing.T) {
 	h := replicatest.New(t)
 	a := replica(h, replicatest.Config{Clock: h.Clock, SM: sm.Config{Recheck: 20 * time.Millisecond}})

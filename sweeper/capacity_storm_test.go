@@ -22,9 +22,9 @@ import (
 // time. A watcher checks the invariants on consistent snapshots throughout, as
 // invariant.Capacity keeps them: what a lowering left over may drain, never grow. Once
 // every session has ended and the sweep has run, the scope holds the last limits
-// strictly. Seen red with `n > q.pc` taken out of hand_off in _lib.lua ("claim ... placed
-// on pod ..., which is over pod_concurrency 1") and with pod_acquire.lua's lead test
-// made `npods + #deploys <= max_pods` ("... > max_pods 2").
+// strictly. Seen red with `n > q.pc` taken out of hand_off in lua/lib/handoff.lua
+// ("claim ... placed on pod ..., which is over pod_concurrency 1") and with
+// pod_acquire.lua's lead test made `npods + #deploys <= max_pods` ("... > max_pods 2").
 func TestCapacityChangesKeepInvariants(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stress test")

@@ -55,7 +55,8 @@ func (s *Sweeper) reclaimScope(ctx context.Context, scope string, now time.Time)
 	}
 	// Pods beyond max_pods (a class B change lowered it) go as they idle: the pods of
 	// another version count first, then the current version's idle pods, the first to
-	// go idle first (surplus_pods in lua/_lib.lua, which keeps them from new sessions).
+	// go idle first (surplus_pods in lua/lib/surplus.lua, which keeps them from new
+	// sessions).
 	excess := len(snap.Pods) - rec.Config.Pool.MaxPods()
 	var current []lua.PodState
 	for _, p := range snap.Pods {

@@ -13,9 +13,9 @@ type backoff struct {
 	err      string
 }
 
-// backoffRefusal is _lib.lua's backoff_refusal: the answer to a deploy the backoff holds
-// back (before its end, or from then on while a deploy is in flight), false when a
-// deploy may start.
+// backoffRefusal is lib/deploy.lua's backoff_refusal: the answer to a deploy the
+// backoff holds back (before its end, or from then on while a deploy is in flight),
+// false when a deploy may start.
 func (s *Scope) backoffRefusal(now int64, deploys int) (lua.Backoff, bool) {
 	b := s.backoff
 	if b.failures == 0 || (now >= b.until && deploys == 0) {

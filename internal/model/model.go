@@ -98,8 +98,8 @@ func (s *Scope) deleted() bool {
 	return ok
 }
 
-// publishedRefused is what _lib.lua's published_config answers instead of the config,
-// deleted or not: NO_SCOPE (here SCOPE_NOT_FOUND, the keyspace being live) or
+// publishedRefused is what lib/config.lua's published_config answers instead of the
+// config, deleted or not: NO_SCOPE (here SCOPE_NOT_FOUND, the keyspace being live) or
 // EPOCH_LOST; nil when the scripts go on.
 func (s *Scope) publishedRefused() error {
 	if !s.published() {
@@ -111,8 +111,8 @@ func (s *Scope) publishedRefused() error {
 	return nil
 }
 
-// refused is what _lib.lua's scope_config answers instead of a live scope's config:
-// publishedRefused's answers, and NO_SCOPE for a deleted scope.
+// refused is what lib/config.lua's scope_config answers instead of a live scope's
+// config: publishedRefused's answers, and NO_SCOPE for a deleted scope.
 func (s *Scope) refused() error {
 	if err := s.publishedRefused(); err != nil {
 		return err
@@ -147,8 +147,8 @@ func decodePod(id, raw string) (warmpool.Pod, error) {
 
 // ErrNotModelled is the error of Publish for a config the model does not follow:
 // warm_policy "demand", whose target comes from decayed counts of takes and frees and
-// the measured deploy time (idle_target in lua/_lib.lua), which the model does not
-// keep; its tests publish warm_policy "static", under which the scripts keep
+// the measured deploy time (idle_target in lua/lib/demand.lua), which the model does
+// not keep; its tests publish warm_policy "static", under which the scripts keep
 // min_idle_pods as before.
 var ErrNotModelled = errors.New("model: warm_policy demand is not modelled")
 
@@ -246,8 +246,9 @@ func (s *Scope) ScopeForget() bool {
 	return true
 }
 
-// handoff is _lib.lua's handoff: where freed slots go. ver is the scope's current
-// deploy_ver ("" with no config: nothing is handed on), pc and maxPods its limits.
+// handoff is lib/handoff.lua's handoff: where freed slots go. ver is the scope's
+// current deploy_ver ("" with no config: nothing is handed on), pc and maxPods its
+// limits.
 type handoff struct {
 	ver     string
 	prev    string // the version a prewarm serves ("": none)
@@ -262,8 +263,8 @@ func (s *Scope) handoff(now time.Time) *handoff {
 		now: ms(now), grant: ms(now.Add(lua.GrantTTL))}
 }
 
-// prewarmVer is _lib.lua's prewarm_ver: the version whose pods a rollout's prewarm
-// still lets take new sessions at now, "" when none.
+// prewarmVer is lib/surplus.lua's prewarm_ver: the version whose pods a rollout's
+// prewarm still lets take new sessions at now, "" when none.
 func (s *Scope) prewarmVer(now int64) string {
 	if v, ok := s.config["prewarm_ver"]; ok && now < s.cfgInt("prewarm_until") {
 		return v
@@ -271,15 +272,16 @@ func (s *Scope) prewarmVer(now int64) string {
 	return ""
 }
 
-// serves is _lib.lua's serves: the pod takes new slots (of ver, or of prev, the
+// serves is lib/surplus.lua's serves: the pod takes new slots (of ver, or of prev, the
 // prewarm's version).
 func (s *Scope) serves(pod, ver, prev string) bool {
 	v, ok := s.podVer[pod]
 	return ok && (v == ver || (prev != "" && v == prev))
 }
 
-// serve is _lib.lua's serve: n slots taken on pod count toward max_sessions_per_pod;
-// the one that reaches it retires the pod. It reports whether the pod takes no more.
+// serve is lib/served.lua's serve: n slots taken on pod count toward
+// max_sessions_per_pod; the one that reaches it retires the pod. It reports whether the
+// pod takes no more.
 func (s *Scope) serve(pod string, n int64) bool {
 	limit := s.cfgInt("max_served")
 	if limit == 0 || n <= 0 {
@@ -295,9 +297,9 @@ func (s *Scope) serve(pod string, n int64) bool {
 	return true
 }
 
-// surplus is _lib.lua's surplus_pods: the current version's pods beyond max_pods. The
-// pods of another version count first, then the current version's idle pods (the
-// first to go idle first), then its busy ones (the last registered first).
+// surplus is lib/surplus.lua's surplus_pods: the current version's pods beyond
+// max_pods. The pods of another version count first, then the current version's idle
+// pods (the first to go idle first), then its busy ones (the last registered first).
 func (s *Scope) surplus(ver string, maxPods int64) map[string]bool {
 	set := map[string]bool{}
 	excess := int64(len(s.pods)) - maxPods
@@ -417,7 +419,7 @@ func (s *Scope) expireClaims(now int64, q *handoff) int {
 	return len(gone)
 }
 
-// noteLost marks the note of a lost deploy (LOST in _lib.lua).
+// noteLost marks the note of a lost deploy (LOST in lib/claimpod.lua).
 const noteLost = "!lost:"
 
 func (s *Scope) failFollowers(member, reason string, deadline int64, lost bool) int {
@@ -441,7 +443,8 @@ func (s *Scope) failFollowers(member, reason string, deadline int64, lost bool) 
 const (
 	reasonLeaderGone = "the deploy lease expired: its leader is gone"
 	reasonRoomTimout = "timed out waiting for the deploy"
-	// noSlot is _lib.lua's NO_SLOT: the note of a follower its pod had no slot for.
+	// noSlot is lib/claimpod.lua's NO_SLOT: the note of a follower its pod had no slot
+	// for.
 	noSlot = "!no slot left for it on the pod: pod_concurrency was lowered while it deployed"
 )
 

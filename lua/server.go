@@ -126,7 +126,7 @@ type ClockSkew struct {
 	// masters.
 	Skew time.Duration
 	// Guard is what the store takes off each guarded call's deadline, so that
-	// _guard.lua compares it with Redis's clock in Redis's own time: Skew, or on a
+	// lib/guard.lua compares it with Redis's clock in Redis's own time: Skew, or on a
 	// Cluster the smallest skew over its masters (that of the master whose clock is
 	// furthest ahead), so that no master refuses a call in time.
 	Guard time.Duration

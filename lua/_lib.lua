@@ -35,6 +35,8 @@
 --   backoff   HASH  the refill backoff: failures, until (ms), error (see backoff_refusal)
 --   served    HASH  pod id -> the slots handed out on the pod over its life (see serve)
 --   demand    HASH  the slot takes and frees, decayed (see demand_note)
+--   fixed     SET   sessions whose expiry is fixed: routes, touches and reports leave
+--                   their sexp alone (E2B's sandbox timeout; see session_deadline.lua)
 
 -- scope_keys is the table of a script's KEYS by name (KEY_NAMES): k.pods is the
 -- scope's pods key, k.route_answer an extra key of session_route.lua.
@@ -597,6 +599,7 @@ local function evict_session(k, sid, now, q)
   local pod = redis.call('HGET', k.sessions, sid)
   redis.call('HDEL', k.sessions, sid)
   redis.call('ZREM', k.sexp, sid)
+  redis.call('SREM', k.fixed, sid)
   if pod then
     free_slot(k, pod, now, true, q)
   end

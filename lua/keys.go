@@ -123,6 +123,7 @@ const (
 	keyBackoff
 	keyServed
 	keyDemand
+	keyFixed
 	numScopeKeys
 )
 
@@ -156,6 +157,7 @@ var scopeKeyNames = [numScopeKeys]string{
 	keyBackoff:     "backoff",
 	keyServed:      "served",
 	keyDemand:      "demand",
+	keyFixed:       "fixed",
 }
 
 // scopeKeyNamesLen is the length of the scope's key names together: Scope cuts the
@@ -210,6 +212,7 @@ func (k Keyspace) Scope(id string) ScopeKeys {
 		Backoff:     key(keyBackoff),
 		Served:      key(keyServed),
 		Demand:      key(keyDemand),
+		Fixed:       key(keyFixed),
 	}
 }
 
@@ -275,6 +278,8 @@ func (s *ScopeKeys) key(n scopeKey) string {
 		return s.Served
 	case keyDemand:
 		return s.Demand
+	case keyFixed:
+		return s.Fixed
 	}
 	panic("lua: no scope key " + strconv.Itoa(int(n)))
 }
@@ -322,6 +327,10 @@ type ScopeKeys struct {
 	// demand policy's target (demand_note in _lib.lua): "t" (ms, when last decayed),
 	// "in_fast", "in_slow", "out_fast", "out_slow" (exponentially decayed counts).
 	Demand string // HASH
+	// Fixed: the sessions whose expiry is fixed, a deadline that routes, touches and
+	// agent reports do not move (E2B's sandbox timeout: session_route.lua with a fixed
+	// TTL, session_deadline.lua); each is also in SessExp.
+	Fixed string // SET
 }
 
 // Gone is the tombstone of a purged pod (STRING, reason, with a TTL of GoneTTL):

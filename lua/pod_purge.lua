@@ -16,7 +16,8 @@
 -- KEYS[12] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[13] {s}:agents     HASH   the pods' report records
 -- KEYS[14] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
--- KEYS[15] gone {s}:gone:<pod>  STRING the pod's tombstone (reason), so reconcile does not
+-- KEYS[15] {s}:fixed      SET    sessions whose expiry is fixed (routes, touches, reports keep it)
+-- KEYS[16] gone {s}:gone:<pod>  STRING the pod's tombstone (reason), so reconcile does not
 --          adopt it again while it is being deleted or a lagging list still shows it
 -- ARGV[1] pod id  ARGV[2] reason  ARGV[3] expected idle since (ms), or "" for any state
 -- ARGV[4] tombstone TTL (ms)
@@ -42,6 +43,7 @@ for i = 1, #all, 2 do
   if all[i + 1] == pod then
     redis.call('HDEL', k.sessions, all[i])
     redis.call('ZREM', k.sexp, all[i])
+    redis.call('SREM', k.fixed, all[i])
     out[#out + 1] = all[i]
   end
 end

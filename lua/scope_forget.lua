@@ -29,6 +29,7 @@
 -- KEYS[22] {s}:backoff    HASH   refill backoff
 -- KEYS[23] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
 -- KEYS[24] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
+-- KEYS[25] {s}:fixed      SET    sessions whose expiry is fixed (routes, touches, reports keep it)
 -- ARGV none
 -- Returns {"forgotten"} | {"live"} (not deleted, or live again) | {"busy"} (pods
 -- or deploys left)

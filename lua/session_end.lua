@@ -17,6 +17,7 @@
 -- KEYS[14] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[15] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
 -- KEYS[16] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
+-- KEYS[17] {s}:fixed      SET    sessions whose expiry is fixed (routes, touches, reports keep it)
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] grant deadline (ms)
 -- ARGV[4] publish command
 -- Returns {"released", pod} | {"unknown"} | {"NO_SCOPE"} | {"EPOCH_LOST"}

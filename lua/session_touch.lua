@@ -1,5 +1,6 @@
--- session_touch.lua: refresh a live session's TTL; an expired one is evicted here (its
--- slot goes to the oldest waiter, or is freed and the pod idle if it was the last).
+-- session_touch.lua: refresh a live session's TTL (a session of a fixed expiry keeps
+-- it); an expired one is evicted here (its slot goes to the oldest waiter, or is freed
+-- and the pod idle if it was the last).
 -- A deleted scope's sessions go on until they end, so this works on it too.
 -- KEYS[1]  {s}:epoch      STRING scope epoch
 -- KEYS[2]  {s}:config     HASH   published scope config
@@ -17,6 +18,7 @@
 -- KEYS[14] {s}:due        STRING when the scope's next sweep work falls due (ms)
 -- KEYS[15] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
 -- KEYS[16] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
+-- KEYS[17] {s}:fixed      SET    sessions whose expiry is fixed (routes, touches, reports keep it)
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] grant deadline (ms)
 -- ARGV[4] publish command
 -- Returns {"touched"} | {"expired"} | {"unknown"} | {"NO_SCOPE"} | {"EPOCH_LOST"}
@@ -35,7 +37,9 @@ if not e then
   return {'unknown'}
 end
 if tonumber(e) > now then
-  redis.call('ZADD', k.sexp, now + tonumber(cfg[1]), ARGV[2])
+  if redis.call('SISMEMBER', k.fixed, ARGV[2]) == 0 then
+    redis.call('ZADD', k.sexp, now + tonumber(cfg[1]), ARGV[2])
+  end
   return {'touched'}
 end
 local q = handoff(k, now, ARGV[3], ARGV[4])

@@ -1,0 +1,54 @@
+-- session_deadline.lua: fix a live session's expiry at now + a TTL (E2B's set_timeout
+-- and connect): from then on routes, touches and reports leave it where it is, and the
+-- expiry sweep ends the session then, however busy it is. With ARGV[4] "1" (connect)
+-- the expiry only moves later: it becomes the later of its own and now + the TTL. An
+-- expired session is evicted here, as session_touch.lua does (its slot goes to the
+-- oldest waiter, or is freed and the pod idle if it was the last). A deleted scope's
+-- sessions go on until they end, so this works on it too.
+-- KEYS[1]  {s}:epoch      STRING scope epoch
+-- KEYS[2]  {s}:config     HASH   published scope config
+-- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
+-- KEYS[4]  {s}:podver     HASH   pod id -> deploy_ver
+-- KEYS[5]  {s}:slots      HASH   pod id -> sessions + claims
+-- KEYS[6]  {s}:idle       ZSET   pod id -> idle since (ms)
+-- KEYS[7]  {s}:claims     ZSET   claim id -> deadline (ms)
+-- KEYS[8]  {s}:claimpod   HASH   claim id -> pod id | "!reason"
+-- KEYS[9]  {s}:sessions   HASH   session id -> pod id
+-- KEYS[10] {s}:sexp       ZSET   session id -> expiry (ms)
+-- KEYS[11] {s}:waiters    ZSET   waiter id -> deadline (ms)
+-- KEYS[12] {s}:queue      ZSET   waiter id -> arrival number
+-- KEYS[13] {s}:wake       the scope's wake-up channel
+-- KEYS[14] {s}:due        STRING when the scope's next sweep work falls due (ms)
+-- KEYS[15] {s}:served     HASH   pod id -> slots handed out over its life (max_sessions_per_pod)
+-- KEYS[16] {s}:demand     HASH   slot takes and frees, decayed (warm_policy "demand")
+-- KEYS[17] {s}:fixed      SET    sessions whose expiry is fixed (routes, touches, reports keep it)
+-- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] TTL (ms)  ARGV[4] "1": only later, "0": set
+-- ARGV[5] grant deadline (ms)  ARGV[6] publish command
+-- Returns {"set", expiry (ms)} | {"expired"} | {"unknown"} | {"NO_SCOPE"} | {"EPOCH_LOST"}
+-- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
+-- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
+-- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
+-- note moved the scope's due time; Store.call takes the note off.
+local k = scope_keys(KEYS)
+local now = tonumber(ARGV[1])
+local cfg, refused = published_config(k, 'deploy_ver')
+if not cfg then
+  return refused
+end
+local sid = ARGV[2]
+local e = redis.call('ZSCORE', k.sexp, sid)
+if not e or not redis.call('HGET', k.sessions, sid) then
+  return {'unknown'}
+end
+if tonumber(e) <= now then
+  evict_session(k, sid, now, handoff(k, now, ARGV[5], ARGV[6]))
+  return {'expired'}
+end
+local expiry = now + tonumber(ARGV[3])
+if ARGV[4] == '1' then
+  expiry = math.max(expiry, tonumber(e))
+end
+redis.call('ZADD', k.sexp, expiry, sid)
+redis.call('SADD', k.fixed, sid)
+note_due(expiry)
+return {'set', tostring(expiry)}

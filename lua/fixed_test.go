@@ -27,7 +27,9 @@ func (e *env) routeFixed(sid string, ttl time.Duration) lua.RouteResult {
 func TestFixedExpiryIsNotMovedByActivity(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newEnv(t, func(c *warmpool.ScopeConfig) { c.Pool.PodConcurrency, c.Pool.MaxConcurrency, c.Pool.SessionTTLS = 2, 2, 600 })
+	e := newEnv(t, func(c *warmpool.ScopeConfig) {
+		c.Pool.PodConcurrency, c.Pool.MaxConcurrency, c.Pool.SessionTTLS = 2, 2, 600
+	})
 	pod := e.onePod()
 	bound := e.now
 	if r := e.routeFixed("e2b", 30*time.Second); r.Kind != lua.RouteNew || r.Pod.ID != pod.ID {

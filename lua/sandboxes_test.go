@@ -95,7 +95,7 @@ func TestSandboxRecords(t *testing.T) {
 	if err != nil || n != 3 {
 		t.Fatalf("the three keys: %d %v", n, err)
 	}
-	if _, err := s.SandboxPrune(ctx, t0.Add(24 * time.Hour), 100); err != nil {
+	if _, err := s.SandboxPrune(ctx, t0.Add(24*time.Hour), 100); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := r.Client.Exists(ctx, s.Keys().SandboxRecords(), s.Keys().SandboxStarts(), s.Keys().SandboxDeadlines()).Result(); n != 0 {

@@ -104,7 +104,7 @@ pooltrace: build
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ERRCHECK    := github.com/kisielk/errcheck@v1.30.0
 LINT_TAGS   := e2e_multi,faults,e2e_k8s
-NO_K8S_PKGS := . ./client/ ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/harness/testserver/
+NO_K8S_PKGS := . ./client/ ./e2b/ ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/harness/testserver/
 K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./internal/manifests/ ./deploy/ ./e2e/
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -129,8 +129,10 @@ lint:
 	scripts/openapi-lint.sh
 
 ## e2e: three replicas behind haproxy on one redis-server, then on a 3-master Redis
-## Cluster, together with the whole Redis-facing suite; the replicas share one
-## PostgreSQL config store
+## Cluster, together with the whole Redis-facing suite and the black-box tests of
+## e2e/ (the E2B SDK's among them: npm installs the SDK of e2e/e2b/package-lock.json
+## into ~/.cache/warmpool-e2b the first time, scripts/e2b-sdk.sh); the replicas share
+## one PostgreSQL config store
 e2e: build
 	scripts/with-postgres.sh $(GO) test -tags e2e_multi -count=1 -run TestMultiReplica ./e2e/
 	scripts/with-postgres.sh scripts/with-redis-cluster.sh $(GO) test -tags e2e_multi -count=1 $(REDIS_PKGS) ./server/ ./e2e/

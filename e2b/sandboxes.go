@@ -117,14 +117,11 @@ func (s *Server) create(defaultTimeout time.Duration) handler {
 			return err
 		}
 		ctx := r.Context()
-		started := s.cfg.Clock.Now()
 		id, err := s.open(ctx, req.TemplateID, opts)
 		if err != nil {
 			return err
 		}
-		now := s.cfg.Clock.Now()
-		// The session was bound before now, so now + ttl is at or after its expiry.
-		if err := s.cfg.Records.SandboxAdd(ctx, lua.Sandbox{ID: id, Scope: req.TemplateID, Started: started, Metadata: req.Metadata}, now.Add(ttl)); err != nil {
+		if err := s.record(ctx, id, req, ttl); err != nil {
 			cleanup, cancel := lua.CleanupContext(ctx)
 			defer cancel()
 			if _, eerr := s.cfg.Sessions.End(cleanup, req.TemplateID, id); eerr != nil {
@@ -132,12 +129,22 @@ func (s *Server) create(defaultTimeout time.Duration) handler {
 			}
 			return err
 		}
-		if _, err := s.cfg.Records.SandboxPrune(ctx, now.Add(-pruneGrace), pruneBatch); err != nil {
+		if _, err := s.cfg.Records.SandboxPrune(ctx, s.cfg.Clock.Now().Add(-pruneGrace), pruneBatch); err != nil {
 			s.log.WarnContext(ctx, "sandbox records not pruned; the next create prunes them", "err", err)
 		}
 		httpx.WriteJSON(w, http.StatusCreated, sandboxOf(req.TemplateID, id))
 		return nil
 	}
+}
+
+// record records a new sandbox: it started when its session was bound, its timeout
+// before the session's expiry, which is the record's deadline.
+func (s *Server) record(ctx context.Context, id string, req newSandbox, ttl time.Duration) error {
+	b, err := s.cfg.Sessions.Get(ctx, req.TemplateID, id)
+	if err != nil {
+		return err
+	}
+	return s.cfg.Records.SandboxAdd(ctx, lua.Sandbox{ID: id, Scope: req.TemplateID, Started: b.ExpiresAt.Add(-ttl), Metadata: req.Metadata}, b.ExpiresAt)
 }
 
 // check refuses a request warmpool cannot honour.
@@ -255,8 +262,8 @@ func isGone(err error) bool {
 	return c == warmpool.CodeSessionNotFound || c == warmpool.CodeScopeNotFound
 }
 
-// record is the record of the sandbox id; a missing one is E2B's 404.
-func (s *Server) record(ctx context.Context, id string) (lua.Sandbox, error) {
+// lookup is the record of the sandbox id; a missing one is E2B's 404.
+func (s *Server) lookup(ctx context.Context, id string) (lua.Sandbox, error) {
 	sb, ok, err := s.cfg.Records.SandboxGet(ctx, id)
 	if err != nil {
 		return lua.Sandbox{}, err
@@ -270,7 +277,7 @@ func (s *Server) record(ctx context.Context, id string) (lua.Sandbox, error) {
 // live is the record and the session of a live sandbox. The record of a sandbox whose
 // session has gone is dropped, and the sandbox is E2B's 404.
 func (s *Server) live(ctx context.Context, id string) (lua.Sandbox, sm.Binding, error) {
-	sb, err := s.record(ctx, id)
+	sb, err := s.lookup(ctx, id)
 	if err != nil {
 		return lua.Sandbox{}, sm.Binding{}, err
 	}
@@ -389,7 +396,7 @@ func (s *Server) connect(def time.Duration) handler {
 // deadline moves a sandbox's end to ttl from now (with later, only later), in its
 // session and then in its record.
 func (s *Server) deadline(ctx context.Context, id string, ttl time.Duration, later bool) (lua.Sandbox, error) {
-	sb, err := s.record(ctx, id)
+	sb, err := s.lookup(ctx, id)
 	if err != nil {
 		return lua.Sandbox{}, err
 	}

@@ -30,14 +30,14 @@ const (
 // door is one replica with its E2B front door, on the test Redis, the fake driver and
 // a stopped clock, both tokens set; the scope tpl is put.
 type door struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *server.Server
 	api   *httptest.Server // the /v1 API
 	e2b   *httptest.Server // the front door
 	clock *testredis.Clock
 }
 
-func newDoor(t *testing.T, opts ...func(*server.Config)) *door {
+func newDoor(t testing.TB, opts ...func(*server.Config)) *door {
 	t.Helper()
 	b := testserver.NewBacking(t)
 	cfg := b.Config("e2b-test")
@@ -81,7 +81,7 @@ type answer struct {
 func (a answer) String() string { return string(bytes.TrimSpace(a.raw)) }
 
 // into decodes the answer's body into v.
-func (a answer) into(t *testing.T, v any) {
+func (a answer) into(t testing.TB, v any) {
 	t.Helper()
 	if err := json.Unmarshal(a.raw, v); err != nil {
 		t.Fatalf("%d %s: %v", a.status, a, err)
@@ -95,7 +95,7 @@ func (d *door) call(method, path, body, key string, headers ...string) answer {
 	return send(d.t, d.e2b.URL, method, path, body, key, headers...)
 }
 
-func send(t *testing.T, base, method, path, body, key string, headers ...string) answer {
+func send(t testing.TB, base, method, path, body, key string, headers ...string) answer {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -135,7 +135,7 @@ type e2bError struct {
 }
 
 // refused fails the test unless a is an E2B error of status whose message holds says.
-func refused(t *testing.T, what string, a answer, status int, says string) {
+func refused(t testing.TB, what string, a answer, status int, says string) {
 	t.Helper()
 	var e e2bError
 	if a.status != status || json.Unmarshal(a.raw, &e) != nil || e.Code != status || !strings.Contains(e.Message, says) {

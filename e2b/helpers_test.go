@@ -176,8 +176,8 @@ type detail struct {
 func (d *door) create(body string) sandbox {
 	d.t.Helper()
 	a := d.call(http.MethodPost, "/v2/sandboxes", body, gatewayKey)
-	if a.status != http.StatusCreated {
-		d.t.Fatalf("create %s: %d %s", body, a.status, a)
+	if a.status != http.StatusCreated || a.header.Get("X-Request-Id") == "" {
+		d.t.Fatalf("create %s: %d %s %v", body, a.status, a, a.header)
 	}
 	var sb sandbox
 	a.into(d.t, &sb)

@@ -1,12 +1,9 @@
 package server_test
 
 import (
-	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/warmpool/warmpool/server"
 )
@@ -25,55 +22,19 @@ func TestE2BListen(t *testing.T) {
 		t.Fatalf("E2B address %q (main %s): want a listener of its own", addr, r.addr)
 	}
 	base := "http://" + addr
-	call := func(method, path, body, key string) (int, string) {
-		t.Helper()
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if key != "" {
-			req.Header.Set("X-API-Key", key)
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		raw, err := io.ReadAll(res.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Header.Get("X-Request-Id") == "" {
-			t.Errorf("%s %s: no X-Request-Id", method, path)
-		}
-		return res.StatusCode, string(raw)
-	}
-	if st, body := call(http.MethodPost, "/v2/sandboxes", `{"templateID":"tpl","timeout":30}`, "gw"); st != http.StatusCreated || !strings.Contains(body, `"sandboxID"`) {
+	if st, body := request(t, http.MethodPost, base+"/v2/sandboxes", `{"templateID":"tpl","timeout":30}`, "X-API-Key", "gw"); st != http.StatusCreated || !strings.Contains(body, `"sandboxID"`) {
 		t.Fatalf("create: %d %s", st, body)
 	}
-	if st, body := call(http.MethodGet, "/v2/sandboxes", "", ""); st != http.StatusUnauthorized || !strings.Contains(body, `"code":401`) {
+	if st, body := request(t, http.MethodGet, base+"/v2/sandboxes", ""); st != http.StatusUnauthorized || !strings.Contains(body, `"code":401`) {
 		t.Fatalf("list without a key: %d %s", st, body)
 	}
-	if st, body := call(http.MethodGet, "/v1/scopes", "", "gw"); st != http.StatusNotFound || !strings.Contains(body, `"code":404`) {
+	if st, body := request(t, http.MethodGet, base+"/v1/scopes", "", "Authorization", "Bearer gw"); st != http.StatusNotFound || !strings.Contains(body, `"code":404`) {
 		t.Fatalf("/v1 on the E2B listener: %d %s, want E2B's 404", st, body)
 	}
-	if res, body, err := send(http.MethodGet, r.base+"/v2/sandboxes", ""); err != nil || res.StatusCode != http.StatusNotFound {
-		t.Fatalf("the front door on the main listener: %v %s %v, want 404", res, body, err)
+	if st, body := request(t, http.MethodGet, r.base+"/v2/sandboxes", "", "X-API-Key", "gw"); st != http.StatusNotFound {
+		t.Fatalf("the front door on the main listener: %d %s, want 404", st, body)
 	}
-	r.stop()
-	select {
-	case err := <-r.done:
-		r.done <- err
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return")
-	}
-	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-		c.Close()
-		t.Fatal("the E2B listener is still open after Run returned")
-	}
+	r.stopped(t, addr)
 	if off := mustEnv(t); off.srv.E2BAddr() != "" || off.srv.E2BHandler() != nil {
 		t.Fatal("a front door without --e2b-listen")
 	}

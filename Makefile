@@ -87,6 +87,10 @@ pooltrace: build
 ## root, not the driver registry nor the drivers of driver/); those
 ## that do link client-go's core/v1 client, never the clientset, informers or fake
 ## clientset of every API group (only e2e/k8s, built for make e2e-k8s, uses the clientset);
+## the pod policy (podpolicy/) on Kubernetes' API types, apimachinery and Pod Security
+## admission, with what they need (POLICY_K8S), never client-go; cmd/warmpool without
+## drivers.go linking no k8s.io package the policy does not (a driver brings its own),
+## and drivers.go holding one blank import per driver and nothing else;
 ## the root package free of net/http (the domain knows codes, not statuses); the Go
 ## client of gateways (client/) on the standard library alone, so that a gateway links
 ## nothing else through it;
@@ -99,13 +103,21 @@ pooltrace: build
 ## ~/.cache/warmpool-lint the first time). vet, staticcheck and errcheck (every error
 ## checked, or discarded with `_ =` where a comment says why; the few calls it does not
 ## ask about are in scripts/errcheck-excludes.txt, each with why) read the files of every
-## build tag too. The two tools run at pinned versions through `go run tool@version`:
-## their modules stay out of go.mod, and the go build cache keeps their binaries.
+## build tag too. The Helm chart (deploy/helm/warmpool) passes `helm lint --strict` and
+## renders with `helm template`, at its defaults and with every optional value set
+## (scripts/chart-values.yaml). These tools run at pinned versions through `go run
+## tool@version`: their modules stay out of go.mod, and the go build cache keeps their
+## binaries (helm's first build takes some minutes; deploy/'s tests render the chart
+## with the same HELM, internal/manifests.Helm).
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ERRCHECK    := github.com/kisielk/errcheck@v1.30.0
+HELM        := helm.sh/helm/v4/cmd/helm@v4.3.2
+CHART       := deploy/helm/warmpool
 LINT_TAGS   := e2e_multi,faults,e2e_k8s
 NO_K8S_PKGS := . ./client/ ./e2b/ ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/harness/testserver/
-K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./internal/manifests/ ./deploy/ ./e2e/
+K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./podpolicy/ ./internal/manifests/ ./deploy/ ./e2e/
+POLICY_PKG := ./podpolicy/
+POLICY_K8S := k8s\.io/(api|apimachinery|pod-security-admission|component-base|klog|utils|kube-openapi)/
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags $(LINT_TAGS) $(PKGS)
@@ -115,6 +127,14 @@ lint:
 		if [ -n "$$out" ]; then echo "$$p links k8s.io packages in its tests, e.g.:"; echo "$$out" | head -3; exit 1; fi; done
 	@out=$$($(GO) list -test -deps $(K8S_PKGS) | grep -E '^k8s\.io/client-go/(informers|kubernetes|kubernetes/fake)$$'); \
 		if [ -n "$$out" ]; then echo "$(K8S_PKGS) link all of client-go's API groups through:"; echo "$$out"; exit 1; fi
+	@out=$$($(GO) list -test -deps $(POLICY_PKG) | grep '^k8s\.io/' | grep -vE '^$(POLICY_K8S)'); if [ -n "$$out" ]; then \
+		echo "$(POLICY_PKG) links more of k8s.io than the API types, apimachinery and Pod Security admission, e.g.:"; echo "$$out" | head -3; exit 1; fi
+	@files=$$($(GO) list -f '{{range .GoFiles}}{{if ne . "drivers.go"}}{{$$.Dir}}/{{.}} {{end}}{{end}}' ./cmd/warmpool); \
+		out=$$($(GO) list -deps $$files | grep '^k8s\.io/' | grep -vxF "$$($(GO) list -deps $(POLICY_PKG) | grep '^k8s\.io/')"); \
+		if [ -n "$$out" ]; then echo "cmd/warmpool without drivers.go links k8s.io packages the pod policy does not (only a driver's import may bring them), e.g.:"; \
+		echo "$$out" | head -3; exit 1; fi
+	@out=$$(grep -vE '^(package main|import \(|\)|(import )?[[:space:]]*_ "[^"]+"|[[:space:]]*//.*|)$$' cmd/warmpool/drivers.go); \
+		if [ -n "$$out" ]; then echo "cmd/warmpool/drivers.go holds more than one blank import per driver:"; echo "$$out"; exit 1; fi
 	@if $(GO) list -deps . | grep -qx 'net/http'; then \
 		echo "the root package links net/http: statuses and request decoding belong to internal/httpx"; exit 1; fi
 	@out=$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./client/ | grep -vx '$(MODULE)/client'); \
@@ -127,6 +147,10 @@ lint:
 	@out=$$(grep -nE '\.(Debug|Info|Warn|Error)\("' $$(git ls-files 'rm/*.go' 'sm/*.go' 'sweeper/*.go' | grep -v '_test\.go$$')); \
 		if [ -n "$$out" ]; then echo "log with the call's context (InfoContext(ctx, ...)), as rm, sm and the sweeper do:"; echo "$$out"; exit 1; fi
 	scripts/openapi-lint.sh
+	$(GO) run $(HELM) lint --strict $(CHART)
+	$(GO) run $(HELM) lint --strict $(CHART) --values scripts/chart-values.yaml
+	$(GO) run $(HELM) template warmpool $(CHART) --namespace warmpool >/dev/null
+	$(GO) run $(HELM) template warmpool $(CHART) --namespace warmpool --values scripts/chart-values.yaml >/dev/null
 
 ## e2e: three replicas behind haproxy on one redis-server, then on a 3-master Redis
 ## Cluster, together with the whole Redis-facing suite and the black-box tests of

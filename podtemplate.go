@@ -13,7 +13,7 @@ import (
 // warmpool owns: the agent container (by deploy.container_name), which of the shorthand
 // fields that container sets, and the owned fields. Everything else — unknown fields,
 // types, quantities, the Pod Security level — is checked by a DeployPolicy built on
-// Kubernetes' own types (the k8s package), which the binary installs.
+// Kubernetes' own types (package podpolicy), which the binary installs.
 
 // templateView is the part of a pod template the root reads.
 type templateView struct {

@@ -1,11 +1,13 @@
 // The kustomize base and the example overlay render, and what they render is what an
 // operator of a multi-replica service needs: least privilege, probes on the right
 // paths, a hardened pod, replicas spread out and drained gracefully, secrets only by
-// reference.
+// reference, agent pods in a namespace of their own, fenced by NetworkPolicies.
 package deploy
 
 import (
+	"cmp"
 	"context"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,25 +16,29 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/warmpool/warmpool/internal/manifests"
 )
 
-// rendered is one kustomize directory's output, one object per kind (the test fails
-// on a second one).
+// rendered is one rendering of the deployment: one object of each kind but
+// Namespace and NetworkPolicy, which are kept by name.
 type rendered struct {
-	ns      *corev1.Namespace
-	sa      *corev1.ServiceAccount
-	role    *rbacv1.Role
-	binding *rbacv1.RoleBinding
-	cm      *corev1.ConfigMap
-	dep     *appsv1.Deployment
-	svc     *corev1.Service
-	pdb     *policyv1.PodDisruptionBudget
+	objs       []runtime.Object
+	namespaces map[string]*corev1.Namespace
+	sa         *corev1.ServiceAccount
+	role       *rbacv1.Role
+	binding    *rbacv1.RoleBinding
+	cm         *corev1.ConfigMap
+	dep        *appsv1.Deployment
+	svc        *corev1.Service
+	pdb        *policyv1.PodDisruptionBudget
+	netpols    map[string]*networkingv1.NetworkPolicy
 }
 
 // duration is a duration setting of the ConfigMap, which must set it.
@@ -45,6 +51,7 @@ func (r rendered) duration(t *testing.T, name string) time.Duration {
 	return d
 }
 
+// render renders a kustomize directory.
 func render(t *testing.T, dir string) rendered {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -53,29 +60,43 @@ func render(t *testing.T, dir string) rendered {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return decoded(t, dir, out)
+}
+
+// decoded sorts what src rendered (out) into a rendered.
+func decoded(t *testing.T, src string, out []byte) rendered {
+	t.Helper()
 	objs, err := manifests.Decode(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r rendered
+	r := rendered{objs: objs, namespaces: map[string]*corev1.Namespace{}, netpols: map[string]*networkingv1.NetworkPolicy{}}
 	count := map[string]int{}
 	for _, obj := range objs {
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+			r.namespaces[o.Name] = o
+			continue
+		case *networkingv1.NetworkPolicy:
+			r.netpols[o.Name] = o
+			continue
+		}
 		kind := obj.GetObjectKind().GroupVersionKind().Kind
 		count[kind]++
-		if !(into(&r.ns, obj) || into(&r.sa, obj) || into(&r.role, obj) || into(&r.binding, obj) ||
+		if !(into(&r.sa, obj) || into(&r.role, obj) || into(&r.binding, obj) ||
 			into(&r.cm, obj) || into(&r.dep, obj) || into(&r.svc, obj) || into(&r.pdb, obj)) {
 			// Nothing cluster-wide (no ClusterRole, no ClusterRoleBinding) and
 			// nothing unexpected.
-			t.Errorf("%s renders a %s: not part of the deployment", dir, obj.GetObjectKind().GroupVersionKind())
+			t.Errorf("%s renders a %s: not part of the deployment", src, obj.GetObjectKind().GroupVersionKind())
 		}
 	}
 	for kind, n := range count {
 		if n > 1 {
-			t.Errorf("%s renders %d objects of kind %s, want one", dir, n, kind)
+			t.Errorf("%s renders %d objects of kind %s, want one", src, n, kind)
 		}
 	}
 	if r.sa == nil || r.role == nil || r.binding == nil || r.cm == nil || r.dep == nil || r.svc == nil || r.pdb == nil {
-		t.Fatalf("%s is missing an object: %+v", dir, r)
+		t.Fatalf("%s is missing an object: %+v", src, r)
 	}
 	return r
 }
@@ -89,12 +110,21 @@ func into[T any](field *T, obj any) bool {
 	return ok
 }
 
+// The base's namespaces: warmpool's own and the agents'.
+const (
+	baseNamespace   = "warmpool"
+	agentsNamespace = "warmpool-agents"
+)
+
 func TestBase(t *testing.T) {
 	r := render(t, "base")
-	if r.ns != nil {
-		t.Errorf("the base creates namespace %s: the overlay chooses it", r.ns.Name)
+	check(t, r)
+	if ns, agents := r.dep.Namespace, r.role.Namespace; ns != baseNamespace || agents != agentsNamespace {
+		t.Errorf("namespaces %q and %q, want %q and %q", ns, agents, baseNamespace, agentsNamespace)
 	}
-	check(t, r, "")
+	if r.namespaces[baseNamespace] == nil {
+		t.Errorf("the base does not create warmpool's namespace %s", baseNamespace)
+	}
 	if img := r.dep.Spec.Template.Spec.Containers[0].Image; img != "localhost/warmpool:dev" {
 		t.Errorf("base image %q, want localhost/warmpool:dev (what make image builds)", img)
 	}
@@ -102,23 +132,47 @@ func TestBase(t *testing.T) {
 
 func TestExampleOverlay(t *testing.T) {
 	r := render(t, "overlays/example")
-	if r.ns == nil {
-		t.Fatal("the example overlay does not create its namespace")
-	}
-	check(t, r, r.ns.Name)
+	check(t, r)
 	if img := r.dep.Spec.Template.Spec.Containers[0].Image; !strings.HasPrefix(img, "registry.example/") {
 		t.Errorf("overlay image %q: the overlay names its registry's image", img)
 	}
 }
 
-// check asserts what every rendering must hold; ns is the namespace every namespaced
-// object must be in ("" for the base, which leaves it to kubectl or an overlay).
-func check(t *testing.T, r rendered, ns string) {
+// check asserts what every rendering must hold: warmpool's objects in one namespace,
+// the agents' Role, RoleBinding and NetworkPolicy in another (the agents' namespace,
+// which it creates, labelled to enforce the restricted Pod Security Standard, as
+// warmpool's own when it creates that too).
+func check(t *testing.T, r rendered) {
 	t.Helper()
-	for _, m := range []metav1.Object{r.sa, r.role, r.binding, r.cm, r.dep, r.svc, r.pdb} {
+	ns, agents := r.dep.Namespace, r.role.Namespace
+	if ns == "" || agents == "" || ns == agents {
+		t.Fatalf("warmpool in namespace %q, its Role in %q: want two namespaces, named", ns, agents)
+	}
+	for _, m := range []metav1.Object{r.sa, r.cm, r.dep, r.svc, r.pdb} {
 		if m.GetNamespace() != ns {
-			t.Errorf("%s is in namespace %q, want %q", m.GetName(), m.GetNamespace(), ns)
+			t.Errorf("%s is in namespace %q, want warmpool's %q", m.GetName(), m.GetNamespace(), ns)
 		}
+	}
+	if r.binding.Namespace != agents {
+		t.Errorf("the RoleBinding is in namespace %q, want the agents' %q", r.binding.Namespace, agents)
+	}
+	if r.namespaces[agents] == nil {
+		t.Errorf("the agents' namespace %s is not created", agents)
+	}
+	// The agents' namespace enforces the level scopes are held to (--pod-security,
+	// default restricted); warmpool's pods meet restricted.
+	level := cmp.Or(r.cm.Data["WARMPOOL_POD_SECURITY"], "restricted")
+	for name, n := range r.namespaces {
+		want := map[string]string{ns: "restricted", agents: level}[name]
+		if want == "" {
+			t.Errorf("namespace %s: neither warmpool's nor the agents'", name)
+		}
+		if l := n.Labels["pod-security.kubernetes.io/enforce"]; l != want {
+			t.Errorf("namespace %s enforces Pod Security %q, want %q", name, l, want)
+		}
+	}
+	if got := r.cm.Data["WARMPOOL_NAMESPACE"]; got != agents {
+		t.Errorf("WARMPOOL_NAMESPACE = %q: agent pods must go to the agents' namespace %s", got, agents)
 	}
 
 	// RBAC: one namespaced rule, pods only, exactly the driver's verbs.
@@ -138,10 +192,8 @@ func check(t *testing.T, r rendered, ns string) {
 	if len(r.binding.Subjects) != 1 {
 		t.Fatalf("role binding has subjects %+v, want the one ServiceAccount", r.binding.Subjects)
 	}
-	// An empty subject namespace is the binding's own.
-	if sub := r.binding.Subjects[0]; sub.Kind != rbacv1.ServiceAccountKind || sub.Name != r.sa.Name ||
-		(sub.Namespace != "" && sub.Namespace != r.binding.Namespace) {
-		t.Errorf("role binding subject %+v, want ServiceAccount %s of namespace %q", sub, r.sa.Name, r.binding.Namespace)
+	if sub := r.binding.Subjects[0]; sub.Kind != rbacv1.ServiceAccountKind || sub.Name != r.sa.Name || sub.Namespace != ns {
+		t.Errorf("role binding subject %+v, want ServiceAccount %s of namespace %q", sub, r.sa.Name, ns)
 	}
 
 	// The Deployment.
@@ -252,8 +304,15 @@ func check(t *testing.T, r rendered, ns string) {
 	if !labels.SelectorFromSet(r.svc.Spec.Selector).Matches(podLabels) || len(r.svc.Spec.Selector) == 0 {
 		t.Errorf("service selector %v does not select the replicas %v", r.svc.Spec.Selector, podLabels)
 	}
-	if len(r.svc.Spec.Ports) != 1 || resolvePort(c, r.svc.Spec.Ports[0].TargetPort.String()) != port {
-		t.Errorf("service ports %+v, want one to the container's http port", r.svc.Spec.Ports)
+	// Its first port, named http, is the container's; any other reaches a port of the
+	// container too.
+	if len(r.svc.Spec.Ports) == 0 {
+		t.Fatal("the Service has no port")
+	}
+	for i, p := range r.svc.Spec.Ports {
+		if target := resolvePort(c, p.TargetPort.String()); target < 0 || (i == 0) != (p.Name == "http" && target == port) {
+			t.Errorf("service ports %+v, want the first, http, to the container's http port, every other to a port of the container", r.svc.Spec.Ports)
+		}
 	}
 	pdbSel, err := metav1.LabelSelectorAsSelector(r.pdb.Spec.Selector)
 	if err != nil || !pdbSel.Matches(podLabels) {
@@ -262,6 +321,14 @@ func check(t *testing.T, r rendered, ns string) {
 	if mu := r.pdb.Spec.MaxUnavailable; mu == nil || mu.IntValue() != 1 {
 		t.Errorf("PDB maxUnavailable %v, want 1: a drain takes one replica at a time", mu)
 	}
+
+	// Agents report to the Service, by a name that resolves from their namespace.
+	report, err := url.Parse(r.cm.Data["WARMPOOL_REPORT_URL"])
+	if want := r.svc.Name + "." + ns + ".svc"; err != nil || strings.TrimSuffix(report.Hostname(), ".cluster.local") != want ||
+		(report.Port() != "" && report.Port() != strconv.Itoa(int(r.svc.Spec.Ports[0].Port))) {
+		t.Errorf("WARMPOOL_REPORT_URL = %q, want the Service http://%s from the agents' namespace", r.cm.Data["WARMPOOL_REPORT_URL"], want)
+	}
+	checkNetworkPolicies(t, r)
 }
 
 func containerPort(t *testing.T, c corev1.Container, name string) int {

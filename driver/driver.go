@@ -42,6 +42,11 @@ type Factory struct {
 	// picked: it refuses a flag of this driver that was given for nothing, where that
 	// is surely a mistake (a fake deploy delay on a real driver).
 	Unchosen func(chosen string) error
+	// Namespace, when set, is the namespace the driver's flags give the pods of a
+	// scope whose deploy.namespace is empty ("" when they give none): the deploy
+	// policy renders those pods there and allows scopes to name it (cmd/warmpool). A
+	// driver without namespaces leaves it nil.
+	Namespace func() string
 }
 
 // Flags declares a driver's own flags on fs, each named after the driver

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/podpolicy"
 )
 
 // DryRun asks the API server whether it would create the pod of spec (SPEC §11.1): the
@@ -37,10 +38,11 @@ func (k *Kubernetes) DryRun(ctx context.Context, scope string, spec warmpool.Dep
 	return nil, warmpool.Errorf(warmpool.CodeStoreUnavailable, "deploy: the cluster's dry run did not answer: %s", apiMessage(err)).Retry(1)
 }
 
-// render is the pod a deploy of req creates as name in ns: the scope's spec with the
-// driver's own additions (termination grace, node selector, annotations). Deploy and
-// DryRun both build their pods here, so a dry run answers what a deploy creates.
+// render is the pod a deploy of req creates as name in ns: the scope's spec rendered
+// by podpolicy (the pod the deploy policy checks) with the driver's own additions
+// (termination grace, node selector, annotations). Deploy and DryRun both build their
+// pods here, so a dry run answers what a deploy creates.
 func (k *Kubernetes) render(req warmpool.DeployRequest, name, ns string) (*corev1.Pod, error) {
-	return newAgentPod(req, name, ns, k.cfg.Clock.Now(), podExtras{
-		grace: k.cfg.DeleteGrace, nodeSelector: k.cfg.NodeSelector, annotations: k.cfg.PodAnnotations})
+	return podpolicy.AgentPod(req, name, ns, k.cfg.Clock.Now(), podpolicy.Extras{
+		Grace: k.cfg.DeleteGrace, NodeSelector: k.cfg.NodeSelector, Annotations: k.cfg.PodAnnotations})
 }

@@ -17,6 +17,18 @@ import (
 	"github.com/warmpool/warmpool"
 )
 
+// runtimeClassSpec is a normalized deploy spec whose pod template names runtimeClass, with an
+// env of its own.
+func runtimeClassSpec(t *testing.T, runtimeClass string) warmpool.DeploySpec {
+	t.Helper()
+	cfg, err := warmpool.LoadScopeConfig([]byte(`{"deploy":{"env":{"A":"1"},"pod_template":{"spec":{"runtimeClassName":"` +
+		runtimeClass + `","containers":[{"name":"agent"}]}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Deploy
+}
+
 // DryRun creates the rendered pod with dryRun=All; what the API server refuses comes
 // back as VALIDATION with the server's message and no URL, an unreachable server as a
 // retryable STORE_UNAVAILABLE.
@@ -40,18 +52,18 @@ func TestDryRun(t *testing.T) {
 	})
 	k := mustKube(t, cs, func(c *Config) { c.RetryBackoff = 0 })
 	ctx := context.Background()
-	spec := specOf(t, `{"pod_template":{"spec":{"runtimeClassName":"gvisor","containers":[{"name":"agent"}]}}}`)
+	spec := runtimeClassSpec(t, "gvisor")
 	if _, err := k.DryRun(ctx, "s", spec); err != nil {
 		t.Fatalf("an accepted pod: %v", err)
 	}
 	if len(created) != 1 || created[0].Namespace != "wp" || *created[0].Spec.RuntimeClassName != "gvisor" {
 		t.Fatalf("created %v: want the rendered pod in the driver's namespace", created)
 	}
-	_, err := k.DryRun(ctx, "s", specOf(t, `{"pod_template":{"spec":{"runtimeClassName":"nosuch","containers":[{"name":"agent"}]}}}`))
+	_, err := k.DryRun(ctx, "s", runtimeClassSpec(t, "nosuch"))
 	if warmpool.ErrorCode(err) != warmpool.CodeValidation || !strings.Contains(err.Error(), `RuntimeClass "nosuch" not found`) {
 		t.Errorf("refused pod: %v, want VALIDATION with the server's message", err)
 	}
-	_, err = k.DryRun(ctx, "s", specOf(t, `{"pod_template":{"spec":{"runtimeClassName":"down","containers":[{"name":"agent"}]}}}`))
+	_, err = k.DryRun(ctx, "s", runtimeClassSpec(t, "down"))
 	var e *warmpool.Error
 	if !errors.As(err, &e) || e.Code != warmpool.CodeStoreUnavailable || e.RetryAfter < 1 || strings.Contains(e.Message, "10.0.0.1") {
 		t.Errorf("unreachable server: %v, want a retryable STORE_UNAVAILABLE without the server's address", err)
@@ -84,7 +96,7 @@ func TestDryRunRendersTheDeploy(t *testing.T) {
 		c.DisableNodeWatch = true
 	})
 	ctx := context.Background()
-	spec := specOf(t, `{"env":{"A":"1"},"pod_template":{"spec":{"runtimeClassName":"gvisor","containers":[{"name":"agent"}]}}}`)
+	spec := runtimeClassSpec(t, "gvisor")
 	answer, err := k.DryRun(ctx, "s", spec)
 	if err != nil {
 		t.Fatal(err)

@@ -17,11 +17,12 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
+	"github.com/warmpool/warmpool/podpolicy"
 )
 
 // Defaults of Config, in one place.
 const (
-	DefaultNamespace          = "default"
+	DefaultNamespace          = podpolicy.DefaultNamespace
 	DefaultAPITimeout         = 10 * time.Second
 	DefaultRetries            = 3
 	DefaultRetryBackoff       = 200 * time.Millisecond

@@ -28,7 +28,7 @@ func flags(fs *flag.FlagSet, getenv func(string) string) driver.Factory {
 	fs.StringVar(&o.namespace, "namespace", "", "namespace of pods whose scope names none")
 	fs.Float64Var(&o.qps, "kube-qps", 0, "Kubernetes client requests per second; 0: no client-side limit (the API server's priority and fairness limits, its 429s are retried after their Retry-After)")
 	fs.IntVar(&o.burst, "kube-burst", DefaultBurst, "Kubernetes client burst, with --kube-qps")
-	return driver.Factory{New: o.new}
+	return driver.Factory{New: o.new, Namespace: func() string { return o.namespace }}
 }
 
 // new builds the driver: the client from the kubeconfig (or the in-cluster config),

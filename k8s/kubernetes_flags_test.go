@@ -12,8 +12,8 @@ import (
 )
 
 // The driver registers itself with its flags: --kubeconfig defaults to $KUBECONFIG,
-// and the driver built from them reads that kubeconfig (a missing one is an error
-// naming it).
+// the driver built from them reads that kubeconfig (a missing one is an error naming
+// it), and its Factory gives the deploy policy --namespace.
 func TestRegisteredFlags(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "kubeconfig")
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -27,6 +27,9 @@ func TestRegisteredFlags(t *testing.T) {
 	f, err := set.Pick(Name)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if f.Namespace == nil || f.Namespace() != "agents" {
+		t.Errorf("the Factory's namespace is not --namespace agents")
 	}
 	_, err = f.New(driver.Env{Logger: slog.New(slog.DiscardHandler), Clock: warmpool.SystemClock{}})
 	if err == nil || !strings.Contains(err.Error(), missing) {

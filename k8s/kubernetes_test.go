@@ -18,7 +18,6 @@ import (
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/podpolicy"
 )
 
 var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -135,91 +135,14 @@ func podCount(t *testing.T, cs *fakeClient, ns string) int {
 	return len(l.Items)
 }
 
-func TestKubernetesPodTemplate(t *testing.T) {
+// Reconcile reads back what it needs of a pod the driver created from the pod alone.
+func TestKubernetesPodReadBack(t *testing.T) {
 	req := kubeReq("team_a.agent-1", 7)
-	req.Spec.Resources = warmpool.Resources{CPU: "250m", Memory: warmpool.DefaultMemory}
 	name := warmpool.PodName(req.ScopeID, req.Fence)
-	created := time.UnixMilli(1700000000123)
-	p, err := newAgentPod(req, name, "ns1", created, podExtras{grace: 5 * time.Second, nodeSelector: map[string]string{"pool": "agents"}, annotations: map[string]string{"mesh/inject": "false", AnnotationFence: "666"}})
+	p, err := podpolicy.AgentPod(req, name, "ns1", time.UnixMilli(1700000000123), podpolicy.Extras{Grace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Name != name || p.Namespace != "ns1" {
-		t.Fatalf("name %s/%s", p.Namespace, p.Name)
-	}
-	wantLabels := map[string]string{
-		warmpool.LabelManagedBy: "warmpool",
-		warmpool.LabelScope:     "team_a.agent-1", // '_' and '.' are fine in label values
-		warmpool.LabelDeployVer: req.DeployVer,
-		warmpool.LabelFence:     "7",
-	}
-	for k, v := range wantLabels {
-		if p.Labels[k] != v {
-			t.Errorf("label %s = %q, want %q", k, p.Labels[k], v)
-		}
-		if errs := validation.IsValidLabelValue(p.Labels[k]); len(errs) > 0 {
-			t.Errorf("label %s: %v", k, errs)
-		}
-	}
-	wantAnn := map[string]string{
-		AnnotationScopeID: "team_a.agent-1", AnnotationDeployVer: req.DeployVer, AnnotationFence: "7",
-		AnnotationPort: "8080", AnnotationSSEPath: "/sse", AnnotationHealthPath: "/health",
-		AnnotationCreatedAt: "1700000000123",
-	}
-	for k, v := range wantAnn {
-		if p.Annotations[k] != v {
-			t.Errorf("annotation %s = %q, want %q", k, p.Annotations[k], v)
-		}
-	}
-	if p.Annotations["mesh/inject"] != "false" || p.Spec.NodeSelector["pool"] != "agents" {
-		t.Errorf("extras: annotations %v node selector %v", p.Annotations, p.Spec.NodeSelector)
-	}
-	s := p.Spec
-	if s.TerminationGracePeriodSeconds == nil || *s.TerminationGracePeriodSeconds != 5 {
-		t.Errorf("termination grace %v", s.TerminationGracePeriodSeconds)
-	}
-	if s.RestartPolicy != corev1.RestartPolicyNever || s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken {
-		t.Errorf("restart %s automount %v", s.RestartPolicy, s.AutomountServiceAccountToken)
-	}
-	if s.SecurityContext == nil || !*s.SecurityContext.RunAsNonRoot || s.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-		t.Errorf("pod security context %+v", s.SecurityContext)
-	}
-	if len(s.Containers) != 1 {
-		t.Fatalf("containers %d", len(s.Containers))
-	}
-	c := s.Containers[0]
-	if c.Name != "agent" || c.Image != warmpool.DefaultImage || strings.Join(c.Command, " ") != "/agent" || strings.Join(c.Args, " ") != "--listen :8080" {
-		t.Errorf("container %s %s %v %v", c.Name, c.Image, c.Command, c.Args)
-	}
-	if len(c.Env) != 2 || c.Env[0].Name != "ALPHA" || c.Env[1].Name != "ZED" {
-		t.Errorf("env not sorted: %+v", c.Env)
-	}
-	if q := c.Resources.Requests[corev1.ResourceMemory]; q.Cmp(resource.MustParse("512Mi")) != 0 {
-		t.Errorf("memory request %s", q.String())
-	}
-	if q := c.Resources.Limits[corev1.ResourceMemory]; q.Cmp(resource.MustParse("512Mi")) != 0 {
-		t.Errorf("memory limit %s", q.String())
-	}
-	if q := c.Resources.Requests[corev1.ResourceCPU]; q.Cmp(resource.MustParse("250m")) != 0 {
-		t.Errorf("cpu request %s", q.String())
-	}
-	if _, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
-		t.Error("cpu limit set; only memory is limited")
-	}
-	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8080 {
-		t.Errorf("ports %+v", c.Ports)
-	}
-	rp := c.ReadinessProbe
-	if rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/health" || rp.HTTPGet.Port.IntValue() != 8080 {
-		t.Errorf("readiness probe %+v", rp)
-	}
-	sc := c.SecurityContext
-	if sc == nil || *sc.AllowPrivilegeEscalation || !*sc.RunAsNonRoot || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" ||
-		sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-		t.Errorf("container security context %+v", sc)
-	}
-
-	// Reconcile reads back what it needs from the pod alone.
 	p.Status = readyStatus("127.1.0.9")
 	got := kubePod(p)
 	want := warmpool.Pod{ID: name, ScopeID: req.ScopeID, DeployVer: req.DeployVer, Fence: 7, Namespace: "ns1",
@@ -227,30 +150,13 @@ func TestKubernetesPodTemplate(t *testing.T) {
 	if got != want {
 		t.Errorf("kubePod:\n got %+v\nwant %+v", got, want)
 	}
-
-	if _, err := newAgentPod(req, "Bad_Name", "ns1", created, podExtras{grace: time.Second}); warmpool.ErrorCode(err) != warmpool.CodeValidation {
-		t.Errorf("bad name: %v", err)
-	}
-	bad := req
-	bad.Spec.Resources.Memory = "lots"
-	if _, err := newAgentPod(bad, name, "ns1", created, podExtras{grace: time.Second}); warmpool.ErrorCode(err) != warmpool.CodeValidation {
-		t.Errorf("bad memory: %v", err)
+	if !kubeOwnPod(p, req) {
+		t.Error("kubeOwnPod: the pod of req is not its own")
 	}
 }
 
-func TestKubernetesScopeLabelValue(t *testing.T) {
-	for _, id := range []string{"a", "team_a.agent-1", strings.Repeat("x", 63), "UPPER ok?", "-x-", strings.Repeat("é", 40), "___"} {
-		v := ScopeLabelValue(id)
-		if errs := validation.IsValidLabelValue(v); len(errs) > 0 || v == "" {
-			t.Errorf("%q -> %q: %v", id, v, errs)
-		}
-		if warmpool.ValidScopeID(id) && v != id {
-			t.Errorf("valid scope id %q changed to %q", id, v)
-		}
-	}
-	if ScopeLabelValue("a b") == ScopeLabelValue("a/b") {
-		t.Error("sanitised ids collide")
-	}
+// A name made after a clash is still a DNS-1123 label, however long the scope id.
+func TestKubernetesClashName(t *testing.T) {
 	n := kubeClashName(warmpool.PodName(strings.Repeat("s", 63), 1234567890123))
 	if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
 		t.Errorf("clash name %q: %v", n, errs)
@@ -331,7 +237,7 @@ func TestKubernetesDeployDuplicate(t *testing.T) {
 // TestKubernetesDeployClash: the name is held by a pod of another deploy (other fence);
 // the driver retries with a fresh name and leaves the other pod alone.
 func TestKubernetesDeployClash(t *testing.T) {
-	other, err := newAgentPod(kubeReq("clash", 99), warmpool.PodName("clash", 4), "wp", time.Now(), podExtras{grace: time.Second})
+	other, err := podpolicy.AgentPod(kubeReq("clash", 99), warmpool.PodName("clash", 4), "wp", time.Now(), podpolicy.Extras{Grace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -668,7 +574,7 @@ func TestKubernetesPodDeath(t *testing.T) {
 
 func TestKubernetesList(t *testing.T) {
 	mk := func(scope string, fence int64, node string, st corev1.PodStatus) *corev1.Pod {
-		p, err := newAgentPod(kubeReq(scope, fence), warmpool.PodName(scope, fence), "wp", time.UnixMilli(1000), podExtras{grace: time.Second})
+		p, err := podpolicy.AgentPod(kubeReq(scope, fence), warmpool.PodName(scope, fence), "wp", time.UnixMilli(1000), podpolicy.Extras{Grace: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -809,7 +715,7 @@ func TestKubernetesList(t *testing.T) {
 // TestKubernetesListNodesForbidden: with RBAC forbidding nodes (the shipped Role), List
 // still works and judges pods by their own status.
 func TestKubernetesListNodesForbidden(t *testing.T) {
-	p, err := newAgentPod(kubeReq("s", 1), warmpool.PodName("s", 1), "wp", time.Now(), podExtras{grace: time.Second})
+	p, err := podpolicy.AgentPod(kubeReq("s", 1), warmpool.PodName("s", 1), "wp", time.Now(), podpolicy.Extras{Grace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -836,7 +742,7 @@ func TestKubernetesListCacheNotSynced(t *testing.T) {
 // TestKubernetesInformers: the pod informer lists and watches only managed pods of its
 // namespace, the node informer every node, and both resync every ResyncPeriod.
 func TestKubernetesInformers(t *testing.T) {
-	p, err := newAgentPod(kubeReq("inf", 1), warmpool.PodName("inf", 1), "wp", time.Now(), podExtras{grace: time.Second})
+	p, err := podpolicy.AgentPod(kubeReq("inf", 1), warmpool.PodName("inf", 1), "wp", time.Now(), podpolicy.Extras{Grace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -985,7 +891,7 @@ func TestKubernetesFailedDeployCleanup(t *testing.T) {
 		cs := newFakeClient()
 		req := kubeReq("late", 3)
 		name := warmpool.PodName(req.ScopeID, req.Fence)
-		late, err := newAgentPod(req, name, "wp", time.Now(), podExtras{grace: time.Second})
+		late, err := podpolicy.AgentPod(req, name, "wp", time.Now(), podpolicy.Extras{Grace: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1121,7 +1027,7 @@ func TestAPIMessageHidesTheServer(t *testing.T) {
 // A pod whose node was gone before the node cache filled is reported dead once it has
 // filled: its first event judged it without node state, and no node event follows.
 func TestKubernetesNodeCacheLateJudgesPodsAgain(t *testing.T) {
-	p, err := newAgentPod(kubeReq("orphan", 1), warmpool.PodName("orphan", 1), "wp", time.UnixMilli(1000), podExtras{grace: time.Second})
+	p, err := podpolicy.AgentPod(kubeReq("orphan", 1), warmpool.PodName("orphan", 1), "wp", time.UnixMilli(1000), podpolicy.Extras{Grace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,12 @@
 package lua
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,6 +15,75 @@ import (
 // indexAtMost moves scope in its due shard to t unless it is indexed earlier already.
 func (s *Store) indexAtMost(ctx context.Context, scope string, t int64) error {
 	return s.rdb.ZAddLT(ctx, s.keys.DueIndex(DueShard(scope)), redis.Z{Score: float64(t), Member: scope}).Err()
+}
+
+// DueWriteTimeout bounds the due-index write that follows a script's due note, which
+// runs on when the caller has gone.
+const DueWriteTimeout = 2 * time.Second
+
+// dueRetries are the due-index writes that failed on this store, each scope at the
+// earliest time it was to be indexed at: RetryDueIndex writes them again. Nothing else
+// would until the full pass (an hour by default), while the scope's work falls due.
+type dueRetries struct {
+	mu sync.Mutex
+	at map[string]int64
+}
+
+// indexNoted writes a script's due note into the index. The script has committed: the
+// write outlives the caller's context (a client gone right after its call must not
+// take the scope out of the due sweeps), within DueWriteTimeout, and a failure does
+// not fail the call. It is counted (ObserveDueIndexFailures) and kept for
+// RetryDueIndex.
+func (s *Store) indexNoted(ctx context.Context, scope string, t int64) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DueWriteTimeout)
+	defer cancel()
+	if err := s.indexAtMost(wctx, scope, t); err != nil {
+		s.onDueFailure()
+		s.keepDue(scope, t)
+	}
+}
+
+// keepDue remembers that scope is to be indexed at t at the latest.
+func (s *Store) keepDue(scope string, t int64) {
+	s.dueRetries.mu.Lock()
+	defer s.dueRetries.mu.Unlock()
+	if s.dueRetries.at == nil {
+		s.dueRetries.at = map[string]int64{}
+	}
+	if cur, ok := s.dueRetries.at[scope]; !ok || t < cur {
+		s.dueRetries.at[scope] = t
+	}
+}
+
+// ObserveDueIndexFailures makes the store call f for each due-index write after a
+// script's note that failed, retries included (the metric
+// warmpool_due_index_write_failures_total). Call it before the store is used; f must
+// not block.
+func (s *Store) ObserveDueIndexFailures(f func()) {
+	s.onDueFailure = f
+}
+
+// RetryDueIndex writes again the due-index entries whose write after a script's note
+// failed on this store; those that fail again are counted and kept for the next call.
+// Nothing is sent when none failed. Every replica calls it every sweep tick
+// (sweeper.Sweeper.Follow): a failed write is remembered by the replica it failed on.
+// Errors: STORE_UNAVAILABLE when a write failed again.
+func (s *Store) RetryDueIndex(ctx context.Context) error {
+	s.dueRetries.mu.Lock()
+	pending := s.dueRetries.at
+	s.dueRetries.at = nil
+	s.dueRetries.mu.Unlock()
+	var failed error
+	for scope, t := range pending {
+		if err := s.indexAtMost(ctx, scope, t); err != nil {
+			if ctx.Err() == nil {
+				s.onDueFailure()
+				failed = cmp.Or(failed, s.redisErr(ctx, err))
+			}
+			s.keepDue(scope, t)
+		}
+	}
+	return failed
 }
 
 // DueScopes returns up to limit scopes of one shard of the due index whose sweep work

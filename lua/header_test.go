@@ -86,7 +86,8 @@ func keyPattern(prefix, scope, form string) *regexp.Regexp {
 }
 
 // scriptCalls records the KEYS and ARGV of every script call, by script, answering
-// each call with reply and every other command with redis.Nil, without a server.
+// each call with reply, an integer command with 0 and every other command with
+// redis.Nil, without a server.
 type scriptCalls struct {
 	reply any
 	keys  map[string][]string
@@ -113,6 +114,10 @@ func (h *scriptCalls) process(_ context.Context, cmd redis.Cmder) error {
 			}
 		}
 		cmd.(*redis.Cmd).SetVal(h.reply)
+		return nil
+	}
+	if c, ok := cmd.(*redis.IntCmd); ok {
+		c.SetVal(0) // a wrapper's write before its script (ScopePublish's SADD)
 		return nil
 	}
 	cmd.SetErr(redis.Nil)

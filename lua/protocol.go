@@ -117,9 +117,7 @@ func (s *Store) deadline(ctx context.Context) string {
 
 // noted takes the due note off the answer of a script that notes due work
 // ({"DUE", due, answer} when a note moved the scope's due time earlier) and moves the
-// scope in its shard of the due index to no later than that. The script has committed,
-// so a failed index write does not fail the call: the scope's due key has the time and
-// the sweeper's full pass indexes it.
+// scope in its shard of the due index to no later than that (indexNoted).
 func (s *Store) noted(ctx context.Context, scope string, v any) any {
 	a, ok := v.([]any)
 	if !ok || len(a) < 2 || a[0] != "DUE" {
@@ -127,7 +125,7 @@ func (s *Store) noted(ctx context.Context, scope string, v any) any {
 	}
 	due, _ := a[1].(string)
 	if t, err := strconv.ParseInt(due, 10, 64); err == nil {
-		_ = s.indexAtMost(ctx, scope, t)
+		s.indexNoted(ctx, scope, t)
 	}
 	if len(a) < 3 {
 		return nil

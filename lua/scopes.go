@@ -76,12 +76,17 @@ const RetiredVer = "retired"
 // error's code is INTERNAL: a deployment that is never expected.
 var ErrPublishConflict = errors.New("published already with other content")
 
-// ScopePublish runs scope_publish.lua: it writes the scope's config to Redis so every
-// replica routes with it at once, and adds the scope to the global index. An older
+// ScopePublish adds the scope to the global index, then runs scope_publish.lua: it
+// writes the scope's config to Redis so every replica routes with it at once. An older
 // version never overwrites a newer one, and the same version with other content
 // (deploy_ver or a pool field) is refused with ErrPublishConflict. A new scope gets
 // its epoch key when the keyspace itself is live, so a scope never becomes routable in
-// the middle of a rebuild.
+// the middle of a rebuild. The index is written first, as asynq writes its global sets
+// before its scripts: the index lives outside the scope's slot (on a Cluster, on
+// another node), and a publish that fails after it (a crash, a cancelled caller, the
+// scope's node down) leaves an index entry without a config, which readers skip and
+// the full pass removes, never a served scope that the index lacks. A publish refused
+// as deleted takes out the entry it added.
 func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 	k := s.keys.Scope(rec.ScopeID)
 	content, deploy, full, err := rec.Published()
@@ -91,6 +96,10 @@ func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 	epoch, err := s.rdb.Get(ctx, s.keys.Epoch()).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return s.redisErr(ctx, err)
+	}
+	added, err := s.ScopeIndex(ctx, rec.ScopeID)
+	if err != nil {
+		return err
 	}
 	args := []any{rec.Version, epoch, rec.ChangedAt.UnixMilli(), len(content)}
 	for _, kv := range content {
@@ -111,7 +120,11 @@ func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 	// deleted at this version or a later one, which the store says too by now.
 	switch r.oneOf(0, "published", "newer", "deleted", "conflict") {
 	case "deleted":
-		return r.err()
+		if err := r.err(); err != nil || !added {
+			return err
+		}
+		_, err = s.ScopeUnindex(ctx, rec.ScopeID)
+		return err
 	case "conflict":
 		field, have := r.str(1), r.str(2)
 		if err := r.err(); err != nil {
@@ -121,13 +134,39 @@ func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 			"scope %q v%d is published already with %s %s, this one has %v: the replicas do not share one config store",
 			rec.ScopeID, rec.Version, field, have, valueOf(content, field)))
 	}
-	if err := r.err(); err != nil {
-		return err
+	return r.err()
+}
+
+// ScopeIndex adds scope to the global index, and reports whether it was missing.
+// Errors: STORE_UNAVAILABLE.
+func (s *Store) ScopeIndex(ctx context.Context, scope string) (bool, error) {
+	n, err := s.rdb.SAdd(ctx, s.keys.Scopes(), scope).Result()
+	if err != nil {
+		return false, s.redisErr(ctx, err)
 	}
-	if err := s.rdb.SAdd(ctx, s.keys.Scopes(), rec.ScopeID).Err(); err != nil {
-		return s.redisErr(ctx, err)
+	return n == 1, nil
+}
+
+// ScopeUnindex takes scope out of the global index unless its config hash has a
+// config (it is live, or deleted with pods left to drain): a publish that made it
+// live between the removal and the check put it back, and it goes back. It reports
+// whether the scope was in the index and is out of it now. Errors: STORE_UNAVAILABLE.
+func (s *Store) ScopeUnindex(ctx context.Context, scope string) (bool, error) {
+	index := s.keys.Scopes()
+	n, err := s.rdb.SRem(ctx, index, scope).Result()
+	if err != nil {
+		return false, s.redisErr(ctx, err)
 	}
-	return nil
+	served, err := s.rdb.HExists(ctx, s.keys.Scope(scope).Config, "config").Result()
+	if err != nil {
+		return false, s.redisErr(ctx, err)
+	}
+	if served {
+		if err := s.rdb.SAdd(ctx, index, scope).Err(); err != nil {
+			return false, s.redisErr(ctx, err)
+		}
+	}
+	return n == 1 && !served, nil
 }
 
 // valueOf is the value of field among content's pairs, or nil.
@@ -212,25 +251,13 @@ func (s *Store) ScopeForget(ctx context.Context, scope string) (bool, error) {
 	if err := r.err(); err != nil {
 		return false, err
 	}
-	index := s.keys.Scopes()
-	if err := s.rdb.SRem(ctx, index, scope).Err(); err != nil {
-		return true, s.redisErr(ctx, err)
-	}
 	if err := s.rdb.ZRem(ctx, s.keys.DueIndex(DueShard(scope)), scope).Err(); err != nil {
 		return true, s.redisErr(ctx, err)
 	}
-	// A publish that made the scope live again between the script and SRem added it
-	// to the index before SRem took it out: it goes back.
-	live, err := s.rdb.HExists(ctx, k.Config, "config").Result()
-	if err != nil {
-		return true, s.redisErr(ctx, err)
-	}
-	if live {
-		if err := s.rdb.SAdd(ctx, index, scope).Err(); err != nil {
-			return true, s.redisErr(ctx, err)
-		}
-	}
-	return true, nil
+	// A publish that made the scope live again since the script added it to the index
+	// first: it stays.
+	_, err = s.ScopeUnindex(ctx, scope)
+	return true, err
 }
 
 // ScopeIDs lists the published scopes.

@@ -3,6 +3,7 @@ package lua_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,6 +147,13 @@ func TestScopeDeleteAndForget(t *testing.T) {
 	if ids, err := e.store.ScopeIDs(ctx); err != nil || len(ids) != 0 {
 		t.Fatalf("index after forget: %v, %v", ids, err)
 	}
+	// A late publish of the deleted version, which indexes the scope before its
+	// script refuses it, takes the entry out again.
+	e.version--
+	e.publish(nil)
+	if ids, err := e.store.ScopeIDs(ctx); err != nil || len(ids) != 0 {
+		t.Fatalf("index after a late publish of the forgotten scope: %v, %v", ids, err)
+	}
 
 	e.publish(nil)
 	if rec, err := e.store.Scope(ctx, e.scope); err != nil || rec.Version != e.version {
@@ -206,5 +214,40 @@ func BenchmarkProbePeriod(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// The global index is written before the script, as asynq writes its global sets
+// first: a publish whose SADD fails (the Cluster node of wp:scopes down, a lost
+// connection) fails before the scope is routable. Before, the script ran first, and a
+// scope served but missing from wp:scopes had its pods deleted by the full pass as
+// "its scope has no config". The next publish indexes it and serves it.
+func TestScopePublishIndexesFirst(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	client := e.r.NewClient(t)
+	fail := testredis.FailCommands(1, testredis.Named("sadd", e.store.Keys().Scopes()))
+	client.AddHook(fail)
+	store := lua.NewStore(client, e.r.Prefix)
+	cfg := warmpool.DefaultScopeConfig()
+	if err := cfg.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	rec := lua.ScopeRecord{ScopeID: "s2", Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}
+	if err := store.ScopePublish(ctx, rec); err == nil || fail.Failed() != 1 {
+		t.Fatalf("publish whose index write failed: %v (%d failed), want an error", err, fail.Failed())
+	}
+	if _, err := store.Scope(ctx, "s2"); warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+		t.Fatalf("after a publish whose index write failed: %v, want the scope not served", err)
+	}
+	if err := store.ScopePublish(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Scope(ctx, "s2"); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := store.ScopeIDs(ctx); err != nil || !slices.Contains(ids, "s2") {
+		t.Fatalf("index %v, %v; want s2 in it", ids, err)
 	}
 }

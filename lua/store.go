@@ -26,6 +26,10 @@ type Store struct {
 	// sweepPeriod is the sweep's tick (SweepPeriod), part of a refill's lead time in
 	// the demand policy's target.
 	sweepPeriod time.Duration
+	// onDueFailure is told each failed due-index write (ObserveDueIndexFailures);
+	// dueRetries keeps those writes for RetryDueIndex.
+	onDueFailure func()
+	dueRetries   dueRetries
 }
 
 // DefaultSweepPeriod is the sweep tick the demand target assumes unless SweepPeriod
@@ -43,7 +47,8 @@ func (s *Store) SweepPeriod(d time.Duration) {
 
 // NewStore returns a Store over rdb with the given key prefix.
 func NewStore(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, keys: NewKeyspace(prefix), wait: readTimeout(rdb), onScript: func(string, time.Duration) {}, sweepPeriod: DefaultSweepPeriod}
+	return &Store{rdb: rdb, keys: NewKeyspace(prefix), wait: readTimeout(rdb), onScript: func(string, time.Duration) {},
+		onDueFailure: func() {}, sweepPeriod: DefaultSweepPeriod}
 }
 
 // ObserveScripts makes the store tell f how long each script call took, by script

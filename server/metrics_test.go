@@ -29,6 +29,7 @@ import (
 	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/harness/testserver"
 	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sweeper"
@@ -276,6 +277,30 @@ func TestSweeperMetrics(t *testing.T) {
 	}
 	if got := sample(t, g, "warmpool_pods", map[string]string{"scope": "sw", "state": "idle"}); got != 0 {
 		t.Errorf("idle pods after the reclaim: %v, want 0", got)
+	}
+}
+
+// TestDueIndexFailuresCounted counts a due-index write that failed after a script's
+// note (here the publish of a new scope, which makes it due at once) in
+// warmpool_due_index_write_failures_total, exported at 0 before.
+func TestDueIndexFailuresCounted(t *testing.T) {
+	t.Parallel()
+	var fail *testredis.Failing
+	e := mustEnv(t, func(c *server.Config) {
+		fail = testredis.FailCommands(1, testredis.Named("zadd", lua.NewKeyspace(c.Prefix).DueIndex(lua.DueShard("dx"))))
+		c.Redis.AddHook(fail)
+	})
+	g := e.srv.Metrics()
+	const name = "warmpool_due_index_write_failures_total"
+	if n, err := testutil.GatherAndCount(g, name); err != nil || n != 1 {
+		t.Fatalf("%s: %d series (%v), want 1 from the start", name, n, err)
+	}
+	e.putScope("dx", `{"pool":{"max_concurrency":2,"pod_concurrency":1}}`)
+	if fail.Failed() != 1 {
+		t.Fatalf("%d index writes failed, want the publish's", fail.Failed())
+	}
+	if got := sample(t, g, name, map[string]string{}); got != 1 {
+		t.Fatalf("%s = %v, want 1", name, got)
 	}
 }
 

@@ -93,7 +93,7 @@ type Config struct {
 	// deploy metrics; default "other".
 	DriverName string
 	// DeployPolicy, when set, holds every config PUT to the operator's rules (SPEC
-	// §11.1); cmd/warmpool builds it from the serve flags (k8s.Policy).
+	// §11.1); cmd/warmpool builds it from the serve flags (podpolicy.Policy).
 	DeployPolicy warmpool.DeployPolicy
 	InstanceID   string
 	// RedisCA is a PEM file of the authorities that sign the Redis server's TLS
@@ -313,6 +313,7 @@ func (s *Server) build(ctx context.Context) error {
 		return fmt.Errorf("--metrics-scope-detail: %w", err)
 	}
 	s.store.ObserveScripts(s.metrics.ObserveScript)
+	s.store.ObserveDueIndexFailures(s.metrics.ObserveDueIndexFailure)
 
 	// Pod driver.
 	if cfg.Driver != nil {

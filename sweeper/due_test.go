@@ -2,6 +2,7 @@ package sweeper_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/harness/replicatest"
 	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/lua"
@@ -262,4 +264,39 @@ func TestDueShardsSharedByReplicas(t *testing.T) {
 	}
 	h.expireLease(key)
 	replicatest.WaitFor(t, "the expired session to be evicted", func() bool { return len(h.Snap("a").Sessions) == 0 })
+}
+
+// A due-index write that failed (Redis out of reach for a moment, the Cluster node of
+// the shard down) is written again by the replica within a few ticks: Follow retries
+// the replica's failed writes every Interval. Before, the write was dropped and the
+// scope stayed indexed at its later time until the hourly audit: here, a session would
+// have outlived its TTL by an hour.
+func TestLostDueWriteIsRepairedWithinTicks(t *testing.T) {
+	const tick = 50 * time.Millisecond
+	h := newHarness(t, func(o *options) { o.sweep.Interval = tick })
+	ctx := t.Context()
+	h.Scope("a", 2, 1, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS, c.Pool.PodTTLS = 60, 3600 })
+	h.route("a", "s0")
+	if _, err := h.sm.End(ctx, "a", "s0"); err != nil {
+		t.Fatal(err)
+	}
+	h.sweepDue() // the scope is indexed an hour ahead, at its idle pod's pod_ttl_s
+	shard := lua.DueShard("a")
+	fail := testredis.FailCommands(-1, testredis.Named("zadd", h.Store.Keys().DueIndex(shard)))
+	h.client.AddHook(fail)
+	h.route("a", "s1")
+	fail.Stop()
+	if fail.Failed() == 0 {
+		t.Fatal("the route wrote no due note")
+	}
+	h.follow()
+	await.True(t, 20*tick+feedWithin, "the replica writes the failed index entry again", func() bool {
+		ids, err := h.Store.DueScopes(ctx, shard, h.Clock.Now().Add(61*time.Second), 10)
+		return err == nil && slices.Contains(ids, "a")
+	})
+	h.Clock.Advance(61 * time.Second)
+	h.sweepDue()
+	if s := h.Snap("a").Sessions; len(s) != 0 {
+		t.Fatalf("sessions %v after their expiry was due", s)
+	}
 }

@@ -16,17 +16,20 @@ import (
 const feedRetry = time.Second
 
 // Follow runs beside the jobs on every replica until ctx ends, and then returns
-// ctx.Err(). At the start it names every stored scope's namespace to a driver that
-// lists only the namespaces it knows of (warmpool.NamespaceWatcher), once. Then it
-// follows the config store's change feed (warmpool.ConfigFeed; a store without one is
-// left to the full pass): each scope written, by any replica, is checked against
-// Redis at once, so that a config stored and not published (the writer's publish
-// failed) is published, a scope deleted in the store and still live in Redis is
-// deleted, and the replica's probe period and namespace of the scope follow the
-// change. The full pass does the same over every scope as an audit: what it fixes
-// after the feed ran is counted (Config.OnFix) and should be nothing.
+// ctx.Err(). Every Interval it writes again the due-index entries whose write failed
+// on this replica (retryDueIndex). At the start it names every stored scope's
+// namespace to a driver that lists only the namespaces it knows of
+// (warmpool.NamespaceWatcher), once. Then it follows the config store's change feed
+// (warmpool.ConfigFeed; a store without one is left to the full pass): each scope
+// written, by any replica, is checked against Redis at once, so that a config stored
+// and not published (the writer's publish failed) is published, a scope deleted in the
+// store and still live in Redis is deleted, and the replica's probe period and
+// namespace of the scope follow the change. The full pass does the same over every
+// scope as an audit: what it fixes after the feed ran is counted (Config.OnFix) and
+// should be nothing.
 func (s *Sweeper) Follow(ctx context.Context) error {
 	var wg sync.WaitGroup
+	wg.Go(func() { s.retryDueIndex(ctx) })
 	if _, ok := s.driver.(warmpool.NamespaceWatcher); ok {
 		wg.Go(func() { s.nameNamespaces(ctx) })
 	}
@@ -97,6 +100,10 @@ func (s *Sweeper) applyChange(ctx context.Context, c warmpool.ConfigChange) erro
 	rec, err := s.store.Scope(ctx, c.ScopeID)
 	switch {
 	case err == nil && rec.Version >= c.Version:
+		// Published: by the writer, whose index write may have failed after.
+		if err := s.indexServed(ctx, c.ScopeID); err != nil {
+			return err
+		}
 		return s.scopeSeen(ctx, c.ScopeID, rec.Config)
 	case err != nil && warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound:
 		return err
@@ -115,6 +122,17 @@ func (s *Sweeper) applyChange(ctx context.Context, c warmpool.ConfigChange) erro
 		s.cfg.Observe("config_feed", "published")
 	}
 	return s.scopeSeen(ctx, stored.ScopeID, stored.Config)
+}
+
+// indexServed puts a scope Redis serves into the global index, which should have it
+// already: one it lacked is counted (config_feed, indexed_scope).
+func (s *Sweeper) indexServed(ctx context.Context, scope string) error {
+	added, err := s.store.ScopeIndex(ctx, scope)
+	if added {
+		s.log.InfoContext(ctx, "config feed indexed a served scope the index lacked", "scope", scope)
+		s.cfg.Observe("config_feed", "indexed_scope")
+	}
+	return err
 }
 
 // scopeSeen takes a scope's config as Redis serves it: its probe period for the

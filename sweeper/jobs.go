@@ -291,6 +291,27 @@ func (s *Sweeper) sweepScope(ctx context.Context, scope string, now time.Time) e
 	return err
 }
 
+// retryDueIndex writes again, every Interval until ctx ends, the due-index entries
+// whose write after a script's due note failed on this replica
+// (lua.Store.RetryDueIndex): each replica remembers its own, so each retries them,
+// whoever holds the due jobs' leases. A lost write is so repaired a tick after Redis
+// answers again, not by the full pass an hour later; only a replica that dies between
+// a script and its write leaves the entry to the full pass.
+func (s *Sweeper) retryDueIndex(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.store.RetryDueIndex(ctx); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "due index: writes that failed are not written yet; trying again next tick", "err", err)
+		}
+	}
+}
+
 // Reindex computes every scope's due time again from its state and indexes it: the
 // safety net of the due index, which a replica that died between a script and its
 // index write leaves behind.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/warmpool/warmpool"
@@ -51,11 +50,11 @@ func (s *Sweeper) watchNamespaces(ctx context.Context, stored []warmpool.StoredC
 
 // Reconcile makes Redis agree with the config store and the driver, the ground truths
 // for configs and pods: a Redis that lost its data is rebuilt; a scope whose stored
-// config is newer than the published one (or missing) is published again; labelled
-// pods Redis does not know are adopted (ready, of the current version, within
-// max_pods) or deleted; pods Redis knows but the driver lacks are purged; expired
-// leases, room entries, claims and waiters go; and every derived count is recomputed
-// from the sessions and claims. It runs flat out; the job paces it.
+// config is newer than the published one (or missing) is published again, and a
+// served scope the global index lacks is indexed again; labelled pods Redis does not
+// know are adopted (ready, of the current version, within max_pods) or deleted; pods
+// Redis knows but the driver lacks are purged; expired leases, room entries, claims
+// and waiters go; and every derived count is recomputed from the sessions and claims. It runs flat out; the job paces it.
 func (s *Sweeper) Reconcile(ctx context.Context) error { return s.reconcile(ctx, nil) }
 
 func (s *Sweeper) reconcile(ctx context.Context, p *pacer) error {
@@ -83,65 +82,108 @@ func (s *Sweeper) reconcile(ctx context.Context, p *pacer) error {
 	if err != nil {
 		return err
 	}
-	listed, err := s.listPods(ctx)
+	v, err := s.listView(ctx, s.listPods)
 	if err != nil {
-		return fmt.Errorf("reconcile: list pods: %w", err)
+		return fmt.Errorf("reconcile: %w", err)
 	}
-	now := s.clock.Now()
-	inDriver := map[string]bool{}
-	byScope := map[string][]warmpool.Pod{}
-	for _, p := range listed {
-		inDriver[p.ID] = true
-		byScope[p.ScopeID] = append(byScope[p.ScopeID], p)
-	}
-	published := map[string]bool{}
+	visited := map[string]bool{}
 	err = s.forScopes(ctx, p, func(scope string) error {
-		published[scope] = true
-		rec, snap, err := s.pool(ctx, scope)
-		if err != nil {
-			return err
-		}
-		known := map[string]bool{}
-		for _, p := range snap.Pods {
-			known[p.Pod.ID] = true
-		}
-		var maxFence int64
-		for _, p := range byScope[scope] {
-			maxFence = max(maxFence, p.Fence)
-			if known[p.ID] || inFlight(snap, p.Fence, now) {
-				continue
-			}
-			s.orphan(ctx, rec, p, now, lost[scope])
-		}
-		if maxFence > 0 {
-			if err := s.store.FenceRaise(ctx, scope, maxFence); err != nil {
-				return err
-			}
-		}
-		for _, p := range snap.Pods {
-			if !inDriver[p.Pod.ID] && now.Sub(p.RegisteredAt) >= s.cfg.GhostGrace {
-				s.bury(ctx, scope, p.Pod, "gone from the driver", "purged_ghost")
-			}
-		}
-		return nil
+		visited[scope] = true
+		return s.reconcileScope(ctx, v, scope, true, lost[scope])
 	})
 	if rerr := s.repair(ctx, p); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
 	// A scope published while the keyspace was being rebuilt gets its epoch now.
-	if _, berr := s.store.Bootstrap(ctx, strconv.FormatInt(now.UnixNano(), 36)); berr != nil {
+	if _, berr := s.store.Bootstrap(ctx, strconv.FormatInt(s.clock.Now().UnixNano(), 36)); berr != nil {
 		err = errors.Join(err, berr)
 	}
-	// Pods of scopes that no longer exist anywhere are deleted.
-	for scope, pods := range byScope {
-		if published[scope] {
+	// The pods of scopes the index does not name: whether their scope has a config
+	// is for its config hash to say, not the index.
+	for _, scope := range v.scopes() {
+		if visited[scope] {
 			continue
 		}
-		for _, p := range pods {
-			if now.Sub(time.UnixMilli(p.CreatedAt)) >= s.cfg.OrphanGrace {
-				s.deleteOrphan(ctx, p, "its scope has no config")
-			}
+		if serr := p.step(ctx); serr != nil {
+			return errors.Join(err, serr)
 		}
+		if verr := s.reconcileScope(ctx, v, scope, false, lost[scope]); verr != nil {
+			err = errors.Join(err, fmt.Errorf("%s: %w", scope, verr))
+		}
+	}
+	return err
+}
+
+// reconcileScope makes a scope's pool agree with the driver's pods of it in v (listed
+// again first when v is too old to adopt from): a pod Redis does not know is adopted
+// or deleted (judgeOrphan), a pod Redis has that the list lacks is purged past
+// GhostGrace. A scope with no config in Redis (the stored ones were published again
+// first) has its pods deleted past OrphanGrace, and leaves the index; a served scope
+// the index lacks (a lost write) goes back in. indexed: the scope was found in the
+// index.
+func (s *Sweeper) reconcileScope(ctx context.Context, v *podView, scope string, indexed, lost bool) error {
+	if err := s.freshen(ctx, v); err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	pods := v.byScope[scope]
+	rec, snap, err := s.pool(ctx, scope)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+		return s.noConfig(ctx, scope, indexed, pods, v.at)
+	}
+	if err != nil {
+		return err
+	}
+	if !indexed {
+		if err := s.index(ctx, scope); err != nil {
+			return err
+		}
+	}
+	var maxFence int64
+	for _, p := range pods {
+		maxFence = max(maxFence, p.Fence)
+		s.judgeOrphan(ctx, rec, snap, p, v.at, lost)
+	}
+	if maxFence > 0 {
+		if err := s.store.FenceRaise(ctx, scope, maxFence); err != nil {
+			return err
+		}
+	}
+	for _, p := range snap.Pods {
+		if !v.listed[p.Pod.ID] && v.at.Sub(p.RegisteredAt) >= s.cfg.GhostGrace {
+			s.bury(ctx, scope, p.Pod, "gone from the driver", "purged_ghost")
+		}
+	}
+	return nil
+}
+
+// noConfig handles a scope whose config hash has no config (never published, lost
+// with its node and in no config store, or deleted and forgotten): its pods are
+// deleted past OrphanGrace, and an index entry of it (a publish that failed after
+// its index write) goes.
+func (s *Sweeper) noConfig(ctx context.Context, scope string, indexed bool, pods []warmpool.Pod, now time.Time) error {
+	for _, p := range pods {
+		if now.Sub(time.UnixMilli(p.CreatedAt)) >= s.cfg.OrphanGrace {
+			s.deleteOrphan(ctx, p, "its scope has no config")
+		}
+	}
+	if !indexed {
+		return nil
+	}
+	out, err := s.store.ScopeUnindex(ctx, scope)
+	if out {
+		s.log.InfoContext(ctx, "reconcile took a scope without config out of the index", "scope", scope)
+		s.fixed(ctx, "unindexed_scope")
+	}
+	return err
+}
+
+// index puts a scope Redis serves back into the global index, which lost it (its
+// publish's index write failed, or its node restarted empty).
+func (s *Sweeper) index(ctx context.Context, scope string) error {
+	added, err := s.store.ScopeIndex(ctx, scope)
+	if added {
+		s.log.InfoContext(ctx, "a served scope was missing from the index: indexed again", "scope", scope, "job", jobName(ctx))
+		s.fixed(ctx, "indexed_scope")
 	}
 	return err
 }
@@ -175,87 +217,25 @@ func (s *Sweeper) repair(ctx context.Context, p *pacer) error {
 	})
 }
 
-// inFlight reports whether a deploy lease with this fence is live: its pod is about
-// to be registered by its leader. A lease past its deadline is dead (the register
-// script refuses it), even before a repair removes it.
-func inFlight(snap lua.Snapshot, fence int64, now time.Time) bool {
-	for d, deadline := range snap.Deploys {
-		if strings.TrimSuffix(d, "w") == strconv.FormatInt(fence, 10) && deadline.After(now) {
-			return true
-		}
-	}
-	return false
-}
-
-// What orphan did with a pod.
-type orphanOutcome int
-
-const (
-	orphanLeft    orphanOutcome = iota // left alone: within its grace, or a call failed
-	orphanDeleted                      // deleted from the driver
-	orphanAdopted                      // registered in Redis (adopted now, or known already)
-)
-
-// orphan adopts or deletes a pod the driver has and Redis does not know. Such a pod had
-// no session through warmpool (Redis binds sessions only to pods it knows, and forgets
-// a pod's sessions with it), unless its scope's keys were lost (lost): then it may
-// serve sessions Redis no longer has, and takes no new one until they have expired.
-func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Pod, now time.Time, lost bool) orphanOutcome {
-	switch {
-	case p.Dead != "":
-		return s.deleteOrphan(ctx, p, "dead: "+p.Dead)
-	case rec.Deleted:
-		return s.deleteOrphan(ctx, p, "its scope is deleted")
-	case !p.Ready:
-		if now.Sub(time.UnixMilli(p.CreatedAt)) >= s.cfg.OrphanGrace {
-			return s.deleteOrphan(ctx, p, "never became ready")
-		}
-		return orphanLeft
-	case p.DeployVer != rec.DeployVer:
-		return s.deleteOrphan(ctx, p, "old deploy_ver "+p.DeployVer)
-	case p.SSEURL == "":
-		return s.deleteOrphan(ctx, p, "no SSE address to adopt it with")
-	}
-	st, err := s.store.PodAdopt(ctx, p, now, lost)
-	switch {
-	case err != nil:
-		s.log.WarnContext(ctx, "orphan: adopt failed", "pod", p.ID, "err", err)
-	case st == lua.AdoptFull:
-		return s.deleteOrphan(ctx, p, "no room under max_pods")
-	case st == lua.AdoptGone:
-		// Purged lately by a job that deletes it (or failed to): it stays gone.
-		return s.deleteOrphan(ctx, p, "purged")
-	case st == lua.AdoptAdopted:
-		s.log.InfoContext(ctx, "adopted an orphan pod", "scope", p.ScopeID, "pod", p.ID, "job", jobName(ctx))
-		s.fixed(ctx, "adopted")
-		s.sessions.Wake(ctx, p.ScopeID)
-		return orphanAdopted
-	case st == lua.AdoptKnown:
-		return orphanAdopted // registered meanwhile by its deploy
-	}
-	return orphanLeft
-}
-
-func (s *Sweeper) deleteOrphan(ctx context.Context, p warmpool.Pod, reason string) orphanOutcome {
-	if err := s.driver.Delete(ctx, p); err != nil {
-		s.log.WarnContext(ctx, "orphan pod not deleted", "pod", p.ID, "err", err)
-		return orphanLeft
-	}
-	s.log.InfoContext(ctx, "deleted an orphan pod", "scope", p.ScopeID, "pod", p.ID, "reason", reason, "job", jobName(ctx))
-	s.fixed(ctx, "deleted_orphan")
-	return orphanDeleted
-}
-
 // republishStale makes Redis serve the latest stored config of every scope: a stored
-// scope that Redis does not have, or has at an older version, is published again. A
-// config PUT whose publish failed (answered STORE_UNAVAILABLE after it was stored) is
-// served from the next reconcile on, not only after a manual sync. It returns the
-// scopes Redis did not have: all of a scope's keys share one slot, so a scope whose
-// config is missing lost its sessions too (a Cluster node restarted empty).
+// scope that Redis does not have, or has at an older version, is published again; one
+// it serves that the global index lacks is indexed again. A config PUT whose publish
+// failed (answered STORE_UNAVAILABLE after it was stored) is served from the next
+// reconcile on, not only after a manual sync. It returns the scopes Redis did not
+// have: all of a scope's keys share one slot, so a scope whose config is missing lost
+// its sessions too (a Cluster node restarted empty).
 func (s *Sweeper) republishStale(ctx context.Context, p *pacer) (lost map[string]bool, err error) {
 	all, err := s.configs.List(ctx)
 	if err != nil {
 		return nil, err
+	}
+	ids, err := s.store.ScopeIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	indexed := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		indexed[id] = true
 	}
 	lost = map[string]bool{}
 	for _, c := range all {
@@ -268,12 +248,17 @@ func (s *Sweeper) republishStale(ctx context.Context, p *pacer) (lost map[string
 			lost[c.ScopeID] = true
 		case err != nil:
 			return nil, err
-		case rec.Version > c.Version:
-			continue
-		case rec.Version == c.Version:
-			// The watch's probe period of the scope, in case a change of the feed was
-			// missed (no replica followed it then).
-			s.watch.setPeriod(c.ScopeID, time.Duration(c.Config.Pool.ProbePeriodS)*time.Second)
+		case rec.Version >= c.Version:
+			if !indexed[c.ScopeID] {
+				if err := s.index(ctx, c.ScopeID); err != nil {
+					return nil, err
+				}
+			}
+			if rec.Version == c.Version {
+				// The watch's probe period of the scope, in case a change of the feed
+				// was missed (no replica followed it then).
+				s.watch.setPeriod(c.ScopeID, time.Duration(c.Config.Pool.ProbePeriodS)*time.Second)
+			}
 			continue
 		}
 		if err := s.publish(ctx, c); err != nil {
@@ -283,21 +268,17 @@ func (s *Sweeper) republishStale(ctx context.Context, p *pacer) (lost map[string
 		s.log.InfoContext(ctx, "reconcile published a scope's stored config", "scope", c.ScopeID, "version", c.Version)
 		s.fixed(ctx, "republished")
 	}
-	return lost, s.deleteStale(ctx, p, all)
+	return lost, s.deleteStale(ctx, p, all, ids)
 }
 
 // deleteStale deletes in Redis the scopes that the config store has deleted and Redis
 // still serves (a delete that was stored and then failed to reach Redis). stored is
-// the store's list of live scopes; a scope Redis has that the store never had is left
-// alone.
-func (s *Sweeper) deleteStale(ctx context.Context, p *pacer, stored []warmpool.StoredConfig) error {
+// the store's list of live scopes, ids the global index; a scope Redis has that the
+// store never had is left alone.
+func (s *Sweeper) deleteStale(ctx context.Context, p *pacer, stored []warmpool.StoredConfig, ids []string) error {
 	live := map[string]bool{}
 	for _, c := range stored {
 		live[c.ScopeID] = true
-	}
-	ids, err := s.store.ScopeIDs(ctx)
-	if err != nil {
-		return err
 	}
 	sort.Strings(ids)
 	for _, id := range ids {

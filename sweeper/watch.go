@@ -112,36 +112,6 @@ func (w *watchState) listedPods(shard int, cur map[string]warmpool.Pod) {
 	}
 }
 
-// unverifiedBefore returns the pods of a shard the driver reported and Redis was not
-// yet seen to know, created before t (past their orphan grace).
-func (w *watchState) unverifiedBefore(shard int, t time.Time) []warmpool.Pod {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []warmpool.Pod
-	for _, p := range w.unverified[shard] {
-		if time.UnixMilli(p.CreatedAt).Before(t) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// settle forgets an unverified pod that was looked up (unless an event changed it
-// meanwhile: the next run looks at it again), and remembers it as registered when
-// registered is set and it is not gone meanwhile.
-func (w *watchState) settle(shard int, p warmpool.Pod, registered bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	cur, ok := w.unverified[shard][p.ID]
-	if !ok || cur != p {
-		return
-	}
-	delete(w.unverified[shard], p.ID)
-	if registered {
-		w.verified[shard][p.ID] = true
-	}
-}
-
 // deaths returns the pods of a shard to bury if Redis knows them: those the driver
 // reported, those listed dead that were not at the last run, and those listed then
 // and gone now. It remembers cur for the next run.
@@ -238,13 +208,13 @@ func (w *watchState) retry(shard int, pods []warmpool.Pod) {
 // Watch runs the watch of every shard once, on a fresh list of the driver's pods (the
 // jobs run it shard by shard, WatchShard).
 func (s *Sweeper) Watch(ctx context.Context) error {
-	listed, err := s.watchList(ctx, true)
+	listed, at, err := s.watchList(ctx, true)
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for shard := range lua.DueShards {
-		errs = append(errs, s.watchShard(ctx, shard, listed[shard]))
+		errs = append(errs, s.watchShard(ctx, shard, listed[shard], at))
 	}
 	return errors.Join(errs...)
 }
@@ -257,16 +227,16 @@ func (s *Sweeper) Watch(ctx context.Context) error {
 // a scope's pool only for an orphan: the driver's list says which pods there are, and
 // a pod Redis has that the driver never listed is the full pass's (Reconcile) to purge.
 func (s *Sweeper) WatchShard(ctx context.Context, shard int) error {
-	listed, err := s.watchList(ctx, false)
+	listed, at, err := s.watchList(ctx, false)
 	if err != nil {
 		return err
 	}
-	return s.watchShard(ctx, shard, listed[shard])
+	return s.watchShard(ctx, shard, listed[shard], at)
 }
 
-// watchList returns the driver's pods by shard: the list the shards' jobs of one
-// watch interval share, unless fresh.
-func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([lua.DueShards][]warmpool.Pod, error) {
+// watchList returns the driver's pods by shard and when they were listed: the list
+// the shards' jobs of one watch interval (at most maxViewAge) share, unless fresh.
+func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([lua.DueShards][]warmpool.Pod, time.Time, error) {
 	w := s.watch
 	w.listMu.Lock()
 	defer w.listMu.Unlock()
@@ -274,23 +244,24 @@ func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([lua.DueShards][]w
 	w.mu.Lock()
 	list, listAt, gen := w.list, w.listAt, w.deathsSeen
 	w.mu.Unlock()
-	if fresh || listAt.IsZero() || now.Sub(listAt) >= s.cfg.Watch || now.Before(listAt) {
+	if fresh || listAt.IsZero() || now.Sub(listAt) >= min(s.cfg.Watch, s.maxViewAge()) || now.Before(listAt) {
 		all, err := s.driver.List(ctx)
 		if err != nil {
-			return [lua.DueShards][]warmpool.Pod{}, fmt.Errorf("watch: list pods: %w", err)
+			return [lua.DueShards][]warmpool.Pod{}, time.Time{}, fmt.Errorf("watch: list pods: %w", err)
 		}
 		list = [lua.DueShards][]warmpool.Pod{}
 		for _, p := range all {
 			shard := lua.DueShard(p.ScopeID)
 			list[shard] = append(list[shard], p)
 		}
+		listAt = now
 		w.mu.Lock()
 		if w.deathsSeen == gen {
 			w.list, w.listAt = list, now
 		}
 		w.mu.Unlock()
 	}
-	return list, nil
+	return list, listAt, nil
 }
 
 // readPeriods reads from Redis the probe periods of the scopes of listed whose pods the
@@ -310,7 +281,7 @@ func (s *Sweeper) readPeriods(ctx context.Context, listed []warmpool.Pod) {
 	s.watch.addPeriods(unknown, read)
 }
 
-func (s *Sweeper) watchShard(ctx context.Context, shard int, listed []warmpool.Pod) error {
+func (s *Sweeper) watchShard(ctx context.Context, shard int, listed []warmpool.Pod, listedAt time.Time) error {
 	cur := make(map[string]warmpool.Pod, len(listed))
 	for _, p := range listed {
 		cur[p.ID] = p
@@ -326,82 +297,8 @@ func (s *Sweeper) watchShard(ctx context.Context, shard int, listed []warmpool.P
 	s.watch.retry(shard, failed)
 	s.watch.listedPods(shard, cur)
 	s.readPeriods(ctx, listed)
-	errs = append(errs, s.watchOrphans(ctx, shard, cur))
+	errs = append(errs, s.watchOrphans(ctx, shard, cur, listedAt))
 	return errors.Join(append(errs, s.probeShard(ctx, shard, cur))...)
-}
-
-// watchOrphans looks up, one PodKnown each, the pods of a shard that the driver
-// reported and that were not yet found registered, once their orphan grace has
-// passed, as cur (the shard's share of the watch's list, at most a watch interval
-// old: no list of its own, so a replica that deploys all the time lists no more often
-// than one that does not) has them; a pod no longer listed is forgotten. A pod Redis
-// does not know whose deploy lease is dead (its leader crashed half-way, or gave up
-// and failed to delete it) is adopted or deleted as the full pass would (orphan); one
-// that another replica deleted since the list is deleted again, which the driver takes
-// as done. Nothing is judged while the keyspace has no epoch (a rebuild from the
-// driver is due), and a pod of a scope Redis does not have is left to the full pass,
-// which republishes the stored configs first.
-func (s *Sweeper) watchOrphans(ctx context.Context, shard int, cur map[string]warmpool.Pod) error {
-	now := s.clock.Now()
-	due := s.watch.unverifiedBefore(shard, now.Add(-s.cfg.OrphanGrace))
-	if len(due) == 0 {
-		return nil
-	}
-	live, err := s.store.EpochLive(ctx)
-	if err != nil || !live {
-		return err
-	}
-	var errs []error
-	for _, p := range due {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		lp, ok := cur[p.ID]
-		if !ok {
-			s.watch.settle(shard, p, false) // gone meanwhile
-			continue
-		}
-		settled, registered, err := s.eventOrphan(ctx, lp, now)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("orphan %s: %w", p.ID, err))
-		}
-		if settled {
-			s.watch.settle(shard, p, registered)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// eventOrphan looks up a pod the driver reported: settled when nothing is left to do
-// for it (registered or adopted: registered; deleted; of a scope Redis lacks), not
-// while its deploy is in flight or its delete or adoption failed.
-func (s *Sweeper) eventOrphan(ctx context.Context, p warmpool.Pod, now time.Time) (settled, registered bool, err error) {
-	known, err := s.store.PodKnown(ctx, p.ScopeID, p.ID)
-	if err != nil || known {
-		return known, known, err
-	}
-	rec, snap, err := s.pool(ctx, p.ScopeID)
-	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
-		return true, false, nil
-	}
-	if err != nil {
-		return false, false, err
-	}
-	for _, r := range snap.Pods {
-		if r.Pod.ID == p.ID {
-			return true, true, nil // registered meanwhile
-		}
-	}
-	if inFlight(snap, p.Fence, now) {
-		return false, false, nil
-	}
-	switch s.orphan(ctx, rec, p, now, false) {
-	case orphanAdopted:
-		return true, true, nil
-	case orphanDeleted:
-		return true, false, nil
-	}
-	return false, false, nil
 }
 
 // buryDead buries a pod the driver reports dead or gone, if Redis knows it: other pods

@@ -137,15 +137,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := pickDriver(&cfg, &o); err != nil {
 		return err
 	}
-	namespace := ""
-	if f := fs.Lookup("namespace"); f != nil {
-		namespace = f.Value.String()
-	}
-	policy, err := o.policy.build(namespace)
-	if err != nil {
-		return usageError("serve: " + err.Error())
-	}
-	cfg.DeployPolicy = policy
 	log, err := newLogger(stderr, o.logLevel, o.logFormat, cfg.Dev)
 	if err != nil {
 		return err
@@ -194,7 +185,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 // pickDriver sets the driver of cfg: the one --driver names, else with --dev the
 // local one. Without either serve refuses to start rather than run local processes on
-// a host meant for a cluster.
+// a host meant for a cluster. It also sets the deploy policy, which renders a scope's
+// pod in the namespace the driver's Factory names.
 func pickDriver(cfg *server.Config, o *serveOptions) error {
 	name := o.driver
 	if name == "" {
@@ -207,7 +199,11 @@ func pickDriver(cfg *server.Config, o *serveOptions) error {
 	if err != nil {
 		return usageError("serve: " + err.Error())
 	}
-	cfg.DriverName, cfg.NewDriver = name, f.New
+	policy, err := o.policy.build(f)
+	if err != nil {
+		return usageError("serve: " + err.Error())
+	}
+	cfg.DriverName, cfg.NewDriver, cfg.DeployPolicy = name, f.New, policy
 	return nil
 }
 

@@ -30,8 +30,8 @@ import (
 	"github.com/warmpool/warmpool/internal/invariant"
 	"github.com/warmpool/warmpool/internal/syncbuf"
 	"github.com/warmpool/warmpool/internal/testredis"
-	"github.com/warmpool/warmpool/k8s"
 	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/podpolicy"
 )
 
 const (
@@ -392,7 +392,7 @@ type podWatch struct {
 
 func watchPods(ns, scope string) *podWatch {
 	w := &podWatch{halt: make(chan struct{}), done: make(chan struct{}), names: map[string]bool{}}
-	sel := warmpool.LabelScope + "=" + k8s.ScopeLabelValue(scope)
+	sel := warmpool.LabelScope + "=" + podpolicy.ScopeLabelValue(scope)
 	go func() {
 		defer close(w.done)
 		for {
@@ -454,7 +454,7 @@ func (w *podWatch) stop() (most, lists int) {
 // orphans compares the API server's pods of a scope (terminating ones included) with
 // Redis's: each must be the other's, Ready, and no more than maxPods.
 func orphans(ctx context.Context, ns, scope string, snap lua.Snapshot, maxPods int) []string {
-	l, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: warmpool.LabelScope + "=" + k8s.ScopeLabelValue(scope)})
+	l, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: warmpool.LabelScope + "=" + podpolicy.ScopeLabelValue(scope)})
 	if err != nil {
 		return []string{"list pods: " + err.Error()}
 	}

@@ -40,6 +40,7 @@ import (
 	"github.com/warmpool/warmpool/driver/drivertest"
 	"github.com/warmpool/warmpool/internal/manifests"
 	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/podpolicy"
 )
 
 // holdAnnotation keeps kwok from making a pod Running (scripts/k8s-up.sh stage knob), so
@@ -126,7 +127,7 @@ func startShim(ctx context.Context, cs kubernetes.Interface) *kubeletShim {
 }
 
 func shimAddr(p *corev1.Pod) string {
-	port := p.Annotations[k8s.AnnotationPort]
+	port := p.Annotations[podpolicy.AnnotationPort]
 	if port == "" {
 		return ""
 	}
@@ -151,7 +152,7 @@ func (s *kubeletShim) serve(p *corev1.Pod) {
 		fmt.Fprintf(os.Stderr, "kubelet shim: listen %s for %s: %v\n", addr, p.Name, err)
 		return
 	}
-	name, health, sse := p.Name, p.Annotations[k8s.AnnotationHealthPath], p.Annotations[k8s.AnnotationSSEPath]
+	name, health, sse := p.Name, p.Annotations[podpolicy.AnnotationHealthPath], p.Annotations[podpolicy.AnnotationSSEPath]
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+health, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET "+sse, func(w http.ResponseWriter, r *http.Request) {
@@ -554,7 +555,7 @@ func testPodObject(t *testing.T, cs kubernetes.Interface, ns string) {
 	}
 
 	kp := mustGetPod(t, ns, pod.ID)
-	if kp.Annotations[k8s.AnnotationScopeID] != req.ScopeID || kp.Annotations[k8s.AnnotationPort] != "8080" || kp.Annotations[k8s.AnnotationSSEPath] != "/sse" {
+	if kp.Annotations[podpolicy.AnnotationScopeID] != req.ScopeID || kp.Annotations[podpolicy.AnnotationPort] != "8080" || kp.Annotations[podpolicy.AnnotationSSEPath] != "/sse" {
 		t.Errorf("annotations %v", kp.Annotations)
 	}
 	c := kp.Spec.Containers[0]

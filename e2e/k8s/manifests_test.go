@@ -7,11 +7,13 @@ import (
 	"context"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,10 +21,13 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/manifests"
+	"github.com/warmpool/warmpool/podpolicy"
 )
 
 // warnings collects the warnings the API server sends, such as Pod Security
@@ -46,21 +51,37 @@ func (w *warnings) take() []string {
 	return out
 }
 
-// TestManifestsDryRun: what deploy/overlays/example renders passes the real
-// kube-apiserver's schema validation and admission without creating anything, the way
-// `kubectl apply --dry-run=server -k` checks it: every object is applied with
-// dryRun=All, after the overlay's namespace is created for real (a namespaced object
-// cannot be checked in a namespace that does not exist). The namespace asks for Pod
-// Security warnings at the restricted level, so the Deployment's pod template must
-// draw none.
-func TestManifestsDryRun(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	_, file, _, _ := runtime.Caller(0)
-	out, err := manifests.Render(ctx, filepath.Join(filepath.Dir(file), "..", "..", "deploy", "overlays", "example"))
+// rig applies objects on the rig's API server as `kubectl apply --dry-run=server`
+// does, collecting the warnings it sends.
+type rig struct {
+	t      *testing.T
+	ctx    context.Context
+	dyn    dynamic.Interface
+	cs     kubernetes.Interface
+	mapper meta.RESTMapper
+	warn   *warnings
+}
+
+func newRig(t *testing.T, ctx context.Context) *rig {
+	t.Helper()
+	warn := &warnings{}
+	cfg := rest.CopyConfig(adminCfg)
+	cfg.WarningHandler = warn
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{t: t, ctx: ctx, dyn: dyn, cs: cs, warn: warn,
+		mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(admin.Discovery()))}
+}
+
+// objects decodes rendered YAML into unstructured objects.
+func objects(t *testing.T, out []byte) []*unstructured.Unstructured {
+	t.Helper()
 	docs, err := manifests.Documents(out)
 	if err != nil {
 		t.Fatal(err)
@@ -73,48 +94,49 @@ func TestManifestsDryRun(t *testing.T) {
 		}
 		objs = append(objs, u)
 	}
+	return objs
+}
 
-	warn := &warnings{}
-	cfg := rest.CopyConfig(adminCfg)
-	cfg.WarningHandler = warn
-	dyn, err := dynamic.NewForConfig(cfg)
+func (r *rig) resource(u *unstructured.Unstructured) dynamic.ResourceInterface {
+	r.t.Helper()
+	gvk := u.GroupVersionKind()
+	m, err := r.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		t.Fatal(err)
+		r.t.Fatalf("%s: %v", gvk, err)
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(admin.Discovery()))
-	resource := func(u *unstructured.Unstructured) dynamic.ResourceInterface {
-		t.Helper()
-		gvk := u.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Fatalf("%s: %v", gvk, err)
-		}
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			return dyn.Resource(m.Resource).Namespace(u.GetNamespace())
-		}
-		return dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		return r.dyn.Resource(m.Resource).Namespace(u.GetNamespace())
 	}
-	apply := func(u *unstructured.Unstructured, dryRun bool) error {
-		opts := metav1.ApplyOptions{FieldManager: "warmpool-e2e", Force: true}
-		if dryRun {
-			opts.DryRun = []string{metav1.DryRunAll}
-		}
-		_, err := resource(u).Apply(ctx, u.GetName(), u, opts)
-		return err
-	}
+	return r.dyn.Resource(m.Resource)
+}
 
-	// The namespace first, for real.
-	var ns string
+func (r *rig) apply(u *unstructured.Unstructured, dryRun bool) error {
+	opts := metav1.ApplyOptions{FieldManager: "warmpool-e2e", Force: true}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	_, err := r.resource(u).Apply(r.ctx, u.GetName(), u, opts)
+	return err
+}
+
+// dryRun creates the namespaces of objs and those of extra for real (a namespaced
+// object cannot be checked in a namespace that does not exist), then applies every
+// other object with dryRun=All, failing the test on any refusal or warning, and
+// checks that the dry run created none of them. It answers the kinds applied.
+func (r *rig) dryRun(objs []*unstructured.Unstructured, extra ...string) map[string]bool {
+	t := r.t
+	t.Helper()
+	for _, name := range extra {
+		if _, err := admin.CoreV1().Namespaces().Create(r.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create namespace %s: %v", name, err)
+		}
+	}
 	for _, u := range objs {
 		if u.GetKind() == "Namespace" {
-			ns = u.GetName()
-			if err := apply(u, false); err != nil {
-				t.Fatalf("create namespace %s: %v", ns, err)
+			if err := r.apply(u, false); err != nil {
+				t.Fatalf("create namespace %s: %v", u.GetName(), err)
 			}
 		}
-	}
-	if ns == "" {
-		t.Fatal("the overlay renders no Namespace")
 	}
 	kinds := map[string]bool{}
 	for _, u := range objs {
@@ -122,26 +144,48 @@ func TestManifestsDryRun(t *testing.T) {
 			continue
 		}
 		kinds[u.GetKind()] = true
-		if err := apply(u, true); err != nil {
-			t.Errorf("dry-run apply of %s %s: %v", u.GetKind(), u.GetName(), err)
+		if err := r.apply(u, true); err != nil {
+			t.Errorf("dry-run apply of %s %s/%s: %v", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 		}
-		for _, w := range warn.take() {
+		for _, w := range r.warn.take() {
 			t.Errorf("%s %s: the API server warns: %s", u.GetKind(), u.GetName(), w)
 		}
 	}
-	for _, kind := range []string{"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service", "PodDisruptionBudget"} {
-		if !kinds[kind] {
-			t.Errorf("the overlay renders no %s", kind)
-		}
-	}
-
-	// A dry run creates nothing.
 	for _, u := range objs {
 		if u.GetKind() == "Namespace" {
 			continue
 		}
-		if _, err := resource(u).Get(ctx, u.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := r.resource(u).Get(r.ctx, u.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("%s %s exists after the dry run (%v)", u.GetKind(), u.GetName(), err)
+		}
+	}
+	return kinds
+}
+
+// deployKinds are the kinds of deploy/base, which the overlay and the chart render
+// besides their namespaces.
+var deployKinds = []string{"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"}
+
+// TestManifestsDryRun: what deploy/overlays/example renders passes the real
+// kube-apiserver's schema validation and admission without creating anything, the way
+// `kubectl apply --dry-run=server -k` checks it, after its namespaces are created for
+// real. The namespaces ask for Pod Security warnings at the restricted level, so the
+// Deployment's pod template must draw none; the agents' namespace enforces that
+// level, and admits the agent pod warmpool renders.
+func TestManifestsDryRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	_, file, _, _ := runtime.Caller(0)
+	out, err := manifests.Render(ctx, filepath.Join(filepath.Dir(file), "..", "..", "deploy", "overlays", "example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, out)
+	r := newRig(t, ctx)
+	kinds := r.dryRun(objs)
+	for _, kind := range deployKinds {
+		if !kinds[kind] {
+			t.Errorf("the overlay renders no %s", kind)
 		}
 	}
 
@@ -155,7 +199,7 @@ func TestManifestsDryRun(t *testing.T) {
 		if err := unstructured.SetNestedField(bad.Object, int64(-1), "spec", "replicas"); err != nil {
 			t.Fatal(err)
 		}
-		if err := apply(bad, true); !apierrors.IsInvalid(err) {
+		if err := r.apply(bad, true); !apierrors.IsInvalid(err) {
 			t.Errorf("dry-run apply of a Deployment with replicas -1: %v, want Invalid", err)
 		}
 		root := u.DeepCopy()
@@ -164,11 +208,84 @@ func TestManifestsDryRun(t *testing.T) {
 		if err := unstructured.SetNestedSlice(root.Object, containers, "spec", "template", "spec", "containers"); err != nil {
 			t.Fatal(err)
 		}
-		if err := apply(root, true); err != nil {
+		if err := r.apply(root, true); err != nil {
 			t.Fatal(err)
 		}
-		if w := strings.Join(warn.take(), "\n"); !strings.Contains(w, "restricted") {
+		if w := strings.Join(r.warn.take(), "\n"); !strings.Contains(w, "restricted") {
 			t.Errorf("a container without its securityContext drew no Pod Security warning (%q): the namespace's check is not on", w)
 		}
 	}
+	agentPodAdmitted(t, r, objs)
+}
+
+// agentPodAdmitted: the agents' namespace of objs (the one WARMPOOL_NAMESPACE names)
+// admits the pod warmpool renders for the default scope config, with no warning,
+// and refuses one that breaks the restricted level it enforces.
+func agentPodAdmitted(t *testing.T, r *rig, objs []*unstructured.Unstructured) {
+	t.Helper()
+	var agents string
+	for _, u := range objs {
+		if u.GetKind() == "ConfigMap" {
+			agents, _, _ = unstructured.NestedString(u.Object, "data", "WARMPOOL_NAMESPACE")
+		}
+	}
+	if agents == "" {
+		t.Fatal("no ConfigMap sets WARMPOOL_NAMESPACE")
+	}
+	// No controller manager runs on the rig to create the namespace's default
+	// ServiceAccount, which the agent pod runs as.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	if _, err := admin.CoreV1().ServiceAccounts(agents).Create(r.ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	p, err := podpolicy.New(podpolicy.Config{Namespace: agents})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := p.Pod(r.ctx, "manifests", warmpool.DefaultScopeConfig().Deploy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	if _, err := r.cs.CoreV1().Pods(agents).Create(r.ctx, pod, dry); err != nil {
+		t.Errorf("the agent pod in %s: %v", agents, err)
+	}
+	for _, w := range r.warn.take() {
+		t.Errorf("the agent pod in %s: the API server warns: %s", agents, w)
+	}
+	root := pod.DeepCopy()
+	root.Spec.Containers[0].SecurityContext = nil
+	if _, err := r.cs.CoreV1().Pods(agents).Create(r.ctx, root, dry); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "restricted") {
+		t.Errorf("an agent pod that may run as root in %s: %v, want it forbidden by the restricted level", agents, err)
+	}
+}
+
+// TestChartDryRun: what the Helm chart renders (deploy/helm/warmpool, with the
+// listeners and policy values set) passes the real kube-apiserver's validation and
+// admission as `helm install --dry-run=server` would check it: the release's
+// namespace created for real (helm install --create-namespace), the chart's own
+// namespace too, every other object with dryRun=All, no refusal and no warning; its
+// agents' namespace admits the agent pod warmpool renders.
+func TestChartDryRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	_, file, _, _ := runtime.Caller(0)
+	const ns = "wp-chart"
+	out, err := manifests.RenderChart(ctx, filepath.Join(filepath.Dir(file), "..", "..", "deploy", "helm", "warmpool"), "warmpool", ns,
+		[]byte("metrics: {port: 9090}\ne2b: {port: 3000}\npolicy: {imagePrefixes: [registry.example/], maxPodCPU: \"4\"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, out)
+	r := newRig(t, ctx)
+	kinds := r.dryRun(objs, ns)
+	for _, kind := range deployKinds {
+		if !kinds[kind] {
+			t.Errorf("the chart renders no %s", kind)
+		}
+	}
+	if !slices.ContainsFunc(objs, func(u *unstructured.Unstructured) bool { return u.GetKind() == "Namespace" }) {
+		t.Error("the chart renders no Namespace for the agents")
+	}
+	agentPodAdmitted(t, r, objs)
 }

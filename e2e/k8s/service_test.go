@@ -42,6 +42,7 @@ import (
 	"github.com/warmpool/warmpool/driver/drivertest"
 	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/k8s"
+	"github.com/warmpool/warmpool/podpolicy"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sqlite"
@@ -427,7 +428,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() (ok
 // scopePods lists the pods of a scope in ns (terminating ones included).
 func scopePods(t *testing.T, ns, scope string) []corev1.Pod {
 	t.Helper()
-	l, err := admin.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: warmpool.LabelScope + "=" + k8s.ScopeLabelValue(scope)})
+	l, err := admin.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: warmpool.LabelScope + "=" + podpolicy.ScopeLabelValue(scope)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +463,7 @@ func podReady(p *corev1.Pod) bool {
 func awaitServed(t *testing.T, p *corev1.Pod) {
 	t.Helper()
 	select {
-	case <-shim.servingCh(net.JoinHostPort(p.Status.PodIP, p.Annotations[k8s.AnnotationPort]), string(p.UID)):
+	case <-shim.servingCh(net.JoinHostPort(p.Status.PodIP, p.Annotations[podpolicy.AnnotationPort]), string(p.UID)):
 	case <-time.After(10 * time.Second):
 		t.Fatalf("kubelet shim never served pod %s", p.Name)
 	}
@@ -521,7 +522,7 @@ func testServiceFullPath(t *testing.T, cs kubernetes.Interface, ns string) {
 			t.Errorf("label %s=%q, want %q", k, kp.Labels[k], v)
 		}
 	}
-	if kp.Annotations[k8s.AnnotationScopeID] != scope || kp.Annotations[k8s.AnnotationDeployVer] != ver {
+	if kp.Annotations[podpolicy.AnnotationScopeID] != scope || kp.Annotations[podpolicy.AnnotationDeployVer] != ver {
 		t.Errorf("annotations %v", kp.Annotations)
 	}
 	c := kp.Spec.Containers[0]
@@ -993,9 +994,9 @@ func strayPod(ns, scope, ver string, fence int64, annotate bool, createdAt time.
 	ann := map[string]string{}
 	if annotate {
 		ann = map[string]string{
-			k8s.AnnotationScopeID: scope, k8s.AnnotationDeployVer: ver, k8s.AnnotationFence: f,
-			k8s.AnnotationPort: "8080", k8s.AnnotationSSEPath: "/sse", k8s.AnnotationHealthPath: "/health",
-			k8s.AnnotationCreatedAt: strconv.FormatInt(createdAt.UnixMilli(), 10),
+			podpolicy.AnnotationScopeID: scope, podpolicy.AnnotationDeployVer: ver, podpolicy.AnnotationFence: f,
+			podpolicy.AnnotationPort: "8080", podpolicy.AnnotationSSEPath: "/sse", podpolicy.AnnotationHealthPath: "/health",
+			podpolicy.AnnotationCreatedAt: strconv.FormatInt(createdAt.UnixMilli(), 10),
 		}
 	}
 	maps.Copy(ann, extra)
@@ -1003,7 +1004,7 @@ func strayPod(ns, scope, ver string, fence int64, annotate bool, createdAt time.
 		ObjectMeta: metav1.ObjectMeta{
 			Name: warmpool.PodName(scope, fence), Namespace: ns,
 			Labels: map[string]string{
-				warmpool.LabelManagedBy: warmpool.ManagedByValue, warmpool.LabelScope: k8s.ScopeLabelValue(scope),
+				warmpool.LabelManagedBy: warmpool.ManagedByValue, warmpool.LabelScope: podpolicy.ScopeLabelValue(scope),
 				warmpool.LabelDeployVer: ver, warmpool.LabelFence: f,
 			},
 			Annotations: ann,

@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 )
@@ -46,17 +47,22 @@ spec: {replicas: 3}
 apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata: {name: warmpool}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: warmpool}
+spec: {policyTypes: [Ingress]}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(objs) != 8 {
-		t.Fatalf("%d objects, want 8", len(objs))
+	if len(objs) != 9 {
+		t.Fatalf("%d objects, want 9", len(objs))
 	}
 	for i, ok := range []bool{
 		is[*corev1.Namespace](objs[0]), is[*corev1.ServiceAccount](objs[1]), is[*corev1.ConfigMap](objs[2]),
 		is[*corev1.Service](objs[3]), is[*rbacv1.Role](objs[4]), is[*rbacv1.RoleBinding](objs[5]),
-		is[*appsv1.Deployment](objs[6]), is[*policyv1.PodDisruptionBudget](objs[7]),
+		is[*appsv1.Deployment](objs[6]), is[*policyv1.PodDisruptionBudget](objs[7]), is[*networkingv1.NetworkPolicy](objs[8]),
 	} {
 		if !ok {
 			t.Errorf("object %d is a %T", i, objs[i])

@@ -114,6 +114,7 @@ type Metrics struct {
 	jobHeld      *prometheus.HistogramVec
 	jobFixes     *prometheus.CounterVec
 	scrapeErrors prometheus.Counter
+	dueFailures  prometheus.Counter
 	reports      *prometheus.CounterVec
 
 	// scoped are the histograms when they carry scope; seen are the scopes of
@@ -196,6 +197,10 @@ func New(store *lua.Store, cfg Config) (*Metrics, error) {
 			Name: "warmpool_pool_scrape_errors_total",
 			Help: "Gatherings of the metrics whose pool gauges could not be read from Redis.",
 		}),
+		dueFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "warmpool_due_index_write_failures_total",
+			Help: "Writes of the due index after a script's due note that failed on this replica, retries included; each is retried every sweep interval until it is written.",
+		}),
 		reports:      newAgentReports(),
 		seen:         map[string]bool{},
 		scriptSeries: map[string]prometheus.Observer{},
@@ -210,7 +215,7 @@ func New(store *lua.Store, cfg Config) (*Metrics, error) {
 	})
 	build.Set(1)
 	m.reg.MustRegister(m.routeTime, m.deploys, m.phases, m.scripts, m.events,
-		m.jobRuns, m.jobHeld, m.jobFixes, build, m.scrapeErrors, m.reports,
+		m.jobRuns, m.jobHeld, m.jobFixes, build, m.scrapeErrors, m.dueFailures, m.reports,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.serving.init(cfg.Scrapes)
 	return m, nil
@@ -366,6 +371,12 @@ func (m *Metrics) ObserveScript(script string, took time.Duration) {
 		m.mu.Unlock()
 	}
 	o.Observe(took.Seconds())
+}
+
+// ObserveDueIndexFailure counts one failed write of the due index; it fits
+// lua.Store.ObserveDueIndexFailures.
+func (m *Metrics) ObserveDueIndexFailure() {
+	m.dueFailures.Inc()
 }
 
 // ObserveJob records one run of a sweeper job; it fits sweeper.Runner.OnRun.

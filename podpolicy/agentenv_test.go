@@ -1,4 +1,4 @@
-package k8s
+package podpolicy
 
 import (
 	"testing"
@@ -9,13 +9,13 @@ import (
 
 // The agent container gets the pod's identity and report connection (SPEC §11.2) over
 // the scope's env, and nothing of it when reports are off.
-func TestKubernetesPodGetsTheAgentEnv(t *testing.T) {
-	req := kubeReq("team-a", 3)
+func TestAgentPodGetsTheAgentEnv(t *testing.T) {
+	req := deployReq("team-a", 3)
 	req.Spec.Env = map[string]string{"K": "V", warmpool.EnvPodID: "the scope's, overridden"}
 	name := warmpool.PodName(req.ScopeID, req.Fence)
 	env := func(req warmpool.DeployRequest) map[string]string {
 		t.Helper()
-		p, err := newAgentPod(req, name, "ns1", time.UnixMilli(1), podExtras{grace: time.Second})
+		p, err := AgentPod(req, name, "ns1", time.UnixMilli(1), Extras{Grace: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package k8s
+package podpolicy
 
 import (
 	"context"
@@ -19,9 +19,9 @@ func specOf(tb testing.TB, deploy string) warmpool.DeploySpec {
 	return cfg.Deploy
 }
 
-func mustPolicy(tb testing.TB, cfg PolicyConfig) *Policy {
+func mustPolicy(tb testing.TB, cfg Config) *Policy {
 	tb.Helper()
-	p, err := NewPolicy(cfg)
+	p, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func mustPolicy(tb testing.TB, cfg PolicyConfig) *Policy {
 // it leaves unset.
 func TestPolicyRendersTemplate(t *testing.T) {
 	ctx := context.Background()
-	p := mustPolicy(t, PolicyConfig{Namespace: "agents"})
+	p := mustPolicy(t, Config{Namespace: "agents"})
 	if err := p.Check(ctx, "s", warmpool.DefaultScopeConfig().Deploy); err != nil {
 		t.Fatalf("the default pod: %v", err)
 	}
@@ -75,37 +75,37 @@ func TestPolicyRefuses(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		cfg    PolicyConfig
+		cfg    Config
 		deploy string
 		want   []string
 	}{
-		{"unknown field", PolicyConfig{}, tmpl(`{"tolerations":[{"key":"a","efect":"NoSchedule"}],"containers":[{"name":"agent"}]}`),
+		{"unknown field", Config{}, tmpl(`{"tolerations":[{"key":"a","efect":"NoSchedule"}],"containers":[{"name":"agent"}]}`),
 			[]string{"deploy.pod_template.spec.tolerations[0].efect: unknown field"}},
-		{"field in another case", PolicyConfig{}, tmpl(`{"HostNetwork":true,"containers":[{"name":"agent"}]}`),
+		{"field in another case", Config{}, tmpl(`{"HostNetwork":true,"containers":[{"name":"agent"}]}`),
 			[]string{"deploy.pod_template.spec.HostNetwork: unknown field"}},
-		{"bad quantity", PolicyConfig{}, tmpl(`{"containers":[{"name":"agent","resources":{"requests":{"cpu":"lots"}}}]}`),
+		{"bad quantity", Config{}, tmpl(`{"containers":[{"name":"agent","resources":{"requests":{"cpu":"lots"}}}]}`),
 			[]string{"deploy.pod_template: quantities must match"}},
-		{"host network", PolicyConfig{}, tmpl(`{"hostNetwork":true,"containers":[{"name":"agent"}]}`),
+		{"host network", Config{}, tmpl(`{"hostNetwork":true,"containers":[{"name":"agent"}]}`),
 			[]string{`breaks Pod Security "restricted": host namespaces`}},
-		{"privileged", PolicyConfig{PodSecurity: "baseline"}, tmpl(`{"containers":[{"name":"agent","securityContext":{"privileged":true}}]}`),
+		{"privileged", Config{PodSecurity: "baseline"}, tmpl(`{"containers":[{"name":"agent","securityContext":{"privileged":true}}]}`),
 			[]string{`breaks Pod Security "baseline": privileged`}},
-		{"host path", PolicyConfig{PodSecurity: "baseline"}, tmpl(`{"volumes":[{"name":"h","hostPath":{"path":"/"}}],"containers":[{"name":"agent"}]}`),
+		{"host path", Config{PodSecurity: "baseline"}, tmpl(`{"volumes":[{"name":"h","hostPath":{"path":"/"}}],"containers":[{"name":"agent"}]}`),
 			[]string{"hostPath volumes"}},
-		{"added capability", PolicyConfig{}, tmpl(`{"containers":[{"name":"agent","securityContext":{"capabilities":{"add":["NET_ADMIN"]}}}]}`),
+		{"added capability", Config{}, tmpl(`{"containers":[{"name":"agent","securityContext":{"capabilities":{"add":["NET_ADMIN"]}}}]}`),
 			[]string{"capabilities"}},
-		{"namespace", PolicyConfig{Namespace: "agents"}, `{"namespace":"kube-system"}`,
+		{"namespace", Config{Namespace: "agents"}, `{"namespace":"kube-system"}`,
 			[]string{`deploy.namespace: "kube-system" is not one of the namespaces scopes may use (agents; --namespaces)`}},
-		{"image", PolicyConfig{ImagePrefixes: []string{"reg.example/agents/"}}, `{"image":"evil/agent:1","pod_template":{"spec":{"initContainers":[{"name":"i","image":"reg.example/agents/init:1"}],"containers":[{"name":"agent"}]}}}`,
+		{"image", Config{ImagePrefixes: []string{"reg.example/agents/"}}, `{"image":"evil/agent:1","pod_template":{"spec":{"initContainers":[{"name":"i","image":"reg.example/agents/init:1"}],"containers":[{"name":"agent"}]}}}`,
 			[]string{`deploy.pod_template.spec.containers[0].image: "evil/agent:1" does not start with an allowed prefix`}},
-		{"overflowing cpu", PolicyConfig{}, `{"resources":{"cpu":"99999999999999999999999","memory":"1Gi"}}`,
+		{"overflowing cpu", Config{}, `{"resources":{"cpu":"99999999999999999999999","memory":"1Gi"}}`,
 			[]string{"deploy.resources.cpu:", "too large"}},
-		{"zero memory", PolicyConfig{}, `{"resources":{"cpu":"1","memory":"0"}}`,
+		{"zero memory", Config{}, `{"resources":{"cpu":"1","memory":"0"}}`,
 			[]string{"deploy.resources.memory: must be more than zero"}},
-		{"zero memory in the template", PolicyConfig{}, tmpl(`{"containers":[{"name":"agent","resources":{"limits":{"memory":"0"}}}]}`),
+		{"zero memory in the template", Config{}, tmpl(`{"containers":[{"name":"agent","resources":{"limits":{"memory":"0"}}}]}`),
 			[]string{"deploy.pod_template.spec.containers[0].resources.limits.memory: must be more than zero"}},
-		{"cpu cap", PolicyConfig{MaxPodCPU: "2"}, tmpl(`{"containers":[{"name":"agent","resources":{"requests":{"cpu":"1500m"}}},{"name":"side","image":"x","resources":{"requests":{"cpu":"1"}}}]}`),
+		{"cpu cap", Config{MaxPodCPU: "2"}, tmpl(`{"containers":[{"name":"agent","resources":{"requests":{"cpu":"1500m"}}},{"name":"side","image":"x","resources":{"requests":{"cpu":"1"}}}]}`),
 			[]string{"the pod requests 2500m cpu, over --max-pod-cpu 2"}},
-		{"memory cap", PolicyConfig{MaxPodMemory: "256Mi"}, `{}`,
+		{"memory cap", Config{MaxPodMemory: "256Mi"}, `{}`,
 			[]string{"the pod requests 512Mi memory, over --max-pod-memory 256Mi"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,13 +121,13 @@ func TestPolicyRefuses(t *testing.T) {
 		})
 	}
 	host := specOf(t, tmpl(`{"hostNetwork":true,"volumes":[{"name":"h","hostPath":{"path":"/"}}],"containers":[{"name":"agent","securityContext":{"privileged":true}}]}`))
-	if err := mustPolicy(t, PolicyConfig{PodSecurity: "privileged"}).Check(ctx, "s", host); err != nil {
+	if err := mustPolicy(t, Config{PodSecurity: "privileged"}).Check(ctx, "s", host); err != nil {
 		t.Errorf("privileged level: %v", err)
 	}
-	if _, err := NewPolicy(PolicyConfig{PodSecurity: "lax"}); err == nil || !strings.Contains(err.Error(), "--pod-security") {
+	if _, err := New(Config{PodSecurity: "lax"}); err == nil || !strings.Contains(err.Error(), "--pod-security") {
 		t.Errorf("--pod-security lax: %v, want it refused", err)
 	}
-	if _, err := NewPolicy(PolicyConfig{MaxPodMemory: "0"}); err == nil {
+	if _, err := New(Config{MaxPodMemory: "0"}); err == nil {
 		t.Errorf("--max-pod-memory 0 accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package k8s
+package podpolicy
 
 import (
 	"context"
@@ -10,41 +10,58 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	psapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 
 	"github.com/warmpool/warmpool"
 )
 
-// PolicyConfig is what an operator allows a scope's pods (SPEC §11.1, the serve flags
+// DefaultNamespace is Kubernetes' own default namespace: a scope's pod goes there when
+// neither its deploy.namespace nor the driver names one.
+const DefaultNamespace = metav1.NamespaceDefault
+
+// Config is what an operator allows a scope's pods (SPEC §11.1, the serve flags
 // --pod-security, --namespaces, --image-prefixes, --max-pod-cpu, --max-pod-memory).
-type PolicyConfig struct {
+type Config struct {
 	// PodSecurity is the Pod Security Standards level: restricted (default), baseline
 	// or privileged.
 	PodSecurity string
-	// Namespace is the driver's namespace (deploy.namespace left empty).
+	// Namespace is the driver's namespace (deploy.namespace left empty; "":
+	// DefaultNamespace).
 	Namespace string
 	// Namespaces a scope's deploy.namespace may name; empty: Namespace alone (an empty
 	// deploy.namespace, the driver's own namespace, is always allowed).
 	Namespaces []string
-	// ImagePrefixes, when set, are the prefixes every image of the pod must start with.
+	// ImagePrefixes, when set, are the prefixes every image of the pod must start with
+	// (containers, init containers, image volumes).
 	ImagePrefixes []string
-	// MaxPodCPU and MaxPodMemory, when set, cap the sum of the pod's requests (and of
-	// its limits).
+	// MaxPodCPU and MaxPodMemory, when set, cap the pod's requests (and its limits) as
+	// the scheduler counts them: init containers, sidecars, pod-level resources and
+	// overhead included (effectiveUse).
 	MaxPodCPU, MaxPodMemory string
 }
 
-// Policy checks scope configs against a PolicyConfig before they are stored. It
+// The most containers, init containers and volumes a scope's pod may have. Kubernetes
+// sets no number, but each one costs the policy check, the render, the dry run and the
+// kubelet, and an agent pod needs a handful: the agent, a few sidecars, their mounts.
+const (
+	maxPodContainers     = 16
+	maxPodInitContainers = 16
+	maxPodVolumes        = 64
+)
+
+// Policy checks scope configs against a Config before they are stored. It
 // implements warmpool.DeployPolicy.
 type Policy struct {
-	cfg            PolicyConfig
+	cfg            Config
 	level          psapi.LevelVersion
 	eval           policy.Evaluator
 	maxCPU, maxMem *resource.Quantity
 }
 
-// NewPolicy checks cfg and returns its Policy.
-func NewPolicy(cfg PolicyConfig) (*Policy, error) {
+// New checks cfg and returns its Policy.
+func New(cfg Config) (*Policy, error) {
 	if cfg.PodSecurity == "" {
 		cfg.PodSecurity = string(psapi.LevelRestricted)
 	}
@@ -85,14 +102,15 @@ func (p *Policy) Render(ctx context.Context, scope string, spec warmpool.DeployS
 }
 
 // Pod is the pod a spec deploys into its namespace, as the kubernetes driver would
-// create it (its name and fencing number are placeholders). Errors: VALIDATION.
+// create it (AgentPod, without the driver's Extras; its name and fencing number are
+// placeholders). Errors: VALIDATION.
 func (p *Policy) Pod(_ context.Context, scope string, spec warmpool.DeploySpec) (*corev1.Pod, error) {
 	ns := spec.Namespace
 	if ns == "" {
 		ns = p.cfg.Namespace
 	}
 	req := warmpool.DeployRequest{ScopeID: scope, DeployVer: spec.DeployVer(), Fence: 1, Spec: spec}
-	return newAgentPod(req, warmpool.PodName(scope, 1), ns, time.UnixMilli(0), podExtras{})
+	return AgentPod(req, warmpool.PodName(scope, 1), ns, time.UnixMilli(0), Extras{})
 }
 
 // Check refuses, with one VALIDATION error naming every field and rule it breaks, a
@@ -101,6 +119,9 @@ func (p *Policy) Check(ctx context.Context, scope string, spec warmpool.DeploySp
 	pod, err := p.Pod(ctx, scope, spec)
 	if err != nil {
 		return err
+	}
+	if faults := shape(&pod.Spec); len(faults) > 0 {
+		return warmpool.Errorf(warmpool.CodeValidation, "%s", strings.Join(faults, "; "))
 	}
 	var faults []string
 	if spec.Namespace != "" && !slices.Contains(p.cfg.Namespaces, spec.Namespace) {
@@ -119,68 +140,59 @@ func (p *Policy) Check(ctx context.Context, scope string, spec warmpool.DeploySp
 	return nil
 }
 
-// images are the faults of the pod's images against the allowed prefixes; shorthand
-// says the pod has no template (its one image is deploy.image).
+// shape refuses what a pod may not hold: more containers, init containers or volumes
+// than the caps (once a list, before anything checks its items), and ephemeral
+// containers, which the API server refuses in a pod's create (they join a running pod
+// through its ephemeralcontainers subresource) and which would otherwise run an image
+// no other check sees.
+func shape(spec *corev1.PodSpec) []string {
+	var faults []string
+	for _, l := range []struct {
+		field, what string
+		n, max      int
+	}{
+		{"containers", "containers", len(spec.Containers), maxPodContainers},
+		{"initContainers", "init containers", len(spec.InitContainers), maxPodInitContainers},
+		{"volumes", "volumes", len(spec.Volumes), maxPodVolumes},
+	} {
+		if l.n > l.max {
+			faults = append(faults, fmt.Sprintf("%s.spec.%s: %d %s, at most %d", templatePath, l.field, l.n, l.what, l.max))
+		}
+	}
+	if len(spec.EphemeralContainers) > 0 {
+		faults = append(faults, fmt.Sprintf("%s.spec.ephemeralContainers: Kubernetes refuses them in a pod's create: leave them out", templatePath))
+	}
+	return faults
+}
+
+// images are the faults of the pod's images against the allowed prefixes: every place
+// a pod names one, its containers', its init containers' and its image volumes'
+// (ephemeral containers are refused by shape). shorthand says the pod has no template
+// (its one image is deploy.image).
 func (p *Policy) images(pod *corev1.Pod, shorthand bool) []string {
 	if len(p.cfg.ImagePrefixes) == 0 {
 		return nil
 	}
 	var faults []string
-	check := func(kind string, cs []corev1.Container) {
-		for i, c := range cs {
-			ok := slices.ContainsFunc(p.cfg.ImagePrefixes, func(pre string) bool { return strings.HasPrefix(c.Image, pre) })
-			field := fmt.Sprintf("%s.spec.%s[%d].image", templatePath, kind, i)
-			if shorthand {
-				field = "deploy.image"
-			}
-			if !ok {
-				faults = append(faults, fmt.Sprintf("%s: %q does not start with an allowed prefix (%s)", field, c.Image, strings.Join(p.cfg.ImagePrefixes, ", ")))
-			}
+	check := func(field, image string) {
+		if shorthand {
+			field = "deploy.image"
+		}
+		if !slices.ContainsFunc(p.cfg.ImagePrefixes, func(pre string) bool { return strings.HasPrefix(image, pre) }) {
+			faults = append(faults, fmt.Sprintf("%s: %q does not start with an allowed prefix (%s)", field, image, strings.Join(p.cfg.ImagePrefixes, ", ")))
 		}
 	}
-	check("initContainers", pod.Spec.InitContainers)
-	check("containers", pod.Spec.Containers)
-	return faults
-}
-
-// resources are the faults of the pod's cpu and memory: a zero or overflowing
-// quantity, and sums over the caps.
-func (p *Policy) resources(pod *corev1.Pod) []string {
-	var faults []string
-	for _, r := range []struct {
-		name corev1.ResourceName
-		max  *resource.Quantity
-		flag string
-	}{{corev1.ResourceCPU, p.maxCPU, "--max-pod-cpu"}, {corev1.ResourceMemory, p.maxMem, "--max-pod-memory"}} {
-		var req, lim resource.Quantity
-		for i, c := range pod.Spec.Containers {
-			for _, l := range []struct {
-				kind string
-				list corev1.ResourceList
-			}{{"requests", c.Resources.Requests}, {"limits", c.Resources.Limits}} {
-				kind := l.kind
-				q, ok := l.list[r.name]
-				if !ok {
-					continue
-				}
-				if why := quantityFault(q); why != "" {
-					faults = append(faults, fmt.Sprintf("%s.spec.containers[%d].resources.%s.%s: %s", templatePath, i, kind, r.name, why))
-				}
-				if kind == "requests" {
-					req.Add(q)
-				} else {
-					lim.Add(q)
-				}
-			}
+	for _, l := range []struct {
+		kind string
+		cs   []corev1.Container
+	}{{"initContainers", pod.Spec.InitContainers}, {"containers", pod.Spec.Containers}} {
+		for i, c := range l.cs {
+			check(fmt.Sprintf("%s.spec.%s[%d].image", templatePath, l.kind, i), c.Image)
 		}
-		if r.max == nil {
-			continue
-		}
-		if req.Cmp(*r.max) > 0 {
-			faults = append(faults, fmt.Sprintf("deploy: the pod requests %s %s, over %s %s", req.String(), r.name, r.flag, r.max.String()))
-		}
-		if lim.Cmp(*r.max) > 0 {
-			faults = append(faults, fmt.Sprintf("deploy: the pod's %s limits add up to %s, over %s %s", r.name, lim.String(), r.flag, r.max.String()))
+	}
+	for i, v := range pod.Spec.Volumes {
+		if v.Image != nil {
+			check(fmt.Sprintf("%s.spec.volumes[%d].image.reference", templatePath, i), v.Image.Reference)
 		}
 	}
 	return faults

@@ -114,7 +114,7 @@ ERRCHECK    := github.com/kisielk/errcheck@v1.30.0
 HELM        := helm.sh/helm/v4/cmd/helm@v4.3.2
 CHART       := deploy/helm/warmpool
 LINT_TAGS   := e2e_multi,faults,e2e_k8s
-NO_K8S_PKGS := . ./client/ ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/harness/testserver/
+NO_K8S_PKGS := . ./client/ ./e2b/ ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/harness/testserver/
 K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./podpolicy/ ./internal/manifests/ ./deploy/ ./e2e/
 POLICY_PKG := ./podpolicy/
 POLICY_K8S := k8s\.io/(api|apimachinery|pod-security-admission|component-base|klog|utils|kube-openapi)/
@@ -153,8 +153,10 @@ lint:
 	$(GO) run $(HELM) template warmpool $(CHART) --namespace warmpool --values scripts/chart-values.yaml >/dev/null
 
 ## e2e: three replicas behind haproxy on one redis-server, then on a 3-master Redis
-## Cluster, together with the whole Redis-facing suite; the replicas share one
-## PostgreSQL config store
+## Cluster, together with the whole Redis-facing suite and the black-box tests of
+## e2e/ (the E2B SDK's among them: npm installs the SDK of e2e/e2b/package-lock.json
+## into ~/.cache/warmpool-e2b the first time, scripts/e2b-sdk.sh); the replicas share
+## one PostgreSQL config store
 e2e: build
 	scripts/with-postgres.sh $(GO) test -tags e2e_multi -count=1 -run TestMultiReplica ./e2e/
 	scripts/with-postgres.sh scripts/with-redis-cluster.sh $(GO) test -tags e2e_multi -count=1 $(REDIS_PKGS) ./server/ ./e2e/

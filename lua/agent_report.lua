@@ -2,7 +2,8 @@
 -- the pod is spared the probes until three report intervals after the report that
 -- last moved its time, which moves only when less than two intervals of it are left,
 -- so the shard's index (written by the caller) is written every other report. Activity:
--- each listed session bound to the pod has its TTL refreshed. Rebuild: a listed session
+-- each listed session bound to the pod has its TTL refreshed (but one of a fixed
+-- expiry, which activity does not move). Rebuild: a listed session
 -- bound to no pod takes one of the pod's adopted claims ("adopted:<pod>:<n>", held
 -- since Redis lost the pod's sessions) and is bound to the pod again, so never more
 -- than pod_concurrency; any other listed session is unknown (ended, expired, or bound
@@ -12,7 +13,7 @@
 -- due at once and the sweep deletes it. A deleted scope's pods report too: their
 -- sessions go on until they end.
 -- KEYS: epoch config pods podver slots idle claims claimpod sessions sexp waiters queue
---       wake due agents served demand
+--       wake due agents served demand fixed
 -- uses: config due handoff slots
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] "1" when the agent drains, "0" when ready
 -- ARGV[4] the default report interval (ms), for a config published without one
@@ -66,7 +67,9 @@ for i = 7, #ARGV do
       c = adopted_claim()
     end
     if bound == pod then
-      redis.call('ZADD', k.sexp, expiry, sid)
+      if redis.call('SISMEMBER', k.fixed, sid) == 0 then
+        redis.call('ZADD', k.sexp, expiry, sid)
+      end
       on_pod = on_pod + 1
     elseif c then
       redis.call('ZREM', k.claims, c)

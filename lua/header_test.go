@@ -229,6 +229,7 @@ func callEveryWrapper(ctx context.Context, s *Store, scope string) {
 	_ = lock.Release(ctx)
 	_, _ = s.SessionRoute(ctx, scope, RouteArgs{Now: now, Session: "s1", RequestID: req.ID, IdemTTL: time.Minute, Waiter: "w"})
 	_, _ = s.SessionTouch(ctx, scope, "s1", now)
+	_, _ = s.SessionDeadline(ctx, scope, "s1", now, time.Minute, true)
 	_, _ = s.SessionEnd(ctx, scope, "s1", now)
 	_, _, _ = s.SessionEvict(ctx, scope, now, 10)
 	_, _ = s.SessionGet(ctx, scope, "s1", now)

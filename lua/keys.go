@@ -45,6 +45,20 @@ func (k Keyspace) ReplicationID() string { return k.prefix + "replid" }
 // instead of reading every scope again (Store.ShareSummaries).
 func (k Keyspace) Summaries() string { return k.prefix + "ui:summaries" }
 
+// The E2B front door's sandbox records (sandboxes.go), kept outside scripts under one
+// hash tag of their own (no scope's: a scope's keys open with "{"), so that a MULTI
+// writes them together on a Cluster too.
+
+// SandboxRecords is the HASH of sandbox id -> its record (JSON: scope, start, metadata).
+func (k Keyspace) SandboxRecords() string { return k.prefix + "e2b:{sandboxes}:records" }
+
+// SandboxStarts is the ZSET of sandbox id -> when it started (ms): the list's order.
+func (k Keyspace) SandboxStarts() string { return k.prefix + "e2b:{sandboxes}:started" }
+
+// SandboxDeadlines is the ZSET of sandbox id -> the latest its session can end (ms),
+// by which records are pruned.
+func (k Keyspace) SandboxDeadlines() string { return k.prefix + "e2b:{sandboxes}:deadlines" }
+
 // Lock is the key of a global lease lock (sweeper jobs, config sync).
 func (k Keyspace) Lock(name string) string { return k.prefix + "lock:" + name }
 
@@ -148,6 +162,9 @@ var scopeKeyTable = [...]scopeKeyDef{
 	{"Demand", "demand", "HASH", `under warm_policy "demand", the slot takes and frees, counted across ` +
 		`replicas: "t" (ms, when last decayed), "in_fast", "in_slow", "out_fast", "out_slow" ` +
 		"(exponentially decayed counts; lib/demand.lua)"},
+	{"Fixed", "fixed", "SET", "the sessions whose expiry is fixed: a deadline that routes, touches and " +
+		"agent reports do not move (E2B's sandbox timeout: session_route.lua with a fixed TTL, " +
+		"session_deadline.lua); each is also in sexp"},
 }
 
 // numScopeKeys is the number of a scope's keys.

@@ -33,6 +33,7 @@ const (
 	keyBackoff
 	keyServed
 	keyDemand
+	keyFixed
 )
 
 // ScopeKeys are the keys of one scope, built by Keyspace.Scope: a field for each
@@ -117,6 +118,10 @@ type ScopeKeys struct {
 	// counted across replicas: "t" (ms, when last decayed), "in_fast", "in_slow",
 	// "out_fast", "out_slow" (exponentially decayed counts; lib/demand.lua).
 	Demand string
+	// Fixed, {s}:fixed (SET): the sessions whose expiry is fixed: a deadline that
+	// routes, touches and agent reports do not move (E2B's sandbox timeout:
+	// session_route.lua with a fixed TTL, session_deadline.lua); each is also in sexp.
+	Fixed string
 }
 
 // newScopeKeys are the keys of scope id whose keys start with base: keys, by their
@@ -151,6 +156,7 @@ func newScopeKeys(id, base string, keys *[numScopeKeys]string) ScopeKeys {
 		Backoff:     keys[keyBackoff],
 		Served:      keys[keyServed],
 		Demand:      keys[keyDemand],
+		Fixed:       keys[keyFixed],
 	}
 }
 
@@ -209,6 +215,8 @@ func (s *ScopeKeys) key(n scopeKey) string {
 		return s.Served
 	case keyDemand:
 		return s.Demand
+	case keyFixed:
+		return s.Fixed
 	}
 	panic("lua: no scope key " + strconv.Itoa(int(n)))
 }

@@ -59,7 +59,7 @@ var (
 	podRegister = load("pod_register.lua", guarded|notes,
 		"epoch config pods podver podinfo slots idle deploying followers claims claimpod waiters queue wake dstats due backoff served demand")
 	podPurge = load("pod_purge.lua", guarded|notes,
-		"epoch config pods podver podinfo slots idle claimpod sessions sexp health due agents served", "gone")
+		"epoch config pods podver podinfo slots idle claimpod sessions sexp health due agents served fixed", "gone")
 	podPlaceholder = load("pod_placeholder.lua", guarded|notes,
 		"epoch config pods podver slots idle deploying followers claims claimpod fence waiters queue wake dstats due backoff served demand")
 	podAdopt = load("pod_adopt.lua", guarded|notes,
@@ -83,14 +83,16 @@ var (
 	lockExtend   = load("lock_extend.lua", guarded, "", "lock")
 	lockRelease  = load("lock_release.lua", unguarded, "", "lock")
 	sessionRoute = load("session_route.lua", guarded|notes,
-		"epoch config pods podver podinfo slots idle claims claimpod sessions sexp waiters queue qseq wake due served demand",
+		"epoch config pods podver podinfo slots idle claims claimpod sessions sexp waiters queue qseq wake due served demand fixed",
 		"route_answer", "idem_mark")
 	sessionTouch = load("session_touch.lua", guarded|notes,
-		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due served demand")
+		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due served demand fixed")
+	sessionDeadline = load("session_deadline.lua", guarded|notes,
+		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due served demand fixed")
 	sessionEnd = load("session_end.lua", guarded|notes,
-		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due served demand")
+		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due served demand fixed")
 	sessionEvict = load("session_evict.lua", guarded|notes,
-		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due served demand")
+		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due served demand fixed")
 	sessionGet  = load("session_get.lua", unguarded, "config podinfo sessions sexp")
 	waiterLeave = load("waiter_leave.lua", unguarded|notes,
 		"config pods podver slots idle claims claimpod waiters queue wake due served demand")
@@ -100,9 +102,9 @@ var (
 	scopeDelete = load("scope_delete.lua", guarded|notes,
 		"epoch config pods podver deploying followers claims claimpod waiters queue wake dstats due")
 	scopeForget = load("scope_forget.lua", guarded,
-		"epoch config pods podver podinfo slots idle deploying followers claims claimpod sessions sexp waiters queue qseq health dstats due deploylog agents backoff served demand")
+		"epoch config pods podver podinfo slots idle deploying followers claims claimpod sessions sexp waiters queue qseq health dstats due deploylog agents backoff served demand fixed")
 	agentReport = load("agent_report.lua", guarded|notes,
-		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due agents served demand")
+		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due agents served demand fixed")
 	poolTarget = load("pool_target.lua", unguarded, "config dstats demand")
 	scopeDue   = load("scope_due.lua", unguarded, "config pods podver idle deploying followers claims sexp waiters dstats due backoff demand")
 )

@@ -5,7 +5,7 @@
 -- reconcile does not adopt it again while it is being deleted or a lagging list still
 -- shows it.
 -- KEYS: epoch config pods podver podinfo slots idle claimpod sessions sexp health due
---       agents served | extra: gone
+--       agents served fixed | extra: gone
 -- uses: due
 -- ARGV[1] pod id  ARGV[2] reason  ARGV[3] expected idle since (ms), or "" for any state
 -- ARGV[4] tombstone TTL (ms)
@@ -31,6 +31,7 @@ for i = 1, #all, 2 do
   if all[i + 1] == pod then
     redis.call('HDEL', k.sessions, all[i])
     redis.call('ZREM', k.sexp, all[i])
+    redis.call('SREM', k.fixed, all[i])
     out[#out + 1] = all[i]
   end
 end

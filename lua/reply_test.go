@@ -96,6 +96,10 @@ func TestMalformedRepliesAreInternalErrors(t *testing.T) {
 			return err
 		}, []any{"new", "1", "p1", pod, "s1"}, [][]any{{"new", "yes", "p1", pod, "s1"}, {"queued", "-1", ms}, {"queued", "0", "soon"}, {"full", "x"}}},
 		{"session_touch", func(ctx context.Context) error { _, err := s.SessionTouch(ctx, scope, "s1", now); return err }, []any{"expired"}, nil},
+		{"session_deadline", func(ctx context.Context) error {
+			_, err := s.SessionDeadline(ctx, scope, "s1", now, time.Minute, false)
+			return err
+		}, []any{"set", ms}, [][]any{{"set", "soon"}, {"set"}}},
 		{"session_end", func(ctx context.Context) error { _, err := s.SessionEnd(ctx, scope, "s1", now); return err }, []any{"released", "p1"}, nil},
 		{"session_evict", func(ctx context.Context) error { _, _, err := s.SessionEvict(ctx, scope, now, 10); return err }, []any{"1", "0"}, nil},
 		{"session_get", func(ctx context.Context) error { _, err := s.SessionGet(ctx, scope, "s1", now); return err },

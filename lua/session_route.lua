@@ -1,5 +1,5 @@
 -- session_route.lua: where does a session go, fairly. A bound, live session keeps its
--- pod (TTL refreshed). Else a claim binds the session to its pod when that is of the
+-- pod (TTL refreshed, unless its expiry is fixed). Else a claim binds the session to its pod when that is of the
 -- current deploy_ver (or of the one a prewarm serves, or retired since the claim was
 -- taken: it served its max_sessions_per_pod): RM's claim (ARGV[3]) or the slot the
 -- queue handed to this waiter (the claim named after it). Else the free slots of the
@@ -10,15 +10,17 @@
 -- Gate and bind are one step, so a pod never exceeds pod_concurrency (one over it
 -- after a lowering takes none), and a pod beyond max_pods takes none either. A caller
 -- that is served leaves the queue; a slot handed to it and not used goes on to the next
--- waiter.
+-- waiter. A session this call binds expires session_ttl_s from now, or, with a fixed
+-- TTL (ARGV[8], E2B's sandbox timeout), that TTL from now, and that expiry is fixed:
+-- routes, touches and reports do not move it (session_deadline.lua does).
 -- KEYS: epoch config pods podver podinfo slots idle claims claimpod sessions sexp
---       waiters queue qseq wake due served demand | extra: route_answer idem_mark
+--       waiters queue qseq wake due served demand fixed | extra: route_answer idem_mark
 -- uses: claimpod config demand due handoff idem served slots surplus
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] claim id ("" for none)
 -- ARGV[4] the request's fingerprint ("" without a request id)  ARGV[5] answer cache TTL (ms)
 -- ARGV[6] waiter id of the caller ("": it does not queue)
 -- ARGV[7] "1": join the queue when nothing fits, even if nobody waits
--- ARGV[8] grant deadline (ms)  ARGV[9] publish command
+-- ARGV[8] fixed TTL (ms; "" for none)  ARGV[9] grant deadline (ms)  ARGV[10] publish command
 -- Returns {"bound"|"new"|"replay", new flag "1"/"0", pod id, pod JSON, session id}
 --       | {"mismatch"} (the request id names another request: a route of another
 --         session, or an acquire; nothing is bound)
@@ -38,7 +40,7 @@ if not cfg then
   return refused
 end
 local ver, pc = cfg[1], tonumber(cfg[2])
-local q = handoff(k, now, ARGV[8], ARGV[9])
+local q = handoff(k, now, ARGV[9], ARGV[10])
 local prev = q.prev
 
 -- leave takes the caller out of the queue; a slot handed to it other than used goes on.
@@ -71,7 +73,9 @@ if idem then
     return {'replay', flag, pod, info, sid}
   end
 end
-local expiry = now + tonumber(cfg[3])
+local refreshed = now + tonumber(cfg[3])
+local fixed = ARGV[8] ~= ''
+local expiry = fixed and now + tonumber(ARGV[8]) or refreshed
 expire_claims(k, now, q)
 
 local function answer(kind, flag, pod)
@@ -86,6 +90,7 @@ local function bind(pod, used)
   leave(used)
   redis.call('HSET', k.sessions, sid, pod)
   redis.call('ZADD', k.sexp, expiry, sid)
+  redis.call(fixed and 'SADD' or 'SREM', k.fixed, sid)
   note_due(expiry)
   if redis.call('ZREM', k.idle, pod) == 1 then
     note_fill()
@@ -97,7 +102,9 @@ local bound = redis.call('HGET', k.sessions, sid)
 if bound then
   local e = redis.call('ZSCORE', k.sexp, sid)
   if e and tonumber(e) > now then
-    redis.call('ZADD', k.sexp, expiry, sid)
+    if redis.call('SISMEMBER', k.fixed, sid) == 0 then
+      redis.call('ZADD', k.sexp, refreshed, sid)
+    end
     if claim ~= '' then
       release_claim(k, claim, now, true, q)
     end

@@ -1,8 +1,9 @@
--- session_touch.lua: refresh a live session's TTL; an expired one is evicted here (its
--- slot goes to the oldest waiter, or is freed and the pod idle if it was the last).
+-- session_touch.lua: refresh a live session's TTL (a session of a fixed expiry keeps
+-- it); an expired one is evicted here (its slot goes to the oldest waiter, or is freed
+-- and the pod idle if it was the last).
 -- A deleted scope's sessions go on until they end, so this works on it too.
 -- KEYS: epoch config pods podver slots idle claims claimpod sessions sexp waiters queue
---       wake due served demand
+--       wake due served demand fixed
 -- uses: config handoff slots
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] grant deadline (ms)
 -- ARGV[4] publish command
@@ -22,7 +23,9 @@ if not e then
   return {'unknown'}
 end
 if tonumber(e) > now then
-  redis.call('ZADD', k.sexp, now + tonumber(cfg[1]), ARGV[2])
+  if redis.call('SISMEMBER', k.fixed, ARGV[2]) == 0 then
+    redis.call('ZADD', k.sexp, now + tonumber(cfg[1]), ARGV[2])
+  end
   return {'touched'}
 end
 local q = handoff(k, now, ARGV[3], ARGV[4])

@@ -2,6 +2,7 @@ package lua
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/warmpool/warmpool"
@@ -44,6 +45,11 @@ type RouteArgs struct {
 	Waiter string
 	// Join makes the caller queue when nothing fits even if nobody waits.
 	Join bool
+	// FixedTTL, when above zero, is the TTL of a binding this call makes, in place of
+	// the scope's session_ttl_s, and fixes its expiry: routes, touches and agent
+	// reports do not move it, SessionDeadline does (E2B's sandbox timeout). A session
+	// bound already keeps its expiry.
+	FixedTTL time.Duration
 }
 
 // RouteResult is session_route.lua's answer.
@@ -77,8 +83,12 @@ func (s *Store) SessionRoute(ctx context.Context, scope string, a RouteArgs) (Ro
 	if a.RequestID != "" {
 		fp = RouteFingerprint(a.Session)
 	}
+	fixed := ""
+	if a.FixedTTL > 0 {
+		fixed = strconv.FormatInt(a.FixedTTL.Milliseconds(), 10)
+	}
 	r, err := s.call(ctx, sessionRoute, k, []string{k.RouteAnswer(a.RequestID), k.IdemMark(a.RequestID)},
-		append([]any{ms(a.Now), a.Session, a.Claim, fp, a.IdemTTL.Milliseconds(), a.Waiter, flag(a.Join)},
+		append([]any{ms(a.Now), a.Session, a.Claim, fp, a.IdemTTL.Milliseconds(), a.Waiter, flag(a.Join), fixed},
 			s.handoffArgs(a.Now)...)...)
 	if err != nil {
 		return RouteResult{}, err
@@ -116,6 +126,37 @@ func (s *Store) SessionTouch(ctx context.Context, scope, session string, now tim
 	}
 	state := r.oneOf(0, TouchTouched, TouchExpired, TouchUnknown)
 	return state, r.err()
+}
+
+// Deadline outcomes.
+const (
+	DeadlineSet     = "set"
+	DeadlineExpired = TouchExpired
+	DeadlineUnknown = TouchUnknown
+)
+
+// DeadlineResult is session_deadline.lua's answer: the outcome and, when set, the
+// session's expiry now.
+type DeadlineResult struct {
+	State  string
+	Expiry time.Time
+}
+
+// SessionDeadline runs session_deadline.lua: it fixes a live, bound session's expiry at
+// now + ttl (with later, at the later of that and its expiry), which routes, touches
+// and agent reports do not move from then on; an expired session is evicted (its slot
+// to the oldest waiter first). Errors: SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
+func (s *Store) SessionDeadline(ctx context.Context, scope, session string, now time.Time, ttl time.Duration, later bool) (DeadlineResult, error) {
+	r, err := s.call(ctx, sessionDeadline, s.keys.Scope(scope), nil,
+		append([]any{ms(now), session, ttl.Milliseconds(), flag(later)}, s.handoffArgs(now)...)...)
+	if err != nil {
+		return DeadlineResult{}, err
+	}
+	res := DeadlineResult{State: r.oneOf(0, DeadlineSet, DeadlineExpired, DeadlineUnknown)}
+	if res.State == DeadlineSet {
+		res.Expiry = r.time(1)
+	}
+	return res, r.err()
 }
 
 // SessionEnd runs session_end.lua: it unbinds the session (its slot to the oldest

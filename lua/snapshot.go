@@ -59,7 +59,9 @@ type Snapshot struct {
 	Claims   map[string]time.Time
 	Sessions map[string]string // session id -> pod id
 	SessExp  map[string]time.Time
-	Waiters  map[string]time.Time
+	// Fixed are the sessions whose expiry is fixed (RouteArgs.FixedTTL).
+	Fixed   []string
+	Waiters map[string]time.Time
 	// Queue holds the waiters still without a slot, by arrival number.
 	Queue map[string]int64
 	Fence int64
@@ -98,11 +100,13 @@ func (s *Store) snapshot(ctx context.Context, scope string, full bool) (Snapshot
 	prewarm := pipe.HMGet(ctx, k.Config, "prewarm_ver", "prewarm_until")
 	var claims, sexp, waiters, queue *redis.ZSliceCmd
 	var sessions *redis.MapStringStringCmd
+	var fixed *redis.StringSliceCmd
 	var fence, version *redis.StringCmd
 	if full {
 		claims = pipe.ZRangeWithScores(ctx, k.Claims, 0, -1)
 		sessions = pipe.HGetAll(ctx, k.Sessions)
 		sexp = pipe.ZRangeWithScores(ctx, k.SessExp, 0, -1)
+		fixed = pipe.SMembers(ctx, k.Fixed)
 		waiters = pipe.ZRangeWithScores(ctx, k.Waiters, 0, -1)
 		queue = pipe.ZRangeWithScores(ctx, k.Queue, 0, -1)
 		fence = pipe.Get(ctx, k.Fence)
@@ -127,6 +131,8 @@ func (s *Store) snapshot(ctx context.Context, scope string, full bool) (Snapshot
 		snap.Claims = zmap(claims.Val())
 		snap.Sessions = sessions.Val()
 		snap.SessExp = zmap(sexp.Val())
+		snap.Fixed = fixed.Val()
+		sort.Strings(snap.Fixed)
 		snap.Waiters = zmap(waiters.Val())
 		snap.Queue = make(map[string]int64, len(queue.Val()))
 		for _, z := range queue.Val() {

@@ -597,20 +597,7 @@ func TestMetricsListen(t *testing.T) {
 	if res, _, err := send(http.MethodGet, r.base+"/healthz", ""); err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("healthz on the main listener: %v %v", res, err)
 	}
-	r.stop()
-	select {
-	case err := <-r.done:
-		r.done <- err
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return")
-	}
-	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-		c.Close()
-		t.Fatal("the metrics listener is still open after Run returned")
-	}
+	r.stopped(t, addr)
 }
 
 // TestMetricsScopeDetail: --metrics-scope-detail gives the histograms a scope label,

@@ -35,6 +35,28 @@ type running struct {
 	done chan error         // Run's result
 }
 
+// stopped stops the replica (as SIGTERM does) and fails the test unless Run returns
+// nil within 10 s with every listener of addrs closed.
+func (r *running) stopped(t *testing.T, addrs ...string) {
+	t.Helper()
+	r.stop()
+	select {
+	case err := <-r.done:
+		r.done <- err
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	for _, addr := range addrs {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			t.Fatalf("the listener %s is still open after Run returned", addr)
+		}
+	}
+}
+
 func (e *env) run(t *testing.T) *running {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -70,20 +70,24 @@ func (s *Server) ensureDemoScope(ctx context.Context) error {
 	return err
 }
 
-// Run serves HTTP on ln (and /metrics on the metrics listener, when there is one) and
+// Run serves HTTP on ln (and /metrics on the metrics listener and the E2B front door on
+// its listener, when there are) and
 // runs the background jobs until ctx ends, then shuts down in stages, each logged: it
 // drains (/readyz answers 503 while calls are still served for DrainDelay, so that
 // load balancers take the replica out first), closes the listeners and lets the calls
 // in flight finish within ShutdownGrace (cutting those still running then), stops the
 // jobs (releasing their locks), and closes everything it built.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
-	t := s.cfg.HTTP
-	// The write timeout is the bound of a call that does not wait; httpx.Bounds sets
-	// each call's own deadline, and lifts it for the routes that wait.
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read,
-		WriteTimeout: t.Call + httpx.WriteMargin, IdleTimeout: t.Idle, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
-	errc := make(chan error, 2)
+	srv := s.apiServer(s.handler)
+	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve(ln) }()
+	servers := []*http.Server{srv}
+	if s.e2bLn != nil {
+		esrv := s.apiServer(s.e2b)
+		go func() { errc <- esrv.Serve(s.e2bLn) }()
+		servers = append(servers, esrv)
+		s.log.Info("serving the E2B front door", "addr", s.e2bLn.Addr().String())
+	}
 	var msrv *http.Server
 	if s.metricsLn != nil {
 		msrv = s.metricsServer()
@@ -103,11 +107,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
-	serr := srv.Shutdown(shutdown)
-	if errors.Is(serr, context.DeadlineExceeded) {
-		s.log.Warn("shutdown grace is over: cutting the calls still in flight", "shutdown_grace", s.cfg.ShutdownGrace)
-		serr = srv.Close()
-	}
+	serr := s.shutdown(shutdown, servers)
 	if msrv != nil {
 		// Scrapes end within their timeout; the grace left bounds them all the same.
 		if err := msrv.Shutdown(shutdown); errors.Is(err, context.DeadlineExceeded) {
@@ -123,6 +123,33 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	err = errors.Join(err, s.Close())
 	s.log.Info("stopped")
 	return err
+}
+
+// apiServer is the HTTP server of an API's handler: the main listener's, the E2B
+// front door's. The write timeout is the bound of a call that does not wait;
+// httpx.Bounds sets each call's own deadline, and lifts it for the routes that wait.
+func (s *Server) apiServer(h http.Handler) *http.Server {
+	t := s.cfg.HTTP
+	return &http.Server{Handler: h, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read,
+		WriteTimeout: t.Call + httpx.WriteMargin, IdleTimeout: t.Idle, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+}
+
+// shutdown closes the servers' listeners at once and lets their calls in flight
+// finish until ctx ends, then cuts those still running.
+func (s *Server) shutdown(ctx context.Context, servers []*http.Server) error {
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, srv := range servers {
+		wg.Go(func() {
+			errs[i] = srv.Shutdown(ctx)
+			if errors.Is(errs[i], context.DeadlineExceeded) {
+				s.log.Warn("shutdown grace is over: cutting the calls still in flight", "shutdown_grace", s.cfg.ShutdownGrace)
+				errs[i] = srv.Close()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // drain marks the replica as draining and keeps serving for DrainDelay, unless the

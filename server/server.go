@@ -124,6 +124,9 @@ type Config struct {
 	// HTTP server of its own (`--metrics-listen`); empty: /metrics is a route of the
 	// main listener.
 	MetricsListen string
+	// E2BListen is the address of the E2B-compatible front door (`--e2b-listen`, SPEC
+	// §12.3), served by a listener and an HTTP server of its own; empty: off.
+	E2BListen string
 	// Metrics tunes the metrics: the scopes whose histograms carry their scope
 	// (`--metrics-scope-detail`), the bound on scrapes served at once and their
 	// timeout; zero fields take the metrics package's defaults.
@@ -173,6 +176,9 @@ type Server struct {
 	handler   http.Handler
 	// metricsLn serves /metrics alone when Config.MetricsListen is set.
 	metricsLn net.Listener
+	// e2bLn and e2b serve the E2B front door when Config.E2BListen is set.
+	e2bLn net.Listener
+	e2b   http.Handler
 	// draining is set when Run's context ends: /readyz answers 503 from then on.
 	draining atomic.Bool
 
@@ -348,18 +354,14 @@ func (s *Server) build(ctx context.Context) error {
 	s.Runner.OnRun = s.metrics.ObserveJob
 	s.ui = ui.New(s.store, cfg.InstanceID, cfg.Clock, s.log)
 	s.handler = s.routes()
-	if cfg.MetricsListen != "" {
-		ln, err := net.Listen("tcp", cfg.MetricsListen)
-		if err != nil {
-			return fmt.Errorf("--metrics-listen: %w", err)
-		}
-		s.metricsLn = ln
-		s.closers = append(s.closers, func() error {
-			if err := ln.Close(); !errors.Is(err, net.ErrClosed) {
-				return err // Run's shutdown closed it already
-			}
-			return nil
-		})
+	if s.metricsLn, err = s.listen("--metrics-listen", cfg.MetricsListen); err != nil {
+		return err
+	}
+	if s.e2bLn, err = s.listen("--e2b-listen", cfg.E2BListen); err != nil {
+		return err
+	}
+	if s.e2bLn != nil {
+		s.e2b = s.e2bRoutes(gateway, admin)
 	}
 
 	if err := s.bootstrap(ctx); err != nil {
@@ -371,6 +373,25 @@ func (s *Server) build(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// listen opens the listener of a server of its own on addr (nil when addr is empty),
+// closed with the replica unless Run's shutdown closed it already.
+func (s *Server) listen(flag, addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	s.closers = append(s.closers, func() error {
+		if err := ln.Close(); !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return nil
+	})
+	return ln, nil
 }
 
 // token is the token given by value or by file, or nil for none.

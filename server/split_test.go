@@ -71,12 +71,16 @@ func TestReplicasOnDifferentStoresDoNotSplitSilently(t *testing.T) {
 	}
 }
 
-// request makes one call and returns its status and body.
-func request(t *testing.T, method, url, body string) (int, string) {
+// request makes one call, with the request headers hdrs (name, value pairs), and
+// returns its status and body.
+func request(t *testing.T, method, url, body string, hdrs ...string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdrs); i += 2 {
+		req.Header.Set(hdrs[i], hdrs[i+1])
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

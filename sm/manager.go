@@ -101,6 +101,9 @@ type Binding struct {
 	// bound already), SourceWarm (a running pod), SourceFollower, SourceDeployed or
 	// SourceQueued (after a wait in the queue). Not part of the answer.
 	Source string `json:"-"`
+	// ExpiresAt is when the session expires unless refreshed (or, with a fixed expiry,
+	// ends); set by Get only. Not part of the answer.
+	ExpiresAt time.Time `json:"-"`
 }
 
 func binding(scope, session string, pod warmpool.Pod, isNew bool) Binding {
@@ -130,8 +133,13 @@ func served(scope string, res lua.RouteResult, source string) Binding {
 // NO_POD_AVAILABLE, QUEUE_FULL, WAIT_TIMEOUT, DEPLOY_FAILED, STORE_UNAVAILABLE.
 // Each call's outcome and latency go to Config.ObserveRoute.
 func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (Binding, error) {
+	return m.RouteWith(ctx, scope, session, RouteOptions{RequestID: requestID})
+}
+
+// RouteWith is Route with its options: a request id, a fixed TTL.
+func (m *Manager) RouteWith(ctx context.Context, scope, session string, o RouteOptions) (Binding, error) {
 	start := time.Now()
-	b, err := m.route(ctx, scope, session, requestID)
+	b, err := m.route(ctx, scope, session, o)
 	if err != nil {
 		m.cfg.ObserveRoute(scope, "", warmpool.ErrorCode(err), time.Since(start))
 		return Binding{}, err
@@ -140,14 +148,15 @@ func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (
 	return b, nil
 }
 
-// route is Route without its observation.
-func (m *Manager) route(ctx context.Context, scope, session, requestID string) (Binding, error) {
+// route is RouteWith without its observation.
+func (m *Manager) route(ctx context.Context, scope, session string, o RouteOptions) (Binding, error) {
+	requestID := o.RequestID
 	if err := errors.Join(checkIDs(scope, session), warmpool.CheckRequestID(requestID)); err != nil {
 		return Binding{}, err
 	}
 	// A bound session, a warm fit or a replay of the cached answer costs one script
 	// call; this probe never queues (it has no waiter id).
-	res, err := m.store.SessionRoute(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
+	res, err := m.store.SessionRoute(ctx, scope, m.routeArgs(session, o))
 	if err != nil {
 		return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
 	}
@@ -155,7 +164,7 @@ func (m *Manager) route(ctx context.Context, scope, session, requestID string) (
 		return served(scope, res, warmpool.SourceWarm), nil
 	}
 	if requestID == "" {
-		return m.routeOnce(ctx, scope, session, "")
+		return m.routeOnce(ctx, scope, session, o)
 	}
 	// The slow path runs once per request id across replicas: a retry that arrives
 	// while the first call deploys or queues waits for its answer instead of taking
@@ -163,7 +172,7 @@ func (m *Manager) route(ctx context.Context, scope, session, requestID string) (
 	req := lua.IdemRequest{Scope: scope, ID: requestID, Fingerprint: lua.RouteFingerprint(session)}
 	source := warmpool.SourceAffinity // unless this call runs the route itself
 	run, err := m.store.Idempotent(ctx, req, m.cfg.IdemTTL, maxRouteWait, m.cfg.Recheck, func() ([]byte, error) {
-		b, err := m.routeOnce(ctx, scope, session, requestID)
+		b, err := m.routeOnce(ctx, scope, session, o)
 		if err != nil {
 			return nil, err
 		}
@@ -194,14 +203,14 @@ const maxRouteWait = time.Duration(warmpool.MaxWaitTimeoutS+warmpool.MaxReadyTim
 // runs the route script again, which finds the session bound: concurrent routes of one
 // session deploy one pod and answer it. No answer is kept beyond the call; when the
 // call that ran failed, the next waiter runs the slow path itself.
-func (m *Manager) routeOnce(ctx context.Context, scope, session, requestID string) (Binding, error) {
+func (m *Manager) routeOnce(ctx context.Context, scope, session string, o RouteOptions) (Binding, error) {
 	key := m.store.Keys().Scope(scope).SessionLock(session)
 	bound := time.NewTimer(maxRouteWait)
 	defer bound.Stop()
 	for {
 		lock, err := m.store.Obtain(ctx, key, m.cfg.SessionLease)
 		if err == nil {
-			return m.routeLocked(ctx, lock, scope, session, requestID)
+			return m.routeLocked(ctx, lock, scope, session, o)
 		}
 		if !errors.Is(err, warmpool.ErrNotObtained) {
 			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
@@ -209,7 +218,7 @@ func (m *Manager) routeOnce(ctx context.Context, scope, session, requestID strin
 		if err := m.awaitUnlocked(ctx, key, bound.C); err != nil {
 			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
 		}
-		res, err := m.store.SessionRoute(ctx, scope, lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL})
+		res, err := m.store.SessionRoute(ctx, scope, m.routeArgs(session, o))
 		if err != nil {
 			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
 		}
@@ -219,12 +228,18 @@ func (m *Manager) routeOnce(ctx context.Context, scope, session, requestID strin
 	}
 }
 
+// routeArgs are the arguments of a route attempt of session with o, now, as a caller
+// that does not queue.
+func (m *Manager) routeArgs(session string, o RouteOptions) lua.RouteArgs {
+	return lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: o.RequestID, IdemTTL: m.cfg.IdemTTL, FixedTTL: o.FixedTTL}
+}
+
 // routeLocked runs the slow path under the session's lock and gives the lock back. A
 // lock lost before the route bound anything fails the route: another call may be
 // routing the session now.
-func (m *Manager) routeLocked(ctx context.Context, lock *lua.Lock, scope, session, requestID string) (Binding, error) {
+func (m *Manager) routeLocked(ctx context.Context, lock *lua.Lock, scope, session string, o RouteOptions) (Binding, error) {
 	locked, stop := lock.KeepAlive(ctx)
-	b, err := m.routeOrQueue(locked, scope, session, requestID)
+	b, err := m.routeOrQueue(locked, scope, session, o)
 	lost := stop()
 	cleanup, cancel := lua.CleanupContext(ctx)
 	defer cancel()
@@ -260,8 +275,9 @@ func (m *Manager) awaitUnlocked(ctx context.Context, key string, bound <-chan ti
 
 // routeOrQueue routes the session under a waiter id of its own: one pass, then, when
 // the pass queued it, the wait in the queue.
-func (m *Manager) routeOrQueue(ctx context.Context, scope, session, requestID string) (Binding, error) {
-	a := lua.RouteArgs{Session: session, RequestID: requestID, IdemTTL: m.cfg.IdemTTL, Waiter: warmpool.NewID()}
+func (m *Manager) routeOrQueue(ctx context.Context, scope, session string, o RouteOptions) (Binding, error) {
+	a := m.routeArgs(session, o)
+	a.Waiter = warmpool.NewID()
 	res, source, full, err := m.pass(ctx, scope, a)
 	if err != nil {
 		return Binding{}, err
@@ -433,7 +449,9 @@ func (m *Manager) Get(ctx context.Context, scope, session string) (Binding, erro
 	if err != nil {
 		return Binding{}, err
 	}
-	return binding(scope, session, sb.Pod, false), nil
+	b := binding(scope, session, sb.Pod, false)
+	b.ExpiresAt = sb.ExpiresAt
+	return b, nil
 }
 
 // ExpireSessions evicts the scope's sessions whose TTL has passed (up to limit per

@@ -67,11 +67,13 @@ func TestServeFlagsReadTheirVariable(t *testing.T) {
 	}
 	// The variables reach the config.
 	fs = serveFlags(&cfg, &o, func(string) string { return "" })
-	env := map[string]string{"WARMPOOL_REDIS": "redis://r:6379/0", "WARMPOOL_ADMIN_TOKEN": "adm", "WARMPOOL_DRAIN_DELAY": "2s", "WARMPOOL_LISTEN": "127.0.0.1:9"}
+	env := map[string]string{"WARMPOOL_REDIS": "redis://r:6379/0", "WARMPOOL_ADMIN_TOKEN": "adm", "WARMPOOL_DRAIN_DELAY": "2s", "WARMPOOL_LISTEN": "127.0.0.1:9",
+		"WARMPOOL_E2B_LISTEN": "127.0.0.1:10"}
 	if err := applyEnv(fs, func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.RedisURL != "redis://r:6379/0" || cfg.AdminToken != "adm" || cfg.DrainDelay != 2*time.Second || o.listen != "127.0.0.1:9" {
+	if cfg.RedisURL != "redis://r:6379/0" || cfg.AdminToken != "adm" || cfg.DrainDelay != 2*time.Second || o.listen != "127.0.0.1:9" ||
+		cfg.E2BListen != "127.0.0.1:10" {
 		t.Fatalf("config from the environment: %+v, listen %s", cfg, o.listen)
 	}
 }

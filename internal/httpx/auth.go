@@ -114,9 +114,10 @@ func sameFile(a, b os.FileInfo) bool {
 	return os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
 }
 
-// matches reports in constant time whether got is the token. Comparing digests keeps
-// the time independent of the token's length too.
-func (t *Token) matches(got []byte) bool {
+// Matches reports in constant time whether got is the token (false for a nil Token:
+// none configured). Comparing digests keeps the time independent of the token's
+// length too.
+func (t *Token) Matches(got []byte) bool {
 	if t == nil || got == nil {
 		return false
 	}
@@ -148,9 +149,9 @@ func Auth(gateway, admin *Token, log *slog.Logger) func(http.Handler) http.Handl
 			got := bearer(r)
 			var acc access
 			switch {
-			case admin.matches(got):
+			case admin.Matches(got):
 				acc = accessAdmin
-			case gateway.matches(got):
+			case gateway.Matches(got):
 				acc = accessGateway
 				if admin == nil {
 					acc = accessAdmin // without an admin token the gateway token does everything

@@ -54,8 +54,9 @@ func Waits(next http.Handler) http.Handler {
 	})
 }
 
-// callContext bounds the context of a request that Bounds saw and Waits did not mark.
-func callContext(r *http.Request) (*http.Request, context.CancelFunc) {
+// CallContext bounds the context of a request that Bounds saw and Waits did not mark,
+// as Adapter does for its handlers: a handler of another shape calls it first.
+func CallContext(r *http.Request) (*http.Request, context.CancelFunc) {
 	st, ok := r.Context().Value(requestKey{}).(*request)
 	if !ok || !st.bounded || st.bounds.waits || st.bounds.call <= 0 {
 		return r, func() {}

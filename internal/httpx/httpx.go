@@ -58,7 +58,7 @@ type Handler func(w http.ResponseWriter, r *http.Request) error
 func Adapter(log *slog.Logger) func(Handler) http.Handler {
 	return func(h Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			r, cancel := callContext(r)
+			r, cancel := CallContext(r)
 			defer cancel()
 			if err := h(w, r); err != nil {
 				WriteError(w, r, log, err)
@@ -77,18 +77,9 @@ func OK(w http.ResponseWriter, v any) error {
 // header when the error sets retry_after and WWW-Authenticate on a 401. Only INTERNAL
 // is logged, as an error; a caller that went away gets nothing.
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
-	var e *warmpool.Error
-	switch {
-	case errors.As(err, &e):
-	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
-		return // the client left; nobody reads an answer
-	case errors.Is(err, context.DeadlineExceeded):
-		e = &warmpool.Error{Code: warmpool.CodeStoreUnavailable, Message: "timed out: " + err.Error(), RetryAfter: 1}
-	default:
-		e = &warmpool.Error{Code: warmpool.CodeInternal, Message: "internal error"}
-	}
-	if e.Code == warmpool.CodeInternal {
-		log.ErrorContext(r.Context(), "internal error", "err", err, "method", r.Method, "path", r.URL.Path)
+	e := ErrorOf(r, log, err)
+	if e == nil {
+		return
 	}
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
@@ -97,6 +88,27 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		w.Header().Set("WWW-Authenticate", "Bearer")
 	}
 	WriteJSON(w, Status(e.Code), envelope{Error: envelopeBody{Code: string(e.Code), Message: e.Message, RetryAfter: e.RetryAfter}})
+}
+
+// ErrorOf is the domain error that answers err, the one rule of every API's answers:
+// a *warmpool.Error as it is, a deadline as STORE_UNAVAILABLE, anything else as
+// INTERNAL, logged to log as an error. It is nil when the caller went away (nobody
+// reads an answer).
+func ErrorOf(r *http.Request, log *slog.Logger, err error) *warmpool.Error {
+	var e *warmpool.Error
+	switch {
+	case errors.As(err, &e):
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		e = &warmpool.Error{Code: warmpool.CodeStoreUnavailable, Message: "timed out: " + err.Error(), RetryAfter: 1}
+	default:
+		e = &warmpool.Error{Code: warmpool.CodeInternal, Message: "internal error"}
+	}
+	if e.Code == warmpool.CodeInternal {
+		log.ErrorContext(r.Context(), "internal error", "err", err, "method", r.Method, "path", r.URL.Path)
+	}
+	return e
 }
 
 // Body reads the request body, at most MaxBody bytes: a larger one is
@@ -190,6 +202,12 @@ func OnScope[T any](call func(ctx context.Context, scope string) (T, error), rep
 // Recover turns a panic in a handler into an INTERNAL envelope instead of a dropped
 // connection; WriteError logs the panic with its request id.
 func Recover(log *slog.Logger) func(http.Handler) http.Handler {
+	return RecoverWith(func(w http.ResponseWriter, r *http.Request, err error) { WriteError(w, r, log, err) })
+}
+
+// RecoverWith is Recover with the answer written by write (an API of another error
+// shape), which must log the INTERNAL error it is given.
+func RecoverWith(write func(w http.ResponseWriter, r *http.Request, err error)) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			defer func() {
@@ -197,7 +215,7 @@ func Recover(log *slog.Logger) func(http.Handler) http.Handler {
 					if p == http.ErrAbortHandler {
 						panic(p)
 					}
-					WriteError(w, r, log, fmt.Errorf("panic: %v", p))
+					write(w, r, fmt.Errorf("panic: %v", p))
 				}
 			}()
 			next.ServeHTTP(w, r)

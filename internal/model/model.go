@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,6 +45,7 @@ type Scope struct {
 	claimOf map[string]string // claim -> pod | "!reason" | "!lost:reason"
 	sess    map[string]string // session -> pod
 	sessExp zset              // session -> expiry
+	fixed   map[string]bool   // sessions whose expiry is fixed (RouteArgs.FixedTTL)
 	waiters zset              // waiter -> deadline
 	queue   zset              // waiter -> arrival number
 	health  map[string]int64  // pod -> failed probes in a row
@@ -62,7 +64,7 @@ func NewScope(id string) *Scope {
 		idle: zset{}, deploys: zset{}, rooms: zset{}, claims: zset{}, claimOf: map[string]string{},
 		sess: map[string]string{}, sessExp: zset{}, waiters: zset{}, queue: zset{}, health: map[string]int64{},
 		gone: map[string]bool{}, idem: map[string]string{}, marks: map[string]string{}, agents: map[string]string{},
-		served: map[string]int64{},
+		served: map[string]int64{}, fixed: map[string]bool{},
 	}
 }
 
@@ -242,6 +244,7 @@ func (s *Scope) ScopeForget() bool {
 	clear(s.slots)
 	clear(s.health)
 	clear(s.served)
+	clear(s.fixed)
 	s.backoff = backoff{}
 	return true
 }
@@ -463,6 +466,7 @@ func (s *Scope) evictSession(sid string, now int64, q *handoff) string {
 	pod, ok := s.sess[sid]
 	delete(s.sess, sid)
 	delete(s.sessExp, sid)
+	delete(s.fixed, sid)
 	if ok {
 		s.freeSlot(pod, now, true, q)
 	}
@@ -653,6 +657,7 @@ func (s *Scope) PodPurge(pod, reason string, idleSince *time.Time) ([]string, er
 		if p == pod {
 			delete(s.sess, sid)
 			delete(s.sessExp, sid)
+			delete(s.fixed, sid)
 			out = append(out, sid)
 		}
 	}
@@ -919,7 +924,11 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 			return served(lua.RouteReplay, parts[1], parts[2], parts[3], sid)
 		}
 	}
-	expiry := now + s.cfgInt("session_ttl_ms")
+	refreshed := now + s.cfgInt("session_ttl_ms")
+	expiry := refreshed
+	if a.FixedTTL > 0 {
+		expiry = now + a.FixedTTL.Milliseconds()
+	}
 	s.expireClaims(now, q)
 
 	answer := func(kind, flag, pod string) (lua.RouteResult, error) {
@@ -933,13 +942,16 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 		leave(used)
 		s.sess[sid] = pod
 		s.sessExp[sid] = expiry
+		s.setFixed(sid, a.FixedTTL > 0)
 		delete(s.idle, pod)
 		return answer(lua.RouteNew, "1", pod)
 	}
 
 	if bound, ok := s.sess[sid]; ok {
 		if e, ok := s.sessExp[sid]; ok && e > now {
-			s.sessExp[sid] = expiry
+			if !s.fixed[sid] {
+				s.sessExp[sid] = refreshed
+			}
 			if claim != "" {
 				s.releaseClaim(claim, now, q)
 			}
@@ -1029,7 +1041,9 @@ func (s *Scope) SessionTouch(sid string, now time.Time) (string, error) {
 		return lua.TouchUnknown, nil
 	}
 	if e > t {
-		s.sessExp[sid] = t + s.cfgInt("session_ttl_ms")
+		if !s.fixed[sid] {
+			s.sessExp[sid] = t + s.cfgInt("session_ttl_ms")
+		}
 		return lua.TouchTouched, nil
 	}
 	s.evictSession(sid, t, s.handoff(now))
@@ -1159,7 +1173,7 @@ func (s *Scope) ScopeRepair(now, noteDeadline time.Time, recount bool) (lua.Repa
 func (s *Scope) Snapshot() lua.Snapshot {
 	snap := lua.Snapshot{
 		Deploys: times(s.deploys), Followers: times(s.rooms), ClaimPod: copyMap(s.claimOf), Queued: len(s.waiters),
-		Claims: times(s.claims), Sessions: copyMap(s.sess), SessExp: times(s.sessExp), Waiters: times(s.waiters),
+		Claims: times(s.claims), Sessions: copyMap(s.sess), SessExp: times(s.sessExp), Fixed: slices.Sorted(maps.Keys(s.fixed)), Waiters: times(s.waiters),
 		Queue: map[string]int64{}, Fence: s.fence, Version: s.cfgInt("version"), Backoff: s.backoffState(),
 	}
 	if v, ok := s.config["prewarm_ver"]; ok {
@@ -1243,6 +1257,9 @@ func Lines(snap lua.Snapshot) []string {
 	}
 	for k, v := range snap.Sessions {
 		add("session %s %s", k, v)
+	}
+	for _, sid := range snap.Fixed {
+		add("fixed %s", sid)
 	}
 	for k, v := range snap.Queue {
 		add("queue %s %d", k, v)

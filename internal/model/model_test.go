@@ -87,7 +87,7 @@ var weights = map[string]int{
 	"session_get": 1, "follower_leave": 1, "waiter_leave": 1, "deploy_abort": 2, "pod_purge": 1, "pod_adopt": 1,
 	"pod_health": 1, "fence_raise": 1, "scope_publish": 1, "scope_capacity": 3, "epoch_lost": 1, "drift": 1,
 	"scope_delete": 1, "scope_forget": 1, "idem_claim": 1, "idem_answer": 1, "idem_release": 1, "idem_expire": 1,
-	"agent_report": 5, "scope_rollout": 2,
+	"agent_report": 5, "scope_rollout": 2, "session_deadline": 2,
 }
 
 // capacityWeights are the steps of TestLoweredCapacityFollowsTheModel.
@@ -363,13 +363,24 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			if rapid.IntRange(0, 3).Draw(w.t, "idempotent") == 0 {
 				a.RequestID = rapid.SampledFrom(idemRequests).Draw(w.t, "request")
 			}
+			if rapid.IntRange(0, 3).Draw(w.t, "fixed") == 0 {
+				a.FixedTTL = time.Duration(rapid.IntRange(1, 40).Draw(w.t, "fixed ttl s")) * time.Second
+			}
 			got, gotErr := w.store.SessionRoute(ctx, s.id, a)
 			want, wantErr := s.model.SessionRoute(a)
 			w.same("session_route", got, want, gotErr, wantErr)
 		}),
 		"session_touch": step("session_touch", onSession(w, "session_touch", w.store.SessionTouch, (*model.Scope).SessionTouch)),
-		"session_end":   step("session_end", onSession(w, "session_end", w.store.SessionEnd, (*model.Scope).SessionEnd)),
-		"session_get":   step("session_get", onSession(w, "session_get", w.store.SessionGet, (*model.Scope).SessionGet)),
+		"session_deadline": step("session_deadline", func(s *side) {
+			sid := s.session(w.t)
+			ttl := time.Duration(rapid.IntRange(0, 40).Draw(w.t, "ttl s")) * time.Second
+			later := rapid.Bool().Draw(w.t, "later")
+			got, gotErr := w.store.SessionDeadline(ctx, s.id, sid, w.now, ttl, later)
+			want, wantErr := s.model.SessionDeadline(sid, w.now, ttl, later)
+			w.same("session_deadline", got, want, gotErr, wantErr)
+		}),
+		"session_end": step("session_end", onSession(w, "session_end", w.store.SessionEnd, (*model.Scope).SessionEnd)),
+		"session_get": step("session_get", onSession(w, "session_get", w.store.SessionGet, (*model.Scope).SessionGet)),
 		"session_evict": step("session_evict", func(s *side) {
 			limit := rapid.IntRange(1, 4).Draw(w.t, "limit")
 			gotN, gotC, gotErr := w.store.SessionEvict(ctx, s.id, w.now, limit)
@@ -833,6 +844,8 @@ func outcome(v any, err error) string {
 	case lua.RouteResult:
 		return r.Kind
 	case lua.FollowerState:
+		return r.State
+	case lua.DeadlineResult:
 		return r.State
 	case lua.IdemClaimResult:
 		return r.State

@@ -58,7 +58,9 @@ func (s *Scope) AgentReport(rep lua.AgentReport) (lua.AgentAnswer, error) {
 		}
 		switch {
 		case isBound && bound == pod:
-			s.sessExp[sid] = expiry
+			if !s.fixed[sid] {
+				s.sessExp[sid] = expiry
+			}
 			onPod++
 		case c != "":
 			delete(s.claims, c)

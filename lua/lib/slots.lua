@@ -86,6 +86,7 @@ local function evict_session(k, sid, now, q)
   local pod = redis.call('HGET', k.sessions, sid)
   redis.call('HDEL', k.sessions, sid)
   redis.call('ZREM', k.sexp, sid)
+  redis.call('SREM', k.fixed, sid)
   if pod then
     free_slot(k, pod, now, true, q)
   end

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -149,6 +150,48 @@ func Decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) erro
 		return nil
 	}
 	return DecodeStrict(b.Bytes(), v)
+}
+
+// noBodyMax is the most of a body that a call taking none reads: "{}" and some white
+// space around it.
+const noBodyMax = 64
+
+// NoBody checks the body of a call that takes none: nothing, or the empty object {}
+// (white space around either). Anything else, a list, trailing data, a field or a body
+// longer than "{}" and some white space, is a VALIDATION error, found without reading
+// more than noBodyMax bytes of it.
+func NoBody(r *http.Request) error {
+	var buf [noBodyMax + 1]byte
+	n, err := io.ReadFull(r.Body, buf[:])
+	switch {
+	case n > noBodyMax:
+		return warmpool.Errorf(warmpool.CodeValidation, "body: this call takes no body: send none, or {}")
+	case err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF):
+		return warmpool.Errorf(warmpool.CodeValidation, "body: %v", err)
+	}
+	b := bytes.TrimSpace(buf[:n])
+	if len(b) == 0 {
+		return nil
+	}
+	if err := DecodeStrict(b, &struct{}{}); err != nil {
+		msg := err.Error()
+		if e := (*warmpool.Error)(nil); errors.As(err, &e) {
+			msg = e.Message
+		}
+		return warmpool.Errorf(warmpool.CodeValidation, "%s (this call takes no body: send none, or {})", msg)
+	}
+	return nil
+}
+
+// Bodyless is h for a call that takes no body: a body other than none or {} is refused
+// (NoBody) before h runs.
+func Bodyless(h Handler) Handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if err := NoBody(r); err != nil {
+			return err
+		}
+		return h(w, r)
+	}
 }
 
 // Param returns a URL parameter checked by valid; a bad one is a VALIDATION error that

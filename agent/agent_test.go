@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -39,8 +40,8 @@ func TestReporterAgainstAReplica(t *testing.T) {
 	}
 	env[warmpool.EnvReportURL] = ts.URL // the replica under test, not the configured one
 	c, ok := agent.FromEnv(func(k string) string { return env[k] })
-	if !ok || c.PodID != bind.PodID || c.Scope != "a" {
-		t.Fatalf("FromEnv(%v) = %+v, %v", env, c, ok)
+	if !ok || c.PodID != bind.PodID || c.Scope != "a" || c.Interval != time.Duration(conf.Agent.ReportIntervalS)*time.Second {
+		t.Fatalf("FromEnv(%v) = %+v, %v; want the scope's report interval", env, c, ok)
 	}
 	c.Sessions = func() []string { return []string{"s1", "gone"} }
 	c.Interval = time.Hour // only Drain and explicit reports in this test
@@ -128,4 +129,82 @@ func TestReporterBacksOffFromWarmpoolsInterval(t *testing.T) {
 	if retry < 1900*time.Millisecond || retry > 2500*time.Millisecond {
 		t.Fatalf("retry %v after the failed report, want 2 s: twice warmpool's interval, not twice Interval (%v)", retry, interval)
 	}
+}
+
+// FromEnv takes the scope's report interval from WARMPOOL_REPORT_INTERVAL_S; without
+// it, or with a value that is no number of seconds, the Reporter's default stands.
+func TestFromEnvReadsTheReportInterval(t *testing.T) {
+	for v, want := range map[string]time.Duration{"2": 2 * time.Second, "": 0, "0": 0, "-1": 0, "2s": 0} {
+		env := map[string]string{warmpool.EnvReportURL: "http://w", warmpool.EnvReportToken: "t", warmpool.EnvPodID: "p",
+			warmpool.EnvScope: "a", warmpool.EnvReportInterval: v}
+		if c, ok := agent.FromEnv(func(k string) string { return env[k] }); !ok || c.Interval != want {
+			t.Errorf("%s=%q: Interval %v (ok %v), want %v", warmpool.EnvReportInterval, v, c.Interval, ok, want)
+		}
+	}
+}
+
+// Run reports once at start, before any interval has passed (SPEC §12.4): with an
+// Interval of an hour the first report still comes at once. Before, the first report
+// waited for the interval, the agent's default 5 s whatever the scope's, so a short
+// session TTL expired before it.
+func TestReporterReportsAtStart(t *testing.T) {
+	at := reportTimes(t, time.Hour, 1, nil)
+	if first := at[0]; first > time.Second {
+		t.Fatalf("first report %v after the start, want at once", first)
+	}
+}
+
+// A pod the deploy has not registered yet (POD_NOT_FOUND before any report was taken,
+// as the report at start usually is) is asked about again at the interval, not after
+// a doubled backoff.
+func TestReporterAsksAgainAtTheIntervalUntilRegistered(t *testing.T) {
+	at := reportTimes(t, time.Second, 2, map[int]bool{1: true})
+	if again := at[1] - at[0]; again < 800*time.Millisecond || again > 1500*time.Millisecond {
+		t.Fatalf("report %v after a POD_NOT_FOUND of a pod not registered yet, want the 1 s interval", again)
+	}
+}
+
+// reportTimes runs a Reporter of interval against a stub of warmpool until it has
+// made n reports, and returns when each came, from the start of Run; the reports
+// numbered in notFound (from 1) are answered 404 POD_NOT_FOUND, the others 200 with
+// next_report_s 1.
+func reportTimes(t *testing.T, interval time.Duration, n int, notFound map[int]bool) []time.Duration {
+	t.Helper()
+	var mu sync.Mutex
+	var at []time.Time
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		k := len(at)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if notFound[k] {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":{"code":"POD_NOT_FOUND","message":"not registered yet"}}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"next_report_s":1,"unknown_sessions":[]}`))
+	}))
+	t.Cleanup(ts.Close)
+	ctx, stop := context.WithCancel(t.Context())
+	start := time.Now()
+	r := agent.New(agent.Config{URL: ts.URL, Token: "t", PodID: "p", Scope: "a", Interval: interval, Jitter: 0.01})
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	await.True(t, 10*time.Second, fmt.Sprintf("%d reports", n), func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(at) >= n
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	out := make([]time.Duration, len(at))
+	for i, a := range at {
+		out[i] = a.Sub(start)
+	}
+	return out
 }

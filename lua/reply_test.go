@@ -71,7 +71,7 @@ func TestMalformedRepliesAreInternalErrors(t *testing.T) {
 		{"pod_placeholder", func(ctx context.Context) error {
 			_, err := s.PodPlaceholder(ctx, scope, now, now, now)
 			return err
-		}, []any{"deploy", "1w", "1", spec}, nil},
+		}, []any{"deploy", "1w", "1", spec, "2000"}, nil},
 		{"pod_adopt", func(ctx context.Context) error {
 			_, err := s.PodAdopt(ctx, warmpool.Pod{ID: "p1", ScopeID: scope}, now, false)
 			return err
@@ -126,7 +126,7 @@ func TestMalformedRepliesAreInternalErrors(t *testing.T) {
 	}
 	// pod_acquire's answers differ by kind: each is a good answer of its own.
 	acquire := wrappers[0]
-	for _, good := range [][]any{{"warm", "p1", pod}, {"follower", "1", "1|c", ms}, {"deploy", "1", "1", spec}, {"max_reached", "0", "2"}} {
+	for _, good := range [][]any{{"warm", "p1", pod}, {"follower", "1", "1|c", ms}, {"deploy", "1", "1", spec, "2000"}, {"max_reached", "0", "2"}} {
 		acquire.good = good
 		wrappers = append(wrappers, acquire)
 	}

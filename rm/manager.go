@@ -248,7 +248,7 @@ func (m *Manager) lead(ctx context.Context, scope string, res lua.AcquireResult,
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		pod, err := m.deploy(ctx, scope, res.Deploy, res.Fence, res.Spec, claim, leaseWait)
+		pod, err := m.deploy(ctx, scope, res.Deploy, res.Fence, res.Spec, res.ReportIntervalS, claim, leaseWait)
 		select {
 		case done <- result{pod, err}:
 		case <-left:
@@ -360,7 +360,7 @@ func (m *Manager) Fill(ctx context.Context, scope string) (int, error) {
 		go func() {
 			defer m.wg.Done()
 			// A failure is logged by deploy and retried on the next fill.
-			_, _ = m.deploy(ctx, scope, res.Deploy, res.Fence, res.Spec, "", leaseWait)
+			_, _ = m.deploy(ctx, scope, res.Deploy, res.Fence, res.Spec, res.ReportIntervalS, "", leaseWait)
 		}()
 	}
 }

@@ -106,3 +106,10 @@ func (s *Scope) AgentReport(rep lua.AgentReport) (lua.AgentAnswer, error) {
 	}
 	return a, nil
 }
+
+// reportIntervalS is the report interval a deploy's answer tells the pod, in seconds
+// (pod_acquire.lua, pod_placeholder.lua): 0 when the config published has none.
+func (s *Scope) reportIntervalS() int {
+	v, _ := strconv.ParseInt(s.config["report_ms"], 10, 64)
+	return int(v / 1000)
+}

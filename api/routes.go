@@ -54,6 +54,7 @@ type PoolPage interface {
 
 // Reports is what the agents' report route calls (reports.Manager).
 type Reports interface {
+	Cap(ctx context.Context, scope, pod string) (int, error)
 	Report(ctx context.Context, r reports.Report) (reports.Answer, error)
 }
 

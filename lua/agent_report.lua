@@ -10,7 +10,9 @@
 -- this report and the last one both leave out is ended (its slot to the oldest waiter,
 -- or freed). Draining: the pod gets podver DRAINING and takes nothing new; idle, it is
 -- due at once and the sweep deletes it. A deleted scope's pods report too: their
--- sessions go on until they end.
+-- sessions go on until they end. A report listing more sessions than the pod may hold
+-- (pod_concurrency, or its slots when a lowered pod_concurrency left it more) is
+-- refused before anything is touched: one report costs at most what a full pod's does.
 -- KEYS[1]  {s}:epoch      STRING scope epoch
 -- KEYS[2]  {s}:config     HASH   published scope config
 -- KEYS[3]  {s}:pods       ZSET   pod id -> registered at (ms)
@@ -33,7 +35,8 @@
 -- ARGV[5] grant deadline (ms)  ARGV[6] publish command  ARGV[7..] the listed sessions
 -- Returns {"ok", report interval (ms), spared until (ms, "0": unchanged), sessions
 --          ended, n unknown, unknown session ids...}
---       | {"unknown_pod"} | {"NO_SCOPE"} | {"EPOCH_LOST"}
+--       | {"too_many", the most the pod may list} | {"unknown_pod"} | {"NO_SCOPE"}
+--       | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; _guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 -- Notes due work (note_due in _lib.lua): the answer is then {"DUE", due, answer} when a
@@ -48,9 +51,14 @@ end
 if not redis.call('ZSCORE', k.pods, pod) then
   return {'unknown_pod'}
 end
+local pc = tonumber(cfg[4])
+local slots = tonumber(redis.call('HGET', k.slots, pod) or '0')
+local most = math.max(pc, slots)
+if #ARGV - 6 > most then
+  return {'too_many', tostring(most)}
+end
 local expiry = now + tonumber(cfg[1])
 local interval = tonumber(cfg[2] or ARGV[4])
-local pc = tonumber(cfg[4])
 if ARGV[3] == '1' then
   local ver = redis.call('HGET', k.podver, pod)
   if ver ~= RETIRED and ver ~= DRAINING then
@@ -100,7 +108,7 @@ local ended = 0
 local q
 if cfg[3] == '1' then
   local missed = {}
-  if on_pod < tonumber(redis.call('HGET', k.slots, pod) or '0') then
+  if on_pod < slots then
     local before = {}
     for sid in string.gmatch(agent[2] or '', '%S+') do
       before[sid] = true

@@ -2,6 +2,8 @@ package lua
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,10 +44,49 @@ type AgentAnswer struct {
 // or purged).
 var ErrPodUnknown = warmpool.Errorf(warmpool.CodePodNotFound, "the pod is not in its scope's pool: it was purged or never registered; the agent should exit")
 
+// TooManySessions is the VALIDATION error of a report that lists more sessions than
+// the pod may hold (most: ReportCap).
+func TooManySessions(listed, most int) error {
+	return warmpool.Errorf(warmpool.CodeValidation,
+		"sessions: %d listed, at most %d: the scope's pool.pod_concurrency (or the sessions and holds of a pod that has more)", listed, most)
+}
+
+// ReportCap is the most sessions a report of pod may list, as agent_report.lua holds
+// it to: the scope's pod_concurrency, or the pod's slots when a lowered
+// pod_concurrency left it more. Two reads in one round trip, so that the HTTP layer
+// bounds a report's body before it reads it. Errors: POD_NOT_FOUND (a scope Redis does
+// not have), EPOCH_LOST, STORE_UNAVAILABLE.
+func (s *Store) ReportCap(ctx context.Context, scope, pod string) (int, error) {
+	k := s.keys.Scope(scope)
+	var pc, slots *redis.StringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		pc, slots = p.HGet(ctx, k.Config, "pod_concurrency"), p.HGet(ctx, k.Slots, pod)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, s.redisErr(ctx, err)
+	}
+	most, err := pc.Int()
+	if errors.Is(err, redis.Nil) {
+		if err := s.noScope(ctx, scope); warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+			return 0, err
+		}
+		return 0, ErrPodUnknown
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: pod_concurrency: %w", k.Config, err)
+	}
+	if n, err := slots.Int(); err == nil {
+		most = max(most, n)
+	}
+	return most, nil
+}
+
 // AgentReport runs agent_report.lua: liveness, activity, the rebuild's bindings,
 // ground truth and draining of one report, in one script; then, every other report,
-// it moves the pod in its shard's Reported index. Errors: POD_NOT_FOUND (also for a
-// scope Redis does not have), EPOCH_LOST, STORE_UNAVAILABLE.
+// it moves the pod in its shard's Reported index. Errors: VALIDATION (more sessions
+// than the pod may hold: TooManySessions), POD_NOT_FOUND (also for a scope Redis does
+// not have), EPOCH_LOST, STORE_UNAVAILABLE.
 func (s *Store) AgentReport(ctx context.Context, rep AgentReport) (AgentAnswer, error) {
 	args := make([]any, 0, 6+len(rep.Sessions))
 	args = append(args, ms(rep.Now), rep.Pod, flag(rep.Draining), int64(warmpool.DefaultReportIntervalS)*1000)
@@ -60,8 +101,13 @@ func (s *Store) AgentReport(ctx context.Context, rep AgentReport) (AgentAnswer, 
 	if err != nil {
 		return AgentAnswer{}, err
 	}
-	if r.oneOf(0, "ok", "unknown_pod") == "unknown_pod" {
+	switch r.oneOf(0, "ok", "unknown_pod", "too_many") {
+	case "unknown_pod":
 		return AgentAnswer{}, ErrPodUnknown
+	case "too_many":
+		if most := r.count(1); r.err() == nil {
+			return AgentAnswer{}, TooManySessions(len(rep.Sessions), most)
+		}
 	}
 	a := AgentAnswer{Interval: time.Duration(r.int(1)) * time.Millisecond, Ended: r.count(3)}
 	spared := r.int(2)

@@ -12,11 +12,27 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
+	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/lua"
 )
 
-// MaxSessions bounds the sessions one report may list: no pod holds more.
+// MaxSessions bounds the sessions one report may list: no pod holds more. A report of
+// a pod lists at most what its scope's pod_concurrency lets it hold (Manager.Cap).
 const MaxSessions = warmpool.MaxPodConcurrency
+
+// The bytes a report body is bounded by (BodyLimit): each listed session takes at most
+// sessionBytes (its id, the quotes and separator around it and some white space), the
+// rest of the body (pod_id, scope_id, state, the keys and braces) at most reportBase.
+const (
+	sessionBytes = warmpool.MaxSessionIDLen + 16
+	reportBase   = 2048
+)
+
+// BodyLimit is the most bytes the body of a report listing at most sessions may take;
+// never more than every body's httpx.MaxBody.
+func BodyLimit(sessions int) int64 {
+	return min(int64(reportBase)+int64(sessions)*sessionBytes, httpx.MaxBody)
+}
 
 // Report is one agent report, as its body says (POST /v1/agents/report).
 type Report struct {
@@ -75,6 +91,14 @@ type Manager struct {
 // New returns the manager of the reports on store.
 func New(store *lua.Store, cfg Config) *Manager {
 	return &Manager{store: store, clock: defaults.Clock(cfg.Clock), log: defaults.Logger(cfg.Logger).With("component", "reports")}
+}
+
+// Cap is the most sessions a report of pod may list (lua.Store.ReportCap, at most
+// MaxSessions): what bounds its body before the body is read. Errors: POD_NOT_FOUND
+// (a scope Redis does not have), STORE_UNAVAILABLE.
+func (m *Manager) Cap(ctx context.Context, scope, pod string) (int, error) {
+	n, err := m.store.ReportCap(ctx, scope, pod)
+	return min(n, MaxSessions), err
 }
 
 // Report takes one report whose token was checked. Errors: VALIDATION, POD_NOT_FOUND

@@ -48,6 +48,7 @@ func TestAgentReportTokens(t *testing.T) {
 	t.Parallel()
 	e := mustEnv(t, withTokens("gw-token", "admin-token"), withReportSecret)
 	e.ok(http.MethodPut, "/v1/scopes/ok/config", scopeCfg(4, 2, 0, 1), bearer("admin-token"))
+	e.ok(http.MethodPut, "/v1/scopes/other/config", scopeCfg(4, 2, 0, 1), bearer("admin-token"))
 	pod := e.routedPod("ok", "s1")
 	own := e.srv.ReportToken("ok", pod)
 

@@ -104,18 +104,18 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 // PAYLOAD_TOO_LARGE.
 func Body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	var b bytes.Buffer
-	if err := readBody(w, r, &b); err != nil {
+	if err := readBody(w, r, &b, MaxBody); err != nil {
 		return nil, err
 	}
 	return b.Bytes(), nil
 }
 
-// readBody reads the request body into b as Body does.
-func readBody(w http.ResponseWriter, r *http.Request, b *bytes.Buffer) error {
-	if _, err := b.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBody)); err != nil {
+// readBody reads the request body into b as Body does, at most limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, b *bytes.Buffer, limit int64) error {
+	if _, err := b.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return warmpool.Errorf(warmpool.CodePayloadTooLarge, "body: larger than %d bytes", MaxBody)
+			return warmpool.Errorf(warmpool.CodePayloadTooLarge, "body: larger than %d bytes", limit)
 		}
 		var timeout net.Error
 		if errors.As(err, &timeout) && timeout.Timeout() {
@@ -136,6 +136,21 @@ const keptBody = 64 << 10
 // Decode reads a JSON object body into v strictly: unknown fields are named, bodies over
 // MaxBody are PAYLOAD_TOO_LARGE. An empty body leaves v as it is when allowEmpty.
 func Decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
+	return decode(w, r, v, allowEmpty, MaxBody)
+}
+
+// DecodeAtMost is Decode of a body that may take at most limit bytes (no more than
+// MaxBody): a larger one is PAYLOAD_TOO_LARGE, at once when its declared
+// Content-Length is, and is read no further than limit.
+func DecodeAtMost(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	limit = min(limit, MaxBody)
+	if r.ContentLength > limit {
+		return warmpool.Errorf(warmpool.CodePayloadTooLarge, "body: Content-Length %d is over this call's limit of %d bytes", r.ContentLength, limit)
+	}
+	return decode(w, r, v, false, limit)
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool, limit int64) error {
 	b := bodies.Get().(*bytes.Buffer)
 	defer func() {
 		if b.Cap() <= keptBody {
@@ -143,7 +158,7 @@ func Decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) erro
 			bodies.Put(b)
 		}
 	}()
-	if err := readBody(w, r, b); err != nil {
+	if err := readBody(w, r, b, limit); err != nil {
 		return err
 	}
 	if allowEmpty && len(bytes.TrimSpace(b.Bytes())) == 0 {

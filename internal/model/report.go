@@ -23,13 +23,16 @@ func (s *Scope) AgentReport(rep lua.AgentReport) (lua.AgentAnswer, error) {
 	if _, ok := s.pods[pod]; !ok {
 		return lua.AgentAnswer{}, lua.ErrPodUnknown
 	}
+	pc := s.cfgInt("pod_concurrency")
+	if most := max(pc, s.slots[pod]); int64(len(rep.Sessions)) > most {
+		return lua.AgentAnswer{}, lua.TooManySessions(len(rep.Sessions), int(most))
+	}
 	now := ms(rep.Now)
 	expiry := now + s.cfgInt("session_ttl_ms")
 	interval := int64(warmpool.DefaultReportIntervalS) * 1000
 	if v, ok := s.config["report_ms"]; ok {
 		interval, _ = strconv.ParseInt(v, 10, 64)
 	}
-	pc := s.cfgInt("pod_concurrency")
 	q := s.handoff(rep.Now)
 	if rep.Draining && s.podVer[pod] != lua.RetiredVer {
 		s.podVer[pod] = lua.DrainingVer

@@ -2,8 +2,6 @@ package lua
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,35 +49,22 @@ func TooManySessions(listed, most int) error {
 		"sessions: %d listed, at most %d: the scope's pool.pod_concurrency (or the sessions and holds of a pod that has more)", listed, most)
 }
 
-// ReportCap is the most sessions a report of pod may list, as agent_report.lua holds
-// it to: the scope's pod_concurrency, or the pod's slots when a lowered
-// pod_concurrency left it more. Two reads in one round trip, so that the HTTP layer
-// bounds a report's body before it reads it. Errors: POD_NOT_FOUND (a scope Redis does
-// not have), EPOCH_LOST, STORE_UNAVAILABLE.
+// ReportCap runs report_cap.lua: the most sessions a report of pod may list, as
+// agent_report.lua holds it to (the scope's pod_concurrency, or the pod's slots when a
+// lowered pod_concurrency left it more), so that the HTTP layer bounds a report's body
+// before it reads it. Errors: POD_NOT_FOUND (a scope Redis does not have), EPOCH_LOST,
+// STORE_UNAVAILABLE.
 func (s *Store) ReportCap(ctx context.Context, scope, pod string) (int, error) {
-	k := s.keys.Scope(scope)
-	var pc, slots *redis.StringCmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		pc, slots = p.HGet(ctx, k.Config, "pod_concurrency"), p.HGet(ctx, k.Slots, pod)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return 0, s.redisErr(ctx, err)
-	}
-	most, err := pc.Int()
-	if errors.Is(err, redis.Nil) {
-		if err := s.noScope(ctx, scope); warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
-			return 0, err
-		}
+	r, err := s.call(ctx, reportCap, s.keys.Scope(scope), nil, pod)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
 		return 0, ErrPodUnknown
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%s: pod_concurrency: %w", k.Config, err)
+		return 0, err
 	}
-	if n, err := slots.Int(); err == nil {
-		most = max(most, n)
-	}
-	return most, nil
+	r.oneOf(0, "ok")
+	most := r.count(1)
+	return most, r.err()
 }
 
 // AgentReport runs agent_report.lua: liveness, activity, the rebuild's bindings,

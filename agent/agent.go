@@ -2,9 +2,23 @@
 // Reporter tells warmpool, once at start and then every report interval with jitter
 // (the scope's agent.report_interval_s, in WARMPOOL_REPORT_INTERVAL_S), which sessions
 // the pod serves and whether it drains. warmpool then does not probe the pod, keeps those
-// sessions alive, and after losing its data binds them back to the pod. It needs only
-// the standard library and warmpool's root package, which needs no more; agents in other languages follow the same call, described in
-// warmpool's OpenAPI document (POST /v1/agents/report).
+// sessions alive, and after losing its data binds them back to the pod: those it can
+// prove were routed there.
+//
+// The proof is the session's session_ticket (SPEC §12.4): warmpool's answer to a
+// session route carries it (an HMAC of scope, session and pod under the report
+// secret), the gateway passes it to the pod with the session, as the query parameter
+// session_ticket of the SSE request next to session_id (SessionParam, TicketParam:
+// GET <sse_path>?session_id=S&session_ticket=T), and the agent keeps it while it
+// serves the session and sends it back in every report (Config.Tickets, the report's
+// "tickets": {session: ticket}). After a Redis data loss, only a session with a valid
+// ticket for this pod is bound to it again: another pod's agent cannot take a session
+// by naming it first. A session already bound to the pod is kept alive with or without
+// one.
+//
+// It needs only the standard library and warmpool's root package, which needs no
+// more; agents in other languages follow the same call, described in warmpool's
+// OpenAPI document (POST /v1/agents/report).
 package agent
 
 import (
@@ -35,6 +49,13 @@ const (
 	reportPath       = "/v1/agents/report"
 )
 
+// The query parameters of the SSE request that name the session it serves and carry
+// its session_ticket, as the gateway passes them from warmpool's route answer.
+const (
+	SessionParam = "session_id"
+	TicketParam  = "session_ticket"
+)
+
 // ErrGone: warmpool answered that the pod is not in its pool (404 POD_NOT_FOUND):
 // it was purged, or never registered. The agent should exit.
 var ErrGone = errors.New("agent: warmpool does not know this pod (POD_NOT_FOUND): exit")
@@ -49,6 +70,11 @@ type Config struct {
 	PodID, Scope string
 	// Sessions lists the sessions the agent serves now; called before every report.
 	Sessions func() []string
+	// Tickets are the session_tickets of the sessions the agent serves, as the SSE
+	// requests brought them (TicketParam); called before every report, after
+	// Sessions, whose sessions alone are sent. Nil, or a session without one: the
+	// session is not bound to the pod again after a Redis data loss.
+	Tickets func() map[string]string
 	// Interval is the wait between reports until warmpool answers its own
 	// (next_report_s); the first report goes at once. FromEnv sets it from
 	// WARMPOOL_REPORT_INTERVAL_S. Jitter spreads each wait by up to that fraction
@@ -183,10 +209,26 @@ func (r *Reporter) jitter(d time.Duration) time.Duration {
 }
 
 type body struct {
-	PodID    string   `json:"pod_id"`
-	ScopeID  string   `json:"scope_id"`
-	Sessions []string `json:"sessions"`
-	State    string   `json:"state"`
+	PodID    string            `json:"pod_id"`
+	ScopeID  string            `json:"scope_id"`
+	Sessions []string          `json:"sessions"`
+	Tickets  map[string]string `json:"tickets,omitempty"`
+	State    string            `json:"state"`
+}
+
+// tickets are the tickets of sessions that have one.
+func (r *Reporter) tickets(sessions []string) map[string]string {
+	if r.cfg.Tickets == nil {
+		return nil
+	}
+	all := r.cfg.Tickets()
+	out := make(map[string]string, min(len(all), len(sessions)))
+	for _, s := range sessions {
+		if t := all[s]; t != "" {
+			out[s] = t
+		}
+	}
+	return out
 }
 
 type answer struct {
@@ -207,7 +249,7 @@ func (r *Reporter) Report(ctx context.Context) (time.Duration, error) {
 	if sessions == nil {
 		sessions = []string{}
 	}
-	raw, err := json.Marshal(body{PodID: r.cfg.PodID, ScopeID: r.cfg.Scope, Sessions: sessions, State: state})
+	raw, err := json.Marshal(body{PodID: r.cfg.PodID, ScopeID: r.cfg.Scope, Sessions: sessions, Tickets: r.tickets(sessions), State: state})
 	if err != nil {
 		return 0, err
 	}

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -207,4 +208,29 @@ func reportTimes(t *testing.T, interval time.Duration, n int, notFound map[int]b
 		out[i] = a.Sub(start)
 	}
 	return out
+}
+
+// A report sends, with the sessions, the session_ticket of each that has one (SPEC
+// §12.4), and only of listed sessions: a ticket of a session the agent no longer
+// serves stays home.
+func TestReporterSendsTheListedSessionsTickets(t *testing.T) {
+	got := make(chan map[string]any, 1)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		got <- body
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"next_report_s":1,"unknown_sessions":[]}`))
+	}))
+	t.Cleanup(ts.Close)
+	r := agent.New(agent.Config{URL: ts.URL, Token: "t", PodID: "p", Scope: "a",
+		Sessions: func() []string { return []string{"s1", "s2"} },
+		Tickets:  func() map[string]string { return map[string]string{"s1": "T1", "gone": "T0"} }})
+	if _, err := r.Report(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	body := <-got
+	if tk, _ := body["tickets"].(map[string]any); len(tk) != 1 || tk["s1"] != "T1" {
+		t.Fatalf("report %v: want tickets {s1: T1}", body)
+	}
 }

@@ -112,7 +112,7 @@ func Router(s Services, middleware ...func(http.Handler) http.Handler) http.Hand
 		// route's pattern and path values, and a warm route is a few dozen µs in all.
 		r.With(admin).Method(http.MethodDelete, "/scopes/{scope}", h(httpx.Bodyless(a.deleteScope)))
 		r.With(httpx.Waits).Method(http.MethodPost, "/scopes/{scope}/sessions", h(a.routeSession))
-		r.Method(http.MethodGet, "/scopes/{scope}/sessions/{session}", h(onSession(s.Sessions.Get, func(b sm.Binding) any { return b })))
+		r.Method(http.MethodGet, "/scopes/{scope}/sessions/{session}", h(onSession(s.Sessions.Get, func(b sm.Binding) any { return a.ticketed(b) })))
 		r.Method(http.MethodDelete, "/scopes/{scope}/sessions/{session}", h(httpx.Bodyless(onSession(s.Sessions.End, answer("released")))))
 		r.Method(http.MethodPost, "/scopes/{scope}/sessions/{session}/touch", h(httpx.Bodyless(onSession(s.Sessions.Touch, answer("touched")))))
 		r.With(httpx.Waits).Method(http.MethodPost, "/scopes/{scope}/pods/acquire", h(a.acquirePod))

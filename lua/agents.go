@@ -19,6 +19,11 @@ type AgentReport struct {
 	Scope, Pod string
 	// Sessions are the sessions the agent serves.
 	Sessions []string
+	// Proven are the sessions whose session_ticket the report sent and the caller
+	// found valid (SPEC §12.4): only they may be bound to the pod again after a data
+	// loss. A listed session not among them is touched when it is bound to the pod, and
+	// answered unknown otherwise.
+	Proven   []string
 	Draining bool
 	Now      time.Time
 }
@@ -28,7 +33,8 @@ type AgentAnswer struct {
 	// Interval is the scope's report interval.
 	Interval time.Duration
 	// Unknown are the listed sessions the pool does not bind to the pod: ended,
-	// expired, bound elsewhere, or beyond the pod's adopted slots after a rebuild.
+	// expired, bound elsewhere, or, after a rebuild, without a valid ticket or beyond
+	// the pod's adopted slots.
 	Unknown []string
 	// Ended counts the sessions the reports left out twice in a row, ended by this
 	// one (sessions_from_reports).
@@ -73,9 +79,13 @@ func (s *Store) ReportCap(ctx context.Context, scope, pod string) (int, error) {
 // than the pod may hold: TooManySessions), POD_NOT_FOUND (also for a scope Redis does
 // not have), EPOCH_LOST, STORE_UNAVAILABLE.
 func (s *Store) AgentReport(ctx context.Context, rep AgentReport) (AgentAnswer, error) {
-	args := make([]any, 0, 6+len(rep.Sessions))
+	args := make([]any, 0, 7+len(rep.Proven)+len(rep.Sessions))
 	args = append(args, ms(rep.Now), rep.Pod, flag(rep.Draining), int64(warmpool.DefaultReportIntervalS)*1000)
 	args = append(args, s.handoffArgs(rep.Now)...)
+	args = append(args, len(rep.Proven))
+	for _, sid := range rep.Proven {
+		args = append(args, sid)
+	}
 	for _, sid := range rep.Sessions {
 		args = append(args, sid)
 	}

@@ -10,9 +10,15 @@ import (
 	"github.com/warmpool/warmpool/lua"
 )
 
-// report runs one report of pod's agent at the env's now.
+// report runs one report of pod's agent at the env's now, with no valid ticket.
 func (e *env) report(pod string, draining bool, sessions ...string) (lua.AgentAnswer, error) {
 	return e.store.AgentReport(context.Background(), lua.AgentReport{Scope: e.scope, Pod: pod, Sessions: sessions, Draining: draining, Now: e.now})
+}
+
+// reportProven runs one report of pod's agent listing sessions, of which proven came
+// with a valid ticket.
+func (e *env) reportProven(pod string, proven []string, sessions ...string) (lua.AgentAnswer, error) {
+	return e.store.AgentReport(context.Background(), lua.AgentReport{Scope: e.scope, Pod: pod, Sessions: sessions, Proven: proven, Now: e.now})
 }
 
 // route routes a session at the env's now without queueing.
@@ -221,8 +227,10 @@ func TestSessionsLeftOutStayWithoutGroundTruth(t *testing.T) {
 }
 
 // After Redis lost a pod's sessions, the pod is adopted with every slot held; its
-// reports bind the sessions they name back to it, and a route of such a session finds
-// its old pod.
+// reports bind the sessions they name with a valid ticket back to it (SPEC §12.4), and
+// a route of such a session finds its old pod. A session named without one is
+// unknown, and holds no slot: after a data loss, a pod's agent cannot take a session
+// by naming it first (issue 31).
 func TestReportsBindSessionsBackToAnAdoptedPod(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil) // pod_concurrency 2
@@ -230,12 +238,19 @@ func TestReportsBindSessionsBackToAnAdoptedPod(t *testing.T) {
 	if st, err := e.store.PodAdopt(context.Background(), pod, e.now, true); err != nil || st != lua.AdoptAdopted {
 		t.Fatalf("adopt: %q, %v", st, err)
 	}
-	a, err := e.report(pod.ID, false, "s1", "s2")
+	a, err := e.reportProven(pod.ID, []string{"s1"}, "s1", "s2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(a.Unknown) != 0 {
-		t.Fatalf("unknown %v, want none", a.Unknown)
+	if !slices.Equal(a.Unknown, []string{"s2"}) {
+		t.Fatalf("unknown %v, want s2: its ticket was not proven", a.Unknown)
+	}
+	if s := e.snap(); s.Sessions["s1"] != pod.ID || s.Sessions["s2"] != "" {
+		t.Fatalf("after the first report: sessions %v, want s1 alone bound", s.Sessions)
+	}
+	// proven, and a session bound already, touched without a ticket
+	if a, err = e.reportProven(pod.ID, []string{"s2"}, "s1", "s2"); err != nil || len(a.Unknown) != 0 {
+		t.Fatalf("second report: %+v, %v; want none unknown", a, err)
 	}
 	s := e.snap()
 	if s.Sessions["s1"] != pod.ID || s.Sessions["s2"] != pod.ID || s.Pods[0].Slots != 2 || len(s.ClaimPod) != 0 {

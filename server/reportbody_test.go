@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -116,4 +117,73 @@ func TestReportBodyIsBoundedByPodConcurrency(t *testing.T) {
 		t.Errorf("10,000 sessions, Content-Length %d: %d after %d bytes read, want 413 at once", len(huge), st, read)
 	}
 	e.ok(http.MethodPost, "/v1/agents/report", map[string]any{"pod_id": pod, "scope_id": "ok", "sessions": []string{"s1", "s2"}}, bearer(own))
+}
+
+// After a Redis data loss only a session whose session_ticket proves it was routed to
+// the pod is bound to it again from the pod's reports (issue 31, SPEC §12.4): the
+// route and GET answers carry the ticket; pod 2's agent naming pod 1's sessions first
+// (no ticket, pod 1's tickets, a made-up one) gets them answered unknown, and pod 1's
+// agent, with their tickets, takes them back. A session bound to the pod already is
+// kept alive without its ticket. Before, the first report that named a session bound
+// it, whichever pod it came from.
+func TestTicketsProveARebuiltBinding(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := mustEnv(t, withReportSecret)
+	e.putScope("ok", scopeCfg(4, 2, 0, 1))
+	routes := map[string]map[string]any{}
+	for _, s := range []string{"s1", "s2", "s3"} {
+		routes[s] = e.route("ok", s)
+	}
+	pod1, pod2 := routes["s1"]["pod_id"].(string), routes["s3"]["pod_id"].(string)
+	if routes["s2"]["pod_id"] != pod1 || pod2 == pod1 {
+		t.Fatalf("routes %v: want s1 and s2 on one pod, s3 on another", routes)
+	}
+	ticket := func(s string) string { return routes[s]["session_ticket"].(string) }
+	if got := e.ok(http.MethodGet, "/v1/scopes/ok/sessions/s1", nil)["session_ticket"]; got != ticket("s1") || len(ticket("s1")) != 43 {
+		t.Fatalf("GET s1's ticket %v, the route's %q", got, ticket("s1"))
+	}
+	report := func(pod string, tickets map[string]string, sessions ...string) []any {
+		t.Helper()
+		body := map[string]any{"pod_id": pod, "scope_id": "ok", "sessions": sessions, "tickets": tickets}
+		return e.ok(http.MethodPost, "/v1/agents/report", body, bearer(e.srv.ReportToken("ok", pod)))["unknown_sessions"].([]any)
+	}
+	tok := bearer(e.srv.ReportToken("ok", pod1))
+	for _, c := range []struct {
+		tickets map[string]string
+		msg     string
+	}{{map[string]string{"s9": ticket("s1")}, "not listed"}, {map[string]string{"s1": "short"}, "43 characters"}} {
+		body := map[string]any{"pod_id": pod1, "scope_id": "ok", "sessions": []string{"s1"}, "tickets": c.tickets}
+		e.wantErr(e.do(http.MethodPost, "/v1/agents/report", body, tok), http.StatusBadRequest, warmpool.CodeValidation, "tickets", c.msg)
+	}
+	if err := e.r.DeleteAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !e.srv.Runner.RunOnce(ctx, e.srv.Sweeper.ReconcileJob()) {
+		t.Fatal("reconcile did not run")
+	}
+	made := strings.Repeat("A", 43)
+	for name, tickets := range map[string]map[string]string{
+		"no ticket":       nil,
+		"pod 1's tickets": {"s1": ticket("s1"), "s2": ticket("s2")},
+		"made-up tickets": {"s1": made, "s2": made},
+	} {
+		if unknown := report(pod2, tickets, "s1", "s2"); len(unknown) != 2 {
+			t.Fatalf("pod 2 naming pod 1's sessions with %s: unknown %v, want both", name, unknown)
+		}
+	}
+	if unknown := report(pod1, map[string]string{"s1": ticket("s1"), "s2": ticket("s2")}, "s1", "s2"); len(unknown) != 0 {
+		t.Fatalf("pod 1 with its tickets: unknown %v", unknown)
+	}
+	if unknown := report(pod2, map[string]string{"s3": ticket("s3")}, "s3"); len(unknown) != 0 {
+		t.Fatalf("pod 2 with s3's ticket: unknown %v", unknown)
+	}
+	for s, pod := range map[string]string{"s1": pod1, "s2": pod1, "s3": pod2} {
+		if got := e.ok(http.MethodGet, "/v1/scopes/ok/sessions/"+s, nil)["pod_id"]; got != pod {
+			t.Fatalf("%s after the rebuild on %v, want %s", s, got, pod)
+		}
+	}
+	if unknown := report(pod1, nil, "s1", "s2"); len(unknown) != 0 {
+		t.Fatalf("pod 1 without tickets, its sessions bound again: unknown %v", unknown)
+	}
 }

@@ -13,7 +13,10 @@ import (
 // ReportKey makes and checks the pod tokens of agent reports (SPEC §11.2): a pod's
 // token names its scope and pod id and carries an HMAC-SHA256 of both under the
 // report secret that every replica shares, so a leaked token speaks for one pod, and a
-// report is checked before its body is read. The secret is a Token (fixed, or a file
+// report is checked before its body is read. It also makes and checks the session
+// tickets of SPEC §12.4: an HMAC of scope, session and pod under the same secret (in
+// a domain of its own), handed out with a route's answer, which proves after a Redis
+// data loss that the session was routed to that pod. The secret is a Token (fixed, or a file
 // re-read when it changes); the HMAC is keyed by the secret's SHA-256, which is what a
 // Token keeps. A nil *ReportKey is "reports are off".
 type ReportKey struct {
@@ -28,8 +31,15 @@ func NewReportKey(secret *Token) *ReportKey {
 	return &ReportKey{secret: secret}
 }
 
-// tokenDomain begins the message of a pod token's HMAC.
-const tokenDomain = "warmpool report\x00"
+// The domains that begin the messages of the key's HMACs: a pod token's MAC is never a
+// session's ticket, nor the other way round.
+const (
+	tokenDomain  = "warmpool report\x00"
+	ticketDomain = "warmpool session ticket\x00"
+)
+
+// TicketLen is the length of a session ticket: an HMAC-SHA256 in unpadded base64url.
+const TicketLen = 43
 
 // tokenSep separates a pod token's scope, pod id and MAC: no scope or pod id holds it,
 // nor base64url, and it is a character of a bearer token (RFC 6750's b64token).
@@ -83,6 +93,22 @@ func (k *ReportKey) Identify(r *http.Request) (scope, pod string, err error) {
 		return "", "", warmpool.Errorf(warmpool.CodeUnauthorized, "missing or wrong report token: a pod reports with its own WARMPOOL_REPORT_TOKEN")
 	}
 	return scope, pod, nil
+}
+
+// Ticket is the session_ticket of session on pod of scope (SPEC §12.4); "" while the
+// secret's file cannot be read.
+func (k *ReportKey) Ticket(scope, session, pod string) string {
+	m := k.mac(ticketDomain, scope, session, pod)
+	if m == nil {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString(m)
+}
+
+// ValidTicket reports whether ticket is the session_ticket of session on pod of scope,
+// compared in constant time: a report's proof that the pod was given the session.
+func (k *ReportKey) ValidTicket(scope, session, pod, ticket string) bool {
+	return k.valid(ticket, ticketDomain, scope, session, pod)
 }
 
 // valid reports whether sum is the base64url MAC of domain and parts, compared in

@@ -52,3 +52,32 @@ func TestReportTokensNameTheirPod(t *testing.T) {
 		t.Errorf("reports off: %v, want UNAUTHORIZED saying so", err)
 	}
 }
+
+// A session ticket is valid for its scope, session and pod alone, under its secret:
+// not for another pod (the proof a rebuild asks of a report), another session or
+// scope, not as a changed or short string, and a pod token's MAC is no ticket (the
+// domains differ, though the messages would otherwise share their parts).
+func TestSessionTicketsProveOneBinding(t *testing.T) {
+	k := NewReportKey(FixedToken("secret"))
+	tk := k.Ticket("a", "s1", "p1")
+	if len(tk) != TicketLen || !k.ValidTicket("a", "s1", "p1", tk) {
+		t.Fatalf("ticket %q (%d chars) not valid for its own binding", tk, len(tk))
+	}
+	if k.Ticket("a", "s1", "p1") != tk {
+		t.Fatal("two tickets of one binding differ")
+	}
+	tok := k.Token("a", "s1")
+	for name, c := range map[string][4]string{
+		"another pod":             {"a", "s1", "p2", tk},
+		"another session":         {"a", "s2", "p1", tk},
+		"another scope":           {"b", "s1", "p1", tk},
+		"a changed ticket":        {"a", "s1", "p1", tk[:TicketLen-1] + "A"},
+		"a short ticket":          {"a", "s1", "p1", tk[:TicketLen-1]},
+		"a pod token's MAC":       {"a", "s1", "", tok[strings.LastIndex(tok, "~")+1:]},
+		"another secret's ticket": {"a", "s1", "p1", NewReportKey(FixedToken("other")).Ticket("a", "s1", "p1")},
+	} {
+		if k.ValidTicket(c[0], c[1], c[2], c[3]) {
+			t.Errorf("%s: valid", name)
+		}
+	}
+}

@@ -46,6 +46,10 @@ func (s *Scope) AgentReport(rep lua.AgentReport) (lua.AgentAnswer, error) {
 		}
 		return ""
 	}
+	proven := map[string]bool{}
+	for _, sid := range rep.Proven {
+		proven[sid] = true
+	}
 	listed := map[string]bool{}
 	unknown := []string{}
 	onPod := int64(0)
@@ -56,7 +60,7 @@ func (s *Scope) AgentReport(rep lua.AgentReport) (lua.AgentAnswer, error) {
 		listed[sid] = true
 		bound, isBound := s.sess[sid]
 		c := ""
-		if !isBound {
+		if !isBound && proven[sid] {
 			c = adopted()
 		}
 		switch {

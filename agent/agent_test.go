@@ -92,38 +92,14 @@ func TestReporterTellsAWrongAddressFromAPurgedPod(t *testing.T) {
 // (Interval left at a slower value) is silent for 2 s after one 503, not 3 s (or 10 s
 // with the default Interval, longer than the three intervals of its liveness).
 func TestReporterBacksOffFromWarmpoolsInterval(t *testing.T) {
-	var mu sync.Mutex
-	var at []time.Time
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		at = append(at, time.Now())
-		n := len(at)
-		mu.Unlock()
-		if n == 2 {
-			http.Error(w, `{"error":{"code":"STORE_UNAVAILABLE"}}`, http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"next_report_s":1,"unknown_sessions":[]}`))
-	}))
-	t.Cleanup(ts.Close)
 	const interval = 1500 * time.Millisecond
-	r := agent.New(agent.Config{URL: ts.URL, Token: "t", PodID: "p", Scope: "a", Interval: interval, Jitter: 0.01})
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	await.True(t, 10*time.Second, "a report after the failed one", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(at) >= 3
+	at := reportTimes(t, interval, 3, func(k int) (int, string) {
+		if k == 2 {
+			return http.StatusServiceUnavailable, `{"error":{"code":"STORE_UNAVAILABLE","message":"down"}}`
+		}
+		return http.StatusOK, reportAnswer
 	})
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	asked, retry := at[1].Sub(at[0]), at[2].Sub(at[1])
+	asked, retry := at[1]-at[0], at[2]-at[1]
 	if asked < 900*time.Millisecond || asked > 1200*time.Millisecond {
 		t.Fatalf("second report %v after the first, want the 1 s warmpool asked for", asked)
 	}
@@ -149,7 +125,7 @@ func TestFromEnvReadsTheReportInterval(t *testing.T) {
 // waited for the interval, the agent's default 5 s whatever the scope's, so a short
 // session TTL expired before it.
 func TestReporterReportsAtStart(t *testing.T) {
-	at := reportTimes(t, time.Hour, 1, nil)
+	at := reportTimes(t, time.Hour, 1, func(int) (int, string) { return http.StatusOK, reportAnswer })
 	if first := at[0]; first > time.Second {
 		t.Fatalf("first report %v after the start, want at once", first)
 	}
@@ -159,17 +135,24 @@ func TestReporterReportsAtStart(t *testing.T) {
 // as the report at start usually is) is asked about again at the interval, not after
 // a doubled backoff.
 func TestReporterAsksAgainAtTheIntervalUntilRegistered(t *testing.T) {
-	at := reportTimes(t, time.Second, 2, map[int]bool{1: true})
+	at := reportTimes(t, time.Second, 2, func(k int) (int, string) {
+		if k == 1 {
+			return http.StatusNotFound, `{"error":{"code":"POD_NOT_FOUND","message":"not registered yet"}}`
+		}
+		return http.StatusOK, reportAnswer
+	})
 	if again := at[1] - at[0]; again < 800*time.Millisecond || again > 1500*time.Millisecond {
 		t.Fatalf("report %v after a POD_NOT_FOUND of a pod not registered yet, want the 1 s interval", again)
 	}
 }
 
-// reportTimes runs a Reporter of interval against a stub of warmpool until it has
-// made n reports, and returns when each came, from the start of Run; the reports
-// numbered in notFound (from 1) are answered 404 POD_NOT_FOUND, the others 200 with
-// next_report_s 1.
-func reportTimes(t *testing.T, interval time.Duration, n int, notFound map[int]bool) []time.Duration {
+// reportAnswer is warmpool's answer to a report that asks for the next in 1 s.
+const reportAnswer = `{"next_report_s":1,"unknown_sessions":[]}`
+
+// reportTimes runs a Reporter of interval (jitter 1 %) against a stub of warmpool that
+// answers the k-th report (from 1) as answer(k) says, until it has made n reports, and
+// returns when each came, from the start of Run.
+func reportTimes(t *testing.T, interval time.Duration, n int, answer func(k int) (status int, body string)) []time.Duration {
 	t.Helper()
 	var mu sync.Mutex
 	var at []time.Time
@@ -178,13 +161,10 @@ func reportTimes(t *testing.T, interval time.Duration, n int, notFound map[int]b
 		at = append(at, time.Now())
 		k := len(at)
 		mu.Unlock()
+		status, body := answer(k)
 		w.Header().Set("Content-Type", "application/json")
-		if notFound[k] {
-			w.WriteHeader(http.StatusNotFound)
-			_, _ = w.Write([]byte(`{"error":{"code":"POD_NOT_FOUND","message":"not registered yet"}}`))
-			return
-		}
-		_, _ = w.Write([]byte(`{"next_report_s":1,"unknown_sessions":[]}`))
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
 	}))
 	t.Cleanup(ts.Close)
 	ctx, stop := context.WithCancel(t.Context())

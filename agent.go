@@ -1,6 +1,10 @@
 package warmpool
 
-import "maps"
+import (
+	"cmp"
+	"maps"
+	"strconv"
+)
 
 // AgentConfig is how a scope's agents report (SPEC §11.2). A change to it alone is
 // class B: no pod is touched.
@@ -37,6 +41,9 @@ const (
 	EnvDeployVer   = "WARMPOOL_DEPLOY_VER"
 	EnvReportURL   = "WARMPOOL_REPORT_URL"
 	EnvReportToken = "WARMPOOL_REPORT_TOKEN"
+	// EnvReportInterval is the scope's agent.report_interval_s (SPEC §12.4): the agent
+	// reports once at start, then at that interval until an answer's next_report_s.
+	EnvReportInterval = "WARMPOOL_REPORT_INTERVAL_S"
 )
 
 // The states an agent reports.
@@ -54,9 +61,9 @@ type ReportTarget struct {
 }
 
 // AgentEnv is the environment of the agent container of the pod podID that r deploys:
-// the pod's identity, and where and with which token it reports when r.Report is set
-// (nil otherwise: reports are off). Every driver adds it to the agent container's env,
-// over the scope's own values.
+// the pod's identity, and where, with which token and how often it reports when
+// r.Report is set (nil otherwise: reports are off). Every driver adds it to the agent
+// container's env, over the scope's own values.
 func (r DeployRequest) AgentEnv(podID string) map[string]string {
 	if r.Report == nil || r.Report.URL == "" {
 		return nil
@@ -67,6 +74,9 @@ func (r DeployRequest) AgentEnv(podID string) map[string]string {
 		EnvDeployVer:   r.DeployVer,
 		EnvReportURL:   r.Report.URL,
 		EnvReportToken: r.Report.Token(r.ScopeID, podID),
+		// An interval the deploy does not know is the default, which a config without
+		// one has.
+		EnvReportInterval: strconv.Itoa(cmp.Or(r.ReportIntervalS, DefaultReportIntervalS)),
 	}
 }
 

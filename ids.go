@@ -43,8 +43,11 @@ func validID(id string, maxLen int, set, ends *[256]bool) bool {
 // ValidScopeID reports whether id matches the scope id pattern of SPEC §1.
 func ValidScopeID(id string) bool { return validID(id, 63, scopeIDBytes, lowerAlnum) }
 
+// MaxSessionIDLen is the longest session id (SPEC §1).
+const MaxSessionIDLen = 128
+
 // ValidSessionID reports whether id matches the session id pattern of SPEC §1.
-func ValidSessionID(id string) bool { return validID(id, 128, sessionIDBytes, nil) }
+func ValidSessionID(id string) bool { return validID(id, MaxSessionIDLen, sessionIDBytes, nil) }
 
 // ValidPodID reports whether id can be a pod id.
 func ValidPodID(id string) bool { return validID(id, 253, podIDBytes, lowerAlnum) }

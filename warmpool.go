@@ -51,6 +51,9 @@ type DeployRequest struct {
 	// Report, when set, is where the pod reports (SPEC §11.2): the driver gives the
 	// agent container AgentEnv(pod id).
 	Report *ReportTarget
+	// ReportIntervalS is the scope's agent.report_interval_s, which AgentEnv tells the
+	// agent (0: unknown, the default is told).
+	ReportIntervalS int
 }
 
 // Deploy phases. PhaseLeaseWait is the time the caller spent getting the deploy lease

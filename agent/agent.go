@@ -1,9 +1,24 @@
 // Package agent is for the authors of agents that warmpool runs (SPEC §11.2): a
-// Reporter tells warmpool, every report interval with jitter, which sessions the pod
-// serves and whether it drains. warmpool then does not probe the pod, keeps those
-// sessions alive, and after losing its data binds them back to the pod. It needs only
-// the standard library and warmpool's root package, which needs no more; agents in other languages follow the same call, described in
-// warmpool's OpenAPI document (POST /v1/agents/report).
+// Reporter tells warmpool, once at start and then every report interval with jitter
+// (the scope's agent.report_interval_s, in WARMPOOL_REPORT_INTERVAL_S), which sessions
+// the pod serves and whether it drains. warmpool then does not probe the pod, keeps those
+// sessions alive, and after losing its data binds them back to the pod: those it can
+// prove were routed there.
+//
+// The proof is the session's session_ticket (SPEC §12.4): warmpool's answer to a
+// session route carries it (an HMAC of scope, session and pod under the report
+// secret), the gateway passes it to the pod with the session, as the query parameter
+// session_ticket of the SSE request next to session_id (SessionParam, TicketParam:
+// GET <sse_path>?session_id=S&session_ticket=T), and the agent keeps it while it
+// serves the session and sends it back in every report (Config.Tickets, the report's
+// "tickets": {session: ticket}). After a Redis data loss, only a session with a valid
+// ticket for this pod is bound to it again: another pod's agent cannot take a session
+// by naming it first. A session already bound to the pod is kept alive with or without
+// one.
+//
+// It needs only the standard library and warmpool's root package, which needs no
+// more; agents in other languages follow the same call, described in warmpool's
+// OpenAPI document (POST /v1/agents/report).
 package agent
 
 import (
@@ -15,6 +30,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +49,13 @@ const (
 	reportPath       = "/v1/agents/report"
 )
 
+// The query parameters of the SSE request that name the session it serves and carry
+// its session_ticket, as the gateway passes them from warmpool's route answer.
+const (
+	SessionParam = "session_id"
+	TicketParam  = "session_ticket"
+)
+
 // ErrGone: warmpool answered that the pod is not in its pool (404 POD_NOT_FOUND):
 // it was purged, or never registered. The agent should exit.
 var ErrGone = errors.New("agent: warmpool does not know this pod (POD_NOT_FOUND): exit")
@@ -47,8 +70,14 @@ type Config struct {
 	PodID, Scope string
 	// Sessions lists the sessions the agent serves now; called before every report.
 	Sessions func() []string
-	// Interval is the wait before the first report and between reports until warmpool
-	// answers its own (next_report_s); Jitter spreads each wait by up to that fraction
+	// Tickets are the session_tickets of the sessions the agent serves, as the SSE
+	// requests brought them (TicketParam); called before every report, after
+	// Sessions, whose sessions alone are sent. Nil, or a session without one: the
+	// session is not bound to the pod again after a Redis data loss.
+	Tickets func() map[string]string
+	// Interval is the wait between reports until warmpool answers its own
+	// (next_report_s); the first report goes at once. FromEnv sets it from
+	// WARMPOOL_REPORT_INTERVAL_S. Jitter spreads each wait by up to that fraction
 	// either way; MaxBackoff bounds the wait after failed reports (doubling from the
 	// interval warmpool last answered, Interval before). GoneAfter: see
 	// DefaultGoneAfter.
@@ -61,11 +90,16 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// FromEnv is the connection warmpool gave the pod: ok is false when reports are off
-// (no WARMPOOL_REPORT_URL) or the environment lacks a field.
+// FromEnv is the connection warmpool gave the pod, and the scope's report interval
+// (WARMPOOL_REPORT_INTERVAL_S; left out, or not a number of seconds: the default): ok
+// is false when reports are off (no WARMPOOL_REPORT_URL) or the environment lacks a
+// field.
 func FromEnv(getenv func(string) string) (cfg Config, ok bool) {
 	cfg = Config{URL: getenv(warmpool.EnvReportURL), Token: getenv(warmpool.EnvReportToken),
 		PodID: getenv(warmpool.EnvPodID), Scope: getenv(warmpool.EnvScope)}
+	if s, err := strconv.Atoi(getenv(warmpool.EnvReportInterval)); err == nil && s > 0 {
+		cfg.Interval = time.Duration(s) * time.Second
+	}
 	return cfg, cfg.URL != "" && cfg.Token != "" && cfg.PodID != "" && cfg.Scope != ""
 }
 
@@ -126,13 +160,17 @@ func (r *Reporter) Unknown() []string {
 	return r.unknown
 }
 
-// Run reports until ctx ends (nil) or warmpool no longer knows the pod (ErrGone: the
-// agent should exit). A failed report is retried with a doubling backoff.
+// Run reports at once, then every interval, until ctx ends (nil) or warmpool no longer
+// knows the pod (ErrGone: the agent should exit). A failed report is retried with a
+// doubling backoff; a pod not registered yet (POD_NOT_FOUND before warmpool ever took a
+// report, within GoneAfter) is asked about again at the interval.
 func (r *Reporter) Run(ctx context.Context) error {
 	// base is the interval warmpool last asked for (Interval until it answers): the
 	// backoff doubles from it, so a scope that asked for fast reports gets a fast
-	// retry, and one that slowed them no faster retries.
-	wait, base, failures := r.cfg.Interval, r.cfg.Interval, 0
+	// retry, and one that slowed them no faster retries. The first report goes at once,
+	// so a session bound as soon as the pod registers is touched at the first interval
+	// after that, not only after the agent's own default.
+	wait, base, failures := time.Duration(0), r.cfg.Interval, 0
 	var accepted bool
 	start := time.Now()
 	for {
@@ -149,6 +187,8 @@ func (r *Reporter) Run(ctx context.Context) error {
 		switch {
 		case errors.Is(err, ErrGone) && (accepted || time.Since(start) >= r.cfg.GoneAfter):
 			return err
+		case errors.Is(err, ErrGone):
+			wait = base // the deploy has not registered the pod yet
 		case err != nil:
 			if ctx.Err() != nil {
 				return nil
@@ -169,10 +209,26 @@ func (r *Reporter) jitter(d time.Duration) time.Duration {
 }
 
 type body struct {
-	PodID    string   `json:"pod_id"`
-	ScopeID  string   `json:"scope_id"`
-	Sessions []string `json:"sessions"`
-	State    string   `json:"state"`
+	PodID    string            `json:"pod_id"`
+	ScopeID  string            `json:"scope_id"`
+	Sessions []string          `json:"sessions"`
+	Tickets  map[string]string `json:"tickets,omitempty"`
+	State    string            `json:"state"`
+}
+
+// tickets are the tickets of sessions that have one.
+func (r *Reporter) tickets(sessions []string) map[string]string {
+	if r.cfg.Tickets == nil {
+		return nil
+	}
+	all := r.cfg.Tickets()
+	out := make(map[string]string, min(len(all), len(sessions)))
+	for _, s := range sessions {
+		if t := all[s]; t != "" {
+			out[s] = t
+		}
+	}
+	return out
 }
 
 type answer struct {
@@ -193,7 +249,7 @@ func (r *Reporter) Report(ctx context.Context) (time.Duration, error) {
 	if sessions == nil {
 		sessions = []string{}
 	}
-	raw, err := json.Marshal(body{PodID: r.cfg.PodID, ScopeID: r.cfg.Scope, Sessions: sessions, State: state})
+	raw, err := json.Marshal(body{PodID: r.cfg.PodID, ScopeID: r.cfg.Scope, Sessions: sessions, Tickets: r.tickets(sessions), State: state})
 	if err != nil {
 		return 0, err
 	}

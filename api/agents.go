@@ -6,6 +6,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/internal/metrics"
+	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/reports"
 )
 
@@ -21,18 +22,30 @@ func (a *handlers) agentReport(w http.ResponseWriter, r *http.Request) error {
 	return httpx.OK(w, ans)
 }
 
+// report checks the token before it reads a byte of the body: the token names the pod
+// it speaks for. Then it reads at most the body of a report of the sessions the pod
+// may hold (its scope's pod_concurrency: one read), which must name the same pod.
 func (a *handlers) report(w http.ResponseWriter, r *http.Request) (reports.Answer, error) {
-	if a.ReportKey == nil || !httpx.HasBearer(r) {
-		return reports.Answer{}, a.ReportKey.Check(r, "", "")
+	scope, pod, err := a.ReportKey.Identify(r)
+	if err != nil {
+		return reports.Answer{}, err
+	}
+	most, err := a.Reports.Cap(r.Context(), scope, pod)
+	if err != nil {
+		return reports.Answer{}, err
 	}
 	var req reports.Report
-	if err := httpx.Decode(w, r, &req, false); err != nil {
+	if err := httpx.DecodeAtMost(w, r, &req, reports.BodyLimit(most)); err != nil {
 		return reports.Answer{}, err
+	}
+	if req.ScopeID != scope || req.PodID != pod {
+		return reports.Answer{}, warmpool.Errorf(warmpool.CodeUnauthorized,
+			"the report names pod %q of scope %q, its token another: a pod reports with its own WARMPOOL_REPORT_TOKEN", req.PodID, req.ScopeID)
+	}
+	if len(req.Sessions) > most {
+		return reports.Answer{}, lua.TooManySessions(len(req.Sessions), most)
 	}
 	if err := req.Check(); err != nil {
-		return reports.Answer{}, err
-	}
-	if err := a.ReportKey.Check(r, req.ScopeID, req.PodID); err != nil {
 		return reports.Answer{}, err
 	}
 	return a.Reports.Report(r.Context(), req)

@@ -60,6 +60,7 @@ type PoolPage interface {
 
 // Reports is what the agents' report route calls (reports.Manager).
 type Reports interface {
+	Cap(ctx context.Context, scope, pod string) (int, error)
 	Report(ctx context.Context, r reports.Report) (reports.Answer, error)
 }
 
@@ -86,8 +87,8 @@ type Services struct {
 
 // Router is every route of the HTTP API (SPEC §3, §10, §11) behind middleware: the
 // one place that lists them. Every /v1 call goes through one sub-router (exact paths,
-// then auth); RequireAdmin marks the admin calls and Waits the calls that may wait
-// long.
+// then auth); RequireAdmin marks the admin calls, Waits the calls that may wait long
+// and Bodyless the POST and DELETE calls that take no body (none, or {}).
 func Router(s Services, middleware ...func(http.Handler) http.Handler) http.Handler {
 	a := &handlers{Services: s}
 	h := httpx.Adapter(s.Log)
@@ -111,16 +112,16 @@ func Router(s Services, middleware ...func(http.Handler) http.Handler) http.Hand
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(exactPaths, s.Auth)
 		r.Method(http.MethodGet, "/scopes", h(a.listScopes))
-		r.With(admin).Method(http.MethodPost, "/config/sync", h(a.syncConfigs))
+		r.With(admin).Method(http.MethodPost, "/config/sync", h(httpx.Bodyless(a.syncConfigs)))
 		r.With(admin).Method(http.MethodGet, "/ui/state", h(a.poolPageState))
 		// The scope's routes are one level under /v1, not sub-routers of their own:
 		// each sub-router a call goes through matches the path again, copies the
 		// route's pattern and path values, and a warm route is a few dozen µs in all.
-		r.With(admin).Method(http.MethodDelete, "/scopes/{scope}", h(a.deleteScope))
+		r.With(admin).Method(http.MethodDelete, "/scopes/{scope}", h(httpx.Bodyless(a.deleteScope)))
 		r.With(httpx.Waits).Method(http.MethodPost, "/scopes/{scope}/sessions", h(a.routeSession))
-		r.Method(http.MethodGet, "/scopes/{scope}/sessions/{session}", h(onSession(s.Sessions.Get, func(b sm.Binding) any { return b })))
-		r.Method(http.MethodDelete, "/scopes/{scope}/sessions/{session}", h(onSession(s.Sessions.End, answer("released"))))
-		r.Method(http.MethodPost, "/scopes/{scope}/sessions/{session}/touch", h(onSession(s.Sessions.Touch, answer("touched"))))
+		r.Method(http.MethodGet, "/scopes/{scope}/sessions/{session}", h(onSession(s.Sessions.Get, func(b sm.Binding) any { return a.ticketed(b) })))
+		r.Method(http.MethodDelete, "/scopes/{scope}/sessions/{session}", h(httpx.Bodyless(onSession(s.Sessions.End, answer("released")))))
+		r.Method(http.MethodPost, "/scopes/{scope}/sessions/{session}/touch", h(httpx.Bodyless(onSession(s.Sessions.Touch, answer("touched")))))
 		r.With(httpx.Waits).Method(http.MethodPost, "/scopes/{scope}/pods/acquire", h(a.acquirePod))
 		r.Method(http.MethodPost, "/scopes/{scope}/pods/{pod}/release", h(onHold(s.Pods.ReleaseHold,
 			func(idle bool) any { return map[string]bool{"released": true, "idle": idle} })))

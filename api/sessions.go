@@ -6,6 +6,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
+	"github.com/warmpool/warmpool/sm"
 )
 
 type routeRequest struct {
@@ -34,7 +35,29 @@ func (a *handlers) routeSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return httpx.OK(w, b)
+	return httpx.OK(w, a.ticketed(b))
+}
+
+// ticketedBinding is a binding as a route or a GET of the session answers it: with
+// its session_ticket when reports are on (SPEC §12.4).
+type ticketedBinding struct {
+	sm.Binding
+	// SessionTicket proves, in the reports of the pod's agent, that the session was
+	// routed to the pod: the gateway passes it to the pod with the session (the SSE
+	// request's query parameter session_ticket), and the agent sends it back in its
+	// reports, so that after a Redis data loss the session is bound to that pod again
+	// and to no other.
+	SessionTicket string `json:"session_ticket,omitempty"`
+}
+
+// ticketed is b with its ticket, made here rather than in sm, which never sees the
+// report secret; none when reports are off (no report key).
+func (a *handlers) ticketed(b sm.Binding) ticketedBinding {
+	t := ticketedBinding{Binding: b}
+	if a.ReportKey != nil {
+		t.SessionTicket = a.ReportKey.Ticket(b.ScopeID, b.SessionID, b.PodID)
+	}
+	return t
 }
 
 // onSession serves a call on one session named by the URL ({scope}, {session}): the

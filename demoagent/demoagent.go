@@ -20,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/warmpool/warmpool/agent"
 )
 
 // Defaults of the command-line flags.
@@ -66,9 +68,11 @@ type Agent struct {
 
 	streams atomic.Int64
 	// open counts the open streams of each named session (GET <sse_path>?session_id=S):
-	// the sessions the agent reports.
-	mu   sync.Mutex
-	open map[string]int
+	// the sessions the agent reports; tickets holds the session_ticket a stream of the
+	// session brought (&session_ticket=T), the last one given, which the reports send.
+	mu      sync.Mutex
+	open    map[string]int
+	tickets map[string]string
 }
 
 // New returns an agent for podName with the default paths and heartbeat, ready at once.
@@ -145,9 +149,10 @@ func (a *Agent) sse(w http.ResponseWriter, r *http.Request) {
 
 	a.streams.Add(1)
 	defer a.streams.Add(-1)
-	if sid := r.URL.Query().Get("session_id"); sid != "" {
-		a.opened(sid, 1)
-		defer a.opened(sid, -1)
+	if q := r.URL.Query(); q.Get(agent.SessionParam) != "" {
+		sid := q.Get(agent.SessionParam)
+		a.opened(sid, q.Get(agent.TicketParam), 1)
+		defer a.opened(sid, "", -1)
 	}
 
 	send := func(event string, data any) bool {
@@ -190,16 +195,29 @@ func (a *Agent) sse(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// opened counts a stream of session sid opening (+1) or closing (-1).
-func (a *Agent) opened(sid string, d int) {
+// opened counts a stream of session sid opening (+1, with the ticket it brought, if
+// any) or closing (-1); the ticket goes with the session's last stream.
+func (a *Agent) opened(sid, ticket string, d int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.open == nil {
-		a.open = map[string]int{}
+		a.open, a.tickets = map[string]int{}, map[string]string{}
+	}
+	if ticket != "" {
+		a.tickets[sid] = ticket
 	}
 	if a.open[sid] += d; a.open[sid] <= 0 {
 		delete(a.open, sid)
+		delete(a.tickets, sid)
 	}
+}
+
+// Tickets are the session_tickets of the sessions with an open stream that brought
+// one: what the reports send with the sessions.
+func (a *Agent) Tickets() map[string]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.tickets)
 }
 
 // Sessions are the sessions with an open stream, sorted: what the agent reports.

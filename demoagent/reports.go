@@ -9,7 +9,8 @@ import (
 )
 
 // reports is the demo agent's reporter, when warmpool told the pod where to report
-// (agent.FromEnv): its sessions are its open SSE streams that name a session.
+// (agent.FromEnv): its sessions are its open SSE streams that name a session, sent
+// with the session_tickets the streams brought.
 type reports struct {
 	r *agent.Reporter
 	// gone receives agent.ErrGone when warmpool no longer knows the pod: the agent
@@ -25,7 +26,7 @@ func startReports(ctx context.Context, getenv func(string) string, a *Agent) *re
 	if !ok {
 		return rep
 	}
-	cfg.Sessions = a.Sessions
+	cfg.Sessions, cfg.Tickets = a.Sessions, a.Tickets
 	rep.r = agent.New(cfg)
 	go func() {
 		if err := rep.r.Run(ctx); errors.Is(err, agent.ErrGone) {

@@ -3,6 +3,7 @@ package demoagent_test
 import (
 	"bufio"
 	"context"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -15,6 +16,8 @@ import (
 
 // The demo agent's sessions are its open SSE streams that name a session: a stream of
 // ?session_id=S makes S one of them while it is open; a stream without one is none.
+// The session_ticket a stream brings (&session_ticket=T, as the gateway passes it from
+// the route answer) is the session's while it has a stream, for the reports to send.
 func TestSessionsAreTheOpenNamedStreams(t *testing.T) {
 	a := demoagent.New("p1")
 	ts := httptest.NewServer(a)
@@ -36,12 +39,18 @@ func TestSessionsAreTheOpenNamedStreams(t *testing.T) {
 		t.Cleanup(func() { _ = res.Body.Close() })
 		return cancel
 	}
-	closeS1 := open("?session_id=s1")
+	closeS1 := open("?session_id=s1&session_ticket=T1")
 	open("?session_id=s2")
 	open("")
 	if got := a.Sessions(); !slices.Equal(got, []string{"s1", "s2"}) {
 		t.Fatalf("sessions %v, want s1 and s2", got)
 	}
+	if got := a.Tickets(); !maps.Equal(got, map[string]string{"s1": "T1"}) {
+		t.Fatalf("tickets %v, want s1's T1", got)
+	}
 	closeS1()
 	await.True(t, 5*time.Second, "s1's stream to close", func() bool { return slices.Equal(a.Sessions(), []string{"s2"}) })
+	if got := a.Tickets(); len(got) != 0 {
+		t.Fatalf("tickets %v after s1's stream closed, want none", got)
+	}
 }

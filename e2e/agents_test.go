@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,10 +93,16 @@ func (r *agentRig) call(method, path, body string, out any) int {
 	return st
 }
 
+// routed is a route's answer: the binding and its session_ticket.
+type routed struct {
+	sm.Binding
+	SessionTicket string `json:"session_ticket"`
+}
+
 // route routes a session, which must succeed.
-func (r *agentRig) route(session string) sm.Binding {
+func (r *agentRig) route(session string) routed {
 	r.t.Helper()
-	var b sm.Binding
+	var b routed
 	if st := r.call(http.MethodPost, "/v1/scopes/"+agentScope+"/sessions", `{"session_id":"`+session+`"}`, &b); st != http.StatusOK {
 		r.t.Fatalf("route %s: %d %+v", session, st, b)
 	}
@@ -178,27 +185,36 @@ func (r *agentRig) signal(pod string, sig syscall.Signal) {
 // token is the report token the replica gave the pod: its agent's WARMPOOL_REPORT_TOKEN.
 func (r *agentRig) token(pod string) string {
 	r.t.Helper()
+	return r.env(pod, "WARMPOOL_REPORT_TOKEN")
+}
+
+// env is the value of the variable name in the environment of pod's agent process,
+// which must have it.
+func (r *agentRig) env(pod, name string) string {
+	r.t.Helper()
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", r.pid(pod)))
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	for _, kv := range bytes.Split(raw, []byte{0}) {
-		if v, ok := strings.CutPrefix(string(kv), "WARMPOOL_REPORT_TOKEN="); ok && v != "" {
+		if v, ok := strings.CutPrefix(string(kv), name+"="); ok && v != "" {
 			return v
 		}
 	}
-	r.t.Fatalf("%s's agent has no WARMPOOL_REPORT_TOKEN", pod)
+	r.t.Fatalf("%s's agent has no %s", pod, name)
 	return ""
 }
 
-// stream opens the session's SSE stream on its pod (GET <sse_url>?session_id=S), which
-// the agent then reports, and reads it until the hello event; it stays open until the
-// returned func or the test's end closes it.
-func (r *agentRig) stream(b sm.Binding) (closeStream func()) {
+// stream opens the session's SSE stream on its pod as a gateway does (GET
+// <sse_url>?session_id=S&session_ticket=T), which the agent then reports with the
+// ticket, and reads it until the hello event; it stays open until the returned func or
+// the test's end closes it.
+func (r *agentRig) stream(b routed) (closeStream func()) {
 	r.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r.t.Cleanup(cancel)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.SSEURL+"?session_id="+b.SessionID, nil)
+	q := url.Values{"session_id": {b.SessionID}, "session_ticket": {b.SessionTicket}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.SSEURL+"?"+q.Encode(), nil)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -390,7 +406,8 @@ func TestAgentForgedReportsAre401(t *testing.T) {
 		t.Fatalf("s1: %d on %q after the forged reports, want %s", st, pod, p.PodID)
 	}
 
-	own := `{"pod_id":"` + p.PodID + `","scope_id":"` + agentScope + `","sessions":["s1","gone"],"state":"ready"}`
+	// one session, as many as the pod may hold (pod_concurrency 1): one it does not have
+	own := `{"pod_id":"` + p.PodID + `","scope_id":"` + agentScope + `","sessions":["gone"],"state":"ready"}`
 	st, raw := request(t, http.MethodPost, r.base+"/v1/agents/report", "Bearer "+r.token(p.PodID), own)
 	var ans struct {
 		NextReportS     int      `json:"next_report_s"`
@@ -402,19 +419,28 @@ func TestAgentForgedReportsAre401(t *testing.T) {
 }
 
 // TestAgentSessionSurvivesFlushAll: after FLUSHALL, the replica rebuilds the pool from
-// the driver, and the session the pod's agent keeps reporting is bound to its old pod
-// again; a session on the same pod that the agent does not report is lost.
-// Guards agent_report.lua's take of an adopted claim for a listed session (seen red
-// without it).
+// the driver, and the session the pod's agent keeps reporting with its session_ticket
+// (its stream brought it, as a gateway passes it) is bound to its old pod again; a
+// session on the same pod that the agent does not report is lost, and so is one it
+// reports without a ticket (its stream brought none): a report proves what it binds
+// back (SPEC §12.4). The local driver told the agent its scope's report interval.
+// Guards agent_report.lua's take of an adopted claim for a listed session with a valid
+// ticket (seen red without it), and the demo agent's tickets (seen red: kept lost).
 func TestAgentSessionSurvivesFlushAll(t *testing.T) {
-	r := newAgentRig(t, `{"deploy":{"ready_timeout_s":30},"pool":{"max_concurrency":4,"pod_concurrency":2,"session_ttl_s":30},
+	r := newAgentRig(t, `{"deploy":{"ready_timeout_s":30},"pool":{"max_concurrency":6,"pod_concurrency":3,"session_ttl_s":30},
 		"agent":{"report_interval_s":1}}`)
 	kept := r.route("kept")
 	silent := r.route("silent")
-	if silent.PodID != kept.PodID {
-		t.Fatalf("silent on %s, kept on %s: want one pod", silent.PodID, kept.PodID)
+	unproven := r.route("unproven")
+	if silent.PodID != kept.PodID || unproven.PodID != kept.PodID {
+		t.Fatalf("silent on %s, unproven on %s, kept on %s: want one pod", silent.PodID, unproven.PodID, kept.PodID)
+	}
+	if v := r.env(kept.PodID, "WARMPOOL_REPORT_INTERVAL_S"); v != "1" {
+		t.Fatalf("the agent was told WARMPOOL_REPORT_INTERVAL_S=%s, want its scope's 1", v)
 	}
 	r.stream(kept)
+	unproven.SessionTicket = ""
+	r.stream(unproven)
 	r.awaitReported(kept.PodID)
 	if err := r.admin.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
@@ -430,6 +456,9 @@ func TestAgentSessionSurvivesFlushAll(t *testing.T) {
 	}
 	if pod, st := r.session("silent"); st != http.StatusNotFound {
 		t.Fatalf("silent: %d on %q after FLUSHALL, want 404: its agent never reported it", st, pod)
+	}
+	if pod, st := r.session("unproven"); st != http.StatusNotFound {
+		t.Fatalf("unproven: %d on %q after FLUSHALL, want 404: its agent reported it without a ticket", st, pod)
 	}
 	t.Logf("kept bound to %s again %v after FLUSHALL", kept.PodID, took.Round(time.Millisecond))
 }

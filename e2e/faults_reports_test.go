@@ -25,10 +25,12 @@ import (
 const rigReportSecret = "faults-report-secret"
 
 // simAgent is the agent of one fake pod, which runs none: it lists the same sessions
-// in every report and, stubborn, keeps listing those the answers call unknown.
+// in every report and, stubborn, keeps listing those the answers call unknown, with
+// the session_tickets it was given (agents.give, as a gateway passes a route's).
 type simAgent struct {
 	pod, token string
 	sessions   []string
+	tickets    map[string]string // guarded by agents.mu
 }
 
 // agentRound is one report of every agent: the sessions each report was answered to
@@ -61,7 +63,7 @@ func (r *rig) agents(scope string, pc int, pods map[string][]string) *agents {
 	key := httpx.NewReportKey(httpx.FixedToken(rigReportSecret))
 	g := &agents{r: r, scope: scope, pc: pc, status: map[string]int{}, bad: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
 	for _, pod := range slices.Sorted(maps.Keys(pods)) {
-		g.list = append(g.list, &simAgent{pod: pod, token: key.Token(scope, pod), sessions: pods[pod]})
+		g.list = append(g.list, &simAgent{pod: pod, token: key.Token(scope, pod), sessions: pods[pod], tickets: map[string]string{}})
 	}
 	go func() {
 		defer close(g.done)
@@ -111,10 +113,24 @@ func (g *agents) round(rep *faultReplica) agentRound {
 	return out
 }
 
+// give hands the agent of pod the session_ticket of session, as a route answered it.
+func (g *agents) give(pod, session string, b binding) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, a := range g.list {
+		if a.pod == pod {
+			a.tickets[session] = b.SessionTicket
+		}
+	}
+}
+
 // report sends one report of a; it returns the sessions the answer leaves on the pod
 // (listed less unknown), nil when it was not answered 200.
 func (g *agents) report(rep *faultReplica, a *simAgent, listed []string) []string {
-	body, err := json.Marshal(map[string]any{"pod_id": a.pod, "scope_id": g.scope, "sessions": listed, "state": "ready"})
+	g.mu.Lock()
+	tickets := maps.Clone(a.tickets)
+	g.mu.Unlock()
+	body, err := json.Marshal(map[string]any{"pod_id": a.pod, "scope_id": g.scope, "sessions": listed, "tickets": tickets, "state": "ready"})
 	if err != nil {
 		g.r.t.Error(err)
 		return nil
@@ -202,31 +218,36 @@ func (g *agents) end() (violations []string, statuses map[string]int, rounds int
 }
 
 // caseAgentReports runs agents' reports through a Redis pause and a failover that lost
-// writes. Pod p1 holds a1 and a2 and its agent also lists a3, which is bound to p2 (a
-// stale agent); p2 holds a3 and its agent lists a4, routed to it only while
-// replication is cut, and a8, which no route ever bound. Through the pause the
-// reports answer 503 or wait it out, and change nothing; after the failover the new
-// primary lacks a4, the rebuild holds p2's free slot for the sessions it may have
-// lost, and p2's reports bind a4 back to it, which fills it: a8 stays unknown, and
-// p1's stale a3 never becomes p1's.
+// writes. Pod p1 holds a1, a2 and a3, which its agent lists; p2 holds b1 and its agent
+// lists a4, routed to it only while replication is cut, and a8, which no route ever
+// bound (so no agent has its session_ticket). Every agent lists at most
+// pod_concurrency sessions (3), with the tickets of those routed to its pod. Through
+// the pause the reports answer 503 or wait it out, and change nothing; after the
+// failover the new primary lacks a4, the rebuild holds p2's free slots for the
+// sessions it may have lost, and p2's reports bind a4 back to it with its ticket; a8,
+// with none, stays unknown though a held slot is free.
 func caseAgentReports(t *testing.T, res *caseResult) {
 	const ttl = 10 * time.Second
 	const pause = 3 * time.Second
 	ctx := context.Background()
 	r := newRig(t, "--report-secret", rigReportSecret)
 	replica := startRedisServer(t, freePort(t), "--replicaof", "127.0.0.1", strconv.Itoa(r.redis.port))
-	r.scope("ar", fmt.Sprintf(`"max_concurrency":6,"pod_concurrency":2,"session_ttl_s":%d`, int(ttl.Seconds())), 10)
-	p1 := r.routeRetry(0, "ar", "a1", 10*time.Second).PodID
-	if b := r.routeRetry(1, "ar", "a2", 10*time.Second); b.PodID != p1 {
-		t.Fatalf("a2 on %s, want %s", b.PodID, p1)
+	r.scope("ar", fmt.Sprintf(`"max_concurrency":12,"pod_concurrency":3,"session_ttl_s":%d`, int(ttl.Seconds())), 10)
+	routes := map[string]binding{}
+	for i, s := range []string{"a1", "a2", "a3", "b1"} {
+		routes[s] = r.routeRetry(i, "ar", s, 10*time.Second)
 	}
-	p2 := r.routeRetry(2, "ar", "a3", 10*time.Second).PodID
+	p1, p2 := routes["a1"].PodID, routes["b1"].PodID
+	if routes["a2"].PodID != p1 || routes["a3"].PodID != p1 || p2 == p1 {
+		t.Fatalf("routes %v: want a1, a2 and a3 on one pod, b1 on another", routes)
+	}
 	w := r.watch("ar")
-	// p2's agent lists a4 before a8: after the failover, the one slot p2 has free is
-	// held for a session Redis lost, and the first unbound session listed takes it.
-	g := r.agents("ar", 2, map[string][]string{p1: {"a1", "a2", "a3"}, p2: {"a3", "a4", "a8"}})
-	g.awaitAccepted(t, p1, []string{"a1", "a2"}, 10*time.Second)
-	g.awaitAccepted(t, p2, []string{"a3"}, 10*time.Second)
+	g := r.agents("ar", 3, map[string][]string{p1: {"a1", "a2", "a3"}, p2: {"b1", "a4", "a8"}})
+	for s, b := range routes {
+		g.give(b.PodID, s, b)
+	}
+	g.awaitAccepted(t, p1, []string{"a1", "a2", "a3"}, 10*time.Second)
+	g.awaitAccepted(t, p2, []string{"b1"}, 10*time.Second)
 
 	// The pause: reports keep coming; each answers 503 within the bound, or 200 when
 	// Redis ran it before or after.
@@ -238,16 +259,18 @@ func caseAgentReports(t *testing.T, res *caseResult) {
 	for time.Since(paused) < pause {
 		time.Sleep(20 * time.Millisecond) // the pause is the fault: it lasts its length
 	}
-	g.awaitAccepted(t, p1, []string{"a1", "a2"}, 10*time.Second)
-	g.awaitAccepted(t, p2, []string{"a3"}, 10*time.Second)
+	g.awaitAccepted(t, p1, []string{"a1", "a2", "a3"}, 10*time.Second)
+	g.awaitAccepted(t, p2, []string{"b1"}, 10*time.Second)
 
 	// The failover: the replica has everything so far, then replication is cut and a4
 	// is routed to p2 on the primary alone.
 	r.cutReplication(t, replica)
-	if b := r.routeRetry(0, "ar", "a4", 10*time.Second); b.PodID != p2 {
-		t.Fatalf("a4 on %s, want the free slot of %s", b.PodID, p2)
+	b4 := r.routeRetry(0, "ar", "a4", 10*time.Second)
+	if b4.PodID != p2 {
+		t.Fatalf("a4 on %s, want a free slot of %s", b4.PodID, p2)
 	}
-	g.awaitAccepted(t, p2, []string{"a3", "a4"}, 10*time.Second)
+	g.give(p2, "a4", b4)
+	g.awaitAccepted(t, p2, []string{"b1", "a4"}, 10*time.Second)
 	if err := replica.admin.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -261,10 +284,10 @@ func caseAgentReports(t *testing.T, res *caseResult) {
 		wg.Go(func() { rep.proc = r.startProc(rep); r.waitUp(rep) })
 	}
 	wg.Wait()
-	// p2's reports bind a3 and a4 back to it; a8 finds no slot left.
-	g.awaitAccepted(t, p2, []string{"a3", "a4"}, 20*time.Second)
+	// p2's reports bind a4 back to it; a8, without a ticket, takes no held slot.
+	g.awaitAccepted(t, p2, []string{"b1", "a4"}, 20*time.Second)
 	recovered := time.Since(promoted)
-	g.awaitAccepted(t, p1, []string{"a1", "a2"}, 10*time.Second)
+	g.awaitAccepted(t, p1, []string{"a1", "a2", "a3"}, 10*time.Second)
 	var placed []string
 	for i := 5; i < 7; i++ {
 		b := r.routeRetry(i, "ar", fmt.Sprintf("a%d", i), 20*time.Second)
@@ -277,7 +300,7 @@ func caseAgentReports(t *testing.T, res *caseResult) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for sid, want := range map[string]string{"a1": p1, "a2": p1, "a3": p2, "a4": p2} {
+	for sid, want := range map[string]string{"a1": p1, "a2": p1, "a3": p1, "b1": p2, "a4": p2} {
 		if s.Sessions[sid] != want {
 			t.Errorf("after the failover %s is bound to %q, want %s (its agent reports it)", sid, s.Sessions[sid], want)
 		}
@@ -297,6 +320,6 @@ func caseAgentReports(t *testing.T, res *caseResult) {
 	// claims of the adoption are gone (taken by the rebinds, or expired).
 	r.waitSnap("ar", "the adopted holds are gone", 3*ttl, noAdoptedHolds)
 	finish(r, res, w, promoted, 20*time.Second, "ar")
-	res.Notes = fmt.Sprintf("%d report rounds of 2 agents, answered %v; after the failover p2's reports bound a3 and a4 back to it %v after the promotion, a8 and p1's stale a3 stayed unknown; new sessions on %v",
+	res.Notes = fmt.Sprintf("%d report rounds of 2 agents, answered %v; after the failover p2's reports bound a4 back to it with its ticket %v after the promotion, a8 (no ticket) stayed unknown beside a free held slot; new sessions on %v",
 		rounds, statuses, recovered.Round(time.Millisecond), placed)
 }

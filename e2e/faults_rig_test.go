@@ -249,8 +249,9 @@ func (r *rig) call(rep *faultReplica, method, path, body string) answer {
 
 // binding is a route's answer.
 type binding struct {
-	PodID string `json:"pod_id"`
-	New   bool   `json:"new"`
+	PodID         string `json:"pod_id"`
+	New           bool   `json:"new"`
+	SessionTicket string `json:"session_ticket"`
 }
 
 // route routes a session through a replica; a 200 is written in the ledger.

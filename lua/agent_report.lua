@@ -3,24 +3,31 @@
 -- last moved its time, which moves only when less than two intervals of it are left,
 -- so the shard's index (written by the caller) is written every other report. Activity:
 -- each listed session bound to the pod has its TTL refreshed (but one of a fixed
--- expiry, which activity does not move). Rebuild: a listed session
--- bound to no pod takes one of the pod's adopted claims ("adopted:<pod>:<n>", held
--- since Redis lost the pod's sessions) and is bound to the pod again, so never more
--- than pod_concurrency; any other listed session is unknown (ended, expired, or bound
--- elsewhere). Ground truth (sessions_from_reports): a session bound to the pod that
--- this report and the last one both leave out is ended (its slot to the oldest waiter,
--- or freed). Draining: the pod gets podver DRAINING and takes nothing new; idle, it is
--- due at once and the sweep deletes it. A deleted scope's pods report too: their
--- sessions go on until they end.
+-- expiry, which activity does not move). Rebuild: a listed session bound to no pod
+-- whose session_ticket the caller found valid for this pod (SPEC §12.4: it was routed
+-- here) takes one of the pod's adopted claims ("adopted:<pod>:<n>", held since Redis
+-- lost the pod's sessions) and is bound to the pod again, so never more than
+-- pod_concurrency; any other listed session is unknown (ended, expired, bound
+-- elsewhere, or without a valid ticket: another pod's agent cannot take a session by
+-- naming it first). Ground truth (sessions_from_reports): a session bound to the pod
+-- that this report and the last one both leave out is ended (its slot to the oldest
+-- waiter, or freed). Draining: the pod gets podver DRAINING and takes nothing new;
+-- idle, it is due at once and the sweep deletes it. A deleted scope's pods report too:
+-- their sessions go on until they end. A report listing more sessions than the pod may
+-- hold (pod_concurrency, or its slots when a lowered pod_concurrency left it more) is
+-- refused before anything is touched: one report costs at most what a full pod's does.
 -- KEYS: epoch config pods podver slots idle claims claimpod sessions sexp waiters queue
 --       wake due agents served demand fixed
 -- uses: config due handoff slots
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] "1" when the agent drains, "0" when ready
 -- ARGV[4] the default report interval (ms), for a config published without one
--- ARGV[5] grant deadline (ms)  ARGV[6] publish command  ARGV[7..] the listed sessions
+-- ARGV[5] grant deadline (ms)  ARGV[6] publish command  ARGV[7] n, the number of
+-- proven sessions (listed with a valid ticket)  ARGV[8..] those n sessions, then the
+-- listed sessions
 -- Returns {"ok", report interval (ms), spared until (ms, "0": unchanged), sessions
 --          ended, n unknown, unknown session ids...}
---       | {"unknown_pod"} | {"NO_SCOPE"} | {"EPOCH_LOST"}
+--       | {"too_many", the most the pod may list} | {"unknown_pod"} | {"NO_SCOPE"}
+--       | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 -- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
@@ -35,9 +42,19 @@ end
 if not redis.call('ZSCORE', k.pods, pod) then
   return {'unknown_pod'}
 end
+local pc = tonumber(cfg[4])
+local slots = tonumber(redis.call('HGET', k.slots, pod) or '0')
+local most = math.max(pc, slots)
+local first = 8 + tonumber(ARGV[7])
+if #ARGV - first + 1 > most then
+  return {'too_many', tostring(most)}
+end
+local proven = {}
+for i = 8, first - 1 do
+  proven[ARGV[i]] = true
+end
 local expiry = now + tonumber(cfg[1])
 local interval = tonumber(cfg[2] or ARGV[4])
-local pc = tonumber(cfg[4])
 if ARGV[3] == '1' then
   local ver = redis.call('HGET', k.podver, pod)
   if ver ~= RETIRED and ver ~= DRAINING then
@@ -57,13 +74,13 @@ local function adopted_claim()
 end
 
 local listed, unknown, on_pod = {}, {}, 0
-for i = 7, #ARGV do
+for i = first, #ARGV do
   local sid = ARGV[i]
   if not listed[sid] then
     listed[sid] = true
     local bound = redis.call('HGET', k.sessions, sid)
     local c = nil
-    if not bound then
+    if not bound and proven[sid] then
       c = adopted_claim()
     end
     if bound == pod then
@@ -89,7 +106,7 @@ local ended = 0
 local q
 if cfg[3] == '1' then
   local missed = {}
-  if on_pod < tonumber(redis.call('HGET', k.slots, pod) or '0') then
+  if on_pod < slots then
     local before = {}
     for sid in string.gmatch(agent[2] or '', '%S+') do
       before[sid] = true

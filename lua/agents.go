@@ -19,6 +19,11 @@ type AgentReport struct {
 	Scope, Pod string
 	// Sessions are the sessions the agent serves.
 	Sessions []string
+	// Proven are the sessions whose session_ticket the report sent and the caller
+	// found valid (SPEC §12.4): only they may be bound to the pod again after a data
+	// loss. A listed session not among them is touched when it is bound to the pod, and
+	// answered unknown otherwise.
+	Proven   []string
 	Draining bool
 	Now      time.Time
 }
@@ -28,7 +33,8 @@ type AgentAnswer struct {
 	// Interval is the scope's report interval.
 	Interval time.Duration
 	// Unknown are the listed sessions the pool does not bind to the pod: ended,
-	// expired, bound elsewhere, or beyond the pod's adopted slots after a rebuild.
+	// expired, bound elsewhere, or, after a rebuild, without a valid ticket or beyond
+	// the pod's adopted slots.
 	Unknown []string
 	// Ended counts the sessions the reports left out twice in a row, ended by this
 	// one (sessions_from_reports).
@@ -42,14 +48,44 @@ type AgentAnswer struct {
 // or purged).
 var ErrPodUnknown = warmpool.Errorf(warmpool.CodePodNotFound, "the pod is not in its scope's pool: it was purged or never registered; the agent should exit")
 
+// TooManySessions is the VALIDATION error of a report that lists more sessions than
+// the pod may hold (most: ReportCap).
+func TooManySessions(listed, most int) error {
+	return warmpool.Errorf(warmpool.CodeValidation,
+		"sessions: %d listed, at most %d: the scope's pool.pod_concurrency (or the sessions and holds of a pod that has more)", listed, most)
+}
+
+// ReportCap runs report_cap.lua: the most sessions a report of pod may list, as
+// agent_report.lua holds it to (the scope's pod_concurrency, or the pod's slots when a
+// lowered pod_concurrency left it more), so that the HTTP layer bounds a report's body
+// before it reads it. Errors: POD_NOT_FOUND (a scope Redis does not have), EPOCH_LOST,
+// STORE_UNAVAILABLE.
+func (s *Store) ReportCap(ctx context.Context, scope, pod string) (int, error) {
+	r, err := s.call(ctx, reportCap, s.keys.Scope(scope), nil, pod)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+		return 0, ErrPodUnknown
+	}
+	if err != nil {
+		return 0, err
+	}
+	r.oneOf(0, "ok")
+	most := r.count(1)
+	return most, r.err()
+}
+
 // AgentReport runs agent_report.lua: liveness, activity, the rebuild's bindings,
 // ground truth and draining of one report, in one script; then, every other report,
-// it moves the pod in its shard's Reported index. Errors: POD_NOT_FOUND (also for a
-// scope Redis does not have), EPOCH_LOST, STORE_UNAVAILABLE.
+// it moves the pod in its shard's Reported index. Errors: VALIDATION (more sessions
+// than the pod may hold: TooManySessions), POD_NOT_FOUND (also for a scope Redis does
+// not have), EPOCH_LOST, STORE_UNAVAILABLE.
 func (s *Store) AgentReport(ctx context.Context, rep AgentReport) (AgentAnswer, error) {
-	args := make([]any, 0, 6+len(rep.Sessions))
+	args := make([]any, 0, 7+len(rep.Proven)+len(rep.Sessions))
 	args = append(args, ms(rep.Now), rep.Pod, flag(rep.Draining), int64(warmpool.DefaultReportIntervalS)*1000)
 	args = append(args, s.handoffArgs(rep.Now)...)
+	args = append(args, len(rep.Proven))
+	for _, sid := range rep.Proven {
+		args = append(args, sid)
+	}
 	for _, sid := range rep.Sessions {
 		args = append(args, sid)
 	}
@@ -60,8 +96,13 @@ func (s *Store) AgentReport(ctx context.Context, rep AgentReport) (AgentAnswer, 
 	if err != nil {
 		return AgentAnswer{}, err
 	}
-	if r.oneOf(0, "ok", "unknown_pod") == "unknown_pod" {
+	switch r.oneOf(0, "ok", "unknown_pod", "too_many") {
+	case "unknown_pod":
 		return AgentAnswer{}, ErrPodUnknown
+	case "too_many":
+		if most := r.count(1); r.err() == nil {
+			return AgentAnswer{}, TooManySessions(len(rep.Sessions), most)
+		}
 	}
 	a := AgentAnswer{Interval: time.Duration(r.int(1)) * time.Millisecond, Ended: r.count(3)}
 	spared := r.int(2)

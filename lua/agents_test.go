@@ -10,9 +10,15 @@ import (
 	"github.com/warmpool/warmpool/lua"
 )
 
-// report runs one report of pod's agent at the env's now.
+// report runs one report of pod's agent at the env's now, with no valid ticket.
 func (e *env) report(pod string, draining bool, sessions ...string) (lua.AgentAnswer, error) {
 	return e.store.AgentReport(context.Background(), lua.AgentReport{Scope: e.scope, Pod: pod, Sessions: sessions, Draining: draining, Now: e.now})
+}
+
+// reportProven runs one report of pod's agent listing sessions, of which proven came
+// with a valid ticket.
+func (e *env) reportProven(pod string, proven []string, sessions ...string) (lua.AgentAnswer, error) {
+	return e.store.AgentReport(context.Background(), lua.AgentReport{Scope: e.scope, Pod: pod, Sessions: sessions, Proven: proven, Now: e.now})
 }
 
 // route routes a session at the env's now without queueing.
@@ -221,8 +227,10 @@ func TestSessionsLeftOutStayWithoutGroundTruth(t *testing.T) {
 }
 
 // After Redis lost a pod's sessions, the pod is adopted with every slot held; its
-// reports bind the sessions they name back to it, up to pod_concurrency, and a route of
-// such a session finds its old pod.
+// reports bind the sessions they name with a valid ticket back to it (SPEC §12.4), and
+// a route of such a session finds its old pod. A session named without one is
+// unknown, and holds no slot: after a data loss, a pod's agent cannot take a session
+// by naming it first (issue 31).
 func TestReportsBindSessionsBackToAnAdoptedPod(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil) // pod_concurrency 2
@@ -230,12 +238,19 @@ func TestReportsBindSessionsBackToAnAdoptedPod(t *testing.T) {
 	if st, err := e.store.PodAdopt(context.Background(), pod, e.now, true); err != nil || st != lua.AdoptAdopted {
 		t.Fatalf("adopt: %q, %v", st, err)
 	}
-	a, err := e.report(pod.ID, false, "s1", "s2", "s3")
+	a, err := e.reportProven(pod.ID, []string{"s1"}, "s1", "s2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(a.Unknown, []string{"s3"}) {
-		t.Fatalf("unknown %v, want s3 (beyond pod_concurrency)", a.Unknown)
+	if !slices.Equal(a.Unknown, []string{"s2"}) {
+		t.Fatalf("unknown %v, want s2: its ticket was not proven", a.Unknown)
+	}
+	if s := e.snap(); s.Sessions["s1"] != pod.ID || s.Sessions["s2"] != "" {
+		t.Fatalf("after the first report: sessions %v, want s1 alone bound", s.Sessions)
+	}
+	// proven, and a session bound already, touched without a ticket
+	if a, err = e.reportProven(pod.ID, []string{"s2"}, "s1", "s2"); err != nil || len(a.Unknown) != 0 {
+		t.Fatalf("second report: %+v, %v; want none unknown", a, err)
 	}
 	s := e.snap()
 	if s.Sessions["s1"] != pod.ID || s.Sessions["s2"] != pod.ID || s.Pods[0].Slots != 2 || len(s.ClaimPod) != 0 {
@@ -254,4 +269,47 @@ func (e *env) snapVer() string {
 		e.t.Fatal(err)
 	}
 	return rec.DeployVer
+}
+
+// A report lists at most what its pod may hold (SPEC §12.4): the scope's
+// pod_concurrency, or the pod's slots when a lowered pod_concurrency left it more.
+// One that lists more is VALIDATION and touches nothing: no session's TTL, not the
+// pod's spared time. ReportCap answers that bound in one round trip, POD_NOT_FOUND for
+// a scope Redis does not have. Before, a report could list 10,000 sessions whatever
+// pod_concurrency, each read in the script.
+func TestReportsListNoMoreThanThePodHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, nil) // pod_concurrency 2
+	pod := e.onePod()
+	e.route("s1")
+	most := func(want int) {
+		t.Helper()
+		if n, err := e.store.ReportCap(ctx, e.scope, pod.ID); err != nil || n != want {
+			t.Fatalf("ReportCap: %d, %v; want %d", n, err, want)
+		}
+	}
+	most(2)
+	before := e.snap().SessExp["s1"]
+	e.now = e.now.Add(5 * time.Second)
+	if _, err := e.report(pod.ID, false, "s1", "s2", "s3"); warmpool.ErrorCode(err) != warmpool.CodeValidation {
+		t.Fatalf("a report of 3 sessions on a pod of 2: %v, want VALIDATION", err)
+	}
+	agents, err := e.r.Client.HLen(ctx, lua.NewKeyspace(e.r.Prefix).Scope(e.scope).Agents).Result()
+	if s := e.snap(); err != nil || !s.SessExp["s1"].Equal(before) || agents != 0 {
+		t.Fatalf("the refused report touched s1 (%v, was %v) or spared the pod (%d fields, %v)", s.SessExp["s1"], before, agents, err)
+	}
+	// pod_concurrency lowered to 1 under a pod of 2 sessions: its reports list both
+	e.route("s2")
+	e.publish(func(c *warmpool.ScopeConfig) { c.Pool.MaxConcurrency, c.Pool.PodConcurrency = 4, 1 })
+	most(2)
+	if a, err := e.report(pod.ID, false, "s1", "s2"); err != nil || len(a.Unknown) != 0 {
+		t.Fatalf("the 2 sessions of a pod over the lowered pod_concurrency: %+v, %v", a, err)
+	}
+	if _, err := e.report(pod.ID, false, "s1", "s2", "s3"); warmpool.ErrorCode(err) != warmpool.CodeValidation {
+		t.Fatalf("3 sessions on a pod of 2: %v, want VALIDATION", err)
+	}
+	if _, err := e.store.ReportCap(ctx, "other", pod.ID); warmpool.ErrorCode(err) != warmpool.CodePodNotFound {
+		t.Fatalf("ReportCap of a scope Redis lacks: %v, want POD_NOT_FOUND", err)
+	}
 }

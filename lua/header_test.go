@@ -241,4 +241,5 @@ func callEveryWrapper(ctx context.Context, s *Store, scope string) {
 	_, _, _ = s.ScopeDue(ctx, scope, now)
 	_, _ = s.PoolTarget(ctx, scope, now)
 	_, _ = s.AgentReport(ctx, AgentReport{Scope: scope, Pod: "p1", Sessions: []string{"s1"}, Now: now})
+	_, _ = s.ReportCap(ctx, scope, "p1")
 }

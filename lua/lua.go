@@ -105,6 +105,7 @@ var (
 		"epoch config pods podver podinfo slots idle deploying followers claims claimpod sessions sexp waiters queue qseq health dstats due deploylog agents backoff served demand fixed")
 	agentReport = load("agent_report.lua", guarded|notes,
 		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due agents served demand fixed")
+	reportCap  = load("report_cap.lua", unguarded, "epoch config slots")
 	poolTarget = load("pool_target.lua", unguarded, "config dstats demand")
 	scopeDue   = load("scope_due.lua", unguarded, "config pods podver idle deploying followers claims sexp waiters dstats due backoff demand")
 )

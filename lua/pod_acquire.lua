@@ -11,7 +11,8 @@
 -- ARGV[6] grant deadline (ms)  ARGV[7] publish command (expired claims' slots go to
 -- waiters first)
 -- Returns {"warm", pod, pod JSON} | {"follower", deploy member, room member, room deadline}
---       | {"deploy", deploy member, fence, deploy spec JSON}
+--       | {"deploy", deploy member, fence, deploy spec JSON, report interval (ms; "0": the
+--         config has none), for the pod's env}
 --       | {"max_reached", pods, deploys}
 --       | {"backoff", failures, until, last error, deploys} (a deploy it would lead is held
 --         back by the refill backoff; warm pods and rooms are taken first)
@@ -23,7 +24,8 @@
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local claim = ARGV[2]
-local cfg, refused = scope_config(k, 'deploy_ver', 'max_pods', 'parallel', 'pod_concurrency', 'deploy', 'ready_ms')
+local cfg, refused = scope_config(k, 'deploy_ver', 'max_pods', 'parallel', 'pod_concurrency', 'deploy', 'ready_ms',
+  'report_ms')
 if not cfg then
   return refused
 end
@@ -103,6 +105,6 @@ if npods + #deploys < max_pods and #deploys < parallel then
   if q.demand then
     note_due(0)
   end
-  return {'deploy', member, member, cfg[5]}
+  return {'deploy', member, member, cfg[5], cfg[7] or '0'}
 end
 return {'max_reached', tostring(npods), tostring(#deploys)}

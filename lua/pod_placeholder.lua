@@ -9,7 +9,8 @@
 -- ARGV[1] now (ms)  ARGV[2] lease deadline (ms)  ARGV[3] note deadline (ms)
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command (expired claims' slots go to
 -- waiters first)  ARGV[6] the sweep's tick (ms), for the demand target (idle_target)
--- Returns {"deploy", deploy member, fence, deploy spec JSON} | {"enough"}
+-- Returns {"deploy", deploy member, fence, deploy spec JSON, report interval (ms; "0": the
+--          config has none), for the pod's env} | {"enough"}
 --       | {"max_reached"} | {"busy"} (parallel bound)
 --       | {"backoff", failures, until, last error, deploys} (the refill backoff)
 --       | {"NO_SCOPE"} | {"EPOCH_LOST"}
@@ -19,7 +20,7 @@
 -- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
-local cfg, refused = scope_config(k, 'deploy_ver', 'max_pods', 'parallel', 'deploy')
+local cfg, refused = scope_config(k, 'deploy_ver', 'max_pods', 'parallel', 'deploy', 'report_ms')
 if not cfg then
   return refused
 end
@@ -63,4 +64,4 @@ local member = fence .. 'w'
 redis.call('ZADD', k.deploying, ARGV[2], member)
 deploy_started(k, member, now)
 note_due(ARGV[2])
-return {'deploy', member, tostring(fence), cfg[4]}
+return {'deploy', member, tostring(fence), cfg[4], cfg[5] or '0'}

@@ -40,9 +40,11 @@ type AcquireResult struct {
 	// (AcquireFollower).
 	Room         string
 	RoomDeadline time.Time
-	// Fence and Spec are set for AcquireDeploy.
-	Fence int64
-	Spec  warmpool.DeploySpec
+	// Fence and Spec are set for AcquireDeploy, and ReportIntervalS, the scope's
+	// agent.report_interval_s that the pod is told (0: the config published has none).
+	Fence           int64
+	Spec            warmpool.DeploySpec
+	ReportIntervalS int
 	// Pods and Deploys are the counts seen at AcquireMaxReached; Deploys also at
 	// AcquireBackoff.
 	Pods, Deploys int
@@ -71,6 +73,7 @@ func decodeAcquire(r *reply) (AcquireResult, error) {
 	case AcquireDeploy:
 		res.Deploy, res.Fence = r.str(1), r.int(2)
 		r.json(3, &res.Spec)
+		res.ReportIntervalS = int(r.int(4) / 1000)
 	case AcquireMaxReached:
 		res.Pods, res.Deploys = r.count(1), r.count(2)
 	case AcquireBackoff:
@@ -164,6 +167,9 @@ type PlaceholderResult struct {
 	Deploy string
 	Fence  int64
 	Spec   warmpool.DeploySpec
+	// ReportIntervalS is the scope's agent.report_interval_s that the pod is told (0:
+	// the config published has none).
+	ReportIntervalS int
 	// Backoff is set for PlaceholderBackoff.
 	Backoff Backoff
 }
@@ -181,6 +187,7 @@ func (s *Store) PodPlaceholder(ctx context.Context, scope string, now, leaseDead
 	case PlaceholderDeploy:
 		res.Deploy, res.Fence = r.str(1), r.int(2)
 		r.json(3, &res.Spec)
+		res.ReportIntervalS = int(r.int(4) / 1000)
 	case PlaceholderBackoff:
 		res.Backoff = r.backoff(1)
 	}

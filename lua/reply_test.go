@@ -71,7 +71,7 @@ func TestMalformedRepliesAreInternalErrors(t *testing.T) {
 		{"pod_placeholder", func(ctx context.Context) error {
 			_, err := s.PodPlaceholder(ctx, scope, now, now, now)
 			return err
-		}, []any{"deploy", "1w", "1", spec}, nil},
+		}, []any{"deploy", "1w", "1", spec, "2000"}, nil},
 		{"pod_adopt", func(ctx context.Context) error {
 			_, err := s.PodAdopt(ctx, warmpool.Pod{ID: "p1", ScopeID: scope}, now, false)
 			return err
@@ -108,6 +108,7 @@ func TestMalformedRepliesAreInternalErrors(t *testing.T) {
 			_, err := s.AgentReport(ctx, lua.AgentReport{Scope: scope, Pod: "p1", Sessions: []string{"s1"}, Now: now})
 			return err
 		}, []any{"ok", "5000", "0", "0", "1", "s1"}, [][]any{{"ok", "5000", "0", "0", "2", "s1"}, {"ok", "soon", "0", "0", "0"}, {"gone"}}},
+		{"report_cap", func(ctx context.Context) error { _, err := s.ReportCap(ctx, scope, "p1"); return err }, []any{"ok", "2"}, [][]any{{"ok", "-1"}, {"full", "2"}}},
 		{"waiter_leave", func(ctx context.Context) error { return s.WaiterLeave(ctx, scope, "w", now) }, []any{int64(1)}, nil},
 		{"scope_repair", func(ctx context.Context) error {
 			_, err := s.ScopeRepair(ctx, scope, now, now, true)
@@ -130,7 +131,7 @@ func TestMalformedRepliesAreInternalErrors(t *testing.T) {
 	}
 	// pod_acquire's answers differ by kind: each is a good answer of its own.
 	acquire := wrappers[0]
-	for _, good := range [][]any{{"warm", "p1", pod}, {"follower", "1", "1|c", ms}, {"deploy", "1", "1", spec}, {"max_reached", "0", "2"}} {
+	for _, good := range [][]any{{"warm", "p1", pod}, {"follower", "1", "1|c", ms}, {"deploy", "1", "1", spec, "2000"}, {"max_reached", "0", "2"}} {
 		acquire.good = good
 		wrappers = append(wrappers, acquire)
 	}

@@ -25,7 +25,7 @@ var errLeaseLost = errors.New("deploy lease lost")
 // followers to try again. The deploy runs detached from from, the context of the call
 // that started it, but keeps its values (the request id of its log lines). It logs one
 // line with the deploy's phases and reports it to OnDeploy.
-func (m *Manager) deploy(from context.Context, scope, member string, fence int64, spec warmpool.DeploySpec, leaderClaim string, leaseWait time.Duration) (warmpool.Pod, error) {
+func (m *Manager) deploy(from context.Context, scope, member string, fence int64, spec warmpool.DeploySpec, reportIntervalS int, leaderClaim string, leaseWait time.Duration) (warmpool.Pod, error) {
 	timeout := time.Duration(spec.ReadyTimeoutS)*time.Second + m.cfg.FollowerMargin
 	base, detach := context.WithCancel(context.WithoutCancel(from))
 	defer detach()
@@ -38,7 +38,8 @@ func (m *Manager) deploy(from context.Context, scope, member string, fence int64
 	leased, stop := m.store.DeployKeepAlive(ctx, scope, member, m.cfg.Lease, m.clock)
 	start := time.Now()
 	phases := &phaseLog{start: start, times: []PhaseTime{{Phase: warmpool.PhaseLeaseWait, Elapsed: leaseWait}}}
-	pod, err := m.driver.Deploy(leased, warmpool.DeployRequest{ScopeID: scope, DeployVer: spec.DeployVer(), Fence: fence, Spec: spec, OnPhase: phases.add, Report: m.cfg.Report})
+	pod, err := m.driver.Deploy(leased, warmpool.DeployRequest{ScopeID: scope, DeployVer: spec.DeployVer(), Fence: fence, Spec: spec, OnPhase: phases.add,
+		Report: m.cfg.Report, ReportIntervalS: reportIntervalS})
 	ready := err == nil
 	if ready {
 		err = m.register(leased, log, scope, member, pod, leaderClaim)

@@ -286,7 +286,7 @@ func (m *Manager) lead(ctx context.Context, scope string, res lua.AcquireResult,
 	// is closed, nobody's, and the claim goes back.
 	done, left := make(chan result), make(chan struct{})
 	started := m.goDeploy(func() {
-		pod, err := m.deploy(ctx, scope, res.Deploy, res.Fence, res.Spec, claim, leaseWait)
+		pod, err := m.deploy(ctx, scope, res.Deploy, res.Fence, res.Spec, res.ReportIntervalS, claim, leaseWait)
 		select {
 		case done <- result{pod, err}:
 		case <-left:
@@ -399,7 +399,7 @@ func (m *Manager) Fill(ctx context.Context, scope string) (int, error) {
 		leaseWait := time.Since(asked)
 		if !m.goDeploy(func() {
 			// A failure is logged by deploy and retried on the next fill.
-			_, _ = m.deploy(ctx, scope, res.Deploy, res.Fence, res.Spec, "", leaseWait)
+			_, _ = m.deploy(ctx, scope, res.Deploy, res.Fence, res.Spec, res.ReportIntervalS, "", leaseWait)
 		}) {
 			m.abandon(scope, res.Deploy, res.Spec)
 			return started, errClosing(scope)

@@ -84,3 +84,38 @@ func TestFieldNamesMatchExactly(t *testing.T) {
 		t.Fatalf("env %v, want A=1 and a=2", env)
 	}
 }
+
+// TestBodylessCallsRefuseBodies: the POST and DELETE calls that take no body (a
+// session's touch and end, sync, a scope's deletion) accept none or {} only; a list,
+// trailing data, a field or a long body is a 400 VALIDATION that changes nothing. They
+// were answered 200, the body ignored.
+func TestBodylessCallsRefuseBodies(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.putScope("ok", scopeCfg(4, 2, 0, 1))
+	e.route("ok", "s1")
+	calls := []struct{ method, path string }{
+		{http.MethodPost, "/v1/scopes/ok/sessions/s1/touch"},
+		{http.MethodPost, "/v1/config/sync"},
+		{http.MethodDelete, "/v1/scopes/ok/sessions/s1"},
+		{http.MethodDelete, "/v1/scopes/ok"},
+	}
+	for _, c := range calls {
+		for _, b := range []struct{ body, msg string }{
+			{`[1,2]`, "expected a JSON object"},
+			{`{} garbage`, "trailing data"},
+			{`{"session_id":"s1"}`, "session_id: unknown field"},
+			{`{}` + strings.Repeat(" ", 1<<20-2), "takes no body"},
+			{strings.Repeat("x", 1<<20), "takes no body"},
+		} {
+			e.wantErr(e.do(c.method, c.path, b.body), http.StatusBadRequest, warmpool.CodeValidation, b.msg)
+		}
+	}
+	if got := e.ok(http.MethodGet, "/v1/scopes/ok/sessions/s1", nil); got["pod_id"] == nil {
+		t.Fatalf("s1 after the refused calls: %v", got)
+	}
+	for i, c := range calls {
+		body := []string{"", "{}", " { }\n", ""}[i]
+		e.ok(c.method, c.path, body)
+	}
+}

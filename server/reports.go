@@ -38,7 +38,11 @@ func (s *Server) buildReports() (*warmpool.ReportTarget, error) {
 		return nil, fmt.Errorf("report secret: %w", err)
 	}
 	s.reportKey = httpx.NewReportKey(secret)
-	s.Reports = reports.New(s.store, reports.Config{Clock: cfg.Clock, Logger: s.log})
+	rc := reports.Config{Clock: cfg.Clock, Logger: s.log}
+	if s.reportKey != nil {
+		rc.ValidTicket = s.reportKey.ValidTicket
+	}
+	s.Reports = reports.New(s.store, rc)
 	if cfg.ReportURL == "" {
 		return nil, nil
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/server"
 )
 
@@ -47,6 +48,7 @@ func TestAgentReportTokens(t *testing.T) {
 	t.Parallel()
 	e := mustEnv(t, withTokens("gw-token", "admin-token"), withReportSecret)
 	e.ok(http.MethodPut, "/v1/scopes/ok/config", scopeCfg(4, 2, 0, 1), bearer("admin-token"))
+	e.ok(http.MethodPut, "/v1/scopes/other/config", scopeCfg(4, 2, 0, 1), bearer("admin-token"))
 	pod := e.routedPod("ok", "s1")
 	own := e.srv.ReportToken("ok", pod)
 
@@ -88,6 +90,27 @@ func TestAgentReportTokens(t *testing.T) {
 	} {
 		if !strings.Contains(metrics, line) {
 			t.Fatalf("/metrics lacks %q", line)
+		}
+	}
+}
+
+// Every pod is told its scope's agent.report_interval_s (WARMPOOL_REPORT_INTERVAL_S,
+// SPEC §12.4), the pods a route deploys and those the warm pool's refill deploys alike,
+// and a class B change of it reaches the pods deployed after it. Before, the pods were
+// told nothing and their agents reported at their own default of 5 s.
+func TestPodsAreToldTheReportInterval(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t, withReportSecret)
+	e.putScope("ok", `{"pool":{"max_concurrency":8,"pod_concurrency":1},"agent":{"report_interval_s":2}}`)
+	e.routedPod("ok", "s1")
+	e.putScope("ok", `{"pool":{"max_concurrency":8,"pod_concurrency":1,"min_idle_pods":1},"agent":{"report_interval_s":3}}`)
+	if err := e.srv.Sweeper.Autoscale(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, 10*time.Second, "the refill's deploy", func() bool { return len(e.fake.Deploys()) == 2 })
+	for i, want := range []string{"2", "3"} {
+		if got := e.fake.Deploys()[i].Env[warmpool.EnvReportInterval]; got != want {
+			t.Fatalf("deploy %d told %s=%q, want %q (env %v)", i, warmpool.EnvReportInterval, got, want, e.fake.Deploys()[i].Env)
 		}
 	}
 }

@@ -83,9 +83,9 @@ func reportBound(interval, period time.Duration, threshold int) time.Duration {
 }
 
 // After Redis lost its data and the rebuild adopted the pods, the sessions a pod's
-// reports name are bound to it again, up to pod_concurrency, and route there; a session
-// its agent did not report before it was routed again is lost as before (it lands on
-// another pod, and the agent's next report finds it unknown).
+// reports name with a valid session_ticket (SPEC §12.4) are bound to it again, up to
+// pod_concurrency, and route there; a session named without one is unknown, and a
+// report naming more sessions than the pod may hold is refused whole.
 func TestReportsRebindSessionsAfterAnEmptyRestart(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
@@ -101,12 +101,21 @@ func TestReportsRebindSessionsAfterAnEmptyRestart(t *testing.T) {
 	if h.observedCount("rebuilt") != 1 {
 		t.Fatalf("no rebuild: %v", h.observedAll())
 	}
-	a, err := h.Store.AgentReport(ctx, lua.AgentReport{Scope: "a", Pod: p1, Sessions: []string{"s1", "s2", "s3"}, Now: h.Clock.Now()})
+	report := func(sessions, proven []string) (lua.AgentAnswer, error) {
+		return h.Store.AgentReport(ctx, lua.AgentReport{Scope: "a", Pod: p1, Sessions: sessions, Proven: proven, Now: h.Clock.Now()})
+	}
+	if _, err := report([]string{"s1", "s2", "s3"}, []string{"s1", "s2", "s3"}); warmpool.ErrorCode(err) != warmpool.CodeValidation {
+		t.Fatalf("a report of 3 sessions at pod_concurrency 2: %v, want VALIDATION", err)
+	}
+	a, err := report([]string{"s1", "s2"}, []string{"s1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(a.Unknown) != 1 || a.Unknown[0] != "s3" {
-		t.Fatalf("unknown %v: want s3, beyond pod_concurrency 2", a.Unknown)
+	if len(a.Unknown) != 1 || a.Unknown[0] != "s2" {
+		t.Fatalf("unknown %v: want s2, named without its ticket", a.Unknown)
+	}
+	if a, err = report([]string{"s1", "s2"}, []string{"s1", "s2"}); err != nil || len(a.Unknown) != 0 {
+		t.Fatalf("the proven report: %+v, %v; want both bound", a, err)
 	}
 	for _, sid := range []string{"s1", "s2"} {
 		if b := h.route("a", sid); b.PodID != p1 || b.New {

@@ -41,11 +41,15 @@ func newClient(base string, conns int) *client {
 	return &client{base: base, hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 }
 
-// do sends one JSON call and fails on any answer but 200.
+// do sends one JSON call (no body when body is nil: the calls that take none refuse
+// null) and fails on any answer but 200.
 func (c *client) do(ctx context.Context, method, path string, body any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return err
+	var b []byte
+	if body != nil {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
+			return err
+		}
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(b))
 	if err != nil {

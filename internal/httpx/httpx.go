@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -115,18 +116,18 @@ func ErrorOf(r *http.Request, log *slog.Logger, err error) *warmpool.Error {
 // PAYLOAD_TOO_LARGE.
 func Body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	var b bytes.Buffer
-	if err := readBody(w, r, &b); err != nil {
+	if err := readBody(w, r, &b, MaxBody); err != nil {
 		return nil, err
 	}
 	return b.Bytes(), nil
 }
 
-// readBody reads the request body into b as Body does.
-func readBody(w http.ResponseWriter, r *http.Request, b *bytes.Buffer) error {
-	if _, err := b.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBody)); err != nil {
+// readBody reads the request body into b as Body does, at most limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, b *bytes.Buffer, limit int64) error {
+	if _, err := b.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return warmpool.Errorf(warmpool.CodePayloadTooLarge, "body: larger than %d bytes", MaxBody)
+			return warmpool.Errorf(warmpool.CodePayloadTooLarge, "body: larger than %d bytes", limit)
 		}
 		var timeout net.Error
 		if errors.As(err, &timeout) && timeout.Timeout() {
@@ -147,6 +148,21 @@ const keptBody = 64 << 10
 // Decode reads a JSON object body into v strictly: unknown fields are named, bodies over
 // MaxBody are PAYLOAD_TOO_LARGE. An empty body leaves v as it is when allowEmpty.
 func Decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
+	return decode(w, r, v, allowEmpty, MaxBody)
+}
+
+// DecodeAtMost is Decode of a body that may take at most limit bytes (no more than
+// MaxBody): a larger one is PAYLOAD_TOO_LARGE, at once when its declared
+// Content-Length is, and is read no further than limit.
+func DecodeAtMost(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	limit = min(limit, MaxBody)
+	if r.ContentLength > limit {
+		return warmpool.Errorf(warmpool.CodePayloadTooLarge, "body: Content-Length %d is over this call's limit of %d bytes", r.ContentLength, limit)
+	}
+	return decode(w, r, v, false, limit)
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool, limit int64) error {
 	b := bodies.Get().(*bytes.Buffer)
 	defer func() {
 		if b.Cap() <= keptBody {
@@ -154,13 +170,55 @@ func Decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) erro
 			bodies.Put(b)
 		}
 	}()
-	if err := readBody(w, r, b); err != nil {
+	if err := readBody(w, r, b, limit); err != nil {
 		return err
 	}
 	if allowEmpty && len(bytes.TrimSpace(b.Bytes())) == 0 {
 		return nil
 	}
 	return DecodeStrict(b.Bytes(), v)
+}
+
+// noBodyMax is the most of a body that a call taking none reads: "{}" and some white
+// space around it.
+const noBodyMax = 64
+
+// NoBody checks the body of a call that takes none: nothing, or the empty object {}
+// (white space around either). Anything else, a list, trailing data, a field or a body
+// longer than "{}" and some white space, is a VALIDATION error, found without reading
+// more than noBodyMax bytes of it.
+func NoBody(r *http.Request) error {
+	var buf [noBodyMax + 1]byte
+	n, err := io.ReadFull(r.Body, buf[:])
+	switch {
+	case n > noBodyMax:
+		return warmpool.Errorf(warmpool.CodeValidation, "body: this call takes no body: send none, or {}")
+	case err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF):
+		return warmpool.Errorf(warmpool.CodeValidation, "body: %v", err)
+	}
+	b := bytes.TrimSpace(buf[:n])
+	if len(b) == 0 {
+		return nil
+	}
+	if err := DecodeStrict(b, &struct{}{}); err != nil {
+		msg := err.Error()
+		if e := (*warmpool.Error)(nil); errors.As(err, &e) {
+			msg = e.Message
+		}
+		return warmpool.Errorf(warmpool.CodeValidation, "%s (this call takes no body: send none, or {})", msg)
+	}
+	return nil
+}
+
+// Bodyless is h for a call that takes no body: a body other than none or {} is refused
+// (NoBody) before h runs.
+func Bodyless(h Handler) Handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if err := NoBody(r); err != nil {
+			return err
+		}
+		return h(w, r)
+	}
 }
 
 // Param returns a URL parameter checked by valid; a bad one is a VALIDATION error that

@@ -555,7 +555,7 @@ func (s *Scope) PodAcquire(a lua.AcquireArgs) (lua.AcquireResult, error) {
 		member := strconv.FormatInt(s.fence, 10)
 		s.deploys[member] = ms(a.LeaseDeadline)
 		spec, err := s.spec()
-		return lua.AcquireResult{Kind: lua.AcquireDeploy, Deploy: member, Fence: s.fence, Spec: spec}, err
+		return lua.AcquireResult{Kind: lua.AcquireDeploy, Deploy: member, Fence: s.fence, Spec: spec, ReportIntervalS: s.reportIntervalS()}, err
 	}
 	return lua.AcquireResult{Kind: lua.AcquireMaxReached, Pods: len(s.pods), Deploys: len(deploys)}, nil
 }
@@ -718,7 +718,7 @@ func (s *Scope) PodPlaceholder(now, leaseDeadline, noteDeadline time.Time) (lua.
 	member := strconv.FormatInt(s.fence, 10) + "w"
 	s.deploys[member] = ms(leaseDeadline)
 	spec, err := s.spec()
-	return lua.PlaceholderResult{Kind: lua.PlaceholderDeploy, Deploy: member, Fence: s.fence, Spec: spec}, err
+	return lua.PlaceholderResult{Kind: lua.PlaceholderDeploy, Deploy: member, Fence: s.fence, Spec: spec, ReportIntervalS: s.reportIntervalS()}, err
 }
 
 // PodAdopt models pod_adopt.lua.

@@ -448,9 +448,16 @@ func (w *world) actions() map[string]func(*rapid.T) {
 				}
 			}
 			candidates = append(candidates, s.sessions...)
+			// mostly no more than a pod holds, now and then more (refused)
+			most := 2
+			if rapid.IntRange(0, 4).Draw(w.t, "long list") == 4 {
+				most = 4
+			}
 			rep := lua.AgentReport{Scope: s.id, Pod: pod, Now: w.now,
 				Draining: rapid.IntRange(0, 7).Draw(w.t, "draining") == 7,
-				Sessions: rapid.SliceOfN(rapid.SampledFrom(candidates), 0, 4).Draw(w.t, "listed")}
+				Sessions: rapid.SliceOfN(rapid.SampledFrom(candidates), 0, most).Draw(w.t, "listed"),
+				// with a valid ticket: mostly all or none of the sessions, now and then a few
+				Proven: rapid.SliceOfN(rapid.SampledFrom(candidates), 0, most).Draw(w.t, "proven")}
 			got, gotErr := w.store.AgentReport(ctx, rep)
 			want, wantErr := s.model.AgentReport(rep)
 			w.same("agent_report", got, want, gotErr, wantErr)

@@ -23,13 +23,16 @@ func (s *Scope) AgentReport(rep lua.AgentReport) (lua.AgentAnswer, error) {
 	if _, ok := s.pods[pod]; !ok {
 		return lua.AgentAnswer{}, lua.ErrPodUnknown
 	}
+	pc := s.cfgInt("pod_concurrency")
+	if most := max(pc, s.slots[pod]); int64(len(rep.Sessions)) > most {
+		return lua.AgentAnswer{}, lua.TooManySessions(len(rep.Sessions), int(most))
+	}
 	now := ms(rep.Now)
 	expiry := now + s.cfgInt("session_ttl_ms")
 	interval := int64(warmpool.DefaultReportIntervalS) * 1000
 	if v, ok := s.config["report_ms"]; ok {
 		interval, _ = strconv.ParseInt(v, 10, 64)
 	}
-	pc := s.cfgInt("pod_concurrency")
 	q := s.handoff(rep.Now)
 	if rep.Draining && s.podVer[pod] != lua.RetiredVer {
 		s.podVer[pod] = lua.DrainingVer
@@ -43,6 +46,10 @@ func (s *Scope) AgentReport(rep lua.AgentReport) (lua.AgentAnswer, error) {
 		}
 		return ""
 	}
+	proven := map[string]bool{}
+	for _, sid := range rep.Proven {
+		proven[sid] = true
+	}
 	listed := map[string]bool{}
 	unknown := []string{}
 	onPod := int64(0)
@@ -53,7 +60,7 @@ func (s *Scope) AgentReport(rep lua.AgentReport) (lua.AgentAnswer, error) {
 		listed[sid] = true
 		bound, isBound := s.sess[sid]
 		c := ""
-		if !isBound {
+		if !isBound && proven[sid] {
 			c = adopted()
 		}
 		switch {
@@ -107,4 +114,11 @@ func (s *Scope) AgentReport(rep lua.AgentReport) (lua.AgentAnswer, error) {
 		a.SparedUntil = time.UnixMilli(spared)
 	}
 	return a, nil
+}
+
+// reportIntervalS is the report interval a deploy's answer tells the pod, in seconds
+// (pod_acquire.lua, pod_placeholder.lua): 0 when the config published has none.
+func (s *Scope) reportIntervalS() int {
+	v, _ := strconv.ParseInt(s.config["report_ms"], 10, 64)
+	return int(v / 1000)
 }

@@ -4,7 +4,7 @@
 -- waiter leaves the queue, and a message naming it goes out on the scope's channel. A
 -- waiter that died never binds its grant; the claim expires and its slot is handed on
 -- like any other.
--- uses: surplus served due
+-- uses: surplus served due index
 
 -- Lowered capacity. A class B change that lowers pod_concurrency touches no pod: the
 -- slots taken before stay, so a pod may hold more than the new limit. New placement
@@ -58,7 +58,7 @@ local function grant(q, w, pod)
   serve(q.k, pod, 1)
   redis.call('ZADD', q.k.claims, q.grant_deadline, w)
   note_due(q.grant_deadline)
-  redis.call('HSET', q.k.claimpod, w, pod)
+  claim_set(q.k, w, pod)
   redis.call(q.publish, q.k.wake, w)
 end
 
@@ -70,7 +70,7 @@ local function hand_off(q, pod, n)
   if not q or not q.ver or n > q.pc or not serves(redis.call('HGET', q.k.podver, pod), q.ver, q.prev) then
     return false
   end
-  if surplus_pods(q.k, q.ver, q.max_pods)[pod] then
+  if is_surplus(q.k, pod) then
     return false
   end
   local w = next_waiter(q)

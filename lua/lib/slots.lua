@@ -1,7 +1,7 @@
 -- lib/slots.lua: freeing a slot: a claim given back or expired, a session ended or
 -- evicted; the slot goes to a waiter (handoff.lua), or the pod idles, or a recycled
 -- pod retires.
--- uses: config claimpod surplus demand handoff due
+-- uses: config claimpod surplus demand handoff due index
 
 -- recycle_delete retires a pod of the current deploy_ver (or of the one a prewarm
 -- serves) whose last slot was freed in a scope with recycle "delete" (SPEC §11.3):
@@ -16,6 +16,7 @@ local function recycle_delete(k, pod, now)
     return false
   end
   redis.call('HSET', k.podver, pod, RETIRED)
+  pod_index(k, pod)
   return true
 end
 
@@ -55,15 +56,15 @@ local function free_slot(k, pod, now, idle_on_zero, q)
       end
     end
   end
+  pod_index(k, pod)
   return n
 end
 
 -- release_claim drops one claim and frees its slot (see free_slot). Returns the pod
 -- ('' if none) and the slots left on it.
 local function release_claim(k, claim, now, idle_on_zero, q)
-  local pod = redis.call('HGET', k.claimpod, claim)
+  local pod = claim_del(k, claim)
   redis.call('ZREM', k.claims, claim)
-  redis.call('HDEL', k.claimpod, claim)
   if holds_pod(pod) then
     return pod, free_slot(k, pod, now, idle_on_zero, q)
   end
@@ -83,8 +84,7 @@ end
 -- evict_session unbinds one session and frees its slot (see free_slot). Returns the pod
 -- it was on.
 local function evict_session(k, sid, now, q)
-  local pod = redis.call('HGET', k.sessions, sid)
-  redis.call('HDEL', k.sessions, sid)
+  local pod = session_unbind(k, sid)
   redis.call('ZREM', k.sexp, sid)
   redis.call('SREM', k.fixed, sid)
   if pod then

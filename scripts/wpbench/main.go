@@ -29,6 +29,9 @@
 //	                   warm route, cold route, PUT, due scope, sweep tick and report on
 //	                   one redis-server, then warm routes from N replicas on a 3-master
 //	                   Redis Cluster, each master's CPU per route and share of the scopes
+//	wpbench bigscope   one scope as big as a cluster (make bigscope): Redis commands
+//	                   and CPU per warm route, release, acquire and cold route at 10,
+//	                   1,000 and 10,000 pods; cold bursts of 5,000 routes
 //	wpbench script F   print the source Redis runs for lua/F (lua.Sources)
 //	wpbench keys F PREFIX SCOPE [EXTRA...]
 //	                   print the KEYS a replica passes to lua/F for SCOPE under the
@@ -67,7 +70,7 @@ func main() {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|scopes|reports|rollout|pooltrace|capacity [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
+		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|scopes|reports|rollout|pooltrace|capacity|bigscope [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
 	}
 	switch args[0] {
 	case "script":
@@ -108,8 +111,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return poolTrace(ctx, args[1:], getenv, stdout, stderr)
 	case "capacity":
 		return capacity(ctx, args[1:], getenv, stdout, stderr)
+	case "bigscope":
+		return bigScope(ctx, args[1:], getenv, stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, scopes, reports, rollout, pooltrace, capacity, script or keys", args[0])
+	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, scopes, reports, rollout, pooltrace, capacity, bigscope, script or keys", args[0])
 }
 
 func scriptNames() []string {

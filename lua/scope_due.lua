@@ -1,7 +1,7 @@
 -- scope_due.lua: set the scope's due time to when its next sweep work falls due, after
 -- the sweeper looked at the scope: the earliest session expiry, claim, deploy lease,
 -- room entry or waiter deadline; an idle pod of an old deploy_ver, or beyond max_pods
--- (surplus_pods), at once, or when the prewarm of a rollout ends for an idle pod of the
+-- (the key surplus), at once, or when the prewarm of a rollout ends for an idle pod of the
 -- version it serves; an idle pod of the current one (beyond the newest idle_target
 -- pods, which are kept) when pod_ttl_s has passed, and under warm_policy "demand" one
 -- kept beyond min_idle_pods a pod_ttl_s from now too (the target falls as the demand

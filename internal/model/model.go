@@ -300,9 +300,10 @@ func (s *Scope) serve(pod string, n int64) bool {
 	return true
 }
 
-// surplus is lib/surplus.lua's surplus_pods: the current version's pods beyond
-// max_pods. The pods of another version count first, then the current version's idle
-// pods (the first to go idle first), then its busy ones (the last registered first).
+// surplus is what the key surplus holds (lib/surplus.lua, lib/index.lua): the current
+// version's pods beyond max_pods. The pods of another version count first, then the
+// current version's idle pods (the first to go idle first), then its busy ones (the
+// last registered first).
 func (s *Scope) surplus(ver string, maxPods int64) map[string]bool {
 	set := map[string]bool{}
 	excess := int64(len(s.pods)) - maxPods
@@ -976,21 +977,15 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 		}
 	}
 
-	surplus := s.surplus(ver, s.cfgInt("max_pods"))
-	for _, pod := range s.pods.asc() {
-		if !s.serves(pod, ver, prev) || surplus[pod] {
-			continue
+	for pod := s.firstFit(ver, prev, pc); pod != ""; pod = s.firstFit(ver, prev, pc) {
+		w := s.nextWaiter(q)
+		s.slots[pod]++
+		delete(s.idle, pod)
+		if w == "" || w == waiter {
+			s.serve(pod, 1)
+			return bind(pod, "")
 		}
-		for n := s.slots[pod]; n < pc && s.podVer[pod] != lua.RetiredVer; n++ {
-			w := s.nextWaiter(q)
-			s.slots[pod]++
-			delete(s.idle, pod)
-			if w == "" || w == waiter {
-				s.serve(pod, 1)
-				return bind(pod, "")
-			}
-			s.grant(q, w, pod)
-		}
+		s.grant(q, w, pod)
 	}
 
 	if waiter == "" {
@@ -1028,6 +1023,21 @@ func served(kind, flag, pod, info, sid string) (lua.RouteResult, error) {
 		return lua.RouteResult{}, malformed("session_route.lua", err.Error())
 	}
 	return lua.RouteResult{Kind: kind, New: flag == "1", Pod: p, Session: sid}, nil
+}
+
+// firstFit is the first pod, in the order they registered, that takes a new slot: of
+// ver (or prev), not surplus, with fewer than pc slots; "" when none. The route asks
+// again for every slot it takes, as session_route.lua reads its index (lib/index.lua)
+// afresh: a pod retired on the way leaves the surplus, and the one it lets in takes
+// slots too.
+func (s *Scope) firstFit(ver, prev string, pc int64) string {
+	surplus := s.surplus(ver, s.cfgInt("max_pods"))
+	for _, pod := range s.pods.asc() {
+		if s.serves(pod, ver, prev) && !surplus[pod] && s.slots[pod] < pc {
+			return pod
+		}
+	}
+	return ""
 }
 
 // SessionTouch models session_touch.lua.

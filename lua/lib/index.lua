@@ -47,24 +47,32 @@ local function zset_if(cond, key, score, member)
   end
 end
 
--- free_index puts pod in free when it is of the current deploy_ver, has a free slot
--- and is not surplus, and takes it out otherwise.
-local function free_index(k, pod)
+-- free_index puts pod in free when it is of the current deploy_ver (cur), has a free
+-- slot (n taken) and is not surplus, and takes it out otherwise; reg is when it
+-- registered. Without them it reads them.
+local function free_index(k, pod, reg, cur, n)
   local c = ix_config(k)
-  local reg = redis.call('ZSCORE', k.pods, pod)
-  zset_if(reg and c.ver and redis.call('HGET', k.podver, pod) == c.ver
-    and tonumber(redis.call('HGET', k.slots, pod) or '0') < c.pc
-    and not redis.call('ZSCORE', k.surplus, pod), k.free, reg, pod)
+  if reg == nil then
+    reg = redis.call('ZSCORE', k.pods, pod)
+    cur = reg and c.ver and redis.call('HGET', k.podver, pod) == c.ver
+    n = tonumber(redis.call('HGET', k.slots, pod) or '0')
+  end
+  zset_if(cur and n < c.pc and not redis.call('ZSCORE', k.surplus, pod), k.free, reg, pod)
 end
 
 -- surplus_sync makes surplus the first min(s, |warm|) entries of warm (score 0) and
 -- the last min(s - |warm|, |busy|) of busy (score 1), s being the current version's
--- pods beyond max_pods (surplus_pods' choice in lib/surplus.lua). Each part is kept a
+-- pods beyond max_pods (the choice lib/surplus.lua describes). Each part is kept a
 -- prefix of its set: pod, the one pod changed since the last sync (nil: none), is put
 -- back at its place first, then each part grows or shrinks at its end, by one entry
 -- after a change of one pod.
 local function surplus_sync(k, pod)
   local c = ix_config(k)
+  local w, b = redis.call('ZCARD', k.warm), redis.call('ZCARD', k.busy)
+  local s = c.max and w + b - c.max or 0
+  if s <= 0 and redis.call('ZCARD', k.surplus) == 0 then
+    return
+  end
   local parts = {{k.warm, 'ZRANK', 'ZRANGE'}, {k.busy, 'ZREVRANK', 'ZREVRANGE'}}
   local held = {redis.call('ZCOUNT', k.surplus, 0, 0), redis.call('ZCOUNT', k.surplus, 1, 1)}
   if pod then
@@ -81,8 +89,6 @@ local function surplus_sync(k, pod)
       end
     end
   end
-  local w, b = redis.call('ZCARD', k.warm), redis.call('ZCARD', k.busy)
-  local s = c.max and w + b - c.max or 0
   local want = {math.max(0, math.min(s, w)), math.max(0, math.min(s - w, b))}
   for i, p in ipairs(parts) do
     while held[i] < want[i] do
@@ -109,12 +115,16 @@ local function pod_index(k, pod)
   local cur, prev = v and v == c.ver, v and c.pv and v == c.pv
   local since = redis.call('ZSCORE', k.idle, pod)
   local n = tonumber(redis.call('HGET', k.slots, pod) or '0')
-  zset_if(prev and n < c.pc, k.freeprev, reg, pod)
-  zset_if(prev and since, k.warmprev, since, pod)
+  -- without a prewarm_ver freeprev and warmprev are empty (pod_register.lua and
+  -- index_rebuild delete them with it)
+  if c.pv then
+    zset_if(prev and n < c.pc, k.freeprev, reg, pod)
+    zset_if(prev and since, k.warmprev, since, pod)
+  end
   zset_if(cur and since, k.warm, since, pod)
   zset_if(cur and not since, k.busy, reg, pod)
   surplus_sync(k, pod)
-  free_index(k, pod)
+  free_index(k, pod, reg or false, cur, n)
 end
 
 -- index_rebuild builds the pod indexes from the scope's pods (a change of the config

@@ -29,9 +29,7 @@
 //	                   warm route, cold route, PUT, due scope, sweep tick and report on
 //	                   one redis-server, then warm routes from N replicas on a 3-master
 //	                   Redis Cluster, each master's CPU per route and share of the scopes
-//	wpbench bigscope   one scope as big as a cluster (make bigscope): Redis commands
-//	                   and CPU per warm route, release, acquire and cold route at 10,
-//	                   1,000 and 10,000 pods; cold bursts of 5,000 routes
+//	wpbench bigscope   one scope of 10 to 10,000 pods, cold bursts into one (make bigscope)
 //	wpbench script F   print the source Redis runs for lua/F (lua.Sources)
 //	wpbench keys F PREFIX SCOPE [EXTRA...]
 //	                   print the KEYS a replica passes to lua/F for SCOPE under the

@@ -6,6 +6,11 @@
 // compare the answers and the whole state after every step: a script that drifts from
 // the rules the model writes down shows up as the first step where the two disagree.
 //
+// The indexes the scripts keep so that their choices do not scan the scope (free, warm,
+// surplus, podsess, rooms, open and the others of lib/index.lua) are not modelled: the
+// model makes each choice by scanning, as the index must answer it, and the tests
+// check with invariant.Indexes that each index equals what it indexes.
+//
 // Every time is the caller's, in milliseconds, as the scripts take it from ARGV; the
 // model never reads a clock. What lives outside the scripts' clock (the TTLs of
 // tombstones and of cached route answers, minutes of real time) is taken not to pass.

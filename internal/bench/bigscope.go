@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -82,14 +83,23 @@ func (c *BigScopeConfig) fill() {
 // commandstats, those scripts run included) and Redis CPU per operation, and the
 // latency of the calls.
 type OpRow struct {
-	Name       string  `json:"name"`
-	Ops        int     `json:"ops"`
-	Commands   float64 `json:"commands_per_op"`
-	RedisUs    float64 `json:"redis_cpu_us_per_op"`
-	P50Ms      float64 `json:"p50_ms"`
-	P99Ms      float64 `json:"p99_ms"`
-	Errors     int     `json:"errors"`
-	FirstError string  `json:"first_error,omitempty"`
+	Name string `json:"name"`
+	// Top are the commands Redis spent the most time in (µs per operation; EVALSHA
+	// holds its scripts' commands too), the most first.
+	Top        []CommandTime `json:"top_commands"`
+	Ops        int           `json:"ops"`
+	Commands   float64       `json:"commands_per_op"`
+	RedisUs    float64       `json:"redis_cpu_us_per_op"`
+	P50Ms      float64       `json:"p50_ms"`
+	P99Ms      float64       `json:"p99_ms"`
+	Errors     int           `json:"errors"`
+	FirstError string        `json:"first_error,omitempty"`
+}
+
+// CommandTime is the time Redis spent in one command per operation.
+type CommandTime struct {
+	Command string  `json:"command"`
+	Us      float64 `json:"us_per_op"`
 }
 
 // BigScopeRow is one size at one pod_concurrency.
@@ -166,6 +176,7 @@ func bigConfig(pods, pc int) warmpool.ScopeConfig {
 type meter struct {
 	ops      int
 	commands int64
+	usec     map[string]int64
 	cpu      time.Duration
 	lat      []time.Duration
 	errors   int
@@ -177,6 +188,11 @@ func (m *meter) row(name string) OpRow {
 	if m.ops > 0 {
 		r.Commands = float64(m.commands) / float64(m.ops)
 		r.RedisUs = float64(m.cpu.Microseconds()) / float64(m.ops)
+		for cmd, us := range m.usec {
+			r.Top = append(r.Top, CommandTime{cmd, float64(us) / float64(m.ops)})
+		}
+		slices.SortFunc(r.Top, func(a, b CommandTime) int { return cmp.Compare(b.Us, a.Us) })
+		r.Top = r.Top[:min(len(r.Top), 6)]
 	}
 	r.P50Ms, r.P99Ms = quantileMs(m.lat, 0.50), quantileMs(m.lat, 0.99)
 	return r
@@ -209,9 +225,13 @@ func (m *meter) window(ctx context.Context, rdb *redis.Client, n, workers int, o
 	if err != nil {
 		return err
 	}
+	if m.usec == nil {
+		m.usec = map[string]int64{}
+	}
 	for cmd, v := range b.Calls {
 		if cmd != "info" {
 			m.commands += v - a.Calls[cmd]
+			m.usec[cmd] += b.Usec[cmd] - a.Usec[cmd]
 		}
 	}
 	m.cpu += b.CPU - a.CPU
@@ -294,8 +314,8 @@ func (c *BigScopeConfig) size(ctx context.Context, pods, pc int) (*BigScopeRow, 
 	row := &BigScopeRow{Pods: pods, PodConcurrency: pc, Ops: []OpRow{warm.row(opWarmRoute), release.row(opRelease),
 		acquire.row(opAcquire), holdEnd.row(opHoldEnd), coldRoute.row(opColdRoute)}}
 	for _, o := range row.Ops {
-		sc.logf("  %-12s %5d ops  %6.1f commands  %6.1f us Redis CPU  p50 %.2f ms  p99 %.2f ms  %d errors %s",
-			o.Name, o.Ops, o.Commands, o.RedisUs, o.P50Ms, o.P99Ms, o.Errors, o.FirstError)
+		sc.logf("  %-12s %5d ops  %6.1f commands  %6.1f us Redis CPU  p50 %.2f ms  p99 %.2f ms  %d errors %s  top: %v",
+			o.Name, o.Ops, o.Commands, o.RedisUs, o.P50Ms, o.P99Ms, o.Errors, o.FirstError, o.Top)
 	}
 	return row, nil
 }
@@ -347,8 +367,12 @@ func fillScope(ctx context.Context, rdb *redis.Client, store *lua.Store, pods, i
 		return err
 	}
 	t := time.Now()
-	_, err = store.ScopeRepair(ctx, bigScope, t, t.Add(time.Minute), true)
-	return err
+	if _, err = store.ScopeRepair(ctx, bigScope, t, t.Add(time.Minute), true); err != nil {
+		return err
+	}
+	// the recount read every session into Lua: its garbage (and Lua's string table,
+	// grown to hold it) would be charged to the windows that follow
+	return rdb.Eval(ctx, "collectgarbage('collect') return 0", nil).Err()
 }
 
 // purgeNew purges the scope's pods that are not in before.

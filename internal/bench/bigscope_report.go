@@ -3,7 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
-	"text/tabwriter"
+	"strings"
 )
 
 // Targets of issue 33, against the smallest size at the same pod_concurrency.
@@ -15,8 +15,7 @@ const (
 // WriteText writes the rows, each operation's ratio to the smallest size of its
 // pod_concurrency with the targets met or missed, and the bursts.
 func (r *BigScopeResults) WriteText(out io.Writer) error {
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "pods\tpod_concurrency\toperation\tops\tcommands/op\tRedis CPU us/op\tp50 ms\tp99 ms\terrors\tcommands x\tCPU x\t\n")
+	rows := [][]string{{"pods", "pod_concurrency", "operation", "ops", "commands/op", "Redis CPU us/op", "p50 ms", "p99 ms", "errors", "commands x", "CPU x"}}
 	first := map[int]map[string]OpRow{}
 	for _, row := range r.Rows {
 		if first[row.PodConcurrency] == nil {
@@ -28,25 +27,45 @@ func (r *BigScopeResults) WriteText(out io.Writer) error {
 		for _, o := range row.Ops {
 			base := first[row.PodConcurrency][o.Name]
 			cx, ux := ratio(o.Commands, base.Commands), ratio(o.RedisUs, base.RedisUs)
-			fmt.Fprintf(w, "%d\t%d\t%s\t%d\t%.1f\t%.1f\t%.2f\t%.2f\t%d\t%.2f %s\t%.2f %s\t\n", row.Pods, row.PodConcurrency, o.Name, o.Ops,
-				o.Commands, o.RedisUs, o.P50Ms, o.P99Ms, o.Errors, cx, verdict(cx, bigCommandsTarget), ux, verdict(ux, bigCPUTarget))
+			rows = append(rows, []string{fmt.Sprint(row.Pods), fmt.Sprint(row.PodConcurrency), o.Name, fmt.Sprint(o.Ops),
+				fmt.Sprintf("%.1f", o.Commands), fmt.Sprintf("%.1f", o.RedisUs), fmt.Sprintf("%.2f", o.P50Ms), fmt.Sprintf("%.2f", o.P99Ms),
+				fmt.Sprint(o.Errors), fmt.Sprintf("%.2f %s", cx, verdict(cx, bigCommandsTarget)), fmt.Sprintf("%.2f %s", ux, verdict(ux, bigCPUTarget))})
 		}
 	}
-	if err := w.Flush(); err != nil {
-		return err
+	text := table(rows)
+	if len(r.Bursts) > 0 {
+		rows = [][]string{{"routes/s", "pod_concurrency", "routes", "5xx", "other", "failed", "deploys", "want", "p50 ms", "p99 ms", "max ms", "commands/route", "Redis CPU s"}}
+		for _, b := range r.Bursts {
+			other := b.Routes - b.Failed - b.Server5xx() - b.Status[200]
+			rows = append(rows, []string{fmt.Sprintf("%.0f", b.Rate), fmt.Sprint(b.PodConcurrency), fmt.Sprint(b.Routes), fmt.Sprint(b.Server5xx()),
+				fmt.Sprint(other), fmt.Sprint(b.Failed), fmt.Sprint(b.Deploys), fmt.Sprint(b.WantDeploys), fmt.Sprintf("%.0f", b.P50Ms),
+				fmt.Sprintf("%.0f", b.P99Ms), fmt.Sprintf("%.0f", b.MaxMs), fmt.Sprintf("%.1f", b.CommandsPerRt), fmt.Sprintf("%.2f", b.RedisCPUS)})
+		}
+		text += "\ncold bursts into one empty scope\n" + table(rows)
 	}
-	if len(r.Bursts) == 0 {
-		return nil
+	_, err := io.WriteString(out, text)
+	return err
+}
+
+// table aligns rows of cells to the right, two spaces apart.
+func table(rows [][]string) string {
+	var width []int
+	for _, row := range rows {
+		for i, c := range row {
+			if i == len(width) {
+				width = append(width, 0)
+			}
+			width[i] = max(width[i], len(c))
+		}
 	}
-	fmt.Fprintf(out, "\ncold bursts into one empty scope\n")
-	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "routes/s\tpod_concurrency\troutes\t5xx\tother\tfailed\tdeploys\twant\tp50 ms\tp99 ms\tmax ms\tcommands/route\tRedis CPU s\t\n")
-	for _, b := range r.Bursts {
-		other := b.Routes - b.Failed - b.Server5xx() - b.Status[200]
-		fmt.Fprintf(w, "%.0f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.1f\t%.2f\t\n", b.Rate, b.PodConcurrency, b.Routes, b.Server5xx(), other,
-			b.Failed, b.Deploys, b.WantDeploys, b.P50Ms, b.P99Ms, b.MaxMs, b.CommandsPerRt, b.RedisCPUS)
+	var b strings.Builder
+	for _, row := range rows {
+		for i, c := range row {
+			b.WriteString(strings.Repeat(" ", width[i]-len(c)+2) + c)
+		}
+		b.WriteString("\n")
 	}
-	return w.Flush()
+	return b.String()
 }
 
 func ratio(v, base float64) float64 {

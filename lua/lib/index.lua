@@ -48,16 +48,16 @@ local function zset_if(cond, key, score, member)
 end
 
 -- free_index puts pod in free when it is of the current deploy_ver (cur), has a free
--- slot (n taken) and is not surplus, and takes it out otherwise; reg is when it
--- registered. Without them it reads them.
-local function free_index(k, pod, reg, cur, n)
+-- slot (n taken) and is not surplus (none: no pod is), and takes it out otherwise;
+-- reg is when it registered. Without them it reads them.
+local function free_index(k, pod, reg, cur, n, none)
   local c = ix_config(k)
   if reg == nil then
     reg = redis.call('ZSCORE', k.pods, pod)
     cur = reg and c.ver and redis.call('HGET', k.podver, pod) == c.ver
     n = tonumber(redis.call('HGET', k.slots, pod) or '0')
   end
-  zset_if(cur and n < c.pc and not redis.call('ZSCORE', k.surplus, pod), k.free, reg, pod)
+  zset_if(cur and n < c.pc and (none or not redis.call('ZSCORE', k.surplus, pod)), k.free, reg, pod)
 end
 
 -- surplus_sync makes surplus the first min(s, |warm|) entries of warm (score 0) and
@@ -65,13 +65,18 @@ end
 -- pods beyond max_pods (the choice lib/surplus.lua describes). Each part is kept a
 -- prefix of its set: pod, the one pod changed since the last sync (nil: none), is put
 -- back at its place first, then each part grows or shrinks at its end, by one entry
--- after a change of one pod.
+-- after a change of one pod. Returns true when no pod is surplus.
 local function surplus_sync(k, pod)
   local c = ix_config(k)
+  local none = redis.call('ZCARD', k.surplus) == 0
+  -- within max_pods in all, none is
+  if none and (not c.max or redis.call('ZCARD', k.pods) <= c.max) then
+    return true
+  end
   local w, b = redis.call('ZCARD', k.warm), redis.call('ZCARD', k.busy)
   local s = c.max and w + b - c.max or 0
-  if s <= 0 and redis.call('ZCARD', k.surplus) == 0 then
-    return
+  if none and s <= 0 then
+    return true
   end
   local parts = {{k.warm, 'ZRANK', 'ZRANGE'}, {k.busy, 'ZREVRANK', 'ZREVRANGE'}}
   local held = {redis.call('ZCOUNT', k.surplus, 0, 0), redis.call('ZCOUNT', k.surplus, 1, 1)}
@@ -104,6 +109,7 @@ local function surplus_sync(k, pod)
       free_index(k, q)
     end
   end
+  return held[1] + held[2] == 0
 end
 
 -- pod_index brings every pod index up to date with pod's podver, slots, idle entry and
@@ -123,8 +129,7 @@ local function pod_index(k, pod)
   end
   zset_if(cur and since, k.warm, since, pod)
   zset_if(cur and not since, k.busy, reg, pod)
-  surplus_sync(k, pod)
-  free_index(k, pod, reg or false, cur, n)
+  free_index(k, pod, reg or false, cur, n, surplus_sync(k, pod))
 end
 
 -- index_rebuild builds the pod indexes from the scope's pods (a change of the config

@@ -11,6 +11,7 @@ package sessionconfig
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -95,6 +96,10 @@ func (s *Service) Env(ctx context.Context, scope, pod, id string) (map[string]st
 	}
 	for name, ref := range c.SecretRefs {
 		v, err := s.secrets.ReadSecret(ctx, found.Pod, ref.Secret, ref.Key)
+		var e *warmpool.Error
+		if errors.As(err, &e) {
+			return nil, &warmpool.Error{Code: e.Code, Message: "session_config.secret_refs." + name + ": " + e.Message, RetryAfter: e.RetryAfter}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("session_config.secret_refs.%s: %w", name, err)
 		}

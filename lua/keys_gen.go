@@ -34,6 +34,7 @@ const (
 	keyServed
 	keyDemand
 	keyFixed
+	keySessConf
 )
 
 // ScopeKeys are the keys of one scope, built by Keyspace.Scope: a field for each
@@ -122,6 +123,12 @@ type ScopeKeys struct {
 	// routes, touches and agent reports do not move (E2B's sandbox timeout:
 	// session_route.lua with a fixed TTL, session_deadline.lua); each is also in sexp.
 	Fixed string
+	// SessConf, {s}:sconf (HASH): session id -> its session_config (SPEC §12.2),
+	// sealed (AES-GCM under a key derived from the report secret), set when
+	// session_route.lua binds the session; "hold|<hold id>" -> a hold's, set when
+	// hold_touch.lua makes the hold: each goes with its session or hold
+	// (lib/slots.lua, pod_purge.lua, scope_repair.lua, scope_forget.lua).
+	SessConf string
 }
 
 // newScopeKeys are the keys of scope id whose keys start with base: keys, by their
@@ -157,6 +164,7 @@ func newScopeKeys(id, base string, keys *[numScopeKeys]string) ScopeKeys {
 		Served:      keys[keyServed],
 		Demand:      keys[keyDemand],
 		Fixed:       keys[keyFixed],
+		SessConf:    keys[keySessConf],
 	}
 }
 
@@ -217,6 +225,8 @@ func (s *ScopeKeys) key(n scopeKey) string {
 		return s.Demand
 	case keyFixed:
 		return s.Fixed
+	case keySessConf:
+		return s.SessConf
 	}
 	panic("lua: no scope key " + strconv.Itoa(int(n)))
 }

@@ -3,7 +3,7 @@
 -- lease, else max_reached. A room takes no more followers than max_sessions_per_pod
 -- lets its pod serve.
 -- KEYS: epoch config pods podver podinfo slots idle deploying followers claims claimpod
---       fence waiters queue wake dstats due backoff served demand
+--       fence waiters queue wake dstats due backoff served demand sconf
 -- uses: config demand deploy due expire handoff served surplus
 -- ARGV[1] now (ms)  ARGV[2] claim id  ARGV[3] claim deadline (ms)
 -- ARGV[4] lease deadline (ms)  ARGV[5] room margin (ms): a follower waits up to the

@@ -4,7 +4,7 @@
 -- flight; during the prewarm of a rollout, at least one. Counts toward max_pods; never
 -- takes an idle pod.
 -- KEYS: epoch config pods podver slots idle deploying followers claims claimpod fence
---       waiters queue wake dstats due backoff served demand
+--       waiters queue wake dstats due backoff served demand sconf
 -- uses: config demand deploy due expire handoff surplus
 -- ARGV[1] now (ms)  ARGV[2] lease deadline (ms)  ARGV[3] note deadline (ms)
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command (expired claims' slots go to

@@ -1,11 +1,12 @@
 -- pod_purge.lua: forget a dead or reclaimed pod: every key of it, the sessions bound to
--- it and the claims on it (their holders get a note). Idempotent. With ARGV[3] set, the
+-- it (their session_configs too) and the claims on it (their holders get a note, a
+-- hold's session_config goes). Idempotent. With ARGV[3] set, the
 -- pod is purged only if it is still idle since exactly that time, so a pod that got a
 -- session in between is not touched. The pod keeps a tombstone (gone, for ARGV[4]), so
 -- reconcile does not adopt it again while it is being deleted or a lagging list still
 -- shows it.
 -- KEYS: epoch config pods podver podinfo slots idle claimpod sessions sexp health due
---       agents served fixed | extra: gone
+--       agents served fixed sconf | extra: gone
 -- uses: due
 -- ARGV[1] pod id  ARGV[2] reason  ARGV[3] expected idle since (ms), or "" for any state
 -- ARGV[4] tombstone TTL (ms)
@@ -32,6 +33,7 @@ for i = 1, #all, 2 do
     redis.call('HDEL', k.sessions, all[i])
     redis.call('ZREM', k.sexp, all[i])
     redis.call('SREM', k.fixed, all[i])
+    redis.call('HDEL', k.sconf, all[i])
     out[#out + 1] = all[i]
   end
 end
@@ -40,6 +42,7 @@ local cp = redis.call('HGETALL', k.claimpod)
 for i = 1, #cp, 2 do
   if cp[i + 1] == pod then
     redis.call('HSET', k.claimpod, cp[i], '!pod ' .. pod .. ' is gone: ' .. ARGV[2])
+    redis.call('HDEL', k.sconf, 'hold|' .. cp[i])
   end
 end
 redis.call('ZREM', k.pods, pod)

@@ -7,7 +7,7 @@
 -- the global index.
 -- KEYS: epoch config pods podver podinfo slots idle deploying followers claims claimpod
 --       sessions sexp waiters queue qseq health dstats due deploylog agents backoff
---       served demand fixed
+--       served demand fixed sconf
 -- ARGV none
 -- Returns {"forgotten"} | {"live"} (not deleted, or live again) | {"busy"} (pods
 -- or deploys left)

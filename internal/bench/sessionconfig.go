@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -460,8 +461,8 @@ func leaks(texts map[string][]byte, secret string) (searched, found []string) {
 // WriteText writes the results as the table of docs/performance.md and the verdict.
 func (r *SessionConfigResults) WriteText(out io.Writer) error {
 	w := new(bytes.Buffer) // one write to out, whose error is the one to check
-	fmt.Fprintf(w, "%s; deploy delay %.0f ms, %.0f new sessions/s of %.0f ms, min_idle_pods %d, pods of 4; %d × 2 windows of %.0f s; load average %v\n\n",
-		r.Machine, r.DelayMs, r.Rate, r.LifeMs, r.MinIdle, r.Rounds, r.WindowS, r.LoadAvg)
+	fmt.Fprintf(w, "%s; deploy delay %.0f ms, %.0f new sessions/s of %.0f ms, min_idle_pods %d, pods of 4; %d × 2 windows of %.0f s; load average at each window's end: %s\n\n",
+		r.Machine, r.DelayMs, r.Rate, r.LifeMs, r.MinIdle, r.Rounds, r.WindowS, strings.Join(r.LoadAvg, " · "))
 	fmt.Fprintln(w, "| routes | sent | failed | wrong env | sources | warm | p50 ms | p99 ms | max ms | route p99 ms | fetch p50 / p99 ms |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, c := range []struct {

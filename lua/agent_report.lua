@@ -17,8 +17,8 @@
 -- hold (pod_concurrency, or its slots when a lowered pod_concurrency left it more) is
 -- refused before anything is touched: one report costs at most what a full pod's does.
 -- KEYS: epoch config pods podver slots idle claims claimpod sessions sexp waiters queue
---       wake due agents served demand fixed free freeprev warm warmprev busy surplus
---       podsess podclaims
+--       wake due agents served demand fixed sconf free freeprev warm warmprev busy
+--       surplus podsess podclaims
 -- uses: config due handoff index slots
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] "1" when the agent drains, "0" when ready
 -- ARGV[4] the default report interval (ms), for a config published without one

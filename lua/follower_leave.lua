@@ -1,7 +1,8 @@
 -- follower_leave.lua: a follower that gives up leaves the room; a claim it already got
 -- is given back (to the oldest waiter, or freed: the pod idle if it was its last slot).
--- KEYS: config pods podver slots idle deploying followers claims claimpod waiters queue wake
---       due served demand free freeprev warm warmprev busy surplus podclaims rooms open
+-- KEYS: config pods podver slots idle deploying followers claims claimpod waiters queue
+--       wake due served demand sconf free freeprev warm warmprev busy surplus podclaims
+--       rooms open
 -- uses: handoff index slots
 -- ARGV[1] room member  ARGV[2] claim id  ARGV[3] now (ms)  ARGV[4] grant deadline (ms)
 -- ARGV[5] publish command

@@ -165,6 +165,10 @@ var scopeKeyTable = [...]scopeKeyDef{
 	{"Fixed", "fixed", "SET", "the sessions whose expiry is fixed: a deadline that routes, touches and " +
 		"agent reports do not move (E2B's sandbox timeout: session_route.lua with a fixed TTL, " +
 		"session_deadline.lua); each is also in sexp"},
+	{"SessConf", "sconf", "HASH", "session id -> its session_config (SPEC §12.2), sealed (AES-GCM under a key derived from " +
+		`the report secret), set when session_route.lua binds the session; "hold|<hold id>" -> a hold's, set when ` +
+		"hold_touch.lua makes the hold: each goes with its session or hold (lib/slots.lua, pod_purge.lua, " +
+		"scope_repair.lua, scope_forget.lua)"},
 	// The indexes of lib/index.lua: derived from the keys above, kept exact by every
 	// script that changes what they index, so that a choice reads O(log P) of them.
 	{"Free", "free", "ZSET", "pod id -> registered at (ms): the pods of the current deploy_ver with a free " +

@@ -34,6 +34,7 @@ const (
 	keyServed
 	keyDemand
 	keyFixed
+	keySessConf
 	keyFree
 	keyFreePrev
 	keyWarm
@@ -132,6 +133,12 @@ type ScopeKeys struct {
 	// routes, touches and agent reports do not move (E2B's sandbox timeout:
 	// session_route.lua with a fixed TTL, session_deadline.lua); each is also in sexp.
 	Fixed string
+	// SessConf, {s}:sconf (HASH): session id -> its session_config (SPEC §12.2),
+	// sealed (AES-GCM under a key derived from the report secret), set when
+	// session_route.lua binds the session; "hold|<hold id>" -> a hold's, set when
+	// hold_touch.lua makes the hold: each goes with its session or hold
+	// (lib/slots.lua, pod_purge.lua, scope_repair.lua, scope_forget.lua).
+	SessConf string
 	// Free, {s}:free (ZSET): pod id -> registered at (ms): the pods of the current
 	// deploy_ver with a free slot (slots < pod_concurrency) that are not surplus;
 	// session_route.lua's first fit, in the order of pods.
@@ -200,6 +207,7 @@ func newScopeKeys(id, base string, keys *[numScopeKeys]string) ScopeKeys {
 		Served:      keys[keyServed],
 		Demand:      keys[keyDemand],
 		Fixed:       keys[keyFixed],
+		SessConf:    keys[keySessConf],
 		Free:        keys[keyFree],
 		FreePrev:    keys[keyFreePrev],
 		Warm:        keys[keyWarm],
@@ -270,6 +278,8 @@ func (s *ScopeKeys) key(n scopeKey) string {
 		return s.Demand
 	case keyFixed:
 		return s.Fixed
+	case keySessConf:
+		return s.SessConf
 	case keyFree:
 		return s.Free
 	case keyFreePrev:

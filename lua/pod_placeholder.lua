@@ -4,8 +4,8 @@
 -- flight; during the prewarm of a rollout, at least one. Counts toward max_pods; never
 -- takes an idle pod.
 -- KEYS: epoch config pods podver slots idle deploying followers claims claimpod fence
---       waiters queue wake dstats due backoff served demand free freeprev warm warmprev
---       busy surplus podclaims rooms open
+--       waiters queue wake dstats due backoff served demand sconf free freeprev warm
+--       warmprev busy surplus podclaims rooms open
 -- uses: config demand deploy due expire handoff surplus
 -- ARGV[1] now (ms)  ARGV[2] lease deadline (ms)  ARGV[3] note deadline (ms)
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command (expired claims' slots go to

@@ -1,13 +1,12 @@
 -- pod_purge.lua: forget a dead or reclaimed pod: every key of it, the sessions bound to
--- it and the claims on it (their holders get a note), read from the pod's own entries
--- of podsess and podclaims. Idempotent. With ARGV[3] set, the
+--       it and the claims on it (their holders get a note), read from the pod's own entries of podsess and podclaims. Idempotent. With ARGV[3] set, the session_configs too) note, hold's session_config goes).
 -- pod is purged only if it is still idle since exactly that time, so a pod that got a
 -- session in between is not touched. The pod keeps a tombstone (gone, for ARGV[4]), so
 -- reconcile does not adopt it again while it is being deleted or a lagging list still
 -- shows it.
 -- KEYS: epoch config pods podver podinfo slots idle claimpod sessions sexp health due
---       agents served fixed free freeprev warm warmprev busy surplus podsess podclaims |
---       extra: gone
+--       agents served fixed sconf free freeprev warm warmprev busy surplus podsess
+--       podclaims | extra: gone
 -- uses: due index
 -- ARGV[1] pod id  ARGV[2] reason  ARGV[3] expected idle since (ms), or "" for any state
 -- ARGV[4] tombstone TTL (ms)
@@ -32,11 +31,13 @@ for _, sid in ipairs(pod_entries(k.podsess, pod)) do
   session_unbind(k, sid)
   redis.call('ZREM', k.sexp, sid)
   redis.call('SREM', k.fixed, sid)
+  redis.call('HDEL', k.sconf, sid)
   out[#out + 1] = sid
 end
 out[2] = tostring(#out - 2)
 for _, c in ipairs(pod_entries(k.podclaims, pod)) do
   claim_set(k, c, '!pod ' .. pod .. ' is gone: ' .. ARGV[2])
+  redis.call('HDEL', k.sconf, 'hold|' .. c)
 end
 redis.call('ZREM', k.pods, pod)
 redis.call('HDEL', k.podver, pod)

@@ -6,8 +6,8 @@
 -- a slot is not idle, and idle pods keep their idle_since. The indexes of lib/index.lua
 -- are then built again from what was repaired.
 -- KEYS: epoch config pods podver slots idle deploying followers claims claimpod sessions
---       sexp waiters queue wake dstats due served demand free freeprev warm warmprev busy
---       surplus podsess podclaims rooms open
+--       sexp waiters queue wake dstats due served demand sconf free freeprev warm warmprev
+--       busy surplus podsess podclaims rooms open
 -- uses: claimpod expire handoff index
 -- ARGV[1] now (ms)  ARGV[2] note deadline (ms)
 -- ARGV[3] "1" to recount (reads every session of the scope), "0" to expire only
@@ -43,8 +43,9 @@ for _, pod in ipairs(redis.call('ZRANGE', k.pods, 0, -1)) do
   count[pod] = 0
 end
 -- tally counts the entries of an "id -> pod" HASH that name a registered pod and drops
--- those that name an unknown one (from the HASH and from the id's ZSET).
-local function tally(hash, zset, names_pod)
+-- those that name an unknown one (from the HASH, from the id's ZSET, and its
+-- session_config: conf .. id in sconf).
+local function tally(hash, zset, conf, names_pod)
   local dropped = 0
   local h = redis.call('HGETALL', hash)
   for i = 1, #h, 2 do
@@ -55,14 +56,15 @@ local function tally(hash, zset, names_pod)
       else
         redis.call('HDEL', hash, id)
         redis.call('ZREM', zset, id)
+        redis.call('HDEL', k.sconf, conf .. id)
         dropped = dropped + 1
       end
     end
   end
   return dropped
 end
-local dropped_sessions = tally(k.sessions, k.sexp)
-local dropped_claims = tally(k.claimpod, k.claims, holds_pod)
+local dropped_sessions = tally(k.sessions, k.sexp, '')
+local dropped_claims = tally(k.claimpod, k.claims, 'hold|', holds_pod)
 local fixed = 0
 for _, pod in ipairs(redis.call('HKEYS', k.slots)) do
   if not count[pod] then

@@ -14,14 +14,16 @@
 -- TTL (ARGV[8], E2B's sandbox timeout), that TTL from now, and that expiry is fixed:
 -- routes, touches and reports do not move it (session_deadline.lua does).
 -- KEYS: epoch config pods podver podinfo slots idle claims claimpod sessions sexp waiters
---       queue qseq wake due served demand fixed free freeprev warm warmprev busy surplus
---       podsess podclaims | extra: route_answer idem_mark
+--       queue qseq wake due served demand fixed sconf free freeprev warm warmprev busy
+--       surplus podsess podclaims | extra: route_answer idem_mark
 -- uses: claimpod config demand due handoff idem index served slots surplus
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] claim id ("" for none)
 -- ARGV[4] the request's fingerprint ("" without a request id)  ARGV[5] answer cache TTL (ms)
 -- ARGV[6] waiter id of the caller ("": it does not queue)
 -- ARGV[7] "1": join the queue when nothing fits, even if nobody waits
 -- ARGV[8] fixed TTL (ms; "" for none)  ARGV[9] grant deadline (ms)  ARGV[10] publish command
+-- ARGV[11] the session's sealed session_config ("" for none): kept in sconf when this
+-- call binds the session, ignored when it is bound already
 -- Returns {"bound"|"new"|"replay", new flag "1"/"0", pod id, pod JSON, session id}
 --       | {"mismatch"} (the request id names another request: a route of another
 --         session, or an acquire; nothing is bound)
@@ -92,6 +94,11 @@ local function bind(pod, used)
   session_bind(k, sid, pod)
   redis.call('ZADD', k.sexp, expiry, sid)
   redis.call(fixed and 'SADD' or 'SREM', k.fixed, sid)
+  if ARGV[11] ~= '' then
+    redis.call('HSET', k.sconf, sid, ARGV[11])
+  else
+    redis.call('HDEL', k.sconf, sid)
+  end
   note_due(expiry)
   if redis.call('ZREM', k.idle, pod) == 1 then
     note_fill()

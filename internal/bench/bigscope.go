@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -409,28 +408,4 @@ func (c *client) acquire(ctx context.Context, scope string) (hold, error) {
 
 func (c *client) releaseHold(ctx context.Context, scope string, h hold) error {
 	return c.do(ctx, http.MethodPost, "/v1/scopes/"+scope+"/pods/"+h.Pod+"/release", map[string]string{"hold_id": h.Hold})
-}
-
-// post sends a JSON body to path and decodes the answer, which must be 200, into out.
-func (c *client) post(ctx context.Context, path string, body, out any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	c.authorize(req)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(resp.Body)
-		return &statusError{status: resp.StatusCode, text: fmt.Sprintf("POST %s: %d %s", path, resp.StatusCode, bytes.TrimSpace(msg))}
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
 }

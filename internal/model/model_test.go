@@ -403,7 +403,9 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			wantPod, wantN := s.model.ClaimRelease(c, w.now)
 			w.same("claim_release", []any{pod, n}, []any{wantPod, wantN}, gotErr, nil)
 		}),
-		"hold_touch":   step("hold_touch", onHold(w, "hold_touch", w.store.HoldTouch, (*model.Scope).HoldTouch)),
+		"hold_touch": step("hold_touch", onHold(w, "hold_touch", func(ctx context.Context, scope, hold, pod string, now time.Time) (time.Time, error) {
+			return w.store.HoldTouch(ctx, scope, hold, pod, now, nil)
+		}, (*model.Scope).HoldTouch)),
 		"hold_release": step("hold_release", onHold(w, "hold_release", w.store.HoldRelease, (*model.Scope).HoldRelease)),
 		"session_route": step("session_route", func(s *side) {
 			a := lua.RouteArgs{Now: w.now, Session: rapid.SampledFrom(s.sessions).Draw(w.t, "session"), IdemTTL: time.Hour}
@@ -738,7 +740,7 @@ func (w *world) epochLost(s *side) {
 	_, wantErr = s.model.PodPurge(pod, "dead", nil)
 	w.same("pod_purge without epoch", nil, nil, gotErr, wantErr)
 	hold, holdPod := s.hold(w.t)
-	_, gotErr = w.store.HoldTouch(ctx, s.id, hold, holdPod, w.now)
+	_, gotErr = w.store.HoldTouch(ctx, s.id, hold, holdPod, w.now, nil)
 	_, wantErr = s.model.HoldTouch(hold, holdPod, w.now)
 	w.same("hold_touch without epoch", nil, nil, gotErr, wantErr)
 	_, gotErr = w.store.HoldRelease(ctx, s.id, hold, holdPod, w.now)

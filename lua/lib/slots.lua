@@ -3,6 +3,12 @@
 -- pod retires.
 -- uses: config claimpod surplus demand handoff due index
 
+-- hold_conf is the field of a hold's session_config in the sconf HASH: no session id
+-- holds a "|", so it never names a session's.
+local function hold_conf(claim)
+  return 'hold|' .. claim
+end
+
 -- recycle_delete retires a pod of the current deploy_ver (or of the one a prewarm
 -- serves) whose last slot was freed in a scope with recycle "delete" (SPEC §11.3):
 -- RETIRED, it is never handed out again, and the due sweep deletes it at once when it
@@ -60,11 +66,12 @@ local function free_slot(k, pod, now, idle_on_zero, q)
   return n
 end
 
--- release_claim drops one claim and frees its slot (see free_slot). Returns the pod
+-- release_claim drops one claim (and a hold's session_config) and frees its slot (see free_slot). Returns the pod
 -- ('' if none) and the slots left on it.
 local function release_claim(k, claim, now, idle_on_zero, q)
   local pod = claim_del(k, claim)
   redis.call('ZREM', k.claims, claim)
+  redis.call('HDEL', k.sconf, hold_conf(claim))
   if holds_pod(pod) then
     return pod, free_slot(k, pod, now, idle_on_zero, q)
   end
@@ -81,12 +88,13 @@ local function expire_claims(k, now, q)
   return #gone
 end
 
--- evict_session unbinds one session and frees its slot (see free_slot). Returns the pod
+-- evict_session unbinds one session, drops its session_config and frees its slot (see free_slot). Returns the pod
 -- it was on.
 local function evict_session(k, sid, now, q)
   local pod = session_unbind(k, sid)
   redis.call('ZREM', k.sexp, sid)
   redis.call('SREM', k.fixed, sid)
+  redis.call('HDEL', k.sconf, sid)
   if pod then
     free_slot(k, pod, now, true, q)
   end

@@ -103,3 +103,17 @@ func TestBigScopeRefusesBadSizes(t *testing.T) {
 		}
 	}
 }
+
+// The session config measurement refuses a load it cannot run before anything starts.
+func TestSessionConfigRefusesBadFlags(t *testing.T) {
+	var out bytes.Buffer
+	for _, args := range [][]string{{"--rate", "0"}, {"--rounds", "0"}, {"--window", "-1s"}, {"--min-idle", "0"}, {"--life", "0s"}, {"--deploy-delay", "0s"}} {
+		err := run(context.Background(), append([]string{"sessionconfig", "--bin", "/nonexistent"}, args...), func(string) string { return "" }, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("%v: %v, want an error naming %s", args, err, args[0])
+		}
+	}
+	if err := run(context.Background(), []string{"sessionconfig", "extra"}, func(string) string { return "" }, &out, &out); err == nil {
+		t.Error("an argument after the flags was taken")
+	}
+}

@@ -3,10 +3,12 @@
 -- oldest waiter first), queue entries of no waiter go; then every pod's slot count is recomputed
 -- from the sessions and claims that point at it (never patched entry by entry), sessions
 -- and claims on unknown pods are dropped, and the idle set is made to agree: a pod with
--- a slot is not idle, and idle pods keep their idle_since.
--- KEYS: epoch config pods podver slots idle deploying followers claims claimpod
---       sessions sexp waiters queue wake due served demand sconf
--- uses: claimpod expire handoff
+-- a slot is not idle, and idle pods keep their idle_since. The indexes of lib/index.lua
+-- are then built again from what was repaired.
+-- KEYS: epoch config pods podver slots idle deploying followers claims claimpod sessions
+--       sexp waiters queue wake dstats due served demand sconf free freeprev warm warmprev
+--       busy surplus podsess podclaims rooms open
+-- uses: claimpod expire handoff index
 -- ARGV[1] now (ms)  ARGV[2] note deadline (ms)
 -- ARGV[3] "1" to recount (reads every session of the scope), "0" to expire only
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command
@@ -84,4 +86,20 @@ for _, pod in ipairs(redis.call('ZRANGE', k.idle, 0, -1)) do
     redis.call('ZREM', k.idle, pod)
   end
 end
+redis.call('DEL', k.podsess, k.podclaims, k.rooms)
+local h = redis.call('HGETALL', k.sessions)
+for i = 1, #h, 2 do
+  redis.call('ZADD', k.podsess, 0, h[i + 1] .. ' ' .. h[i])
+end
+h = redis.call('HGETALL', k.claimpod)
+for i = 1, #h, 2 do
+  if holds_pod(h[i + 1]) then
+    redis.call('ZADD', k.podclaims, 0, h[i + 1] .. ' ' .. h[i])
+  end
+end
+for _, f in ipairs(redis.call('ZRANGE', k.followers, 0, -1)) do
+  redis.call('ZADD', k.rooms, 0, f)
+end
+index_rebuild(k)
+room_rebuild(k)
 return {tostring(fixed), tostring(dropped_sessions), tostring(dropped_claims), tostring(waiters), tostring(deploys)}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -90,6 +91,15 @@ func TestCapacityRefusesAReportIntervalOfNoWholeSeconds(t *testing.T) {
 		err := run(context.Background(), []string{"capacity", "--report-interval", iv, "--bin", "/nonexistent"}, func(string) string { return "" }, &out, &out)
 		if err == nil || !strings.Contains(err.Error(), "--report-interval") {
 			t.Errorf("--report-interval %s: %v, want an error naming --report-interval", iv, err)
+		}
+	}
+}
+
+func TestBigScopeRefusesBadSizes(t *testing.T) {
+	for _, args := range [][]string{{"--sizes", "10,x"}, {"--pod-concurrency", "0"}, {"--burst-rates", "fast"}} {
+		err := run(context.Background(), append([]string{"bigscope"}, args...), func(string) string { return "" }, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "--")) {
+			t.Errorf("bigscope %v: %v, want an error naming %s", args, err, args[0])
 		}
 	}
 }

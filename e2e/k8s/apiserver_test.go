@@ -266,8 +266,9 @@ func apiserverProcess(t *testing.T) *os.Process {
 }
 
 // startServe starts `warmpool serve` with the kubernetes driver on the rig, Redis as
-// the README's ACL user, and short sweeps and graces; it is stopped with the test.
-func startServe(t *testing.T, r *testredis.Redis, ns string) *service {
+// the README's ACL user, and short sweeps and graces, then args (a flag given again
+// there wins); it is stopped with the test, and its stderr is the service's log.
+func startServe(t *testing.T, r *testredis.Redis, ns string, args ...string) *service {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -280,8 +281,9 @@ func startServe(t *testing.T, r *testredis.Redis, ns string) *service {
 		"--kubeconfig", os.Getenv("WARMPOOL_KUBECONFIG"), "--namespace", ns,
 		"--instance-id", "e2e-stop-"+strconv.Itoa(rand.IntN(1e6)),
 		"--sweep-interval", "250ms", "--reconcile-interval", "1s", "--reconcile-duty", "1", "--orphan-grace", "3s", "--ghost-grace", "3s")
-	var stderr syncbuf.Buffer
-	cmd.Stderr = &stderr
+	cmd.Args = append(cmd.Args, args...)
+	stderr := new(syncbuf.Buffer)
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +296,7 @@ func startServe(t *testing.T, r *testredis.Redis, ns string) *service {
 			t.Logf("warmpool serve stderr:\n%s", stderr.String())
 		}
 	})
-	s := &service{t: t, redis: r, base: "http://" + addr, ns: ns, client: &http.Client{Timeout: answerBound + 30*time.Second}}
+	s := &service{t: t, redis: r, base: "http://" + addr, ns: ns, log: stderr, client: &http.Client{Timeout: answerBound + 30*time.Second}}
 	eventually(t, 30*time.Second, "warmpool serve ready", func() (bool, string) {
 		select {
 		case <-done:

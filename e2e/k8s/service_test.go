@@ -40,6 +40,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/drivertest"
+	"github.com/warmpool/warmpool/internal/syncbuf"
 	"github.com/warmpool/warmpool/internal/testredis"
 	"github.com/warmpool/warmpool/k8s"
 	"github.com/warmpool/warmpool/podpolicy"
@@ -98,8 +99,8 @@ func serviceSuite(t *testing.T, cs kubernetes.Interface, namespace func(*testing
 	}
 }
 
-// saClient is a client with a token of deploy/base's ServiceAccount, applied in ns.
-func saClient(t *testing.T, ns string) kubernetes.Interface {
+// saToken is a token of deploy/base's ServiceAccount, applied in ns.
+func saToken(t *testing.T, ns string) string {
 	t.Helper()
 	applyRBAC(t, ns)
 	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), "warmpool",
@@ -107,8 +108,14 @@ func saClient(t *testing.T, ns string) kubernetes.Interface {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tok.Status.Token
+}
+
+// saClient is a client with a token of deploy/base's ServiceAccount, applied in ns.
+func saClient(t *testing.T, ns string) kubernetes.Interface {
+	t.Helper()
 	cfg := rest.AnonymousClientConfig(adminCfg)
-	cfg.BearerToken = tok.Status.Token
+	cfg.BearerToken = saToken(t, ns)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +136,7 @@ type service struct {
 	ns     string
 	driver *k8s.Kubernetes
 	client *http.Client
+	log    *syncbuf.Buffer // the stderr of a `warmpool serve` process (startServe); nil in process
 }
 
 type serviceOpts struct {

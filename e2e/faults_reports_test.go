@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/httpx"
+	"github.com/warmpool/warmpool/internal/testing/await"
 )
 
 // rigReportSecret is the --report-secret of the replicas of the report case; the case

@@ -19,8 +19,8 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/fake"
-	"github.com/warmpool/warmpool/internal/await"
-	"github.com/warmpool/warmpool/internal/invariant"
+	"github.com/warmpool/warmpool/internal/testing/await"
+	"github.com/warmpool/warmpool/internal/testing/invariant"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -309,7 +309,7 @@ func (r *rig) snap(scope string) (lua.Snapshot, error) {
 }
 
 // violations lists what a snapshot breaks: the SPEC §6 invariants
-// (internal/invariant), plus the client-side view: no pod serves more sessions than
+// (internal/testing/invariant), plus the client-side view: no pod serves more sessions than
 // pod_concurrency among those the rig's clients were told are bound to it and that
 // have neither ended nor expired (a binding Redis lost still runs on its pod).
 func (r *rig) violations(scope string, s lua.Snapshot, settled bool) []string {

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/driver/fake"
-	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/lua"
 )
 

@@ -27,7 +27,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/podpolicy"
 )
 

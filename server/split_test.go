@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/warmpool/warmpool/internal/harness/testserver"
-	"github.com/warmpool/warmpool/internal/syncbuf"
+	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
+	"github.com/warmpool/warmpool/internal/testing/syncbuf"
 	"github.com/warmpool/warmpool/sqlite"
 )
 

@@ -34,8 +34,8 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/warmpool/warmpool/internal/syncbuf"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/syncbuf"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 )
 
 const defaultBenchRuns = "1:50:1,1:200:1,1:1000:1,1:200:100,1:1000:100,3:200:1,3:1000:100,1:1000:1:sa"

@@ -40,7 +40,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/drivertest"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/k8s"
 	"github.com/warmpool/warmpool/podpolicy"
 	"github.com/warmpool/warmpool/server"

@@ -51,8 +51,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/bench"
 	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/scripts/wpbench/bench"
 )
 
 func main() {

@@ -99,7 +99,8 @@ pooltrace: build
 ## each other (SM takes a root interface, and cmd wires them); rm, sm and the sweeper log
 ## with the call's context (slog's InfoContext(ctx, …): a handler may read the request
 ## id from it); no package outside internal/testing/ links an internal/testing package
-## but through its tests (the test tooling stays out of what ships); and api/openapi.yaml passes Spectral's recommended OpenAPI rules
+## but through its tests (the test tooling stays out of what ships); no non-test Go file
+## is over MAX_LINES lines but the model of the scripts (internal/testing/model); and api/openapi.yaml passes Spectral's recommended OpenAPI rules
 ## (scripts/openapi-lint.sh with api/spectral.yaml; npm installs Spectral into
 ## ~/.cache/warmpool-lint the first time). vet, staticcheck and errcheck (every error
 ## checked, or discarded with `_ =` where a comment says why; the few calls it does not
@@ -119,6 +120,7 @@ NO_K8S_PKGS := . ./client/ ./e2b/ ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ 
 K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./podpolicy/ ./internal/testing/manifests/ ./deploy/ ./e2e/
 POLICY_PKG := ./podpolicy/
 TESTING    := $(MODULE)/internal/testing
+MAX_LINES  := 500
 POLICY_K8S := k8s\.io/(api|apimachinery|pod-security-admission|component-base|klog|utils|kube-openapi)/
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -151,6 +153,9 @@ lint:
 	@out=$$($(GO) list -tags $(LINT_TAGS) -f '{{.ImportPath}}: {{join .Deps " "}}' $(PKGS) | grep -v '^$(TESTING)/' | \
 		tr ' ' '\n' | awk '/:$$/ {pkg = $$1} $$0 ~ "^$(TESTING)/" {print pkg, $$0}'); \
 		if [ -n "$$out" ]; then echo "production packages link test tooling (only tests may import internal/testing):"; echo "$$out"; exit 1; fi
+	@out=$$(git ls-files '*.go' | grep -v '_test\.go$$' | grep -v '^internal/testing/model/' | xargs wc -l | \
+		awk '$$2 != "total" && $$1 > $(MAX_LINES)'); \
+		if [ -n "$$out" ]; then echo "non-test Go files over $(MAX_LINES) lines (split them along what they hold):"; echo "$$out"; exit 1; fi
 	scripts/openapi-lint.sh
 	$(GO) run $(HELM) lint --strict $(CHART)
 	$(GO) run $(HELM) lint --strict $(CHART) --values scripts/chart-values.yaml

@@ -133,6 +133,20 @@ func (r *rig) useRedis(s *redisServer) {
 	r.lstore = lua.NewStore(s.admin, rigPrefix)
 }
 
+// promote makes replica the primary (REPLICAOF NO ONE), kills the old one and points
+// the rig at the new one; it returns when the promotion was answered.
+func (r *rig) promote(t *testing.T, replica *redisServer) time.Time {
+	t.Helper()
+	if err := replica.admin.Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	promoted := time.Now()
+	r.redis.Kill()
+	r.redis = replica
+	r.useRedis(replica)
+	return promoted
+}
+
 func (r *rig) startProc(rep *faultReplica) *proc {
 	args := append([]string{"serve", "--listen", rep.addr, "--instance-id", rep.name}, r.serveArgs()...)
 	return startProc(r.t, r.bin, cleanEnv(), args...)

@@ -269,17 +269,28 @@ func apiserverProcess(t *testing.T) *os.Process {
 // the README's ACL user, and short sweeps and graces; it is stopped with the test.
 func startServe(t *testing.T, r *testredis.Redis, ns string) *service {
 	t.Helper()
+	s, _ := serveProc(t, r, ns, &http.Client{Timeout: answerBound + 30*time.Second},
+		"--store", filepath.Join(t.TempDir(), "config.db"), "--kubeconfig", os.Getenv("WARMPOOL_KUBECONFIG"),
+		"--instance-id", "e2e-stop-"+strconv.Itoa(rand.IntN(1e6)),
+		"--sweep-interval", "250ms", "--reconcile-interval", "1s", "--reconcile-duty", "1", "--orphan-grace", "3s", "--ghost-grace", "3s")
+	return s
+}
+
+// serveProc starts `warmpool serve` on r with the kubernetes driver in ns, on a free
+// loopback port, with flags added, and returns it, called with client, and its pid
+// once /readyz answers 200. It is killed with the test; its stderr is logged when the
+// test failed.
+func serveProc(t *testing.T, r *testredis.Redis, ns string, client *http.Client, flags ...string) (*service, int) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(warmpoolBin(t), "serve", "--listen", addr, "--redis", r.URL(), "--prefix", r.Prefix,
-		"--store", filepath.Join(t.TempDir(), "config.db"), "--driver", "kubernetes",
-		"--kubeconfig", os.Getenv("WARMPOOL_KUBECONFIG"), "--namespace", ns,
-		"--instance-id", "e2e-stop-"+strconv.Itoa(rand.IntN(1e6)),
-		"--sweep-interval", "250ms", "--reconcile-interval", "1s", "--reconcile-duty", "1", "--orphan-grace", "3s", "--ghost-grace", "3s")
+	args := append([]string{"serve", "--listen", addr, "--redis", r.URL(), "--prefix", r.Prefix,
+		"--driver", "kubernetes", "--namespace", ns}, flags...)
+	cmd := exec.Command(warmpoolBin(t), args...)
 	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -294,7 +305,7 @@ func startServe(t *testing.T, r *testredis.Redis, ns string) *service {
 			t.Logf("warmpool serve stderr:\n%s", stderr.String())
 		}
 	})
-	s := &service{t: t, redis: r, base: "http://" + addr, ns: ns, client: &http.Client{Timeout: answerBound + 30*time.Second}}
+	s := &service{t: t, redis: r, base: "http://" + addr, ns: ns, client: client}
 	eventually(t, 30*time.Second, "warmpool serve ready", func() (bool, string) {
 		select {
 		case <-done:
@@ -304,7 +315,7 @@ func startServe(t *testing.T, r *testredis.Redis, ns string) *service {
 		rep := s.call(http.MethodGet, "/readyz", "")
 		return rep.status == http.StatusOK, rep.String()
 	})
-	return s
+	return s, cmd.Process.Pid
 }
 
 // warmpoolBin is the binary `make build` made (WARMPOOL_BIN), else one built now.

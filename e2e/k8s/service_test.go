@@ -98,8 +98,8 @@ func serviceSuite(t *testing.T, cs kubernetes.Interface, namespace func(*testing
 	}
 }
 
-// saClient is a client with a token of deploy/base's ServiceAccount, applied in ns.
-func saClient(t *testing.T, ns string) kubernetes.Interface {
+// saToken is a token of deploy/base's ServiceAccount, applied in ns.
+func saToken(t *testing.T, ns string) string {
 	t.Helper()
 	applyRBAC(t, ns)
 	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), "warmpool",
@@ -107,8 +107,15 @@ func saClient(t *testing.T, ns string) kubernetes.Interface {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tok.Status.Token
+}
+
+// saClient is a client with a token of deploy/base's ServiceAccount, applied in ns.
+func saClient(t *testing.T, ns string) kubernetes.Interface {
+	t.Helper()
+	tok := saToken(t, ns)
 	cfg := rest.AnonymousClientConfig(adminCfg)
-	cfg.BearerToken = tok.Status.Token
+	cfg.BearerToken = tok
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@ MODULE  := github.com/warmpool/warmpool
 # Tests that start the built binary find it here.
 export WARMPOOL_BIN := $(CURDIR)/$(BIN)
 
-.PHONY: all build run test unit soak bench pgo scale pooltrace lint e2e faults image image-test clean
+.PHONY: all build run test unit soak bench pgo scale pooltrace bigscope lint e2e faults image image-test clean
 
 all: lint test
 
@@ -81,6 +81,17 @@ scale: build
 pooltrace: build
 	$(GO) build -o bin/wpbench ./scripts/wpbench
 	bin/wpbench pooltrace --svg docs/pooltrace.svg
+
+## bigscope: one scope as big as a cluster (docs/performance.md, "Issue 33"): on a fresh
+## redis-server and fake-driver replica per run, one scope of 10, 1,000 and 10,000 pods
+## at pod_concurrency 1 and 8, the Redis commands and CPU of a warm route, a release, a
+## warm acquire, a hold release and a cold route, and route p50/p99; then cold bursts of
+## 5,000 routes into one empty scope at 500/s and 2,000/s with 2 s deploys. The table on
+## stdout, the figures in BIGSCOPE_OUT/bigscope.json. About 5 minutes. Not part of make test.
+BIGSCOPE_OUT ?= bin/bigscope
+bigscope: build
+	$(GO) build -o bin/wpbench ./scripts/wpbench
+	bin/wpbench bigscope --out $(BIGSCOPE_OUT)
 
 ## lint: formatting, vet, and no client-go in the tests of the packages that do not
 ## drive Kubernetes (only k8s/, cmd/warmpool and e2e/ may link k8s.io packages: not the

@@ -16,6 +16,11 @@
 // by naming it first. A session already bound to the pod is kept alive with or without
 // one.
 //
+// A session's own config (SPEC §12.2: the env and resolved secrets its route gave it,
+// never in the pod spec) is the agent's to fetch: SessionConfig (or a Reporter's,
+// which keeps it while the session is served and drops it once a report's answer
+// says the session ended, so a reused pod's next session sees none of it).
+//
 // It needs only the standard library and warmpool's root package, which needs no
 // more; agents in other languages follow the same call, described in warmpool's
 // OpenAPI document (POST /v1/agents/report).
@@ -111,6 +116,9 @@ type Reporter struct {
 	drain   bool
 	unknown []string
 	now     chan struct{} // a report due at once (Drain)
+	// configs are the session configs fetched (SessionConfig), kept while their
+	// sessions are served and dropped with them (forgetLocked).
+	configs map[string]map[string]string
 }
 
 // New returns a reporter of cfg, its zero fields at their defaults.
@@ -287,6 +295,7 @@ func (r *Reporter) Report(ctx context.Context) (time.Duration, error) {
 	}
 	r.mu.Lock()
 	r.unknown = a.UnknownSessions
+	r.forgetLocked(sessions, a.UnknownSessions)
 	r.mu.Unlock()
 	return max(time.Second, time.Duration(a.NextReportS)*time.Second), nil
 }

@@ -66,3 +66,23 @@ func reportResult(err error) string {
 	}
 	return metrics.ReportUnavailable
 }
+
+// agentSessionConfig answers GET /v1/agents/sessions/{session}/config (SPEC §12.2): the
+// env of a session (or hold) bound to the pod whose report token the call carries,
+// its secret refs resolved now. Another pod's session, an ended or unknown one: 404
+// SESSION_NOT_FOUND.
+func (a *handlers) agentSessionConfig(w http.ResponseWriter, r *http.Request) error {
+	scope, pod, err := a.ReportKey.Identify(r)
+	if err != nil {
+		return err
+	}
+	session, err := httpx.Session(r)
+	if err != nil {
+		return err
+	}
+	env, err := a.SessionConfigs.Env(r.Context(), scope, pod, session)
+	if err != nil {
+		return err
+	}
+	return httpx.OK(w, map[string]map[string]string{"env": env})
+}

@@ -13,7 +13,8 @@ import (
 )
 
 type acquireRequest struct {
-	RequestID string `json:"request_id"`
+	RequestID     string                  `json:"request_id"`
+	SessionConfig *warmpool.SessionConfig `json:"session_config"`
 }
 
 type acquireResponse struct {
@@ -46,7 +47,11 @@ func (a *handlers) acquirePod(w http.ResponseWriter, r *http.Request) error {
 	if err := warmpool.CheckRequestID(requestID); err != nil {
 		return err
 	}
-	h, err := a.Pods.Hold(r.Context(), scope, requestID)
+	config, err := a.SessionConfigs.Seal(scope, req.SessionConfig)
+	if err != nil {
+		return err
+	}
+	h, err := a.Pods.HoldWith(r.Context(), scope, requestID, config)
 	if err != nil {
 		return err
 	}

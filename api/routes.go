@@ -21,7 +21,7 @@ import (
 
 // Sessions is what the session routes call (sm.Manager).
 type Sessions interface {
-	Route(ctx context.Context, scope, session, requestID string) (sm.Binding, error)
+	RouteWith(ctx context.Context, scope, session string, o sm.RouteOptions) (sm.Binding, error)
 	Get(ctx context.Context, scope, session string) (sm.Binding, error)
 	End(ctx context.Context, scope, session string) (bool, error)
 	Touch(ctx context.Context, scope, session string) (bool, error)
@@ -29,7 +29,7 @@ type Sessions interface {
 
 // Pods is what the pod and pool routes call (rm.Manager).
 type Pods interface {
-	Hold(ctx context.Context, scope, requestID string) (rm.Hold, error)
+	HoldWith(ctx context.Context, scope, requestID string, config []byte) (rm.Hold, error)
 	ReleaseHold(ctx context.Context, scope, pod, hold string) (bool, error)
 	TouchHold(ctx context.Context, scope, pod, hold string) (time.Time, error)
 	Pool(ctx context.Context, scope string) (rm.Pool, error)
@@ -64,6 +64,13 @@ type Reports interface {
 	Report(ctx context.Context, r reports.Report) (reports.Answer, error)
 }
 
+// SessionConfigs is what the route, the acquire and the agents' config route call for
+// per-session config (sessionconfig.Service, SPEC §12.2).
+type SessionConfigs interface {
+	Seal(scope string, c *warmpool.SessionConfig) ([]byte, error)
+	Env(ctx context.Context, scope, pod, id string) (map[string]string, error)
+}
+
 // Services are the managers behind the routes, and what the replica adds of its own.
 type Services struct {
 	Sessions  Sessions
@@ -72,6 +79,9 @@ type Services struct {
 	Configs   Configs
 	PoolPage  PoolPage
 	Reports   Reports
+	// SessionConfigs seals the session configs of routes and acquires and opens them
+	// for the pods' agents.
+	SessionConfigs SessionConfigs
 	// ReportKey checks the pods' report tokens (nil: reports are off, every report is
 	// 401), and ObserveReport counts each report by its result.
 	ReportKey     *httpx.ReportKey
@@ -109,6 +119,7 @@ func Router(s Services, middleware ...func(http.Handler) http.Handler) http.Hand
 
 	// Agents report with their pods' own tokens, not the gateway's (SPEC §11.2).
 	r.Method(http.MethodPost, "/v1/agents/report", h(a.agentReport))
+	r.Method(http.MethodGet, "/v1/agents/sessions/{session}/config", h(a.agentSessionConfig))
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(exactPaths, s.Auth)
 		r.Method(http.MethodGet, "/scopes", h(a.listScopes))

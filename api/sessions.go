@@ -10,8 +10,9 @@ import (
 )
 
 type routeRequest struct {
-	SessionID string `json:"session_id"`
-	RequestID string `json:"request_id"`
+	SessionID     string                  `json:"session_id"`
+	RequestID     string                  `json:"request_id"`
+	SessionConfig *warmpool.SessionConfig `json:"session_config"`
 }
 
 // routeSession answers POST /v1/scopes/{scope}/sessions: where the session goes.
@@ -31,7 +32,11 @@ func (a *handlers) routeSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	b, err := a.Sessions.Route(r.Context(), scope, req.SessionID, requestID)
+	config, err := a.SessionConfigs.Seal(scope, req.SessionConfig)
+	if err != nil {
+		return err
+	}
+	b, err := a.Sessions.RouteWith(r.Context(), scope, req.SessionID, sm.RouteOptions{RequestID: requestID, Config: config})
 	if err != nil {
 		return err
 	}

@@ -66,6 +66,11 @@ type Agent struct {
 	// StartedAt is reported in the hello event.
 	StartedAt time.Time
 
+	// SessionConfig fetches a session's config (agent.Reporter.SessionConfig); nil
+	// with reports off. A stream that names its session gets a config event after
+	// hello with the names of its env (never the values).
+	SessionConfig func(ctx context.Context, session string) (map[string]string, error)
+
 	streams atomic.Int64
 	// open counts the open streams of each named session (GET <sse_path>?session_id=S):
 	// the sessions the agent reports; tickets holds the session_ticket a stream of the
@@ -173,6 +178,9 @@ func (a *Agent) sse(w http.ResponseWriter, r *http.Request) {
 	}) {
 		return
 	}
+	if sid := r.URL.Query().Get(agent.SessionParam); sid != "" && a.SessionConfig != nil && !a.sendConfig(r.Context(), sid, send) {
+		return
+	}
 	interval := a.Heartbeat
 	if interval <= 0 {
 		interval = DefaultHeartbeat
@@ -193,6 +201,17 @@ func (a *Agent) sse(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// sendConfig sends the config event of session sid: the names of its env, or the
+// error of its fetch (a session not bound to this pod: SESSION_NOT_FOUND).
+func (a *Agent) sendConfig(ctx context.Context, sid string, send func(string, any) bool) bool {
+	env, err := a.SessionConfig(ctx, sid)
+	if err != nil {
+		return send("config", map[string]any{"session_id": sid, "error": err.Error()})
+	}
+	names := slices.Sorted(maps.Keys(env))
+	return send("config", map[string]any{"session_id": sid, "env": names})
 }
 
 // opened counts a stream of session sid opening (+1, with the ticket it brought, if
@@ -304,6 +323,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 	}
+	// The reporter outlives ctx (SIGTERM), to report the drain, until Main returns; it is
+	// made before the agent serves, which fetches session configs through it.
+	reportCtx, stopReports := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopReports()
+	reports := startReports(reportCtx, os.Getenv, ag)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	if _, err := fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr()); err != nil {
@@ -311,10 +335,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("demo-agent: %w", err)
 	}
 
-	// The reporter outlives ctx (SIGTERM), to report the drain, until Main returns.
-	reportCtx, stopReports := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopReports()
-	reports := startReports(reportCtx, os.Getenv, ag)
 	var die <-chan time.Time
 	if *dieAfter > 0 {
 		t := time.NewTimer(*dieAfter)

@@ -28,6 +28,7 @@ func startReports(ctx context.Context, getenv func(string) string, a *Agent) *re
 	}
 	cfg.Sessions, cfg.Tickets = a.Sessions, a.Tickets
 	rep.r = agent.New(cfg)
+	a.SessionConfig = rep.r.SessionConfig
 	go func() {
 		if err := rep.r.Run(ctx); errors.Is(err, agent.ErrGone) {
 			rep.gone <- err

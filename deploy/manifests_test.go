@@ -175,16 +175,22 @@ func check(t *testing.T, r rendered) {
 		t.Errorf("WARMPOOL_NAMESPACE = %q: agent pods must go to the agents' namespace %s", got, agents)
 	}
 
-	// RBAC: one namespaced rule, pods only, exactly the driver's verbs.
-	want := []string{"create", "delete", "get", "list", "watch"}
-	if len(r.role.Rules) != 1 {
-		t.Fatalf("role has %d rules, want 1: %+v", len(r.role.Rules), r.role.Rules)
+	// RBAC: two namespaced rules, exactly the driver's verbs on pods and get (alone:
+	// no list, no watch) on secrets, for session configs' secret refs.
+	wants := []struct {
+		resource string
+		verbs    []string
+	}{{"pods", []string{"create", "delete", "get", "list", "watch"}}, {"secrets", []string{"get"}}}
+	if len(r.role.Rules) != len(wants) {
+		t.Fatalf("role has %d rules, want %d: %+v", len(r.role.Rules), len(wants), r.role.Rules)
 	}
-	rule := r.role.Rules[0]
-	verbs := slices.Sorted(slices.Values(rule.Verbs))
-	if !slices.Equal(rule.APIGroups, []string{""}) || !slices.Equal(rule.Resources, []string{"pods"}) ||
-		!slices.Equal(verbs, want) || len(rule.ResourceNames) > 0 || len(rule.NonResourceURLs) > 0 {
-		t.Errorf("role rule %+v, want pods in the core group with verbs %v", rule, want)
+	for i, want := range wants {
+		rule := r.role.Rules[i]
+		verbs := slices.Sorted(slices.Values(rule.Verbs))
+		if !slices.Equal(rule.APIGroups, []string{""}) || !slices.Equal(rule.Resources, []string{want.resource}) ||
+			!slices.Equal(verbs, want.verbs) || len(rule.ResourceNames) > 0 || len(rule.NonResourceURLs) > 0 {
+			t.Errorf("role rule %+v, want %s in the core group with verbs %v", rule, want.resource, want.verbs)
+		}
 	}
 	if ref := r.binding.RoleRef; ref.Kind != "Role" || ref.Name != r.role.Name || ref.APIGroup != rbacv1.GroupName {
 		t.Errorf("role binding refers to %+v, want Role %s", ref, r.role.Name)

@@ -80,11 +80,18 @@ type Scopes interface {
 	Scope(ctx context.Context, scope string) (lua.ScopeRecord, error)
 }
 
+// Configs seals a sandbox's envVars as its session's config (sessionconfig.Service).
+type Configs interface {
+	Seal(scope string, c *warmpool.SessionConfig) ([]byte, error)
+}
+
 // Config is what a Server is built from; zero fields take defaults.
 type Config struct {
 	Sessions Sessions
 	Records  Records
 	Scopes   Scopes
+	// Configs seals envVars (SPEC §12.2); nil: a sandbox with envVars is refused.
+	Configs Configs
 	// Gateway and Admin are the tokens X-API-Key is checked against, as the bearer
 	// token of /v1 is (httpx.Auth): with a gateway token set, a call needs it or the
 	// admin token; with none, every call is open. Either may be nil.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -113,7 +114,7 @@ func (s *Server) create(defaultTimeout time.Duration) handler {
 			return warmpool.Errorf(warmpool.CodeValidation, "timeout: a sandbox needs at least 1 second")
 		}
 		opts := sm.RouteOptions{FixedTTL: ttl}
-		if err := sessionConfig(req.EnvVars, &opts); err != nil {
+		if err := s.sessionConfig(req.TemplateID, req.EnvVars, &opts); err != nil {
 			return err
 		}
 		ctx := r.Context()
@@ -184,14 +185,39 @@ func set(raw json.RawMessage) bool {
 	return v != "" && v != "null" && v != "{}"
 }
 
-// sessionConfig is the one place a sandbox's envVars are to become its session's
-// config (SPEC §12.2, the per-session config of a later issue, into opts); until then
-// only none are accepted.
-func sessionConfig(env map[string]string, _ *sm.RouteOptions) error {
-	if len(env) > 0 {
-		return warmpool.Errorf(warmpool.CodeValidation, "envVars: not supported by warmpool yet (per-session config); set env in the scope's config")
+// sessionConfig makes a sandbox's envVars its session's config (SPEC §12.2), sealed
+// into opts: the sandbox's agent fetches them with its pod token, as any session's.
+// Errors: VALIDATION naming envVars (a bad name, too many or too large, per-session
+// config off).
+func (s *Server) sessionConfig(scope string, env map[string]string, opts *sm.RouteOptions) error {
+	if len(env) == 0 {
+		return nil
 	}
+	if s.cfg.Configs == nil {
+		return warmpool.Errorf(warmpool.CodeValidation, "envVars: per-session config is off on this front door")
+	}
+	sealed, err := s.cfg.Configs.Seal(scope, &warmpool.SessionConfig{Env: env})
+	if err != nil {
+		var e *warmpool.Error
+		if errors.As(err, &e) && e.Code == warmpool.CodeValidation {
+			return warmpool.Errorf(warmpool.CodeValidation, "%s", envVarsField(e.Message))
+		}
+		return err
+	}
+	opts.Config = sealed
 	return nil
+}
+
+// envVarsField is a session_config's VALIDATION message of its env as E2B names the
+// field: envVars.NAME for session_config.env.NAME.
+func envVarsField(msg string) string {
+	if rest, ok := strings.CutPrefix(msg, "session_config.env."); ok {
+		return "envVars." + rest
+	}
+	if rest, ok := strings.CutPrefix(msg, "session_config"); ok {
+		return "envVars" + rest
+	}
+	return msg
 }
 
 // openAttempts bounds the ids a create tries: one that names a session bound already

@@ -17,8 +17,9 @@
 -- hold (pod_concurrency, or its slots when a lowered pod_concurrency left it more) is
 -- refused before anything is touched: one report costs at most what a full pod's does.
 -- KEYS: epoch config pods podver slots idle claims claimpod sessions sexp waiters queue
---       wake due agents served demand fixed
--- uses: config due handoff slots
+--       wake due agents served demand fixed sconf free freeprev warm warmprev busy
+--       surplus podsess podclaims
+-- uses: config due handoff index slots
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] "1" when the agent drains, "0" when ready
 -- ARGV[4] the default report interval (ms), for a config published without one
 -- ARGV[5] grant deadline (ms)  ARGV[6] publish command  ARGV[7] n, the number of
@@ -59,6 +60,7 @@ if ARGV[3] == '1' then
   local ver = redis.call('HGET', k.podver, pod)
   if ver ~= RETIRED and ver ~= DRAINING then
     redis.call('HSET', k.podver, pod, DRAINING)
+    pod_index(k, pod)
   end
 end
 
@@ -90,8 +92,8 @@ for i = first, #ARGV do
       on_pod = on_pod + 1
     elseif c then
       redis.call('ZREM', k.claims, c)
-      redis.call('HDEL', k.claimpod, c)
-      redis.call('HSET', k.sessions, sid, pod)
+      claim_del(k, c)
+      session_bind(k, sid, pod)
       redis.call('ZADD', k.sexp, expiry, sid)
       note_due(expiry)
       on_pod = on_pod + 1
@@ -107,15 +109,13 @@ local q
 if cfg[3] == '1' then
   local missed = {}
   if on_pod < slots then
-    local before = {}
+    local left_out = {}
     for sid in string.gmatch(agent[2] or '', '%S+') do
-      before[sid] = true
+      left_out[sid] = true
     end
-    local all = redis.call('HGETALL', k.sessions)
-    for i = 1, #all, 2 do
-      local sid = all[i]
-      if all[i + 1] == pod and not listed[sid] then
-        if before[sid] then
+    for _, sid in ipairs(pod_entries(k.podsess, pod)) do
+      if not listed[sid] then
+        if left_out[sid] then
           -- the handoff's config read only when a report ends a session
           q = q or handoff(k, now, ARGV[5], ARGV[6])
           evict_session(k, sid, now, q)

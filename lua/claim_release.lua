@@ -1,7 +1,7 @@
 -- claim_release.lua: give back a claim that will not be bound to a session. Its slot
 -- goes to the oldest waiter, or is freed (the pod idle if it was the last).
 -- KEYS: config pods podver slots idle claims claimpod waiters queue wake due served
---       demand
+--       demand sconf free freeprev warm warmprev busy surplus podclaims
 -- uses: handoff slots
 -- ARGV[1] claim id  ARGV[2] now (ms)  ARGV[3] grant deadline (ms)  ARGV[4] publish command
 -- Returns {pod or "", slots left or -1}

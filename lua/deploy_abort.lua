@@ -5,8 +5,9 @@
 -- deploy of the current deploy_ver counts toward the refill backoff (backoff_refusal
 -- in lib/deploy.lua): failures + 1, and no deploy before now + base *
 -- 2^(failures - 1), at most the cap.
--- KEYS: config deploying followers claims claimpod dstats due backoff
--- uses: deploy due
+-- KEYS: config deploying followers claims claimpod dstats due backoff podclaims rooms
+--       open
+-- uses: deploy due index
 -- ARGV[1] deploy member  ARGV[2] reason  ARGV[3] note deadline (ms)
 -- ARGV[4] "1" when the deploy was lost, "0" when it failed  ARGV[5] the deploy's deploy_ver
 -- ARGV[6] now (ms)  ARGV[7] backoff base (ms)  ARGV[8] backoff cap (ms)
@@ -15,6 +16,7 @@
 -- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
 redis.call('ZREM', k.deploying, ARGV[1])
+room_index(k, ARGV[1])
 redis.call('HDEL', k.dstats, 'start:' .. ARGV[1])
 if ARGV[4] == '0' and redis.call('HGET', k.config, 'deploy_ver') == ARGV[5] then
   local n = redis.call('HINCRBY', k.backoff, 'failures', 1)

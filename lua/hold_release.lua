@@ -2,8 +2,8 @@
 -- goes to the oldest waiter, or is freed (the pod idle if it was the last). Holds past
 -- their deadline are dropped first, so an expired hold is not found.
 -- A deleted scope's holds go on until they end, so this works on it too.
--- KEYS: epoch config pods podver slots idle claims claimpod waiters queue wake due
---       served demand
+-- KEYS: epoch config pods podver slots idle claims claimpod waiters queue wake due served
+--       demand sconf free freeprev warm warmprev busy surplus podclaims
 -- uses: config handoff slots
 -- ARGV[1] now (ms)  ARGV[2] hold id  ARGV[3] pod id  ARGV[4] grant deadline (ms)
 -- ARGV[5] publish command

@@ -12,9 +12,11 @@ import (
 var ErrNoHold = warmpool.Errorf(warmpool.CodeHoldNotFound, "hold not found: unknown, released, expired, or of another pod")
 
 // HoldTouch runs hold_touch.lua: it extends a live hold (a claim on pod) to now plus the
-// scope's hold_ttl_s and returns its new deadline. Errors: ErrNoHold, SCOPE_NOT_FOUND.
-func (s *Store) HoldTouch(ctx context.Context, scope, hold, pod string, now time.Time) (time.Time, error) {
-	r, err := s.call(ctx, holdTouch, s.keys.Scope(scope), nil, ms(now), hold, pod)
+// scope's hold_ttl_s and returns its new deadline. A config (a sealed session_config,
+// SPEC §12.2) is kept as the hold's; nil keeps the one it has. Errors: ErrNoHold,
+// SCOPE_NOT_FOUND.
+func (s *Store) HoldTouch(ctx context.Context, scope, hold, pod string, now time.Time, config []byte) (time.Time, error) {
+	r, err := s.call(ctx, holdTouch, s.keys.Scope(scope), nil, ms(now), hold, pod, config)
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -165,6 +165,30 @@ var scopeKeyTable = [...]scopeKeyDef{
 	{"Fixed", "fixed", "SET", "the sessions whose expiry is fixed: a deadline that routes, touches and " +
 		"agent reports do not move (E2B's sandbox timeout: session_route.lua with a fixed TTL, " +
 		"session_deadline.lua); each is also in sexp"},
+	{"SessConf", "sconf", "HASH", "session id -> its session_config (SPEC §12.2), sealed (AES-GCM under a key derived from " +
+		`the report secret), set when session_route.lua binds the session; "hold|<hold id>" -> a hold's, set when ` +
+		"hold_touch.lua makes the hold: each goes with its session or hold (lib/slots.lua, pod_purge.lua, " +
+		"scope_repair.lua, scope_forget.lua)"},
+	// The indexes of lib/index.lua: derived from the keys above, kept exact by every
+	// script that changes what they index, so that a choice reads O(log P) of them.
+	{"Free", "free", "ZSET", "pod id -> registered at (ms): the pods of the current deploy_ver with a free " +
+		"slot (slots < pod_concurrency) that are not surplus; session_route.lua's first fit, in the order of pods"},
+	{"FreePrev", "freeprev", "ZSET", "pod id -> registered at (ms): the pods of prewarm_ver (a rollout's " +
+		"prewarm) with a free slot"},
+	{"Warm", "warm", "ZSET", "pod id -> idle since (ms): the idle pods of the current deploy_ver, surplus ones " +
+		"included (they are its first entries)"},
+	{"WarmPrev", "warmprev", "ZSET", "pod id -> idle since (ms): the idle pods of prewarm_ver"},
+	{"Busy", "busy", "ZSET", "pod id -> registered at (ms): the pods of the current deploy_ver that are not idle"},
+	{"Surplus", "surplus", "ZSET", "pod id -> 0 (idle) or 1 (busy): the current deploy_ver's pods beyond " +
+		"max_pods, the first entries of warm, then the last of busy (lib/surplus.lua)"},
+	{"PodSess", "podsess", "ZSET", `"<pod> <session>" -> 0: every binding of sessions, by pod (a pod's ` +
+		"sessions are one lex range)"},
+	{"PodClaims", "podclaims", "ZSET", `"<pod> <claim>" -> 0: every claimpod entry that names a pod, by pod`},
+	{"Rooms", "rooms", "ZSET", `"<deploy member>|<claim id>" -> 0: the members of followers, by deploy (a ` +
+		"room's members are one lex range, its size a ZLEXCOUNT)"},
+	{"Open", "open", "ZSET", "deploy member -> its fence: the deploys in flight whose room takes another " +
+		"follower (fewer than pod_concurrency - 1 followers, pod_concurrency for a warm-pool deploy, within " +
+		"max_sessions_per_pod)"},
 }
 
 // numScopeKeys is the number of a scope's keys.

@@ -34,6 +34,17 @@ const (
 	keyServed
 	keyDemand
 	keyFixed
+	keySessConf
+	keyFree
+	keyFreePrev
+	keyWarm
+	keyWarmPrev
+	keyBusy
+	keySurplus
+	keyPodSess
+	keyPodClaims
+	keyRooms
+	keyOpen
 )
 
 // ScopeKeys are the keys of one scope, built by Keyspace.Scope: a field for each
@@ -122,6 +133,45 @@ type ScopeKeys struct {
 	// routes, touches and agent reports do not move (E2B's sandbox timeout:
 	// session_route.lua with a fixed TTL, session_deadline.lua); each is also in sexp.
 	Fixed string
+	// SessConf, {s}:sconf (HASH): session id -> its session_config (SPEC §12.2),
+	// sealed (AES-GCM under a key derived from the report secret), set when
+	// session_route.lua binds the session; "hold|<hold id>" -> a hold's, set when
+	// hold_touch.lua makes the hold: each goes with its session or hold
+	// (lib/slots.lua, pod_purge.lua, scope_repair.lua, scope_forget.lua).
+	SessConf string
+	// Free, {s}:free (ZSET): pod id -> registered at (ms): the pods of the current
+	// deploy_ver with a free slot (slots < pod_concurrency) that are not surplus;
+	// session_route.lua's first fit, in the order of pods.
+	Free string
+	// FreePrev, {s}:freeprev (ZSET): pod id -> registered at (ms): the pods of
+	// prewarm_ver (a rollout's prewarm) with a free slot.
+	FreePrev string
+	// Warm, {s}:warm (ZSET): pod id -> idle since (ms): the idle pods of the current
+	// deploy_ver, surplus ones included (they are its first entries).
+	Warm string
+	// WarmPrev, {s}:warmprev (ZSET): pod id -> idle since (ms): the idle pods of
+	// prewarm_ver.
+	WarmPrev string
+	// Busy, {s}:busy (ZSET): pod id -> registered at (ms): the pods of the current
+	// deploy_ver that are not idle.
+	Busy string
+	// Surplus, {s}:surplus (ZSET): pod id -> 0 (idle) or 1 (busy): the current
+	// deploy_ver's pods beyond max_pods, the first entries of warm, then the last of
+	// busy (lib/surplus.lua).
+	Surplus string
+	// PodSess, {s}:podsess (ZSET): "<pod> <session>" -> 0: every binding of sessions,
+	// by pod (a pod's sessions are one lex range).
+	PodSess string
+	// PodClaims, {s}:podclaims (ZSET): "<pod> <claim>" -> 0: every claimpod entry that
+	// names a pod, by pod.
+	PodClaims string
+	// Rooms, {s}:rooms (ZSET): "<deploy member>|<claim id>" -> 0: the members of
+	// followers, by deploy (a room's members are one lex range, its size a ZLEXCOUNT).
+	Rooms string
+	// Open, {s}:open (ZSET): deploy member -> its fence: the deploys in flight whose
+	// room takes another follower (fewer than pod_concurrency - 1 followers,
+	// pod_concurrency for a warm-pool deploy, within max_sessions_per_pod).
+	Open string
 }
 
 // newScopeKeys are the keys of scope id whose keys start with base: keys, by their
@@ -157,6 +207,17 @@ func newScopeKeys(id, base string, keys *[numScopeKeys]string) ScopeKeys {
 		Served:      keys[keyServed],
 		Demand:      keys[keyDemand],
 		Fixed:       keys[keyFixed],
+		SessConf:    keys[keySessConf],
+		Free:        keys[keyFree],
+		FreePrev:    keys[keyFreePrev],
+		Warm:        keys[keyWarm],
+		WarmPrev:    keys[keyWarmPrev],
+		Busy:        keys[keyBusy],
+		Surplus:     keys[keySurplus],
+		PodSess:     keys[keyPodSess],
+		PodClaims:   keys[keyPodClaims],
+		Rooms:       keys[keyRooms],
+		Open:        keys[keyOpen],
 	}
 }
 
@@ -217,6 +278,28 @@ func (s *ScopeKeys) key(n scopeKey) string {
 		return s.Demand
 	case keyFixed:
 		return s.Fixed
+	case keySessConf:
+		return s.SessConf
+	case keyFree:
+		return s.Free
+	case keyFreePrev:
+		return s.FreePrev
+	case keyWarm:
+		return s.Warm
+	case keyWarmPrev:
+		return s.WarmPrev
+	case keyBusy:
+		return s.Busy
+	case keySurplus:
+		return s.Surplus
+	case keyPodSess:
+		return s.PodSess
+	case keyPodClaims:
+		return s.PodClaims
+	case keyRooms:
+		return s.Rooms
+	case keyOpen:
+		return s.Open
 	}
 	panic("lua: no scope key " + strconv.Itoa(int(n)))
 }

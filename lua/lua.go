@@ -55,27 +55,27 @@ type script struct {
 // a lock, an idempotency mark) or raise a counter, which is as right late as on time.
 var (
 	podAcquire = load("pod_acquire.lua", guarded|notes,
-		"epoch config pods podver podinfo slots idle deploying followers claims claimpod fence waiters queue wake dstats due backoff served demand")
+		"epoch config pods podver podinfo slots idle deploying followers claims claimpod fence waiters queue wake dstats due backoff served demand sconf free freeprev warm warmprev busy surplus podclaims rooms open")
 	podRegister = load("pod_register.lua", guarded|notes,
-		"epoch config pods podver podinfo slots idle deploying followers claims claimpod waiters queue wake dstats due backoff served demand")
+		"epoch config pods podver podinfo slots idle deploying followers claims claimpod waiters queue wake dstats due backoff served demand free freeprev warm warmprev busy surplus podclaims rooms open")
 	podPurge = load("pod_purge.lua", guarded|notes,
-		"epoch config pods podver podinfo slots idle claimpod sessions sexp health due agents served fixed", "gone")
+		"epoch config pods podver podinfo slots idle claimpod sessions sexp health due agents served fixed sconf free freeprev warm warmprev busy surplus podsess podclaims", "gone")
 	podPlaceholder = load("pod_placeholder.lua", guarded|notes,
-		"epoch config pods podver slots idle deploying followers claims claimpod fence waiters queue wake dstats due backoff served demand")
+		"epoch config pods podver slots idle deploying followers claims claimpod fence waiters queue wake dstats due backoff served demand sconf free freeprev warm warmprev busy surplus podclaims rooms open")
 	podAdopt = load("pod_adopt.lua", guarded|notes,
-		"config pods podver podinfo slots idle deploying claims claimpod due", "gone")
+		"config pods podver podinfo slots idle deploying claims claimpod due free freeprev warm warmprev busy surplus podclaims", "gone")
 	podHealth     = load("pod_health.lua", guarded, "pods health")
 	fenceRaise    = load("fence_raise.lua", unguarded, "fence")
 	deployExtend  = load("deploy_extend.lua", guarded, "deploying")
-	deployAbort   = load("deploy_abort.lua", unguarded|notes, "config deploying followers claims claimpod dstats due backoff")
-	followerWait  = load("follower_wait.lua", unguarded, "podinfo deploying followers claimpod")
+	deployAbort   = load("deploy_abort.lua", unguarded|notes, "config deploying followers claims claimpod dstats due backoff podclaims rooms open")
+	followerWait  = load("follower_wait.lua", unguarded, "config podinfo deploying followers claimpod rooms open")
 	followerLeave = load("follower_leave.lua", unguarded|notes,
-		"config pods podver slots idle followers claims claimpod waiters queue wake due served demand")
+		"config pods podver slots idle deploying followers claims claimpod waiters queue wake due served demand sconf free freeprev warm warmprev busy surplus podclaims rooms open")
 	claimRelease = load("claim_release.lua", unguarded|notes,
-		"config pods podver slots idle claims claimpod waiters queue wake due served demand")
-	holdTouch   = load("hold_touch.lua", guarded, "epoch config claims claimpod")
+		"config pods podver slots idle claims claimpod waiters queue wake due served demand sconf free freeprev warm warmprev busy surplus podclaims")
+	holdTouch   = load("hold_touch.lua", guarded, "epoch config claims claimpod sconf")
 	holdRelease = load("hold_release.lua", unguarded|notes,
-		"epoch config pods podver slots idle claims claimpod waiters queue wake due served demand")
+		"epoch config pods podver slots idle claims claimpod waiters queue wake due served demand sconf free freeprev warm warmprev busy surplus podclaims")
 	idemClaim    = load("idem_claim.lua", guarded, "", "idem_mark", "route_answer")
 	idemAnswer   = load("idem_answer.lua", unguarded, "", "idem_mark")
 	idemRelease  = load("idem_release.lua", unguarded, "", "idem_mark")
@@ -83,31 +83,32 @@ var (
 	lockExtend   = load("lock_extend.lua", guarded, "", "lock")
 	lockRelease  = load("lock_release.lua", unguarded, "", "lock")
 	sessionRoute = load("session_route.lua", guarded|notes,
-		"epoch config pods podver podinfo slots idle claims claimpod sessions sexp waiters queue qseq wake due served demand fixed",
+		"epoch config pods podver podinfo slots idle claims claimpod sessions sexp waiters queue qseq wake due served demand fixed sconf free freeprev warm warmprev busy surplus podsess podclaims",
 		"route_answer", "idem_mark")
 	sessionTouch = load("session_touch.lua", guarded|notes,
-		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due served demand fixed")
+		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due served demand fixed sconf free freeprev warm warmprev busy surplus podsess podclaims")
 	sessionDeadline = load("session_deadline.lua", guarded|notes,
-		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due served demand fixed")
+		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due served demand fixed sconf free freeprev warm warmprev busy surplus podsess podclaims")
 	sessionEnd = load("session_end.lua", guarded|notes,
-		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due served demand fixed")
+		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due served demand fixed sconf free freeprev warm warmprev busy surplus podsess podclaims")
 	sessionEvict = load("session_evict.lua", guarded|notes,
-		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due served demand fixed")
+		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due served demand fixed sconf free freeprev warm warmprev busy surplus podsess podclaims")
 	sessionGet  = load("session_get.lua", unguarded, "config podinfo sessions sexp")
+	sessionConf = load("session_config.lua", unguarded, "podinfo claims claimpod sessions sexp sconf")
 	waiterLeave = load("waiter_leave.lua", unguarded|notes,
-		"config pods podver slots idle claims claimpod waiters queue wake due served demand")
-	scopePublish = load("scope_publish.lua", guarded|notes, "epoch config due backoff")
+		"config pods podver slots idle claims claimpod waiters queue wake due served demand sconf free freeprev warm warmprev busy surplus podclaims")
+	scopePublish = load("scope_publish.lua", guarded|notes, "epoch config pods podver slots idle deploying due backoff free freeprev warm warmprev busy surplus rooms open")
 	scopeRepair  = load("scope_repair.lua", guarded|notes,
-		"epoch config pods podver slots idle deploying followers claims claimpod sessions sexp waiters queue wake due served demand")
+		"epoch config pods podver slots idle deploying followers claims claimpod sessions sexp waiters queue wake dstats due served demand sconf free freeprev warm warmprev busy surplus podsess podclaims rooms open")
 	scopeDelete = load("scope_delete.lua", guarded|notes,
-		"epoch config pods podver deploying followers claims claimpod waiters queue wake dstats due")
+		"epoch config pods podver deploying followers claims claimpod waiters queue wake dstats due free freeprev warm warmprev busy surplus podclaims rooms open")
 	scopeForget = load("scope_forget.lua", guarded,
-		"epoch config pods podver podinfo slots idle deploying followers claims claimpod sessions sexp waiters queue qseq health dstats due deploylog agents backoff served demand fixed")
+		"epoch config pods podver podinfo slots idle deploying followers claims claimpod sessions sexp waiters queue qseq health dstats due deploylog agents backoff served demand fixed sconf free freeprev warm warmprev busy surplus podsess podclaims rooms open")
 	agentReport = load("agent_report.lua", guarded|notes,
-		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due agents served demand fixed")
+		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due agents served demand fixed sconf free freeprev warm warmprev busy surplus podsess podclaims")
 	reportCap  = load("report_cap.lua", unguarded, "epoch config slots")
 	poolTarget = load("pool_target.lua", unguarded, "config dstats demand")
-	scopeDue   = load("scope_due.lua", unguarded, "config pods podver idle deploying followers claims sexp waiters dstats due backoff demand")
+	scopeDue   = load("scope_due.lua", unguarded, "config idle deploying followers claims sexp waiters dstats due backoff demand warm warmprev surplus")
 )
 
 // An option of a script (load).

@@ -3,8 +3,9 @@
 -- lease, else max_reached. A room takes no more followers than max_sessions_per_pod
 -- lets its pod serve.
 -- KEYS: epoch config pods podver podinfo slots idle deploying followers claims claimpod
---       fence waiters queue wake dstats due backoff served demand
--- uses: config demand deploy due expire handoff served surplus
+--       fence waiters queue wake dstats due backoff served demand sconf free freeprev
+--       warm warmprev busy surplus podclaims rooms open
+-- uses: config demand deploy due expire handoff index served
 -- ARGV[1] now (ms)  ARGV[2] claim id  ARGV[3] claim deadline (ms)
 -- ARGV[4] lease deadline (ms)  ARGV[5] room margin (ms): a follower waits up to the
 -- scope's ready timeout plus this margin
@@ -24,75 +25,49 @@
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local claim = ARGV[2]
-local cfg, refused = scope_config(k, 'deploy_ver', 'max_pods', 'parallel', 'pod_concurrency', 'deploy', 'ready_ms',
-  'report_ms')
+local cfg, refused = scope_config(k, 'deploy_ver', 'max_pods', 'parallel', 'deploy', 'ready_ms', 'report_ms')
 if not cfg then
   return refused
 end
-local ver, max_pods, parallel, pc = cfg[1], tonumber(cfg[2]), tonumber(cfg[3]), tonumber(cfg[4])
+local max_pods, parallel = tonumber(cfg[2]), tonumber(cfg[3])
 local q = handoff(k, now, ARGV[6], ARGV[7])
 expire_pool(k, now, ARGV[3], q)
 
 -- 1. Warm: the most recently idled pod of the current version (older ones age out),
 -- or of the one a prewarm serves, not one beyond max_pods.
-local surplus = surplus_pods(k, ver, max_pods)
-for _, pod in ipairs(redis.call('ZREVRANGE', k.idle, 0, -1)) do
-  if serves(redis.call('HGET', k.podver, pod), ver, q.prev) and not surplus[pod] then
-    redis.call('ZREM', k.idle, pod)
-    redis.call('HINCRBY', k.slots, pod, 1)
-    serve(k, pod, 1)
-    redis.call('ZADD', k.claims, ARGV[3], claim)
-    redis.call('HSET', k.claimpod, claim, pod)
-    note_due(ARGV[3])
-    note_fill()
-    demand_note(k, now, 'in', q.demand)
-    return {'warm', pod, redis.call('HGET', k.podinfo, pod) or ''}
-  end
+local pod = last_warm(k, q.prev)
+if pod then
+  redis.call('ZREM', k.idle, pod)
+  redis.call('HINCRBY', k.slots, pod, 1)
+  pod_index(k, pod)
+  serve(k, pod, 1)
+  redis.call('ZADD', k.claims, ARGV[3], claim)
+  claim_set(k, claim, pod)
+  note_due(ARGV[3])
+  note_fill()
+  demand_note(k, now, 'in', q.demand)
+  return {'warm', pod, redis.call('HGET', k.podinfo, pod) or ''}
 end
 
--- 2. Follow: the oldest deploy in flight whose room has space, unless pods + deploys
--- are over max_pods (lowered since). The follower gate adds first and removes itself
--- when over capacity, never checking before adding.
-local deploys = redis.call('ZRANGE', k.deploying, 0, -1)
-table.sort(deploys, function(a, b) return tonumber(string.match(a, '^%d+')) < tonumber(string.match(b, '^%d+')) end)
-local rooms = redis.call('ZRANGE', k.followers, 0, -1)
+-- 2. Follow: the oldest deploy in flight whose room has space (open, lib/index.lua:
+-- room_cap says how many followers a room takes), unless pods + deploys are over
+-- max_pods (lowered since).
+local ndeploys = redis.call('ZCARD', k.deploying)
 local npods = redis.call('ZCARD', k.pods)
-if npods + #deploys <= max_pods then
-  for _, d in ipairs(deploys) do
-    -- a warm-pool deploy has no leader session, so its whole pod is room
-    local cap = pc - 1
-    if string.sub(d, -1) == 'w' then
-      cap = pc
-    end
-    local limit = served_limit(k)
-    if limit > 0 then
-      cap = math.min(cap, limit - (pc - cap))
-    end
-    if cap > 0 then
-      local member = d .. '|' .. claim
-      local deadline = now + tonumber(cfg[6]) + tonumber(ARGV[5])
-      redis.call('ZADD', k.followers, deadline, member)
-      local prefix = d .. '|'
-      local n = 1
-      for _, f in ipairs(rooms) do
-        if string.sub(f, 1, #prefix) == prefix then
-          n = n + 1
-        end
-      end
-      if n <= cap then
-        note_due(deadline)
-        demand_note(k, now, 'in', q.demand)
-        return {'follower', d, member, tostring(deadline)}
-      end
-      redis.call('ZREM', k.followers, member)
-    end
-  end
+local d = redis.call('ZRANGE', k.open, 0, 0)[1]
+if d and npods + ndeploys <= max_pods then
+  local member = d .. '|' .. claim
+  local deadline = now + tonumber(cfg[5]) + tonumber(ARGV[5])
+  room_join(k, member, deadline)
+  note_due(deadline)
+  demand_note(k, now, 'in', q.demand)
+  return {'follower', d, member, tostring(deadline)}
 end
 
 -- 3. Lead: a new deploy while pods + deploys stay within max_pods and the parallel bound,
 -- unless the refill backoff holds it back.
-if npods + #deploys < max_pods and #deploys < parallel then
-  local refused = backoff_refusal(k, now, #deploys)
+if npods + ndeploys < max_pods and ndeploys < parallel then
+  local refused = backoff_refusal(k, now, ndeploys)
   if refused then
     return refused
   end
@@ -105,6 +80,6 @@ if npods + #deploys < max_pods and #deploys < parallel then
   if q.demand then
     note_due(0)
   end
-  return {'deploy', member, member, cfg[5], cfg[7] or '0'}
+  return {'deploy', member, member, cfg[4], cfg[6] or '0'}
 end
-return {'max_reached', tostring(npods), tostring(#deploys)}
+return {'max_reached', tostring(npods), tostring(ndeploys)}

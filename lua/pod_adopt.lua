@@ -9,9 +9,9 @@
 -- A pod Redis knows keeps its sessions and claims; when sessions are unknown (the
 -- rebuild after a failover, whose history may lack some of them) its free slots are
 -- held the same way.
--- KEYS: config pods podver podinfo slots idle deploying claims claimpod due
---       | extra: gone
--- uses: due
+-- KEYS: config pods podver podinfo slots idle deploying claims claimpod due free freeprev
+--       warm warmprev busy surplus podclaims | extra: gone
+-- uses: due index
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] deploy_ver  ARGV[4] pod JSON
 -- ARGV[5] "1" when the pod's sessions are unknown, "0" when it has none
 -- Returns {"adopted"} | {"known"} | {"full"} (no room under max_pods)
@@ -38,7 +38,7 @@ if redis.call('ZSCORE', k.pods, pod) then
       local claim = 'adopted:' .. pod .. ':' .. n
       if not redis.call('ZSCORE', k.claims, claim) then
         redis.call('ZADD', k.claims, now + tonumber(cfg[3]), claim)
-        redis.call('HSET', k.claimpod, claim, pod)
+        claim_set(k, claim, pod)
         slots, held = slots + 1, held + 1
       end
     end
@@ -49,6 +49,7 @@ if redis.call('ZSCORE', k.pods, pod) then
     if redis.call('ZREM', k.idle, pod) == 1 then
       note_fill()
     end
+    pod_index(k, pod)
   end
   return {'known'}
 end
@@ -64,14 +65,16 @@ redis.call('HSET', k.podinfo, pod, ARGV[4])
 if ARGV[5] ~= '1' then
   redis.call('HSET', k.slots, pod, 0)
   redis.call('ZADD', k.idle, now, pod)
+  pod_index(k, pod)
   note_idle(k, now)
   return {'adopted'}
 end
 for n = 1, pc do
   local claim = 'adopted:' .. pod .. ':' .. n
   redis.call('ZADD', k.claims, now + tonumber(cfg[3]), claim)
-  redis.call('HSET', k.claimpod, claim, pod)
+  claim_set(k, claim, pod)
 end
 note_due(now + tonumber(cfg[3]))
 redis.call('HSET', k.slots, pod, pc)
+pod_index(k, pod)
 return {'adopted'}

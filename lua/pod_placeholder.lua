@@ -4,7 +4,8 @@
 -- flight; during the prewarm of a rollout, at least one. Counts toward max_pods; never
 -- takes an idle pod.
 -- KEYS: epoch config pods podver slots idle deploying followers claims claimpod fence
---       waiters queue wake dstats due backoff served demand
+--       waiters queue wake dstats due backoff served demand sconf free freeprev warm
+--       warmprev busy surplus podclaims rooms open
 -- uses: config demand deploy due expire handoff surplus
 -- ARGV[1] now (ms)  ARGV[2] lease deadline (ms)  ARGV[3] note deadline (ms)
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command (expired claims' slots go to
@@ -24,19 +25,13 @@ local cfg, refused = scope_config(k, 'deploy_ver', 'max_pods', 'parallel', 'depl
 if not cfg then
   return refused
 end
-local ver, max_pods, parallel = cfg[1], tonumber(cfg[2]), tonumber(cfg[3])
+local max_pods, parallel = tonumber(cfg[2]), tonumber(cfg[3])
 local keep = idle_target(k, now, tonumber(ARGV[6]))
 local q = handoff(k, now, ARGV[4], ARGV[5])
 expire_pool(k, now, ARGV[3], q)
 
 -- an idle pod beyond max_pods is not kept warm: it does not count
-local surplus = surplus_pods(k, ver, max_pods)
-local warm = 0
-for _, pod in ipairs(redis.call('ZRANGE', k.idle, 0, -1)) do
-  if redis.call('HGET', k.podver, pod) == ver and not surplus[pod] then
-    warm = warm + 1
-  end
-end
+local warm = redis.call('ZCARD', k.warm) - redis.call('ZCOUNT', k.surplus, 0, 0)
 local deploys = redis.call('ZRANGE', k.deploying, 0, -1)
 for _, d in ipairs(deploys) do
   if string.sub(d, -1) == 'w' then

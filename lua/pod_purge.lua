@@ -1,12 +1,13 @@
 -- pod_purge.lua: forget a dead or reclaimed pod: every key of it, the sessions bound to
--- it and the claims on it (their holders get a note). Idempotent. With ARGV[3] set, the
+--       it and the claims on it (their holders get a note), read from the pod's own entries of podsess and podclaims. Idempotent. With ARGV[3] set, the session_configs too) note, hold's session_config goes).
 -- pod is purged only if it is still idle since exactly that time, so a pod that got a
 -- session in between is not touched. The pod keeps a tombstone (gone, for ARGV[4]), so
 -- reconcile does not adopt it again while it is being deleted or a lagging list still
 -- shows it.
 -- KEYS: epoch config pods podver podinfo slots idle claimpod sessions sexp health due
---       agents served fixed | extra: gone
--- uses: due
+--       agents served fixed sconf free freeprev warm warmprev busy surplus podsess
+--       podclaims | extra: gone
+-- uses: due index
 -- ARGV[1] pod id  ARGV[2] reason  ARGV[3] expected idle since (ms), or "" for any state
 -- ARGV[4] tombstone TTL (ms)
 -- Returns {"purged", n sessions released, session ids...} | {"busy"} | {"EPOCH_LOST"}
@@ -26,21 +27,17 @@ if ARGV[3] ~= '' then
   end
 end
 local out = {'purged', '0'}
-local all = redis.call('HGETALL', k.sessions)
-for i = 1, #all, 2 do
-  if all[i + 1] == pod then
-    redis.call('HDEL', k.sessions, all[i])
-    redis.call('ZREM', k.sexp, all[i])
-    redis.call('SREM', k.fixed, all[i])
-    out[#out + 1] = all[i]
-  end
+for _, sid in ipairs(pod_entries(k.podsess, pod)) do
+  session_unbind(k, sid)
+  redis.call('ZREM', k.sexp, sid)
+  redis.call('SREM', k.fixed, sid)
+  redis.call('HDEL', k.sconf, sid)
+  out[#out + 1] = sid
 end
 out[2] = tostring(#out - 2)
-local cp = redis.call('HGETALL', k.claimpod)
-for i = 1, #cp, 2 do
-  if cp[i + 1] == pod then
-    redis.call('HSET', k.claimpod, cp[i], '!pod ' .. pod .. ' is gone: ' .. ARGV[2])
-  end
+for _, c in ipairs(pod_entries(k.podclaims, pod)) do
+  claim_set(k, c, '!pod ' .. pod .. ' is gone: ' .. ARGV[2])
+  redis.call('HDEL', k.sconf, 'hold|' .. c)
 end
 redis.call('ZREM', k.pods, pod)
 redis.call('HDEL', k.podver, pod)
@@ -50,6 +47,7 @@ redis.call('ZREM', k.idle, pod)
 redis.call('HDEL', k.health, pod)
 redis.call('HDEL', k.served, pod)
 redis.call('HDEL', k.agents, pod, pod .. '|miss')
+pod_index(k, pod)
 redis.call('SET', k.gone, ARGV[2], 'PX', ARGV[4])
 note_fill()
 return out

@@ -8,8 +8,9 @@
 -- rollout when it is the last of the max(1, min_idle_pods) the prewarm waits for. The
 -- slots it hands out count toward max_sessions_per_pod (serve in lib/served.lua).
 -- KEYS: epoch config pods podver podinfo slots idle deploying followers claims claimpod
---       waiters queue wake dstats due backoff served demand
--- uses: claimpod due handoff served surplus
+--       waiters queue wake dstats due backoff served demand free freeprev warm warmprev
+--       busy surplus podclaims rooms open
+-- uses: claimpod due handoff index served surplus
 -- ARGV[1] now (ms)  ARGV[2] deploy member  ARGV[3] pod id  ARGV[4] deploy_ver
 -- ARGV[5] pod JSON  ARGV[6] leader claim id ("" for none)  ARGV[7] claim deadline (ms)
 -- ARGV[8] grant deadline (ms)  ARGV[9] publish command
@@ -36,6 +37,7 @@ if not lease or tonumber(lease) <= now then
   return {'FENCED'}
 end
 redis.call('ZREM', k.deploying, ARGV[2])
+room_index(k, ARGV[2])
 local started = redis.call('HGET', k.dstats, 'start:' .. ARGV[2])
 if started then
   redis.call('HDEL', k.dstats, 'start:' .. ARGV[2])
@@ -54,40 +56,41 @@ redis.call('HSET', k.podinfo, pod, ARGV[5])
 -- The leader's claim first, then the followers in the room's order, up to
 -- pod_concurrency: a follower let in before a change lowered it gets no slot on a pod
 -- at the limit, but a note that sends it to acquire again (NO_SLOT).
-local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'pod_concurrency', 'max_pods', 'min_idle')
+local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'pod_concurrency', 'min_idle')
 local pc = tonumber(cfg[2])
 local n = 0
 if ARGV[6] ~= '' then
   redis.call('ZADD', k.claims, ARGV[7], ARGV[6])
-  redis.call('HSET', k.claimpod, ARGV[6], pod)
+  claim_set(k, ARGV[6], pod)
   n = n + 1
 end
 local prefix = ARGV[2] .. '|'
-for _, f in ipairs(redis.call('ZRANGE', k.followers, 0, -1)) do
-  if string.sub(f, 1, #prefix) == prefix then
-    local c = string.sub(f, #prefix + 1)
-    redis.call('ZREM', k.followers, f)
-    redis.call('ZADD', k.claims, ARGV[7], c)
-    if n < pc then
-      redis.call('HSET', k.claimpod, c, pod)
-      n = n + 1
-    else
-      redis.call('HSET', k.claimpod, c, NO_SLOT)
-    end
+for _, f in ipairs(room_members(k, ARGV[2])) do
+  local c = string.sub(f, #prefix + 1)
+  redis.call('ZREM', k.followers, f)
+  redis.call('ZREM', k.rooms, f)
+  redis.call('ZADD', k.claims, ARGV[7], c)
+  if n < pc then
+    claim_set(k, c, pod)
+    n = n + 1
+  else
+    claim_set(k, c, NO_SLOT)
   end
 end
+-- the pod is indexed with the slots its claims hold, then with the rest of its state
+redis.call('HSET', k.slots, pod, n)
+pod_index(k, pod)
 local spent = serve(k, pod, n)
 if cfg[1] == ARGV[4] then
   redis.call('DEL', k.backoff)
   if prewarm_ver(k, now) then
-    local ready = 0
-    for _, v in ipairs(redis.call('HVALS', k.podver)) do
-      if v == cfg[1] then
-        ready = ready + 1
-      end
-    end
-    if ready >= math.max(1, tonumber(cfg[4])) then
+    -- the current version's pods: the idle ones and the busy ones
+    local ready = redis.call('ZCARD', k.warm) + redis.call('ZCARD', k.busy)
+    if ready >= math.max(1, tonumber(cfg[3])) then
       redis.call('HDEL', k.config, 'prewarm_ver', 'prewarm_until')
+      -- the old version's pods are of no version the indexes follow now
+      redis.call('DEL', k.freeprev, k.warmprev)
+      ix_reload()
       -- the old version's idle pods go now
       note_due(now)
     end
@@ -95,7 +98,7 @@ if cfg[1] == ARGV[4] then
 end
 -- its free slots go to waiters, unless it is beyond max_pods (lowered since it started)
 -- or has served max_sessions_per_pod
-if cfg[1] == ARGV[4] and not spent and not surplus_pods(k, cfg[1], tonumber(cfg[3]))[pod] then
+if cfg[1] == ARGV[4] and not spent and not is_surplus(k, pod) then
   local q = handoff(k, now, ARGV[8], ARGV[9])
   while n < pc and redis.call('HGET', k.podver, pod) == cfg[1] do
     local w = next_waiter(q)
@@ -104,11 +107,13 @@ if cfg[1] == ARGV[4] and not spent and not surplus_pods(k, cfg[1], tonumber(cfg[
     end
     grant(q, w, pod)
     n = n + 1
+    redis.call('HSET', k.slots, pod, n)
+    pod_index(k, pod)
   end
 end
-redis.call('HSET', k.slots, pod, n)
 if n == 0 then
   redis.call('ZADD', k.idle, now, pod)
+  pod_index(k, pod)
   note_idle(k, now)
 end
 if n > 0 then

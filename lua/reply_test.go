@@ -89,7 +89,7 @@ func TestMalformedRepliesAreInternalErrors(t *testing.T) {
 		}, []any{"failed", "why"}, nil},
 		{"follower_leave", func(ctx context.Context) error { return s.FollowerLeave(ctx, scope, "1|c", "c", now) }, []any{int64(1)}, nil},
 		{"claim_release", func(ctx context.Context) error { _, _, err := s.ClaimRelease(ctx, scope, "c", now); return err }, []any{"p1", "-1"}, nil},
-		{"hold_touch", func(ctx context.Context) error { _, err := s.HoldTouch(ctx, scope, "h", "p1", now); return err }, []any{"held", ms}, nil},
+		{"hold_touch", func(ctx context.Context) error { _, err := s.HoldTouch(ctx, scope, "h", "p1", now, nil); return err }, []any{"held", ms}, nil},
 		{"hold_release", func(ctx context.Context) error { _, err := s.HoldRelease(ctx, scope, "h", "p1", now); return err }, []any{"released", "1"}, [][]any{{"released", "yes"}}},
 		{"session_route", func(ctx context.Context) error {
 			_, err := s.SessionRoute(ctx, scope, lua.RouteArgs{Now: now, Session: "s1"})

@@ -8,7 +8,7 @@
 -- woken, to learn that the scope is gone. Sessions and holds on the pods go on until
 -- they end; the sweeper deletes each pod once it is idle (the scope is due at once).
 -- KEYS: epoch config pods podver deploying followers claims claimpod waiters queue wake
---       dstats due
+--       dstats due free freeprev warm warmprev busy surplus podclaims rooms open
 -- uses: config deploy due
 -- ARGV[1] version deleted (the latest stored)  ARGV[2] note deadline (ms)
 -- ARGV[3] publish command  ARGV[4] broadcast wake-up message
@@ -36,6 +36,8 @@ local pods = redis.call('ZRANGE', k.pods, 0, -1)
 for _, pod in ipairs(pods) do
   redis.call('HSET', k.podver, pod, RETIRED)
 end
+-- no pod is of a version the pod indexes follow
+redis.call('DEL', k.free, k.freeprev, k.warm, k.warmprev, k.busy, k.surplus)
 for _, d in ipairs(redis.call('ZRANGE', k.deploying, 0, -1)) do
   redis.call('ZREM', k.deploying, d)
   redis.call('HDEL', k.dstats, 'start:' .. d)

@@ -1,7 +1,7 @@
 -- scope_due.lua: set the scope's due time to when its next sweep work falls due, after
 -- the sweeper looked at the scope: the earliest session expiry, claim, deploy lease,
 -- room entry or waiter deadline; an idle pod of an old deploy_ver, or beyond max_pods
--- (surplus_pods), at once, or when the prewarm of a rollout ends for an idle pod of the
+-- (the key surplus), at once, or when the prewarm of a rollout ends for an idle pod of the
 -- version it serves; an idle pod of the current one (beyond the newest idle_target
 -- pods, which are kept) when pod_ttl_s has passed, and under warm_policy "demand" one
 -- kept beyond min_idle_pods a pod_ttl_s from now too (the target falls as the demand
@@ -9,9 +9,10 @@
 -- still to come (the refill tries again then). Scripts only move the due
 -- time earlier (note_due in lib/due.lua); this is the one script that moves it later,
 -- reading the state it is computed from in the same step, so a note made before it is
--- counted and one made after it is kept.
--- KEYS: config pods podver idle deploying followers claims sexp waiters dstats due
---       backoff demand
+-- counted and one made after it is kept. It reads the pods from the indexes of
+-- lib/index.lua (warm, warmprev, surplus) and the sizes of idle, O(log P).
+-- KEYS: config idle deploying followers claims sexp waiters dstats due backoff demand
+--       warm warmprev surplus
 -- uses: demand surplus
 -- ARGV[1] now (ms)  ARGV[2] the sweep's tick (ms), for the demand target (idle_target)
 -- Returns the due time (ms, as a string), or "" when nothing is due (the key is deleted:
@@ -31,27 +32,33 @@ for _, key in ipairs({k.sexp, k.claims, k.deploying, k.followers, k.waiters}) do
     at(first[2])
   end
 end
-local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'min_idle', 'pod_ttl_ms', 'max_pods', 'prewarm_until')
+local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'min_idle', 'pod_ttl_ms', 'prewarm_until')
 local prev = prewarm_ver(k, now)
 if cfg[1] then
   local keep = idle_target(k, now, tonumber(ARGV[2]))
-  local floor, ttl = keep - tonumber(cfg[2]), tonumber(cfg[3])
-  local surplus = surplus_pods(k, cfg[1], tonumber(cfg[4]))
-  local idle = redis.call('ZREVRANGE', k.idle, 0, -1, 'WITHSCORES')
-  for i = 1, #idle, 2 do
-    local v = redis.call('HGET', k.podver, idle[i])
-    if prev and v == prev then
-      at(cfg[5])
-    elseif v ~= cfg[1] or surplus[idle[i]] then
-      at(now)
-    elseif keep > 0 then
-      keep = keep - 1
-      if keep < floor then
-        at(now + ttl)
-      end
-    else
-      at(tonumber(idle[i + 1]) + ttl)
+  local min_idle, ttl = tonumber(cfg[2]), tonumber(cfg[3])
+  local warm, beyond = redis.call('ZCARD', k.warm), redis.call('ZCOUNT', k.surplus, 0, 0)
+  local others = redis.call('ZCARD', k.idle) - warm
+  if prev then
+    local serving = redis.call('ZCARD', k.warmprev)
+    others = others - serving
+    if serving > 0 then
+      at(cfg[4])
     end
+  end
+  -- an idle pod of another version (or none), or beyond max_pods, at once
+  if others > 0 or beyond > 0 then
+    at(now)
+  end
+  -- the current version's other idle pods, newest first: the first keep are kept, those
+  -- beyond min_idle_pods among them (the demand's) go a pod_ttl_s from now, the others
+  -- each a pod_ttl_s after it went idle, the oldest first
+  local kept = warm - beyond
+  if math.min(kept, keep) > min_idle then
+    at(now + ttl)
+  end
+  if kept > keep then
+    at(tonumber(redis.call('ZRANGE', k.warm, beyond, beyond, 'WITHSCORES')[2]) + ttl)
   end
 end
 local ends = tonumber(redis.call('HGET', k.backoff, 'until'))

@@ -7,7 +7,8 @@
 -- the global index.
 -- KEYS: epoch config pods podver podinfo slots idle deploying followers claims claimpod
 --       sessions sexp waiters queue qseq health dstats due deploylog agents backoff
---       served demand fixed
+--       served demand fixed sconf free freeprev warm warmprev busy surplus podsess
+--       podclaims rooms open
 -- ARGV none
 -- Returns {"forgotten"} | {"live"} (not deleted, or live again) | {"busy"} (pods
 -- or deploys left)

@@ -11,8 +11,12 @@
 -- "prewarm" it starts a prewarm (see prewarm_ver in lib/surplus.lua): the deploy_ver it
 -- replaces goes on taking new sessions until now + ready_timeout_s or until the new
 -- version's first pods are registered. Under "drain" it ends a prewarm still running.
--- KEYS: epoch config due backoff
--- uses: due
+-- A change of a field the indexes of lib/index.lua follow (deploy_ver, prewarm_ver,
+-- pod_concurrency, max_pods, max_sessions_per_pod) builds them again: O(pods + deploys),
+-- once per such change.
+-- KEYS: epoch config pods podver slots idle deploying due backoff free freeprev warm
+--       warmprev busy surplus rooms open
+-- uses: due index
 -- ARGV[1] version  ARGV[2] global epoch ("" while the keyspace is being rebuilt)
 -- ARGV[3] now (ms)
 -- ARGV[4] n: the first n field pairs below say what the config is (compared at an
@@ -54,7 +58,9 @@ for i = 5, #ARGV do
     new[ARGV[i]] = ARGV[i + 1]
   end
 end
-local old = redis.call('HGET', k.config, 'deploy_ver')
+local indexed = {'deploy_ver', 'prewarm_ver', 'pod_concurrency', 'max_pods', 'max_served'}
+local was = redis.call('HMGET', k.config, unpack(indexed))
+local old = was[1]
 if old ~= new.deploy_ver then
   redis.call('DEL', k.backoff)
   if old and new.rollout == 'prewarm' then
@@ -65,6 +71,14 @@ if old ~= new.deploy_ver then
 end
 redis.call('HSET', k.config, unpack(fields))
 redis.call('HDEL', k.config, 'deleted')
+local now_cfg = redis.call('HMGET', k.config, unpack(indexed))
+for i = 1, #indexed do
+  if now_cfg[i] ~= was[i] then
+    index_rebuild(k)
+    room_rebuild(k)
+    break
+  end
+end
 if ARGV[2] ~= '' then
   redis.call('SET', k.epoch, ARGV[2], 'NX')
 end

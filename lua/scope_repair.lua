@@ -3,10 +3,12 @@
 -- oldest waiter first), queue entries of no waiter go; then every pod's slot count is recomputed
 -- from the sessions and claims that point at it (never patched entry by entry), sessions
 -- and claims on unknown pods are dropped, and the idle set is made to agree: a pod with
--- a slot is not idle, and idle pods keep their idle_since.
--- KEYS: epoch config pods podver slots idle deploying followers claims claimpod
---       sessions sexp waiters queue wake due served demand
--- uses: claimpod expire handoff
+-- a slot is not idle, and idle pods keep their idle_since. The indexes of lib/index.lua
+-- are then built again from what was repaired.
+-- KEYS: epoch config pods podver slots idle deploying followers claims claimpod sessions
+--       sexp waiters queue wake dstats due served demand sconf free freeprev warm warmprev
+--       busy surplus podsess podclaims rooms open
+-- uses: claimpod expire handoff index
 -- ARGV[1] now (ms)  ARGV[2] note deadline (ms)
 -- ARGV[3] "1" to recount (reads every session of the scope), "0" to expire only
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command
@@ -41,8 +43,9 @@ for _, pod in ipairs(redis.call('ZRANGE', k.pods, 0, -1)) do
   count[pod] = 0
 end
 -- tally counts the entries of an "id -> pod" HASH that name a registered pod and drops
--- those that name an unknown one (from the HASH and from the id's ZSET).
-local function tally(hash, zset, names_pod)
+-- those that name an unknown one (from the HASH, from the id's ZSET, and its
+-- session_config: conf .. id in sconf).
+local function tally(hash, zset, conf, names_pod)
   local dropped = 0
   local h = redis.call('HGETALL', hash)
   for i = 1, #h, 2 do
@@ -53,14 +56,15 @@ local function tally(hash, zset, names_pod)
       else
         redis.call('HDEL', hash, id)
         redis.call('ZREM', zset, id)
+        redis.call('HDEL', k.sconf, conf .. id)
         dropped = dropped + 1
       end
     end
   end
   return dropped
 end
-local dropped_sessions = tally(k.sessions, k.sexp)
-local dropped_claims = tally(k.claimpod, k.claims, holds_pod)
+local dropped_sessions = tally(k.sessions, k.sexp, '')
+local dropped_claims = tally(k.claimpod, k.claims, 'hold|', holds_pod)
 local fixed = 0
 for _, pod in ipairs(redis.call('HKEYS', k.slots)) do
   if not count[pod] then
@@ -82,4 +86,20 @@ for _, pod in ipairs(redis.call('ZRANGE', k.idle, 0, -1)) do
     redis.call('ZREM', k.idle, pod)
   end
 end
+redis.call('DEL', k.podsess, k.podclaims, k.rooms)
+local h = redis.call('HGETALL', k.sessions)
+for i = 1, #h, 2 do
+  redis.call('ZADD', k.podsess, 0, h[i + 1] .. ' ' .. h[i])
+end
+h = redis.call('HGETALL', k.claimpod)
+for i = 1, #h, 2 do
+  if holds_pod(h[i + 1]) then
+    redis.call('ZADD', k.podclaims, 0, h[i + 1] .. ' ' .. h[i])
+  end
+end
+for _, f in ipairs(redis.call('ZRANGE', k.followers, 0, -1)) do
+  redis.call('ZADD', k.rooms, 0, f)
+end
+index_rebuild(k)
+room_rebuild(k)
 return {tostring(fixed), tostring(dropped_sessions), tostring(dropped_claims), tostring(waiters), tostring(deploys)}

@@ -6,7 +6,8 @@
 -- oldest waiter, or is freed and the pod idle if it was the last). A deleted scope's
 -- sessions go on until they end, so this works on it too.
 -- KEYS: epoch config pods podver slots idle claims claimpod sessions sexp waiters queue
---       wake due served demand fixed
+--       wake due served demand fixed sconf free freeprev warm warmprev busy surplus
+--       podsess podclaims
 -- uses: config due handoff slots
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] TTL (ms)  ARGV[4] "1": only later, "0": set
 -- ARGV[5] grant deadline (ms)  ARGV[6] publish command

@@ -3,7 +3,8 @@
 -- bound), so that their capacity comes back even when no route runs. Each freed slot
 -- goes to the oldest waiter, or is freed (the pod idle if it was the last).
 -- KEYS: epoch config pods podver slots idle claims claimpod sessions sexp waiters queue
---       wake due served demand fixed
+--       wake due served demand fixed sconf free freeprev warm warmprev busy surplus
+--       podsess podclaims
 -- uses: handoff slots
 -- ARGV[1] now (ms)  ARGV[2] most sessions to evict  ARGV[3] grant deadline (ms)
 -- ARGV[4] publish command

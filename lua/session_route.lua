@@ -13,14 +13,17 @@
 -- waiter. A session this call binds expires session_ttl_s from now, or, with a fixed
 -- TTL (ARGV[8], E2B's sandbox timeout), that TTL from now, and that expiry is fixed:
 -- routes, touches and reports do not move it (session_deadline.lua does).
--- KEYS: epoch config pods podver podinfo slots idle claims claimpod sessions sexp
---       waiters queue qseq wake due served demand fixed | extra: route_answer idem_mark
--- uses: claimpod config demand due handoff idem served slots surplus
+-- KEYS: epoch config pods podver podinfo slots idle claims claimpod sessions sexp waiters
+--       queue qseq wake due served demand fixed sconf free freeprev warm warmprev busy
+--       surplus podsess podclaims | extra: route_answer idem_mark
+-- uses: claimpod config demand due handoff idem index served slots surplus
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] claim id ("" for none)
 -- ARGV[4] the request's fingerprint ("" without a request id)  ARGV[5] answer cache TTL (ms)
 -- ARGV[6] waiter id of the caller ("": it does not queue)
 -- ARGV[7] "1": join the queue when nothing fits, even if nobody waits
 -- ARGV[8] fixed TTL (ms; "" for none)  ARGV[9] grant deadline (ms)  ARGV[10] publish command
+-- ARGV[11] the session's sealed session_config ("" for none): kept in sconf when this
+-- call binds the session, ignored when it is bound already
 -- Returns {"bound"|"new"|"replay", new flag "1"/"0", pod id, pod JSON, session id}
 --       | {"mismatch"} (the request id names another request: a route of another
 --         session, or an acquire; nothing is bound)
@@ -35,11 +38,11 @@
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local sid, claim, waiter = ARGV[2], ARGV[3], ARGV[6]
-local cfg, refused = scope_config(k, 'deploy_ver', 'pod_concurrency', 'session_ttl_ms', 'queue_size', 'wait_ms', 'max_pods')
+local cfg, refused = scope_config(k, 'deploy_ver', 'session_ttl_ms', 'queue_size', 'wait_ms')
 if not cfg then
   return refused
 end
-local ver, pc = cfg[1], tonumber(cfg[2])
+local ver = cfg[1]
 local q = handoff(k, now, ARGV[9], ARGV[10])
 local prev = q.prev
 
@@ -73,7 +76,7 @@ if idem then
     return {'replay', flag, pod, info, sid}
   end
 end
-local refreshed = now + tonumber(cfg[3])
+local refreshed = now + tonumber(cfg[2])
 local fixed = ARGV[8] ~= ''
 local expiry = fixed and now + tonumber(ARGV[8]) or refreshed
 expire_claims(k, now, q)
@@ -88,12 +91,18 @@ end
 
 local function bind(pod, used)
   leave(used)
-  redis.call('HSET', k.sessions, sid, pod)
+  session_bind(k, sid, pod)
   redis.call('ZADD', k.sexp, expiry, sid)
   redis.call(fixed and 'SADD' or 'SREM', k.fixed, sid)
+  if ARGV[11] ~= '' then
+    redis.call('HSET', k.sconf, sid, ARGV[11])
+  else
+    redis.call('HDEL', k.sconf, sid)
+  end
   note_due(expiry)
   if redis.call('ZREM', k.idle, pod) == 1 then
     note_fill()
+    pod_index(k, pod)
   end
   return answer('new', '1', pod)
 end
@@ -122,7 +131,7 @@ for _, c in ipairs({claim, waiter}) do
     local v = holds_pod(pod) and redis.call('HGET', k.podver, pod)
     if v and (serves(v, ver, prev) or v == RETIRED) then
       redis.call('ZREM', k.claims, c)
-      redis.call('HDEL', k.claimpod, c)
+      claim_del(k, c)
       return bind(pod, c)
     end
     if pod then
@@ -132,31 +141,26 @@ for _, c in ipairs({claim, waiter}) do
 end
 
 -- Free slots go to the waiters in order of arrival; the caller takes one when its turn
--- comes or when nobody (else) waits. A pod beyond max_pods takes none, and one that
+-- comes or when nobody (else) waits: first fit, the pods in the order they registered
+-- (free and freeprev, lib/index.lua). A pod beyond max_pods takes none, and one that
 -- has served max_sessions_per_pod takes no more (serve retires it).
-local surplus = surplus_pods(k, ver, tonumber(cfg[6]))
-for _, pod in ipairs(redis.call('ZRANGE', k.pods, 0, -1)) do
-  if serves(redis.call('HGET', k.podver, pod), ver, prev) and not surplus[pod] then
-    local n = tonumber(redis.call('HGET', k.slots, pod) or '0')
-    local spent = false
-    while n < pc and not spent do
-      local w = next_waiter(q)
-      redis.call('HINCRBY', k.slots, pod, 1)
-      demand_note(k, now, 'in', q.demand)
-      -- a pod with a slot taken is not idle, whoever takes it (adopted and rolled-back
-      -- pods can be idle while waiters queue)
-      if redis.call('ZREM', k.idle, pod) == 1 then
-        note_fill()
-      end
-      n = n + 1
-      if not w or w == waiter then
-        serve(k, pod, 1)
-        return bind(pod, nil)
-      end
-      grant(q, w, pod)
-      spent = redis.call('HGET', k.podver, pod) == RETIRED
-    end
+local pod = first_free(k, prev)
+while pod do
+  local w = next_waiter(q)
+  redis.call('HINCRBY', k.slots, pod, 1)
+  demand_note(k, now, 'in', q.demand)
+  -- a pod with a slot taken is not idle, whoever takes it (adopted and rolled-back
+  -- pods can be idle while waiters queue)
+  if redis.call('ZREM', k.idle, pod) == 1 then
+    note_fill()
   end
+  pod_index(k, pod)
+  if not w or w == waiter then
+    serve(k, pod, 1)
+    return bind(pod, nil)
+  end
+  grant(q, w, pod)
+  pod = first_free(k, prev)
 end
 
 if waiter == '' then
@@ -166,7 +170,7 @@ if not redis.call('ZSCORE', k.queue, waiter) then
   if redis.call('ZCARD', k.queue) == 0 and ARGV[7] ~= '1' then
     return {'none'}
   end
-  local size, wait = tonumber(cfg[4]), tonumber(cfg[5])
+  local size, wait = tonumber(cfg[3]), tonumber(cfg[4])
   if size == 0 or wait == 0 then
     return {'no_wait'}
   end

@@ -50,6 +50,9 @@ type RouteArgs struct {
 	// reports do not move it, SessionDeadline does (E2B's sandbox timeout). A session
 	// bound already keeps its expiry.
 	FixedTTL time.Duration
+	// Config is the session's session_config, sealed (SPEC §12.2): kept for the pod's
+	// agent when this call binds the session, ignored when it is bound already.
+	Config []byte
 }
 
 // RouteResult is session_route.lua's answer.
@@ -89,7 +92,7 @@ func (s *Store) SessionRoute(ctx context.Context, scope string, a RouteArgs) (Ro
 	}
 	r, err := s.call(ctx, sessionRoute, k, []string{k.RouteAnswer(a.RequestID), k.IdemMark(a.RequestID)},
 		append([]any{ms(a.Now), a.Session, a.Claim, fp, a.IdemTTL.Milliseconds(), a.Waiter, flag(a.Join), fixed},
-			s.handoffArgs(a.Now)...)...)
+			append(s.handoffArgs(a.Now), a.Config)...)...)
 	if err != nil {
 		return RouteResult{}, err
 	}

@@ -1,7 +1,7 @@
 -- waiter_leave.lua: a waiter that gave up (or whose route failed) leaves the queue; a
 -- slot handed to it in the meantime goes on to the next waiter, or is freed.
 -- KEYS: config pods podver slots idle claims claimpod waiters queue wake due served
---       demand
+--       demand sconf free freeprev warm warmprev busy surplus podclaims
 -- uses: handoff slots
 -- ARGV[1] waiter id  ARGV[2] now (ms)  ARGV[3] grant deadline (ms)  ARGV[4] publish command
 -- Returns 1 when it was a waiter, else 0.

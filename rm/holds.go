@@ -25,15 +25,22 @@ type Hold struct {
 // request id, a repeated call returns the first answer: the same hold; a request id
 // used for a route is refused. Errors: as Acquire's, IDEMPOTENCY_MISMATCH.
 func (m *Manager) Hold(ctx context.Context, scope, requestID string) (Hold, error) {
+	return m.HoldWith(ctx, scope, requestID, nil)
+}
+
+// HoldWith is Hold that keeps config, a sealed session_config (SPEC §12.2), as the
+// hold's, for the pod's agent to fetch under the hold id; a repeated call keeps the
+// first call's.
+func (m *Manager) HoldWith(ctx context.Context, scope, requestID string, config []byte) (Hold, error) {
 	if requestID == "" {
-		return m.hold(ctx, scope)
+		return m.hold(ctx, scope, config)
 	}
 	// A repeat waits for the first call's answer at most as long as any deploy may
 	// take; the pending mark expires with IdemTTL anyway.
 	wait := time.Duration(warmpool.MaxReadyTimeoutS)*time.Second + m.cfg.FollowerMargin
 	req := lua.IdemRequest{Scope: scope, ID: requestID, Fingerprint: lua.AcquireFingerprint}
 	res, err := m.store.Idempotent(ctx, req, m.cfg.IdemTTL, wait, m.cfg.PollInterval, func() ([]byte, error) {
-		h, err := m.hold(ctx, scope)
+		h, err := m.hold(ctx, scope, config)
 		if err != nil {
 			return nil, err
 		}
@@ -52,12 +59,12 @@ func (m *Manager) Hold(ctx context.Context, scope, requestID string) (Hold, erro
 	return h, nil
 }
 
-func (m *Manager) hold(ctx context.Context, scope string) (Hold, error) {
+func (m *Manager) hold(ctx context.Context, scope string, config []byte) (Hold, error) {
 	l, err := m.Acquire(ctx, scope)
 	if err != nil {
 		return Hold{}, err
 	}
-	until, err := m.store.HoldTouch(ctx, scope, l.Claim, l.Pod.ID, m.clock.Now())
+	until, err := m.store.HoldTouch(ctx, scope, l.Claim, l.Pod.ID, m.clock.Now(), config)
 	if err != nil {
 		cleanup, cancel := lua.CleanupContext(ctx)
 		defer cancel()
@@ -77,7 +84,7 @@ func (m *Manager) hold(ctx context.Context, scope string) (Hold, error) {
 // deadline. Errors: HOLD_NOT_FOUND (unknown, released, expired, or of another pod),
 // SCOPE_NOT_FOUND, STORE_UNAVAILABLE.
 func (m *Manager) TouchHold(ctx context.Context, scope, pod, hold string) (time.Time, error) {
-	return m.store.HoldTouch(ctx, scope, hold, pod, m.clock.Now())
+	return m.store.HoldTouch(ctx, scope, hold, pod, m.clock.Now(), nil)
 }
 
 // ReleaseHold releases a live hold on pod: its slot goes to the oldest waiter of the

@@ -11,7 +11,7 @@ import (
 // session manager and store, behind the middleware of the main listener's routes;
 // X-API-Key is checked against the gateway and admin tokens.
 func (s *Server) e2bRoutes(gateway, admin *httpx.Token) http.Handler {
-	door := e2b.New(e2b.Config{Sessions: s.SM, Records: s.store, Scopes: s.store,
+	door := e2b.New(e2b.Config{Sessions: s.SM, Records: s.store, Scopes: s.store, Configs: s.sessionConfigs,
 		Gateway: gateway, Admin: admin, Clock: s.cfg.Clock, Logger: s.log})
 	return door.Handler(httpx.RequestID, httpx.AccessLog(s.log), s.closeWhileDraining, httpx.Bounds(s.cfg.HTTP.Call, s.cfg.HTTP.Wait))
 }

@@ -22,7 +22,7 @@ func (s *Server) routes() http.Handler {
 		metricsHandler = s.metrics.Handler()
 	}
 	return api.Router(api.Services{Sessions: s.SM, Pods: s.RM, ScopeList: s.ui, Configs: s.Scopes, PoolPage: s.ui,
-		Reports: s.Reports, ReportKey: s.reportKey, ObserveReport: s.metrics.ObserveReport,
+		Reports: s.Reports, SessionConfigs: s.sessionConfigs, ReportKey: s.reportKey, ObserveReport: s.metrics.ObserveReport,
 		Health: s.handleHealth, Ready: s.handleReady, Metrics: metricsHandler, Auth: s.auth, Log: s.log},
 		httpx.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log), s.closeWhileDraining,
 		httpx.Bounds(s.cfg.HTTP.Call, s.cfg.HTTP.Wait), httpx.LimitBody(s.log))

@@ -29,6 +29,7 @@ import (
 	"github.com/warmpool/warmpool/reports"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/scopes"
+	"github.com/warmpool/warmpool/sessionconfig"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sweeper"
 	"github.com/warmpool/warmpool/ui"
@@ -170,10 +171,12 @@ type Server struct {
 	Reports *reports.Manager
 	// reportKey checks the pods' report tokens (nil: reports are off).
 	reportKey *httpx.ReportKey
-	metrics   *metrics.Metrics
-	ui        *ui.UI
-	auth      func(http.Handler) http.Handler
-	handler   http.Handler
+	// sessionConfigs seals the routes' session configs and opens them for the agents.
+	sessionConfigs *sessionconfig.Service
+	metrics        *metrics.Metrics
+	ui             *ui.UI
+	auth           func(http.Handler) http.Handler
+	handler        http.Handler
 	// metricsLn serves /metrics alone when Config.MetricsListen is set.
 	metricsLn net.Listener
 	// e2bLn and e2b serve the E2B front door when Config.E2BListen is set.
@@ -345,6 +348,8 @@ func (s *Server) build(ctx context.Context) error {
 	smc := cfg.SM
 	smc.Clock, smc.Logger, smc.Observe, smc.ObserveRoute = cfg.Clock, s.log, s.metrics.Observe, s.metrics.ObserveRoute
 	s.SM = sm.New(s.store, s.RM, smc)
+	secrets, _ := s.driver.(warmpool.SecretReader)
+	s.sessionConfigs = sessionconfig.New(s.reportKey, s.store, secrets, cfg.Clock)
 	dry, _ := s.driver.(warmpool.DryRunner)
 	s.Scopes = scopes.New(s.configs, s.store, s.RM, s.log, s.metrics.Observe).WithPolicy(cfg.DeployPolicy, dry)
 	swc := cfg.Sweep

@@ -18,6 +18,9 @@ type RouteOptions struct {
 	// agent reports do not move it, Deadline does (E2B's sandbox timeout). A session
 	// bound already keeps its expiry.
 	FixedTTL time.Duration
+	// Config is the session's session_config, sealed (SPEC §12.2): kept for the pod's
+	// agent when the route binds the session; a session bound already keeps its own.
+	Config []byte
 }
 
 // Deadline fixes a live session's expiry at ttl from now (with later, at the later of

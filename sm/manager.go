@@ -231,7 +231,7 @@ func (m *Manager) routeOnce(ctx context.Context, scope, session string, o RouteO
 // routeArgs are the arguments of a route attempt of session with o, now, as a caller
 // that does not queue.
 func (m *Manager) routeArgs(session string, o RouteOptions) lua.RouteArgs {
-	return lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: o.RequestID, IdemTTL: m.cfg.IdemTTL, FixedTTL: o.FixedTTL}
+	return lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: o.RequestID, IdemTTL: m.cfg.IdemTTL, FixedTTL: o.FixedTTL, Config: o.Config}
 }
 
 // routeLocked runs the slow path under the session's lock and gives the lock back. A

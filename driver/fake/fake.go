@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/driver"
 )
 
 // Driver is a warmpool.PodDriver whose pods are records: in its own memory (New, the
@@ -54,6 +55,8 @@ type Driver struct {
 	// the process.
 	started   int
 	noRecords bool
+	// secrets are what ReadSecret reads (SetSecret, --fake-secrets-file).
+	secrets driver.Secrets
 }
 
 var (

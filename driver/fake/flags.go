@@ -18,12 +18,14 @@ func init() { driver.Register(Name, flags) }
 type options struct {
 	deployDelay time.Duration
 	stateDir    string
+	secretsFile string
 }
 
 func flags(fs *flag.FlagSet, _ func(string) string) driver.Factory {
 	o := &options{}
 	fs.DurationVar(&o.deployDelay, "fake-deploy-delay", 0, "testing: with --driver fake, how long each deploy takes (for load tests of cold bursts)")
 	fs.StringVar(&o.stateDir, "fake-state-dir", "", "testing: with --driver fake, directory where pods are registered; replicas on one machine share it (empty: in memory, one replica only)")
+	fs.StringVar(&o.secretsFile, "fake-secrets-file", "", `testing: with --driver fake, a JSON file {"<secret>": {"<key>": "<value>"}} that session configs' secret refs are read from`)
 	return driver.Factory{New: o.new, Unchosen: o.unchosen}
 }
 
@@ -35,6 +37,9 @@ func (o *options) unchosen(chosen string) error {
 	}
 	if o.stateDir != "" {
 		return fmt.Errorf("a fake state dir needs the fake driver (--driver fake), not %q", chosen)
+	}
+	if o.secretsFile != "" {
+		return fmt.Errorf("a fake secrets file needs the fake driver (--driver fake), not %q", chosen)
 	}
 	return nil
 }
@@ -53,6 +58,7 @@ func (o *options) new(env driver.Env) (warmpool.PodDriver, error) {
 		}
 	}
 	f.DeployDelay = o.deployDelay
+	f.secrets.File = o.secretsFile
 	// Nothing in a serving process reads the deploy records (they are the knobs of
 	// tests that hold the Driver), and they would grow with every deploy.
 	f.noRecords = true

@@ -13,10 +13,11 @@ const Name = "local"
 func init() { driver.Register(Name, flags) }
 
 func flags(fs *flag.FlagSet, _ func(string) string) driver.Factory {
-	var stateDir string
+	var stateDir, secretsFile string
 	fs.StringVar(&stateDir, "local-state-dir", "", "local driver: directory where pods are registered; replicas on one machine share it")
+	fs.StringVar(&secretsFile, "local-secrets-file", "", `local driver: a JSON file {"<secret>": {"<key>": "<value>"}} that session configs' secret refs are read from`)
 	return driver.Factory{New: func(env driver.Env) (warmpool.PodDriver, error) {
-		d, err := New(Config{StateDir: stateDir, Logger: env.Logger})
+		d, err := New(Config{StateDir: stateDir, SecretsFile: secretsFile, Logger: env.Logger})
 		if err != nil {
 			return nil, err // not a nil *Driver in a non-nil interface
 		}

@@ -52,6 +52,8 @@ type Config struct {
 	// share it see one another's pods. Default: a fresh temporary directory, removed
 	// by Close.
 	StateDir string
+	// SecretsFile is where ReadSecret reads secrets from (driver.Secrets); "" for none.
+	SecretsFile string
 	// Logger receives pod starts, readiness, failures and deletes; default slog.Default().
 	Logger *slog.Logger
 	// ProbeTimeout bounds one health request of Probe; default DefaultProbeTimeout.

@@ -66,7 +66,7 @@ func TestServiceAdmin(t *testing.T) {
 }
 
 // TestServiceLeastPrivilege runs the route-level suite with the replica's driver on a
-// token of the ServiceAccount deploy/base binds to its pods-only Role (the test
+// token of the ServiceAccount deploy/base binds to its Role (pods, get on secrets; the test
 // itself plays kubelet and operator as admin). Node loss needs a node watch, which that
 // Role does not grant, so it runs as admin only.
 func TestServiceLeastPrivilege(t *testing.T) {

@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"bytes"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -78,6 +79,38 @@ func TestSessionTicketsProveOneBinding(t *testing.T) {
 	} {
 		if k.ValidTicket(c[0], c[1], c[2], c[3]) {
 			t.Errorf("%s: valid", name)
+		}
+	}
+}
+
+// A sealed session config opens for its scope under the same secret, and for nothing
+// else: another scope, another secret, a flipped byte. Two seals of one config differ
+// (a fresh nonce each), and neither holds the plain text.
+func TestSealedConfigOpensOnlyForItsScope(t *testing.T) {
+	k := NewReportKey(FixedToken("secret"))
+	plain := []byte(`{"env":{"API_KEY":"s3cr3t-value"}}`)
+	a, err := k.Seal("s1", plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := k.Seal("s1", plain)
+	if bytes.Equal(a, b) || bytes.Contains(a, []byte("s3cr3t-value")) {
+		t.Fatalf("seals %x and %x: want two different ciphertexts without the value", a, b)
+	}
+	if got, err := k.Open("s1", a); err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("open: %q %v", got, err)
+	}
+	flipped := bytes.Clone(a)
+	flipped[len(flipped)-1] ^= 1
+	other := NewReportKey(FixedToken("other secret"))
+	for name, open := range map[string]func() ([]byte, error){
+		"another scope":  func() ([]byte, error) { return k.Open("s2", a) },
+		"another secret": func() ([]byte, error) { return other.Open("s1", a) },
+		"a flipped byte": func() ([]byte, error) { return k.Open("s1", flipped) },
+		"too short":      func() ([]byte, error) { return k.Open("s1", a[:5]) },
+	} {
+		if got, err := open(); err == nil {
+			t.Errorf("%s: opened as %q, want an error", name, got)
 		}
 	}
 }

@@ -1,6 +1,6 @@
 -- lib/deploy.lua: deploys that end without a pod (failed or lost, their followers
 -- told why), the deploy time estimate's start times, and the refill backoff.
--- uses: claimpod due
+-- uses: claimpod due index
 
 -- fail_followers empties the room of one deploy and leaves each follower a note with
 -- the reason, kept until deadline so a polling follower learns at once. A deploy that
@@ -14,40 +14,40 @@ local function fail_followers(k, member, reason, deadline, lost)
   if lost then
     note = '!' .. LOST .. reason
   end
+  local lo, hi = room_range(member)
   local n = 0
-  for _, f in ipairs(redis.call('ZRANGE', k.followers, 0, -1)) do
-    if string.sub(f, 1, #prefix) == prefix then
-      local c = string.sub(f, #prefix + 1)
-      redis.call('ZREM', k.followers, f)
-      redis.call('ZADD', k.claims, deadline, c)
-      note_due(deadline)
-      redis.call('HSET', k.claimpod, c, note)
-      n = n + 1
-    end
+  for _, f in ipairs(redis.call('ZRANGEBYLEX', k.rooms, lo, hi)) do
+    local c = string.sub(f, #prefix + 1)
+    redis.call('ZREM', k.followers, f)
+    redis.call('ZREM', k.rooms, f)
+    redis.call('ZADD', k.claims, deadline, c)
+    note_due(deadline)
+    claim_set(k, c, note)
+    n = n + 1
   end
+  room_index(k, member)
   return n
 end
 
 -- expire_deploys drops deploy leases whose leader stopped extending them (it died);
 -- their deploys are lost, not failed, so their followers try again. It also drops room
--- entries past their own deadline.
+-- entries past their own deadline, and the start times of the deploys it drops.
 local function expire_deploys(k, now, note_deadline)
   for _, d in ipairs(redis.call('ZRANGEBYSCORE', k.deploying, '-inf', now)) do
     redis.call('ZREM', k.deploying, d)
+    redis.call('HDEL', k.dstats, 'start:' .. d)
     fail_followers(k, d, 'the deploy lease expired: its leader is gone', note_deadline, true)
   end
-  redis.call('ZREMRANGEBYSCORE', k.followers, '-inf', now)
+  for _, f in ipairs(redis.call('ZRANGEBYSCORE', k.followers, '-inf', now)) do
+    room_leave(k, f)
+  end
 end
 
--- deploy_started notes when a new deploy lease started, for the deploy time estimate,
--- and drops the start times of deploys no longer in flight (leases that expired).
+-- deploy_started notes when a new deploy lease started, for the deploy time estimate
+-- (every script that drops a deploy in flight drops its start time too).
 local function deploy_started(k, member, now)
-  for _, f in ipairs(redis.call('HKEYS', k.dstats)) do
-    if string.sub(f, 1, 6) == 'start:' and not redis.call('ZSCORE', k.deploying, string.sub(f, 7)) then
-      redis.call('HDEL', k.dstats, f)
-    end
-  end
   redis.call('HSET', k.dstats, 'start:' .. member, now)
+  room_index(k, member)
 end
 
 -- Refill backoff (SPEC §11.3). deploy_abort.lua counts the failed deploys of the

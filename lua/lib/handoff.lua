@@ -4,7 +4,7 @@
 -- waiter leaves the queue, and a message naming it goes out on the scope's channel. A
 -- waiter that died never binds its grant; the claim expires and its slot is handed on
 -- like any other.
--- uses: surplus served due
+-- uses: surplus served due index
 
 -- Lowered capacity. A class B change that lowers pod_concurrency touches no pod: the
 -- slots taken before stay, so a pod may hold more than the new limit. New placement
@@ -15,16 +15,15 @@
 
 -- handoff describes where the slots a script frees go: the scope's keys k (its config
 -- says the deploy_ver, the only version whose pods' slots are handed on, with the
--- version a prewarm still serves, its pod_concurrency and max_pods; the queue is
--- k.waiters and k.queue, the grants go to k.claims and k.claimpod and the wake-ups to
--- k.wake), the script's now, the deadline of a grant and the publish command (PUBLISH,
--- or SPUBLISH on a cluster). Its demand field says whether freed slots are counted
--- (demand_note).
+-- version a prewarm still serves, and its pod_concurrency; the queue is k.waiters and
+-- k.queue, the grants go to k.claims and k.claimpod and the wake-ups to k.wake; the
+-- surplus, which takes no grant, is k.surplus), the script's now, the deadline of a
+-- grant and the publish command (PUBLISH, or SPUBLISH on a cluster). Its demand field
+-- says whether freed slots are counted (demand_note).
 local function handoff(k, now, grant_deadline, publish)
-  local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'pod_concurrency', 'max_pods', 'prewarm_ver', 'prewarm_until',
-    'warm_policy')
-  return {ver = cfg[1], prev = prewarm_of(cfg[4], cfg[5], now), pc = tonumber(cfg[2]), max_pods = tonumber(cfg[3]), k = k,
-    now = now, grant_deadline = grant_deadline, publish = publish, demand = cfg[6] == 'demand'}
+  local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'pod_concurrency', 'prewarm_ver', 'prewarm_until', 'warm_policy')
+  return {ver = cfg[1], prev = prewarm_of(cfg[3], cfg[4], now), pc = tonumber(cfg[2]), k = k, now = now,
+    grant_deadline = grant_deadline, publish = publish, demand = cfg[5] == 'demand'}
 end
 
 -- drop_waiters drops the waiters past their deadline (from the queue too).
@@ -58,7 +57,7 @@ local function grant(q, w, pod)
   serve(q.k, pod, 1)
   redis.call('ZADD', q.k.claims, q.grant_deadline, w)
   note_due(q.grant_deadline)
-  redis.call('HSET', q.k.claimpod, w, pod)
+  claim_set(q.k, w, pod)
   redis.call(q.publish, q.k.wake, w)
 end
 
@@ -70,7 +69,7 @@ local function hand_off(q, pod, n)
   if not q or not q.ver or n > q.pc or not serves(redis.call('HGET', q.k.podver, pod), q.ver, q.prev) then
     return false
   end
-  if surplus_pods(q.k, q.ver, q.max_pods)[pod] then
+  if is_surplus(q.k, pod) then
     return false
   end
   local w = next_waiter(q)

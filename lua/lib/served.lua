@@ -5,7 +5,7 @@
 -- retires the pod: podver RETIRED, so it takes no new slot, its sessions and holds go
 -- on (a claim taken before binds), and it is deleted once it is idle (free_slot notes
 -- it due at once).
--- uses: config
+-- uses: config index
 
 -- served_limit is the scope's max_sessions_per_pod (0: none).
 local function served_limit(k)
@@ -25,6 +25,7 @@ local function serve(k, pod, n)
   local v = redis.call('HGET', k.podver, pod)
   if v ~= RETIRED and v ~= DRAINING then
     redis.call('HSET', k.podver, pod, RETIRED)
+    pod_index(k, pod)
   end
   return true
 end

@@ -1,7 +1,13 @@
 -- lib/slots.lua: freeing a slot: a claim given back or expired, a session ended or
 -- evicted; the slot goes to a waiter (handoff.lua), or the pod idles, or a recycled
 -- pod retires.
--- uses: config claimpod surplus demand handoff due
+-- uses: config claimpod surplus demand handoff due index
+
+-- hold_conf is the field of a hold's session_config in the sconf HASH: no session id
+-- holds a "|", so it never names a session's.
+local function hold_conf(claim)
+  return 'hold|' .. claim
+end
 
 -- recycle_delete retires a pod of the current deploy_ver (or of the one a prewarm
 -- serves) whose last slot was freed in a scope with recycle "delete" (SPEC §11.3):
@@ -16,6 +22,7 @@ local function recycle_delete(k, pod, now)
     return false
   end
   redis.call('HSET', k.podver, pod, RETIRED)
+  pod_index(k, pod)
   return true
 end
 
@@ -55,15 +62,16 @@ local function free_slot(k, pod, now, idle_on_zero, q)
       end
     end
   end
+  pod_index(k, pod)
   return n
 end
 
--- release_claim drops one claim and frees its slot (see free_slot). Returns the pod
+-- release_claim drops one claim (and a hold's session_config) and frees its slot (see free_slot). Returns the pod
 -- ('' if none) and the slots left on it.
 local function release_claim(k, claim, now, idle_on_zero, q)
-  local pod = redis.call('HGET', k.claimpod, claim)
+  local pod = claim_del(k, claim)
   redis.call('ZREM', k.claims, claim)
-  redis.call('HDEL', k.claimpod, claim)
+  redis.call('HDEL', k.sconf, hold_conf(claim))
   if holds_pod(pod) then
     return pod, free_slot(k, pod, now, idle_on_zero, q)
   end
@@ -80,13 +88,13 @@ local function expire_claims(k, now, q)
   return #gone
 end
 
--- evict_session unbinds one session and frees its slot (see free_slot). Returns the pod
+-- evict_session unbinds one session, drops its session_config and frees its slot (see free_slot). Returns the pod
 -- it was on.
 local function evict_session(k, sid, now, q)
-  local pod = redis.call('HGET', k.sessions, sid)
-  redis.call('HDEL', k.sessions, sid)
+  local pod = session_unbind(k, sid)
   redis.call('ZREM', k.sexp, sid)
   redis.call('SREM', k.fixed, sid)
+  redis.call('HDEL', k.sconf, sid)
   if pod then
     free_slot(k, pod, now, true, q)
   end

@@ -5,49 +5,17 @@
 -- lowers pod_concurrency: handoff.lua): a scope may keep more pods than
 -- max_pods. No deploy starts, no pod is adopted and no follower joins a room while pods
 -- + deploys are at max_pods or over, and the pods beyond max_pods are surplus
--- (surplus_pods): they take no new session, claim, hold or grant, and go when idle
+-- (is_surplus): they take no new session, claim, hold or grant, and go when idle
 -- (the due sweep deletes an idle surplus pod at once; it is not kept warm, nor counted
 -- toward min_idle_pods).
 
--- surplus_pods is the set of the current version's pods beyond max_pods (pod -> true),
--- empty while the scope has at most max_pods pods. The pods of another deploy_ver
--- count first (they take nothing and go as they empty anyway), then the current
--- version's idle pods, the first to go idle first, then its busy pods, the last
--- registered first: the surplus are those most nearly gone.
-local function surplus_pods(k, ver, max_pods)
-  local set = {}
-  local excess = redis.call('ZCARD', k.pods) - max_pods
-  if excess <= 0 then
-    return set
-  end
-  local current = {}
-  for _, pod in ipairs(redis.call('ZRANGE', k.pods, 0, -1)) do
-    if redis.call('HGET', k.podver, pod) == ver then
-      current[#current + 1] = pod
-    else
-      excess = excess - 1
-    end
-  end
-  for _, pod in ipairs(redis.call('ZRANGE', k.idle, 0, -1)) do
-    if excess <= 0 then
-      return set
-    end
-    if redis.call('HGET', k.podver, pod) == ver then
-      set[pod] = true
-      excess = excess - 1
-    end
-  end
-  for i = #current, 1, -1 do
-    if excess <= 0 then
-      return set
-    end
-    if not set[current[i]] then
-      set[current[i]] = true
-      excess = excess - 1
-    end
-  end
-  return set
-end
+-- The surplus are the current version's pods beyond max_pods: the pods of another
+-- deploy_ver count first (they take nothing and go as they empty anyway), then the
+-- current version's idle pods, the first to go idle first, then its busy pods, the
+-- last registered first: the surplus are those most nearly gone. With s the current
+-- version's pods less max_pods, they are the first min(s, idle) of its idle pods and
+-- the last s - idle of its busy ones; lib/index.lua keeps them as the key surplus
+-- (surplus_sync), and is_surplus reads it.
 
 -- Prewarm rollouts (SPEC §11.3). A class A change under rollout "prewarm"
 -- (scope_publish.lua) notes the deploy_ver it replaces in the config HASH

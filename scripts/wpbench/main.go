@@ -29,6 +29,11 @@
 //	                   warm route, cold route, PUT, due scope, sweep tick and report on
 //	                   one redis-server, then warm routes from N replicas on a 3-master
 //	                   Redis Cluster, each master's CPU per route and share of the scopes
+//	wpbench bigscope   one scope of 10 to 10,000 pods, cold bursts into one (make bigscope)
+//	wpbench sessionconfig
+//	                   routes carrying a session_config (env and a secret ref, the
+//	                   agent's fetch of it included) against plain routes on one warm
+//	                   pool; the secret's value looked for in the log and /metrics
 //	wpbench script F   print the source Redis runs for lua/F (lua.Sources)
 //	wpbench keys F PREFIX SCOPE [EXTRA...]
 //	                   print the KEYS a replica passes to lua/F for SCOPE under the
@@ -66,7 +71,7 @@ func main() {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|scopes|reports|rollout|pooltrace|capacity [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
+		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|scopes|reports|rollout|pooltrace|capacity|bigscope|sessionconfig [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
 	}
 	switch args[0] {
 	case "script":
@@ -107,8 +112,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return poolTrace(ctx, args[1:], getenv, stdout, stderr)
 	case "capacity":
 		return capacity(ctx, args[1:], getenv, stdout, stderr)
+	case "bigscope":
+		return bigScope(ctx, args[1:], getenv, stdout, stderr)
+	case "sessionconfig":
+		return sessionConfig(ctx, args[1:], getenv, stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, scopes, reports, rollout, pooltrace, capacity, script or keys", args[0])
+	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, scopes, reports, rollout, pooltrace, capacity, bigscope, sessionconfig, script or keys", args[0])
 }
 
 func scriptNames() []string {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -91,5 +92,28 @@ func TestCapacityRefusesAReportIntervalOfNoWholeSeconds(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "--report-interval") {
 			t.Errorf("--report-interval %s: %v, want an error naming --report-interval", iv, err)
 		}
+	}
+}
+
+func TestBigScopeRefusesBadSizes(t *testing.T) {
+	for _, args := range [][]string{{"--sizes", "10,x"}, {"--pod-concurrency", "0"}, {"--burst-rates", "fast"}} {
+		err := run(context.Background(), append([]string{"bigscope"}, args...), func(string) string { return "" }, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "--")) {
+			t.Errorf("bigscope %v: %v, want an error naming %s", args, err, args[0])
+		}
+	}
+}
+
+// The session config measurement refuses a load it cannot run before anything starts.
+func TestSessionConfigRefusesBadFlags(t *testing.T) {
+	var out bytes.Buffer
+	for _, args := range [][]string{{"--rate", "0"}, {"--rounds", "0"}, {"--window", "-1s"}, {"--min-idle", "0"}, {"--life", "0s"}, {"--deploy-delay", "0s"}} {
+		err := run(context.Background(), append([]string{"sessionconfig", "--bin", "/nonexistent"}, args...), func(string) string { return "" }, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("%v: %v, want an error naming %s", args, err, args[0])
+		}
+	}
+	if err := run(context.Background(), []string{"sessionconfig", "extra"}, func(string) string { return "" }, &out, &out); err == nil {
+		t.Error("an argument after the flags was taken")
 	}
 }

@@ -6,6 +6,11 @@
 // compare the answers and the whole state after every step: a script that drifts from
 // the rules the model writes down shows up as the first step where the two disagree.
 //
+// The indexes the scripts keep so that their choices do not scan the scope (free, warm,
+// surplus, podsess, rooms, open and the others of lib/index.lua) are not modelled: the
+// model makes each choice by scanning, as the index must answer it, and the tests
+// check with invariant.Indexes that each index equals what it indexes.
+//
 // Every time is the caller's, in milliseconds, as the scripts take it from ARGV; the
 // model never reads a clock. What lives outside the scripts' clock (the TTLs of
 // tombstones and of cached route answers, minutes of real time) is taken not to pass.
@@ -300,9 +305,10 @@ func (s *Scope) serve(pod string, n int64) bool {
 	return true
 }
 
-// surplus is lib/surplus.lua's surplus_pods: the current version's pods beyond
-// max_pods. The pods of another version count first, then the current version's idle
-// pods (the first to go idle first), then its busy ones (the last registered first).
+// surplus is what the key surplus holds (lib/surplus.lua, lib/index.lua): the current
+// version's pods beyond max_pods. The pods of another version count first, then the
+// current version's idle pods (the first to go idle first), then its busy ones (the
+// last registered first).
 func (s *Scope) surplus(ver string, maxPods int64) map[string]bool {
 	set := map[string]bool{}
 	excess := int64(len(s.pods)) - maxPods
@@ -976,21 +982,15 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 		}
 	}
 
-	surplus := s.surplus(ver, s.cfgInt("max_pods"))
-	for _, pod := range s.pods.asc() {
-		if !s.serves(pod, ver, prev) || surplus[pod] {
-			continue
+	for pod := s.firstFit(ver, prev, pc); pod != ""; pod = s.firstFit(ver, prev, pc) {
+		w := s.nextWaiter(q)
+		s.slots[pod]++
+		delete(s.idle, pod)
+		if w == "" || w == waiter {
+			s.serve(pod, 1)
+			return bind(pod, "")
 		}
-		for n := s.slots[pod]; n < pc && s.podVer[pod] != lua.RetiredVer; n++ {
-			w := s.nextWaiter(q)
-			s.slots[pod]++
-			delete(s.idle, pod)
-			if w == "" || w == waiter {
-				s.serve(pod, 1)
-				return bind(pod, "")
-			}
-			s.grant(q, w, pod)
-		}
+		s.grant(q, w, pod)
 	}
 
 	if waiter == "" {
@@ -1028,6 +1028,21 @@ func served(kind, flag, pod, info, sid string) (lua.RouteResult, error) {
 		return lua.RouteResult{}, malformed("session_route.lua", err.Error())
 	}
 	return lua.RouteResult{Kind: kind, New: flag == "1", Pod: p, Session: sid}, nil
+}
+
+// firstFit is the first pod, in the order they registered, that takes a new slot: of
+// ver (or prev), not surplus, with fewer than pc slots; "" when none. The route asks
+// again for every slot it takes, as session_route.lua reads its index (lib/index.lua)
+// afresh: a pod retired on the way leaves the surplus, and the one it lets in takes
+// slots too.
+func (s *Scope) firstFit(ver, prev string, pc int64) string {
+	surplus := s.surplus(ver, s.cfgInt("max_pods"))
+	for _, pod := range s.pods.asc() {
+		if s.serves(pod, ver, prev) && !surplus[pod] && s.slots[pod] < pc {
+			return pod
+		}
+	}
+	return ""
 }
 
 // SessionTouch models session_touch.lua.

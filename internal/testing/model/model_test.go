@@ -37,23 +37,40 @@ var steps = flag.Int("model.steps", 60, "steps of each run of TestScriptsFollowT
 // Each run draws an order of the steps (each as often as its weight) and then each
 // step from it: rapid favours the first entries of a list, so every run leans on a few
 // steps of its own, and over many runs every step gets its turn.
-func TestScriptsFollowTheModel(t *testing.T) { runModel(t, weights) }
+func TestScriptsFollowTheModel(t *testing.T) { runModel(t, weights, smallScopes, *steps) }
 
 // TestLoweredCapacityFollowsTheModel is TestScriptsFollowTheModel on the steps that
 // fill pods, free their slots, queue and change the scopes' capacity back and forth:
 // pods and rooms filled under one limit meet a lower one, with waiters queued, within
 // a few steps of every run, where the whole mix meets it in few runs.
-func TestLoweredCapacityFollowsTheModel(t *testing.T) { runModel(t, capacityWeights) }
+func TestLoweredCapacityFollowsTheModel(t *testing.T) {
+	runModel(t, capacityWeights, smallScopes, *steps)
+}
 
-func runModel(t *testing.T, weights map[string]int) {
+// scopes are the scopes of a run: their two pool configs (scopeConfigs) and how many
+// session and waiter ids the run hands out.
+type scopes struct {
+	configs           map[string][2]warmpool.PoolConfig
+	sessions, waiters int
+	// fill is how many pods each scope deploys before the steps (fill).
+	fill int
+}
+
+// smallScopes are the scopes of TestScriptsFollowTheModel.
+var smallScopes = scopes{configs: scopeConfigs, sessions: 5, waiters: 4}
+
+// runModel runs rapid's checks of n steps each on the scopes, and returns the most
+// pods a scope held after any step.
+func runModel(t *testing.T, weights map[string]int, sc scopes, n int) int {
 	if !testredis.Real() && os.Getenv("CI") != "" {
 		t.Fatal("REDIS_ADDR is not set: in CI the model runs against a real redis-server (scripts/with-redis.sh)")
 	}
 	r := testredis.New(t)
 	var runs atomic.Int64
 	seen := map[string]int{}
+	most := 0
 	rapid.Check(t, func(rt *rapid.T) {
-		w := newWorld(rt, r, fmt.Sprintf("%sm%d:", r.Prefix, runs.Add(1)), seen)
+		w := newWorld(rt, r, fmt.Sprintf("%sm%d:", r.Prefix, runs.Add(1)), seen, sc)
 		actions := w.actions()
 		var names []string
 		for _, name := range slices.Sorted(maps.Keys(actions)) {
@@ -62,10 +79,11 @@ func runModel(t *testing.T, weights map[string]int) {
 			}
 		}
 		order := rapid.Permutation(names).Draw(rt, "order")
-		for range *steps {
+		for range n {
 			name := rapid.SampledFrom(order).Draw(rt, "step")
 			actions[name](rt)
 		}
+		most = max(most, w.most)
 	})
 	var lines []string
 	for k, n := range seen {
@@ -73,6 +91,7 @@ func runModel(t *testing.T, weights map[string]int) {
 	}
 	slices.Sort(lines)
 	t.Logf("answers seen, by step:\n%s", strings.Join(lines, "\n"))
+	return most
 }
 
 // weights say how often each step comes, roughly as callers make them: routes,
@@ -190,13 +209,20 @@ type world struct {
 	seq   int
 	// seen counts the answers of each kind of step, for the log of the run.
 	seen map[string]int
+	// most is the most pods a scope held after a step.
+	most int
 }
 
-func newWorld(t *rapid.T, r *testredis.Redis, prefix string, seen map[string]int) *world {
+func newWorld(t *rapid.T, r *testredis.Redis, prefix string, seen map[string]int, sc scopes) *world {
 	w := &world{t: t, r: r, store: lua.NewStore(r.Client, prefix), now: time.UnixMilli(1_700_000_000_000), seen: seen}
-	for _, id := range []string{"a", "b"} {
-		s := &side{id: id, model: model.NewScope(id), configs: variants(scopeConfigs[id]), pools: map[int64]warmpool.PoolConfig{},
-			sessions: []string{"s0", "s1", "s2", "s3", "s4"}, waiters: []string{"w0", "w1", "w2", "w3"}}
+	for _, id := range slices.Sorted(maps.Keys(sc.configs)) {
+		s := &side{id: id, model: model.NewScope(id), configs: variants(sc.configs[id]), pools: map[int64]warmpool.PoolConfig{}}
+		for i := range sc.sessions {
+			s.sessions = append(s.sessions, fmt.Sprintf("s%d", i))
+		}
+		for i := range sc.waiters {
+			s.waiters = append(s.waiters, fmt.Sprintf("w%d", i))
+		}
 		w.sides = append(w.sides, s)
 		w.publish(s, 0, 1)
 	}
@@ -205,8 +231,36 @@ func newWorld(t *rapid.T, r *testredis.Redis, prefix string, seen map[string]int
 	}
 	for _, s := range w.sides {
 		s.model.Bootstrap()
+		w.fill(s, sc.fill)
 	}
 	return w
+}
+
+// fill deploys n pods into the scope, through both sides, one at a time: an acquire
+// that leads the deploy, and its register with the leader's claim, which holds a slot
+// for one to sixty minutes.
+func (w *world) fill(s *side, n int) {
+	ctx := context.Background()
+	for i := range n {
+		a := lua.AcquireArgs{Now: w.now, Claim: w.fresh("c"), ClaimDeadline: w.now.Add(time.Hour),
+			LeaseDeadline: w.now.Add(time.Hour), RoomMargin: time.Second}
+		got, gotErr := w.store.PodAcquire(ctx, s.id, a)
+		want, wantErr := s.model.PodAcquire(a)
+		w.same("pod_acquire", got, want, gotErr, wantErr)
+		if got.Kind != lua.AcquireDeploy {
+			w.t.Fatalf("fill: acquire %d of scope %s answered %s, want a deploy", i, s.id, got.Kind)
+		}
+		pod := warmpool.Pod{ID: warmpool.PodName(s.id, got.Fence), ScopeID: s.id, DeployVer: got.Spec.DeployVer(), Fence: got.Fence}
+		held := w.now.Add(time.Duration(1+i%60) * time.Minute)
+		gotN, gotErr := w.store.PodRegister(ctx, s.id, got.Deploy, pod, a.Claim, w.now, held)
+		wantN, wantErr := s.model.PodRegister(got.Deploy, pod, a.Claim, w.now, held)
+		w.same("pod_register", gotN, wantN, gotErr, wantErr)
+		s.pods = append(s.pods, pod.ID)
+		s.claims = append(s.claims, a.Claim)
+	}
+	if n > 0 {
+		w.compare("fill", s)
+	}
 }
 
 func (w *world) publish(s *side, variant int, version int64) {
@@ -349,7 +403,9 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			wantPod, wantN := s.model.ClaimRelease(c, w.now)
 			w.same("claim_release", []any{pod, n}, []any{wantPod, wantN}, gotErr, nil)
 		}),
-		"hold_touch":   step("hold_touch", onHold(w, "hold_touch", w.store.HoldTouch, (*model.Scope).HoldTouch)),
+		"hold_touch": step("hold_touch", onHold(w, "hold_touch", func(ctx context.Context, scope, hold, pod string, now time.Time) (time.Time, error) {
+			return w.store.HoldTouch(ctx, scope, hold, pod, now, nil)
+		}, (*model.Scope).HoldTouch)),
 		"hold_release": step("hold_release", onHold(w, "hold_release", w.store.HoldRelease, (*model.Scope).HoldRelease)),
 		"session_route": step("session_route", func(s *side) {
 			a := lua.RouteArgs{Now: w.now, Session: rapid.SampledFrom(s.sessions).Draw(w.t, "session"), IdemTTL: time.Hour}
@@ -629,6 +685,11 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			if err != nil {
 				w.t.Fatal(err)
 			}
+			// the stray write reaches the indexes, as every write of a script does: what
+			// drifts is the state, against the model's, not the indexes against the state
+			if err := invariant.WriteIndexes(ctx, w.r.Client, k); err != nil {
+				w.t.Fatal(err)
+			}
 			s.drifted = true
 		}),
 		"epoch_lost": step("epoch_lost", func(s *side) {
@@ -679,7 +740,7 @@ func (w *world) epochLost(s *side) {
 	_, wantErr = s.model.PodPurge(pod, "dead", nil)
 	w.same("pod_purge without epoch", nil, nil, gotErr, wantErr)
 	hold, holdPod := s.hold(w.t)
-	_, gotErr = w.store.HoldTouch(ctx, s.id, hold, holdPod, w.now)
+	_, gotErr = w.store.HoldTouch(ctx, s.id, hold, holdPod, w.now, nil)
 	_, wantErr = s.model.HoldTouch(hold, holdPod, w.now)
 	w.same("hold_touch without epoch", nil, nil, gotErr, wantErr)
 	_, gotErr = w.store.HoldRelease(ctx, s.id, hold, holdPod, w.now)
@@ -888,6 +949,7 @@ func (w *world) compare(after string, changed *side) {
 		if err != nil {
 			w.t.Fatal(err)
 		}
+		w.most = max(w.most, len(snap.Pods))
 		got, want := model.Lines(snap), model.Lines(s.model.Snapshot())
 		if s == changed {
 			got, want = append(got, w.record(s)), append(want, s.model.Record())
@@ -895,6 +957,9 @@ func (w *world) compare(after string, changed *side) {
 		}
 		if !slices.Equal(got, want) {
 			w.t.Fatalf("after %s on scope %s, scope %s differs (- redis, + model):\n%s", after, changed.id, s.id, lineDiff(got, want))
+		}
+		if v, err := invariant.Indexes(context.Background(), w.r.Client, w.store.Keys().Scope(s.id)); err != nil || len(v) > 0 {
+			w.t.Fatalf("after %s on scope %s, the indexes of scope %s differ from what they index (%v):\n%s", after, changed.id, s.id, err, strings.Join(v, "\n"))
 		}
 		if s != changed {
 			continue

@@ -90,8 +90,9 @@ func loadAvg() string {
 
 // redisStats is what one INFO answer tells of the server's work so far.
 type redisStats struct {
-	// Calls counts the commands run per command name (INFO commandstats).
-	Calls map[string]int64
+	// Calls counts the commands run per command name (INFO commandstats), Usec the
+	// time Redis spent in them (µs; a script's commands count in its EVALSHA too).
+	Calls, Usec map[string]int64
 	// CPU is used_cpu_sys + used_cpu_user.
 	CPU time.Duration
 	// UsedMemory is used_memory in bytes.
@@ -109,7 +110,7 @@ func readRedis(ctx context.Context, rdb *redis.Client) (redisStats, error) {
 
 // parseInfo reads the fields of redisStats out of an INFO answer.
 func parseInfo(txt string) redisStats {
-	st := redisStats{Calls: map[string]int64{}}
+	st := redisStats{Calls: map[string]int64{}, Usec: map[string]int64{}}
 	var cpu float64
 	for line := range strings.SplitSeq(txt, "\n") {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
@@ -122,6 +123,9 @@ func parseInfo(txt string) redisStats {
 			for f := range strings.SplitSeq(v, ",") {
 				if n, ok := strings.CutPrefix(f, "calls="); ok {
 					st.Calls[strings.TrimPrefix(k, "cmdstat_")], _ = strconv.ParseInt(n, 10, 64)
+				}
+				if n, ok := strings.CutPrefix(f, "usec="); ok {
+					st.Usec[strings.TrimPrefix(k, "cmdstat_")], _ = strconv.ParseInt(n, 10, 64)
 				}
 			}
 		case k == "used_cpu_sys" || k == "used_cpu_user":

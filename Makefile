@@ -39,7 +39,7 @@ unit:
 SOAK_CHECKS ?= 3000
 SOAK_STEPS  ?= 400
 soak:
-	scripts/with-redis.sh $(GO) test -count=1 -run '^TestScriptsFollowTheModel$$' ./internal/model/ \
+	scripts/with-redis.sh $(GO) test -count=1 -run '^TestScriptsFollowTheModel$$' ./internal/testing/model/ \
 		-rapid.checks=$(SOAK_CHECKS) -model.steps=$(SOAK_STEPS) -timeout 2h
 
 ## bench: benchmarks against a real redis-server
@@ -109,7 +109,9 @@ bigscope: build
 ## on (1.5 MB of a replica's RSS) for a profile nothing serves; sm and rm never import
 ## each other (SM takes a root interface, and cmd wires them); rm, sm and the sweeper log
 ## with the call's context (slog's InfoContext(ctx, …): a handler may read the request
-## id from it); and api/openapi.yaml passes Spectral's recommended OpenAPI rules
+## id from it); no package outside internal/testing/ links an internal/testing package
+## but through its tests (the test tooling stays out of what ships); no non-test Go file
+## is over MAX_LINES lines but the model of the scripts (internal/testing/model); and api/openapi.yaml passes Spectral's recommended OpenAPI rules
 ## (scripts/openapi-lint.sh with api/spectral.yaml; npm installs Spectral into
 ## ~/.cache/warmpool-lint the first time). vet, staticcheck and errcheck (every error
 ## checked, or discarded with `_ =` where a comment says why; the few calls it does not
@@ -119,15 +121,17 @@ bigscope: build
 ## (scripts/chart-values.yaml). These tools run at pinned versions through `go run
 ## tool@version`: their modules stay out of go.mod, and the go build cache keeps their
 ## binaries (helm's first build takes some minutes; deploy/'s tests render the chart
-## with the same HELM, internal/manifests.Helm).
+## with the same HELM, internal/testing/manifests.Helm).
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ERRCHECK    := github.com/kisielk/errcheck@v1.30.0
 HELM        := helm.sh/helm/v4/cmd/helm@v4.3.2
 CHART       := deploy/helm/warmpool
 LINT_TAGS   := e2e_multi,faults,e2e_k8s
-NO_K8S_PKGS := . ./client/ ./e2b/ ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/harness/testserver/
-K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./podpolicy/ ./internal/manifests/ ./deploy/ ./e2e/
+NO_K8S_PKGS := . ./client/ ./e2b/ ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/testing/harness/testserver/
+K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./podpolicy/ ./internal/testing/manifests/ ./deploy/ ./e2e/
 POLICY_PKG := ./podpolicy/
+TESTING    := $(MODULE)/internal/testing
+MAX_LINES  := 500
 POLICY_K8S := k8s\.io/(api|apimachinery|pod-security-admission|component-base|klog|utils|kube-openapi)/
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -157,6 +161,12 @@ lint:
 		echo "$$from imports $$to ($$out): they never import each other; take a root interface and wire them in cmd"; exit 1; fi; done
 	@out=$$(grep -nE '\.(Debug|Info|Warn|Error)\("' $$(git ls-files 'rm/*.go' 'sm/*.go' 'sweeper/*.go' | grep -v '_test\.go$$')); \
 		if [ -n "$$out" ]; then echo "log with the call's context (InfoContext(ctx, ...)), as rm, sm and the sweeper do:"; echo "$$out"; exit 1; fi
+	@out=$$($(GO) list -tags $(LINT_TAGS) -f '{{.ImportPath}}: {{join .Deps " "}}' $(PKGS) | grep -v '^$(TESTING)/' | \
+		tr ' ' '\n' | awk '/:$$/ {pkg = $$1} $$0 ~ "^$(TESTING)/" {print pkg, $$0}'); \
+		if [ -n "$$out" ]; then echo "production packages link test tooling (only tests may import internal/testing):"; echo "$$out"; exit 1; fi
+	@out=$$(git ls-files '*.go' | grep -v '_test\.go$$' | grep -v '^internal/testing/model/' | xargs wc -l | \
+		awk '$$2 != "total" && $$1 > $(MAX_LINES)'); \
+		if [ -n "$$out" ]; then echo "non-test Go files over $(MAX_LINES) lines (split them along what they hold):"; echo "$$out"; exit 1; fi
 	scripts/openapi-lint.sh
 	$(GO) run $(HELM) lint --strict $(CHART)
 	$(GO) run $(HELM) lint --strict $(CHART) --values scripts/chart-values.yaml

@@ -31,7 +31,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -270,28 +269,9 @@ func (r *Reporter) Report(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+r.cfg.Token)
-	res, err := r.cfg.Client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer res.Body.Close()
-	switch res.StatusCode {
-	case http.StatusOK:
-	case http.StatusNotFound:
-		var e struct {
-			Error struct{ Code string } `json:"error"`
-		}
-		if json.NewDecoder(res.Body).Decode(&e) == nil && e.Error.Code == string(warmpool.CodePodNotFound) {
-			return 0, ErrGone
-		}
-		return 0, fmt.Errorf("agent: report answered %s: is %s warmpool's address?", res.Status, r.cfg.URL)
-	default:
-		return 0, fmt.Errorf("agent: report answered %s", res.Status)
-	}
 	var a answer
-	if err := json.NewDecoder(res.Body).Decode(&a); err != nil {
-		return 0, fmt.Errorf("agent: report answer: %w", err)
+	if err := r.call(req, "report", warmpool.CodePodNotFound, ErrGone, &a); err != nil {
+		return 0, err
 	}
 	r.mu.Lock()
 	r.unknown = a.UnknownSessions

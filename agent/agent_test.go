@@ -14,8 +14,8 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/agent"
-	"github.com/warmpool/warmpool/internal/await"
-	"github.com/warmpool/warmpool/internal/harness/testserver"
+	"github.com/warmpool/warmpool/internal/testing/await"
+	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
 )
 
 // A Reporter against a real replica: its reports are taken (unknown sessions come

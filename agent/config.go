@@ -89,10 +89,26 @@ func (r *Reporter) fetch(ctx context.Context, session string) (map[string]string
 	if err != nil {
 		return nil, err
 	}
+	var a struct {
+		Env map[string]string `json:"env"`
+	}
+	if err := r.call(req, "session config", warmpool.CodeSessionNotFound, ErrNoSession, &a); err != nil {
+		return nil, err
+	}
+	if a.Env == nil {
+		a.Env = map[string]string{}
+	}
+	return a.Env, nil
+}
+
+// call sends req with the agent's token and decodes its answer, which must be 200,
+// into out: a 404 of the code notFound is gone, another status an error naming what
+// was asked.
+func (r *Reporter) call(req *http.Request, what string, notFound warmpool.Code, gone error, out any) error {
 	req.Header.Set("Authorization", "Bearer "+r.cfg.Token)
 	res, err := r.cfg.Client.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer res.Body.Close()
 	switch res.StatusCode {
@@ -101,21 +117,15 @@ func (r *Reporter) fetch(ctx context.Context, session string) (map[string]string
 		var e struct {
 			Error struct{ Code string } `json:"error"`
 		}
-		if json.NewDecoder(res.Body).Decode(&e) == nil && e.Error.Code == string(warmpool.CodeSessionNotFound) {
-			return nil, ErrNoSession
+		if json.NewDecoder(res.Body).Decode(&e) == nil && e.Error.Code == string(notFound) {
+			return gone
 		}
-		return nil, fmt.Errorf("agent: session config answered %s: is %s warmpool's address?", res.Status, r.cfg.URL)
+		return fmt.Errorf("agent: %s answered %s: is %s warmpool's address?", what, res.Status, r.cfg.URL)
 	default:
-		return nil, fmt.Errorf("agent: session config answered %s", res.Status)
+		return fmt.Errorf("agent: %s answered %s", what, res.Status)
 	}
-	var a struct {
-		Env map[string]string `json:"env"`
+	if err := json.NewDecoder(res.Body).Decode(out); err != nil {
+		return fmt.Errorf("agent: %s answer: %w", what, err)
 	}
-	if err := json.NewDecoder(res.Body).Decode(&a); err != nil {
-		return nil, fmt.Errorf("agent: session config answer: %w", err)
-	}
-	if a.Env == nil {
-		a.Env = map[string]string{}
-	}
-	return a.Env, nil
+	return nil
 }

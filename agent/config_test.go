@@ -8,7 +8,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/agent"
-	"github.com/warmpool/warmpool/internal/harness/testserver"
+	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
 )
 
 // An agent fetches its session's config (SPEC §12.2) with its pod's token, the package

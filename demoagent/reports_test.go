@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/demoagent"
-	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/testing/await"
 )
 
 // The demo agent's sessions are its open SSE streams that name a session: a stream of

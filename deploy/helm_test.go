@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
-	"github.com/warmpool/warmpool/internal/manifests"
+	"github.com/warmpool/warmpool/internal/testing/manifests"
 )
 
 const chartDir = "helm/warmpool"
@@ -215,6 +215,6 @@ func TestMakefileHelm(t *testing.T) {
 	}
 	m := regexp.MustCompile(`(?m)^HELM\s*:?=\s*(\S+)\s*$`).FindSubmatch(raw)
 	if m == nil || !bytes.Equal(m[1], []byte(manifests.Helm)) {
-		t.Errorf("the Makefile's HELM is %q, want %s (internal/manifests.Helm)", m, manifests.Helm)
+		t.Errorf("the Makefile's HELM is %q, want %s (internal/testing/manifests.Helm)", m, manifests.Helm)
 	}
 }

@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/warmpool/warmpool/internal/manifests"
+	"github.com/warmpool/warmpool/internal/testing/manifests"
 )
 
 // rendered is one rendering of the deployment: one object of each kind but

@@ -18,7 +18,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/metrics"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/lua"
 )
 

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/harness/testserver"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/server"
 )
 
@@ -116,15 +116,7 @@ func send(t testing.TB, base, method, path, body, key string, headers ...string)
 			req.Header.Set(k, v)
 		}
 	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, raw := testserver.Do(t, req)
 	return answer{status: res.StatusCode, header: res.Header, raw: raw}
 }
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/testing/await"
 )
 
 // auditInterval is the full pass of the auditor replica: it runs at once and again.

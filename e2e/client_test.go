@@ -15,8 +15,8 @@ import (
 
 	"github.com/warmpool/warmpool/client"
 	"github.com/warmpool/warmpool/driver/fake"
-	"github.com/warmpool/warmpool/internal/await"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/await"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 )
 
 // The Go client (package client) against the built binary: one replica with the fake

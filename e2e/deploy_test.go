@@ -20,9 +20,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/warmpool/warmpool/internal/manifests"
-	"github.com/warmpool/warmpool/internal/testpg"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/manifests"
+	"github.com/warmpool/warmpool/internal/testing/testpg"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/sm"
 )
 

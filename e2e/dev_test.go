@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/await"
-	"github.com/warmpool/warmpool/internal/syncbuf"
+	"github.com/warmpool/warmpool/internal/testing/await"
+	"github.com/warmpool/warmpool/internal/testing/syncbuf"
 	"github.com/warmpool/warmpool/sm"
 )
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 )
 
 // The E2B front door (SPEC §12.3) driven by the real E2B SDK from npm, at the version

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/httpx"
+	"github.com/warmpool/warmpool/internal/testing/await"
 )
 
 // rigReportSecret is the --report-secret of the replicas of the report case; the case
@@ -271,13 +271,7 @@ func caseAgentReports(t *testing.T, res *caseResult) {
 	}
 	g.give(p2, "a4", b4)
 	g.awaitAccepted(t, p2, []string{"b1", "a4"}, 10*time.Second)
-	if err := replica.admin.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
-		t.Fatal(err)
-	}
-	promoted := time.Now()
-	r.redis.Kill()
-	r.redis = replica
-	r.useRedis(replica)
+	promoted := r.promote(t, replica)
 	var wg sync.WaitGroup
 	for _, rep := range r.replicas {
 		r.kill9(rep)

@@ -19,8 +19,8 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/fake"
-	"github.com/warmpool/warmpool/internal/await"
-	"github.com/warmpool/warmpool/internal/invariant"
+	"github.com/warmpool/warmpool/internal/testing/await"
+	"github.com/warmpool/warmpool/internal/testing/invariant"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -131,6 +131,20 @@ func newRig(t *testing.T, extra ...string) *rig {
 // useRedis points the rig's snapshots at a Redis server.
 func (r *rig) useRedis(s *redisServer) {
 	r.lstore = lua.NewStore(s.admin, rigPrefix)
+}
+
+// promote makes replica the primary (REPLICAOF NO ONE), kills the old one and points
+// the rig at the new one; it returns when the promotion was answered.
+func (r *rig) promote(t *testing.T, replica *redisServer) time.Time {
+	t.Helper()
+	if err := replica.admin.Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	promoted := time.Now()
+	r.redis.Kill()
+	r.redis = replica
+	r.useRedis(replica)
+	return promoted
 }
 
 func (r *rig) startProc(rep *faultReplica) *proc {
@@ -309,7 +323,7 @@ func (r *rig) snap(scope string) (lua.Snapshot, error) {
 }
 
 // violations lists what a snapshot breaks: the SPEC §6 invariants
-// (internal/invariant), plus the client-side view: no pod serves more sessions than
+// (internal/testing/invariant), plus the client-side view: no pod serves more sessions than
 // pod_concurrency among those the rig's clients were told are bound to it and that
 // have neither ended nor expired (a binding Redis lost still runs on its pod).
 func (r *rig) violations(scope string, s lua.Snapshot, settled bool) []string {

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/driver/fake"
-	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -550,7 +550,6 @@ func caseRedisRestartedEmpty(t *testing.T, res *caseResult) {
 
 func caseFailover(t *testing.T, res *caseResult) {
 	const ttl = 10 * time.Second
-	ctx := context.Background()
 	r := newRig(t)
 	replica := startRedisServer(t, freePort(t), "--replicaof", "127.0.0.1", strconv.Itoa(r.redis.port))
 	r.scope("h", fmt.Sprintf(`"max_concurrency":8,"pod_concurrency":2,"session_ttl_s":%d`, int(ttl.Seconds())), 10)
@@ -563,13 +562,7 @@ func caseFailover(t *testing.T, res *caseResult) {
 		t.Fatalf("h2 on %s, want the free slot of %s", b.PodID, p1)
 	}
 	p2 := r.routeRetry(2, "h", "h3", 10*time.Second).PodID
-	if err := replica.admin.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
-		t.Fatal(err)
-	}
-	promoted := time.Now()
-	r.redis.Kill()
-	r.redis = replica
-	r.useRedis(replica)
+	promoted := r.promote(t, replica)
 	w := r.watch("h")
 	var wg sync.WaitGroup
 	for _, rep := range r.replicas {

@@ -19,8 +19,8 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/warmpool/warmpool/internal/harness/testserver"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/lua"
 )
 

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/await"
-	"github.com/warmpool/warmpool/internal/testpg"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/await"
+	"github.com/warmpool/warmpool/internal/testing/testpg"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 )
 
 // The multi-replica e2e: a real redis-server, three `warmpool serve` processes with the

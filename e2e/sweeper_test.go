@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/testing/await"
 )
 
 // TestSweepersKeepThePoolWarm runs the binary (--dev: the embedded Redis) with the

@@ -27,7 +27,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/podpolicy"
 )
 
@@ -60,6 +60,27 @@ func kubeReq(scope string, fence int64) warmpool.DeployRequest {
 	spec.Command = []string{"/agent"}
 	spec.Args = []string{"--listen", ":8080"}
 	return warmpool.DeployRequest{ScopeID: scope, DeployVer: spec.DeployVer(), Fence: fence, Spec: spec}
+}
+
+// deployAll deploys n scopes (prefix0, prefix1, …) at once on k and fails the test
+// unless every deploy succeeds.
+func deployAll(t *testing.T, ctx context.Context, k *Kubernetes, prefix string, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, err := k.Deploy(ctx, kubeReq(fmt.Sprintf("%s%d", prefix, i), 1))
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func readyStatus(ip string) corev1.PodStatus {
@@ -484,21 +505,7 @@ func TestKubernetesUnschedulableGrace(t *testing.T) {
 func TestKubernetesDeploysShareOneWatch(t *testing.T) {
 	cs := readyClient(t, "127.1.0.4")
 	k := mustKube(t, cs, func(c *Config) { c.DisableNodeWatch = true })
-	var wg sync.WaitGroup
-	errs := make(chan error, 5)
-	for i := range 5 {
-		wg.Go(func() {
-			_, err := k.Deploy(context.Background(), kubeReq(fmt.Sprintf("share%d", i), 1))
-			errs <- err
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	deployAll(t, context.Background(), k, "share", 5)
 	watches, own := 0, 0
 	for _, a := range cs.Actions() {
 		if a.GetVerb() == "watch" && a.GetResource().Resource == "pods" && a.GetNamespace() == "wp" { // not the test's kubelet

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/internal/syncbuf"
+	"github.com/warmpool/warmpool/internal/testing/syncbuf"
 )
 
 // TestDeployLogsCarryRequestID: the driver logs the lines of a deploy with the deploy's

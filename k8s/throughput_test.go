@@ -34,21 +34,7 @@ func TestKubernetesDeployRequests(t *testing.T) {
 	}
 	cs.ClearActions()
 	const n = 20
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := range n {
-		wg.Go(func() {
-			_, err := k.Deploy(ctx, kubeReq(fmt.Sprintf("req%d", i), 1))
-			errs <- err
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	deployAll(t, ctx, k, "req", n)
 	verbs := map[string]int{}
 	for _, a := range cs.Actions() {
 		if a.GetNamespace() == "wp" && a.GetVerb() != "update" { // the test's kubelet updates

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/driver/fake"
-	"github.com/warmpool/warmpool/internal/harness/testserver"
+	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
 	"github.com/warmpool/warmpool/sweeper"
 )
 

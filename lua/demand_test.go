@@ -18,21 +18,10 @@ func demandEnv(t *testing.T, policy string) *env {
 	e := newEnv(t, func(c *warmpool.ScopeConfig) {
 		c.Pool.MaxConcurrency, c.Pool.PodConcurrency, c.Pool.MinIdlePods = 40, 1, 30
 	})
-	ctx := context.Background()
-	var deploys []lua.AcquireResult
-	for {
-		res, err := e.store.PodPlaceholder(ctx, e.scope, e.now, e.now.Add(time.Minute), e.now.Add(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Kind != lua.PlaceholderDeploy {
-			break
-		}
-		deploys = append(deploys, lua.AcquireResult{Deploy: res.Deploy, Fence: res.Fence, Spec: res.Spec})
-	}
+	deploys := e.warmDeploys()
 	e.now = e.now.Add(2 * time.Second)
 	for _, d := range deploys {
-		if _, _, err := e.register(d, ""); err != nil {
+		if _, _, err := e.register(lua.AcquireResult{Deploy: d.Deploy, Fence: d.Fence, Spec: d.Spec}, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -43,6 +32,23 @@ func demandEnv(t *testing.T, policy string) *env {
 		c.Pool.MaxConcurrency, c.Pool.PodConcurrency, c.Pool.MinIdlePods, c.Pool.WarmPolicy = 40, 1, 1, policy
 	})
 	return e
+}
+
+// warmDeploys takes placeholders of the scope's warm deploys (the refill's) until
+// PodPlaceholder has no more to start, and returns them.
+func (e *env) warmDeploys() []lua.PlaceholderResult {
+	e.t.Helper()
+	var out []lua.PlaceholderResult
+	for {
+		res, err := e.store.PodPlaceholder(context.Background(), e.scope, e.now, e.now.Add(time.Minute), e.now.Add(time.Minute))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if res.Kind != lua.PlaceholderDeploy {
+			return out
+		}
+		out = append(out, res)
+	}
 }
 
 // target reads the scope's idle target now.
@@ -197,18 +203,7 @@ func TestDemandRefillFillsToTheTarget(t *testing.T) {
 			if tg.Idle != want {
 				t.Fatalf("target %+v, want %d", tg, want)
 			}
-			deploys := 0
-			for {
-				res, err := e.store.PodPlaceholder(ctx, e.scope, e.now, e.now.Add(time.Minute), e.now.Add(time.Minute))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res.Kind != lua.PlaceholderDeploy {
-					break
-				}
-				deploys++
-			}
-			if deploys != want {
+			if deploys := len(e.warmDeploys()); deploys != want {
 				t.Fatalf("the refill started %d warm deploys, want the target %d", deploys, want)
 			}
 		})

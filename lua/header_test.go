@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 )
 
 // header is what a script's header (its opening comment lines) says of its KEYS and

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 )
 
 func newStore(t *testing.T) (*Store, *testredis.Redis) {

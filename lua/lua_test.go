@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/await"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/await"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/lua"
 )
 

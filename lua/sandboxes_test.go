@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/lua"
 )
 

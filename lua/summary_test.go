@@ -6,14 +6,14 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/cputime"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -128,24 +128,16 @@ func BenchmarkScopeSummaries(b *testing.B) {
 	} {
 		b.Run(name, func(b *testing.B) {
 			runtime.GC()
-			cpu, rcpu := cpuNow(b), redisCPU(b, r.Admin)
+			cpu, rcpu := cputime.Now(b), redisCPU(b, r.Admin)
 			for b.Loop() {
 				if n, err := pass(); err != nil || n != 5000 {
 					b.Fatalf("%d scopes, %v", n, err)
 				}
 			}
-			b.ReportMetric(float64((cpuNow(b)-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			cputime.Report(b, cpu)
 			b.ReportMetric(float64((redisCPU(b, r.Admin)-rcpu).Nanoseconds())/float64(b.N), "redis-cpu-ns/op")
 		})
 	}
-}
-
-func cpuNow(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // redisCPU is used_cpu_sys + used_cpu_user of INFO cpu (0 on miniredis).

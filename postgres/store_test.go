@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/await"
-	"github.com/warmpool/warmpool/internal/storetest"
-	"github.com/warmpool/warmpool/internal/testpg"
+	"github.com/warmpool/warmpool/internal/testing/await"
+	"github.com/warmpool/warmpool/internal/testing/storetest"
+	"github.com/warmpool/warmpool/internal/testing/testpg"
 )
 
 func mustOpen(tb testing.TB, dsn string) *Store { return storetest.MustOpen(tb, Open, dsn) }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/warmpool/warmpool/internal/harness/replicatest"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 )
 
 // benchReplica is one replica on a scope "s" (max_concurrency 8, pod_concurrency 2).

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/warmpool/warmpool/internal/harness/replicatest"
+	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
 	"github.com/warmpool/warmpool/rm"
 )
 

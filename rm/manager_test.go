@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/harness/replicatest"
+	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
 )

@@ -6,13 +6,12 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/fake"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/cputime"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sqlite"
 )
@@ -37,7 +36,8 @@ func BenchmarkHTTPRouteWarm(b *testing.B) {
 
 // BenchmarkHTTPRouteAffinity measures the call `wpbench baseline` compares with the
 // bare handler of scripts/routebaseline: the HTTP route of a session bound already
-// (an affinity route), in process.
+// (an affinity route), in process. Its cpu-ns/op is the figure that comparison takes,
+// where ns/op is mostly the wait for Redis.
 func BenchmarkHTTPRouteAffinity(b *testing.B) {
 	h := benchServer(b)
 	const sessions = 64
@@ -46,7 +46,7 @@ func BenchmarkHTTPRouteAffinity(b *testing.B) {
 			b.Fatalf("route: %d %s", w.Code, w.Body)
 		}
 	}
-	cpu := cpuTime(b)
+	cpu := cputime.Now(b)
 	i := 0
 	for b.Loop() {
 		i++
@@ -54,17 +54,7 @@ func BenchmarkHTTPRouteAffinity(b *testing.B) {
 			b.Fatalf("route: %d %s", w.Code, w.Body)
 		}
 	}
-	b.ReportMetric(float64((cpuTime(b)-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime is the CPU time the process has used (user and system): per route it is
-// the figure `wpbench baseline` compares, where ns/op is mostly the wait for Redis.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	cputime.Report(b, cpu)
 }
 
 // benchRoute routes session through h.

@@ -13,10 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/await"
-	"github.com/warmpool/warmpool/internal/harness/testserver"
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/internal/invariant"
+	"github.com/warmpool/warmpool/internal/testing/await"
+	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
+	"github.com/warmpool/warmpool/internal/testing/invariant"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
 )

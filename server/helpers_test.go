@@ -14,8 +14,8 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/fake"
-	"github.com/warmpool/warmpool/internal/harness/testserver"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/server"
 )
 

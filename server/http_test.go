@@ -18,9 +18,9 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/await"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sweeper"

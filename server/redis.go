@@ -255,20 +255,6 @@ const (
 	MaxClockSkew       = 100 * time.Millisecond
 )
 
-// watchClock measures the clock skew every ClockCheckInterval until ctx ends.
-func (s *Server) watchClock(ctx context.Context) {
-	t := time.NewTicker(ClockCheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.measureClock(ctx)
-		}
-	}
-}
-
 // measureClock measures the skew of the replica's clock against Redis's TIME, which
 // the store takes off the guarded calls' deadlines from then on, exports it
 // (warmpool_clock_skew_seconds) and warns when it is above MaxClockSkew. A failed

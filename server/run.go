@@ -13,6 +13,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
+	"github.com/warmpool/warmpool/sweeper"
 )
 
 // bootstrap makes a live keyspace: on an empty Redis (or one that lost its data) the
@@ -98,7 +99,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.Runner.Run(jobs) })
 	wg.Go(func() { _ = s.Sweeper.Follow(jobs) }) // it ends when jobs does
-	wg.Go(func() { s.watchClock(jobs) })
+	wg.Go(func() { sweeper.Every(jobs, ClockCheckInterval, s.measureClock) })
 	var err error
 	select {
 	case <-ctx.Done():

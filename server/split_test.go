@@ -2,14 +2,13 @@ package server_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 
-	"github.com/warmpool/warmpool/internal/harness/testserver"
-	"github.com/warmpool/warmpool/internal/syncbuf"
+	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
+	"github.com/warmpool/warmpool/internal/testing/syncbuf"
 	"github.com/warmpool/warmpool/sqlite"
 )
 
@@ -82,15 +81,7 @@ func request(t *testing.T, method, url, body string, hdrs ...string) (int, strin
 	for i := 0; i+1 < len(hdrs); i += 2 {
 		req.Header.Set(hdrs[i], hdrs[i+1])
 	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, raw := testserver.Do(t, req)
 	return res.StatusCode, string(raw)
 }
 

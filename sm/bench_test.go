@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/warmpool/warmpool/internal/harness/replicatest"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 )
 
 // BenchmarkRouteWarm measures routing a new session onto a warm pod with a free slot,

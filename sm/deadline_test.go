@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/harness/replicatest"
+	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
 	"github.com/warmpool/warmpool/sm"
 )
 

@@ -9,8 +9,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/harness/replicatest"
 	"github.com/warmpool/warmpool/internal/httpx"
+	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
 	"github.com/warmpool/warmpool/sm"
 )
 

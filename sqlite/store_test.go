@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/await"
 	"github.com/warmpool/warmpool/internal/sqlstore"
-	"github.com/warmpool/warmpool/internal/storetest"
+	"github.com/warmpool/warmpool/internal/testing/await"
+	"github.com/warmpool/warmpool/internal/testing/storetest"
 )
 
 func mustOpen(tb testing.TB, dsn string) *Store { return storetest.MustOpen(tb, Open, dsn) }

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/harness/replicatest"
-	"github.com/warmpool/warmpool/internal/invariant"
+	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
+	"github.com/warmpool/warmpool/internal/testing/invariant"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sm"
 )

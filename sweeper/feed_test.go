@@ -9,8 +9,8 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/fake"
-	"github.com/warmpool/warmpool/internal/await"
-	"github.com/warmpool/warmpool/internal/harness/replicatest"
+	"github.com/warmpool/warmpool/internal/testing/await"
+	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
 	"github.com/warmpool/warmpool/sweeper"
 )
 

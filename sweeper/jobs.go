@@ -298,18 +298,11 @@ func (s *Sweeper) sweepScope(ctx context.Context, scope string, now time.Time) e
 // answers again, not by the full pass an hour later; only a replica that dies between
 // a script and its write leaves the entry to the full pass.
 func (s *Sweeper) retryDueIndex(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	Every(ctx, s.cfg.Interval, func(ctx context.Context) {
 		if err := s.store.RetryDueIndex(ctx); err != nil && ctx.Err() == nil {
 			s.log.WarnContext(ctx, "due index: writes that failed are not written yet; trying again next tick", "err", err)
 		}
-	}
+	})
 }
 
 // Reindex computes every scope's due time again from its state and indexes it: the

@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/warmpool/warmpool/internal/harness/replicatest"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/sweeper"
 )
 

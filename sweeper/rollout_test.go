@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/harness/replicatest"
+	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
 )
 
 // SPEC §11.3 max_sessions_per_pod: a pod that has served that many sessions takes no

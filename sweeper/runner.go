@@ -71,21 +71,36 @@ func (r *Runner) Run(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t := time.NewTimer(j.Interval * time.Duration(i+1) / time.Duration(len(r.jobs)))
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					t.Reset(j.Interval)
-				case <-j.Wake:
-				}
+			first := time.NewTimer(j.Interval * time.Duration(i+1) / time.Duration(len(r.jobs)))
+			tick(ctx, first, j.Interval, j.Wake, func(ctx context.Context) {
 				_, _ = r.RunOnce(ctx, j) // logged and counted (OnRun) there
-			}
+			})
 		}()
 	}
 	wg.Wait()
+}
+
+// Every calls f every d until ctx ends, the first time d after the start: the
+// periodic work of each replica that takes no lock (the due index's retries, the
+// server's clock checks).
+func Every(ctx context.Context, d time.Duration, f func(context.Context)) {
+	tick(ctx, time.NewTimer(d), d, nil, f)
+}
+
+// tick calls f each time t fires, then every d, and each time wake receives (a nil
+// wake never does), until ctx ends; it stops t.
+func tick(ctx context.Context, t *time.Timer, d time.Duration, wake <-chan struct{}, f func(context.Context)) {
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			t.Reset(d)
+		case <-wake:
+		}
+		f(ctx)
+	}
 }
 
 // RunOnce runs one job now if its lock is free: the lock is kept alive while the job

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/harness/replicatest"
+	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sweeper"
 )

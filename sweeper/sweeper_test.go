@@ -17,7 +17,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/fake"
-	"github.com/warmpool/warmpool/internal/harness/replicatest"
+	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sweeper"

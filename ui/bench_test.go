@@ -6,14 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/cputime"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/ui"
 )
@@ -59,8 +58,7 @@ func BenchmarkState(b *testing.B) {
 	u := ui.New(store, "r1", clock, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	q := ui.Query{Sort: "scope_id", Limit: ui.DefaultLimit, Detail: detail}
 	runtime.GC()
-	var ru0 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	cpu := cputime.Now(b)
 	for b.Loop() {
 		clock.Advance(ui.Refresh)
 		st, err := u.State(ctx, q)
@@ -68,8 +66,5 @@ func BenchmarkState(b *testing.B) {
 			b.Fatalf("%d scopes, %d details: %v", st.Totals.Scopes, len(st.Scopes), err)
 		}
 	}
-	var ru1 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	cputime.Report(b, cpu)
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/harness/testserver"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/ui"
 )
@@ -130,6 +130,19 @@ func uiState(t *testing.T, base, query string) state {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// twoReplicas is two replicas on the backing b and one clock, with the scopes a, b and
+// c put through the first.
+func twoReplicas(t *testing.T) (b *testserver.Backing, r1, r2 *replica, clock *testredis.Clock) {
+	t.Helper()
+	b = testserver.NewBacking(t)
+	clock = testredis.NewClock()
+	r1, r2 = newReplica(t, b, "r1", clock), newReplica(t, b, "r2", clock)
+	for _, s := range []string{"a", "b", "c"} {
+		putScope(t, r1.ts.URL, s)
+	}
+	return b, r1, r2, clock
 }
 
 // putScope stores a scope of max_pods 2 and pod_concurrency 2.
@@ -251,12 +264,7 @@ func TestStateBadParameters(t *testing.T) {
 // Redis for that long instead of reading every scope itself.
 func TestStateSharedWork(t *testing.T) {
 	t.Parallel()
-	b := testserver.NewBacking(t)
-	clock := testredis.NewClock()
-	r1, r2 := newReplica(t, b, "r1", clock), newReplica(t, b, "r2", clock)
-	for _, s := range []string{"a", "b", "c"} {
-		putScope(t, r1.ts.URL, s)
-	}
+	b, r1, r2, clock := twoReplicas(t)
 	count := func(when string, want1, want2 int64) {
 		t.Helper()
 		if n1, n2 := r1.passes.n.Load(), r2.passes.n.Load(); n1 != want1 || n2 != want2 {
@@ -423,12 +431,7 @@ func TestStateDetailShowsBackoff(t *testing.T) {
 // takes that one from then on.
 func TestScopeListTakesOlderPasses(t *testing.T) {
 	t.Parallel()
-	b := testserver.NewBacking(t)
-	clock := testredis.NewClock()
-	r1, r2 := newReplica(t, b, "r1", clock), newReplica(t, b, "r2", clock)
-	for _, s := range []string{"a", "b", "c"} {
-		putScope(t, r1.ts.URL, s)
-	}
+	_, r1, r2, clock := twoReplicas(t)
 	list := func(base string) int {
 		t.Helper()
 		code, body := get(t, base, "/v1/scopes?limit=2")

@@ -17,7 +17,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
-	"github.com/warmpool/warmpool/internal/harness/testserver"
+	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/server"
 )

@@ -18,8 +18,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/warmpool/warmpool/internal/await"
-	"github.com/warmpool/warmpool/internal/harness/testserver"
+	"github.com/warmpool/warmpool/internal/testing/await"
+	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
 )
 
 // cli is a replica served in-process and the operator commands pointed at it.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/driver"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/server"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/drivertest"
 	"github.com/warmpool/warmpool/driver/fake"
-	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/testing/await"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

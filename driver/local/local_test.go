@@ -23,7 +23,7 @@ import (
 	"github.com/warmpool/warmpool/demoagent"
 	"github.com/warmpool/warmpool/driver/drivertest"
 	"github.com/warmpool/warmpool/driver/local"
-	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/testing/await"
 )
 
 // agentEnv turns the test binary into the demo agent, so the driver's tests need no

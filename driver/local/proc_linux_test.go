@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/testing/await"
 )
 
 // An exited, unreaped child is "process exited"; a live process of another command

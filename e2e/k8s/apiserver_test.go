@@ -27,9 +27,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/invariant"
-	"github.com/warmpool/warmpool/internal/syncbuf"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/invariant"
+	"github.com/warmpool/warmpool/internal/testing/syncbuf"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/podpolicy"
 )
@@ -270,18 +270,28 @@ func apiserverProcess(t *testing.T) *os.Process {
 // there wins); it is stopped with the test, and its stderr is the service's log.
 func startServe(t *testing.T, r *testredis.Redis, ns string, args ...string) *service {
 	t.Helper()
+	flags := append([]string{"--store", filepath.Join(t.TempDir(), "config.db"), "--kubeconfig", os.Getenv("WARMPOOL_KUBECONFIG"),
+		"--instance-id", "e2e-stop-" + strconv.Itoa(rand.IntN(1e6)),
+		"--sweep-interval", "250ms", "--reconcile-interval", "1s", "--reconcile-duty", "1", "--orphan-grace", "3s", "--ghost-grace", "3s"}, args...)
+	s, _ := serveProc(t, r, ns, &http.Client{Timeout: answerBound + 30*time.Second}, flags...)
+	return s
+}
+
+// serveProc starts `warmpool serve` on r with the kubernetes driver in ns, on a free
+// loopback port, with flags added, and returns it, called with client, and its pid
+// once /readyz answers 200. It is killed with the test; its stderr is logged when the
+// test failed.
+func serveProc(t *testing.T, r *testredis.Redis, ns string, client *http.Client, flags ...string) (*service, int) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(warmpoolBin(t), "serve", "--listen", addr, "--redis", r.URL(), "--prefix", r.Prefix,
-		"--store", filepath.Join(t.TempDir(), "config.db"), "--driver", "kubernetes",
-		"--kubeconfig", os.Getenv("WARMPOOL_KUBECONFIG"), "--namespace", ns,
-		"--instance-id", "e2e-stop-"+strconv.Itoa(rand.IntN(1e6)),
-		"--sweep-interval", "250ms", "--reconcile-interval", "1s", "--reconcile-duty", "1", "--orphan-grace", "3s", "--ghost-grace", "3s")
-	cmd.Args = append(cmd.Args, args...)
+	args := append([]string{"serve", "--listen", addr, "--redis", r.URL(), "--prefix", r.Prefix,
+		"--driver", "kubernetes", "--namespace", ns}, flags...)
+	cmd := exec.Command(warmpoolBin(t), args...)
 	stderr := new(syncbuf.Buffer)
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
@@ -296,7 +306,7 @@ func startServe(t *testing.T, r *testredis.Redis, ns string, args ...string) *se
 			t.Logf("warmpool serve stderr:\n%s", stderr.String())
 		}
 	})
-	s := &service{t: t, redis: r, base: "http://" + addr, ns: ns, log: stderr, client: &http.Client{Timeout: answerBound + 30*time.Second}}
+	s := &service{t: t, redis: r, base: "http://" + addr, ns: ns, log: stderr, client: client}
 	eventually(t, 30*time.Second, "warmpool serve ready", func() (bool, string) {
 		select {
 		case <-done:
@@ -306,7 +316,7 @@ func startServe(t *testing.T, r *testredis.Redis, ns string, args ...string) *se
 		rep := s.call(http.MethodGet, "/readyz", "")
 		return rep.status == http.StatusOK, rep.String()
 	})
-	return s
+	return s, cmd.Process.Pid
 }
 
 // warmpoolBin is the binary `make build` made (WARMPOOL_BIN), else one built now.

@@ -16,10 +16,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -27,15 +25,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	authnv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/warmpool/warmpool/internal/syncbuf"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 )
 
 const defaultBenchRuns = "1:50:1,1:200:1,1:1000:1,1:200:100,1:1000:100,3:200:1,3:1000:100,1:1000:1:sa"
@@ -194,69 +187,10 @@ type benchReplica struct {
 
 func startBenchReplica(t *testing.T, r *testredis.Redis, ns, store, kubeconfig string, i int) *benchReplica {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cmd := exec.Command(warmpoolBin(t), "serve", "--listen", addr, "--redis", r.URL(), "--prefix", r.Prefix,
-		"--store", store, "--driver", "kubernetes", "--kubeconfig", kubeconfig, "--namespace", ns,
+	s, pid := serveProc(t, r, ns, &http.Client{Timeout: 15 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 2000}},
+		"--store", store, "--kubeconfig", kubeconfig,
 		"--instance-id", fmt.Sprintf("bench-%d-%d", i, rand.IntN(1e6)), "--log-level", "warn")
-	var stderr syncbuf.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-done
-		if t.Failed() {
-			t.Logf("warmpool serve stderr:\n%s", stderr.String())
-		}
-	})
-	s := &service{t: t, redis: r, base: "http://" + addr, ns: ns, client: &http.Client{Timeout: 15 * time.Minute,
-		Transport: &http.Transport{MaxIdleConnsPerHost: 2000}}}
-	eventually(t, 30*time.Second, "warmpool serve ready", func() (bool, string) {
-		select {
-		case <-done:
-			t.Fatalf("warmpool serve exited: %v\n%s", cmd.ProcessState, stderr.String())
-		default:
-		}
-		rep := s.call(http.MethodGet, "/readyz", "")
-		return rep.status == http.StatusOK, rep.String()
-	})
-	return &benchReplica{service: s, pid: cmd.Process.Pid}
-}
-
-// saKubeconfig is a kubeconfig of deploy/base's ServiceAccount, applied in ns.
-func saKubeconfig(t *testing.T, ns string) string {
-	t.Helper()
-	applyRBAC(t, ns)
-	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), "warmpool",
-		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := adminCfg.CAData
-	if len(ca) == 0 {
-		if ca, err = os.ReadFile(adminCfg.CAFile); err != nil {
-			t.Fatal(err)
-		}
-	}
-	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(caFile, ca, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	doc := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: %q, certificate-authority: %q}}]\nusers: [{name: u, user: {token: %q}}]\ncontexts: [{name: x, context: {cluster: c, user: u, namespace: %s}}]\ncurrent-context: x\n",
-		adminCfg.Host, caFile, tok.Status.Token, ns)
-	if err := os.WriteFile(kc, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return kc
+	return &benchReplica{service: s, pid: pid}
 }
 
 // benchProcs are the pids whose CPU a run reports, by process name: the rig's (from

@@ -38,7 +38,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/drivertest"
-	"github.com/warmpool/warmpool/internal/manifests"
+	"github.com/warmpool/warmpool/internal/testing/manifests"
 	"github.com/warmpool/warmpool/k8s"
 	"github.com/warmpool/warmpool/podpolicy"
 )

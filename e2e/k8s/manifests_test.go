@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/manifests"
+	"github.com/warmpool/warmpool/internal/testing/manifests"
 	"github.com/warmpool/warmpool/podpolicy"
 )
 

@@ -20,6 +20,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -36,12 +38,14 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/drivertest"
-	"github.com/warmpool/warmpool/internal/syncbuf"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/syncbuf"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/k8s"
 	"github.com/warmpool/warmpool/podpolicy"
 	"github.com/warmpool/warmpool/server"
@@ -109,6 +113,29 @@ func saToken(t *testing.T, ns string) string {
 		t.Fatal(err)
 	}
 	return tok.Status.Token
+}
+
+// saKubeconfig is a kubeconfig file for the rig with a token of deploy/base's
+// ServiceAccount, applied in ns: warmpool serve with the Role it is deployed with.
+func saKubeconfig(t *testing.T, ns string) string {
+	t.Helper()
+	ca := adminCfg.CAData
+	if len(ca) == 0 && adminCfg.CAFile != "" {
+		var err error
+		if ca, err = os.ReadFile(adminCfg.CAFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["rig"] = &clientcmdapi.Cluster{Server: adminCfg.Host, CertificateAuthorityData: ca}
+	cfg.AuthInfos["warmpool"] = &clientcmdapi.AuthInfo{Token: saToken(t, ns)}
+	cfg.Contexts["warmpool"] = &clientcmdapi.Context{Cluster: "rig", AuthInfo: "warmpool", Namespace: ns}
+	cfg.CurrentContext = "warmpool"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // saClient is a client with a token of deploy/base's ServiceAccount, applied in ns.

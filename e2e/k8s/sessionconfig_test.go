@@ -22,11 +22,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 )
 
 // TestSessionConfigSecretStaysInItsSecret: `warmpool serve` on the token of deploy/base's
@@ -212,27 +210,4 @@ func holds(t *testing.T, obj any, value string) bool {
 		t.Fatal(err)
 	}
 	return strings.Contains(string(raw), value) || strings.Contains(string(raw), base64.StdEncoding.EncodeToString([]byte(value)))
-}
-
-// saKubeconfig is a kubeconfig file for the rig with a token of deploy/base's
-// ServiceAccount, applied in ns: warmpool serve with the Role it is deployed with.
-func saKubeconfig(t *testing.T, ns string) string {
-	t.Helper()
-	ca := adminCfg.CAData
-	if len(ca) == 0 && adminCfg.CAFile != "" {
-		var err error
-		if ca, err = os.ReadFile(adminCfg.CAFile); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["rig"] = &clientcmdapi.Cluster{Server: adminCfg.Host, CertificateAuthorityData: ca}
-	cfg.AuthInfos["warmpool"] = &clientcmdapi.AuthInfo{Token: saToken(t, ns)}
-	cfg.Contexts["warmpool"] = &clientcmdapi.Context{Cluster: "rig", AuthInfo: "warmpool", Namespace: ns}
-	cfg.CurrentContext = "warmpool"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }

@@ -8,11 +8,10 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/testing/cputime"
 )
 
 // strictBody is a body of each kind of JSON DecodeStrict meets: plain fields, maps
@@ -365,25 +364,16 @@ func BenchmarkDecodeStrict(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			body := []byte(bc.body)
 			b.ReportAllocs()
-			cpu := cpuTime(b)
+			cpu := cputime.Now(b)
 			for b.Loop() {
 				var req routeRequest
 				if err := DecodeStrict(body, &req); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64((cpuTime(b)-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			cputime.Report(b, cpu)
 		})
 	}
-}
-
-// cpuTime is the CPU time (user and system) the process has used.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // plainBody is strictBody without the embedded struct: its shape is exact, and

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
@@ -12,7 +11,8 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/metrics"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/cputime"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/lua"
 )
 
@@ -139,21 +139,11 @@ func BenchmarkRender(b *testing.B) {
 	}
 	size := metrics.RenderSize(m, 0)
 	runtime.GC()
-	cpu := cpuTime(b)
+	cpu := cputime.Now(b)
 	for b.Loop() {
 		if n := metrics.RenderSize(m, size); n < 5000*500 {
 			b.Fatalf("%d bytes", n)
 		}
 	}
-	b.ReportMetric(float64((cpuTime(b)-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime is the CPU time the process has used (user and system), the garbage
-// collector's included: ns/op is mostly the wait for Redis.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	cputime.Report(b, cpu)
 }

@@ -2,13 +2,12 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 
-	"github.com/warmpool/warmpool/internal/bench"
+	"github.com/warmpool/warmpool/scripts/wpbench/bench"
 )
 
 // bigScope is `wpbench bigscope` (make bigscope, issue 33): one scope of 10, 1,000 and
@@ -16,10 +15,9 @@ import (
 // the Redis commands and CPU of a warm route, a release, a warm acquire, a hold release
 // and a cold route; then cold bursts of 5,000 routes into one empty scope.
 func bigScope(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bigscope", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var c bench.BigScopeConfig
-	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
+	cmd := newCommand("bigscope", getenv, stderr, &c.Bin, &c.RedisScript, &c.Dir)
+	fs := cmd.fs
 	sizes := fs.String("sizes", "10,1000,10000", "the scope's pods, one run each")
 	pcs := fs.String("pod-concurrency", "1,8", "the pod_concurrency of each run")
 	rates := fs.String("burst-rates", "500,2000", "routes a second of the cold bursts")
@@ -29,7 +27,7 @@ func bigScope(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&c.Cold, "cold", bench.DefaultBigScopeCold, "deploys of each cold window")
 	fs.IntVar(&c.BurstRoutes, "burst", bench.DefaultBurstRoutes, "routes of each cold burst (negative: no burst)")
 	fs.DurationVar(&c.BurstDeploy, "burst-deploy", bench.DefaultBurstDeploy, "the fake driver's deploy time in the bursts")
-	if err := fs.Parse(args); err != nil {
+	if err := cmd.parse(args, nil); err != nil {
 		return err
 	}
 	var err error
@@ -46,11 +44,9 @@ func bigScope(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		c.BurstRates = append(c.BurstRates, r)
 	}
-	if c.Dir, err = outDir(c.Dir); err != nil {
+	if err := cmd.start(&c.Dir, &c.Log, true); err != nil {
 		return err
 	}
-	c.Log = stderr
-	_, _ = fmt.Fprintf(stderr, "wpbench bigscope: files in %s\n", c.Dir) // progress on stderr: nothing to do if it fails
 	res, err := bench.BigScope(ctx, c)
 	return report(stdout, res, err)
 }

@@ -3,21 +3,19 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
-	"github.com/warmpool/warmpool/internal/bench"
+	"github.com/warmpool/warmpool/scripts/wpbench/bench"
 )
 
 // sessionConfig runs wpbench sessionconfig: routes carrying a session_config against
 // plain routes on one warm pool (issue 34). It fails when the secret's value was
 // found in the replica's log or /metrics, the table written all the same.
 func sessionConfig(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("sessionconfig", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var c bench.SessionConfigBench
-	common(fs, getenv, &c.Bin, &c.RedisScript, &c.Dir)
+	cmd := newCommand("sessionconfig", getenv, stderr, &c.Bin, &c.RedisScript, &c.Dir)
+	fs := cmd.fs
 	fs.DurationVar(&c.Delay, "deploy-delay", bench.DefaultConfigDelay, "how long each deploy of the fake driver takes")
 	fs.Float64Var(&c.Rate, "rate", bench.DefaultConfigRate, "new sessions a second")
 	fs.DurationVar(&c.Life, "life", bench.DefaultConfigLife, "how long each session lives")
@@ -25,7 +23,7 @@ func sessionConfig(ctx context.Context, args []string, getenv func(string) strin
 	fs.DurationVar(&c.Warmup, "warmup", bench.DefaultConfigWarmup, "plain routes before the measured windows, to reach the load's steady state")
 	fs.DurationVar(&c.Window, "window", bench.DefaultConfigWindow, "length of each measured window")
 	fs.IntVar(&c.Rounds, "rounds", bench.DefaultConfigRounds, "pairs of windows, plain and config routes in turn")
-	if err := fs.Parse(args); err != nil {
+	if err := cmd.parse(args, nil); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -39,12 +37,9 @@ func sessionConfig(ctx context.Context, args []string, getenv func(string) strin
 			return fmt.Errorf("%s: want a positive value", f.name)
 		}
 	}
-	var err error
-	if c.Dir, err = outDir(c.Dir); err != nil {
+	if err := cmd.start(&c.Dir, &c.Log, true); err != nil {
 		return err
 	}
-	c.Log = stderr
-	_, _ = fmt.Fprintf(stderr, "wpbench sessionconfig: files in %s\n", c.Dir) // progress on stderr: nothing to do if it fails
 	res, err := bench.SessionConfigs(ctx, c)
 	if res != nil && len(res.Searched) > 0 {
 		err = errors.Join(err, res.WriteText(stdout))

@@ -102,7 +102,7 @@ func smokeBins(t *testing.T) (warmpoolBin, baselineBin string) {
 	baselineBin = filepath.Join(t.TempDir(), "routebaseline")
 	// -race like make test's warmpool build: the smoke test checks that every figure is
 	// measured, not what it is, and a race build reuses the packages the tests compiled.
-	if out, err := exec.Command("go", "build", "-race", "-o", baselineBin, "../../scripts/routebaseline").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-race", "-o", baselineBin, "../../routebaseline").CombinedOutput(); err != nil {
 		t.Fatalf("go build routebaseline: %v\n%s", err, out)
 	}
 	return warmpoolBin, baselineBin
@@ -116,7 +116,7 @@ func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	res, err := Scale(ctx, ScaleConfig{Bin: bin, RedisScript: "../../scripts/redis.sh", Dir: dir, Sizes: []int{20}, Pods: 1, Sessions: 2,
+	res, err := Scale(ctx, ScaleConfig{Bin: bin, RedisScript: "../../redis.sh", Dir: dir, Sizes: []int{20}, Pods: 1, Sessions: 2,
 		Idle: 2500 * time.Millisecond, Route: 2500 * time.Millisecond, Rate: 200, Workers: 4, PassSize: 20, RSSSessions: 200, RSSHold: 2500 * time.Millisecond,
 		SettleHorizon: -1, ScrapePause: -1})
 	if err != nil {
@@ -169,7 +169,7 @@ func TestSmoke(t *testing.T) {
 		t.Error(err)
 	}
 
-	b, err := Baseline(ctx, BaselineConfig{Bin: bin, BaselineBin: baselineBin, RedisScript: "../../scripts/redis.sh", Dir: t.TempDir(),
+	b, err := Baseline(ctx, BaselineConfig{Bin: bin, BaselineBin: baselineBin, RedisScript: "../../redis.sh", Dir: t.TempDir(),
 		Scopes: 2, Sessions: 4, Duration: time.Second, Workers: 2, Rounds: 1, SettleHorizon: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +200,7 @@ func TestMetricsSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const slow = 5
-	res, err := Metrics(ctx, MetricsConfig{Bin: bin, RedisScript: "../../scripts/redis.sh", Dir: t.TempDir(), Scopes: 20, Workers: 4,
+	res, err := Metrics(ctx, MetricsConfig{Bin: bin, RedisScript: "../../redis.sh", Dir: t.TempDir(), Scopes: 20, Workers: 4,
 		Scrapes: 2, ScrapeGap: 1100 * time.Millisecond, Route: time.Second, Rounds: 1, Slow: slow, SlowHold: time.Second, SlowRecover: time.Second,
 		SettleHorizon: -1})
 	if err != nil {
@@ -227,7 +227,7 @@ func TestUISmoke(t *testing.T) {
 	bin, _ := smokeBins(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := UI(ctx, UIConfig{Bin: bin, RedisScript: "../../scripts/redis.sh", Dir: t.TempDir(), Scopes: 30, Pods: 1, Sessions: 1, Workers: 4,
+	res, err := UI(ctx, UIConfig{Bin: bin, RedisScript: "../../redis.sh", Dir: t.TempDir(), Scopes: 30, Pods: 1, Sessions: 1, Workers: 4,
 		Refreshes: 2, RefreshWait: 200 * time.Millisecond, Idle: time.Second, SettleHorizon: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +263,7 @@ func TestScopesSmoke(t *testing.T) {
 	bin, _ := smokeBins(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := Scopes(ctx, ScopesConfig{Bin: bin, RedisScript: "../../scripts/redis.sh", Dir: t.TempDir(), Scopes: 30, Workers: 4,
+	res, err := Scopes(ctx, ScopesConfig{Bin: bin, RedisScript: "../../redis.sh", Dir: t.TempDir(), Scopes: 30, Workers: 4,
 		Readers: 3, Limit: 7, ReaderGap: time.Millisecond, Window: time.Second, TouchRate: 50, TouchWorkers: 2, SettleHorizon: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +296,7 @@ func TestReportsSmoke(t *testing.T) {
 	bin, _ := smokeBins(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := Reports(ctx, ReportsConfig{Bin: bin, RedisScript: "../../scripts/redis.sh", Dir: t.TempDir(), Scopes: 20, Pods: 1, Sessions: 2,
+	res, err := Reports(ctx, ReportsConfig{Bin: bin, RedisScript: "../../redis.sh", Dir: t.TempDir(), Scopes: 20, Pods: 1, Sessions: 2,
 		Interval: time.Second, Window: 1500 * time.Millisecond, Warmup: 1200 * time.Millisecond, RouteRate: 100, Workers: 4, ReportWorkers: 4,
 		SettleHorizon: -1, ScrapePause: -1})
 	if err != nil {

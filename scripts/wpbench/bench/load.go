@@ -56,17 +56,27 @@ func (c *client) do(ctx context.Context, method, path string, body any) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	return c.answer(req, path, nil)
+}
+
+// answer sends req, authorized, and decodes its answer, which must be 200, into out
+// (reads it whole when out is nil); an error names the call by its method and path.
+func (c *client) answer(req *http.Request, path string, out any) error {
 	c.authorize(req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return err
 	}
-	msg, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return &statusError{status: resp.StatusCode, text: fmt.Sprintf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(msg))}
+		msg, _ := io.ReadAll(resp.Body)
+		return &statusError{status: resp.StatusCode, text: fmt.Sprintf("%s %s: %d %s", req.Method, path, resp.StatusCode, bytes.TrimSpace(msg))}
 	}
-	return nil
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body) // the answer was 200: reading the rest only frees the connection
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
 }
 
 // statusError is an answer other than 200.
@@ -105,17 +115,7 @@ func (c *client) get(ctx context.Context, path string, out any) error {
 	if err != nil {
 		return err
 	}
-	c.authorize(req)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(resp.Body)
-		return &statusError{status: resp.StatusCode, text: fmt.Sprintf("GET %s: %d %s", path, resp.StatusCode, bytes.TrimSpace(msg))}
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return c.answer(req, path, out)
 }
 
 // Population is what a setup creates: Scopes scopes named Prefix + index, each with

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/testing/await"
 )
 
 // FeedWithin bounds how long a change may take to reach a follower in the tests: a

@@ -154,7 +154,7 @@ func TestCapacitySmoke(t *testing.T) {
 	bin, _ := smokeBins(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	res, err := Capacity(ctx, CapacityConfig{Bin: bin, RedisScript: "../../scripts/redis.sh", ClusterScript: "../../scripts/redis-cluster.sh", Dir: t.TempDir(),
+	res, err := Capacity(ctx, CapacityConfig{Bin: bin, RedisScript: "../../redis.sh", ClusterScript: "../../redis-cluster.sh", Dir: t.TempDir(),
 		Scopes: 12, Sessions: 2, ColdScopes: 4, ColdPods: 2, Window: 2500 * time.Millisecond, Workers: 4, ReportPods: 20, ReportInterval: time.Second,
 		Replicas: 2, Rate: 150})
 	if err != nil {

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warmpool/warmpool/internal/await"
+	"github.com/warmpool/warmpool/internal/testing/await"
 )
 
 // fatalRecorder records a Fatalf instead of ending the test.

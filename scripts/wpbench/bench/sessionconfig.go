@@ -389,17 +389,7 @@ func (c *client) post(ctx context.Context, path string, body, out any) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	c.authorize(req)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(resp.Body)
-		return &statusError{status: resp.StatusCode, text: fmt.Sprintf("POST %s: %d %s", path, resp.StatusCode, bytes.TrimSpace(msg))}
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return c.answer(req, path, out)
 }
 
 func (r *RouteClass) add(w *windowRoutes) {

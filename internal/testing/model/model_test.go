@@ -18,9 +18,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/internal/invariant"
-	"github.com/warmpool/warmpool/internal/model"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/invariant"
+	"github.com/warmpool/warmpool/internal/testing/model"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/lua"
 )
 

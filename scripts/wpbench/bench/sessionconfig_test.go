@@ -88,7 +88,7 @@ func TestSessionConfigSmoke(t *testing.T) {
 	bin, _ := smokeBins(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := SessionConfigs(ctx, SessionConfigBench{Bin: bin, RedisScript: "../../scripts/redis.sh", Dir: t.TempDir(),
+	res, err := SessionConfigs(ctx, SessionConfigBench{Bin: bin, RedisScript: "../../redis.sh", Dir: t.TempDir(),
 		Delay: 500 * time.Millisecond, Rate: 20, Life: 300 * time.Millisecond, MinIdle: 2, Warmup: time.Second, Window: 1500 * time.Millisecond, Rounds: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -6,12 +6,14 @@ package testserver
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/warmpool/warmpool/driver/fake"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sqlite"
@@ -69,4 +71,20 @@ func Serve(tb testing.TB, cfg server.Config) (*server.Server, *httptest.Server) 
 	ts := httptest.NewServer(srv.Handler())
 	tb.Cleanup(ts.Close)
 	return srv, ts
+}
+
+// Do sends req with the default client and returns the answer with its whole body
+// read (and closed); the test fails when either fails.
+func Do(tb testing.TB, req *http.Request) (*http.Response, []byte) {
+	tb.Helper()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return res, raw
 }

@@ -1,8 +1,8 @@
 // Package replicatest runs "N replicas on one Redis" for the tests of rm, sm and
-// sweeper: one Redis (internal/testredis), one fake pod driver, one controllable clock,
+// sweeper: one Redis (internal/testing/testredis), one fake pod driver, one controllable clock,
 // the scopes published on them, and replicas that each have their own Redis client,
 // lua.Store, rm.Manager, sm.Manager and (with a config store) sweeper.Sweeper. It
-// checks the SPEC §6 invariants (internal/invariant) against every deploy_ver a scope
+// checks the SPEC §6 invariants (internal/testing/invariant) against every deploy_ver a scope
 // has had. It imports no Kubernetes package, so the tests that use it do not either.
 package replicatest
 
@@ -18,8 +18,8 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/fake"
-	"github.com/warmpool/warmpool/internal/invariant"
-	"github.com/warmpool/warmpool/internal/testredis"
+	"github.com/warmpool/warmpool/internal/testing/invariant"
+	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/scopes"

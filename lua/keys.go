@@ -36,6 +36,11 @@ func (k Keyspace) Scopes() string { return k.prefix + "scopes" }
 // means Redis lost its data.
 func (k Keyspace) Epoch() string { return k.prefix + "epoch" }
 
+// Layout holds the layout of the scopes' keys the keyspace was built with
+// (IndexLayout); an older one, or none beside a live epoch, means a release before the
+// indexes wrote it, and the bootstrap builds them (server: the index pass).
+func (k Keyspace) Layout() string { return k.prefix + "layout" }
+
 // ReplicationID holds the replication id of the Redis server the keyspace was built
 // on; another id means a failover (failover.go).
 func (k Keyspace) ReplicationID() string { return k.prefix + "replid" }

@@ -279,6 +279,13 @@ func (s *Store) Bootstrap(ctx context.Context, epoch string) (bool, error) {
 	if err != nil {
 		return false, s.redisErr(ctx, err)
 	}
+	if fresh {
+		// A keyspace this release built (empty, or rebuilt after a loss) has its
+		// indexes: every script wrote them.
+		if err := s.MarkLayout(ctx); err != nil {
+			return false, err
+		}
+	}
 	cur, err := s.rdb.Get(ctx, s.keys.Epoch()).Result()
 	if err != nil {
 		return false, s.redisErr(ctx, err)
@@ -295,6 +302,32 @@ func (s *Store) Bootstrap(ctx context.Context, epoch string) (bool, error) {
 		return false, s.redisErr(ctx, err)
 	}
 	return !fresh, nil
+}
+
+// IndexLayout is the layout of a scope's keys these scripts keep: "1", the indexes of
+// lib/index.lua (free, warm, busy, surplus, podsess, podclaims, rooms, open and their
+// prev sets).
+const IndexLayout = "1"
+
+// LayoutCurrent reports whether the keyspace's layout mark is IndexLayout: false for a
+// keyspace an older release wrote, whose scopes lack the indexes.
+func (s *Store) LayoutCurrent(ctx context.Context) (bool, error) {
+	v, err := s.rdb.Get(ctx, s.keys.Layout()).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.redisErr(ctx, err)
+	}
+	return v == IndexLayout, nil
+}
+
+// MarkLayout records that every scope's keys have IndexLayout.
+func (s *Store) MarkLayout(ctx context.Context) error {
+	if err := s.rdb.Set(ctx, s.keys.Layout(), IndexLayout, 0).Err(); err != nil {
+		return s.redisErr(ctx, err)
+	}
+	return nil
 }
 
 // EpochLive reports whether the global epoch key exists.

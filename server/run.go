@@ -17,8 +17,9 @@ import (
 )
 
 // bootstrap makes a live keyspace: on an empty Redis (or one that lost its data) the
-// reconcile job rebuilds it from the config store and the driver. When another replica
-// holds the job, this one waits for it.
+// reconcile job rebuilds it from the config store and the driver, and on a keyspace of
+// an older layout (lua.IndexLayout) the index job builds every scope's indexes. When
+// another replica holds the job, this one waits for it.
 func (s *Server) bootstrap(ctx context.Context) error {
 	if err := s.awaitRedis(ctx); err != nil {
 		return err
@@ -35,10 +36,20 @@ func (s *Server) bootstrap(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
+		job := s.Sweeper.ReconcileJob()
 		if live {
-			return nil
+			current, err := s.store.LayoutCurrent(ctx)
+			if err != nil {
+				return fmt.Errorf("redis: %w", err)
+			}
+			if current {
+				return nil
+			}
+			// An older release wrote the keyspace: its scopes have no indexes, and
+			// the scripts would find no free slot and miss a purged pod's sessions.
+			job = s.Sweeper.IndexJob()
 		}
-		ran, err := s.Runner.RunOnce(ctx, s.Sweeper.ReconcileJob())
+		ran, err := s.Runner.RunOnce(ctx, job)
 		if ran && err == nil {
 			continue
 		}

@@ -188,6 +188,24 @@ func (s *Sweeper) index(ctx context.Context, scope string) error {
 	return err
 }
 
+// IndexJob builds every scope's indexes once, for a keyspace an older release wrote
+// (lua.Store.LayoutCurrent false): scope_repair.lua with its recount, which rebuilds
+// them, over every scope, then the layout mark. The bootstrap runs it before the
+// replica serves; it has no interval of its own.
+func (s *Sweeper) IndexJob() Job {
+	return Job{Name: "index", Run: func(ctx context.Context) error {
+		now := s.clock.Now()
+		if err := s.forScopes(ctx, nil, func(scope string) error {
+			_, err := s.store.ScopeRepair(ctx, scope, now, now.Add(noteTTL), true)
+			return err
+		}); err != nil {
+			return err
+		}
+		s.log.InfoContext(ctx, "every scope's indexes built: the keyspace has the layout of this release", "layout", lua.IndexLayout)
+		return s.store.MarkLayout(ctx)
+	}}
+}
+
 // Repair drops every scope's expired leases, room entries, claims and waiters, and
 // recomputes its slot counts from the sessions and claims (scope_repair.lua). The
 // recount reads every session, so it runs on the first and then every RepairEvery-th

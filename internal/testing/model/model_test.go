@@ -404,7 +404,11 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			w.same("claim_release", []any{pod, n}, []any{wantPod, wantN}, gotErr, nil)
 		}),
 		"hold_touch": step("hold_touch", onHold(w, "hold_touch", func(ctx context.Context, scope, hold, pod string, now time.Time) (time.Time, error) {
-			return w.store.HoldTouch(ctx, scope, hold, pod, now, nil)
+			var conf []byte
+			if rapid.Bool().Draw(w.t, "hold config") {
+				conf = []byte("sealed:" + hold)
+			}
+			return w.store.HoldTouch(ctx, scope, hold, pod, now, conf)
 		}, (*model.Scope).HoldTouch)),
 		"hold_release": step("hold_release", onHold(w, "hold_release", w.store.HoldRelease, (*model.Scope).HoldRelease)),
 		"session_route": step("session_route", func(s *side) {
@@ -421,6 +425,9 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			}
 			if rapid.IntRange(0, 3).Draw(w.t, "fixed") == 0 {
 				a.FixedTTL = time.Duration(rapid.IntRange(1, 40).Draw(w.t, "fixed ttl s")) * time.Second
+			}
+			if rapid.Bool().Draw(w.t, "session config") {
+				a.Config = []byte("sealed:" + a.Session)
 			}
 			got, gotErr := w.store.SessionRoute(ctx, s.id, a)
 			want, wantErr := s.model.SessionRoute(a)
@@ -960,6 +967,10 @@ func (w *world) compare(after string, changed *side) {
 		}
 		if v, err := invariant.Indexes(context.Background(), w.r.Client, w.store.Keys().Scope(s.id)); err != nil || len(v) > 0 {
 			w.t.Fatalf("after %s on scope %s, the indexes of scope %s differ from what they index (%v):\n%s", after, changed.id, s.id, err, strings.Join(v, "\n"))
+		}
+		// a drift drops a binding behind the scripts' back, its config with it or not
+		if v, err := invariant.SessionConfigs(context.Background(), w.r.Client, w.store.Keys().Scope(s.id)); !s.drifted && (err != nil || len(v) > 0) {
+			w.t.Fatalf("after %s on scope %s, scope %s keeps configs of what ended (%v):\n%s", after, changed.id, s.id, err, strings.Join(v, "\n"))
 		}
 		if s != changed {
 			continue

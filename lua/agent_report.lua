@@ -91,8 +91,7 @@ for i = first, #ARGV do
       end
       on_pod = on_pod + 1
     elseif c then
-      redis.call('ZREM', k.claims, c)
-      claim_del(k, c)
+      drop_claim(k, c)
       session_bind(k, sid, pod)
       redis.call('ZADD', k.sexp, expiry, sid)
       note_due(expiry)

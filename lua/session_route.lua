@@ -130,8 +130,7 @@ for _, c in ipairs({claim, waiter}) do
     local pod = redis.call('HGET', k.claimpod, c)
     local v = holds_pod(pod) and redis.call('HGET', k.podver, pod)
     if v and (serves(v, ver, prev) or v == RETIRED) then
-      redis.call('ZREM', k.claims, c)
-      claim_del(k, c)
+      drop_claim(k, c)
       return bind(pod, c)
     end
     if pod then

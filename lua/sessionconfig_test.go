@@ -117,7 +117,7 @@ func TestSessionConfigLivesWithItsSession(t *testing.T) {
 
 // A hold's config is kept by the acquire's hold_touch.lua under the hold's id, read by
 // the hold's pod alone, kept by a touch without one, and dropped when the hold is
-// released, expires, or its pod is purged.
+// released, expires, becomes a session's slot, or its pod is purged.
 func TestHoldConfigLivesWithItsHold(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -159,10 +159,17 @@ func TestHoldConfigLivesWithItsHold(t *testing.T) {
 	if got := e.confFields(); !slices.Equal(got, []string{"hold|h3"}) {
 		t.Fatalf("configs %v after h2 expired, want [hold|h3]", got)
 	}
+	// A session routed on the hold takes its slot over: the hold goes, its config too.
+	if r, err := e.store.SessionRoute(ctx, e.scope, lua.RouteArgs{Now: e.now, Session: "s1", Claim: "h3", Config: []byte("conf-s1")}); err != nil || r.Pod.ID != pod.ID {
+		t.Fatalf("route s1 on the hold h3: %+v, %v", r, err)
+	}
+	if got := e.confFields(); !slices.Equal(got, []string{"s1"}) {
+		t.Fatalf("configs %v after s1 took h3's slot, want [s1]", got)
+	}
 	if _, err := e.store.PodPurge(ctx, e.scope, pod.ID, "dead", nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.confFields(); len(got) != 0 {
-		t.Fatalf("configs %v after the hold's pod was purged, want none", got)
+		t.Fatalf("configs %v after the pod was purged, want none", got)
 	}
 }

@@ -66,12 +66,18 @@ local function free_slot(k, pod, now, idle_on_zero, q)
   return n
 end
 
--- release_claim drops one claim (and a hold's session_config) and frees its slot (see free_slot). Returns the pod
--- ('' if none) and the slots left on it.
-local function release_claim(k, claim, now, idle_on_zero, q)
-  local pod = claim_del(k, claim)
+-- drop_claim drops one claim and a hold's session_config, its slot left as it is (a
+-- session bound in its place takes it over). Returns its claimpod entry (nil if none).
+local function drop_claim(k, claim)
   redis.call('ZREM', k.claims, claim)
   redis.call('HDEL', k.sconf, hold_conf(claim))
+  return claim_del(k, claim)
+end
+
+-- release_claim drops one claim (drop_claim) and frees its slot (see free_slot).
+-- Returns the pod ('' if none) and the slots left on it.
+local function release_claim(k, claim, now, idle_on_zero, q)
+  local pod = drop_claim(k, claim)
   if holds_pod(pod) then
     return pod, free_slot(k, pod, now, idle_on_zero, q)
   end

@@ -86,7 +86,7 @@ func TestMaxSessionsPerPodRetiresAfterN(t *testing.T) {
 
 // rolloutScope publishes scope "r" with two warm pods of its first image, one session
 // on one of them, then a new image under rollout, with the new version's deploys
-// held in the driver; it returns the release of the hold, the old pods and their
+// held in the driver (all of them in flight there); it returns the release of the hold, the old pods and their
 // deploy_ver.
 func rolloutScope(t *testing.T, h *harness, rollout string) (release func(), old []string, oldVer string) {
 	t.Helper()
@@ -106,7 +106,13 @@ func rolloutScope(t *testing.T, h *harness, rollout string) (release func(), old
 	h.Scope("r", 8, 2, mutate("agent:2"))
 	release = h.Fake.Hold()
 	t.Cleanup(release)
+	before := h.observedCount("autoscale_deploy")
 	if err := h.sw.Autoscale(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The new version's deploys reach the driver from goroutines of their own: a
+	// count read before the last of them arrived would blame it on the caller's routes.
+	if err := h.Fake.WaitInFlight(t.Context(), h.observedCount("autoscale_deploy")-before); err != nil {
 		t.Fatal(err)
 	}
 	return release, old, oldVer

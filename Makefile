@@ -22,7 +22,7 @@ run: build
 ## both servers). The tests that start warmpool processes run a -race build of it
 ## (RACE_BIN), which also shares every compiled package with the -race tests; go vet
 ## runs in make lint, not a second time here.
-REDIS_PKGS := ./lua/ ./rm/ ./sm/ ./sweeper/
+REDIS_PKGS := ./redisstore/ ./rm/ ./sm/ ./sweeper/
 RACE_BIN   := bin/warmpool-race
 test:
 	$(GO) build -race -o $(RACE_BIN) ./cmd/warmpool
@@ -127,7 +127,7 @@ ERRCHECK    := github.com/kisielk/errcheck@v1.30.0
 HELM        := helm.sh/helm/v4/cmd/helm@v4.3.2
 CHART       := deploy/helm/warmpool
 LINT_TAGS   := e2e_multi,faults,e2e_k8s,bench_k8s,heapprofile
-NO_K8S_PKGS := . ./client/ ./e2b/ ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./lua/ ./scopes/ ./internal/testing/harness/testserver/
+NO_K8S_PKGS := . ./client/ ./e2b/ ./driver/... ./server/ ./rm/ ./sm/ ./sweeper/ ./ui/ ./loadtest/ ./redisstore/ ./scopes/ ./internal/testing/harness/testserver/
 K8S_PKGS := ./cmd/warmpool/ ./k8s/... ./podpolicy/ ./internal/testing/manifests/ ./deploy/ ./e2e/
 POLICY_PKG := ./podpolicy/
 TESTING    := $(MODULE)/internal/testing

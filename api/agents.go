@@ -6,7 +6,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/internal/metrics"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/reports"
 )
 
@@ -43,7 +43,7 @@ func (a *handlers) report(w http.ResponseWriter, r *http.Request) (reports.Answe
 			"the report names pod %q of scope %q, its token another: a pod reports with its own WARMPOOL_REPORT_TOKEN", req.PodID, req.ScopeID)
 	}
 	if len(req.Sessions) > most {
-		return reports.Answer{}, lua.TooManySessions(len(req.Sessions), most)
+		return reports.Answer{}, redisstore.TooManySessions(len(req.Sessions), most)
 	}
 	if err := req.Check(); err != nil {
 		return reports.Answer{}, err

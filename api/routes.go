@@ -11,7 +11,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/reports"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/scopes"
@@ -39,7 +39,7 @@ type Pods interface {
 // of their ids, after the cursor after, from the pass over every scope that the pool
 // page reads too; next is the cursor of the next page, "" on the last.
 type ScopeList interface {
-	ScopePage(ctx context.Context, after string, limit int) (page []lua.ScopeSummary, next string, err error)
+	ScopePage(ctx context.Context, after string, limit int) (page []redisstore.ScopeSummary, next string, err error)
 }
 
 // Configs is what the config and scope-deletion routes call (scopes.Service).

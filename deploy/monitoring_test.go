@@ -19,7 +19,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 const (
@@ -204,12 +204,12 @@ func TestMonitoringLabelsExist(t *testing.T) {
 func exportedSeries(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	r := testredis.New(t)
-	store := lua.NewStore(r.Client, r.Prefix)
+	store := redisstore.NewStore(r.Client, r.Prefix)
 	cfg := warmpool.DefaultScopeConfig()
 	if err := cfg.Normalize(); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.ScopePublish(context.Background(), lua.ScopeRecord{ScopeID: "s", Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
+	if err := store.ScopePublish(context.Background(), redisstore.ScopeRecord{ScopeID: "s", Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := metrics.New(store, metrics.Config{})

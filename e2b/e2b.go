@@ -7,7 +7,7 @@
 // sandbox id: the agent is reached as any session's, at its pod (GET
 // /v1/scopes/{templateID}/sessions/{sandboxID}). The session's expiry is fixed at the
 // sandbox's timeout, which activity does not move (sm.RouteOptions.FixedTTL). A small
-// record per sandbox (lua.Sandbox: scope, start, metadata) lets a call that names only
+// record per sandbox (redisstore.Sandbox: scope, start, metadata) lets a call that names only
 // the sandbox find its scope with one read, and orders the list.
 package e2b
 
@@ -25,7 +25,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sm"
 )
 
@@ -64,20 +64,20 @@ type Sessions interface {
 	Deadline(ctx context.Context, scope, session string, ttl time.Duration, later bool) (time.Time, error)
 }
 
-// Records is the store of the sandboxes' records (lua.Store).
+// Records is the store of the sandboxes' records (redisstore.Store).
 type Records interface {
-	SandboxAdd(ctx context.Context, sb lua.Sandbox, deadline time.Time) error
-	SandboxGet(ctx context.Context, id string) (lua.Sandbox, bool, error)
+	SandboxAdd(ctx context.Context, sb redisstore.Sandbox, deadline time.Time) error
+	SandboxGet(ctx context.Context, id string) (redisstore.Sandbox, bool, error)
 	SandboxDeadline(ctx context.Context, id string, deadline time.Time) error
 	SandboxRemove(ctx context.Context, ids ...string) error
 	SandboxPrune(ctx context.Context, before time.Time, limit int) (int, error)
-	SandboxScan(ctx context.Context, asc bool, after lua.SandboxCursor, n int) ([]lua.Sandbox, error)
+	SandboxScan(ctx context.Context, asc bool, after redisstore.SandboxCursor, n int) ([]redisstore.Sandbox, error)
 }
 
-// Scopes reads a scope's published config (lua.Store), for the sizes a sandbox
+// Scopes reads a scope's published config (redisstore.Store), for the sizes a sandbox
 // reports (cpuCount, memoryMB).
 type Scopes interface {
-	Scope(ctx context.Context, scope string) (lua.ScopeRecord, error)
+	Scope(ctx context.Context, scope string) (redisstore.ScopeRecord, error)
 }
 
 // Configs seals a sandbox's envVars as its session's config (sessionconfig.Service).

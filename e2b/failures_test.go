@@ -10,13 +10,13 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/e2b"
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // failingRecords is the store, but its SandboxAdd fails as a lost Redis does.
-type failingRecords struct{ *lua.Store }
+type failingRecords struct{ *redisstore.Store }
 
-func (failingRecords) SandboxAdd(context.Context, lua.Sandbox, time.Time) error {
+func (failingRecords) SandboxAdd(context.Context, redisstore.Sandbox, time.Time) error {
 	return warmpool.Errorf(warmpool.CodeStoreUnavailable, "redis unavailable").Retry(1)
 }
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // The list's bounds: E2B's page size (limit, 1 to 100, 100 by default), and how many
@@ -25,7 +25,7 @@ const (
 // listQuery is what a list asks for (E2B's query of GET /v2/sandboxes).
 type listQuery struct {
 	asc      bool
-	after    lua.SandboxCursor
+	after    redisstore.SandboxCursor
 	limit    int
 	template string
 	since    time.Time
@@ -78,7 +78,7 @@ func (s *Server) listAll(w http.ResponseWriter, r *http.Request) error {
 // those the filters take whose session lives (the records of gone ones are dropped),
 // and stops when it has one more than the page, whose predecessor's cursor is the
 // next page's.
-func (s *Server) list(ctx context.Context, q listQuery) ([]listedJSON, *lua.SandboxCursor, error) {
+func (s *Server) list(ctx context.Context, q listQuery) ([]listedJSON, *redisstore.SandboxCursor, error) {
 	out := []listedJSON{}
 	if q.none {
 		return out, nil, nil
@@ -86,7 +86,7 @@ func (s *Server) list(ctx context.Context, q listQuery) ([]listedJSON, *lua.Sand
 	var (
 		gone  []string
 		sizes = map[string]size{}
-		last  []lua.SandboxCursor // the cursor of each sandbox in out
+		last  []redisstore.SandboxCursor // the cursor of each sandbox in out
 		cur   = q.after
 	)
 	defer func() {
@@ -100,7 +100,7 @@ func (s *Server) list(ctx context.Context, q listQuery) ([]listedJSON, *lua.Sand
 			return nil, nil, err
 		}
 		for _, sb := range batch {
-			cur = lua.SandboxCursor{Started: sb.Started, ID: sb.ID}
+			cur = redisstore.SandboxCursor{Started: sb.Started, ID: sb.ID}
 			if !q.since.IsZero() && sb.Started.Before(q.since) {
 				if !q.asc {
 					return out, nil, nil // older ones follow: none started after
@@ -131,7 +131,7 @@ func (s *Server) list(ctx context.Context, q listQuery) ([]listedJSON, *lua.Sand
 }
 
 // takes reports whether the query's template and metadata filters take the sandbox.
-func (q listQuery) takes(sb lua.Sandbox) bool {
+func (q listQuery) takes(sb redisstore.Sandbox) bool {
 	if q.template != "" && sb.Scope != q.template {
 		return false
 	}
@@ -211,19 +211,19 @@ func parseList(v url.Values, paged bool) (listQuery, error) {
 
 // encodeToken and decodeToken make a cursor the opaque nextToken of E2B's paging:
 // the start (ms) and id of the last sandbox of a page.
-func encodeToken(c lua.SandboxCursor) string {
+func encodeToken(c redisstore.SandboxCursor) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.Started.UnixMilli(), 10) + "." + c.ID))
 }
 
-func decodeToken(tok string) (lua.SandboxCursor, bool) {
+func decodeToken(tok string) (redisstore.SandboxCursor, bool) {
 	raw, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil {
-		return lua.SandboxCursor{}, false
+		return redisstore.SandboxCursor{}, false
 	}
 	at, id, ok := strings.Cut(string(raw), ".")
 	ms, err := strconv.ParseInt(at, 10, 64)
 	if !ok || err != nil || !validSandboxID(id) {
-		return lua.SandboxCursor{}, false
+		return redisstore.SandboxCursor{}, false
 	}
-	return lua.SandboxCursor{Started: time.UnixMilli(ms), ID: id}, true
+	return redisstore.SandboxCursor{Started: time.UnixMilli(ms), ID: id}, true
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sm"
 )
 
@@ -61,7 +61,7 @@ type lifecycleJSON struct {
 }
 
 // listed is the listing of a live sandbox.
-func (s *Server) listed(ctx context.Context, sb lua.Sandbox, b sm.Binding, sizes map[string]size) listedJSON {
+func (s *Server) listed(ctx context.Context, sb redisstore.Sandbox, b sm.Binding, sizes map[string]size) listedJSON {
 	sz, ok := sizes[sb.Scope]
 	if !ok {
 		sz = s.sizeOf(ctx, sb.Scope)
@@ -123,7 +123,7 @@ func (s *Server) create(defaultTimeout time.Duration) handler {
 			return err
 		}
 		if err := s.record(ctx, id, req, ttl); err != nil {
-			cleanup, cancel := lua.CleanupContext(ctx)
+			cleanup, cancel := redisstore.CleanupContext(ctx)
 			defer cancel()
 			if _, eerr := s.cfg.Sessions.End(cleanup, req.TemplateID, id); eerr != nil {
 				s.log.WarnContext(ctx, "unrecorded sandbox's session not ended; it ends at its timeout", "sandbox", id, "err", eerr)
@@ -145,7 +145,7 @@ func (s *Server) record(ctx context.Context, id string, req newSandbox, ttl time
 	if err != nil {
 		return err
 	}
-	return s.cfg.Records.SandboxAdd(ctx, lua.Sandbox{ID: id, Scope: req.TemplateID, Started: b.ExpiresAt.Add(-ttl), Metadata: req.Metadata}, b.ExpiresAt)
+	return s.cfg.Records.SandboxAdd(ctx, redisstore.Sandbox{ID: id, Scope: req.TemplateID, Started: b.ExpiresAt.Add(-ttl), Metadata: req.Metadata}, b.ExpiresAt)
 }
 
 // check refuses a request warmpool cannot honour.
@@ -289,28 +289,28 @@ func isGone(err error) bool {
 }
 
 // lookup is the record of the sandbox id; a missing one is E2B's 404.
-func (s *Server) lookup(ctx context.Context, id string) (lua.Sandbox, error) {
+func (s *Server) lookup(ctx context.Context, id string) (redisstore.Sandbox, error) {
 	sb, ok, err := s.cfg.Records.SandboxGet(ctx, id)
 	if err != nil {
-		return lua.Sandbox{}, err
+		return redisstore.Sandbox{}, err
 	}
 	if !ok {
-		return lua.Sandbox{}, errNoSandbox(id)
+		return redisstore.Sandbox{}, errNoSandbox(id)
 	}
 	return sb, nil
 }
 
 // live is the record and the session of a live sandbox. The record of a sandbox whose
 // session has gone is dropped, and the sandbox is E2B's 404.
-func (s *Server) live(ctx context.Context, id string) (lua.Sandbox, sm.Binding, error) {
+func (s *Server) live(ctx context.Context, id string) (redisstore.Sandbox, sm.Binding, error) {
 	sb, err := s.lookup(ctx, id)
 	if err != nil {
-		return lua.Sandbox{}, sm.Binding{}, err
+		return redisstore.Sandbox{}, sm.Binding{}, err
 	}
 	b, err := s.cfg.Sessions.Get(ctx, sb.Scope, id)
 	if isGone(err) {
 		s.forget(ctx, id)
-		return lua.Sandbox{}, sm.Binding{}, errNoSandbox(id)
+		return redisstore.Sandbox{}, sm.Binding{}, errNoSandbox(id)
 	}
 	return sb, b, err
 }
@@ -421,18 +421,18 @@ func (s *Server) connect(def time.Duration) handler {
 
 // deadline moves a sandbox's end to ttl from now (with later, only later), in its
 // session and then in its record.
-func (s *Server) deadline(ctx context.Context, id string, ttl time.Duration, later bool) (lua.Sandbox, error) {
+func (s *Server) deadline(ctx context.Context, id string, ttl time.Duration, later bool) (redisstore.Sandbox, error) {
 	sb, err := s.lookup(ctx, id)
 	if err != nil {
-		return lua.Sandbox{}, err
+		return redisstore.Sandbox{}, err
 	}
 	at, err := s.cfg.Sessions.Deadline(ctx, sb.Scope, id, ttl, later)
 	if isGone(err) {
 		s.forget(ctx, id)
-		return lua.Sandbox{}, errNoSandbox(id)
+		return redisstore.Sandbox{}, errNoSandbox(id)
 	}
 	if err != nil {
-		return lua.Sandbox{}, err
+		return redisstore.Sandbox{}, err
 	}
 	return sb, s.cfg.Records.SandboxDeadline(ctx, id, at)
 }

@@ -19,7 +19,7 @@ import (
 
 	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sm"
 )
 
@@ -52,7 +52,7 @@ type agentRig struct {
 	proc   *proc
 	podDir string
 	admin  *redis.Client
-	keys   lua.ScopeKeys
+	keys   redisstore.ScopeKeys
 }
 
 // newAgentRig starts a redis-server and `warmpool serve` (local driver, reports on,
@@ -67,7 +67,7 @@ func newAgentRig(t *testing.T, doc string) *agentRig {
 	srv := testredis.StartServer(t)
 	addr := freeAddr(t)
 	r := &agentRig{t: t, base: "http://" + addr, podDir: filepath.Join(dir, "pods"),
-		admin: redis.NewClient(&redis.Options{Addr: srv.Addr}), keys: lua.NewKeyspace(lua.DefaultPrefix).Scope(agentScope)}
+		admin: redis.NewClient(&redis.Options{Addr: srv.Addr}), keys: redisstore.NewKeyspace(redisstore.DefaultPrefix).Scope(agentScope)}
 	t.Cleanup(func() { _ = r.admin.Close() })
 	r.proc = startServe(t, bin, "serve", "--listen", addr, "--redis", srv.URL(), "--driver", "local",
 		"--local-state-dir", r.podDir, "--store", filepath.Join(dir, "w.db"), "--log-format", "json",

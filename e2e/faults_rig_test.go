@@ -21,7 +21,7 @@ import (
 	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/internal/testing/invariant"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // The rig of the fault matrix: real redis-server processes and three `warmpool serve`
@@ -73,7 +73,7 @@ type rig struct {
 	store    string
 	redis    *redisServer
 	replicas []*faultReplica
-	lstore   *lua.Store
+	lstore   *redisstore.Store
 	pods     *fake.Driver
 	extra    []string // serve flags of every replica besides the rig's
 
@@ -130,7 +130,7 @@ func newRig(t *testing.T, extra ...string) *rig {
 
 // useRedis points the rig's snapshots at a Redis server.
 func (r *rig) useRedis(s *redisServer) {
-	r.lstore = lua.NewStore(s.admin, rigPrefix)
+	r.lstore = redisstore.NewStore(s.admin, rigPrefix)
 }
 
 // promote makes replica the primary (REPLICAOF NO ONE), kills the old one and points
@@ -316,7 +316,7 @@ func (r *rig) routeRetry(first int, scope, session string, within time.Duration)
 }
 
 // snap reads a consistent snapshot of a scope within a short bound.
-func (r *rig) snap(scope string) (lua.Snapshot, error) {
+func (r *rig) snap(scope string) (redisstore.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	return r.lstore.Snapshot(ctx, scope)
@@ -326,7 +326,7 @@ func (r *rig) snap(scope string) (lua.Snapshot, error) {
 // (internal/testing/invariant), plus the client-side view: no pod serves more sessions than
 // pod_concurrency among those the rig's clients were told are bound to it and that
 // have neither ended nor expired (a binding Redis lost still runs on its pod).
-func (r *rig) violations(scope string, s lua.Snapshot, settled bool) []string {
+func (r *rig) violations(scope string, s redisstore.Snapshot, settled bool) []string {
 	now := time.Now()
 	r.mu.Lock()
 	st := r.scopes[scope]
@@ -423,7 +423,7 @@ func (r *rig) settle(scope string, within time.Duration) (checks int, violations
 }
 
 // driverViolations compares the driver's pods of a scope with Redis's.
-func (r *rig) driverViolations(scope string, s lua.Snapshot) []string {
+func (r *rig) driverViolations(scope string, s redisstore.Snapshot) []string {
 	var out []string
 	r.mu.Lock()
 	maxPods := r.scopes[scope].cfg.Pool.MaxPods()
@@ -456,7 +456,7 @@ func (r *rig) driverViolations(scope string, s lua.Snapshot) []string {
 }
 
 // waitSnap waits until a snapshot of scope satisfies cond.
-func (r *rig) waitSnap(scope, what string, within time.Duration, cond func(lua.Snapshot) bool) {
+func (r *rig) waitSnap(scope, what string, within time.Duration, cond func(redisstore.Snapshot) bool) {
 	r.t.Helper()
 	await.True(r.t, within, what, func() bool {
 		s, err := r.snap(scope)

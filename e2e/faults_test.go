@@ -20,7 +20,7 @@ import (
 
 	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/testing/await"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // The fault matrix (make faults): each case injects one fault into real processes
@@ -108,7 +108,7 @@ func finish(r *rig, res *caseResult, w *watcher, faultEnd time.Time, within time
 
 // noAdoptedHolds reports whether no slot is held for a session lost with Redis's data
 // (pod_adopt.lua's claims "adopted:<pod>:<n>").
-func noAdoptedHolds(s lua.Snapshot) bool {
+func noAdoptedHolds(s redisstore.Snapshot) bool {
 	for c := range s.ClaimPod {
 		if strings.HasPrefix(c, "adopted:") {
 			return false
@@ -146,13 +146,13 @@ func caseKillDuringDeploys(t *testing.T, res *caseResult) {
 	w := r.watch("a")
 	victim := r.replicas[0]
 	answers := map[string]<-chan answer{"a0": goRoute(r, victim, "a", "a0")}
-	r.waitSnap("a", "the victim's deploy in flight", 10*time.Second, func(s lua.Snapshot) bool { return len(s.Deploys) == 1 })
+	r.waitSnap("a", "the victim's deploy in flight", 10*time.Second, func(s redisstore.Snapshot) bool { return len(s.Deploys) == 1 })
 	for i := 1; i < 8; i++ {
 		s := fmt.Sprintf("a%d", i)
 		answers[s] = goRoute(r, r.replicas[1+i%2], "a", s)
 	}
 	// The first three fill the victim's room, the fourth leads a deploy, three follow it.
-	r.waitSnap("a", "the other replicas' routes in the rooms", 10*time.Second, func(s lua.Snapshot) bool { return len(s.Deploys) == 2 && len(s.Followers) == 6 })
+	r.waitSnap("a", "the other replicas' routes in the rooms", 10*time.Second, func(s redisstore.Snapshot) bool { return len(s.Deploys) == 2 && len(s.Followers) == 6 })
 	r.kill9(victim)
 	killed := time.Now()
 	codes := map[string]int{}
@@ -240,10 +240,10 @@ func caseKillDuringFollowerWaits(t *testing.T, res *caseResult) {
 	r.scope("b", `"max_concurrency":8,"pod_concurrency":4,"session_ttl_s":120`, 10)
 	w := r.watch("b")
 	leader := goRoute(r, r.replicas[1], "b", "lead")
-	r.waitSnap("b", "the leader's deploy in flight", 10*time.Second, func(s lua.Snapshot) bool { return len(s.Deploys) == 1 })
+	r.waitSnap("b", "the leader's deploy in flight", 10*time.Second, func(s redisstore.Snapshot) bool { return len(s.Deploys) == 1 })
 	victim := r.replicas[0]
 	f1, f2 := goRoute(r, victim, "b", "f1"), goRoute(r, victim, "b", "f2")
-	r.waitSnap("b", "two followers in the room", 10*time.Second, func(s lua.Snapshot) bool { return len(s.Followers) == 2 })
+	r.waitSnap("b", "two followers in the room", 10*time.Second, func(s redisstore.Snapshot) bool { return len(s.Followers) == 2 })
 	r.kill9(victim)
 	killed := time.Now()
 	if a := <-leader; a.err != nil || a.status != http.StatusOK {
@@ -277,7 +277,7 @@ func caseKillDuringSweeps(t *testing.T, res *caseResult) {
 	})
 	r.kill9(victim)
 	killed := time.Now()
-	r.waitSnap("c", "two warm idle pods again", 30*time.Second, func(s lua.Snapshot) bool {
+	r.waitSnap("c", "two warm idle pods again", 30*time.Second, func(s redisstore.Snapshot) bool {
 		idle := 0
 		for _, p := range s.Pods {
 			if p.Idle {
@@ -298,9 +298,9 @@ func caseStopLeaseHolder(t *testing.T, res *caseResult) {
 	w := r.watch("d")
 	holder := r.replicas[0]
 	lead := goRoute(r, holder, "d", "lead")
-	r.waitSnap("d", "the leader's deploy in flight", 10*time.Second, func(s lua.Snapshot) bool { return len(s.Deploys) == 1 })
+	r.waitSnap("d", "the leader's deploy in flight", 10*time.Second, func(s redisstore.Snapshot) bool { return len(s.Deploys) == 1 })
 	follower := goRoute(r, r.replicas[1], "d", "follower")
-	r.waitSnap("d", "a follower in the room", 10*time.Second, func(s lua.Snapshot) bool { return len(s.Followers) == 1 })
+	r.waitSnap("d", "a follower in the room", 10*time.Second, func(s redisstore.Snapshot) bool { return len(s.Followers) == 1 })
 	if err := holder.proc.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -348,9 +348,9 @@ func caseRedisStoppedDuringRegister(t *testing.T, res *caseResult) {
 	w := r.watch("i")
 	leader := r.replicas[0]
 	lead := goRoute(r, leader, "i", "lead")
-	r.waitSnap("i", "the leader's deploy in flight", 10*time.Second, func(s lua.Snapshot) bool { return len(s.Deploys) == 1 })
+	r.waitSnap("i", "the leader's deploy in flight", 10*time.Second, func(s redisstore.Snapshot) bool { return len(s.Deploys) == 1 })
 	follower := goRoute(r, r.replicas[1], "i", "follow")
-	r.waitSnap("i", "a follower in the room", 10*time.Second, func(s lua.Snapshot) bool { return len(s.Followers) == 1 })
+	r.waitSnap("i", "a follower in the room", 10*time.Second, func(s redisstore.Snapshot) bool { return len(s.Followers) == 1 })
 	r.redis.Pause(t)
 	stopped := time.Now()
 	await.True(t, 10*time.Second, "the pod ready while Redis is stopped", func() bool {

@@ -21,7 +21,7 @@ import (
 
 	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // The workload of the linearizability checks: clients calling route, touch, end and get
@@ -66,7 +66,7 @@ func TestSessionTableIsLinearizable(t *testing.T) {
 			t.Fatalf("session_route.lua has %d lines %q, want 1: change the mutation with the script", strings.Count(src, sound), sound)
 		}
 		mutant := strings.Replace(src, sound, "if e and tonumber(e) < now then", 1)
-		history := runSessionWorkload(t, &scriptSwap{hash: lua.Scripts["session_route.lua"].Hash(), src: mutant})
+		history := runSessionWorkload(t, &scriptSwap{hash: redisstore.Scripts["session_route.lua"].Hash(), src: mutant})
 		res, info := porcupine.CheckOperationsVerbose(sessionTable, history, 10*time.Second)
 		if res != porcupine.Illegal {
 			t.Errorf("the history of %d calls with a broken route script is %s, want Illegal; visualization: %s",
@@ -313,9 +313,9 @@ func visualize(t *testing.T, info porcupine.LinearizationInfo) string {
 // against the hash they run.
 func routeSource(t *testing.T) string {
 	t.Helper()
-	src := lua.Sources["session_route.lua"]
+	src := redisstore.Sources["session_route.lua"]
 	sum := sha1.Sum([]byte(src))
-	if got, want := hex.EncodeToString(sum[:]), lua.Scripts["session_route.lua"].Hash(); got != want {
+	if got, want := hex.EncodeToString(sum[:]), redisstore.Scripts["session_route.lua"].Hash(); got != want {
 		t.Fatalf("the route script's source hashes to %s, the replicas run %s", got, want)
 	}
 	return src

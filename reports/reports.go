@@ -1,5 +1,5 @@
 // Package reports takes the reports of agents (SPEC §11.2): each is one script call
-// (lua.Store.AgentReport) that keeps the pod from being probed, touches its sessions,
+// (redisstore.Store.AgentReport) that keeps the pod from being probed, touches its sessions,
 // binds them back after Redis lost its data (only those whose session_ticket, SPEC
 // §12.4, the report sends and this package checks), ends the sessions the reports
 // leave out (sessions_from_reports) and takes a draining pod out of routing. The HTTP
@@ -14,7 +14,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // MaxSessions bounds the sessions one report may list: no pod holds more. A report of
@@ -116,14 +116,14 @@ type Config struct {
 
 // Manager takes the reports.
 type Manager struct {
-	store *lua.Store
+	store *redisstore.Store
 	clock warmpool.Clock
 	log   *slog.Logger
 	valid func(scope, session, pod, ticket string) bool
 }
 
 // New returns the manager of the reports on store.
-func New(store *lua.Store, cfg Config) *Manager {
+func New(store *redisstore.Store, cfg Config) *Manager {
 	valid := cfg.ValidTicket
 	if valid == nil {
 		valid = func(_, _, _, _ string) bool { return false }
@@ -143,7 +143,7 @@ func (m *Manager) proven(r Report) []string {
 	return out
 }
 
-// Cap is the most sessions a report of pod may list (lua.Store.ReportCap, at most
+// Cap is the most sessions a report of pod may list (redisstore.Store.ReportCap, at most
 // MaxSessions): what bounds its body before the body is read. Errors: POD_NOT_FOUND
 // (a scope Redis does not have), STORE_UNAVAILABLE.
 func (m *Manager) Cap(ctx context.Context, scope, pod string) (int, error) {
@@ -158,7 +158,7 @@ func (m *Manager) Report(ctx context.Context, r Report) (Answer, error) {
 	if err := r.Check(); err != nil {
 		return Answer{}, err
 	}
-	a, err := m.store.AgentReport(ctx, lua.AgentReport{Scope: r.ScopeID, Pod: r.PodID, Sessions: r.Sessions,
+	a, err := m.store.AgentReport(ctx, redisstore.AgentReport{Scope: r.ScopeID, Pod: r.PodID, Sessions: r.Sessions,
 		Proven: m.proven(r), Draining: r.State == warmpool.AgentDraining, Now: m.clock.Now()})
 	if err != nil {
 		return Answer{}, err

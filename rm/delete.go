@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // DeleteScope deletes a scope whose config store has it deleted at version (its latest
@@ -26,10 +26,10 @@ func (m *Manager) DeleteScope(ctx context.Context, scope string, version int64, 
 	return pods, nil
 }
 
-// Drain deletes the retired pods of a scope (those of a deleted scope, lua.PodState.
+// Drain deletes the retired pods of a scope (those of a deleted scope, redisstore.PodState.
 // Retired) that are idle, or with force all of them, releasing their sessions and
 // holds: each is purged from the pool, then deleted through the driver. When the scope
-// is deleted and nothing of it is left, its keys are forgotten (lua.Store.ScopeForget).
+// is deleted and nothing of it is left, its keys are forgotten (redisstore.Store.ScopeForget).
 // It returns how many pods it deleted. A pod the driver fails to delete is left to
 // reconcile (an orphan of a scope that is gone). Errors: STORE_UNAVAILABLE.
 func (m *Manager) Drain(ctx context.Context, scope string, force bool) (int, error) {
@@ -50,7 +50,7 @@ func (m *Manager) Drain(ctx context.Context, scope string, force bool) (int, err
 			reason, since = "its scope was deleted (force)", nil
 		}
 		released, err := m.store.PodPurge(ctx, scope, p.Pod.ID, reason, since)
-		if errors.Is(err, lua.ErrPodBusy) {
+		if errors.Is(err, redisstore.ErrPodBusy) {
 			continue
 		}
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // errLeaseLost: the deploy's lease was lost before its pod was committed.
@@ -45,9 +45,9 @@ func (m *Manager) deploy(from context.Context, scope, member string, fence int64
 		err = m.register(leased, log, scope, member, pod, leaderClaim)
 	}
 	lerr := stop()
-	cleanup, done := lua.CleanupContext(ctx)
+	cleanup, done := redisstore.CleanupContext(ctx)
 	defer done()
-	if ready && err != nil && !errors.Is(err, lua.ErrFenced) {
+	if ready && err != nil && !errors.Is(err, redisstore.ErrFenced) {
 		// A try whose answer never came may have committed the pod after all.
 		if known, kerr := m.store.PodKnown(cleanup, scope, pod.ID); kerr == nil && known {
 			log.InfoContext(ctx, "the register's answer was lost, but it committed the pod", "pod", pod.ID, "err", err)
@@ -66,7 +66,7 @@ func (m *Manager) deploy(from context.Context, scope, member string, fence int64
 		// cancelled because its lease may be someone else's now.
 		log.WarnContext(ctx, "deploy lease lost; the deploy was cancelled", "err", lerr)
 		err = errLeaseLost
-	case errors.Is(err, lua.ErrFenced):
+	case errors.Is(err, redisstore.ErrFenced):
 		err = errLeaseLost
 	}
 	if pod.ID != "" {
@@ -135,9 +135,9 @@ func (m *Manager) report(ctx context.Context, log *slog.Logger, scope, result st
 	}
 	log.Log(ctx, level, "deploy", "result", result, "took", r.Took, attr, slog.Group("phases", attrs...))
 	m.cfg.OnDeploy(r)
-	logCtx, cancel := lua.CleanupContext(m.ctx)
+	logCtx, cancel := redisstore.CleanupContext(m.ctx)
 	defer cancel()
-	if err := m.store.LogDeploy(logCtx, scope, lua.DeployRecord{At: m.clock.Now(), Took: r.Took, Result: result}); err != nil {
+	if err := m.store.LogDeploy(logCtx, scope, redisstore.DeployRecord{At: m.clock.Now(), Took: r.Took, Result: result}); err != nil {
 		log.DebugContext(ctx, "deploy not added to the scope's deploy log", "err", err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/rm"
 )
 
@@ -127,7 +127,7 @@ func (h lostAnswers) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		args := cmd.Args()
-		if err == nil && len(args) > 1 && (args[1] == lua.Scripts[h.name].Hash() || args[1] == lua.Sources[h.name]) && h.left.Add(-1) >= 0 {
+		if err == nil && len(args) > 1 && (args[1] == redisstore.Scripts[h.name].Hash() || args[1] == redisstore.Sources[h.name]) && h.left.Add(-1) >= 0 {
 			err = errors.New("i/o timeout (injected once Redis ran the call)")
 			cmd.SetErr(err)
 		}

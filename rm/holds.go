@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Hold is a pod handed out to an API caller: one slot of the pod is the caller's until
@@ -38,7 +38,7 @@ func (m *Manager) HoldWith(ctx context.Context, scope, requestID string, config 
 	// A repeat waits for the first call's answer at most as long as any deploy may
 	// take; the pending mark expires with IdemTTL anyway.
 	wait := time.Duration(warmpool.MaxReadyTimeoutS)*time.Second + m.cfg.FollowerMargin
-	req := lua.IdemRequest{Scope: scope, ID: requestID, Fingerprint: lua.AcquireFingerprint}
+	req := redisstore.IdemRequest{Scope: scope, ID: requestID, Fingerprint: redisstore.AcquireFingerprint}
 	res, err := m.store.Idempotent(ctx, req, m.cfg.IdemTTL, wait, m.cfg.PollInterval, func() ([]byte, error) {
 		h, err := m.hold(ctx, scope, config)
 		if err != nil {
@@ -66,12 +66,12 @@ func (m *Manager) hold(ctx context.Context, scope string, config []byte) (Hold, 
 	}
 	until, err := m.store.HoldTouch(ctx, scope, l.Claim, l.Pod.ID, m.clock.Now(), config)
 	if err != nil {
-		cleanup, cancel := lua.CleanupContext(ctx)
+		cleanup, cancel := redisstore.CleanupContext(ctx)
 		defer cancel()
 		if rerr := m.ReleaseClaim(cleanup, scope, l.Claim); rerr != nil {
 			m.log.WarnContext(ctx, "claim not given back; it expires by its deadline", "scope", scope, "err", rerr)
 		}
-		if errors.Is(err, lua.ErrNoHold) {
+		if errors.Is(err, redisstore.ErrNoHold) {
 			// The pod went away between the two steps.
 			err = warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: the pod handed out went away; retry", scope).Retry(1)
 		}

@@ -1,7 +1,7 @@
 // Package rm is the resource manager: it hands out pods of a scope (a warm one, a place
 // on a deploy in flight, or a new deploy under a lease), to the session manager as
 // claims and to API callers as holds, takes them back, and forgets dead ones. Every
-// state change is one Lua script (package lua).
+// state change is one Lua script (package redisstore, running the scripts of lua/).
 package rm
 
 import (
@@ -14,7 +14,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Defaults of Config.
@@ -76,7 +76,7 @@ type PhaseTime struct {
 
 // Manager is the resource manager. It is safe for concurrent use.
 type Manager struct {
-	store  *lua.Store
+	store  *redisstore.Store
 	driver warmpool.PodDriver
 	cfg    Config
 	clock  warmpool.Clock
@@ -106,7 +106,7 @@ func (c *Config) fill() {
 }
 
 // New returns a Manager over store and driver.
-func New(store *lua.Store, driver warmpool.PodDriver, cfg Config) *Manager {
+func New(store *redisstore.Store, driver warmpool.PodDriver, cfg Config) *Manager {
 	cfg.fill()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{
@@ -150,7 +150,7 @@ func errClosing(scope string) error {
 // abandon gives up the deploy lease of a deploy that was not started (the replica
 // closes): its followers are told it was lost and try again elsewhere.
 func (m *Manager) abandon(scope, deploy string, spec warmpool.DeploySpec) {
-	ctx, cancel := lua.CleanupContext(context.Background())
+	ctx, cancel := redisstore.CleanupContext(context.Background())
 	defer cancel()
 	now := m.clock.Now()
 	if _, err := m.store.DeployAbort(ctx, scope, deploy, spec.DeployVer(), "the replica shut down before the deploy started", true, now, now.Add(m.cfg.ClaimTTL)); err != nil {
@@ -213,7 +213,7 @@ func (m *Manager) acquire(ctx context.Context, scope string) (warmpool.Lease, er
 	asked := time.Now()
 	now := m.clock.Now()
 	claim := warmpool.NewID()
-	res, err := m.store.PodAcquire(ctx, scope, lua.AcquireArgs{
+	res, err := m.store.PodAcquire(ctx, scope, redisstore.AcquireArgs{
 		Now:           now,
 		Claim:         claim,
 		ClaimDeadline: now.Add(m.cfg.ClaimTTL),
@@ -224,14 +224,14 @@ func (m *Manager) acquire(ctx context.Context, scope string) (warmpool.Lease, er
 		return warmpool.Lease{}, fmt.Errorf("acquire %q: %w", scope, err)
 	}
 	switch res.Kind {
-	case lua.AcquireWarm:
+	case redisstore.AcquireWarm:
 		m.cfg.Observe("acquire", warmpool.SourceWarm)
 		return warmpool.Lease{Pod: res.Pod, Source: warmpool.SourceWarm, Claim: claim}, nil
-	case lua.AcquireFollower:
+	case redisstore.AcquireFollower:
 		return m.follow(ctx, scope, res, claim)
-	case lua.AcquireDeploy:
+	case redisstore.AcquireDeploy:
 		return m.lead(ctx, scope, res, claim, time.Since(asked))
-	case lua.AcquireBackoff:
+	case redisstore.AcquireBackoff:
 		m.cfg.Observe("acquire", "backoff")
 		return warmpool.Lease{}, m.backoffError(ctx, scope, res, now)
 	default:
@@ -261,7 +261,7 @@ func (m *Manager) retryAfter(ctx context.Context, scope string, deploys int) int
 // backoffError is the 502 of a deploy the scope's refill backoff holds back (SPEC
 // §11.3): the last failure's reason, and retry_after the time left of the backoff, or,
 // once it has ended and one deploy tries again, that deploy's expected time.
-func (m *Manager) backoffError(ctx context.Context, scope string, res lua.AcquireResult, now time.Time) error {
+func (m *Manager) backoffError(ctx context.Context, scope string, res redisstore.AcquireResult, now time.Time) error {
 	b := res.Backoff
 	var retry int
 	if left := b.Until.Sub(now); left > 0 {
@@ -277,7 +277,7 @@ func (m *Manager) backoffError(ctx context.Context, scope string, res lua.Acquir
 // context: its followers wait on it. When the caller leaves first, the slot claimed
 // for it on the new pod goes back as soon as the pod is registered (the pod idles
 // when nobody else holds it), not when the claim expires.
-func (m *Manager) lead(ctx context.Context, scope string, res lua.AcquireResult, claim string, leaseWait time.Duration) (warmpool.Lease, error) {
+func (m *Manager) lead(ctx context.Context, scope string, res redisstore.AcquireResult, claim string, leaseWait time.Duration) (warmpool.Lease, error) {
 	type result struct {
 		pod warmpool.Pod
 		err error
@@ -315,7 +315,7 @@ func (m *Manager) lead(ctx context.Context, scope string, res lua.AcquireResult,
 // releaseAbandoned gives back the claim of a caller that left; a claim not given back
 // expires by its deadline.
 func (m *Manager) releaseAbandoned(scope, claim string) {
-	ctx, cancel := lua.CleanupContext(m.ctx)
+	ctx, cancel := redisstore.CleanupContext(m.ctx)
 	defer cancel()
 	if _, _, err := m.store.ClaimRelease(ctx, scope, claim, m.clock.Now()); err != nil {
 		m.log.WarnContext(ctx, "claim of a caller that left not given back; it expires by its deadline", "scope", scope, "err", err)
@@ -331,7 +331,7 @@ func (m *Manager) releaseAbandoned(scope, claim string) {
 // back any claim it got. A follower its pod had no slot left for (pod_concurrency
 // was lowered while it deployed) is told so as for a lost deploy, and Acquire tries
 // again under the new limits.
-func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResult, claim string) (lease warmpool.Lease, err error) {
+func (m *Manager) follow(ctx context.Context, scope string, res redisstore.AcquireResult, claim string) (lease warmpool.Lease, err error) {
 	wait := res.RoomDeadline.Sub(m.clock.Now())
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -339,7 +339,7 @@ func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResul
 		if err == nil {
 			return
 		}
-		cleanup, done := lua.CleanupContext(ctx)
+		cleanup, done := redisstore.CleanupContext(ctx)
 		defer done()
 		if lerr := m.store.FollowerLeave(cleanup, scope, res.Room, claim, m.clock.Now()); lerr != nil {
 			m.log.WarnContext(ctx, "follower could not leave its room; its entry expires by its deadline", "scope", scope, "err", lerr)
@@ -356,14 +356,14 @@ func (m *Manager) follow(ctx context.Context, scope string, res lua.AcquireResul
 				return warmpool.Lease{}, fmt.Errorf("follow deploy of %q: %w", scope, err)
 			}
 		case err != nil:
-		case st.State == lua.FollowerReady:
+		case st.State == redisstore.FollowerReady:
 			m.cfg.Observe("acquire", warmpool.SourceFollower)
 			return warmpool.Lease{Pod: st.Pod, Source: warmpool.SourceFollower, Claim: claim}, nil
-		case st.State == lua.FollowerFailed:
+		case st.State == redisstore.FollowerFailed:
 			return warmpool.Lease{}, warmpool.Errorf(warmpool.CodeDeployFailed, "the deploy this request waited for failed: %s", st.Reason)
-		case st.State == lua.FollowerLost:
+		case st.State == redisstore.FollowerLost:
 			return warmpool.Lease{}, &deployLost{reason: st.Reason, until: res.RoomDeadline}
-		case st.State == lua.FollowerRetry:
+		case st.State == redisstore.FollowerRetry:
 			return warmpool.Lease{}, &deployLost{reason: "its pod had no slot left: pod_concurrency was lowered", until: res.RoomDeadline}
 		default:
 			answered = time.Now()
@@ -393,7 +393,7 @@ func (m *Manager) Fill(ctx context.Context, scope string) (int, error) {
 		if err != nil {
 			return started, fmt.Errorf("fill %q: %w", scope, err)
 		}
-		if res.Kind != lua.PlaceholderDeploy {
+		if res.Kind != redisstore.PlaceholderDeploy {
 			return started, nil
 		}
 		leaseWait := time.Since(asked)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/rm"
 )
 
@@ -226,7 +226,7 @@ func TestCrashLeftoversExpire(t *testing.T) {
 	now := h.Clock.Now()
 	// A replica takes the only deploy lease and a place in its room, then dies.
 	for _, c := range []string{"dead-leader", "dead-follower"} {
-		if _, err := h.Store.PodAcquire(ctx, "s", lua.AcquireArgs{Now: now, Claim: c, ClaimDeadline: now.Add(time.Minute), LeaseDeadline: now.Add(3 * time.Second), RoomMargin: time.Second}); err != nil {
+		if _, err := h.Store.PodAcquire(ctx, "s", redisstore.AcquireArgs{Now: now, Claim: c, ClaimDeadline: now.Add(time.Minute), LeaseDeadline: now.Add(3 * time.Second), RoomMargin: time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -263,7 +263,7 @@ func TestFollowerOfADeadLeaderDeploysInItsPlace(t *testing.T) {
 	h.Scope("s", 2, 2) // max_pods 1: the dead leader's lease holds the only place
 	m := manager(h, rm.Config{Clock: h.Clock, Lease: 3 * time.Second})
 	now := h.Clock.Now()
-	if _, err := h.Store.PodAcquire(context.Background(), "s", lua.AcquireArgs{Now: now, Claim: "dead", ClaimDeadline: now.Add(time.Minute), LeaseDeadline: now.Add(3 * time.Second), RoomMargin: time.Second}); err != nil {
+	if _, err := h.Store.PodAcquire(context.Background(), "s", redisstore.AcquireArgs{Now: now, Claim: "dead", ClaimDeadline: now.Add(time.Minute), LeaseDeadline: now.Add(3 * time.Second), RoomMargin: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	ch := burst(context.Background(), "s", 1, m)
@@ -294,21 +294,21 @@ func TestFollowerOfLostDeploysGivesUpWithRetryAfter(t *testing.T) {
 	var deploys []string
 	var fillers [][2]string
 	for i := range 3 {
-		acquire := func(claim string) lua.AcquireResult {
-			res, err := h.Store.PodAcquire(ctx, "s", lua.AcquireArgs{Now: now, Claim: claim, ClaimDeadline: now.Add(time.Minute),
+		acquire := func(claim string) redisstore.AcquireResult {
+			res, err := h.Store.PodAcquire(ctx, "s", redisstore.AcquireArgs{Now: now, Claim: claim, ClaimDeadline: now.Add(time.Minute),
 				LeaseDeadline: now.Add(time.Duration(i+1) * time.Second), RoomMargin: time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return res
 		}
-		if res := acquire(fmt.Sprintf("dead%d", i)); res.Kind != lua.AcquireDeploy {
+		if res := acquire(fmt.Sprintf("dead%d", i)); res.Kind != redisstore.AcquireDeploy {
 			t.Fatalf("dead leader %d: %+v", i, res)
 		} else {
 			deploys = append(deploys, res.Deploy)
 		}
 		filler := fmt.Sprintf("filler%d", i)
-		if res := acquire(filler); res.Kind != lua.AcquireFollower {
+		if res := acquire(filler); res.Kind != redisstore.AcquireFollower {
 			t.Fatalf("filler %d: %+v", i, res)
 		} else {
 			fillers = append(fillers, [2]string{res.Room, filler})
@@ -429,8 +429,8 @@ func TestHoldIsIdempotentAcrossReplicas(t *testing.T) {
 	}
 	// SPEC §11.5: a request id a route holds (its slow path runs under the id's mark)
 	// is refused to an acquire, which takes nothing.
-	route := lua.IdemRequest{Scope: "s", ID: "route-1", Fingerprint: lua.RouteFingerprint("alice")}
-	if m, err := h.Store.IdemClaim(ctx, route, "t1", time.Minute); err != nil || m.State != lua.IdemWon {
+	route := redisstore.IdemRequest{Scope: "s", ID: "route-1", Fingerprint: redisstore.RouteFingerprint("alice")}
+	if m, err := h.Store.IdemClaim(ctx, route, "t1", time.Minute); err != nil || m.State != redisstore.IdemWon {
 		t.Fatalf("the route's claim = %+v, %v", m, err)
 	}
 	before := h.Snap("s")

@@ -12,7 +12,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // syncLease bounds how long a crashed sync blocks the next one.
@@ -21,7 +21,7 @@ const syncLease = 30 * time.Second
 // Service stores and publishes scope configs, and deletes scopes.
 type Service struct {
 	store   warmpool.ConfigStore
-	redis   *lua.Store
+	redis   *redisstore.Store
 	pods    Pods
 	log     *slog.Logger
 	observe func(event, outcome string)
@@ -41,7 +41,7 @@ type Pods interface {
 // New returns a Service over the config store, Redis and the pods. observe, when set,
 // is told of a publish refused because another replica published the same version
 // with other content ("config_publish", "conflict").
-func New(store warmpool.ConfigStore, redis *lua.Store, pods Pods, log *slog.Logger, observe func(event, outcome string)) *Service {
+func New(store warmpool.ConfigStore, redis *redisstore.Store, pods Pods, log *slog.Logger, observe func(event, outcome string)) *Service {
 	return &Service{store: store, redis: redis, pods: pods, log: defaults.Logger(log).With("component", "scopes"), observe: defaults.Observer(observe)}
 }
 
@@ -211,7 +211,7 @@ func (s *Service) finishDelete(ctx context.Context, scope string, force bool, no
 // the delete in Redis then leaves alone.
 // A scope deleted in Redis already (its tombstone) is not served. Errors:
 // STORE_UNAVAILABLE.
-func DeletedLive(ctx context.Context, store warmpool.ConfigStore, redis *lua.Store, scope string) (version int64, ok bool, err error) {
+func DeletedLive(ctx context.Context, store warmpool.ConfigStore, redis *redisstore.Store, scope string) (version int64, ok bool, err error) {
 	hist, err := store.History(ctx, scope, warmpool.HistoryQuery{Limit: 1})
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound || (err == nil && len(hist.Versions) == 0) {
 		return 0, false, nil
@@ -238,8 +238,8 @@ func DeletedLive(ctx context.Context, store warmpool.ConfigStore, redis *lua.Sto
 // publish publishes a stored config. A conflict (the version is published with other
 // content: replicas on different config stores) is logged and counted, and returned.
 func (s *Service) publish(ctx context.Context, c warmpool.StoredConfig) error {
-	err := s.redis.ScopePublish(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer, ChangedAt: c.UpdatedAt})
-	if errors.Is(err, lua.ErrPublishConflict) {
+	err := s.redis.ScopePublish(ctx, redisstore.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer, ChangedAt: c.UpdatedAt})
+	if errors.Is(err, redisstore.ErrPublishConflict) {
 		s.log.Error("config not published: another replica published this version with other content; do the replicas share one config store?",
 			"scope", c.ScopeID, "version", c.Version, "deploy_ver", c.DeployVer, "err", err)
 		s.observe("config_publish", "conflict")
@@ -264,7 +264,7 @@ func (s *Service) Sync(ctx context.Context) (int, error) {
 	if lerr := stop(); lerr != nil {
 		return 0, fmt.Errorf("%w: %w", warmpool.Errorf(warmpool.CodeStoreUnavailable, "config sync stopped: its lock was lost").Retry(1), lerr)
 	}
-	release, cancel := lua.CleanupContext(ctx)
+	release, cancel := redisstore.CleanupContext(ctx)
 	defer cancel()
 	if rerr := lock.Release(release); rerr != nil {
 		s.log.Warn("sync lock not released; it expires by itself", "err", rerr)

@@ -133,7 +133,7 @@ echo "replica: $URL (pid $SPID) on redis $addr, sweep interval 2s (default); $(r
 sha=$(redis-cli -p "$port" SCRIPT LOAD "$(bin/wpbench script session_route.lua)")
 now=$(($(date +%s%N) / 1000000))
 keys() {
-  # session_route.lua's KEYS as lua.Store passes them; its two extra keys are those of
+  # session_route.lua's KEYS as redisstore.Store passes them; its two extra keys are those of
   # request id "" (a route without one)
   bin/wpbench keys session_route.lua bench: "$1" "bench:{$1}:idem:route:" "bench:{$1}:idem:run:"
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
 	"github.com/warmpool/warmpool/internal/testing/invariant"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/server"
 )
 
@@ -25,14 +25,14 @@ import (
 // on its next tick.
 func sweep(tb testing.TB, srv *server.Server, scope string) {
 	tb.Helper()
-	if err := srv.Sweeper.SweepShard(context.Background(), lua.DueShard(scope)); err != nil {
+	if err := srv.Sweeper.SweepShard(context.Background(), redisstore.DueShard(scope)); err != nil {
 		tb.Fatalf("sweep: %v", err)
 	}
 }
 
 // checkInvariants checks the SPEC §6 invariants on a scope's pool, deleted or not,
 // against cfg (the scope's last config) and its deploy_ver.
-func checkInvariants(tb testing.TB, store *lua.Store, scope string, cfg warmpool.ScopeConfig, settled bool) {
+func checkInvariants(tb testing.TB, store *redisstore.Store, scope string, cfg warmpool.ScopeConfig, settled bool) {
 	tb.Helper()
 	snap, err := store.Snapshot(context.Background(), scope)
 	if err != nil {

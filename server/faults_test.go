@@ -16,7 +16,7 @@ import (
 	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sweeper"
 )
@@ -149,7 +149,7 @@ func TestFakeReplicasKeepEachOthersPods(t *testing.T) {
 	rs.a.putScope("f", scopeCfg(4, 2, 0, 1))
 	pod := rs.a.route("f", "s1")["pod_id"] // deployed by a's driver
 	rs.clock.Advance(2 * time.Minute)      // past the ghost and orphan graces
-	for _, job := range []string{sweeper.WatchJobName(lua.DueShard("f")), "reconcile"} {
+	for _, job := range []string{sweeper.WatchJobName(redisstore.DueShard("f")), "reconcile"} {
 		if !runJob(t, rs.b.srv, ctx, jobNamed(t, rs.b.srv, job)) {
 			t.Fatalf("%s did not run on b", job)
 		}
@@ -195,7 +195,7 @@ func TestRedisStallDuringRegister(t *testing.T) {
 			e := mustEnv(t, withRedisURL(rs.URL(), "wp:stall:"), func(c *server.Config) { c.RM.Lease = tc.lease })
 			e.putScope("p", scopeCfg(4, 2, 4, 10)) // max_pods 2, two sessions a pod
 			store := e.srv.Store()
-			snap := func() lua.Snapshot {
+			snap := func() redisstore.Snapshot {
 				t.Helper()
 				s, err := store.Snapshot(ctx, "p")
 				if err != nil {

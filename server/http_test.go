@@ -21,7 +21,7 @@ import (
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sweeper"
 	"github.com/warmpool/warmpool/ui"
@@ -371,7 +371,7 @@ func TestConfigSync(t *testing.T) {
 
 	// Another replica's sync holds the lock.
 	ctx := context.Background()
-	store := lua.NewStore(e.r.Client, e.r.Prefix)
+	store := redisstore.NewStore(e.r.Client, e.r.Prefix)
 	key := e.r.Prefix + "lock:config_sync"
 	if key != store.Keys().Lock("config_sync") {
 		t.Fatalf("sync lock key %q, want %q", store.Keys().Lock("config_sync"), key)
@@ -636,7 +636,7 @@ func TestStoreUnavailableDataLoss(t *testing.T) {
 
 			switch loss {
 			case "epoch keys":
-				ks := lua.NewKeyspace(e.r.Prefix)
+				ks := redisstore.NewKeyspace(e.r.Prefix)
 				for _, k := range []string{ks.Epoch(), ks.Scope("ok").Epoch} { // one by one: two cluster slots
 					if err := e.r.Client.Del(ctx, k).Err(); err != nil {
 						t.Fatal(err)
@@ -900,7 +900,7 @@ func TestAcquireRelease(t *testing.T) {
 	e.clock.Advance(61 * time.Second)
 	e.wantErr(touch(pod, lost["hold_id"]), http.StatusNotFound, warmpool.CodeHoldNotFound)
 	for _, j := range e.srv.Sweeper.Jobs() {
-		if j.Name == sweeper.DueJobName(lua.DueShard("a")) && !runJob(t, e.srv, context.Background(), j) {
+		if j.Name == sweeper.DueJobName(redisstore.DueShard("a")) && !runJob(t, e.srv, context.Background(), j) {
 			t.Fatal("the due job of the scope did not run")
 		}
 	}

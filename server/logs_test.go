@@ -15,7 +15,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/syncbuf"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/server"
 )
 
@@ -113,7 +113,7 @@ func TestRequestIDs(t *testing.T) {
 func TestSessionLogsCarryRequestID(t *testing.T) {
 	t.Parallel()
 	logs := &logBuffer{}
-	leave := lua.Scripts["waiter_leave.lua"].Hash()
+	leave := redisstore.Scripts["waiter_leave.lua"].Hash()
 	refuse := func(c *server.Config) {
 		c.Clock = warmpool.SystemClock{}
 		c.Redis.AddHook(testredis.EachCommand(func(cmd redis.Cmder) {

@@ -31,7 +31,7 @@ import (
 	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sweeper"
 )
@@ -261,7 +261,7 @@ func TestSweeperMetrics(t *testing.T) {
 	e.route("sw", "s1")
 	e.ok(http.MethodDelete, "/v1/scopes/sw/sessions/s1", nil)
 	e.clock.Advance(2 * time.Second)
-	job := sweeper.DueJobName(lua.DueShard("sw"))
+	job := sweeper.DueJobName(redisstore.DueShard("sw"))
 	for _, j := range e.srv.Sweeper.Jobs() {
 		if j.Name == job && !runJob(t, e.srv, context.Background(), j) {
 			t.Fatal("the due job did not run")
@@ -288,7 +288,7 @@ func TestDueIndexFailuresCounted(t *testing.T) {
 	t.Parallel()
 	var fail *testredis.Failing
 	e := mustEnv(t, func(c *server.Config) {
-		fail = testredis.FailCommands(1, testredis.Named("zadd", lua.NewKeyspace(c.Prefix).DueIndex(lua.DueShard("dx"))))
+		fail = testredis.FailCommands(1, testredis.Named("zadd", redisstore.NewKeyspace(c.Prefix).DueIndex(redisstore.DueShard("dx"))))
 		c.Redis.AddHook(fail)
 	})
 	g := e.srv.Metrics()

@@ -16,7 +16,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Bounds of every Redis call of a replica: short, so that requests fail fast
@@ -214,7 +214,7 @@ func refusedByRedis(ctx context.Context, rdb redis.UniversalClient) error {
 }
 
 // awaitRedis waits until Redis answers (a replica may start before its Redis), then
-// refuses a Redis older than warmpool needs (lua.CheckVersion: the error names the
+// refuses a Redis older than warmpool needs (redisstore.CheckVersion: the error names the
 // version found and the one needed) and measures the replica's clock against it.
 func (s *Server) awaitRedis(ctx context.Context) error {
 	for {
@@ -229,7 +229,7 @@ func (s *Server) awaitRedis(ctx context.Context) error {
 			return err
 		}
 		if found == "" && s.mini == nil {
-			s.log.Warn("redis does not tell its version (INFO server): warmpool needs " + lua.MinRedisVersion + " or later, " + lua.MinClusterVersion + " on a Cluster")
+			s.log.Warn("redis does not tell its version (INFO server): warmpool needs " + redisstore.MinRedisVersion + " or later, " + redisstore.MinClusterVersion + " on a Cluster")
 		}
 		s.measureClock(ctx)
 		return nil

@@ -23,7 +23,7 @@ import (
 	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
 	"github.com/warmpool/warmpool/internal/testing/invariant"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sweeper"
 )
@@ -35,7 +35,7 @@ type replicas struct {
 	r       *testredis.Redis
 	fake    *fake.Driver
 	clock   *testredis.Clock
-	store   *lua.Store // the test's own view of the shared Redis
+	store   *redisstore.Store // the test's own view of the shared Redis
 	configs *gatedStore
 }
 
@@ -87,7 +87,7 @@ func newReplicas(t *testing.T, opts ...envOption) *replicas {
 	t.Helper()
 	b := testserver.NewBacking(t)
 	r := b.Redis
-	rs := &replicas{t: t, r: r, fake: b.Fake, clock: testredis.NewClock(), store: lua.NewStore(r.Client, r.Prefix),
+	rs := &replicas{t: t, r: r, fake: b.Fake, clock: testredis.NewClock(), store: redisstore.NewStore(r.Client, r.Prefix),
 		configs: &gatedStore{ConfigStore: b.Store}}
 	mk := func(id string) *env {
 		cfg := b.Config(id)
@@ -582,7 +582,7 @@ func runJob(t *testing.T, srv *server.Server, ctx context.Context, j sweeper.Job
 // dueJob returns the replica's due job of the shard that holds scope.
 func dueJob(t *testing.T, srv *server.Server, scope string) sweeper.Job {
 	t.Helper()
-	return jobNamed(t, srv, sweeper.DueJobName(lua.DueShard(scope)))
+	return jobNamed(t, srv, sweeper.DueJobName(redisstore.DueShard(scope)))
 }
 
 // Case 8, config changes reach every replica at once: a pool-only change (class B) put
@@ -756,7 +756,7 @@ func TestReplicaSweeperMutualExclusion(t *testing.T) {
 	logs := []*runLog{logRuns(rs.a.srv), logRuns(rs.b.srv)}
 
 	jobs := rs.a.srv.Sweeper.Jobs()
-	held := map[string]*lua.Lock{}
+	held := map[string]*redisstore.Lock{}
 	tokens := map[string]string{}
 	for _, j := range jobs {
 		key := rs.store.Keys().Lock("sweep:" + j.Name)

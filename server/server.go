@@ -25,7 +25,7 @@ import (
 	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/internal/metrics"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/reports"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/scopes"
@@ -132,7 +132,7 @@ type Config struct {
 	// (`--metrics-scope-detail`), the bound on scrapes served at once and their
 	// timeout; zero fields take the metrics package's defaults.
 	Metrics metrics.Config
-	// Prefix of every Redis key; the keyspace fills its default (lua.DefaultPrefix).
+	// Prefix of every Redis key; the keyspace fills its default (redisstore.DefaultPrefix).
 	Prefix string
 	Dev    bool
 
@@ -160,7 +160,7 @@ type Server struct {
 	log     *slog.Logger
 	rdb     redis.UniversalClient
 	mini    *miniredis.Miniredis
-	store   *lua.Store
+	store   *redisstore.Store
 	configs warmpool.ConfigStore
 	driver  warmpool.PodDriver
 	RM      *rm.Manager
@@ -284,7 +284,7 @@ func (s *Server) build(ctx context.Context) error {
 		if c, ok := rdb.(*redis.Client); ok {
 			// Before the first connection: each one checks that Redis still serves
 			// the history the pool was built on (no failover lost its writes).
-			c.Options().OnConnect = lua.FailoverCheck(cfg.Prefix, s.log)
+			c.Options().OnConnect = redisstore.FailoverCheck(cfg.Prefix, s.log)
 		}
 		s.rdb = rdb
 		if err := refusedByRedis(ctx, rdb); err != nil {
@@ -295,7 +295,7 @@ func (s *Server) build(ctx context.Context) error {
 	if cfg.Redis == nil {
 		s.closers = append(s.closers, s.rdb.Close)
 	}
-	s.store = lua.NewStore(s.rdb, cfg.Prefix)
+	s.store = redisstore.NewStore(s.rdb, cfg.Prefix)
 	s.store.SweepPeriod(cfg.Sweep.Interval)
 
 	// Config store.
@@ -414,4 +414,4 @@ func (s *Server) Metrics() prometheus.Gatherer { return s.metrics }
 func (s *Server) InstanceID() string { return s.cfg.InstanceID }
 
 // Store is the replica's Redis store.
-func (s *Server) Store() *lua.Store { return s.store }
+func (s *Server) Store() *redisstore.Store { return s.store }

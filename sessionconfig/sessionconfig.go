@@ -17,12 +17,12 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
-// Store reads a sealed config for a pod's agent (lua.Store).
+// Store reads a sealed config for a pod's agent (redisstore.Store).
 type Store interface {
-	SessionConfig(ctx context.Context, scope, id, pod string, now time.Time) (lua.SessionConfig, error)
+	SessionConfig(ctx context.Context, scope, id, pod string, now time.Time) (redisstore.SessionConfig, error)
 }
 
 // Service seals and opens session configs.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sm"
 )
 
@@ -22,7 +22,7 @@ func onPod(bs []sm.Binding, pod string) []string {
 	return out
 }
 
-func slotsOf(s lua.Snapshot, pod string) int {
+func slotsOf(s redisstore.Snapshot, pod string) int {
 	for _, p := range s.Pods {
 		if p.Pod.ID == pod {
 			return p.Slots

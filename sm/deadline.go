@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // RouteOptions are the optional inputs of a route (RouteWith).
@@ -40,8 +40,8 @@ func (m *Manager) Deadline(ctx context.Context, scope, session string, ttl time.
 	if err != nil {
 		return time.Time{}, fmt.Errorf("deadline %s/%s: %w", scope, session, err)
 	}
-	if res.State != lua.DeadlineSet {
-		return time.Time{}, lua.ErrNoSession
+	if res.State != redisstore.DeadlineSet {
+		return time.Time{}, redisstore.ErrNoSession
 	}
 	return res.Expiry, nil
 }

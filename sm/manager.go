@@ -1,6 +1,6 @@
 // Package sm is the session manager: it routes sessions of a scope to pods with spare
 // capacity (sticky for the session's life), queues routes when the scope is full, and
-// ends, touches and expires sessions. Every mutation is one Lua script (package lua);
+// ends, touches and expires sessions. Every mutation is one Lua script (package redisstore, running the scripts of lua/);
 // pods come from a warmpool.Pool (the resource manager).
 package sm
 
@@ -14,7 +14,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Defaults of Config.
@@ -55,12 +55,12 @@ type Config struct {
 
 // Manager is the session manager. It is safe for concurrent use.
 type Manager struct {
-	store *lua.Store
+	store *redisstore.Store
 	pool  warmpool.Pool
 	cfg   Config
 	clock warmpool.Clock
 	log   *slog.Logger
-	wake  *lua.Wake
+	wake  *redisstore.Wake
 }
 
 // fill gives every field left out its default.
@@ -76,7 +76,7 @@ func (c *Config) fill() {
 }
 
 // New returns a Manager over store, taking pods from pool.
-func New(store *lua.Store, pool warmpool.Pool, cfg Config) *Manager {
+func New(store *redisstore.Store, pool warmpool.Pool, cfg Config) *Manager {
 	cfg.fill()
 	return &Manager{
 		store: store, pool: pool, cfg: cfg, clock: cfg.Clock,
@@ -112,10 +112,10 @@ func binding(scope, session string, pod warmpool.Pod, isNew bool) Binding {
 
 // served is the binding of a route answer: a binding the answer made has source, one
 // it found (bound already, or a replay) has SourceAffinity.
-func served(scope string, res lua.RouteResult, source string) Binding {
+func served(scope string, res redisstore.RouteResult, source string) Binding {
 	b := binding(scope, res.Session, res.Pod, res.New)
 	b.Source = warmpool.SourceAffinity
-	if res.Kind == lua.RouteNew {
+	if res.Kind == redisstore.RouteNew {
 		b.Source = source
 	}
 	return b
@@ -169,7 +169,7 @@ func (m *Manager) route(ctx context.Context, scope, session string, o RouteOptio
 	// The slow path runs once per request id across replicas: a retry that arrives
 	// while the first call deploys or queues waits for its answer instead of taking
 	// a second pod.
-	req := lua.IdemRequest{Scope: scope, ID: requestID, Fingerprint: lua.RouteFingerprint(session)}
+	req := redisstore.IdemRequest{Scope: scope, ID: requestID, Fingerprint: redisstore.RouteFingerprint(session)}
 	source := warmpool.SourceAffinity // unless this call runs the route itself
 	run, err := m.store.Idempotent(ctx, req, m.cfg.IdemTTL, maxRouteWait, m.cfg.Recheck, func() ([]byte, error) {
 		b, err := m.routeOnce(ctx, scope, session, o)
@@ -230,18 +230,18 @@ func (m *Manager) routeOnce(ctx context.Context, scope, session string, o RouteO
 
 // routeArgs are the arguments of a route attempt of session with o, now, as a caller
 // that does not queue.
-func (m *Manager) routeArgs(session string, o RouteOptions) lua.RouteArgs {
-	return lua.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: o.RequestID, IdemTTL: m.cfg.IdemTTL, FixedTTL: o.FixedTTL, Config: o.Config}
+func (m *Manager) routeArgs(session string, o RouteOptions) redisstore.RouteArgs {
+	return redisstore.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: o.RequestID, IdemTTL: m.cfg.IdemTTL, FixedTTL: o.FixedTTL, Config: o.Config}
 }
 
 // routeLocked runs the slow path under the session's lock and gives the lock back. A
 // lock lost before the route bound anything fails the route: another call may be
 // routing the session now.
-func (m *Manager) routeLocked(ctx context.Context, lock *lua.Lock, scope, session string, o RouteOptions) (Binding, error) {
+func (m *Manager) routeLocked(ctx context.Context, lock *redisstore.Lock, scope, session string, o RouteOptions) (Binding, error) {
 	locked, stop := lock.KeepAlive(ctx)
 	b, err := m.routeOrQueue(locked, scope, session, o)
 	lost := stop()
-	cleanup, cancel := lua.CleanupContext(ctx)
+	cleanup, cancel := redisstore.CleanupContext(ctx)
 	defer cancel()
 	if lerr := lock.Release(cleanup); lerr != nil && lost == nil {
 		m.log.WarnContext(ctx, "session lock not released; it expires by its lease", "scope", scope, "session", session, "err", lerr)
@@ -294,8 +294,8 @@ func (m *Manager) routeOrQueue(ctx context.Context, scope, session string, o Rou
 // registered or a slot freed meanwhile) or queues the caller. It returns a binding or
 // the script's queue answer, with the pool's error that made it queue, if any. source
 // says where a binding's pod came from: a free slot (warm) or the pool's lease.
-func (m *Manager) pass(ctx context.Context, scope string, a lua.RouteArgs) (res lua.RouteResult, source string, full error, err error) {
-	route := func(claim string) (lua.RouteResult, error) {
+func (m *Manager) pass(ctx context.Context, scope string, a redisstore.RouteArgs) (res redisstore.RouteResult, source string, full error, err error) {
+	route := func(claim string) (redisstore.RouteResult, error) {
 		a.Now, a.Claim = m.clock.Now(), claim
 		res, err := m.store.SessionRoute(ctx, scope, a)
 		if err != nil {
@@ -308,7 +308,7 @@ func (m *Manager) pass(ctx context.Context, scope string, a lua.RouteArgs) (res 
 		switch {
 		case err != nil:
 			return res, "", nil, err
-		case res.Kind != lua.RouteNone && (res.Kind != lua.RouteQueued || res.Rank > 0):
+		case res.Kind != redisstore.RouteNone && (res.Kind != redisstore.RouteQueued || res.Rank > 0):
 			// Served, or queued behind others (or refused a place): the pool is not
 			// this caller's to ask.
 			return res, warmpool.SourceWarm, nil, nil
@@ -333,11 +333,11 @@ func (m *Manager) pass(ctx context.Context, scope string, a lua.RouteArgs) (res 
 		// The pod went away or is of an old version now; the script gave the claim back.
 		m.log.InfoContext(ctx, "handed pod unusable, routing again", "scope", scope, "session", a.Session, "pod", lease.Pod.ID)
 	}
-	return lua.RouteResult{}, "", nil, warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: pods kept going away while routing; retry", scope).Retry(1)
+	return redisstore.RouteResult{}, "", nil, warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: pods kept going away while routing; retry", scope).Retry(1)
 }
 
 func (m *Manager) releaseClaim(ctx context.Context, scope, claim string) {
-	cleanup, cancel := lua.CleanupContext(ctx)
+	cleanup, cancel := redisstore.CleanupContext(ctx)
 	defer cancel()
 	if err := m.pool.ReleaseClaim(cleanup, scope, claim); err != nil {
 		m.log.WarnContext(ctx, "claim not given back; it expires by its deadline", "scope", scope, "err", err)
@@ -350,12 +350,12 @@ func (m *Manager) releaseClaim(ctx context.Context, scope, claim string) {
 // slot. The first in line also tries the pool on each wake-up. Every Recheck a pass
 // runs anyway, so a lost wake-up only delays. The waiter leaves the queue however the
 // wait ends; a slot handed to it too late goes on to the next.
-func (m *Manager) queue(ctx context.Context, scope string, a lua.RouteArgs, res lua.RouteResult, full error) (b Binding, err error) {
+func (m *Manager) queue(ctx context.Context, scope string, a redisstore.RouteArgs, res redisstore.RouteResult, full error) (b Binding, err error) {
 	switch res.Kind {
-	case lua.RouteFull:
+	case redisstore.RouteFull:
 		m.cfg.Observe("queue", "queue_full")
 		return Binding{}, warmpool.Errorf(warmpool.CodeQueueFull, "scope %q: every pod is busy and the waiter queue is full", scope).Retry(1)
-	case lua.RouteNoWait:
+	case redisstore.RouteNoWait:
 		if full == nil {
 			full = warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: every pod is busy and the scope has no waiter queue", scope).Retry(1)
 		}
@@ -366,7 +366,7 @@ func (m *Manager) queue(ctx context.Context, scope string, a lua.RouteArgs, res 
 		if err == nil {
 			return // the binding took the caller out of the queue
 		}
-		cleanup, cancel := lua.CleanupContext(ctx)
+		cleanup, cancel := redisstore.CleanupContext(ctx)
 		defer cancel()
 		if lerr := m.store.WaiterLeave(cleanup, scope, a.Waiter, m.clock.Now()); lerr != nil {
 			m.log.WarnContext(ctx, "waiter not removed; it expires by its deadline", "scope", scope, "err", lerr)
@@ -388,7 +388,7 @@ func (m *Manager) queue(ctx context.Context, scope string, a lua.RouteArgs, res 
 			return Binding{}, err
 		case res.Served():
 			return served(scope, res, warmpool.SourceQueued), nil
-		case res.Kind != lua.RouteQueued:
+		case res.Kind != redisstore.RouteQueued:
 			// A slot handed over was lost (it expired unbound) and the queue has no room now.
 			return m.queue(ctx, scope, a, res, nil)
 		}
@@ -416,7 +416,7 @@ func (m *Manager) Touch(ctx context.Context, scope, session string) (bool, error
 	if err != nil {
 		return false, fmt.Errorf("touch %s/%s: %w", scope, session, err)
 	}
-	return state == lua.TouchTouched, nil
+	return state == redisstore.TouchTouched, nil
 }
 
 // End releases a session: its slot goes to the oldest waiter of the scope (on any

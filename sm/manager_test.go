@@ -15,7 +15,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sm"
 )
 
@@ -39,7 +39,7 @@ func fill(t *testing.T, scope, prefix string, n int, ms ...*sm.Manager) []sm.Bin
 }
 
 // podSessions counts the sessions on each pod of a snapshot.
-func podSessions(s lua.Snapshot) map[string]int {
+func podSessions(s redisstore.Snapshot) map[string]int {
 	n := map[string]int{}
 	for _, pod := range s.Sessions {
 		n[pod]++
@@ -238,7 +238,7 @@ func TestLostWakeUpOnlyDelays(t *testing.T) {
 	pipe.HDel(ctx, k.Sessions, "first")
 	pipe.ZRem(ctx, k.SessExp, "first")
 	pipe.ZRem(ctx, k.Queue, waiter)
-	pipe.ZAdd(ctx, k.Claims, redis.Z{Score: float64(time.Now().Add(lua.GrantTTL).UnixMilli()), Member: waiter})
+	pipe.ZAdd(ctx, k.Claims, redis.Z{Score: float64(time.Now().Add(redisstore.GrantTTL).UnixMilli()), Member: waiter})
 	pipe.HSet(ctx, k.ClaimPod, waiter, first.PodID)
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
@@ -634,7 +634,7 @@ func TestRedisDownIsStoreUnavailable(t *testing.T) {
 	ln.Close()
 	c := redis.NewClient(&redis.Options{Addr: dead, DialTimeout: 500 * time.Millisecond, MaxRetries: 1})
 	defer c.Close()
-	store := lua.NewStore(c, h.Redis.Prefix)
+	store := redisstore.NewStore(c, h.Redis.Prefix)
 	m := sm.New(store, poolFunc(func() error { t.Error("acquire called with Redis down"); return nil }), sm.Config{})
 	defer m.Close()
 	ctx := context.Background()

@@ -9,7 +9,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sm"
 )
 
@@ -183,7 +183,7 @@ func TestExpiredHoldGoesToAWaiter(t *testing.T) {
 }
 
 // Issue 12.2: a slot handed to a waiter that died (its replica crashed with it queued)
-// is not lost: the grant expires after lua.GrantTTL and goes to the next waiter, which
+// is not lost: the grant expires after redisstore.GrantTTL and goes to the next waiter, which
 // finds it on its periodic re-check. Guards the grant's deadline (grant in
 // lib/handoff.lua).
 func TestDeadWaitersSlotIsHandedOn(t *testing.T) {
@@ -193,7 +193,7 @@ func TestDeadWaitersSlotIsHandedOn(t *testing.T) {
 	ctx := context.Background()
 	first := mustRoute(t, a, "d", "first")
 	// The dead waiter queued first, through the store, and nobody runs its passes.
-	if res, err := h.Store.SessionRoute(ctx, "d", lua.RouteArgs{Now: h.Clock.Now(), Session: "ghost", Waiter: "dead", Join: true}); err != nil || res.Kind != lua.RouteQueued {
+	if res, err := h.Store.SessionRoute(ctx, "d", redisstore.RouteArgs{Now: h.Clock.Now(), Session: "ghost", Waiter: "dead", Join: true}); err != nil || res.Kind != redisstore.RouteQueued {
 		t.Fatalf("dead waiter's route = %+v, %v", res, err)
 	}
 	live := routeAsync(a, "d", "live", "")
@@ -205,7 +205,7 @@ func TestDeadWaitersSlotIsHandedOn(t *testing.T) {
 	if s := h.Snap("d"); s.ClaimPod["dead"] != first.PodID || len(s.Queue) != 1 {
 		t.Fatalf("after the end: claims %v queue %v; want the slot handed to the oldest (dead) waiter", s.ClaimPod, s.Queue)
 	}
-	h.Clock.Advance(lua.GrantTTL + time.Second)
+	h.Clock.Advance(redisstore.GrantTTL + time.Second)
 	r := replicatest.Recv(t, "the live waiter", live)
 	if r.err != nil || r.b.PodID != first.PodID {
 		t.Fatalf("live waiter = %+v, %v; want the slot the dead one never took", r.b, r.err)

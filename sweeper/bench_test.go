@@ -8,7 +8,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sqlite"
 	"github.com/warmpool/warmpool/sweeper"
 )
@@ -56,7 +56,7 @@ func BenchmarkSweepShards(b *testing.B) {
 		b.StopTimer()
 		h.Clock.Advance(2 * time.Minute)
 		b.StartTimer()
-		for shard := range lua.DueShards {
+		for shard := range redisstore.DueShards {
 			if err := r.Sweeper.SweepShard(ctx, shard); err != nil {
 				b.Fatal(err)
 			}

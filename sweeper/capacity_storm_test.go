@@ -12,7 +12,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
 	"github.com/warmpool/warmpool/internal/testing/invariant"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sm"
 )
 
@@ -50,7 +50,7 @@ func TestCapacityChangesKeepInvariants(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			if err := h.sw.SweepShard(ctx, lua.DueShard("a")); err != nil {
+			if err := h.sw.SweepShard(ctx, redisstore.DueShard("a")); err != nil {
 				t.Errorf("sweep: %v", err)
 			}
 		}
@@ -104,7 +104,7 @@ func TestCapacityChangesKeepInvariants(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := h.sw.SweepShard(ctx, lua.DueShard("a")); err != nil {
+	if err := h.sw.SweepShard(ctx, redisstore.DueShard("a")); err != nil {
 		t.Fatal(err)
 	}
 	s := h.Settled("a")

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Issue 20 point 8: a class B change lowers max_pods from 4 to 2 while four pods hold
@@ -52,9 +52,9 @@ func TestLoweredMaxPodsDrainsSurplusPods(t *testing.T) {
 			}
 		}
 	}
-	sweep := func() lua.Snapshot {
+	sweep := func() redisstore.Snapshot {
 		t.Helper()
-		if err := h.sw.SweepShard(t.Context(), lua.DueShard("a")); err != nil {
+		if err := h.sw.SweepShard(t.Context(), redisstore.DueShard("a")); err != nil {
 			t.Fatal(err)
 		}
 		return h.Check("a", false)

@@ -14,14 +14,14 @@ import (
 	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sweeper"
 )
 
 // sweepDue runs the due job of every shard once.
 func (h *harness) sweepDue() {
 	h.t.Helper()
-	for shard := range lua.DueShards {
+	for shard := range redisstore.DueShards {
 		if err := h.sw.SweepShard(context.Background(), shard); err != nil {
 			h.t.Fatalf("due job of shard %d: %v", shard, err)
 		}
@@ -133,9 +133,9 @@ func TestDueWorkIsFound(t *testing.T) {
 		}, false},
 		{"deploy lease of a leader that died", func(h *harness) func() bool {
 			now := h.Clock.Now()
-			res, err := h.Store.PodAcquire(context.Background(), "a", lua.AcquireArgs{Now: now, Claim: "c1",
+			res, err := h.Store.PodAcquire(context.Background(), "a", redisstore.AcquireArgs{Now: now, Claim: "c1",
 				ClaimDeadline: now.Add(61 * time.Second), LeaseDeadline: now.Add(61 * time.Second)})
-			if err != nil || res.Kind != lua.AcquireDeploy {
+			if err != nil || res.Kind != redisstore.AcquireDeploy {
 				h.t.Fatalf("acquire: %+v %v", res, err)
 			}
 			return func() bool { s := h.Snap("a"); return len(s.Deploys) == 0 && len(s.Claims) == 0 }
@@ -189,7 +189,7 @@ func TestReindexFindsWorkTheIndexLost(t *testing.T) {
 	h := newHarness(t)
 	h.Scope("a", 2, 1, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS = 60 })
 	h.route("a", "s1")
-	for shard := range lua.DueShards {
+	for shard := range redisstore.DueShards {
 		if err := h.Redis.Client.Del(context.Background(), h.Store.Keys().DueIndex(shard)).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -248,7 +248,7 @@ func TestDueShardsSharedByReplicas(t *testing.T) {
 	// The replica that holds scope a's shard dies: its lease stays until it runs out.
 	// The dead holder's lease is long, so that the other shards go round before it
 	// runs out however slow the machine; then it is made to run out.
-	key, _ := h.staleLock(sweeper.DueJobName(lua.DueShard("a")), time.Minute)
+	key, _ := h.staleLock(sweeper.DueJobName(redisstore.DueShard("a")), time.Minute)
 	h.route("a", "s1")
 	h.Clock.Advance(61 * time.Second)
 	mu.Lock()
@@ -257,7 +257,7 @@ func TestDueShardsSharedByReplicas(t *testing.T) {
 	replicatest.WaitFor(t, "the other shards to run on", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return runs >= base+3*lua.DueShards
+		return runs >= base+3*redisstore.DueShards
 	})
 	if len(h.Snap("a").Sessions) != 1 {
 		t.Fatal("the shard ran while a dead replica held its lease")
@@ -281,7 +281,7 @@ func TestLostDueWriteIsRepairedWithinTicks(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.sweepDue() // the scope is indexed an hour ahead, at its idle pod's pod_ttl_s
-	shard := lua.DueShard("a")
+	shard := redisstore.DueShard("a")
 	fail := testredis.FailCommands(-1, testredis.Named("zadd", h.Store.Keys().DueIndex(shard)))
 	h.client.AddHook(fail)
 	h.route("a", "s1")

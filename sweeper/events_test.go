@@ -11,7 +11,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sweeper"
 )
 
@@ -31,9 +31,9 @@ func TestWatchHandlesOrphansFromPodEvents(t *testing.T) {
 	grace := sweeper.DefaultOrphanGrace
 	now := h.Clock.Now()
 	leaseEnd := now.Add(time.Since(now) + 2*grace)
-	lease, err := h.Store.PodAcquire(ctx, "a", lua.AcquireArgs{Now: now, Claim: "c1", ClaimDeadline: leaseEnd,
+	lease, err := h.Store.PodAcquire(ctx, "a", redisstore.AcquireArgs{Now: now, Claim: "c1", ClaimDeadline: leaseEnd,
 		LeaseDeadline: leaseEnd, RoomMargin: time.Second})
-	if err != nil || lease.Kind != lua.AcquireDeploy {
+	if err != nil || lease.Kind != redisstore.AcquireDeploy {
 		t.Fatal(lease, err)
 	}
 	release := h.Fake.Hold()
@@ -114,7 +114,7 @@ func TestWatchLeavesOrphansToARebuild(t *testing.T) {
 	stale.Dead = "Evicted"
 	h.Fake.AddExternal(stale)
 	h.flush()
-	if err := h.Store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: "a", Config: c.Config, Version: c.Version, DeployVer: c.DeployVer, ChangedAt: c.UpdatedAt}); err != nil {
+	if err := h.Store.ScopePublish(ctx, redisstore.ScopeRecord{ScopeID: "a", Config: c.Config, Version: c.Version, DeployVer: c.DeployVer, ChangedAt: c.UpdatedAt}); err != nil {
 		t.Fatal(err)
 	}
 	h.Clock.Advance(time.Since(h.Clock.Now()) + sweeper.DefaultOrphanGrace + time.Second)
@@ -173,7 +173,7 @@ func TestAuditPassCountsItsFixes(t *testing.T) {
 	mu.Unlock()
 
 	// A replica died between a script's due note and its index write.
-	if err := h.Redis.Client.ZRem(t.Context(), h.Store.Keys().DueIndex(lua.DueShard("a")), "a").Err(); err != nil {
+	if err := h.Redis.Client.ZRem(t.Context(), h.Store.Keys().DueIndex(redisstore.DueShard("a")), "a").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if line := audit(); !strings.Contains(line, "fixes=1") || !strings.Contains(line, "fix_reindexed=1") || !strings.Contains(line, "level=WARN") {

@@ -14,7 +14,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sqlite"
@@ -106,7 +106,7 @@ func (h *harness) addPod(scope, id string, fence int64) warmpool.Pod {
 	h.Fake.AddExternal(pod)
 	pod = h.driverPod(id)
 	st, err := h.Store.PodAdopt(context.Background(), pod, h.Clock.Now(), false)
-	if err != nil || st != lua.AdoptAdopted {
+	if err != nil || st != redisstore.AdoptAdopted {
 		h.t.Fatalf("adopt %s: %q %v", id, st, err)
 	}
 	return pod
@@ -118,7 +118,7 @@ func (h *harness) addGhost(scope, id string, fence int64) {
 	h.t.Helper()
 	pod := h.externalPod(scope, id, fence)
 	pod.SSEURL = "http://fake.invalid/" + id + "/sse"
-	if st, err := h.Store.PodAdopt(context.Background(), pod, h.Clock.Now(), false); err != nil || st != lua.AdoptAdopted {
+	if st, err := h.Store.PodAdopt(context.Background(), pod, h.Clock.Now(), false); err != nil || st != redisstore.AdoptAdopted {
 		h.t.Fatalf("adopt %s: %q %v", id, st, err)
 	}
 }
@@ -232,7 +232,7 @@ func (h *harness) reconcile() {
 // nothing in Redis or in the driver and reports nothing.
 func (h *harness) reconcileIsNoop(scopes ...string) {
 	h.t.Helper()
-	before := map[string]lua.Snapshot{}
+	before := map[string]redisstore.Snapshot{}
 	for _, s := range scopes {
 		before[s] = h.Snap(s)
 	}
@@ -254,7 +254,7 @@ func (h *harness) reconcileIsNoop(scopes ...string) {
 	}
 }
 
-func snapEqual(a, b lua.Snapshot) bool {
+func snapEqual(a, b redisstore.Snapshot) bool {
 	if len(a.Pods) != len(b.Pods) {
 		return false
 	}
@@ -301,7 +301,7 @@ func (h *harness) passLease(key string, d time.Duration) {
 	})
 }
 
-func podIDs(s lua.Snapshot) []string {
+func podIDs(s redisstore.Snapshot) []string {
 	out := make([]string, 0, len(s.Pods))
 	for _, p := range s.Pods {
 		out = append(out, p.Pod.ID)
@@ -310,7 +310,7 @@ func podIDs(s lua.Snapshot) []string {
 	return out
 }
 
-func idleIDs(s lua.Snapshot) []string {
+func idleIDs(s redisstore.Snapshot) []string {
 	var out []string
 	for _, p := range s.Pods {
 		if p.Idle {
@@ -321,11 +321,11 @@ func idleIDs(s lua.Snapshot) []string {
 	return out
 }
 
-func podState(s lua.Snapshot, id string) (lua.PodState, bool) {
+func podState(s redisstore.Snapshot, id string) (redisstore.PodState, bool) {
 	for _, p := range s.Pods {
 		if p.Pod.ID == id {
 			return p, true
 		}
 	}
-	return lua.PodState{}, false
+	return redisstore.PodState{}, false
 }

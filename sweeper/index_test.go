@@ -9,7 +9,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sweeper"
 )
 
@@ -45,7 +45,7 @@ func TestAuditKeepsTheScopeTheIndexLost(t *testing.T) {
 				fixes++
 			} else {
 				cfg := replicatest.ScopeConfig(t, 2, 1, long)
-				if err := h.Store.ScopePublish(t.Context(), lua.ScopeRecord{ScopeID: "a", Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
+				if err := h.Store.ScopePublish(t.Context(), redisstore.ScopeRecord{ScopeID: "a", Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -76,7 +76,7 @@ func TestFeedIndexesAServedScope(t *testing.T) {
 	h.follow()
 	cfg := replicatest.ScopeConfig(t, 2, 1)
 	// Redis serves v1 and lost its index entry before the feed brings the change.
-	if err := h.Store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: "a", Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
+	if err := h.Store.ScopePublish(ctx, redisstore.ScopeRecord{ScopeID: "a", Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
 		t.Fatal(err)
 	}
 	h.unindex("a")

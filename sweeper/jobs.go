@@ -13,7 +13,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Defaults of Config.
@@ -115,7 +115,7 @@ type Sessions interface {
 
 // Sweeper holds the jobs that keep every scope's pool healthy.
 type Sweeper struct {
-	store    *lua.Store
+	store    *redisstore.Store
 	pools    Pools
 	sessions Sessions
 	driver   warmpool.PodDriver
@@ -152,7 +152,7 @@ func (c *Config) fill() {
 
 // New returns the jobs over the given parts of a replica: its Redis, the resource and
 // session managers (as Pools and Sessions), the pod driver and the config store.
-func New(store *lua.Store, pools Pools, sessions Sessions, driver warmpool.PodDriver, configs warmpool.ConfigStore, cfg Config) *Sweeper {
+func New(store *redisstore.Store, pools Pools, sessions Sessions, driver warmpool.PodDriver, configs warmpool.ConfigStore, cfg Config) *Sweeper {
 	cfg.fill()
 	s := &Sweeper{store: store, pools: pools, sessions: sessions, driver: driver, configs: configs, cfg: cfg, clock: cfg.Clock,
 		log: cfg.Logger.With("component", "sweeper"), watch: newWatchState(), paceNow: time.Now, paceWait: sleep}
@@ -222,12 +222,12 @@ func DueJobName(shard int) string { return "due:" + strconv.Itoa(shard) }
 // reports a death in the shard.
 func (s *Sweeper) Jobs() []Job {
 	jobs := []Job{s.ReconcileJob()}
-	for shard := range lua.DueShards {
+	for shard := range redisstore.DueShards {
 		jobs = append(jobs, Job{Name: DueJobName(shard), Interval: s.cfg.Interval, Run: func(ctx context.Context) error {
 			return s.SweepShard(ctx, shard)
 		}})
 	}
-	for shard := range lua.DueShards {
+	for shard := range redisstore.DueShards {
 		jobs = append(jobs, Job{Name: WatchJobName(shard), Interval: s.cfg.Watch, Wake: s.watch.wake[shard], Run: func(ctx context.Context) error {
 			return s.WatchShard(ctx, shard)
 		}})
@@ -293,7 +293,7 @@ func (s *Sweeper) sweepScope(ctx context.Context, scope string, now time.Time) e
 
 // retryDueIndex writes again, every Interval until ctx ends, the due-index entries
 // whose write after a script's due note failed on this replica
-// (lua.Store.RetryDueIndex): each replica remembers its own, so each retries them,
+// (redisstore.Store.RetryDueIndex): each replica remembers its own, so each retries them,
 // whoever holds the due jobs' leases. A lost write is so repaired a tick after Redis
 // answers again, not by the full pass an hour later; only a replica that dies between
 // a script and its write leaves the entry to the full pass.
@@ -346,10 +346,10 @@ func (s *Sweeper) forScopes(ctx context.Context, p *pacer, fn func(scope string)
 
 // pool reads a scope's published record (a deleted scope's too) and a snapshot of its
 // pool.
-func (s *Sweeper) pool(ctx context.Context, scope string) (lua.ScopeRecord, lua.Snapshot, error) {
+func (s *Sweeper) pool(ctx context.Context, scope string) (redisstore.ScopeRecord, redisstore.Snapshot, error) {
 	rec, err := s.store.ScopeAny(ctx, scope)
 	if err != nil {
-		return lua.ScopeRecord{}, lua.Snapshot{}, err
+		return redisstore.ScopeRecord{}, redisstore.Snapshot{}, err
 	}
 	snap, err := s.store.PoolSnapshot(ctx, scope)
 	return rec, snap, err

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // An orphan is a pod the driver has and Redis does not know. The watch (from the
@@ -44,10 +44,10 @@ func (v *podView) scopes() []string { return slices.Sorted(maps.Keys(v.byScope))
 
 // maxViewAge is the age of the driver's list from which no pod is adopted. A pod
 // reclaimed after the list (purged, then deleted from the driver) is still ready in
-// it, and only its tombstone (lua.GoneTTL from the purge) keeps it from being adopted
+// it, and only its tombstone (redisstore.GoneTTL from the purge) keeps it from being adopted
 // back: so the list must be younger than the tombstone, with half of it left for the
 // delete to show in a list, and no older than the orphan grace.
-func (s *Sweeper) maxViewAge() time.Duration { return min(lua.GoneTTL/2, s.cfg.OrphanGrace) }
+func (s *Sweeper) maxViewAge() time.Duration { return min(redisstore.GoneTTL/2, s.cfg.OrphanGrace) }
 
 // freshen lists the driver again when v is too old to adopt from (maxViewAge): the
 // paced full pass visits its scopes over minutes.
@@ -66,7 +66,7 @@ func (s *Sweeper) freshen(ctx context.Context, v *podView) error {
 // inFlight reports whether a deploy lease with this fence is live: its pod is about
 // to be registered by its leader. A lease past its deadline is dead (the register
 // script refuses it), even before a repair removes it.
-func inFlight(snap lua.Snapshot, fence int64, now time.Time) bool {
+func inFlight(snap redisstore.Snapshot, fence int64, now time.Time) bool {
 	for d, deadline := range snap.Deploys {
 		if strings.TrimSuffix(d, "w") == strconv.FormatInt(fence, 10) && deadline.After(now) {
 			return true
@@ -88,7 +88,7 @@ const (
 // scope's record rec and pool snap, read after the list: a pod the pool has is
 // registered; one under a live deploy lease is its leader's; any other is an orphan,
 // adopted or deleted (orphan). The watch and the full pass both judge by it.
-func (s *Sweeper) judgeOrphan(ctx context.Context, rec lua.ScopeRecord, snap lua.Snapshot, p warmpool.Pod, at time.Time, lost bool) orphanOutcome {
+func (s *Sweeper) judgeOrphan(ctx context.Context, rec redisstore.ScopeRecord, snap redisstore.Snapshot, p warmpool.Pod, at time.Time, lost bool) orphanOutcome {
 	for _, r := range snap.Pods {
 		if r.Pod.ID == p.ID {
 			return orphanAdopted
@@ -106,7 +106,7 @@ func (s *Sweeper) judgeOrphan(ctx context.Context, rec lua.ScopeRecord, snap lua
 // keys were lost (lost): then it may serve sessions Redis no longer has, and takes no
 // new one until they have expired. A pod is not adopted from a list maxViewAge old or
 // older: the driver may have deleted it since, and its tombstone expired.
-func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Pod, at time.Time, lost bool) orphanOutcome {
+func (s *Sweeper) orphan(ctx context.Context, rec redisstore.ScopeRecord, p warmpool.Pod, at time.Time, lost bool) orphanOutcome {
 	switch {
 	case p.Dead != "":
 		return s.deleteOrphan(ctx, p, "dead: "+p.Dead)
@@ -128,17 +128,17 @@ func (s *Sweeper) orphan(ctx context.Context, rec lua.ScopeRecord, p warmpool.Po
 	switch {
 	case err != nil:
 		s.log.WarnContext(ctx, "orphan: adopt failed", "pod", p.ID, "err", err)
-	case st == lua.AdoptFull:
+	case st == redisstore.AdoptFull:
 		return s.deleteOrphan(ctx, p, "no room under max_pods")
-	case st == lua.AdoptGone:
+	case st == redisstore.AdoptGone:
 		// Purged lately by a job that deletes it (or failed to): it stays gone.
 		return s.deleteOrphan(ctx, p, "purged")
-	case st == lua.AdoptAdopted:
+	case st == redisstore.AdoptAdopted:
 		s.log.InfoContext(ctx, "adopted an orphan pod", "scope", p.ScopeID, "pod", p.ID, "job", jobName(ctx))
 		s.fixed(ctx, "adopted")
 		s.sessions.Wake(ctx, p.ScopeID)
 		return orphanAdopted
-	case st == lua.AdoptKnown:
+	case st == redisstore.AdoptKnown:
 		return orphanAdopted // registered meanwhile by its deploy
 	}
 	return orphanLeft

@@ -8,7 +8,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/fake"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sweeper"
 )
 
@@ -50,7 +50,7 @@ func TestPacedPassDoesNotAdoptFromAnOldList(t *testing.T) {
 		// After the pass's list, before its visit of b: the pod is reclaimed, and its
 		// tombstone has expired by the visit.
 		h.reclaimedLongAgo(pod)
-		h.Clock.Advance(lua.GoneTTL + time.Second)
+		h.Clock.Advance(redisstore.GoneTTL + time.Second)
 	}
 	sweeper.SetPace(h.sw, time.Now, func(context.Context, time.Duration) error {
 		if drv.lists.Load() > 0 {
@@ -89,16 +89,16 @@ func TestWatchDoesNotAdoptFromAnOldList(t *testing.T) {
 	h.Scope("a", 2, 1)
 	ctx := t.Context()
 	h.Fake.AddExternal(h.externalPod("a", "o1", 1))
-	shard := lua.DueShard("a")
+	shard := redisstore.DueShard("a")
 	if err := h.sw.WatchShard(ctx, shard); err != nil { // lists o1, within its grace
 		t.Fatal(err)
 	}
 	pod := h.driverPod("o1")
-	if st, err := h.Store.PodAdopt(ctx, pod, h.Clock.Now(), false); err != nil || st != lua.AdoptAdopted {
+	if st, err := h.Store.PodAdopt(ctx, pod, h.Clock.Now(), false); err != nil || st != redisstore.AdoptAdopted {
 		t.Fatalf("adopt: %q %v", st, err)
 	}
 	h.reclaimedLongAgo(pod)
-	h.Clock.Advance(lua.GoneTTL + time.Second) // past the grace of o1, created on the clock
+	h.Clock.Advance(redisstore.GoneTTL + time.Second) // past the grace of o1, created on the clock
 	if err := h.sw.WatchShard(ctx, shard); err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Autoscale keeps warm idle pods of the current version in every scope (min_idle_pods,
-// or under warm_policy "demand" the target of lua.Store.PoolTarget),
+// or under warm_policy "demand" the target of redisstore.Store.PoolTarget),
 // within max_pods and the parallel-deploy bound (the placeholder script decides).
 func (s *Sweeper) Autoscale(ctx context.Context) error {
 	return s.forScopes(ctx, nil, func(scope string) error { return s.fillScope(ctx, scope) })
@@ -58,7 +58,7 @@ func (s *Sweeper) reclaimScope(ctx context.Context, scope string, now time.Time)
 	// go idle first (surplus_pods in lua/lib/surplus.lua, which keeps them from new
 	// sessions).
 	excess := len(snap.Pods) - rec.Config.Pool.MaxPods()
-	var current []lua.PodState
+	var current []redisstore.PodState
 	for _, p := range snap.Pods {
 		old := p.Retired || p.Draining || p.Pod.DeployVer != rec.DeployVer
 		if old {
@@ -110,10 +110,10 @@ func (s *Sweeper) reclaimScope(ctx context.Context, scope string, now time.Time)
 
 // retire takes an idle pod out of the pool, if it is still idle since the same time,
 // then deletes it.
-func (s *Sweeper) retire(ctx context.Context, scope string, p lua.PodState, reason string) {
+func (s *Sweeper) retire(ctx context.Context, scope string, p redisstore.PodState, reason string) {
 	since := p.IdleSince
 	if _, err := s.store.PodPurge(ctx, scope, p.Pod.ID, reason, &since); err != nil {
-		if !errors.Is(err, lua.ErrPodBusy) {
+		if !errors.Is(err, redisstore.ErrPodBusy) {
 			s.log.WarnContext(ctx, "reclaim: purge failed", "scope", scope, "pod", p.Pod.ID, "err", err)
 		}
 		return

@@ -15,7 +15,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sweeper"
 )
 
@@ -140,8 +140,8 @@ func TestProbesOncePerPeriodSpreadAndWriteNothing(t *testing.T) {
 				t.Errorf("tick %d: %d probes of scope %s, its share of a period is %d", i, got, sc.id, share)
 			}
 		}
-		if cmds := log.take(); len(cmds) != 4 || cmds["set"] != lua.DueShards || cmds["smembers"] != lua.DueShards ||
-			cmds["zremrangebyscore"] != lua.DueShards || cmds["zcard"] != lua.DueShards {
+		if cmds := log.take(); len(cmds) != 4 || cmds["set"] != redisstore.DueShards || cmds["smembers"] != redisstore.DueShards ||
+			cmds["zremrangebyscore"] != redisstore.DueShards || cmds["zcard"] != redisstore.DueShards {
 			t.Fatalf("tick %d: healthy probes sent Redis %v; want one window move (set, smembers, zremrangebyscore, zcard) per shard", i, cmds)
 		}
 	}
@@ -243,15 +243,15 @@ func TestWatchShardsShareOneListPerInterval(t *testing.T) {
 		}
 	})
 	ctx := t.Context()
-	step := sweeper.DefaultInterval / lua.DueShards
-	for shard := range lua.DueShards {
+	step := sweeper.DefaultInterval / redisstore.DueShards
+	for shard := range redisstore.DueShards {
 		if err := h.sw.WatchShard(ctx, shard); err != nil {
 			t.Fatal(err)
 		}
 		h.Clock.Advance(step)
 	}
 	if n := drv.lists.Load(); n != 1 {
-		t.Fatalf("the %d shards' jobs of one interval listed the driver %d times, want once", lua.DueShards, n)
+		t.Fatalf("the %d shards' jobs of one interval listed the driver %d times, want once", redisstore.DueShards, n)
 	}
 	if err := h.sw.WatchShard(ctx, 0); err != nil { // an interval after the list
 		t.Fatal(err)

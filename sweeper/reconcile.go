@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/scopes"
 )
 
@@ -189,7 +189,7 @@ func (s *Sweeper) index(ctx context.Context, scope string) error {
 }
 
 // IndexJob builds every scope's indexes once, for a keyspace an older release wrote
-// (lua.Store.LayoutCurrent false): scope_repair.lua with its recount, which rebuilds
+// (redisstore.Store.LayoutCurrent false): scope_repair.lua with its recount, which rebuilds
 // them, over every scope, then the layout mark. The bootstrap runs it before the
 // replica serves; it has no interval of its own.
 func (s *Sweeper) IndexJob() Job {
@@ -201,7 +201,7 @@ func (s *Sweeper) IndexJob() Job {
 		}); err != nil {
 			return err
 		}
-		s.log.InfoContext(ctx, "every scope's indexes built: the keyspace has the layout of this release", "layout", lua.IndexLayout)
+		s.log.InfoContext(ctx, "every scope's indexes built: the keyspace has the layout of this release", "layout", redisstore.IndexLayout)
 		return s.store.MarkLayout(ctx)
 	}}
 }
@@ -327,8 +327,8 @@ func (s *Sweeper) deleteStale(ctx context.Context, p *pacer, stored []warmpool.S
 // publish publishes a stored config; a conflict (another replica published this
 // version with other content) is counted like the config service counts it.
 func (s *Sweeper) publish(ctx context.Context, c warmpool.StoredConfig) error {
-	err := s.store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer, ChangedAt: c.UpdatedAt})
-	if errors.Is(err, lua.ErrPublishConflict) {
+	err := s.store.ScopePublish(ctx, redisstore.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer, ChangedAt: c.UpdatedAt})
+	if errors.Is(err, redisstore.ErrPublishConflict) {
 		s.cfg.Observe("config_publish", "conflict")
 	}
 	return err
@@ -376,7 +376,7 @@ func (s *Sweeper) Rebuild(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if st == lua.AdoptAdopted {
+		if st == redisstore.AdoptAdopted {
 			adopted++
 		}
 	}

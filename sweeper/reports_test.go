@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // The watch does not probe a pod whose agent reported within three report intervals;
@@ -25,7 +25,7 @@ func TestWatchSkipsPodsThatReport(t *testing.T) {
 	h.addPod("a", "silent", 2)
 	report := func() {
 		t.Helper()
-		if _, err := h.Store.AgentReport(ctx, lua.AgentReport{Scope: "a", Pod: "reporter", Now: h.Clock.Now()}); err != nil {
+		if _, err := h.Store.AgentReport(ctx, redisstore.AgentReport{Scope: "a", Pod: "reporter", Now: h.Clock.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,8 +101,8 @@ func TestReportsRebindSessionsAfterAnEmptyRestart(t *testing.T) {
 	if h.observedCount("rebuilt") != 1 {
 		t.Fatalf("no rebuild: %v", h.observedAll())
 	}
-	report := func(sessions, proven []string) (lua.AgentAnswer, error) {
-		return h.Store.AgentReport(ctx, lua.AgentReport{Scope: "a", Pod: p1, Sessions: sessions, Proven: proven, Now: h.Clock.Now()})
+	report := func(sessions, proven []string) (redisstore.AgentAnswer, error) {
+		return h.Store.AgentReport(ctx, redisstore.AgentReport{Scope: "a", Pod: p1, Sessions: sessions, Proven: proven, Now: h.Clock.Now()})
 	}
 	if _, err := report([]string{"s1", "s2", "s3"}, []string{"s1", "s2", "s3"}); warmpool.ErrorCode(err) != warmpool.CodeValidation {
 		t.Fatalf("a report of 3 sessions at pod_concurrency 2: %v, want VALIDATION", err)

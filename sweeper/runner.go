@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // DefaultLockLease is how long a crashed job holder blocks the job on other replicas.
@@ -30,7 +30,7 @@ type Job struct {
 
 // Runner runs jobs on their tickers, each only while holding its lock.
 type Runner struct {
-	store *lua.Store
+	store *redisstore.Store
 	jobs  []Job
 	lease time.Duration
 	log   *slog.Logger
@@ -50,7 +50,7 @@ func jobName(ctx context.Context) string {
 
 // NewRunner returns a Runner of jobs whose locks are leases of lease (DefaultLockLease
 // when zero).
-func NewRunner(store *lua.Store, jobs []Job, lease time.Duration, log *slog.Logger) *Runner {
+func NewRunner(store *redisstore.Store, jobs []Job, lease time.Duration, log *slog.Logger) *Runner {
 	if lease <= 0 {
 		lease = DefaultLockLease
 	}
@@ -125,7 +125,7 @@ func (r *Runner) RunOnce(ctx context.Context, j Job) (bool, error) {
 		err = errors.Join(err, lerr)
 		r.log.WarnContext(ctx, "job lock lost; the job was cancelled", "job", j.Name, "err", err)
 	} else {
-		release, cancel := lua.CleanupContext(ctx)
+		release, cancel := redisstore.CleanupContext(ctx)
 		if rerr := lock.Release(release); rerr != nil {
 			r.log.DebugContext(ctx, "job lock not released; it expires", "job", j.Name, "err", rerr)
 		}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sweeper"
 )
 
@@ -96,7 +96,7 @@ func TestRunnersNeverOverlap(t *testing.T) {
 	var wg sync.WaitGroup
 	var ran atomic.Int64
 	for _, client := range []redis.UniversalClient{h.Redis.Client, h.Redis.NewClient(t)} {
-		runner := sweeper.NewRunner(lua.NewStore(client, h.Redis.Prefix), nil, time.Second, nil)
+		runner := sweeper.NewRunner(redisstore.NewStore(client, h.Redis.Prefix), nil, time.Second, nil)
 		job := iv.job(client, counter, "overlap")
 		for range 2 {
 			wg.Add(1)
@@ -136,7 +136,7 @@ func TestRunnerTakesOverFromADeadHolder(t *testing.T) {
 	key := h.Store.Keys().Lock("sweep:work")
 
 	deadClient := h.Redis.NewClient(t)
-	dead := sweeper.NewRunner(lua.NewStore(deadClient, h.Redis.Prefix), nil, lease, nil)
+	dead := sweeper.NewRunner(redisstore.NewStore(deadClient, h.Redis.Prefix), nil, lease, nil)
 	outcomes := make(chan string, 4)
 	dead.OnRun = func(_, outcome string, _ time.Duration) { outcomes <- outcome }
 	started := make(chan struct{})

@@ -18,7 +18,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sweeper"
 )
@@ -210,7 +210,7 @@ func TestReclaimSparesAPodThatJustGotASession(t *testing.T) {
 	var fired atomic.Bool
 	var bound sm.Binding
 	var routeErr error
-	h.client.AddHook(beforeScript{sha: lua.Scripts["pod_purge.lua"].Hash(), fn: func(args []any) {
+	h.client.AddHook(beforeScript{sha: redisstore.Scripts["pod_purge.lua"].Hash(), fn: func(args []any) {
 		if !slices.Contains(args, any("p1")) || fired.Swap(true) {
 			return
 		}
@@ -233,14 +233,14 @@ func TestReclaimSparesAPodThatJustGotASession(t *testing.T) {
 	// Idle again, but since a later time: a purge that saw the earlier idle time is
 	// refused, and so is one for a pod that is busy.
 	stale := h.Clock.Now().Add(-time.Minute)
-	if _, err := h.Store.PodPurge(ctx, "a", "p1", "test", &stale); !errors.Is(err, lua.ErrPodBusy) {
+	if _, err := h.Store.PodPurge(ctx, "a", "p1", "test", &stale); !errors.Is(err, redisstore.ErrPodBusy) {
 		t.Fatalf("purge of a busy pod: %v, want ErrPodBusy", err)
 	}
 	h.Clock.Advance(time.Second)
 	if ok, err := h.sm.End(ctx, "a", "late"); !ok || err != nil {
 		t.Fatalf("end: %v %v", ok, err)
 	}
-	if _, err := h.Store.PodPurge(ctx, "a", "p1", "test", &stale); !errors.Is(err, lua.ErrPodBusy) {
+	if _, err := h.Store.PodPurge(ctx, "a", "p1", "test", &stale); !errors.Is(err, redisstore.ErrPodBusy) {
 		t.Fatalf("purge with a stale idle time: %v, want ErrPodBusy", err)
 	}
 	if p, ok := podState(h.Check("a", true), "p1"); !ok || !p.Idle {
@@ -269,7 +269,7 @@ func TestReclaimRacesRoutes(t *testing.T) {
 	// little to widen the window the routes race in (fault injection, not
 	// synchronisation: the test holds with any timing).
 	var gate atomic.Pointer[func()]
-	h.client.AddHook(beforeScript{sha: lua.Scripts["pod_purge.lua"].Hash(), fn: func([]any) {
+	h.client.AddHook(beforeScript{sha: redisstore.Scripts["pod_purge.lua"].Hash(), fn: func([]any) {
 		if open := gate.Load(); open != nil {
 			(*open)()
 		}
@@ -574,9 +574,9 @@ func TestReconcileOrphansInTheDriver(t *testing.T) {
 
 	// A deploy lease in flight (its leader is about to register its pod).
 	now := h.Clock.Now()
-	lease, err := h.Store.PodAcquire(ctx, "a", lua.AcquireArgs{Now: now, Claim: "c1", ClaimDeadline: now.Add(30 * time.Second),
+	lease, err := h.Store.PodAcquire(ctx, "a", redisstore.AcquireArgs{Now: now, Claim: "c1", ClaimDeadline: now.Add(30 * time.Second),
 		LeaseDeadline: now.Add(30 * time.Second), RoomMargin: time.Second})
-	if err != nil || lease.Kind != lua.AcquireDeploy {
+	if err != nil || lease.Kind != redisstore.AcquireDeploy {
 		t.Fatal(lease, err)
 	}
 	leased := h.externalPod("a", warmpool.PodName("a", lease.Fence), lease.Fence)
@@ -684,12 +684,12 @@ func TestReconcileRemovesStaleLeftovers(t *testing.T) {
 	ctx := t.Context()
 	h.addPod("a", "p1", 101)
 	now := h.Clock.Now()
-	args := func(claim string) lua.AcquireArgs {
-		return lua.AcquireArgs{Now: now, Claim: claim, ClaimDeadline: now.Add(5 * time.Second),
+	args := func(claim string) redisstore.AcquireArgs {
+		return redisstore.AcquireArgs{Now: now, Claim: claim, ClaimDeadline: now.Add(5 * time.Second),
 			LeaseDeadline: now.Add(5 * time.Second), RoomMargin: time.Second}
 	}
 	for _, step := range []struct{ claim, want string }{
-		{"c-warm", lua.AcquireWarm}, {"c-lead", lua.AcquireDeploy}, {"c-follow", lua.AcquireFollower},
+		{"c-warm", redisstore.AcquireWarm}, {"c-lead", redisstore.AcquireDeploy}, {"c-follow", redisstore.AcquireFollower},
 	} {
 		res, err := h.Store.PodAcquire(ctx, "a", args(step.claim))
 		if err != nil || res.Kind != step.want {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 const probeConcurrency = 8
@@ -30,22 +30,22 @@ type watchState struct {
 	mu     sync.Mutex
 	// reported are the deaths the driver reported, per shard, by pod id, not yet
 	// handled by a run of that shard here.
-	reported [lua.DueShards]map[string]warmpool.Pod
+	reported [redisstore.DueShards]map[string]warmpool.Pod
 	// unverified are the live pods the driver reported, per shard, by pod id (as the
 	// last event had them), not yet found registered in Redis by a run of that shard
 	// here: past OrphanGrace, one that is not registered nor in flight is an orphan.
-	unverified [lua.DueShards]map[string]warmpool.Pod
+	unverified [redisstore.DueShards]map[string]warmpool.Pod
 	// verified are the pods of each shard found registered (or adopted), until the
 	// driver reports them gone: their later events need no look at Redis.
-	verified [lua.DueShards]map[string]bool
+	verified [redisstore.DueShards]map[string]bool
 	// seen are the pods of each shard at this replica's last run of it (nil before the
 	// first), with Dead as then.
-	seen [lua.DueShards]map[string]warmpool.Pod
-	wake [lua.DueShards]chan struct{}
+	seen [redisstore.DueShards]map[string]warmpool.Pod
+	wake [redisstore.DueShards]chan struct{}
 
 	// list is the driver's pods by shard, which the watch jobs of the shards share for
 	// one watch interval (their ticks are spread over it) unless a death came in.
-	list   [lua.DueShards][]warmpool.Pod
+	list   [redisstore.DueShards][]warmpool.Pod
 	listAt time.Time // zero: the list is stale
 	// deathsSeen counts the reports: a list begun before one is not shared.
 	deathsSeen uint64
@@ -74,7 +74,7 @@ func newWatchState() *watchState {
 // shard's watch job run at once, on a fresh list.
 func (w *watchState) event(ev warmpool.PodEvent) {
 	p := ev.Pod
-	shard := lua.DueShard(p.ScopeID)
+	shard := redisstore.DueShard(p.ScopeID)
 	w.mu.Lock()
 	switch {
 	case ev.Gone:
@@ -213,7 +213,7 @@ func (s *Sweeper) Watch(ctx context.Context) error {
 		return err
 	}
 	var errs []error
-	for shard := range lua.DueShards {
+	for shard := range redisstore.DueShards {
 		errs = append(errs, s.watchShard(ctx, shard, listed[shard], at))
 	}
 	return errors.Join(errs...)
@@ -236,7 +236,7 @@ func (s *Sweeper) WatchShard(ctx context.Context, shard int) error {
 
 // watchList returns the driver's pods by shard and when they were listed: the list
 // the shards' jobs of one watch interval (at most maxViewAge) share, unless fresh.
-func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([lua.DueShards][]warmpool.Pod, time.Time, error) {
+func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([redisstore.DueShards][]warmpool.Pod, time.Time, error) {
 	w := s.watch
 	w.listMu.Lock()
 	defer w.listMu.Unlock()
@@ -247,11 +247,11 @@ func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([lua.DueShards][]w
 	if fresh || listAt.IsZero() || now.Sub(listAt) >= min(s.cfg.Watch, s.maxViewAge()) || now.Before(listAt) {
 		all, err := s.driver.List(ctx)
 		if err != nil {
-			return [lua.DueShards][]warmpool.Pod{}, time.Time{}, fmt.Errorf("watch: list pods: %w", err)
+			return [redisstore.DueShards][]warmpool.Pod{}, time.Time{}, fmt.Errorf("watch: list pods: %w", err)
 		}
-		list = [lua.DueShards][]warmpool.Pod{}
+		list = [redisstore.DueShards][]warmpool.Pod{}
 		for _, p := range all {
-			shard := lua.DueShard(p.ScopeID)
+			shard := redisstore.DueShard(p.ScopeID)
 			list[shard] = append(list[shard], p)
 		}
 		listAt = now
@@ -329,7 +329,7 @@ func (s *Sweeper) probeShard(ctx context.Context, shard int, cur map[string]warm
 		since = now.Add(-s.cfg.Watch) // a shard's first window: one tick
 	}
 	wasFailing := make(map[string]bool, len(failing))
-	var gone []lua.PodRef
+	var gone []redisstore.PodRef
 	for _, r := range failing {
 		if p, ok := cur[r.Pod]; ok && p.Dead == "" {
 			wasFailing[r.Pod] = true
@@ -347,7 +347,7 @@ func (s *Sweeper) probeShard(ctx context.Context, shard int, cur map[string]warm
 	s.watch.mu.Unlock()
 	spared := s.spared(ctx, shard, due, now, reporting)
 	var mu sync.Mutex
-	var recovered []lua.PodRef
+	var recovered []redisstore.PodRef
 	sem := make(chan struct{}, probeConcurrency)
 	var wg sync.WaitGroup
 	for _, p := range due {
@@ -356,7 +356,7 @@ func (s *Sweeper) probeShard(ctx context.Context, shard int, cur map[string]warm
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			ref := lua.PodRef{Scope: p.ScopeID, Pod: p.ID}
+			ref := redisstore.PodRef{Scope: p.ScopeID, Pod: p.ID}
 			if s.probe(ctx, p, wasFailing[p.ID], spared[ref]) {
 				mu.Lock()
 				recovered = append(recovered, ref)
@@ -371,13 +371,13 @@ func (s *Sweeper) probeShard(ctx context.Context, shard int, cur map[string]warm
 // spared are the pods of due whose reports spare them the probe at now; none when no
 // pod of the shard reports, and none when Redis does not answer (the pods are probed:
 // a probe too many costs less than a dead pod left).
-func (s *Sweeper) spared(ctx context.Context, shard int, due []warmpool.Pod, now time.Time, reporting bool) map[lua.PodRef]bool {
+func (s *Sweeper) spared(ctx context.Context, shard int, due []warmpool.Pod, now time.Time, reporting bool) map[redisstore.PodRef]bool {
 	if !reporting || len(due) == 0 {
 		return nil
 	}
-	refs := make([]lua.PodRef, len(due))
+	refs := make([]redisstore.PodRef, len(due))
 	for i, p := range due {
-		refs[i] = lua.PodRef{Scope: p.ScopeID, Pod: p.ID}
+		refs[i] = redisstore.PodRef{Scope: p.ScopeID, Pod: p.ID}
 	}
 	spared, err := s.store.Spared(ctx, shard, refs, now)
 	if err != nil {
@@ -421,7 +421,7 @@ func (s *Sweeper) probe(ctx context.Context, pod warmpool.Pod, failing, spared b
 		_, err := s.store.PodHealth(ctx, pod.ScopeID, pod.ID, true)
 		return err == nil
 	}
-	if err := s.store.MarkFailing(ctx, lua.PodRef{Scope: pod.ScopeID, Pod: pod.ID}); err != nil {
+	if err := s.store.MarkFailing(ctx, redisstore.PodRef{Scope: pod.ScopeID, Pod: pod.ID}); err != nil {
 		s.log.WarnContext(ctx, "watch: probe failure not recorded", "scope", pod.ScopeID, "pod", pod.ID, "err", err)
 		return false
 	}

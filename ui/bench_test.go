@@ -13,7 +13,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/cputime"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/ui"
 )
 
@@ -23,7 +23,7 @@ import (
 // collector's included.
 func BenchmarkState(b *testing.B) {
 	r := testredis.New(b)
-	store := lua.NewStore(r.Admin, r.Prefix)
+	store := redisstore.NewStore(r.Admin, r.Prefix)
 	ctx := context.Background()
 	cfg := warmpool.DefaultScopeConfig()
 	cfg.Pool.MaxConcurrency, cfg.Pool.PodConcurrency = 4, 2
@@ -35,7 +35,7 @@ func BenchmarkState(b *testing.B) {
 	var detail []string
 	for i := range 5000 {
 		scope := fmt.Sprintf("scope-%04d", i)
-		if err := store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: scope, Config: cfg, Version: 1, DeployVer: ver}); err != nil {
+		if err := store.ScopePublish(ctx, redisstore.ScopeRecord{ScopeID: scope, Config: cfg, Version: 1, DeployVer: ver}); err != nil {
 			b.Fatal(err)
 		}
 		if i < ui.DefaultLimit {

@@ -19,7 +19,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/ui"
 )
 
@@ -64,7 +64,7 @@ func (p *passes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 func (p *passes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	sha := lua.Scripts["scope_summary.lua"].Hash()
+	sha := redisstore.Scripts["scope_summary.lua"].Hash()
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		p.cmds.Add(int64(len(cmds)))
 		err := next(ctx, cmds)
@@ -319,7 +319,7 @@ func TestStateSharedWork(t *testing.T) {
 
 	// While another replica reads every scope (it holds the pass lock), the last pass
 	// serves for a second interval, and no longer.
-	store := lua.NewStore(b.Redis.Client, b.Redis.Prefix)
+	store := redisstore.NewStore(b.Redis.Client, b.Redis.Prefix)
 	lock, err := store.Obtain(context.Background(), store.Keys().Lock(ui.PassLock), time.Minute)
 	if err != nil {
 		t.Fatal(err)

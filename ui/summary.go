@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // ListAge is the oldest pass GET /v1/scopes answers from: callers that page
@@ -32,11 +32,11 @@ const PassTimeout = 10 * time.Second
 type summary struct {
 	at     time.Time
 	by     string
-	rows   []lua.ScopeSummary
+	rows   []redisstore.ScopeSummary
 	totals Totals
 }
 
-func newSummary(p lua.SummaryPass) *summary {
+func newSummary(p redisstore.SummaryPass) *summary {
 	s := &summary{at: p.At, by: p.By, rows: p.Scopes}
 	t := &s.totals
 	t.Scopes = len(p.Scopes)
@@ -61,7 +61,7 @@ func newSummary(p lua.SummaryPass) *summary {
 // reading every scope again (or one less than two ttl ago while another replica
 // reads: PassLock).
 type summaries struct {
-	store    *lua.Store
+	store    *redisstore.Store
 	clock    warmpool.Clock
 	instance string
 	ttl      time.Duration
@@ -128,7 +128,7 @@ func (s *summaries) get(ctx context.Context, within time.Duration) (*summary, er
 	return f.sum, f.err
 }
 
-// PassLock is the name of the lease lock (lua.Keyspace.Lock) a replica holds while
+// PassLock is the name of the lease lock (redisstore.Keyspace.Lock) a replica holds while
 // it reads every scope for the others: one that finds it taken serves the last pass
 // shared, if it is at most a Refresh older than the caller takes, instead of reading
 // every scope at the same time. Without it, pages on two replicas that ask about as often as a pass stays
@@ -155,7 +155,7 @@ func (s *summaries) load(ctx context.Context, within time.Duration) (*summary, e
 		return nil, err
 	default:
 		defer func() {
-			rctx, cancel := lua.CleanupContext(ctx)
+			rctx, cancel := redisstore.CleanupContext(ctx)
 			defer cancel()
 			if err := lock.Release(rctx); err != nil {
 				s.log.DebugContext(ctx, "pool page pass lock not released", "err", err)
@@ -169,7 +169,7 @@ func (s *summaries) load(ctx context.Context, within time.Duration) (*summary, e
 	// The pass's time is when it ended: what it read is that old at most, and a pass
 	// of a few hundred milliseconds stays fresh for a whole Refresh once it can be
 	// read, so that another replica whose page comes round a little later finds it.
-	p := lua.SummaryPass{At: s.clock.Now(), By: s.instance, Scopes: scopes}
+	p := redisstore.SummaryPass{At: s.clock.Now(), By: s.instance, Scopes: scopes}
 	if err := s.store.ShareSummaries(ctx, p, shareKeep); err != nil {
 		s.log.WarnContext(ctx, "pool page summary not shared with the other replicas", "err", err)
 	}

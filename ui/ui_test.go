@@ -18,7 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/server"
 )
 
@@ -205,7 +205,7 @@ func TestPoolPageInBrowser(t *testing.T) {
 
 	// The agent of the second pod reports that it drains: the page shows it draining,
 	// counted apart from the busy pods.
-	if _, err := srv.Store().AgentReport(t.Context(), lua.AgentReport{Scope: "demo", Pod: pods[2], Sessions: []string{"s2"}, Draining: true, Now: time.Now()}); err != nil {
+	if _, err := srv.Store().AgentReport(t.Context(), redisstore.AgentReport{Scope: "demo", Pod: pods[2], Sessions: []string{"s2"}, Draining: true, Now: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(row(pods[2], "draining"))); err != nil {

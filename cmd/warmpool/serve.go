@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/driver"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/server"
 	"github.com/warmpool/warmpool/sweeper"
@@ -54,7 +54,7 @@ func serveFlags(cfg *server.Config, o *serveOptions, getenv func(string) string)
 	fs.StringVar(&cfg.ReportURL, "report-url", "", "address the pods' agents report to (e.g. the Service's), given them as WARMPOOL_REPORT_URL (empty = reports off)")
 	fs.StringVar(&cfg.ReportSecret, "report-secret", "", "secret every replica shares, under which each pod gets its own report token")
 	fs.StringVar(&cfg.ReportSecretFile, "report-secret-file", "", "file holding the report secret, re-read when it changes (instead of --report-secret)")
-	fs.StringVar(&cfg.Prefix, "prefix", lua.DefaultPrefix, "Redis key prefix")
+	fs.StringVar(&cfg.Prefix, "prefix", redisstore.DefaultPrefix, "Redis key prefix")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "address that serves /metrics, and only it, on a listener of its own (empty: /metrics on --listen)")
 	fs.StringVar(&cfg.E2BListen, "e2b-listen", "", "address of the E2B-compatible front door, the E2B SDK's E2B_API_URL (docs/e2b.md; empty: off)")
 	fs.StringVar(&cfg.Metrics.ScopeDetail, "metrics-scope-detail", "", "glob (path.Match) of the scopes whose histograms carry their scope label; the others' are counted under scope=\"\" (empty: no scope label on histograms)")

@@ -30,8 +30,8 @@ import (
 	"github.com/warmpool/warmpool/internal/testing/invariant"
 	"github.com/warmpool/warmpool/internal/testing/syncbuf"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
 	"github.com/warmpool/warmpool/podpolicy"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 const (
@@ -73,7 +73,7 @@ func TestAPIServerStoppedDuringBurst(t *testing.T) {
 	s.putConfig(scope, burstScope)
 	s.putConfig(cold, burstScope)
 	cfg, versions := storedConfig(t, s, scope)
-	store := lua.NewStore(r.Client, r.Prefix)
+	store := redisstore.NewStore(r.Client, r.Prefix)
 
 	redisWatch := watchInvariants(store, scope, cfg, versions)
 	podWatch := watchPods(ns, scope)
@@ -227,7 +227,7 @@ func TestAPIServerStoppedDuringBurst(t *testing.T) {
 
 // awaitDeploy returns as soon as a snapshot of scope shows a deploy lease: a deploy
 // under way. It polls every few milliseconds, since a deploy on the rig is quick.
-func awaitDeploy(t *testing.T, store *lua.Store, scope string) {
+func awaitDeploy(t *testing.T, store *redisstore.Store, scope string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -352,7 +352,7 @@ type invariantWatch struct {
 	checks int
 }
 
-func watchInvariants(store *lua.Store, scope string, cfg warmpool.ScopeConfig, versions []string) *invariantWatch {
+func watchInvariants(store *redisstore.Store, scope string, cfg warmpool.ScopeConfig, versions []string) *invariantWatch {
 	w := &invariantWatch{halt: make(chan struct{}), done: make(chan struct{}), found: map[string]bool{}, pods: map[string]bool{}}
 	go func() {
 		defer close(w.done)
@@ -465,7 +465,7 @@ func (w *podWatch) stop() (most, lists int) {
 
 // orphans compares the API server's pods of a scope (terminating ones included) with
 // Redis's: each must be the other's, Ready, and no more than maxPods.
-func orphans(ctx context.Context, ns, scope string, snap lua.Snapshot, maxPods int) []string {
+func orphans(ctx context.Context, ns, scope string, snap redisstore.Snapshot, maxPods int) []string {
 	l, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: warmpool.LabelScope + "=" + podpolicy.ScopeLabelValue(scope)})
 	if err != nil {
 		return []string{"list pods: " + err.Error()}

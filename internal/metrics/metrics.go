@@ -25,7 +25,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Label names.
@@ -99,7 +99,7 @@ func (c *Config) fill() {
 // Metrics holds the collectors of one replica.
 type Metrics struct {
 	cfg   Config
-	store *lua.Store
+	store *redisstore.Store
 	log   *slog.Logger
 
 	reg          *prometheus.Registry
@@ -135,7 +135,7 @@ type Metrics struct {
 
 // New registers warmpool's metrics; store feeds the pool gauges. A ScopeDetail that
 // is not a glob is an error.
-func New(store *lua.Store, cfg Config) (*Metrics, error) {
+func New(store *redisstore.Store, cfg Config) (*Metrics, error) {
 	cfg.fill()
 	if _, err := path.Match(cfg.ScopeDetail, ""); err != nil {
 		return nil, fmt.Errorf("%q: %w", cfg.ScopeDetail, err)
@@ -364,7 +364,7 @@ func (m *Metrics) ObservePhase(scope, driver, phase string, elapsed time.Duratio
 	m.phases.WithLabelValues(m.hist(scope, driver, phase)...).Observe(elapsed.Seconds())
 }
 
-// ObserveScript records one script call; it fits lua.Store.ObserveScripts.
+// ObserveScript records one script call; it fits redisstore.Store.ObserveScripts.
 func (m *Metrics) ObserveScript(script string, took time.Duration) {
 	m.mu.RLock()
 	o, ok := m.scriptSeries[script]
@@ -379,7 +379,7 @@ func (m *Metrics) ObserveScript(script string, took time.Duration) {
 }
 
 // ObserveDueIndexFailure counts one failed write of the due index; it fits
-// lua.Store.ObserveDueIndexFailures.
+// redisstore.Store.ObserveDueIndexFailures.
 func (m *Metrics) ObserveDueIndexFailure() {
 	m.dueFailures.Inc()
 }

@@ -13,10 +13,10 @@ import (
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/testing/cputime"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
-func newMetrics(t *testing.T, store *lua.Store, cfg metrics.Config) *metrics.Metrics {
+func newMetrics(t *testing.T, store *redisstore.Store, cfg metrics.Config) *metrics.Metrics {
 	t.Helper()
 	m, err := metrics.New(store, cfg)
 	if err != nil {
@@ -25,13 +25,13 @@ func newMetrics(t *testing.T, store *lua.Store, cfg metrics.Config) *metrics.Met
 	return m
 }
 
-func publish(t *testing.T, store *lua.Store, scope string) {
+func publish(t *testing.T, store *redisstore.Store, scope string) {
 	t.Helper()
 	cfg := warmpool.DefaultScopeConfig()
 	if err := cfg.Normalize(); err != nil {
 		t.Fatal(err)
 	}
-	rec := lua.ScopeRecord{ScopeID: scope, Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}
+	rec := redisstore.ScopeRecord{ScopeID: scope, Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}
 	if err := store.ScopePublish(context.Background(), rec); err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestDeletedScopeSeriesDropped(t *testing.T) {
 		t.Run("detail="+c.detail, func(t *testing.T) {
 			t.Parallel()
 			r := testredis.New(t)
-			store := lua.NewStore(r.Client, r.Prefix)
+			store := redisstore.NewStore(r.Client, r.Prefix)
 			publish(t, store, "keep")
 			publish(t, store, "gone")
 			m := newMetrics(t, store, metrics.Config{ScopeDetail: c.detail})
@@ -120,7 +120,7 @@ func TestDeletedScopeSeriesDropped(t *testing.T) {
 func BenchmarkRender(b *testing.B) {
 	r := testredis.New(b)
 	// Admin has none of the test hooks on its commands, as a replica's client.
-	store := lua.NewStore(r.Admin, r.Prefix)
+	store := redisstore.NewStore(r.Admin, r.Prefix)
 	m, err := metrics.New(store, metrics.Config{})
 	if err != nil {
 		b.Fatal(err)
@@ -131,7 +131,7 @@ func BenchmarkRender(b *testing.B) {
 	}
 	for i := range 5000 {
 		scope := fmt.Sprintf("scope-%d", i)
-		if err := store.ScopePublish(context.Background(), lua.ScopeRecord{ScopeID: scope, Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
+		if err := store.ScopePublish(context.Background(), redisstore.ScopeRecord{ScopeID: scope, Config: cfg, Version: 1, DeployVer: cfg.Deploy.DeployVer()}); err != nil {
 			b.Fatal(err)
 		}
 		m.ObserveRoute(scope, warmpool.SourceDeployed, "", time.Second)

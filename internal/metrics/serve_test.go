@@ -20,7 +20,7 @@ import (
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // served is a Metrics with two scopes behind an httptest server, and the number of
@@ -39,7 +39,7 @@ func serve(t *testing.T, cfg metrics.Config) served {
 			reads.Add(1)
 		}
 	}))
-	store := lua.NewStore(r.Client, r.Prefix)
+	store := redisstore.NewStore(r.Client, r.Prefix)
 	publish(t, store, "a")
 	publish(t, store, "b")
 	m := newMetrics(t, store, cfg)
@@ -104,7 +104,7 @@ func TestScrapesShareARendering(t *testing.T) {
 func TestRenderingLetGoAfterShare(t *testing.T) {
 	t.Parallel()
 	r := testredis.New(t)
-	store := lua.NewStore(r.Client, r.Prefix)
+	store := redisstore.NewStore(r.Client, r.Prefix)
 	publish(t, store, "a")
 	m := newMetrics(t, store, metrics.Config{Share: 20 * time.Millisecond})
 	ts := httptest.NewServer(m.Handler())
@@ -154,7 +154,7 @@ func TestScrapeEncodings(t *testing.T) {
 func TestTextIsTheGathering(t *testing.T) {
 	t.Parallel()
 	r := testredis.New(t)
-	store := lua.NewStore(r.Client, r.Prefix)
+	store := redisstore.NewStore(r.Client, r.Prefix)
 	for _, scope := range []string{"a", "b", "team-c"} {
 		publish(t, store, scope)
 	}

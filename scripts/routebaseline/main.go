@@ -1,6 +1,6 @@
 // Command routebaseline is the warm-route baseline of docs/performance.md: a bare
 // net/http + go-redis handler of POST /v1/scopes/{scope}/sessions that runs the very
-// script a replica runs (lua.Sources["session_route.lua"]) with the same keys and
+// script a replica runs (redisstore.Sources["session_route.lua"]) with the same keys and
 // arguments, and answers the binding. It has no router, middleware, validation,
 // metrics or slow path: what a replica spends beyond it is warmpool's own cost.
 //
@@ -21,7 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 func main() {
@@ -29,8 +29,8 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "HTTP listen address")
 	flag.Parse()
 	rdb := redis.NewClient(&redis.Options{Addr: *addr})
-	route := redis.NewScript(lua.Sources["session_route.lua"])
-	keys := lua.NewKeyspace("")
+	route := redis.NewScript(redisstore.Sources["session_route.lua"])
+	keys := redisstore.NewKeyspace("")
 	ms := func(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
 	http.HandleFunc("POST /v1/scopes/{scope}/sessions", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
@@ -41,16 +41,16 @@ func main() {
 			return
 		}
 		k, now := keys.Scope(r.PathValue("scope")), time.Now()
-		// KEYS and ARGV as lua.Store.SessionRoute passes them (a route without a
+		// KEYS and ARGV as redisstore.Store.SessionRoute passes them (a route without a
 		// request id), with the deadline that Store.call appends.
-		kk, err := lua.ScriptKeys("session_route.lua", k, k.RouteAnswer(""), k.IdemMark(""))
+		kk, err := redisstore.ScriptKeys("session_route.lua", k, k.RouteAnswer(""), k.IdemMark(""))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		v, err := route.Run(r.Context(), rdb, kk,
-			ms(now), req.SessionID, "", "", 60000, "", "0", ms(now.Add(lua.GrantTTL)), "PUBLISH", ms(now.Add(3*time.Second))).Slice()
-		if err != nil || len(v) < 4 || (v[0] != lua.RouteBound && v[0] != lua.RouteNew) {
+			ms(now), req.SessionID, "", "", 60000, "", "0", ms(now.Add(redisstore.GrantTTL)), "PUBLISH", ms(now.Add(3*time.Second))).Slice()
+		if err != nil || len(v) < 4 || (v[0] != redisstore.RouteBound && v[0] != redisstore.RouteNew) {
 			http.Error(w, fmt.Sprintf("route: %v %v", v, err), http.StatusServiceUnavailable)
 			return
 		}

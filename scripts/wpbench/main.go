@@ -34,7 +34,7 @@
 //	                   routes carrying a session_config (env and a secret ref, the
 //	                   agent's fetch of it included) against plain routes on one warm
 //	                   pool; the secret's value looked for in the log and /metrics
-//	wpbench script F   print the source Redis runs for lua/F (lua.Sources)
+//	wpbench script F   print the source Redis runs for lua/F (redisstore.Sources)
 //	wpbench keys F PREFIX SCOPE [EXTRA...]
 //	                   print the KEYS a replica passes to lua/F for SCOPE under the
 //	                   key PREFIX, EXTRA being the extra keys its header names
@@ -56,7 +56,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 func main() {
@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if len(args) != 2 {
 			return fmt.Errorf("usage: wpbench script FILE (one of %s)", strings.Join(scriptNames(), ", "))
 		}
-		src, ok := lua.Sources[args[1]]
+		src, ok := redisstore.Sources[args[1]]
 		if !ok {
 			return fmt.Errorf("no script %q (one of %s)", args[1], strings.Join(scriptNames(), ", "))
 		}
@@ -88,7 +88,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if len(args) < 4 {
 			return fmt.Errorf("usage: wpbench keys FILE PREFIX SCOPE [EXTRA...]")
 		}
-		keys, err := lua.ScriptKeys(args[1], lua.NewKeyspace(args[2]).Scope(args[3]), args[4:]...)
+		keys, err := redisstore.ScriptKeys(args[1], redisstore.NewKeyspace(args[2]).Scope(args[3]), args[4:]...)
 		if err != nil {
 			return err
 		}
@@ -122,7 +122,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 func scriptNames() []string {
 	var names []string
-	for n := range lua.Sources {
+	for n := range redisstore.Sources {
 		names = append(names, n)
 	}
 	sort.Strings(names)

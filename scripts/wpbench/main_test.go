@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 func TestScriptPrintsTheSourceRedisRuns(t *testing.T) {
@@ -16,8 +16,8 @@ func TestScriptPrintsTheSourceRedisRuns(t *testing.T) {
 	if err := run(context.Background(), []string{"script", "session_route.lua"}, func(string) string { return "" }, &out, &out); err != nil {
 		t.Fatal(err)
 	}
-	if out.String() != lua.Sources["session_route.lua"] {
-		t.Errorf("printed %d bytes, want lua.Sources[session_route.lua] (%d bytes)", out.Len(), len(lua.Sources["session_route.lua"]))
+	if out.String() != redisstore.Sources["session_route.lua"] {
+		t.Errorf("printed %d bytes, want redisstore.Sources[session_route.lua] (%d bytes)", out.Len(), len(redisstore.Sources["session_route.lua"]))
 	}
 	if err := run(context.Background(), []string{"script", "nope.lua"}, func(string) string { return "" }, &out, &out); err == nil {
 		t.Error("an unknown script printed nothing and no error")
@@ -26,12 +26,12 @@ func TestScriptPrintsTheSourceRedisRuns(t *testing.T) {
 
 func TestKeysPrintsWhatAReplicaPasses(t *testing.T) {
 	var out bytes.Buffer
-	k := lua.NewKeyspace("bench:").Scope("s")
+	k := redisstore.NewKeyspace("bench:").Scope("s")
 	if err := run(context.Background(), []string{"keys", "session_route.lua", "bench:", "s", k.RouteAnswer(""), k.IdemMark("")},
 		func(string) string { return "" }, &out, &out); err != nil {
 		t.Fatal(err)
 	}
-	want, err := lua.ScriptKeys("session_route.lua", k, k.RouteAnswer(""), k.IdemMark(""))
+	want, err := redisstore.ScriptKeys("session_route.lua", k, k.RouteAnswer(""), k.IdemMark(""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Capacity checks invariants 1 and 2 over a sequence of snapshots of one scope, taken
@@ -37,7 +37,7 @@ import (
 type Capacity struct {
 	seen    bool
 	version int64
-	prev    lua.Snapshot
+	prev    redisstore.Snapshot
 	most    map[string]int
 	total   int
 }
@@ -47,13 +47,13 @@ type Capacity struct {
 // configs holds the pool config of every version the scope was published with (a
 // version at which it was deleted may name the config it had); versions and settled are
 // Violations'.
-func (c *Capacity) Violations(s lua.Snapshot, configs map[int64]warmpool.PoolConfig, versions []string, settled bool) []string {
+func (c *Capacity) Violations(s redisstore.Snapshot, configs map[int64]warmpool.PoolConfig, versions []string, settled bool) []string {
 	return append(c.Check(s, configs), others(s, versions, settled)...)
 }
 
 // Check returns the violations of invariants 1 and 2 in s, the next snapshot of the
 // sequence, and takes s as the last one.
-func (c *Capacity) Check(s lua.Snapshot, configs map[int64]warmpool.PoolConfig) []string {
+func (c *Capacity) Check(s redisstore.Snapshot, configs map[int64]warmpool.PoolConfig) []string {
 	cur, ok := inForce(configs, s.Version)
 	if !ok || s.Version > slices.Max(slices.Collect(maps.Keys(configs))) {
 		return nil
@@ -128,7 +128,7 @@ func (c *Capacity) Check(s lua.Snapshot, configs map[int64]warmpool.PoolConfig) 
 // (over pod_concurrency under the same config, or retiring; why says which): its claims
 // are all of before, and each session it has that it did not have before was one of
 // those claims (bound since).
-func (c *Capacity) noNewSlot(s lua.Snapshot, pod, why string) []string {
+func (c *Capacity) noNewSlot(s redisstore.Snapshot, pod, why string) []string {
 	var out []string
 	gone := 0
 	for claim, p := range c.prev.ClaimPod {
@@ -159,7 +159,7 @@ func (c *Capacity) noNewSlot(s lua.Snapshot, pod, why string) []string {
 // overMax checks a scope over max_pods in s and in the snapshot before, of the same
 // config: no deploy started, and every pod it did not have before is one of its
 // deploys of before, registered.
-func (c *Capacity) overMax(s lua.Snapshot, maxPods int) []string {
+func (c *Capacity) overMax(s redisstore.Snapshot, maxPods int) []string {
 	var out []string
 	gone := 0
 	for d := range c.prev.Deploys {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // An index is one ZSET of lib/index.lua as member -> score.
@@ -31,7 +31,7 @@ type scopeState struct {
 }
 
 // readState reads the keys the indexes follow, in one round trip.
-func readState(ctx context.Context, rdb redis.Cmdable, k lua.ScopeKeys) (scopeState, error) {
+func readState(ctx context.Context, rdb redis.Cmdable, k redisstore.ScopeKeys) (scopeState, error) {
 	pipe := rdb.Pipeline()
 	cfg := pipe.HMGet(ctx, k.Config, "deploy_ver", "prewarm_ver", "pod_concurrency", "max_pods", "max_served")
 	pods := pipe.ZRangeWithScores(ctx, k.Pods, 0, -1)
@@ -79,7 +79,7 @@ func sorted(ix index) []entry {
 }
 
 // want computes every index from the state it indexes, as lib/index.lua defines them.
-func (st scopeState) want(k lua.ScopeKeys) indexState {
+func (st scopeState) want(k redisstore.ScopeKeys) indexState {
 	ix := indexState{}
 	for _, key := range []string{k.Free, k.FreePrev, k.Warm, k.WarmPrev, k.Busy, k.Surplus, k.PodSess, k.PodClaims, k.Rooms, k.Open} {
 		ix[key] = index{}
@@ -158,7 +158,7 @@ func (st scopeState) want(k lua.ScopeKeys) indexState {
 // index: each is computed from the scope's pods, podver, slots, idle, sessions,
 // claimpod, deploying and followers and its config, and compared entry by entry,
 // score and all.
-func Indexes(ctx context.Context, rdb redis.Cmdable, k lua.ScopeKeys) ([]string, error) {
+func Indexes(ctx context.Context, rdb redis.Cmdable, k redisstore.ScopeKeys) ([]string, error) {
 	st, err := readState(ctx, rdb, k)
 	if err != nil {
 		return nil, err
@@ -193,7 +193,7 @@ func Indexes(ctx context.Context, rdb redis.Cmdable, k lua.ScopeKeys) ([]string,
 // WriteIndexes sets every index of the scope to what it indexes: a test's write
 // outside the scripts (a stray write to a pod's slots, say) that is to reach the
 // indexes as a script's write does.
-func WriteIndexes(ctx context.Context, rdb redis.Cmdable, k lua.ScopeKeys) error {
+func WriteIndexes(ctx context.Context, rdb redis.Cmdable, k redisstore.ScopeKeys) error {
 	st, err := readState(ctx, rdb, k)
 	if err != nil {
 		return err

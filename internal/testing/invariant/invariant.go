@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Violations returns every invariant the snapshot breaks, empty when it holds them all.
@@ -22,12 +22,12 @@ import (
 // The fair queue: every queued waiter is a live waiter, and a waiter handed a slot (a
 // grant: the claim named after it) has left the queue. A grant is a claim, so its slot
 // counts on its pod like any other (invariants 1 and 3).
-func Violations(s lua.Snapshot, cfg warmpool.ScopeConfig, versions []string, settled bool) []string {
+func Violations(s redisstore.Snapshot, cfg warmpool.ScopeConfig, versions []string, settled bool) []string {
 	return append(limits(s, cfg.Pool), others(s, versions, settled)...)
 }
 
 // limits checks invariants 1 and 2 against one config's limits.
-func limits(s lua.Snapshot, p warmpool.PoolConfig) []string {
+func limits(s redisstore.Snapshot, p warmpool.PoolConfig) []string {
 	var out []string
 	pc, maxPods := p.PodConcurrency, p.MaxPods()
 	// 2. pods + placeholders <= max_pods
@@ -44,7 +44,7 @@ func limits(s lua.Snapshot, p warmpool.PoolConfig) []string {
 	return out
 }
 
-func sessionsOn(s lua.Snapshot) map[string]int {
+func sessionsOn(s redisstore.Snapshot) map[string]int {
 	n := map[string]int{}
 	for _, pod := range s.Sessions {
 		n[pod]++
@@ -53,7 +53,7 @@ func sessionsOn(s lua.Snapshot) map[string]int {
 }
 
 // others checks every invariant but 1 and 2, which depend on the config's limits.
-func others(s lua.Snapshot, versions []string, settled bool) []string {
+func others(s redisstore.Snapshot, versions []string, settled bool) []string {
 	var out []string
 	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	sessionsOn := sessionsOn(s)
@@ -71,7 +71,7 @@ func others(s lua.Snapshot, versions []string, settled bool) []string {
 			}
 		}
 	}
-	registered := map[string]lua.PodState{}
+	registered := map[string]redisstore.PodState{}
 	for _, p := range s.Pods {
 		registered[p.Pod.ID] = p
 		sess := sessionsOn[p.Pod.ID]
@@ -156,7 +156,7 @@ func keys[V any](m map[string]V) []string {
 // had it, had no idle pod of its deploy_ver ver, nor of the version a rollout's
 // prewarm still served at now, that it could hand out (not retired, and the scope
 // within maxPods, so that no idle pod was surplus).
-func WarmBeforeBackoff(before lua.Snapshot, ver string, maxPods int, now time.Time) []string {
+func WarmBeforeBackoff(before redisstore.Snapshot, ver string, maxPods int, now time.Time) []string {
 	if len(before.Pods) > maxPods {
 		return nil
 	}

@@ -7,14 +7,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // SessionConfigs lists the session configs of scope k that outlived what they belong
 // to (SPEC §12.2: a config goes with its session or hold): an sconf field of a session
 // that has no binding, or "hold|<id>" of a hold that is no claim. Empty when every
 // config is of a live session or hold.
-func SessionConfigs(ctx context.Context, rdb redis.Cmdable, k lua.ScopeKeys) ([]string, error) {
+func SessionConfigs(ctx context.Context, rdb redis.Cmdable, k redisstore.ScopeKeys) ([]string, error) {
 	fields, err := rdb.HKeys(ctx, k.SessConf).Result()
 	if err != nil {
 		return nil, err

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Watcher checks scopes on consistent snapshots over and over while a concurrency test
@@ -19,7 +19,7 @@ type Watcher struct {
 
 // Watch starts checking every scope with check (which returns the violations of one
 // snapshot) until Stop.
-func Watch(store *lua.Store, check func(scope string, s lua.Snapshot) []string, scopes ...string) *Watcher {
+func Watch(store *redisstore.Store, check func(scope string, s redisstore.Snapshot) []string, scopes ...string) *Watcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &Watcher{cancel: cancel, done: make(chan struct{})}
 	go func() {

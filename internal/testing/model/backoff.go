@@ -3,7 +3,7 @@ package model
 import (
 	"time"
 
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // backoff is the scope's refill backoff key (k.backoff): failures 0 is no key.
@@ -16,20 +16,20 @@ type backoff struct {
 // backoffRefusal is lib/deploy.lua's backoff_refusal: the answer to a deploy the
 // backoff holds back (before its end, or from then on while a deploy is in flight),
 // false when a deploy may start.
-func (s *Scope) backoffRefusal(now int64, deploys int) (lua.Backoff, bool) {
+func (s *Scope) backoffRefusal(now int64, deploys int) (redisstore.Backoff, bool) {
 	b := s.backoff
 	if b.failures == 0 || (now >= b.until && deploys == 0) {
-		return lua.Backoff{}, false
+		return redisstore.Backoff{}, false
 	}
 	return s.backoffState(), true
 }
 
 // backoffState is the backoff as a snapshot reads it.
-func (s *Scope) backoffState() lua.Backoff {
+func (s *Scope) backoffState() redisstore.Backoff {
 	if s.backoff.failures == 0 {
-		return lua.Backoff{}
+		return redisstore.Backoff{}
 	}
-	return lua.Backoff{Failures: int(s.backoff.failures), Until: time.UnixMilli(s.backoff.until), LastError: s.backoff.err}
+	return redisstore.Backoff{Failures: int(s.backoff.failures), Until: time.UnixMilli(s.backoff.until), LastError: s.backoff.err}
 }
 
 // backoffFailed is deploy_abort.lua's count of a failed deploy of deploy_ver ver:
@@ -39,7 +39,7 @@ func (s *Scope) backoffFailed(ver, reason string, now int64) {
 		return
 	}
 	s.backoff.failures++
-	wait, most := lua.RefillBackoffBase.Milliseconds(), lua.RefillBackoffMax.Milliseconds()
+	wait, most := redisstore.RefillBackoffBase.Milliseconds(), redisstore.RefillBackoffMax.Milliseconds()
 	for i := int64(1); i < s.backoff.failures && wait < most; i++ {
 		wait *= 2
 	}

@@ -3,7 +3,7 @@ package model
 import (
 	"time"
 
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // setFixed marks the session's expiry fixed, or not.
@@ -18,18 +18,18 @@ func (s *Scope) setFixed(sid string, fixed bool) {
 // SessionDeadline models session_deadline.lua: a live, bound session's expiry is fixed
 // at now + ttl (with later, at the later of that and its expiry); an expired one is
 // evicted.
-func (s *Scope) SessionDeadline(sid string, now time.Time, ttl time.Duration, later bool) (lua.DeadlineResult, error) {
+func (s *Scope) SessionDeadline(sid string, now time.Time, ttl time.Duration, later bool) (redisstore.DeadlineResult, error) {
 	if err := s.publishedRefused(); err != nil {
-		return lua.DeadlineResult{}, err
+		return redisstore.DeadlineResult{}, err
 	}
 	t := ms(now)
 	e, ok := s.sessExp[sid]
 	if _, bound := s.sess[sid]; !ok || !bound {
-		return lua.DeadlineResult{State: lua.DeadlineUnknown}, nil
+		return redisstore.DeadlineResult{State: redisstore.DeadlineUnknown}, nil
 	}
 	if e <= t {
 		s.evictSession(sid, t, s.handoff(now))
-		return lua.DeadlineResult{State: lua.DeadlineExpired}, nil
+		return redisstore.DeadlineResult{State: redisstore.DeadlineExpired}, nil
 	}
 	expiry := t + ttl.Milliseconds()
 	if later {
@@ -37,5 +37,5 @@ func (s *Scope) SessionDeadline(sid string, now time.Time, ttl time.Duration, la
 	}
 	s.sessExp[sid] = expiry
 	s.fixed[sid] = true
-	return lua.DeadlineResult{State: lua.DeadlineSet, Expiry: time.UnixMilli(expiry)}, nil
+	return redisstore.DeadlineResult{State: redisstore.DeadlineSet, Expiry: time.UnixMilli(expiry)}, nil
 }

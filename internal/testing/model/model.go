@@ -1,7 +1,7 @@
 // Package model is a plain-Go model of one scope's state in Redis (pods, slots, claims,
 // deploy leases, follower rooms, sessions, waiters, holds) and of every script of the
 // lua package that reads or changes it, rule for rule, with the same arguments and
-// answers as the lua.Store wrappers. Model-based tests run random sequences of script
+// answers as the redisstore.Store wrappers. Model-based tests run random sequences of script
 // calls through a Store on a real redis-server and through the model side by side and
 // compare the answers and the whole state after every step: a script that drifts from
 // the rules the model writes down shows up as the first step where the two disagree.
@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Scope is the modelled state of one scope: one field per key of the scope, in the
@@ -77,7 +77,7 @@ func NewScope(id string) *Scope {
 // looks like to the scripts that check it.
 func (s *Scope) LoseEpoch() { s.epoch = false }
 
-// Bootstrap models lua.Store.Bootstrap on a live keyspace: the scope's epoch key is
+// Bootstrap models redisstore.Store.Bootstrap on a live keyspace: the scope's epoch key is
 // written when missing, if the global index lists the scope.
 func (s *Scope) Bootstrap() {
 	if s.indexed {
@@ -159,8 +159,8 @@ func decodePod(id, raw string) (warmpool.Pod, error) {
 // min_idle_pods as before.
 var ErrNotModelled = errors.New("model: warm_policy demand is not modelled")
 
-// Publish models lua.Store.ScopePublish with a live keyspace.
-func (s *Scope) Publish(rec lua.ScopeRecord) error {
+// Publish models redisstore.Store.ScopePublish with a live keyspace.
+func (s *Scope) Publish(rec redisstore.ScopeRecord) error {
 	if rec.Config.Pool.WarmPolicy == warmpool.WarmDemand {
 		return ErrNotModelled
 	}
@@ -180,7 +180,7 @@ func (s *Scope) Publish(rec lua.ScopeRecord) error {
 		if cur == rec.Version {
 			for _, kv := range content {
 				if have, ok := s.config[kv[0]]; ok && have != kv[1] {
-					return fmt.Errorf("%w: %w", lua.ErrPublishConflict, warmpool.Errorf(warmpool.CodeInternal, "conflict on %s", kv[0]))
+					return fmt.Errorf("%w: %w", redisstore.ErrPublishConflict, warmpool.Errorf(warmpool.CodeInternal, "conflict on %s", kv[0]))
 				}
 			}
 		}
@@ -208,7 +208,7 @@ func (s *Scope) Publish(rec lua.ScopeRecord) error {
 	return nil
 }
 
-// ScopeDelete models lua.Store.ScopeDelete (scope_delete.lua).
+// ScopeDelete models redisstore.Store.ScopeDelete (scope_delete.lua).
 func (s *Scope) ScopeDelete(version int64, noteDeadline time.Time) (int, error) {
 	if !s.epoch {
 		return 0, warmpool.ErrEpochLost
@@ -219,7 +219,7 @@ func (s *Scope) ScopeDelete(version int64, noteDeadline time.Time) (int, error) 
 	v := strconv.FormatInt(version, 10)
 	s.config["deleted"], s.config["version"] = v, v
 	for pod := range s.pods {
-		s.podVer[pod] = lua.RetiredVer
+		s.podVer[pod] = redisstore.RetiredVer
 	}
 	for _, d := range s.deploys.asc() {
 		delete(s.deploys, d)
@@ -230,7 +230,7 @@ func (s *Scope) ScopeDelete(version int64, noteDeadline time.Time) (int, error) 
 	return len(s.pods), nil
 }
 
-// ScopeForget models lua.Store.ScopeForget (scope_forget.lua): a deleted scope with no
+// ScopeForget models redisstore.Store.ScopeForget (scope_forget.lua): a deleted scope with no
 // pod and no deploy keeps only its tombstone (the config's version and deleted mark),
 // its fencing counter, and what lives outside its keys (tombstones of purged pods,
 // cached route answers); it leaves the global index.
@@ -268,7 +268,7 @@ type handoff struct {
 
 func (s *Scope) handoff(now time.Time) *handoff {
 	return &handoff{ver: s.config["deploy_ver"], prev: s.prewarmVer(ms(now)), pc: s.cfgInt("pod_concurrency"), maxPods: s.cfgInt("max_pods"),
-		now: ms(now), grant: ms(now.Add(lua.GrantTTL))}
+		now: ms(now), grant: ms(now.Add(redisstore.GrantTTL))}
 }
 
 // prewarmVer is lib/surplus.lua's prewarm_ver: the version whose pods a rollout's
@@ -299,8 +299,8 @@ func (s *Scope) serve(pod string, n int64) bool {
 	if s.served[pod] < limit {
 		return false
 	}
-	if v := s.podVer[pod]; v != lua.RetiredVer && v != lua.DrainingVer {
-		s.podVer[pod] = lua.RetiredVer
+	if v := s.podVer[pod]; v != redisstore.RetiredVer && v != redisstore.DrainingVer {
+		s.podVer[pod] = redisstore.RetiredVer
 	}
 	return true
 }
@@ -399,7 +399,7 @@ func (s *Scope) freeSlot(pod string, now int64, idleOnZero bool, q *handoff) int
 		n = 0
 		s.slots[pod] = 0
 		if idleOnZero && s.config["recycle"] == warmpool.RecycleDelete && s.serves(pod, s.config["deploy_ver"], s.prewarmVer(now)) {
-			s.podVer[pod] = lua.RetiredVer
+			s.podVer[pod] = redisstore.RetiredVer
 		}
 		if _, idle := s.idle[pod]; idleOnZero && !idle {
 			s.idle[pod] = now
@@ -494,9 +494,9 @@ func (s *Scope) spec() (warmpool.DeploySpec, error) {
 }
 
 // PodAcquire models pod_acquire.lua.
-func (s *Scope) PodAcquire(a lua.AcquireArgs) (lua.AcquireResult, error) {
+func (s *Scope) PodAcquire(a redisstore.AcquireArgs) (redisstore.AcquireResult, error) {
 	if err := s.refused(); err != nil {
-		return lua.AcquireResult{}, err
+		return redisstore.AcquireResult{}, err
 	}
 	now, claim := ms(a.Now), a.Claim
 	ver, pc := s.config["deploy_ver"], s.cfgInt("pod_concurrency")
@@ -514,9 +514,9 @@ func (s *Scope) PodAcquire(a lua.AcquireArgs) (lua.AcquireResult, error) {
 			s.claimOf[claim] = pod
 			p, err := decodePod(pod, s.podInfo[pod])
 			if err != nil {
-				return lua.AcquireResult{}, malformed("pod_acquire.lua", err.Error())
+				return redisstore.AcquireResult{}, malformed("pod_acquire.lua", err.Error())
 			}
-			return lua.AcquireResult{Kind: lua.AcquireWarm, Pod: p}, nil
+			return redisstore.AcquireResult{Kind: redisstore.AcquireWarm, Pod: p}, nil
 		}
 	}
 
@@ -548,22 +548,22 @@ func (s *Scope) PodAcquire(a lua.AcquireArgs) (lua.AcquireResult, error) {
 			}
 		}
 		if n <= capacity {
-			return lua.AcquireResult{Kind: lua.AcquireFollower, Deploy: d, Room: member, RoomDeadline: time.UnixMilli(deadline)}, nil
+			return redisstore.AcquireResult{Kind: redisstore.AcquireFollower, Deploy: d, Room: member, RoomDeadline: time.UnixMilli(deadline)}, nil
 		}
 		delete(s.rooms, member)
 	}
 
 	if int64(len(s.pods)+len(deploys)) < maxPods && int64(len(deploys)) < s.cfgInt("parallel") {
 		if b, held := s.backoffRefusal(now, len(deploys)); held {
-			return lua.AcquireResult{Kind: lua.AcquireBackoff, Backoff: b, Deploys: len(deploys)}, nil
+			return redisstore.AcquireResult{Kind: redisstore.AcquireBackoff, Backoff: b, Deploys: len(deploys)}, nil
 		}
 		s.fence++
 		member := strconv.FormatInt(s.fence, 10)
 		s.deploys[member] = ms(a.LeaseDeadline)
 		spec, err := s.spec()
-		return lua.AcquireResult{Kind: lua.AcquireDeploy, Deploy: member, Fence: s.fence, Spec: spec, ReportIntervalS: s.reportIntervalS()}, err
+		return redisstore.AcquireResult{Kind: redisstore.AcquireDeploy, Deploy: member, Fence: s.fence, Spec: spec, ReportIntervalS: s.reportIntervalS()}, err
 	}
-	return lua.AcquireResult{Kind: lua.AcquireMaxReached, Pods: len(s.pods), Deploys: len(deploys)}, nil
+	return redisstore.AcquireResult{Kind: redisstore.AcquireMaxReached, Pods: len(s.pods), Deploys: len(deploys)}, nil
 }
 
 func sortByNumber(ds []string) {
@@ -588,7 +588,7 @@ func (s *Scope) PodRegister(deploy string, pod warmpool.Pod, leaderClaim string,
 		return int(s.slots[pod.ID]), nil
 	}
 	if lease, ok := s.deploys[deploy]; !ok || lease <= t {
-		return 0, lua.ErrFenced
+		return 0, redisstore.ErrFenced
 	}
 	delete(s.deploys, deploy)
 	s.pods[pod.ID] = t
@@ -655,7 +655,7 @@ func (s *Scope) PodPurge(pod, reason string, idleSince *time.Time) ([]string, er
 	}
 	if idleSince != nil {
 		if since, ok := s.idle[pod]; !ok || since != ms(*idleSince) {
-			return nil, lua.ErrPodBusy
+			return nil, redisstore.ErrPodBusy
 		}
 	}
 	out := []string{}
@@ -686,9 +686,9 @@ func (s *Scope) PodPurge(pod, reason string, idleSince *time.Time) ([]string, er
 }
 
 // PodPlaceholder models pod_placeholder.lua.
-func (s *Scope) PodPlaceholder(now, leaseDeadline, noteDeadline time.Time) (lua.PlaceholderResult, error) {
+func (s *Scope) PodPlaceholder(now, leaseDeadline, noteDeadline time.Time) (redisstore.PlaceholderResult, error) {
 	if err := s.refused(); err != nil {
-		return lua.PlaceholderResult{}, err
+		return redisstore.PlaceholderResult{}, err
 	}
 	ver := s.config["deploy_ver"]
 	q := s.handoff(now)
@@ -711,20 +711,20 @@ func (s *Scope) PodPlaceholder(now, leaseDeadline, noteDeadline time.Time) (lua.
 	}
 	switch {
 	case warm >= minIdle:
-		return lua.PlaceholderResult{Kind: lua.PlaceholderEnough}, nil
+		return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderEnough}, nil
 	case int64(len(s.pods)+len(s.deploys)) >= s.cfgInt("max_pods"):
-		return lua.PlaceholderResult{Kind: lua.PlaceholderMaxReached}, nil
+		return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderMaxReached}, nil
 	case int64(len(s.deploys)) >= s.cfgInt("parallel"):
-		return lua.PlaceholderResult{Kind: lua.PlaceholderBusy}, nil
+		return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderBusy}, nil
 	}
 	if b, held := s.backoffRefusal(ms(now), len(s.deploys)); held {
-		return lua.PlaceholderResult{Kind: lua.PlaceholderBackoff, Backoff: b}, nil
+		return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderBackoff, Backoff: b}, nil
 	}
 	s.fence++
 	member := strconv.FormatInt(s.fence, 10) + "w"
 	s.deploys[member] = ms(leaseDeadline)
 	spec, err := s.spec()
-	return lua.PlaceholderResult{Kind: lua.PlaceholderDeploy, Deploy: member, Fence: s.fence, Spec: spec, ReportIntervalS: s.reportIntervalS()}, err
+	return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderDeploy, Deploy: member, Fence: s.fence, Spec: spec, ReportIntervalS: s.reportIntervalS()}, err
 }
 
 // PodAdopt models pod_adopt.lua.
@@ -741,11 +741,11 @@ func (s *Scope) PodAdopt(pod warmpool.Pod, now time.Time, sessionsUnknown bool) 
 		if sessionsUnknown {
 			s.holdFreeSlots(pod.ID, ms(now))
 		}
-		return lua.AdoptKnown, nil
+		return redisstore.AdoptKnown, nil
 	case s.gone[pod.ID]:
-		return lua.AdoptGone, nil
+		return redisstore.AdoptGone, nil
 	case int64(len(s.pods)+len(s.deploys)) >= s.cfgInt("max_pods"):
-		return lua.AdoptFull, nil
+		return redisstore.AdoptFull, nil
 	}
 	t := ms(now)
 	s.pods[pod.ID] = t
@@ -754,7 +754,7 @@ func (s *Scope) PodAdopt(pod warmpool.Pod, now time.Time, sessionsUnknown bool) 
 	if !sessionsUnknown {
 		s.slots[pod.ID] = 0
 		s.idle[pod.ID] = t
-		return lua.AdoptAdopted, nil
+		return redisstore.AdoptAdopted, nil
 	}
 	pc := s.cfgInt("pod_concurrency")
 	for n := int64(1); n <= pc; n++ {
@@ -763,7 +763,7 @@ func (s *Scope) PodAdopt(pod warmpool.Pod, now time.Time, sessionsUnknown bool) 
 		s.claimOf[claim] = pod.ID
 	}
 	s.slots[pod.ID] = pc
-	return lua.AdoptAdopted, nil
+	return redisstore.AdoptAdopted, nil
 }
 
 // holdFreeSlots holds the free slots of a known pod whose sessions are unknown with
@@ -823,33 +823,33 @@ func (s *Scope) DeployAbort(deploy, ver, reason string, lost bool, now, noteDead
 }
 
 // FollowerWait models follower_wait.lua.
-func (s *Scope) FollowerWait(deploy, room, claim string, now time.Time) (lua.FollowerState, error) {
+func (s *Scope) FollowerWait(deploy, room, claim string, now time.Time) (redisstore.FollowerState, error) {
 	if pod, ok := s.claimOf[claim]; ok {
 		if pod == noSlot {
-			return lua.FollowerState{State: lua.FollowerRetry}, nil
+			return redisstore.FollowerState{State: redisstore.FollowerRetry}, nil
 		}
 		if reason, lost := strings.CutPrefix(pod, noteLost); lost {
-			return lua.FollowerState{State: lua.FollowerLost, Reason: reason}, nil
+			return redisstore.FollowerState{State: redisstore.FollowerLost, Reason: reason}, nil
 		}
 		if reason, failed := strings.CutPrefix(pod, "!"); failed {
-			return lua.FollowerState{State: lua.FollowerFailed, Reason: reason}, nil
+			return redisstore.FollowerState{State: redisstore.FollowerFailed, Reason: reason}, nil
 		}
 		p, err := decodePod(pod, s.podInfo[pod])
 		if err != nil {
-			return lua.FollowerState{}, malformed("follower_wait.lua", err.Error())
+			return redisstore.FollowerState{}, malformed("follower_wait.lua", err.Error())
 		}
-		return lua.FollowerState{State: lua.FollowerReady, Pod: p}, nil
+		return redisstore.FollowerState{State: redisstore.FollowerReady, Pod: p}, nil
 	}
 	t := ms(now)
 	if lease, ok := s.deploys[deploy]; !ok || lease <= t {
 		delete(s.rooms, room)
-		return lua.FollowerState{State: lua.FollowerLost, Reason: reasonLeaderGone}, nil
+		return redisstore.FollowerState{State: redisstore.FollowerLost, Reason: reasonLeaderGone}, nil
 	}
 	if d, ok := s.rooms[room]; !ok || d <= t {
 		delete(s.rooms, room)
-		return lua.FollowerState{State: lua.FollowerFailed, Reason: reasonRoomTimout}, nil
+		return redisstore.FollowerState{State: redisstore.FollowerFailed, Reason: reasonRoomTimout}, nil
 	}
-	return lua.FollowerState{State: lua.FollowerWaiting}, nil
+	return redisstore.FollowerState{State: redisstore.FollowerWaiting}, nil
 }
 
 // FollowerLeave models follower_leave.lua.
@@ -872,7 +872,7 @@ func (s *Scope) HoldTouch(hold, pod string, now time.Time) (time.Time, error) {
 	t := ms(now)
 	d, ok := s.claims[hold]
 	if s.claimOf[hold] != pod || !ok || d <= t {
-		return time.Time{}, lua.ErrNoHold
+		return time.Time{}, redisstore.ErrNoHold
 	}
 	until := t + s.cfgInt("hold_ttl_ms")
 	s.claims[hold] = until
@@ -887,16 +887,16 @@ func (s *Scope) HoldRelease(hold, pod string, now time.Time) (bool, error) {
 	q := s.handoff(now)
 	s.expireClaims(ms(now), q)
 	if s.claimOf[hold] != pod {
-		return false, lua.ErrNoHold
+		return false, redisstore.ErrNoHold
 	}
 	s.releaseClaim(hold, ms(now), q)
 	return hasMember(s.idle, pod), nil
 }
 
 // SessionRoute models session_route.lua; a cached answer expires only by ExpireRouteAnswer.
-func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
+func (s *Scope) SessionRoute(a redisstore.RouteArgs) (redisstore.RouteResult, error) {
 	if err := s.refused(); err != nil {
-		return lua.RouteResult{}, err
+		return redisstore.RouteResult{}, err
 	}
 	now, sid, claim, waiter := ms(a.Now), a.Session, a.Claim, a.Waiter
 	ver, pc := s.config["deploy_ver"], s.cfgInt("pod_concurrency")
@@ -913,7 +913,7 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 			s.releaseClaim(waiter, now, q)
 		}
 	}
-	idem, fp := a.RequestID != "", lua.RouteFingerprint(sid)
+	idem, fp := a.RequestID != "", redisstore.RouteFingerprint(sid)
 	if idem {
 		cached, ok := s.idem[a.RequestID]
 		mark, marked := s.marks[a.RequestID]
@@ -924,10 +924,10 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 			}
 			leave("")
 			if other {
-				return lua.RouteResult{}, warmpool.Errorf(warmpool.CodeIdempotencyMismatch, "request id %q names another request", a.RequestID)
+				return redisstore.RouteResult{}, warmpool.Errorf(warmpool.CodeIdempotencyMismatch, "request id %q names another request", a.RequestID)
 			}
 			parts := strings.SplitN(cached, "\n", 4)
-			return served(lua.RouteReplay, parts[1], parts[2], parts[3], sid)
+			return served(redisstore.RouteReplay, parts[1], parts[2], parts[3], sid)
 		}
 	}
 	refreshed := now + s.cfgInt("session_ttl_ms")
@@ -937,20 +937,20 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 	}
 	s.expireClaims(now, q)
 
-	answer := func(kind, flag, pod string) (lua.RouteResult, error) {
+	answer := func(kind, flag, pod string) (redisstore.RouteResult, error) {
 		info := s.podInfo[pod]
 		if _, ok := s.idem[a.RequestID]; idem && !ok {
 			s.idem[a.RequestID] = fp + "\n" + flag + "\n" + pod + "\n" + info
 		}
 		return served(kind, flag, pod, info, sid)
 	}
-	bind := func(pod, used string) (lua.RouteResult, error) {
+	bind := func(pod, used string) (redisstore.RouteResult, error) {
 		leave(used)
 		s.sess[sid] = pod
 		s.sessExp[sid] = expiry
 		s.setFixed(sid, a.FixedTTL > 0)
 		delete(s.idle, pod)
-		return answer(lua.RouteNew, "1", pod)
+		return answer(redisstore.RouteNew, "1", pod)
 	}
 
 	if bound, ok := s.sess[sid]; ok {
@@ -962,7 +962,7 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 				s.releaseClaim(claim, now, q)
 			}
 			leave("")
-			return answer(lua.RouteBound, "0", bound)
+			return answer(redisstore.RouteBound, "0", bound)
 		}
 		s.evictSession(sid, now, q)
 	}
@@ -972,7 +972,7 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 			continue
 		}
 		pod, ok := s.claimOf[c]
-		if holdsPod(pod) && (s.serves(pod, ver, prev) || s.podVer[pod] == lua.RetiredVer) {
+		if holdsPod(pod) && (s.serves(pod, ver, prev) || s.podVer[pod] == redisstore.RetiredVer) {
 			delete(s.claims, c)
 			delete(s.claimOf, c)
 			return bind(pod, c)
@@ -994,20 +994,20 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 	}
 
 	if waiter == "" {
-		return lua.RouteResult{Kind: lua.RouteNone}, nil
+		return redisstore.RouteResult{Kind: redisstore.RouteNone}, nil
 	}
 	if !hasMember(s.queue, waiter) {
 		if len(s.queue) == 0 && !a.Join {
-			return lua.RouteResult{Kind: lua.RouteNone}, nil
+			return redisstore.RouteResult{Kind: redisstore.RouteNone}, nil
 		}
 		size, wait := s.cfgInt("queue_size"), s.cfgInt("wait_ms")
 		if size == 0 || wait == 0 {
-			return lua.RouteResult{Kind: lua.RouteNoWait}, nil
+			return redisstore.RouteResult{Kind: redisstore.RouteNoWait}, nil
 		}
 		if !hasMember(s.waiters, waiter) {
 			s.dropWaiters(q)
 			if int64(len(s.waiters)) >= size {
-				return lua.RouteResult{Kind: lua.RouteFull}, nil
+				return redisstore.RouteResult{Kind: redisstore.RouteFull}, nil
 			}
 			s.waiters[waiter] = now + wait
 		}
@@ -1016,18 +1016,18 @@ func (s *Scope) SessionRoute(a lua.RouteArgs) (lua.RouteResult, error) {
 	}
 	deadline, ok := s.waiters[waiter]
 	if !ok {
-		return lua.RouteResult{}, malformed("session_route.lua", "a queued caller with no deadline")
+		return redisstore.RouteResult{}, malformed("session_route.lua", "a queued caller with no deadline")
 	}
-	return lua.RouteResult{Kind: lua.RouteQueued, Rank: s.queue.rank(waiter), Deadline: time.UnixMilli(deadline)}, nil
+	return redisstore.RouteResult{Kind: redisstore.RouteQueued, Rank: s.queue.rank(waiter), Deadline: time.UnixMilli(deadline)}, nil
 }
 
 // served is the answer of a route that bound (or had bound) the session.
-func served(kind, flag, pod, info, sid string) (lua.RouteResult, error) {
+func served(kind, flag, pod, info, sid string) (redisstore.RouteResult, error) {
 	p, err := decodePod(pod, info)
 	if err != nil {
-		return lua.RouteResult{}, malformed("session_route.lua", err.Error())
+		return redisstore.RouteResult{}, malformed("session_route.lua", err.Error())
 	}
-	return lua.RouteResult{Kind: kind, New: flag == "1", Pod: p, Session: sid}, nil
+	return redisstore.RouteResult{Kind: kind, New: flag == "1", Pod: p, Session: sid}, nil
 }
 
 // firstFit is the first pod, in the order they registered, that takes a new slot: of
@@ -1053,16 +1053,16 @@ func (s *Scope) SessionTouch(sid string, now time.Time) (string, error) {
 	t := ms(now)
 	e, ok := s.sessExp[sid]
 	if !ok {
-		return lua.TouchUnknown, nil
+		return redisstore.TouchUnknown, nil
 	}
 	if e > t {
 		if !s.fixed[sid] {
 			s.sessExp[sid] = t + s.cfgInt("session_ttl_ms")
 		}
-		return lua.TouchTouched, nil
+		return redisstore.TouchTouched, nil
 	}
 	s.evictSession(sid, t, s.handoff(now))
-	return lua.TouchExpired, nil
+	return redisstore.TouchExpired, nil
 }
 
 // SessionEnd models session_end.lua.
@@ -1094,20 +1094,20 @@ func (s *Scope) SessionEvict(now time.Time, limit int) (evicted, claims int, err
 }
 
 // SessionGet models session_get.lua.
-func (s *Scope) SessionGet(sid string, now time.Time) (lua.SessionBinding, error) {
+func (s *Scope) SessionGet(sid string, now time.Time) (redisstore.SessionBinding, error) {
 	if s.config == nil {
-		return lua.SessionBinding{}, s.noScope()
+		return redisstore.SessionBinding{}, s.noScope()
 	}
 	pod, ok := s.sess[sid]
 	e, live := s.sessExp[sid]
 	if !ok || !live || e <= ms(now) {
-		return lua.SessionBinding{}, lua.ErrNoSession
+		return redisstore.SessionBinding{}, redisstore.ErrNoSession
 	}
 	p, err := decodePod(pod, s.podInfo[pod])
 	if err != nil {
-		return lua.SessionBinding{}, malformed("session_get.lua", err.Error())
+		return redisstore.SessionBinding{}, malformed("session_get.lua", err.Error())
 	}
-	return lua.SessionBinding{Pod: p, ExpiresAt: time.UnixMilli(e)}, nil
+	return redisstore.SessionBinding{Pod: p, ExpiresAt: time.UnixMilli(e)}, nil
 }
 
 // WaiterLeave models waiter_leave.lua.
@@ -1118,12 +1118,12 @@ func (s *Scope) WaiterLeave(waiter string, now time.Time) {
 }
 
 // ScopeRepair models scope_repair.lua.
-func (s *Scope) ScopeRepair(now, noteDeadline time.Time, recount bool) (lua.RepairReport, error) {
+func (s *Scope) ScopeRepair(now, noteDeadline time.Time, recount bool) (redisstore.RepairReport, error) {
 	if !s.epoch {
-		return lua.RepairReport{}, warmpool.ErrEpochLost
+		return redisstore.RepairReport{}, warmpool.ErrEpochLost
 	}
 	t := ms(now)
-	rep := lua.RepairReport{Deploys: len(s.deploys.upTo(t)), Waiters: len(s.waiters.upTo(t))}
+	rep := redisstore.RepairReport{Deploys: len(s.deploys.upTo(t)), Waiters: len(s.waiters.upTo(t))}
 	q := s.handoff(now)
 	s.expirePool(t, ms(noteDeadline), q)
 	s.dropWaiters(q)
@@ -1184,15 +1184,15 @@ func (s *Scope) ScopeRepair(now, noteDeadline time.Time, recount bool) (lua.Repa
 	return rep, nil
 }
 
-// Snapshot is the state as lua.Store.Snapshot reads it.
-func (s *Scope) Snapshot() lua.Snapshot {
-	snap := lua.Snapshot{
+// Snapshot is the state as redisstore.Store.Snapshot reads it.
+func (s *Scope) Snapshot() redisstore.Snapshot {
+	snap := redisstore.Snapshot{
 		Deploys: times(s.deploys), Followers: times(s.rooms), ClaimPod: copyMap(s.claimOf), Queued: len(s.waiters),
 		Claims: times(s.claims), Sessions: copyMap(s.sess), SessExp: times(s.sessExp), Fixed: slices.Sorted(maps.Keys(s.fixed)), Waiters: times(s.waiters),
 		Queue: map[string]int64{}, Fence: s.fence, Version: s.cfgInt("version"), Backoff: s.backoffState(),
 	}
 	if v, ok := s.config["prewarm_ver"]; ok {
-		snap.Prewarm = lua.Prewarm{Ver: v, Until: time.UnixMilli(s.cfgInt("prewarm_until"))}
+		snap.Prewarm = redisstore.Prewarm{Ver: v, Until: time.UnixMilli(s.cfgInt("prewarm_until"))}
 	}
 	for w, n := range s.queue {
 		snap.Queue[w] = n
@@ -1206,8 +1206,8 @@ func (s *Scope) Snapshot() lua.Snapshot {
 		if err != nil {
 			p = warmpool.Pod{ID: id, ScopeID: s.id}
 		}
-		st := lua.PodState{Pod: p, Slots: int(s.slots[id]), Claims: claims[id], RegisteredAt: time.UnixMilli(s.pods[id]),
-			Retired: s.podVer[id] == lua.RetiredVer, Draining: s.podVer[id] == lua.DrainingVer, Served: int(s.served[id])}
+		st := redisstore.PodState{Pod: p, Slots: int(s.slots[id]), Claims: claims[id], RegisteredAt: time.UnixMilli(s.pods[id]),
+			Retired: s.podVer[id] == redisstore.RetiredVer, Draining: s.podVer[id] == redisstore.DrainingVer, Served: int(s.served[id])}
 		if since, ok := s.idle[id]; ok {
 			st.Idle, st.IdleSince = true, time.UnixMilli(since)
 		}
@@ -1251,7 +1251,7 @@ func (s *Scope) IdleSince(pod string) (time.Time, bool) {
 
 // Lines renders a snapshot as sorted lines, one fact each, so that two snapshots
 // compare as text and their difference reads as the facts that differ.
-func Lines(snap lua.Snapshot) []string {
+func Lines(snap redisstore.Snapshot) []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	for i, p := range snap.Pods {
@@ -1363,20 +1363,20 @@ func otherRequest(v, fp string) bool {
 
 // IdemClaim models idem_claim.lua on one request id of the scope (a key's ttl, real
 // time, is taken not to pass; ExpireMark and ExpireRouteAnswer make it pass).
-func (s *Scope) IdemClaim(requestID, fp, token string) (lua.IdemClaimResult, error) {
+func (s *Scope) IdemClaim(requestID, fp, token string) (redisstore.IdemClaimResult, error) {
 	mark, marked := s.marks[requestID]
 	cached, ok := s.idem[requestID]
 	if (marked && otherRequest(mark, fp)) || (ok && otherRequest(cached, fp)) {
-		return lua.IdemClaimResult{}, warmpool.Errorf(warmpool.CodeIdempotencyMismatch, "request id %q names another request", requestID)
+		return redisstore.IdemClaimResult{}, warmpool.Errorf(warmpool.CodeIdempotencyMismatch, "request id %q names another request", requestID)
 	}
 	if !marked {
 		s.marks[requestID] = fp + "\n" + token + "\n"
-		return lua.IdemClaimResult{State: lua.IdemWon}, nil
+		return redisstore.IdemClaimResult{State: redisstore.IdemWon}, nil
 	}
 	if answer := strings.SplitN(mark, "\n", 3)[2]; answer != "" {
-		return lua.IdemClaimResult{State: lua.IdemDone, Answer: []byte(answer)}, nil
+		return redisstore.IdemClaimResult{State: redisstore.IdemDone, Answer: []byte(answer)}, nil
 	}
-	return lua.IdemClaimResult{State: lua.IdemRunning}, nil
+	return redisstore.IdemClaimResult{State: redisstore.IdemRunning}, nil
 }
 
 // running returns the fingerprint of the request id's mark when token owns it and its
@@ -1426,7 +1426,7 @@ func (s *Scope) RouteAnswer(requestID string) (string, bool) {
 	return v, ok
 }
 
-// Idempotent models lua.Store.Idempotent on one request id of the scope, with fn run
+// Idempotent models redisstore.Store.Idempotent on one request id of the scope, with fn run
 // inline and token the owner token the store's call took the mark under: the first
 // call of an id runs fn and keeps its answer, or frees the mark when fn fails; a later
 // call of the same fingerprint replays the answer, one of another fingerprint is
@@ -1437,9 +1437,9 @@ func (s *Scope) Idempotent(requestID, fp, token string, fn func() ([]byte, error
 	switch {
 	case err != nil:
 		return nil, false, err
-	case m.State == lua.IdemRunning:
+	case m.State == redisstore.IdemRunning:
 		return nil, false, warmpool.Errorf(warmpool.CodeNoPodAvailable, "request is still running on another replica")
-	case m.State == lua.IdemDone:
+	case m.State == redisstore.IdemDone:
 		return m.Answer, true, nil
 	}
 	answer, err := fn()

@@ -21,14 +21,14 @@ import (
 	"github.com/warmpool/warmpool/internal/testing/invariant"
 	"github.com/warmpool/warmpool/internal/testing/model"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // steps is the length of each run.
 var steps = flag.Int("model.steps", 60, "steps of each run of TestScriptsFollowTheModel")
 
 // TestScriptsFollowTheModel runs random sequences of every pool, session and scope
-// script (publish, delete, forget) and of idem_claim on two scopes through lua.Store and through the
+// script (publish, delete, forget) and of idem_claim on two scopes through redisstore.Store and through the
 // model side by side, and compares their answers and the whole state of both scopes
 // after every step, then the due time scope_due.lua gives the scope just changed; the
 // SPEC §6 invariants are checked on Redis's state too. make test runs 100 sequences (rapid's default) of
@@ -203,7 +203,7 @@ type markRef struct{ request, token string }
 type world struct {
 	t     *rapid.T
 	r     *testredis.Redis
-	store *lua.Store
+	store *redisstore.Store
 	now   time.Time
 	sides []*side
 	seq   int
@@ -214,7 +214,7 @@ type world struct {
 }
 
 func newWorld(t *rapid.T, r *testredis.Redis, prefix string, seen map[string]int, sc scopes) *world {
-	w := &world{t: t, r: r, store: lua.NewStore(r.Client, prefix), now: time.UnixMilli(1_700_000_000_000), seen: seen}
+	w := &world{t: t, r: r, store: redisstore.NewStore(r.Client, prefix), now: time.UnixMilli(1_700_000_000_000), seen: seen}
 	for _, id := range slices.Sorted(maps.Keys(sc.configs)) {
 		s := &side{id: id, model: model.NewScope(id), configs: variants(sc.configs[id]), pools: map[int64]warmpool.PoolConfig{}}
 		for i := range sc.sessions {
@@ -242,12 +242,12 @@ func newWorld(t *rapid.T, r *testredis.Redis, prefix string, seen map[string]int
 func (w *world) fill(s *side, n int) {
 	ctx := context.Background()
 	for i := range n {
-		a := lua.AcquireArgs{Now: w.now, Claim: w.fresh("c"), ClaimDeadline: w.now.Add(time.Hour),
+		a := redisstore.AcquireArgs{Now: w.now, Claim: w.fresh("c"), ClaimDeadline: w.now.Add(time.Hour),
 			LeaseDeadline: w.now.Add(time.Hour), RoomMargin: time.Second}
 		got, gotErr := w.store.PodAcquire(ctx, s.id, a)
 		want, wantErr := s.model.PodAcquire(a)
 		w.same("pod_acquire", got, want, gotErr, wantErr)
-		if got.Kind != lua.AcquireDeploy {
+		if got.Kind != redisstore.AcquireDeploy {
 			w.t.Fatalf("fill: acquire %d of scope %s answered %s, want a deploy", i, s.id, got.Kind)
 		}
 		pod := warmpool.Pod{ID: warmpool.PodName(s.id, got.Fence), ScopeID: s.id, DeployVer: got.Spec.DeployVer(), Fence: got.Fence}
@@ -265,7 +265,7 @@ func (w *world) fill(s *side, n int) {
 
 func (w *world) publish(s *side, variant int, version int64) {
 	cfg := s.configs[variant]
-	rec := lua.ScopeRecord{ScopeID: s.id, Config: cfg, Version: version, DeployVer: cfg.Deploy.DeployVer(), ChangedAt: w.now}
+	rec := redisstore.ScopeRecord{ScopeID: s.id, Config: cfg, Version: version, DeployVer: cfg.Deploy.DeployVer(), ChangedAt: w.now}
 	got := w.store.ScopePublish(context.Background(), rec)
 	want := s.model.Publish(rec)
 	w.same("scope_publish", nil, nil, got, want)
@@ -312,22 +312,22 @@ func (w *world) actions() map[string]func(*rapid.T) {
 	}
 	return map[string]func(*rapid.T){
 		"pod_acquire": step("pod_acquire", func(s *side) {
-			a := lua.AcquireArgs{Now: w.now, Claim: w.fresh("c"), ClaimDeadline: w.after("claim deadline"),
+			a := redisstore.AcquireArgs{Now: w.now, Claim: w.fresh("c"), ClaimDeadline: w.after("claim deadline"),
 				LeaseDeadline: w.after("lease deadline"), RoomMargin: time.Second}
 			before := s.model.Snapshot()
 			got, gotErr := w.store.PodAcquire(ctx, s.id, a)
 			want, wantErr := s.model.PodAcquire(a)
 			w.same("pod_acquire", got, want, gotErr, wantErr)
-			if cfg := s.configs[s.current]; got.Kind == lua.AcquireBackoff && !s.drifted {
+			if cfg := s.configs[s.current]; got.Kind == redisstore.AcquireBackoff && !s.drifted {
 				if v := invariant.WarmBeforeBackoff(before, cfg.Deploy.DeployVer(), s.pools[s.version].MaxPods(), w.now); len(v) > 0 {
 					w.t.Fatalf("pod_acquire on scope %s: %s", s.id, strings.Join(v, "; "))
 				}
 			}
 			s.claims = append(s.claims, a.Claim)
 			switch got.Kind {
-			case lua.AcquireFollower:
+			case redisstore.AcquireFollower:
 				s.rooms = append(s.rooms, roomRef{deploy: got.Deploy, room: got.Room, claim: a.Claim})
-			case lua.AcquireDeploy:
+			case redisstore.AcquireDeploy:
 				s.deploys = append(s.deploys, deployRef{member: got.Deploy, fence: got.Fence, ver: got.Spec.DeployVer(), leader: a.Claim})
 			}
 		}),
@@ -336,7 +336,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			got, gotErr := w.store.PodPlaceholder(ctx, s.id, w.now, lease, note)
 			want, wantErr := s.model.PodPlaceholder(w.now, lease, note)
 			w.same("pod_placeholder", got, want, gotErr, wantErr)
-			if got.Kind == lua.PlaceholderDeploy {
+			if got.Kind == redisstore.PlaceholderDeploy {
 				s.deploys = append(s.deploys, deployRef{member: got.Deploy, fence: got.Fence, ver: got.Spec.DeployVer()})
 			}
 		}),
@@ -412,7 +412,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 		}, (*model.Scope).HoldTouch)),
 		"hold_release": step("hold_release", onHold(w, "hold_release", w.store.HoldRelease, (*model.Scope).HoldRelease)),
 		"session_route": step("session_route", func(s *side) {
-			a := lua.RouteArgs{Now: w.now, Session: rapid.SampledFrom(s.sessions).Draw(w.t, "session"), IdemTTL: time.Hour}
+			a := redisstore.RouteArgs{Now: w.now, Session: rapid.SampledFrom(s.sessions).Draw(w.t, "session"), IdemTTL: time.Hour}
 			if rapid.Bool().Draw(w.t, "with claim") {
 				a.Claim = s.claim(w.t)
 			}
@@ -492,7 +492,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			got, gotErr := w.store.PodAdopt(ctx, pod, w.now, unknown)
 			want, wantErr := s.model.PodAdopt(pod, w.now, unknown)
 			w.same("pod_adopt", got, want, gotErr, wantErr)
-			if got == lua.AdoptAdopted && !slices.Contains(s.pods, id) {
+			if got == redisstore.AdoptAdopted && !slices.Contains(s.pods, id) {
 				s.pods = append(s.pods, id)
 			}
 		}),
@@ -516,7 +516,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			if rapid.IntRange(0, 4).Draw(w.t, "long list") == 4 {
 				most = 4
 			}
-			rep := lua.AgentReport{Scope: s.id, Pod: pod, Now: w.now,
+			rep := redisstore.AgentReport{Scope: s.id, Pod: pod, Now: w.now,
 				Draining: rapid.IntRange(0, 7).Draw(w.t, "draining") == 7,
 				Sessions: rapid.SliceOfN(rapid.SampledFrom(candidates), 0, most).Draw(w.t, "listed"),
 				// with a valid ticket: mostly all or none of the sessions, now and then a few
@@ -596,7 +596,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 				got, gotErr := w.store.IdemClaim(ctx, r, token, time.Hour)
 				want, wantErr := s.model.IdemClaim(r.ID, r.Fingerprint, token)
 				w.same("idem_claim bare", got, want, gotErr, wantErr)
-				if got.State == lua.IdemWon {
+				if got.State == redisstore.IdemWon {
 					s.owners = append(s.owners, markRef{request: r.ID, token: token})
 				}
 				return
@@ -609,7 +609,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			// a retry of the id while the first request runs waits for its answer
 			// (here not at all) and is told to retry; a request of another
 			// fingerprint with the id is refused
-			var retry *lua.IdemRequest
+			var retry *redisstore.IdemRequest
 			if rapid.Bool().Draw(w.t, "retry while running") {
 				retry = &r
 				if rapid.Bool().Draw(w.t, "another request") {
@@ -716,11 +716,11 @@ func (w *world) actions() map[string]func(*rapid.T) {
 // epochLost runs every script that checks the scope's epoch while it is missing.
 func (w *world) epochLost(s *side) {
 	ctx := context.Background()
-	a := lua.AcquireArgs{Now: w.now, Claim: w.fresh("c"), ClaimDeadline: w.now.Add(time.Second), LeaseDeadline: w.now.Add(time.Second)}
+	a := redisstore.AcquireArgs{Now: w.now, Claim: w.fresh("c"), ClaimDeadline: w.now.Add(time.Second), LeaseDeadline: w.now.Add(time.Second)}
 	_, gotErr := w.store.PodAcquire(ctx, s.id, a)
 	_, wantErr := s.model.PodAcquire(a)
 	w.same("pod_acquire without epoch", nil, nil, gotErr, wantErr)
-	ra := lua.RouteArgs{Now: w.now, Session: s.sessions[0], Waiter: s.waiters[0], Join: true}
+	ra := redisstore.RouteArgs{Now: w.now, Session: s.sessions[0], Waiter: s.waiters[0], Join: true}
 	_, gotErr = w.store.SessionRoute(ctx, s.id, ra)
 	_, wantErr = s.model.SessionRoute(ra)
 	w.same("session_route without epoch", nil, nil, gotErr, wantErr)
@@ -836,10 +836,10 @@ var idemRequests = []string{"r0", "r1", "r2"}
 
 // idemRequest draws a request with one of idemRequests: an acquire or a route of one
 // of the scope's sessions.
-func (s *side) idemRequest(w *world) lua.IdemRequest {
-	r := lua.IdemRequest{Scope: s.id, ID: rapid.SampledFrom(idemRequests).Draw(w.t, "request"), Fingerprint: lua.AcquireFingerprint}
+func (s *side) idemRequest(w *world) redisstore.IdemRequest {
+	r := redisstore.IdemRequest{Scope: s.id, ID: rapid.SampledFrom(idemRequests).Draw(w.t, "request"), Fingerprint: redisstore.AcquireFingerprint}
 	if rapid.Bool().Draw(w.t, "route") {
-		r.Fingerprint = lua.RouteFingerprint(rapid.SampledFrom(s.sessions).Draw(w.t, "session"))
+		r.Fingerprint = redisstore.RouteFingerprint(rapid.SampledFrom(s.sessions).Draw(w.t, "session"))
 	}
 	return r
 }
@@ -912,19 +912,19 @@ func outcome(v any, err error) string {
 		return errKey(err)
 	}
 	switch r := v.(type) {
-	case lua.AcquireResult:
+	case redisstore.AcquireResult:
 		return r.Kind
-	case lua.PlaceholderResult:
+	case redisstore.PlaceholderResult:
 		return r.Kind
-	case lua.RouteResult:
+	case redisstore.RouteResult:
 		return r.Kind
-	case lua.FollowerState:
+	case redisstore.FollowerState:
 		return r.State
-	case lua.DeadlineResult:
+	case redisstore.DeadlineResult:
 		return r.State
-	case lua.IdemClaimResult:
+	case redisstore.IdemClaimResult:
 		return r.State
-	case lua.RepairReport:
+	case redisstore.RepairReport:
 		return fmt.Sprintf("fixed anything %v", r.Any())
 	case string, bool:
 		return fmt.Sprint(r)
@@ -939,7 +939,7 @@ func errKey(err error) string {
 	if err == nil {
 		return ""
 	}
-	for _, s := range []error{lua.ErrFenced, lua.ErrPodBusy, lua.ErrNoHold, lua.ErrNoSession, lua.ErrPublishConflict, warmpool.ErrEpochLost} {
+	for _, s := range []error{redisstore.ErrFenced, redisstore.ErrPodBusy, redisstore.ErrNoHold, redisstore.ErrNoSession, redisstore.ErrPublishConflict, warmpool.ErrEpochLost} {
 		if errors.Is(err, s) {
 			return s.Error()
 		}
@@ -1078,7 +1078,7 @@ func lineDiff(got, want []string) string {
 func TestDemandIsRefusedNotMisModelled(t *testing.T) {
 	c := warmpool.DefaultScopeConfig()
 	c.Pool.WarmPolicy = warmpool.WarmDemand
-	err := model.NewScope("d").Publish(lua.ScopeRecord{ScopeID: "d", Config: c, Version: 1, DeployVer: c.Deploy.DeployVer()})
+	err := model.NewScope("d").Publish(redisstore.ScopeRecord{ScopeID: "d", Config: c, Version: 1, DeployVer: c.Deploy.DeployVer()})
 	if !errors.Is(err, model.ErrNotModelled) {
 		t.Fatalf("publish of a demand scope: %v, want ErrNotModelled", err)
 	}

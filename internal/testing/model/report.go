@@ -8,24 +8,24 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // AgentReport models agent_report.lua.
-func (s *Scope) AgentReport(rep lua.AgentReport) (lua.AgentAnswer, error) {
+func (s *Scope) AgentReport(rep redisstore.AgentReport) (redisstore.AgentAnswer, error) {
 	if err := s.publishedRefused(); err != nil {
 		if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
-			return lua.AgentAnswer{}, lua.ErrPodUnknown
+			return redisstore.AgentAnswer{}, redisstore.ErrPodUnknown
 		}
-		return lua.AgentAnswer{}, err
+		return redisstore.AgentAnswer{}, err
 	}
 	pod := rep.Pod
 	if _, ok := s.pods[pod]; !ok {
-		return lua.AgentAnswer{}, lua.ErrPodUnknown
+		return redisstore.AgentAnswer{}, redisstore.ErrPodUnknown
 	}
 	pc := s.cfgInt("pod_concurrency")
 	if most := max(pc, s.slots[pod]); int64(len(rep.Sessions)) > most {
-		return lua.AgentAnswer{}, lua.TooManySessions(len(rep.Sessions), int(most))
+		return redisstore.AgentAnswer{}, redisstore.TooManySessions(len(rep.Sessions), int(most))
 	}
 	now := ms(rep.Now)
 	expiry := now + s.cfgInt("session_ttl_ms")
@@ -34,8 +34,8 @@ func (s *Scope) AgentReport(rep lua.AgentReport) (lua.AgentAnswer, error) {
 		interval, _ = strconv.ParseInt(v, 10, 64)
 	}
 	q := s.handoff(rep.Now)
-	if rep.Draining && s.podVer[pod] != lua.RetiredVer {
-		s.podVer[pod] = lua.DrainingVer
+	if rep.Draining && s.podVer[pod] != redisstore.RetiredVer {
+		s.podVer[pod] = redisstore.DrainingVer
 	}
 	adopted := func() string {
 		for n := int64(1); n <= 2*pc; n++ {
@@ -106,7 +106,7 @@ func (s *Scope) AgentReport(rep lua.AgentReport) (lua.AgentAnswer, error) {
 			delete(s.agents, missKey)
 		}
 	}
-	a := lua.AgentAnswer{Interval: time.Duration(interval) * time.Millisecond, Unknown: unknown, Ended: ended}
+	a := redisstore.AgentAnswer{Interval: time.Duration(interval) * time.Millisecond, Unknown: unknown, Ended: ended}
 	until, ok := s.agents[pod]
 	if t, _ := strconv.ParseInt(until, 10, 64); !ok || t-now < 2*interval {
 		spared := now + 3*interval

@@ -17,7 +17,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Defaults of BigScopeConfig.
@@ -255,7 +255,7 @@ func (c *BigScopeConfig) size(ctx context.Context, pods, pc int) (*BigScopeRow, 
 	if err := e.cl.setupCall(ctx, http.MethodPut, "/v1/scopes/"+bigScope+"/config", bigConfig(pods+cold, pc)); err != nil {
 		return nil, err
 	}
-	store := lua.NewStore(e.redis.rdb, lua.DefaultPrefix)
+	store := redisstore.NewStore(e.redis.rdb, redisstore.DefaultPrefix)
 	t := time.Now()
 	if err := fillScope(ctx, e.redis.rdb, store, pods, idle, pc); err != nil {
 		return nil, fmt.Errorf("fill: %w", err)
@@ -323,7 +323,7 @@ func (c *BigScopeConfig) size(ctx context.Context, pods, pc int) (*BigScopeRow, 
 // pod holding pc sessions and the last idle ones none, and has scope_repair.lua recount
 // them (and build whatever the scripts derive from them): a fill through routes would
 // cost O(pods²) on scripts that scan the scope.
-func fillScope(ctx context.Context, rdb *redis.Client, store *lua.Store, pods, idle, pc int) error {
+func fillScope(ctx context.Context, rdb *redis.Client, store *redisstore.Store, pods, idle, pc int) error {
 	k := store.Keys().Scope(bigScope)
 	ver, err := rdb.HGet(ctx, k.Config, "deploy_ver").Result()
 	if err != nil {
@@ -375,7 +375,7 @@ func fillScope(ctx context.Context, rdb *redis.Client, store *lua.Store, pods, i
 }
 
 // purgeNew purges the scope's pods that are not in before.
-func purgeNew(ctx context.Context, rdb *redis.Client, store *lua.Store, before []string) error {
+func purgeNew(ctx context.Context, rdb *redis.Client, store *redisstore.Store, before []string) error {
 	now, err := rdb.ZRange(ctx, store.Keys().Scope(bigScope).Pods, 0, -1).Result()
 	if err != nil {
 		return err

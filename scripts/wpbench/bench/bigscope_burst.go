@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // BurstRow is one cold burst: Routes new sessions routed at Rate a second into one
@@ -113,7 +113,7 @@ func (c *BigScopeConfig) burst(ctx context.Context, rate float64, pc int) (*Burs
 	}
 	row.RedisCPUS = (b.CPU - a.CPU).Seconds()
 	row.CommandsPerRt = float64(cmds) / float64(c.BurstRoutes)
-	pods, err := e.redis.rdb.ZCard(ctx, lua.NewKeyspace("").Scope(bigScope).Pods).Result()
+	pods, err := e.redis.rdb.ZCard(ctx, redisstore.NewKeyspace("").Scope(bigScope).Pods).Result()
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/internal/defaults"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Defaults of CapacityConfig.
@@ -402,7 +402,7 @@ func (m CapacityModel) perRoute(coldShare float64) Cost {
 // the load: DueShards due and as many watch jobs, one tick each per interval, over the
 // whole keyspace (on a Cluster, spread over the shards their hash tags land on).
 func (m CapacityModel) TicksCores(interval time.Duration) float64 {
-	perS := float64(lua.DueShards) / interval.Seconds()
+	perS := float64(redisstore.DueShards) / interval.Seconds()
 	return perS * (m.DueTick.RedisUs + m.WatchTick.RedisUs) / 1e6
 }
 

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/sweeper"
 )
 
@@ -184,7 +184,7 @@ func (e *clusterEnv) spread(ctx context.Context, p Population, nodes []*ClusterN
 			}
 		}
 	}
-	keys := lua.NewKeyspace("")
+	keys := redisstore.NewKeyspace("")
 	for i := range p.Scopes {
 		slot, err := e.nodes[0].ClusterKeySlot(ctx, "{"+p.scope(i)+"}").Result()
 		if err != nil {
@@ -212,7 +212,7 @@ func (e *clusterEnv) spread(ctx context.Context, p Population, nodes []*ClusterN
 			return err
 		}
 	}
-	for shard := range lua.DueShards {
+	for shard := range redisstore.DueShards {
 		for _, job := range []string{sweeper.DueJobName(shard), sweeper.WatchJobName(shard)} {
 			slot, err := e.nodes[0].ClusterKeySlot(ctx, keys.Lock("sweep:"+job)).Result()
 			if err != nil {

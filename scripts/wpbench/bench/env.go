@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // env is one Redis and one replica under measurement.
@@ -177,12 +177,12 @@ func (e *env) settle(ctx context.Context, horizon time.Duration) (int, error) {
 
 // settleDue is settle on the due index of rdb: one server's, or a Cluster's.
 func settleDue(ctx context.Context, rdb redis.Cmdable, horizon time.Duration) (int, error) {
-	keys := lua.NewKeyspace("")
+	keys := redisstore.NewKeyspace("")
 	deadline := time.Now().Add(settleTimeout)
 	for {
 		now := fmt.Sprint(time.Now().Add(max(horizon, 0)).UnixMilli())
 		due := 0
-		for k := range lua.DueShards {
+		for k := range redisstore.DueShards {
 			n, err := rdb.ZCount(ctx, keys.DueIndex(k), "-inf", now).Result()
 			if err != nil {
 				return 0, err

@@ -15,7 +15,7 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 )
 
 // reportingPod is one pod as its agent reports: its body and token, made once.
@@ -27,7 +27,7 @@ type reportingPod struct {
 // readPods reads the pods of p's scopes and the sessions bound to each from Redis, 500
 // scopes a pipeline, and makes each pod's report body and token (key).
 func readPods(ctx context.Context, rdb *redis.Client, p Population, key *httpx.ReportKey) ([]reportingPod, error) {
-	keys := lua.NewKeyspace("")
+	keys := redisstore.NewKeyspace("")
 	var out []reportingPod
 	const batch = 500
 	for from := 0; from < p.Scopes; from += batch {

@@ -1,7 +1,7 @@
 // Package replicatest runs "N replicas on one Redis" for the tests of rm, sm and
 // sweeper: one Redis (internal/testing/testredis), one fake pod driver, one controllable clock,
 // the scopes published on them, and replicas that each have their own Redis client,
-// lua.Store, rm.Manager, sm.Manager and (with a config store) sweeper.Sweeper. It
+// redisstore.Store, rm.Manager, sm.Manager and (with a config store) sweeper.Sweeper. It
 // checks the SPEC §6 invariants (internal/testing/invariant) against every deploy_ver a scope
 // has had. It imports no Kubernetes package, so the tests that use it do not either.
 package replicatest
@@ -20,7 +20,7 @@ import (
 	"github.com/warmpool/warmpool/driver/fake"
 	"github.com/warmpool/warmpool/internal/testing/invariant"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/lua"
+	"github.com/warmpool/warmpool/redisstore"
 	"github.com/warmpool/warmpool/rm"
 	"github.com/warmpool/warmpool/scopes"
 	"github.com/warmpool/warmpool/sm"
@@ -35,7 +35,7 @@ type Harness struct {
 	TB    testing.TB
 	Redis *testredis.Redis
 	// Store is the test's own view of the Redis (its own client, no replica's).
-	Store *lua.Store
+	Store *redisstore.Store
 	// Fake is the pod driver of every replica that names no other.
 	Fake *fake.Driver
 	// Clock is a controllable clock; replicas run on it when Config.Clock says so.
@@ -69,7 +69,7 @@ func New(tb testing.TB, opts ...Option) *Harness {
 	tb.Helper()
 	r := testredis.New(tb)
 	h := &Harness{
-		TB: tb, Redis: r, Store: lua.NewStore(r.Client, r.Prefix), Fake: fake.New(), Clock: testredis.NewClock(),
+		TB: tb, Redis: r, Store: redisstore.NewStore(r.Client, r.Prefix), Fake: fake.New(), Clock: testredis.NewClock(),
 		current: map[string]warmpool.StoredConfig{}, versions: map[string][]string{},
 		pools: map[string]map[int64]warmpool.PoolConfig{}, checks: map[string]*invariant.Capacity{},
 	}
@@ -122,7 +122,7 @@ func (h *Harness) Scope(id string, mc, pc int, mutate ...func(*warmpool.ScopeCon
 	h.mu.Lock()
 	stored := warmpool.StoredConfig{ScopeID: id, Version: h.current[id].Version + 1, DeployVer: cfg.Deploy.DeployVer(), Config: cfg}
 	h.mu.Unlock()
-	if err := h.Store.ScopePublish(ctx, lua.ScopeRecord{ScopeID: id, Config: cfg, Version: stored.Version, DeployVer: stored.DeployVer, ChangedAt: stored.UpdatedAt}); err != nil {
+	if err := h.Store.ScopePublish(ctx, redisstore.ScopeRecord{ScopeID: id, Config: cfg, Version: stored.Version, DeployVer: stored.DeployVer, ChangedAt: stored.UpdatedAt}); err != nil {
 		h.TB.Fatalf("publish %s: %v", id, err)
 	}
 	h.track(stored)
@@ -172,7 +172,7 @@ type Config struct {
 type Replica struct {
 	// Client is the replica's own connection to Redis (own pool, own subscriptions).
 	Client redis.UniversalClient
-	Store  *lua.Store
+	Store  *redisstore.Store
 	RM     *rm.Manager
 	SM     *sm.Manager
 	// Sweeper is nil unless the harness has a config store.
@@ -191,7 +191,7 @@ func (h *Harness) Replica(cfg Config) *Replica {
 		driver = h.Fake
 	}
 	client := h.Redis.NewClient(h.TB)
-	r := &Replica{Client: client, Store: lua.NewStore(client, h.Redis.Prefix)}
+	r := &Replica{Client: client, Store: redisstore.NewStore(client, h.Redis.Prefix)}
 	r.RM = rm.New(r.Store, driver, cfg.RM)
 	var pool warmpool.Pool = r.RM
 	if cfg.Pool != nil {
@@ -210,7 +210,7 @@ func (h *Harness) Replica(cfg Config) *Replica {
 }
 
 // Snap is a consistent snapshot of a scope.
-func (h *Harness) Snap(scope string) lua.Snapshot {
+func (h *Harness) Snap(scope string) redisstore.Snapshot {
 	h.TB.Helper()
 	s, err := h.Store.Snapshot(context.Background(), scope)
 	if err != nil {
@@ -226,7 +226,7 @@ func (h *Harness) Snap(scope string) lua.Snapshot {
 // checks them; sessions may sit on a pod of any deploy_ver the scope had (tests that
 // change versions assert invariant 6 for new sessions themselves). With settled, work
 // in flight and leftovers are violations too.
-func (h *Harness) violations(scope string, s lua.Snapshot, settled bool, c *invariant.Capacity) []string {
+func (h *Harness) violations(scope string, s redisstore.Snapshot, settled bool, c *invariant.Capacity) []string {
 	h.mu.Lock()
 	pools, vers := maps.Clone(h.pools[scope]), slices.Clone(h.versions[scope])
 	h.mu.Unlock()
@@ -236,7 +236,7 @@ func (h *Harness) violations(scope string, s lua.Snapshot, settled bool, c *inva
 // Check fails the test (without stopping it) for every invariant a snapshot of scope
 // breaks, and returns the snapshot. The snapshots of Check are one sequence: a pod
 // over a lowered pod_concurrency must not gain a slot from one Check to the next.
-func (h *Harness) Check(scope string, settled bool) lua.Snapshot {
+func (h *Harness) Check(scope string, settled bool) redisstore.Snapshot {
 	h.TB.Helper()
 	h.checkMu.Lock()
 	defer h.checkMu.Unlock()
@@ -253,7 +253,7 @@ func (h *Harness) Check(scope string, settled bool) lua.Snapshot {
 }
 
 // Settled checks every invariant of a scope with no work in flight.
-func (h *Harness) Settled(scope string) lua.Snapshot {
+func (h *Harness) Settled(scope string) redisstore.Snapshot {
 	h.TB.Helper()
 	return h.Check(scope, true)
 }
@@ -263,7 +263,7 @@ func (h *Harness) Settled(scope string) lua.Snapshot {
 // sequence of their own.
 func (h *Harness) Watch(scopes ...string) *invariant.Watcher {
 	checks := map[string]*invariant.Capacity{}
-	return invariant.Watch(h.Store, func(scope string, s lua.Snapshot) []string {
+	return invariant.Watch(h.Store, func(scope string, s redisstore.Snapshot) []string {
 		c := checks[scope]
 		if c == nil {
 			c = &invariant.Capacity{}

@@ -74,27 +74,31 @@ type ConfigStore interface {
 	// starts at the next version and makes it live again. Errors: SCOPE_NOT_FOUND
 	// (unknown, or deleted already), STORE_UNAVAILABLE.
 	Delete(ctx context.Context, scopeID string) (StoredConfig, error)
+	// The store keeps tenants' quotas too (SPEC §12.1).
+	TenantStore
 	// Close releases the store.
 	Close() error
 }
 
 // ConfigChange is one write of a scope's config: a Put of Version, or (Deleted) a
-// Delete of the scope at Version.
+// Delete of the scope at Version. A change with TenantID set (and ScopeID empty) is
+// a write of that tenant's quotas instead: a put, or (Deleted) a delete, at Version.
 type ConfigChange struct {
-	ScopeID string
-	Version int64
-	Deleted bool
+	ScopeID  string
+	TenantID string
+	Version  int64
+	Deleted  bool
 }
 
 // ConfigFeed is implemented by a ConfigStore that tells of the writes made to its
 // database by any instance of the store (this replica's or another's): the sweeper
 // publishes from it what a replica stored and then failed to publish, and keeps its
-// per-scope facts current, without reading every config.
+// per-scope facts and its tenants' quotas current, without reading every config.
 type ConfigFeed interface {
 	// Follow calls fn with the changes committed from the call on, in commit order,
 	// until ctx ends, and then returns ctx.Err(). Only a scope's latest change is
-	// kept: a scope written twice before its change is delivered comes once, at its
-	// latest version. A batch fn fails (returns an error) comes again, later; so may
+	// kept: a scope (a tenant) written twice before its change is delivered comes
+	// once, at its latest version. A batch fn fails (returns an error) comes again, later; so may
 	// a change after the store's connection was lost. A store that does not answer
 	// delays changes, and loses none: after a reconnect every change committed since
 	// the last one delivered comes. fn is called from one goroutine at a time.

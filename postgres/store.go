@@ -42,7 +42,9 @@ const (
 type Store struct {
 	db              *sql.DB
 	sqlstore.Reader // Get, List, History, Close
-	feed            sqlstore.Feed
+	// GetTenant, ListTenants; tenants.go writes.
+	sqlstore.TenantReader
+	feed sqlstore.Feed
 	// conn is the parsed DSN, for the feed's own listening connection; channel is the
 	// feed's notification channel, one per schema (see feedChannel).
 	conn    *pgx.ConnConfig
@@ -75,9 +77,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	db.SetMaxOpenConns(MaxOpenConns)
 	db.SetMaxIdleConns(MaxOpenConns)
 	db.SetConnMaxIdleTime(ConnMaxIdleTime)
-	s := &Store{db: db, Reader: reader(db), conn: cfg, feed: sqlstore.NewFeed(db, failure,
-		`SELECT seq, scope_id, version, deleted FROM scope_changes WHERE seq > $1 ORDER BY seq LIMIT $2`,
-		`SELECT COALESCE(MAX(seq), 0) FROM scope_changes`)}
+	s := &Store{db: db, Reader: reader(db), TenantReader: tenantReader(db), conn: cfg, feed: sqlstore.NewFeed(db, failure, feedSince, lastSeq)}
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close() // the open's error is the one to report
 		return nil, failure(ctx, "open", err)

@@ -33,6 +33,8 @@ const BusyTimeout = 5 * time.Second
 type Store struct {
 	db              *sql.DB
 	sqlstore.Reader // Get, List, History, Close
+	// GetTenant, ListTenants; tenants.go writes.
+	sqlstore.TenantReader
 	// writeSem lets one write transaction of this process at a time wait for the
 	// SQLite write lock: goroutines then queue fairly here instead of all polling the
 	// lock under busy_timeout, where one of them could starve until it times out.
@@ -77,9 +79,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		db.SetConnMaxLifetime(0)
 		db.SetConnMaxIdleTime(0)
 	}
-	s := &Store{db: db, Reader: reader(db), writeSem: make(chan struct{}, 1), feed: sqlstore.NewFeed(db, failure,
-		`SELECT seq, scope_id, version, deleted FROM scope_changes WHERE seq > ? ORDER BY seq LIMIT ?`,
-		`SELECT COALESCE(MAX(seq), 0) FROM scope_changes`)}
+	s := &Store{db: db, Reader: reader(db), TenantReader: tenantReader(db), writeSem: make(chan struct{}, 1),
+		feed: sqlstore.NewFeed(db, failure, feedSince, lastSeq)}
 	if err := connect(ctx, db); err != nil {
 		_ = db.Close() // the open's error is the one to report
 		return nil, failure(ctx, "open", err)
@@ -213,13 +214,12 @@ func (s *Store) Put(ctx context.Context, scopeID string, cfg warmpool.ScopeConfi
 	return stored, nil
 }
 
-// recordChange numbers a write of the scope in tx as the next change of the feed.
-// The transaction holds the write lock (BEGIN IMMEDIATE), so MAX(seq) cannot move
-// before it commits.
+// recordChange numbers a write of the scope in tx as the next change of the feed
+// (lastSeq + 1). The transaction holds the write lock (BEGIN IMMEDIATE), so the
+// number cannot move before it commits.
 func recordChange(ctx context.Context, tx *sql.Tx, scopeID string, version int64, deleted bool) error {
 	_, err := tx.ExecContext(ctx, `
-		INSERT INTO scope_changes (scope_id, seq, version, deleted)
-		SELECT ?1, COALESCE(MAX(seq), 0) + 1, ?2, ?3 FROM scope_changes WHERE true
+		INSERT INTO scope_changes (scope_id, seq, version, deleted) VALUES (?1, (`+lastSeq+`) + 1, ?2, ?3)
 		ON CONFLICT (scope_id) DO UPDATE SET seq = excluded.seq, version = excluded.version, deleted = excluded.deleted`,
 		scopeID, version, deleted)
 	return err

@@ -25,10 +25,16 @@ type CorruptError struct {
 	ScopeID string
 	Version int64
 	Err     error
+	// Tenant is set when ScopeID names a tenant, whose quotas the row holds.
+	Tenant bool
 }
 
 func (e *CorruptError) Error() string {
-	return fmt.Sprintf("scope %q version %d: stored config is not readable: %v", e.ScopeID, e.Version, e.Err)
+	kind := "scope"
+	if e.Tenant {
+		kind = "tenant"
+	}
+	return fmt.Sprintf("%s %q version %d: stored config is not readable: %v", kind, e.ScopeID, e.Version, e.Err)
 }
 
 // unavailableError is a STORE_UNAVAILABLE *warmpool.Error that also unwraps to the
@@ -298,8 +304,9 @@ func (t *timestamp) Scan(v any) error {
 // to the follower in one batch.
 const FeedPage = 1000
 
-// Feed reads a store's change table (scope_changes: each scope's latest write, under
-// the number of the change it was committed as), for the store's warmpool.ConfigFeed.
+// Feed reads a store's change tables (scope_changes and tenant_changes: each scope's
+// and each tenant's latest write, under the number of the change it was committed
+// as, one sequence for both), for the store's warmpool.ConfigFeed.
 // The store numbers its writes in commit order, so a read of the changes past the last
 // number seen never leaves one behind it.
 type Feed struct {
@@ -309,9 +316,10 @@ type Feed struct {
 	head    string
 }
 
-// NewFeed returns the Feed of a store on db. since selects seq, scope_id, version and
-// deleted of the changes numbered past argument 1, by number, at most argument 2;
-// head selects the number of the latest change (0 when there is none).
+// NewFeed returns the Feed of a store on db. since selects seq, scope_id, tenant_id,
+// version and deleted of the changes numbered past argument 1, by number, at most
+// argument 2 (one of the ids is empty: a scope's change or a tenant's); head selects
+// the number of the latest change (0 when there is none).
 func NewFeed(db *sql.DB, failure func(ctx context.Context, op string, err error) error, since, head string) Feed {
 	return Feed{db: db, failure: failure, since: since, head: head}
 }
@@ -360,7 +368,7 @@ func (f Feed) read(ctx context.Context, seq int64) ([]warmpool.ConfigChange, int
 	last := seq
 	for rows.Next() {
 		var c warmpool.ConfigChange
-		if err := rows.Scan(&last, &c.ScopeID, &c.Version, &c.Deleted); err != nil {
+		if err := rows.Scan(&last, &c.ScopeID, &c.TenantID, &c.Version, &c.Deleted); err != nil {
 			return nil, 0, err
 		}
 		page = append(page, c)

@@ -24,7 +24,7 @@ type NewDB func(tb testing.TB) Opener
 
 // Run runs the contract suite, each check as a subtest on a database of its own.
 func Run(t *testing.T, newDB NewDB) {
-	for _, c := range []struct {
+	for _, c := range append([]struct {
 		name string
 		test func(*testing.T, Opener)
 	}{
@@ -46,7 +46,7 @@ func Run(t *testing.T, newDB NewDB) {
 		{"CancelledContextPassesThrough", testCancelledContext},
 		{"FeedSeesWrites", testFeedSeesWrites},
 		{"FeedRedeliversFailed", testFeedRedeliversFailed},
-	} {
+	}, tenantTests...) {
 		t.Run(c.name, func(t *testing.T) {
 			c.test(t, newDB(t))
 		})

@@ -16,6 +16,10 @@ import (
 
 // ScopeConfig is the configuration of one scope (SPEC §4).
 type ScopeConfig struct {
+	// Tenant is the tenant whose quotas the scope counts against (SPEC §12.1): an id
+	// of the rules of a scope id. Blank until the config is stored under its scope,
+	// when scopes.Service fills it with TenantOf; a class B field.
+	Tenant string     `json:"tenant,omitempty"`
 	Deploy DeploySpec `json:"deploy"`
 	Pool   PoolConfig `json:"pool"`
 	// Agent is how the scope's agents report (class B).
@@ -315,6 +319,9 @@ func (c ScopeConfig) Validate() error {
 func (c ScopeConfig) check(faults *fieldErrors) {
 	d, p := c.Deploy, c.Pool
 	bad := faults.add
+	if c.Tenant != "" && !ValidScopeID(c.Tenant) {
+		bad("tenant", "must be a tenant id matching ^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$ (a scope id's rules), got %q", c.Tenant)
+	}
 	// between adds a fault unless lo <= v <= hi.
 	between := func(field string, v, lo, hi int) {
 		if v < lo || v > hi {
@@ -414,6 +421,16 @@ func (c ScopeConfig) check(faults *fieldErrors) {
 	if p.WarmPolicy != WarmStatic && p.WarmPolicy != WarmDemand {
 		bad("pool.warm_policy", "must be %q or %q, got %q", WarmStatic, WarmDemand, p.WarmPolicy)
 	}
+}
+
+// TenantOf is the tenant of the scope whose config c is: c.Tenant, or, when the
+// config names none, the scope itself (SPEC §12.1). It is the one place that default
+// is decided.
+func (c ScopeConfig) TenantOf(scope string) string {
+	if c.Tenant != "" {
+		return c.Tenant
+	}
+	return scope
 }
 
 // MaxPods is ceil(max_concurrency / pod_concurrency): the most pods (plus deploys in

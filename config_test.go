@@ -61,6 +61,12 @@ func TestValidate(t *testing.T) {
 		// Validate alone, not the decode path.
 		validateOnly bool
 	}{
+		{"tenant uppercase", func(c *ScopeConfig) { c.Tenant = "Acme" }, "tenant", false},
+		{"tenant with a slash", func(c *ScopeConfig) { c.Tenant = "acme/a" }, "tenant", false},
+		{"tenant 64 chars", func(c *ScopeConfig) { c.Tenant = strings.Repeat("a", 64) }, "tenant", false},
+		{"tenant 63 chars", func(c *ScopeConfig) { c.Tenant = strings.Repeat("a", 63) }, "", false},
+		{"tenant with dots", func(c *ScopeConfig) { c.Tenant = "team.a-1" }, "", false},
+		{"tenant empty means the scope's", func(c *ScopeConfig) { c.Tenant = "" }, "", false},
 		{"image too long", func(c *ScopeConfig) { c.Deploy.Image = long }, "deploy.image", false},
 		{"image with space", func(c *ScopeConfig) { c.Deploy.Image = "agent 1" }, "deploy.image", false},
 		{"image with tab", func(c *ScopeConfig) { c.Deploy.Image = "agent\t1" }, "deploy.image", false},
@@ -182,6 +188,18 @@ func TestValidate(t *testing.T) {
 			_, err = LoadScopeConfig(doc)
 			check(t, err)
 		})
+	}
+}
+
+// A scope's tenant is the one its config names, else the scope itself.
+func TestTenantOf(t *testing.T) {
+	cfg := DefaultScopeConfig()
+	if got := cfg.TenantOf("chat"); got != "chat" {
+		t.Fatalf("a config naming no tenant: TenantOf = %q, want the scope", got)
+	}
+	cfg.Tenant = "acme"
+	if got := cfg.TenantOf("chat"); got != "acme" {
+		t.Fatalf("TenantOf = %q, want acme", got)
 	}
 }
 

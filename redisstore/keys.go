@@ -129,7 +129,7 @@ type scopeKeyDef struct {
 // TestGeneratedKeys fails while either is stale.
 var scopeKeyTable = [...]scopeKeyDef{
 	{"Epoch", "epoch", "STRING", "the scope's epoch, no TTL; missing = Redis lost its data (EPOCH_LOST)"},
-	{"Config", "config", "HASH", "the published config (deploy_ver, version, the pool fields in ms); " +
+	{"Config", "config", "HASH", "the published config (deploy_ver, version, tenant, the pool fields in ms); " +
 		"deleted -> the version a deleted scope was deleted at; prewarm_ver, prewarm_until -> a rollout's " +
 		"prewarm (the old deploy_ver, until when its pods take sessions, ms)"},
 	{"Pods", "pods", "ZSET", "pod id -> registered at (ms)"},

@@ -56,8 +56,8 @@ type ScopeKeys struct {
 	// Epoch, {s}:epoch (STRING): the scope's epoch, no TTL; missing = Redis lost its
 	// data (EPOCH_LOST).
 	Epoch string
-	// Config, {s}:config (HASH): the published config (deploy_ver, version, the pool
-	// fields in ms); deleted -> the version a deleted scope was deleted at;
+	// Config, {s}:config (HASH): the published config (deploy_ver, version, tenant,
+	// the pool fields in ms); deleted -> the version a deleted scope was deleted at;
 	// prewarm_ver, prewarm_until -> a rollout's prewarm (the old deploy_ver, until
 	// when its pods take sessions, ms).
 	Config string

@@ -45,6 +45,7 @@ func (rec ScopeRecord) Published() (content [][2]string, deploy, config string, 
 	ms := func(s int) string { return strconv.FormatInt(int64(s)*1000, 10) }
 	content = [][2]string{
 		{"deploy_ver", rec.DeployVer},
+		{"tenant", rec.Config.TenantOf(rec.ScopeID)},
 		{"max_pods", strconv.Itoa(p.MaxPods())},
 		{"parallel", strconv.Itoa(p.ParallelDeploys())},
 		{"pod_concurrency", strconv.Itoa(p.PodConcurrency)},

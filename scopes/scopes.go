@@ -89,6 +89,7 @@ func (s *Service) admit(ctx context.Context, scope string, cfg *warmpool.ScopeCo
 	if err := cfg.Normalize(); err != nil {
 		return nil, err
 	}
+	cfg.Tenant = cfg.TenantOf(scope)
 	if s.policy != nil {
 		if err := s.policy.Check(ctx, scope, cfg.Deploy); err != nil {
 			return nil, err
@@ -127,7 +128,13 @@ func (s *Service) Get(ctx context.Context, scope string) (warmpool.StoredConfig,
 	if err := warmpool.CheckScopeID(scope); err != nil {
 		return warmpool.StoredConfig{}, err
 	}
-	return s.store.Get(ctx, scope)
+	c, err := s.store.Get(ctx, scope)
+	if err != nil {
+		return warmpool.StoredConfig{}, err
+	}
+	// A version stored before scopes named their tenant has the default one.
+	c.Config.Tenant = c.Config.TenantOf(scope)
+	return c, nil
 }
 
 // History returns one page of a scope's stored versions, newest first. Errors:

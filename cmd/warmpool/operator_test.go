@@ -92,7 +92,7 @@ func writeFile(t *testing.T, name, content string) string {
 func TestScopeCommands(t *testing.T) {
 	c := newCLI(t, "", "")
 	yamlFile := writeFile(t, "a.yaml", "deploy:\n  ready_timeout_s: 30\npool:\n  max_concurrency: 4\n  pod_concurrency: 2\n")
-	jsonFile := writeFile(t, "a.json", `{"pool":{"max_concurrency":6,"pod_concurrency":2}}`)
+	jsonFile := writeFile(t, "a.json", `{"tenant":"acme","pool":{"max_concurrency":6,"pod_concurrency":2}}`)
 
 	// put: YAML and JSON files; a table says what happened, json gives the answer.
 	if out := c.ok("scope", "put", "a", "-f", yamlFile, "-o", "table"); !strings.Contains(out, "scope/a configured: version 1, deploy_ver ") {
@@ -110,13 +110,14 @@ func TestScopeCommands(t *testing.T) {
 	var got struct {
 		Version int `json:"version"`
 		Config  struct {
-			Pool struct {
+			Tenant string `json:"tenant"`
+			Pool   struct {
 				MaxConcurrency int `json:"max_concurrency"`
 			} `json:"pool"`
 		} `json:"config"`
 	}
 	c.json(&got, "scope", "get", "a")
-	if got.Version != 2 || got.Config.Pool.MaxConcurrency != 6 {
+	if got.Version != 2 || got.Config.Pool.MaxConcurrency != 6 || got.Config.Tenant != "acme" {
 		t.Fatalf("scope get: %+v", got)
 	}
 	var fromYAML map[string]any
@@ -124,7 +125,8 @@ func TestScopeCommands(t *testing.T) {
 		t.Fatalf("scope get -o yaml: %v %v", fromYAML, err)
 	}
 	table := c.ok("scope", "get", "a", "-o", "table")
-	if lines := strings.Split(strings.TrimSpace(table), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "SCOPE") || !strings.HasPrefix(lines[1], "a ") {
+	if lines := strings.Split(strings.TrimSpace(table), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "SCOPE") || !strings.HasPrefix(lines[1], "a ") ||
+		!strings.Contains(lines[0], "TENANT") || !strings.Contains(lines[1], " acme ") {
 		t.Fatalf("scope get -o table:\n%s", table)
 	}
 

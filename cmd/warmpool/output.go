@@ -110,11 +110,11 @@ func scopesTable(v map[string]any) string {
 
 // configRow is one stored config version as a table row.
 func configRow(c any) []string {
-	return []string{field(c, "version"), field(c, "deploy_ver"), field(c, "config", "deploy", "image"),
+	return []string{field(c, "version"), field(c, "config", "tenant"), field(c, "deploy_ver"), field(c, "config", "deploy", "image"),
 		field(c, "config", "pool", "max_concurrency"), field(c, "config", "pool", "pod_concurrency"), age(field(c, "updated_at"))}
 }
 
-var configHeader = []string{"VERSION", "DEPLOY_VER", "IMAGE", "MAX_CONCURRENCY", "POD_CONCURRENCY", "UPDATED"}
+var configHeader = []string{"VERSION", "TENANT", "DEPLOY_VER", "IMAGE", "MAX_CONCURRENCY", "POD_CONCURRENCY", "UPDATED"}
 
 func configTable(v map[string]any) string {
 	return tabulate(append([]string{"SCOPE"}, configHeader...), [][]string{append([]string{field(v, "scope_id")}, configRow(v)...)})

@@ -49,6 +49,8 @@ type AgentTemplate struct {
 	// Env holds the container's plain env values (name → value; those with valueFrom
 	// are left out): what the local and fake drivers use of a template.
 	Env map[string]string
+	// Requests are the container's cpu and memory requests ("" where it sets none).
+	Requests Resources
 }
 
 // Agent reads the agent container of the spec's pod template; a spec without a
@@ -88,6 +90,15 @@ func (d DeploySpec) Agent() (AgentTemplate, error) {
 				a.Env[e.Name] = e.Value
 			}
 		}
+		var res struct {
+			Requests Resources `json:"requests"`
+		}
+		if raw, ok := c["resources"]; ok && a.Sets["resources"] {
+			if err := json.Unmarshal(raw, &res); err != nil {
+				return a, fmt.Errorf("spec.containers[%d].resources: %s", i, typeMessage(err))
+			}
+		}
+		a.Requests = res.Requests
 		break
 	}
 	return a, nil

@@ -83,3 +83,22 @@ func TestPodTemplateRefuses(t *testing.T) {
 		t.Errorf("restartPolicy Never: %v", err)
 	}
 }
+
+// A pod's requests, as a tenant's use counts them, are the agent container's: the
+// shorthand's, or the pod template's when the container sets its resources there.
+func TestPodRequests(t *testing.T) {
+	d := DefaultScopeConfig().Deploy
+	if cpu, mem := d.PodRequests(); cpu != 500 || mem != 512<<20 {
+		t.Fatalf("the defaults request %d m, %d B; want 500m, 512Mi", cpu, mem)
+	}
+	d.Resources = Resources{}
+	d.PodTemplate = []byte(`{"spec":{"containers":[{"name":"sidecar","resources":{"requests":{"cpu":"8"}}},` +
+		`{"name":"agent","resources":{"requests":{"cpu":"2","memory":"1Gi"},"limits":{"cpu":"4"}}}]}}`)
+	if cpu, mem := d.PodRequests(); cpu != 2000 || mem != 1<<30 {
+		t.Fatalf("the template's agent requests %d m, %d B; want 2, 1Gi", cpu, mem)
+	}
+	d.PodTemplate = []byte(`{"spec":{"containers":[{"name":"agent","resources":{"limits":{"cpu":"1"}}}]}}`)
+	if cpu, mem := d.PodRequests(); cpu != 0 || mem != 0 {
+		t.Fatalf("an agent without requests requests %d m, %d B; want none", cpu, mem)
+	}
+}

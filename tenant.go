@@ -20,9 +20,31 @@ func Unlimited() TenantLimits {
 	return TenantLimits{Pods: NoLimit, MilliCPU: NoLimit, MemoryBytes: NoLimit, Sessions: NoLimit, IdlePods: NoLimit, Weight: 1}
 }
 
-// TenantUse is what a tenant's scopes hold together right now.
+// TenantUse is what a tenant's scopes hold together right now: their pods (deploys in
+// flight included), the cpu (millicores) and memory (bytes) those pods request, their
+// bound sessions and idle pods; and Scopes, how many published scopes name the
+// tenant.
 type TenantUse struct {
 	Pods, MilliCPU, MemoryBytes, Sessions, IdlePods int64
+	Scopes                                          int64
+}
+
+// PodRequests are the cpu (millicores) and memory (bytes) one pod of the spec
+// requests, as a tenant's use counts them: the agent container's requests (the
+// shorthand deploy.resources, or its resources.requests in the pod template); 0 for
+// one it leaves unset. Other containers and pod overhead are not counted.
+func (d DeploySpec) PodRequests() (milliCPU, memoryBytes int64) {
+	r := d.Resources
+	if agent, err := d.Agent(); err == nil && agent.Sets["resources"] {
+		r = agent.Requests
+	}
+	if r.CPU != "" {
+		milliCPU, _, _ = ParseQuantity(r.CPU)
+	}
+	if r.Memory != "" {
+		_, memoryBytes, _ = ParseQuantity(r.Memory)
+	}
+	return milliCPU, memoryBytes
 }
 
 // TenantQuotas is where quotas are enforced (the Redis store): every replica's feed

@@ -64,6 +64,23 @@ func (k Keyspace) SandboxStarts() string { return k.prefix + "e2b:{sandboxes}:st
 // by which records are pruned.
 func (k Keyspace) SandboxDeadlines() string { return k.prefix + "e2b:{sandboxes}:deadlines" }
 
+// A tenant's keys (tenants.go) carry the tenant's own hash tag, {tenant}: a
+// tenant's keys share one slot, which is a scope's slot only for the scope of the
+// same id (a scope's keys open with "{", a tenant's with "tenant:").
+
+// Tenant is the tenant's quotas (HASH, TenantLimits: pods, cpu_m, memory_b,
+// sessions, idle_pods, weight, with -1 for no limit), written by every replica's
+// config feed; no key, no quotas.
+func (k Keyspace) Tenant(tenant string) string { return k.prefix + "tenant:{" + tenant + "}" }
+
+// TenantScopes is the index of the scopes that name the tenant (SET of scope ids),
+// kept outside scripts: ScopePublish adds a scope before its script runs, and a
+// reader checks each member against its scope's published tenant, dropping those
+// that name another (or none: forgotten).
+func (k Keyspace) TenantScopes(tenant string) string {
+	return k.prefix + "tenant:{" + tenant + "}:scopes"
+}
+
 // Lock is the key of a global lease lock (sweeper jobs, config sync).
 func (k Keyspace) Lock(name string) string { return k.prefix + "lock:" + name }
 
@@ -129,7 +146,7 @@ type scopeKeyDef struct {
 // TestGeneratedKeys fails while either is stale.
 var scopeKeyTable = [...]scopeKeyDef{
 	{"Epoch", "epoch", "STRING", "the scope's epoch, no TTL; missing = Redis lost its data (EPOCH_LOST)"},
-	{"Config", "config", "HASH", "the published config (deploy_ver, version, tenant, the pool fields in ms); " +
+	{"Config", "config", "HASH", "the published config (deploy_ver, version, tenant, cpu_m and memory_b (what one pod requests), the pool fields in ms); " +
 		"deleted -> the version a deleted scope was deleted at; prewarm_ver, prewarm_until -> a rollout's " +
 		"prewarm (the old deploy_ver, until when its pods take sessions, ms)"},
 	{"Pods", "pods", "ZSET", "pod id -> registered at (ms)"},

@@ -57,9 +57,9 @@ type ScopeKeys struct {
 	// data (EPOCH_LOST).
 	Epoch string
 	// Config, {s}:config (HASH): the published config (deploy_ver, version, tenant,
-	// the pool fields in ms); deleted -> the version a deleted scope was deleted at;
-	// prewarm_ver, prewarm_until -> a rollout's prewarm (the old deploy_ver, until
-	// when its pods take sessions, ms).
+	// cpu_m and memory_b (what one pod requests), the pool fields in ms); deleted ->
+	// the version a deleted scope was deleted at; prewarm_ver, prewarm_until -> a
+	// rollout's prewarm (the old deploy_ver, until when its pods take sessions, ms).
 	Config string
 	// Pods, {s}:pods (ZSET): pod id -> registered at (ms).
 	Pods string

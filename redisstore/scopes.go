@@ -43,9 +43,12 @@ func (rec ScopeRecord) Published() (content [][2]string, deploy, config string, 
 	}
 	p := rec.Config.Pool
 	ms := func(s int) string { return strconv.FormatInt(int64(s)*1000, 10) }
+	cpu, mem := rec.Config.Deploy.PodRequests()
 	content = [][2]string{
 		{"deploy_ver", rec.DeployVer},
 		{"tenant", rec.Config.TenantOf(rec.ScopeID)},
+		{"cpu_m", strconv.FormatInt(cpu, 10)},
+		{"memory_b", strconv.FormatInt(mem, 10)},
 		{"max_pods", strconv.Itoa(p.MaxPods())},
 		{"parallel", strconv.Itoa(p.ParallelDeploys())},
 		{"pod_concurrency", strconv.Itoa(p.PodConcurrency)},
@@ -78,7 +81,7 @@ const RetiredVer = "retired"
 // error's code is INTERNAL: a deployment that is never expected.
 var ErrPublishConflict = errors.New("published already with other content")
 
-// ScopePublish adds the scope to the global index, then runs scope_publish.lua: it
+// ScopePublish adds the scope to the global index and its tenant's, then runs scope_publish.lua: it
 // writes the scope's config to Redis so every replica routes with it at once. An older
 // version never overwrites a newer one, and the same version with other content
 // (deploy_ver or a pool field) is refused with ErrPublishConflict. A new scope gets
@@ -102,6 +105,10 @@ func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 	added, err := s.ScopeIndex(ctx, rec.ScopeID)
 	if err != nil {
 		return err
+	}
+	// The tenant's index too, first for the same reason (TenantScopes).
+	if err := s.rdb.SAdd(ctx, s.keys.TenantScopes(rec.Config.TenantOf(rec.ScopeID)), rec.ScopeID).Err(); err != nil {
+		return s.redisErr(ctx, err)
 	}
 	args := []any{rec.Version, epoch, rec.ChangedAt.UnixMilli(), len(content)}
 	for _, kv := range content {

@@ -32,6 +32,12 @@ const (
 	// CodePodNotFound: an agent report of a pod the pool does not have (unknown or
 	// purged); the agent should exit.
 	CodePodNotFound Code = "POD_NOT_FOUND"
+
+	// SPEC §12.1 addition.
+
+	// CodeTenantNotFound: a tenant without quotas that no scope names (GET), or
+	// without quotas to delete (DELETE).
+	CodeTenantNotFound Code = "TENANT_NOT_FOUND"
 )
 
 // Error is the domain error: a code of the contract, a message for the caller and,

@@ -27,6 +27,7 @@ const (
 	CodeSessionNotFound  Code = "SESSION_NOT_FOUND"  // 404: Get of a session that is not bound
 	CodeHoldNotFound     Code = "HOLD_NOT_FOUND"     // 404: the hold was released or has expired
 	CodePodNotFound      Code = "POD_NOT_FOUND"      // 404: a pod the pool does not have (agent reports)
+	CodeTenantNotFound   Code = "TENANT_NOT_FOUND"   // 404: a tenant without quotas that no scope names
 	CodeNotFound         Code = "NOT_FOUND"          // 404: no such route (a wrong base URL)
 	CodeMethodNotAllowed Code = "METHOD_NOT_ALLOWED" // 405: the route does not take the method
 	CodeConfigSyncBusy   Code = "CONFIG_SYNC_BUSY"   // 409: a config sync is running

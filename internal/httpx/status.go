@@ -24,6 +24,7 @@ var statuses = map[warmpool.Code]int{
 
 	warmpool.CodeIdempotencyMismatch: http.StatusUnprocessableEntity,
 	warmpool.CodePodNotFound:         http.StatusNotFound,
+	warmpool.CodeTenantNotFound:      http.StatusNotFound,
 }
 
 // Status is the HTTP status that goes with the code (SPEC §3).

@@ -1,0 +1,264 @@
+// Package tenants is the tenant service (SPEC §12.1): it stores tenants' quotas in the
+// config store, every version, publishes them to where they are enforced
+// (warmpool.TenantQuotas) and answers what a tenant uses and its weighted share.
+package tenants
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/internal/defaults"
+)
+
+// Service stores and publishes tenants' quotas.
+type Service struct {
+	store  warmpool.TenantStore
+	quotas warmpool.TenantQuotas
+	log    *slog.Logger
+
+	// turn serializes this replica's reads-then-publishes (see Changed).
+	turn sync.Mutex
+	// mu guards weights: the weight of each tenant with quotas, as this replica last
+	// read it.
+	mu      sync.Mutex
+	weights map[string]int64
+}
+
+// New returns a Service over the config store and where quotas are enforced.
+func New(store warmpool.TenantStore, quotas warmpool.TenantQuotas, log *slog.Logger) *Service {
+	return &Service{store: store, quotas: quotas, log: defaults.Logger(log).With("component", "tenants"), weights: map[string]int64{}}
+}
+
+// Tenant is a tenant as GET /v1/tenants/{tenant} answers it: its stored quotas
+// (Version 0 and the config of no limit when it has none), what its scopes use and
+// its share.
+type Tenant struct {
+	TenantID  string                `json:"tenant"`
+	Version   int64                 `json:"version"`
+	Config    warmpool.TenantConfig `json:"config"`
+	UpdatedAt *time.Time            `json:"updated_at,omitempty"`
+	Use       Use                   `json:"use"`
+	// Share is the tenant's weighted share: its weight over the sum of the weights
+	// of the tenants with quotas (its own counted once, with quotas or not), to four
+	// decimals.
+	Share float64 `json:"share"`
+}
+
+// Put checks cfg, stores it as the tenant's next version and publishes it. Errors:
+// VALIDATION, STORE_UNAVAILABLE (the config stored or not: the config feed of every
+// replica publishes what was stored).
+func (s *Service) Put(ctx context.Context, tenant string, cfg warmpool.TenantConfig) (warmpool.StoredTenant, error) {
+	if err := warmpool.CheckTenantID(tenant); err != nil {
+		return warmpool.StoredTenant{}, err
+	}
+	if err := Check(cfg); err != nil {
+		return warmpool.StoredTenant{}, err
+	}
+	stored, err := s.store.PutTenant(ctx, tenant, cfg)
+	if err != nil {
+		return warmpool.StoredTenant{}, err
+	}
+	if err := s.Changed(ctx, tenant); err != nil {
+		return warmpool.StoredTenant{}, fmt.Errorf("publish tenant %q v%d (stored; the config feed publishes it): %w", tenant, stored.Version, err)
+	}
+	s.log.Info("tenant quotas stored", "tenant", tenant, "version", stored.Version)
+	return stored, nil
+}
+
+// Deleted is the answer of a delete: the version the tenant's quotas were deleted at.
+type Deleted struct {
+	TenantID string `json:"tenant"`
+	Version  int64  `json:"version"`
+}
+
+// Delete removes the tenant's quotas (a new version, deleted); its scopes keep their
+// tenant, which has no limit from then on. Errors: VALIDATION, TENANT_NOT_FOUND (it
+// has no quotas), STORE_UNAVAILABLE.
+func (s *Service) Delete(ctx context.Context, tenant string) (Deleted, error) {
+	if err := warmpool.CheckTenantID(tenant); err != nil {
+		return Deleted{}, err
+	}
+	version, err := s.store.DeleteTenant(ctx, tenant)
+	if errors.Is(err, warmpool.ErrNoTenantConfig) {
+		return Deleted{}, warmpool.Errorf(warmpool.CodeTenantNotFound, "tenant %q has no quotas to delete", tenant)
+	}
+	if err != nil {
+		return Deleted{}, err
+	}
+	if err := s.Changed(ctx, tenant); err != nil {
+		return Deleted{}, fmt.Errorf("forget tenant %q v%d (stored as deleted; the config feed forgets it): %w", tenant, version, err)
+	}
+	s.log.Info("tenant quotas deleted", "tenant", tenant, "version", version)
+	return Deleted{TenantID: tenant, Version: version}, nil
+}
+
+// Get answers the tenant: its quotas, or none (a tenant that scopes name but that has
+// no quotas has no limit), its use and share. Errors: VALIDATION, TENANT_NOT_FOUND (no
+// quotas, and no scope names it), STORE_UNAVAILABLE.
+func (s *Service) Get(ctx context.Context, tenant string) (Tenant, error) {
+	if err := warmpool.CheckTenantID(tenant); err != nil {
+		return Tenant{}, err
+	}
+	stored, err := s.store.GetTenant(ctx, tenant)
+	none := errors.Is(err, warmpool.ErrNoTenantConfig)
+	switch {
+	case none:
+		stored = warmpool.StoredTenant{TenantID: tenant, Config: warmpool.TenantConfig{Weight: DefaultWeight}}
+	case err != nil:
+		return Tenant{}, err
+	}
+	t, scopes, err := s.answer(ctx, stored)
+	if err != nil {
+		return Tenant{}, err
+	}
+	if none && scopes == 0 {
+		return Tenant{}, warmpool.Errorf(warmpool.CodeTenantNotFound, "tenant %q has no quotas and no scope names it", tenant)
+	}
+	return t, nil
+}
+
+// List answers a page of the tenants with quotas, in the order of their ids, after
+// the id after, and the cursor of the next page ("" on the last). Errors:
+// STORE_UNAVAILABLE.
+func (s *Service) List(ctx context.Context, after string, limit int) ([]Tenant, string, error) {
+	page, err := s.store.ListTenants(ctx, after, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(page) > limit {
+		page, next = page[:limit], page[limit-1].TenantID
+	}
+	out := make([]Tenant, 0, len(page))
+	for _, st := range page {
+		t, _, err := s.answer(ctx, st)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, t)
+	}
+	return out, next, nil
+}
+
+// answer adds the tenant's use and share to its stored quotas, and says how many
+// published scopes name it.
+func (s *Service) answer(ctx context.Context, st warmpool.StoredTenant) (Tenant, int64, error) {
+	t := Tenant{TenantID: st.TenantID, Version: st.Version, Config: st.Config, Share: s.share(st.TenantID, st.Config.Weight)}
+	if st.Version != 0 {
+		t.UpdatedAt = &st.UpdatedAt
+	}
+	u, err := s.quotas.TenantUse(ctx, st.TenantID)
+	if err != nil {
+		return Tenant{}, 0, err
+	}
+	t.Use = UseOf(u)
+	return t, u.Scopes, nil
+}
+
+// share is the tenant's weight over the sum of the weights of every tenant with
+// quotas this replica knows of, the tenant's own counted once whether it has quotas
+// or not, to four decimals.
+func (s *Service) share(tenant string, weight int64) float64 {
+	s.mu.Lock()
+	sum := weight
+	for id, w := range s.weights {
+		if id != tenant {
+			sum += w
+		}
+	}
+	s.mu.Unlock()
+	return math.Round(float64(weight)/float64(sum)*1e4) / 1e4
+}
+
+// Changed publishes what the config store holds now for the tenant: its limits, or,
+// when it has no quotas, that it has none (ForgetTenant). It is the config feed's step
+// for a tenant's change on every replica, and the writer's after a write. This
+// replica's calls take turns, each reading the store after the one before published:
+// the last publish of a replica is of what the store held after the last change it
+// was told of. Errors: STORE_UNAVAILABLE.
+func (s *Service) Changed(ctx context.Context, tenant string) error {
+	s.turn.Lock()
+	defer s.turn.Unlock()
+	stored, err := s.store.GetTenant(ctx, tenant)
+	switch {
+	case errors.Is(err, warmpool.ErrNoTenantConfig):
+		s.setWeight(tenant, 0)
+		return s.quotas.ForgetTenant(ctx, tenant)
+	case err != nil:
+		return err
+	}
+	s.setWeight(tenant, stored.Config.Weight)
+	return s.quotas.PublishTenant(ctx, tenant, Limits(stored.Config))
+}
+
+// setWeight notes the tenant's weight (0: it has no quotas).
+func (s *Service) setWeight(tenant string, w int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w == 0 {
+		delete(s.weights, tenant)
+		return
+	}
+	s.weights[tenant] = w
+}
+
+// listPage is how many tenants PublishAll reads at once.
+const listPage = 500
+
+// PublishAll publishes every tenant with quotas, as Changed does each, and returns
+// how many: what a replica does when it starts following the config feed. Errors:
+// STORE_UNAVAILABLE.
+func (s *Service) PublishAll(ctx context.Context) (int, error) {
+	n, after := 0, ""
+	for {
+		page, err := s.store.ListTenants(ctx, after, listPage)
+		if err != nil {
+			return n, err
+		}
+		for _, t := range page {
+			if err := s.Changed(ctx, t.TenantID); err != nil {
+				return n, fmt.Errorf("publish tenant %q: %w", t.TenantID, err)
+			}
+			n++
+		}
+		if len(page) < listPage {
+			return n, nil
+		}
+		after = page[len(page)-1].TenantID
+	}
+}
+
+// Usage is one tenant's use, for the tenant gauges.
+type Usage struct {
+	TenantID string
+	Use      warmpool.TenantUse
+}
+
+// Usages reads the use of every tenant with quotas this replica knows of, by id: the
+// tenant gauges, bounded by the tenant count. Errors: STORE_UNAVAILABLE.
+func (s *Service) Usages(ctx context.Context) ([]Usage, error) {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.weights))
+	for id := range s.weights {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(ids, cmp.Compare)
+	out := make([]Usage, 0, len(ids))
+	for _, id := range ids {
+		u, err := s.quotas.TenantUse(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Usage{TenantID: id, Use: u})
+	}
+	return out, nil
+}

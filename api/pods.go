@@ -117,7 +117,7 @@ type scopePage struct {
 // listScopes answers GET /v1/scopes[?limit=N&after=CURSOR]: a page of the scopes with
 // their pod and session counts, in the order of their ids, and the cursor of the next.
 func (a *handlers) listScopes(w http.ResponseWriter, r *http.Request) error {
-	after, limit, err := scopesQuery(r.URL.Query())
+	after, limit, err := pageQuery(r.URL.Query(), "scope")
 	if err != nil {
 		return err
 	}
@@ -136,10 +136,11 @@ func (a *handlers) listScopes(w http.ResponseWriter, r *http.Request) error {
 	return httpx.OK(w, out)
 }
 
-// scopesQuery reads GET /v1/scopes's limit (DefaultScopesLimit when not given) and
-// after, the cursor (the next of the page before: a scope id; none for the first
-// page). Errors: VALIDATION naming the parameter.
-func scopesQuery(v url.Values) (after string, limit int, err error) {
+// pageQuery reads the limit (DefaultScopesLimit when not given) and after, the cursor
+// (the next of the page before: an id of kind, scope or tenant, which follow one
+// rule; none for the first page), of GET /v1/scopes and GET /v1/tenants. Errors:
+// VALIDATION naming the parameter.
+func pageQuery(v url.Values, kind string) (after string, limit int, err error) {
 	limit = DefaultScopesLimit
 	if l, ok := v["limit"]; ok {
 		n, err := strconv.Atoi(l[0])
@@ -150,7 +151,7 @@ func scopesQuery(v url.Values) (after string, limit int, err error) {
 	}
 	if c, ok := v["after"]; ok {
 		if len(c) > 1 || !warmpool.ValidScopeID(c[0]) {
-			return "", 0, warmpool.Errorf(warmpool.CodeValidation, "after: want one cursor, the next of the page before (a scope id), got %q", strings.Join(c, ","))
+			return "", 0, warmpool.Errorf(warmpool.CodeValidation, "after: want one cursor, the next of the page before (a %s id), got %q", kind, strings.Join(c, ","))
 		}
 		after = c[0]
 	}

@@ -79,6 +79,7 @@ type Services struct {
 	Configs   Configs
 	PoolPage  PoolPage
 	Reports   Reports
+	Tenants   Tenants
 	// SessionConfigs seals the session configs of routes and acquires and opens them
 	// for the pods' agents.
 	SessionConfigs SessionConfigs
@@ -142,6 +143,10 @@ func Router(s Services, middleware ...func(http.Handler) http.Handler) http.Hand
 		r.With(admin).Method(http.MethodPut, "/scopes/{scope}/config", h(a.putConfig))
 		r.With(admin).Method(http.MethodGet, "/scopes/{scope}/config", h(httpx.OnScope(s.Configs.Get, func(_ string, c warmpool.StoredConfig) any { return c })))
 		r.With(admin).Method(http.MethodGet, "/scopes/{scope}/config/history", h(a.configHistory))
+		r.With(admin).Method(http.MethodGet, "/tenants", h(a.listTenants))
+		r.With(admin).Method(http.MethodPut, "/tenants/{tenant}", h(a.putTenant))
+		r.With(admin).Method(http.MethodGet, "/tenants/{tenant}", h(a.getTenant))
+		r.With(admin).Method(http.MethodDelete, "/tenants/{tenant}", h(httpx.Bodyless(a.deleteTenant)))
 	})
 	return r
 }

@@ -21,7 +21,7 @@ func (s *Server) routes() http.Handler {
 	if s.cfg.MetricsListen == "" {
 		metricsHandler = s.metrics.Handler()
 	}
-	return api.Router(api.Services{Sessions: s.SM, Pods: s.RM, ScopeList: s.ui, Configs: s.Scopes, PoolPage: s.ui,
+	return api.Router(api.Services{Sessions: s.SM, Pods: s.RM, ScopeList: s.ui, Configs: s.Scopes, PoolPage: s.ui, Tenants: s.Tenants,
 		Reports: s.Reports, SessionConfigs: s.sessionConfigs, ReportKey: s.reportKey, ObserveReport: s.metrics.ObserveReport,
 		Health: s.handleHealth, Ready: s.handleReady, Metrics: metricsHandler, Auth: s.auth, Log: s.log},
 		httpx.RequestID, httpx.Recover(s.log), httpx.AccessLog(s.log), s.closeWhileDraining,

@@ -32,6 +32,7 @@ import (
 	"github.com/warmpool/warmpool/sessionconfig"
 	"github.com/warmpool/warmpool/sm"
 	"github.com/warmpool/warmpool/sweeper"
+	"github.com/warmpool/warmpool/tenants"
 	"github.com/warmpool/warmpool/ui"
 )
 
@@ -166,6 +167,7 @@ type Server struct {
 	RM      *rm.Manager
 	SM      *sm.Manager
 	Scopes  *scopes.Service
+	Tenants *tenants.Service
 	Sweeper *sweeper.Sweeper
 	Runner  *sweeper.Runner
 	Reports *reports.Manager
@@ -352,8 +354,10 @@ func (s *Server) build(ctx context.Context) error {
 	s.sessionConfigs = sessionconfig.New(s.reportKey, s.store, secrets, cfg.Clock)
 	dry, _ := s.driver.(warmpool.DryRunner)
 	s.Scopes = scopes.New(s.configs, s.store, s.RM, s.log, s.metrics.Observe).WithPolicy(cfg.DeployPolicy, dry)
+	s.buildTenants()
 	swc := cfg.Sweep
 	swc.Clock, swc.Logger, swc.Observe, swc.OnFix = cfg.Clock, s.log, s.metrics.Observe, s.metrics.ObserveFix
+	swc.Tenants = s.Tenants
 	s.Sweeper = sweeper.New(s.store, s.RM, s.SM, s.driver, s.configs, swc)
 	s.Runner = sweeper.NewRunner(s.store, s.Sweeper.Jobs(), cfg.LockLease, s.log)
 	s.Runner.OnRun = s.metrics.ObserveJob

@@ -11,8 +11,8 @@ import (
 	"github.com/warmpool/warmpool/scopes"
 )
 
-// feedRetry is the wait before the namespaces are read again at the start, when the
-// config store did not answer.
+// feedRetry is the wait before the namespaces are read (or the tenants published)
+// again at the start, when the config store did not answer.
 const feedRetry = time.Second
 
 // Follow runs beside the jobs on every replica until ctx ends, and then returns
@@ -26,12 +26,18 @@ const feedRetry = time.Second
 // store and still live in Redis is deleted, and the replica's probe period and
 // namespace of the scope follow the change. The full pass does the same over every
 // scope as an audit: what it fixes after the feed ran is counted (Config.OnFix) and
-// should be nothing.
+// should be nothing. With Config.Tenants, each tenant written is published too, and
+// every tenant with quotas once at the start, beside the feed: each publish reads the
+// store when it runs, one at a time (tenants.Service.Changed), so the last one
+// publishes what the store holds.
 func (s *Sweeper) Follow(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.retryDueIndex(ctx) })
 	if _, ok := s.driver.(warmpool.NamespaceWatcher); ok {
 		wg.Go(func() { s.nameNamespaces(ctx) })
+	}
+	if s.cfg.Tenants != nil {
+		wg.Go(func() { s.publishTenants(ctx) })
 	}
 	defer wg.Wait()
 	feed, ok := s.configs.(warmpool.ConfigFeed)
@@ -62,11 +68,38 @@ func (s *Sweeper) nameNamespaces(ctx context.Context) {
 	}
 }
 
+// publishTenants publishes every tenant's quotas, trying again every feedRetry until
+// the stores answer or ctx ends.
+func (s *Sweeper) publishTenants(ctx context.Context) {
+	for {
+		n, err := s.cfg.Tenants.PublishAll(ctx)
+		if err == nil {
+			s.log.InfoContext(ctx, "tenants' quotas published", "tenants", n)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.WarnContext(ctx, "tenants' quotas not published; trying again", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(feedRetry):
+		}
+	}
+}
+
 // configChanged applies changes of the config store's feed. A change it could not
 // apply makes it fail, and the feed delivers the batch again.
 func (s *Sweeper) configChanged(ctx context.Context, changes []warmpool.ConfigChange) error {
 	var errs []error
 	for _, c := range changes {
+		if c.TenantID != "" {
+			if err := s.tenantChanged(ctx, c); err != nil {
+				errs = append(errs, fmt.Errorf("tenant %s v%d: %w", c.TenantID, c.Version, err))
+			}
+			continue
+		}
 		if err := s.applyChange(ctx, c); err != nil && warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
 			errs = append(errs, fmt.Errorf("%s v%d: %w", c.ScopeID, c.Version, err))
 			continue
@@ -77,6 +110,18 @@ func (s *Sweeper) configChanged(ctx context.Context, changes []warmpool.ConfigCh
 		s.log.WarnContext(ctx, "config feed: changes not applied; they come again", "err", err)
 		return err
 	}
+	return nil
+}
+
+// tenantChanged publishes a tenant's change, when the replica has tenants.
+func (s *Sweeper) tenantChanged(ctx context.Context, c warmpool.ConfigChange) error {
+	if s.cfg.Tenants == nil {
+		return nil
+	}
+	if err := s.cfg.Tenants.Changed(ctx, c.TenantID); err != nil {
+		return err
+	}
+	s.cfg.Observe("config_feed", "tenant")
 	return nil
 }
 

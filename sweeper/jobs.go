@@ -84,6 +84,20 @@ type Config struct {
 	// job did not run under a Runner) and the fix (the outcome of the "sweep" event).
 	// It must not block.
 	OnFix func(job, fix string)
+	// Tenants, when set, is where the config feed takes tenants' quotas (SPEC
+	// §12.1): each tenant written by any replica is published on this one, and every
+	// tenant once when the feed starts.
+	Tenants Tenants
+}
+
+// Tenants is what the config feed needs of the tenant service (tenants.Service).
+type Tenants interface {
+	// Changed publishes what the config store holds now for the tenant. Errors:
+	// STORE_UNAVAILABLE.
+	Changed(ctx context.Context, tenant string) error
+	// PublishAll publishes every tenant with quotas and returns how many. Errors:
+	// STORE_UNAVAILABLE.
+	PublishAll(ctx context.Context) (int, error)
 }
 
 // Pools is what the jobs need of the resource manager (rm.Manager).

@@ -117,6 +117,7 @@ type Metrics struct {
 	dueFailures  prometheus.Counter
 	reports      *prometheus.CounterVec
 	clockSkew    prometheus.Gauge
+	tenants      *tenantMetrics
 
 	// scoped are the histograms when they carry scope; seen are the scopes of
 	// ScopeDetail those have series of, so the series of a deleted scope can be
@@ -196,7 +197,7 @@ func New(store *redisstore.Store, cfg Config) (*Metrics, error) {
 		}, []string{labelSweep, labelFix}),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "warmpool_pool_scrape_errors_total",
-			Help: "Gatherings of the metrics whose pool gauges could not be read from Redis.",
+			Help: "Gatherings of the metrics whose pool gauges, or tenant gauges, could not be read from Redis.",
 		}),
 		dueFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "warmpool_due_index_write_failures_total",
@@ -210,6 +211,7 @@ func New(store *redisstore.Store, cfg Config) (*Metrics, error) {
 		seen:         map[string]bool{},
 		scriptSeries: map[string]prometheus.Observer{},
 	}
+	m.tenants = newTenantMetrics(m)
 	if cfg.ScopeDetail != "" {
 		m.scoped = []*prometheus.MetricVec{m.routeTime.MetricVec, m.deploys.MetricVec, m.phases.MetricVec}
 	}
@@ -221,7 +223,7 @@ func New(store *redisstore.Store, cfg Config) (*Metrics, error) {
 	build.Set(1)
 	m.reg.MustRegister(m.routeTime, m.deploys, m.phases, m.scripts, m.events,
 		m.jobRuns, m.jobHeld, m.jobFixes, build, m.scrapeErrors, m.dueFailures, m.reports, m.clockSkew,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.tenants, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.serving.init(cfg.Scrapes)
 	return m, nil
 }

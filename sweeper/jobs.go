@@ -44,6 +44,11 @@ type Config struct {
 	// Watch is the interval of the watch jobs (dead pods and health probes; each pod
 	// is probed once per its scope's pool.probe_period_s, at its own offset).
 	Watch time.Duration
+	// Resync is how often the watch lists a driver that reports its pods' events
+	// (warmpool.PodNotifier), whose view it otherwise keeps from the events alone, as
+	// an informer's resync; it also lists at its first run and when the driver may
+	// have missed events. DefaultResync when zero.
+	Resync time.Duration
 	// Reconcile is the interval of the full pass over every scope, an audit: reconcile
 	// with the driver and the config store, and every scope's due time computed again
 	// (the safety net of the due index). What it fixes, the driver's pod events, the
@@ -147,6 +152,7 @@ func (c *Config) fill() {
 	defaults.Positive(&c.Interval, DefaultInterval)
 	defaults.Positive(&c.Watch, c.Interval)
 	defaults.Positive(&c.Reconcile, DefaultReconcile)
+	defaults.Positive(&c.Resync, DefaultResync)
 	defaults.Positive(&c.PassDuty, DefaultPassDuty)
 }
 

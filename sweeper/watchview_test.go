@@ -32,9 +32,13 @@ type droppingDriver struct {
 	*listingDriver
 	mu   sync.Mutex
 	drop map[string]bool
+	fns  []func(warmpool.PodEvent)
 }
 
 func (d *droppingDriver) OnPodEvent(fn func(warmpool.PodEvent)) {
+	d.mu.Lock()
+	d.fns = append(d.fns, fn)
+	d.mu.Unlock()
 	d.Driver.OnPodEvent(func(ev warmpool.PodEvent) {
 		d.mu.Lock()
 		lost := d.drop[ev.Pod.ID]
@@ -43,6 +47,16 @@ func (d *droppingDriver) OnPodEvent(fn func(warmpool.PodEvent)) {
 			fn(ev)
 		}
 	})
+}
+
+// resync tells the event functions that events may have been missed.
+func (d *droppingDriver) resync() {
+	d.mu.Lock()
+	fns := d.fns
+	d.mu.Unlock()
+	for _, fn := range fns {
+		fn(warmpool.PodEvent{Resync: true})
+	}
 }
 
 func (d *droppingDriver) dropEventsOf(id string) {
@@ -68,13 +82,17 @@ func (h *harness) watchTicks(n int) {
 
 // The watch of a driver with pod events keeps its view from the events: it lists the
 // driver at its first run and then only at the resync (DefaultResync), however many
-// ticks come between. A driver without events is listed once per watch interval, the
-// list shared by the shards' jobs of that interval.
+// ticks come between, or when the driver says it may have missed events. A driver
+// without events is listed once per watch interval, the list shared by the shards'
+// jobs of that interval.
 func TestWatchListsOnlyAtResync(t *testing.T) {
 	t.Run("pod events", func(t *testing.T) {
-		var drv *listingDriver
+		var drv *droppingDriver
 		h := newHarness(t, func(o *options) {
-			o.driver = func(f *fake.Driver) warmpool.PodDriver { drv = &listingDriver{Driver: f}; return drv }
+			o.driver = func(f *fake.Driver) warmpool.PodDriver {
+				drv = &droppingDriver{listingDriver: &listingDriver{Driver: f}, drop: map[string]bool{}}
+				return drv
+			}
 		})
 		h.Scope("a", 40, 2)
 		for i := range 20 {
@@ -92,6 +110,11 @@ func TestWatchListsOnlyAtResync(t *testing.T) {
 		h.watchTicks(2) // past DefaultResync since the first list
 		if n := drv.lists.Load(); n != 2 {
 			t.Fatalf("the driver was listed %d times in all, want a second list at the resync", n)
+		}
+		drv.resync()
+		h.watchTicks(1)
+		if n := drv.lists.Load(); n != 3 {
+			t.Fatalf("the driver was listed %d times in all, want a third list after its Resync event", n)
 		}
 	})
 	t.Run("no pod events", func(t *testing.T) {

@@ -114,16 +114,24 @@ type Config struct {
 	ValidTicket func(scope, session, pod, ticket string) bool
 }
 
+// State is what the reports need of the Redis state store (redisstore.Store).
+type State interface {
+	ReportCap(ctx context.Context, scope, pod string) (int, error)
+	AgentReport(ctx context.Context, rep redisstore.AgentReport) (redisstore.AgentAnswer, error)
+}
+
+var _ State = (*redisstore.Store)(nil)
+
 // Manager takes the reports.
 type Manager struct {
-	store *redisstore.Store
+	store State
 	clock warmpool.Clock
 	log   *slog.Logger
 	valid func(scope, session, pod, ticket string) bool
 }
 
 // New returns the manager of the reports on store.
-func New(store *redisstore.Store, cfg Config) *Manager {
+func New(store State, cfg Config) *Manager {
 	valid := cfg.ValidTicket
 	if valid == nil {
 		valid = func(_, _, _, _ string) bool { return false }

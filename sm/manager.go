@@ -55,7 +55,7 @@ type Config struct {
 
 // Manager is the session manager. It is safe for concurrent use.
 type Manager struct {
-	store *redisstore.Store
+	store State
 	pool  warmpool.Pool
 	cfg   Config
 	clock warmpool.Clock
@@ -76,7 +76,7 @@ func (c *Config) fill() {
 }
 
 // New returns a Manager over store, taking pods from pool.
-func New(store *redisstore.Store, pool warmpool.Pool, cfg Config) *Manager {
+func New(store State, pool warmpool.Pool, cfg Config) *Manager {
 	cfg.fill()
 	return &Manager{
 		store: store, pool: pool, cfg: cfg, clock: cfg.Clock,

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Refresh is how often the page polls its data, and the longest a replica keeps the
@@ -32,7 +31,7 @@ var page = template.Must(template.New("page").Parse(pageHTML))
 
 // UI serves the pool page and its data.
 type UI struct {
-	store    *redisstore.Store
+	store    Pools
 	instance string
 	clock    warmpool.Clock
 	log      *slog.Logger
@@ -41,7 +40,7 @@ type UI struct {
 
 // New returns the pool page of a replica named instanceID, reading Redis through
 // store.
-func New(store *redisstore.Store, instanceID string, clock warmpool.Clock, log *slog.Logger) *UI {
+func New(store Pools, instanceID string, clock warmpool.Clock, log *slog.Logger) *UI {
 	log = log.With("component", "ui")
 	return &UI{store: store, instance: instanceID, clock: clock, log: log,
 		sums: &summaries{store: store, clock: clock, instance: instanceID, ttl: Refresh, log: log}}

@@ -115,7 +115,7 @@ func (s *Service) put(ctx context.Context, scope string, cfg warmpool.ScopeConfi
 	if err != nil {
 		return warmpool.StoredConfig{}, err
 	}
-	if err := s.publish(ctx, stored); err != nil {
+	if err := s.Publish(ctx, stored); err != nil {
 		return warmpool.StoredConfig{}, fmt.Errorf("publish %q v%d (stored; a sync publishes it): %w", scope, stored.Version, err)
 	}
 	s.log.Info("scope config stored", "scope", scope, "version", stored.Version, "deploy_ver", stored.DeployVer)
@@ -183,25 +183,40 @@ func (s *Service) Delete(ctx context.Context, scope string, force bool) (Deleted
 // Redis, as an earlier delete that failed after the store took it would have;
 // otherwise the answer is notFound.
 func (s *Service) finishDelete(ctx context.Context, scope string, force bool, notFound error) (Deleted, error) {
-	version, ok, err := DeletedLive(ctx, s.store, s.redis, scope)
-	if err != nil {
-		return Deleted{}, err
-	}
-	if !ok {
-		return Deleted{}, notFound
-	}
-	n, err := s.pods.DeleteScope(ctx, scope, version, force)
-	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
-		return Deleted{}, notFound
-	}
+	version, n, done, err := s.FinishDelete(ctx, scope, force)
 	if err != nil {
 		return Deleted{}, fmt.Errorf("delete %q v%d (stored as deleted; reconcile finishes it): %w", scope, version, err)
+	}
+	if !done {
+		return Deleted{}, notFound
 	}
 	s.log.Info("scope deleted: a stored delete finished in Redis", "scope", scope, "version", version, "pods", n, "force", force)
 	return Deleted{ScopeID: scope, Pods: n}, nil
 }
 
-// DeletedLive reports whether Redis still serves a scope that the config store has
+// FinishDelete deletes in Redis a scope that the config store has deleted and Redis
+// still serves (a delete the store took and Redis did not), and its idle pods (every
+// pod with force): what Delete, the config feed and the full pass each do when they
+// find such a scope. It returns the version deleted, how many pods the scope had, and
+// whether it deleted anything: not when Redis serves no such version (the scope is
+// live in the store, never published, deleted in Redis already, or a Put made it live
+// again meanwhile). Errors: STORE_UNAVAILABLE (then the version is the one it tried).
+func (s *Service) FinishDelete(ctx context.Context, scope string, force bool) (version int64, pods int, done bool, err error) {
+	version, ok, err := deletedLive(ctx, s.store, s.redis, scope)
+	if err != nil || !ok {
+		return version, 0, false, err
+	}
+	pods, err = s.pods.DeleteScope(ctx, scope, version, force)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+		return version, 0, false, nil
+	}
+	if err != nil {
+		return version, 0, false, err
+	}
+	return version, pods, true, nil
+}
+
+// deletedLive reports whether Redis still serves a scope that the config store has
 // deleted (a delete the store took and Redis did not), and the deleted version, the
 // latest stored: the one to delete in Redis. Redis serves it at that version or an
 // older one (a Put stored but never published before the delete). The latest version
@@ -211,7 +226,7 @@ func (s *Service) finishDelete(ctx context.Context, scope string, force bool, no
 // the delete in Redis then leaves alone.
 // A scope deleted in Redis already (its tombstone) is not served. Errors:
 // STORE_UNAVAILABLE.
-func DeletedLive(ctx context.Context, store warmpool.ConfigStore, redis *redisstore.Store, scope string) (version int64, ok bool, err error) {
+func deletedLive(ctx context.Context, store warmpool.ConfigStore, redis *redisstore.Store, scope string) (version int64, ok bool, err error) {
 	hist, err := store.History(ctx, scope, warmpool.HistoryQuery{Limit: 1})
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound || (err == nil && len(hist.Versions) == 0) {
 		return 0, false, nil
@@ -235,9 +250,10 @@ func DeletedLive(ctx context.Context, store warmpool.ConfigStore, redis *redisst
 	return version, rec.Version <= version, nil
 }
 
-// publish publishes a stored config. A conflict (the version is published with other
+// Publish publishes a stored config: the one way every caller (a Put, a sync, the
+// config feed and the full pass of the sweepers) makes Redis serve one. A conflict (the version is published with other
 // content: replicas on different config stores) is logged and counted, and returned.
-func (s *Service) publish(ctx context.Context, c warmpool.StoredConfig) error {
+func (s *Service) Publish(ctx context.Context, c warmpool.StoredConfig) error {
 	err := s.redis.ScopePublish(ctx, redisstore.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer, ChangedAt: c.UpdatedAt})
 	if errors.Is(err, redisstore.ErrPublishConflict) {
 		s.log.Error("config not published: another replica published this version with other content; do the replicas share one config store?",
@@ -283,7 +299,7 @@ func (s *Service) publishAll(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	for _, c := range all {
-		if err := s.publish(ctx, c); err != nil {
+		if err := s.Publish(ctx, c); err != nil {
 			return 0, fmt.Errorf("sync %q: %w", c.ScopeID, err)
 		}
 	}

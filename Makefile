@@ -154,6 +154,8 @@ lint:
 		echo "the root package links net/http: statuses and request decoding belong to internal/httpx"; exit 1; fi
 	@out=$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./client/ | grep -vx '$(MODULE)/client'); \
 		if [ -n "$$out" ]; then echo "client/ links more than the standard library (gateways import it):"; echo "$$out"; exit 1; fi
+	@out=$$($(GO) list -deps ./api/ | grep -E '^$(MODULE)(/|$$)' | grep -vxE '$(MODULE)(/internal/httpx|/api)?'); \
+		if [ -n "$$out" ]; then echo "api/ links project packages other than the root and internal/httpx (the managers' answers are root types):"; echo "$$out"; exit 1; fi
 	@if $(GO) list -deps ./cmd/warmpool | grep -qx 'net/http/pprof'; then \
 		echo "cmd/warmpool links net/http/pprof, which keeps memory profiling on: drop the import that brings it"; exit 1; fi
 	@for pair in sm:rm rm:sm; do from=$${pair%:*}; to=$${pair#*:}; \

@@ -139,59 +139,51 @@ func (s *Service) History(ctx context.Context, scope string, q warmpool.HistoryQ
 	return s.store.History(ctx, scope, q)
 }
 
-// Deleted is the answer of a scope deletion: the scope and how many pods it had (all
-// of them go: idle ones at once, busy ones when their last session or hold ends, every
-// one at once with force).
-type Deleted struct {
-	ScopeID string `json:"scope_id"`
-	Pods    int    `json:"pods"`
-}
-
 // Delete deletes a scope: the config store keeps its history (a later Put starts at
 // the next version), and from the answer on no replica routes to it, acquires or
 // reports it. A retry of a delete that the config store took but Redis did not (it
 // answered STORE_UNAVAILABLE) finishes it. Errors: VALIDATION, SCOPE_NOT_FOUND
 // (unknown, or deleted already), STORE_UNAVAILABLE (stored as deleted; a retry or
 // reconcile finishes the rest).
-func (s *Service) Delete(ctx context.Context, scope string, force bool) (Deleted, error) {
+func (s *Service) Delete(ctx context.Context, scope string, force bool) (warmpool.ScopeDeleted, error) {
 	if err := warmpool.CheckScopeID(scope); err != nil {
-		return Deleted{}, err
+		return warmpool.ScopeDeleted{}, err
 	}
 	last, err := s.store.Delete(ctx, scope)
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
 		return s.finishDelete(ctx, scope, force, err)
 	}
 	if err != nil {
-		return Deleted{}, err
+		return warmpool.ScopeDeleted{}, err
 	}
 	n, err := s.pods.DeleteScope(ctx, scope, last.Version, force)
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
 		// Never published, or a newer version already is (a Put right after this
 		// delete): Redis has nothing of this version to delete.
 		s.log.Info("scope deleted in the config store; Redis had nothing of it to delete", "scope", scope, "version", last.Version, "err", err)
-		return Deleted{ScopeID: scope}, nil
+		return warmpool.ScopeDeleted{ScopeID: scope}, nil
 	}
 	if err != nil {
-		return Deleted{}, fmt.Errorf("delete %q v%d (stored as deleted; reconcile finishes it): %w", scope, last.Version, err)
+		return warmpool.ScopeDeleted{}, fmt.Errorf("delete %q v%d (stored as deleted; reconcile finishes it): %w", scope, last.Version, err)
 	}
 	s.log.Info("scope deleted", "scope", scope, "version", last.Version, "pods", n, "force", force)
-	return Deleted{ScopeID: scope, Pods: n}, nil
+	return warmpool.ScopeDeleted{ScopeID: scope, Pods: n}, nil
 }
 
 // finishDelete answers a delete of a scope the config store has no live version of
 // (notFound): when Redis still serves the version the store deleted, it deletes it in
 // Redis, as an earlier delete that failed after the store took it would have;
 // otherwise the answer is notFound.
-func (s *Service) finishDelete(ctx context.Context, scope string, force bool, notFound error) (Deleted, error) {
+func (s *Service) finishDelete(ctx context.Context, scope string, force bool, notFound error) (warmpool.ScopeDeleted, error) {
 	version, n, done, err := s.FinishDelete(ctx, scope, force)
 	if err != nil {
-		return Deleted{}, fmt.Errorf("delete %q v%d (stored as deleted; reconcile finishes it): %w", scope, version, err)
+		return warmpool.ScopeDeleted{}, fmt.Errorf("delete %q v%d (stored as deleted; reconcile finishes it): %w", scope, version, err)
 	}
 	if !done {
-		return Deleted{}, notFound
+		return warmpool.ScopeDeleted{}, notFound
 	}
 	s.log.Info("scope deleted: a stored delete finished in Redis", "scope", scope, "version", version, "pods", n, "force", force)
-	return Deleted{ScopeID: scope, Pods: n}, nil
+	return warmpool.ScopeDeleted{ScopeID: scope, Pods: n}, nil
 }
 
 // FinishDelete deletes in Redis a scope that the config store has deleted and Redis

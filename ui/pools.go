@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/redisstore"
 )
 
@@ -17,7 +18,7 @@ type Pools interface {
 	PoolSnapshot(ctx context.Context, scope string) (redisstore.Snapshot, error)
 	PoolTarget(ctx context.Context, scope string, now time.Time) (redisstore.Target, error)
 	RecentDeploys(ctx context.Context, scope string) ([]redisstore.DeployRecord, error)
-	ScopeSummaries(ctx context.Context) ([]redisstore.ScopeSummary, error)
+	ScopeSummaries(ctx context.Context) ([]warmpool.ScopeSummary, error)
 	ShareSummaries(ctx context.Context, p redisstore.SummaryPass, ttl time.Duration) error
 	SharedSummaries(ctx context.Context) (redisstore.SummaryPass, bool, error)
 }

@@ -32,7 +32,7 @@ const PassTimeout = 10 * time.Second
 type summary struct {
 	at     time.Time
 	by     string
-	rows   []redisstore.ScopeSummary
+	rows   []warmpool.ScopeSummary
 	totals Totals
 }
 

@@ -15,6 +15,7 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/warmpool/warmpool"
@@ -142,6 +143,16 @@ type Deploy struct {
 	At      time.Time `json:"at"`
 	Seconds float64   `json:"seconds"`
 	Result  string    `json:"result"`
+}
+
+// PageState answers GET /v1/ui/state: the State of the query of its URL
+// (ParseQuery). Errors: VALIDATION (a bad query), STORE_UNAVAILABLE.
+func (u *UI) PageState(ctx context.Context, query url.Values) (any, error) {
+	q, err := ParseQuery(query)
+	if err != nil {
+		return nil, err
+	}
+	return u.State(ctx, q)
 }
 
 // State answers q: the summary of every scope (shared, see summaries) and the details

@@ -18,10 +18,21 @@ import (
 // syncLease bounds how long a crashed sync blocks the next one.
 const syncLease = 30 * time.Second
 
+// Published is what the config service needs of the Redis state store
+// (redisstore.Store): publish a config, read what is published, and the sync's lease.
+type Published interface {
+	ScopePublish(ctx context.Context, rec redisstore.ScopeRecord) error
+	Scope(ctx context.Context, scope string) (redisstore.ScopeRecord, error)
+	Keys() redisstore.Keyspace
+	Obtain(ctx context.Context, key string, ttl time.Duration) (*redisstore.Lock, error)
+}
+
+var _ Published = (*redisstore.Store)(nil)
+
 // Service stores and publishes scope configs, and deletes scopes.
 type Service struct {
 	store   warmpool.ConfigStore
-	redis   *redisstore.Store
+	redis   Published
 	pods    Pods
 	log     *slog.Logger
 	observe func(event, outcome string)
@@ -41,7 +52,7 @@ type Pods interface {
 // New returns a Service over the config store, Redis and the pods. observe, when set,
 // is told of a publish refused because another replica published the same version
 // with other content ("config_publish", "conflict").
-func New(store warmpool.ConfigStore, redis *redisstore.Store, pods Pods, log *slog.Logger, observe func(event, outcome string)) *Service {
+func New(store warmpool.ConfigStore, redis Published, pods Pods, log *slog.Logger, observe func(event, outcome string)) *Service {
 	return &Service{store: store, redis: redis, pods: pods, log: defaults.Logger(log).With("component", "scopes"), observe: defaults.Observer(observe)}
 }
 
@@ -218,7 +229,7 @@ func (s *Service) FinishDelete(ctx context.Context, scope string, force bool) (v
 // the delete in Redis then leaves alone.
 // A scope deleted in Redis already (its tombstone) is not served. Errors:
 // STORE_UNAVAILABLE.
-func deletedLive(ctx context.Context, store warmpool.ConfigStore, redis *redisstore.Store, scope string) (version int64, ok bool, err error) {
+func deletedLive(ctx context.Context, store warmpool.ConfigStore, redis Published, scope string) (version int64, ok bool, err error) {
 	hist, err := store.History(ctx, scope, warmpool.HistoryQuery{Limit: 1})
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound || (err == nil && len(hist.Versions) == 0) {
 		return 0, false, nil

@@ -82,7 +82,7 @@ type PhaseTime struct {
 
 // Manager is the resource manager. It is safe for concurrent use.
 type Manager struct {
-	store  *redisstore.Store
+	store  State
 	wake   *redisstore.Wake
 	driver warmpool.PodDriver
 	cfg    Config
@@ -114,7 +114,7 @@ func (c *Config) fill() {
 }
 
 // New returns a Manager over store and driver.
-func New(store *redisstore.Store, driver warmpool.PodDriver, cfg Config) *Manager {
+func New(store State, driver warmpool.PodDriver, cfg Config) *Manager {
 	cfg.fill()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{

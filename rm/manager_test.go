@@ -407,7 +407,7 @@ func TestHoldIsIdempotentAcrossReplicas(t *testing.T) {
 	hold := h.Fake.Hold()
 	ctx := context.Background()
 	type res struct {
-		l   rm.Hold
+		l   warmpool.Hold
 		err error
 	}
 	ch := make(chan res, 2)

@@ -14,6 +14,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/redisstore"
+	"github.com/warmpool/warmpool/scopes"
 )
 
 // Defaults of Config.
@@ -125,6 +126,7 @@ type Sweeper struct {
 	sessions Sessions
 	driver   warmpool.PodDriver
 	configs  warmpool.ConfigStore
+	scopes   *scopes.Service // publishes stored configs, finishes stored deletes
 	cfg      Config
 	clock    warmpool.Clock
 	log      *slog.Logger
@@ -162,6 +164,7 @@ func New(store *redisstore.Store, pools Pools, sessions Sessions, driver warmpoo
 	cfg.fill()
 	s := &Sweeper{store: store, pools: pools, sessions: sessions, driver: driver, configs: configs, cfg: cfg, clock: cfg.Clock,
 		log: cfg.Logger.With("component", "sweeper"), watch: newWatchState(), paceNow: time.Now, paceWait: sleep}
+	s.scopes = scopes.New(configs, store, pools, cfg.Logger, cfg.Observe)
 	if n, ok := driver.(warmpool.PodNotifier); ok {
 		n.OnPodEvent(s.watch.event)
 	}

@@ -127,7 +127,7 @@ func (w *watchState) putLocked(shard int, p warmpool.Pod) {
 }
 
 // resyncDue reports whether the view is to be taken from a list of the driver at now:
-// none was taken yet, a driver asked for one, or the last is every old.
+// none was taken yet, a driver asked for one, or the last is at least every old.
 func (w *watchState) resyncDue(now time.Time, every time.Duration) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()

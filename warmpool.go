@@ -204,6 +204,9 @@ type PodEvent struct {
 	Pod Pod
 	// Gone: the pod is no longer in the driver (deleted, by anyone).
 	Gone bool
+	// Resync: the driver may have missed changes (its watch failed): the receiver
+	// should list the driver again. Pod is zero.
+	Resync bool
 }
 
 // PodNotifier is implemented by drivers that learn of their pods' changes as they happen

@@ -5,9 +5,6 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/internal/metrics"
-	"github.com/warmpool/warmpool/redisstore"
-	"github.com/warmpool/warmpool/reports"
 )
 
 // agentReport answers POST /v1/agents/report (SPEC §11.2): a pod's agent reports with
@@ -15,7 +12,7 @@ import (
 // not report tokens. Every report is counted by its result.
 func (a *handlers) agentReport(w http.ResponseWriter, r *http.Request) error {
 	ans, err := a.report(w, r)
-	a.ObserveReport(reportResult(err))
+	a.ObserveReport(err)
 	if err != nil {
 		return err
 	}
@@ -25,46 +22,30 @@ func (a *handlers) agentReport(w http.ResponseWriter, r *http.Request) error {
 // report checks the token before it reads a byte of the body: the token names the pod
 // it speaks for. Then it reads at most the body of a report of the sessions the pod
 // may hold (its scope's pod_concurrency: one read), which must name the same pod.
-func (a *handlers) report(w http.ResponseWriter, r *http.Request) (reports.Answer, error) {
+func (a *handlers) report(w http.ResponseWriter, r *http.Request) (warmpool.ReportAnswer, error) {
 	scope, pod, err := a.ReportKey.Identify(r)
 	if err != nil {
-		return reports.Answer{}, err
+		return warmpool.ReportAnswer{}, err
 	}
 	most, err := a.Reports.Cap(r.Context(), scope, pod)
 	if err != nil {
-		return reports.Answer{}, err
+		return warmpool.ReportAnswer{}, err
 	}
-	var req reports.Report
-	if err := httpx.DecodeAtMost(w, r, &req, reports.BodyLimit(most)); err != nil {
-		return reports.Answer{}, err
+	var req warmpool.AgentReport
+	if err := httpx.DecodeAtMost(w, r, &req, warmpool.ReportBodyLimit(most)); err != nil {
+		return warmpool.ReportAnswer{}, err
 	}
 	if req.ScopeID != scope || req.PodID != pod {
-		return reports.Answer{}, warmpool.Errorf(warmpool.CodeUnauthorized,
+		return warmpool.ReportAnswer{}, warmpool.Errorf(warmpool.CodeUnauthorized,
 			"the report names pod %q of scope %q, its token another: a pod reports with its own WARMPOOL_REPORT_TOKEN", req.PodID, req.ScopeID)
 	}
 	if len(req.Sessions) > most {
-		return reports.Answer{}, redisstore.TooManySessions(len(req.Sessions), most)
+		return warmpool.ReportAnswer{}, warmpool.TooManySessions(len(req.Sessions), most)
 	}
 	if err := req.Check(); err != nil {
-		return reports.Answer{}, err
+		return warmpool.ReportAnswer{}, err
 	}
 	return a.Reports.Report(r.Context(), req)
-}
-
-// reportResult is the result label of a report answered err.
-func reportResult(err error) string {
-	if err == nil {
-		return metrics.ReportOK
-	}
-	switch warmpool.ErrorCode(err) {
-	case warmpool.CodeUnauthorized:
-		return metrics.ReportUnauthorized
-	case warmpool.CodePodNotFound:
-		return metrics.ReportPodNotFound
-	case warmpool.CodeValidation, warmpool.CodePayloadTooLarge:
-		return metrics.ReportInvalid
-	}
-	return metrics.ReportUnavailable
 }
 
 // agentSessionConfig answers GET /v1/agents/sessions/{session}/config (SPEC §12.2): the

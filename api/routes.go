@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -11,35 +12,29 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/redisstore"
-	"github.com/warmpool/warmpool/reports"
-	"github.com/warmpool/warmpool/rm"
-	"github.com/warmpool/warmpool/scopes"
-	"github.com/warmpool/warmpool/sm"
-	"github.com/warmpool/warmpool/ui"
 )
 
 // Sessions is what the session routes call (sm.Manager).
 type Sessions interface {
-	RouteWith(ctx context.Context, scope, session string, o sm.RouteOptions) (sm.Binding, error)
-	Get(ctx context.Context, scope, session string) (sm.Binding, error)
+	RouteWith(ctx context.Context, scope, session string, o warmpool.RouteOptions) (warmpool.Binding, error)
+	Get(ctx context.Context, scope, session string) (warmpool.Binding, error)
 	End(ctx context.Context, scope, session string) (bool, error)
 	Touch(ctx context.Context, scope, session string) (bool, error)
 }
 
 // Pods is what the pod and pool routes call (rm.Manager).
 type Pods interface {
-	HoldWith(ctx context.Context, scope, requestID string, config []byte) (rm.Hold, error)
+	HoldWith(ctx context.Context, scope, requestID string, config []byte) (warmpool.Hold, error)
 	ReleaseHold(ctx context.Context, scope, pod, hold string) (bool, error)
 	TouchHold(ctx context.Context, scope, pod, hold string) (time.Time, error)
-	Pool(ctx context.Context, scope string) (rm.Pool, error)
+	Pool(ctx context.Context, scope string) (warmpool.PoolView, error)
 }
 
 // ScopeList is what GET /v1/scopes calls (ui.UI): a page of the scopes, in the order
 // of their ids, after the cursor after, from the pass over every scope that the pool
 // page reads too; next is the cursor of the next page, "" on the last.
 type ScopeList interface {
-	ScopePage(ctx context.Context, after string, limit int) (page []redisstore.ScopeSummary, next string, err error)
+	ScopePage(ctx context.Context, after string, limit int) (page []warmpool.ScopeSummary, next string, err error)
 }
 
 // Configs is what the config and scope-deletion routes call (scopes.Service).
@@ -48,20 +43,21 @@ type Configs interface {
 	PutDryRun(ctx context.Context, scope string, cfg warmpool.ScopeConfig) (any, error)
 	Get(ctx context.Context, scope string) (warmpool.StoredConfig, error)
 	History(ctx context.Context, scope string, q warmpool.HistoryQuery) (warmpool.HistoryPage, error)
-	Delete(ctx context.Context, scope string, force bool) (scopes.Deleted, error)
+	Delete(ctx context.Context, scope string, force bool) (warmpool.ScopeDeleted, error)
 	Sync(ctx context.Context) (int, error)
 }
 
-// PoolPage is what the pool page's routes call (ui.UI).
+// PoolPage is what the pool page's routes call (ui.UI): the page, and its data for
+// the query of a GET /v1/ui/state.
 type PoolPage interface {
 	Page() http.Handler
-	State(ctx context.Context, q ui.Query) (ui.State, error)
+	PageState(ctx context.Context, query url.Values) (any, error)
 }
 
 // Reports is what the agents' report route calls (reports.Manager).
 type Reports interface {
 	Cap(ctx context.Context, scope, pod string) (int, error)
-	Report(ctx context.Context, r reports.Report) (reports.Answer, error)
+	Report(ctx context.Context, r warmpool.AgentReport) (warmpool.ReportAnswer, error)
 }
 
 // SessionConfigs is what the route, the acquire and the agents' config route call for
@@ -84,9 +80,9 @@ type Services struct {
 	// for the pods' agents.
 	SessionConfigs SessionConfigs
 	// ReportKey checks the pods' report tokens (nil: reports are off, every report is
-	// 401), and ObserveReport counts each report by its result.
+	// 401), and ObserveReport counts each report by how it was answered (nil: 200).
 	ReportKey     *httpx.ReportKey
-	ObserveReport func(result string)
+	ObserveReport func(err error)
 	// Health and Ready answer /healthz and /readyz (the replica's own state).
 	Health, Ready httpx.Handler
 	// Metrics serves /metrics; nil when a listener of its own serves it.
@@ -131,7 +127,7 @@ func Router(s Services, middleware ...func(http.Handler) http.Handler) http.Hand
 		// route's pattern and path values, and a warm route is a few dozen µs in all.
 		r.With(admin).Method(http.MethodDelete, "/scopes/{scope}", h(httpx.Bodyless(a.deleteScope)))
 		r.With(httpx.Waits).Method(http.MethodPost, "/scopes/{scope}/sessions", h(a.routeSession))
-		r.Method(http.MethodGet, "/scopes/{scope}/sessions/{session}", h(onSession(s.Sessions.Get, func(b sm.Binding) any { return a.ticketed(b) })))
+		r.Method(http.MethodGet, "/scopes/{scope}/sessions/{session}", h(onSession(s.Sessions.Get, func(b warmpool.Binding) any { return a.ticketed(b) })))
 		r.Method(http.MethodDelete, "/scopes/{scope}/sessions/{session}", h(httpx.Bodyless(onSession(s.Sessions.End, answer("released")))))
 		r.Method(http.MethodPost, "/scopes/{scope}/sessions/{session}/touch", h(httpx.Bodyless(onSession(s.Sessions.Touch, answer("touched")))))
 		r.With(httpx.Waits).Method(http.MethodPost, "/scopes/{scope}/pods/acquire", h(a.acquirePod))
@@ -139,7 +135,7 @@ func Router(s Services, middleware ...func(http.Handler) http.Handler) http.Hand
 			func(idle bool) any { return map[string]bool{"released": true, "idle": idle} })))
 		r.Method(http.MethodPost, "/scopes/{scope}/pods/{pod}/touch", h(onHold(s.Pods.TouchHold,
 			func(until time.Time) any { return map[string]string{"hold_until": holdTime(until)} })))
-		r.Method(http.MethodGet, "/scopes/{scope}/pool", h(httpx.OnScope(s.Pods.Pool, func(_ string, p rm.Pool) any { return p })))
+		r.Method(http.MethodGet, "/scopes/{scope}/pool", h(httpx.OnScope(s.Pods.Pool, func(_ string, p warmpool.PoolView) any { return p })))
 		r.With(admin).Method(http.MethodPut, "/scopes/{scope}/config", h(a.putConfig))
 		r.With(admin).Method(http.MethodGet, "/scopes/{scope}/config", h(httpx.OnScope(s.Configs.Get, func(_ string, c warmpool.StoredConfig) any { return c })))
 		r.With(admin).Method(http.MethodGet, "/scopes/{scope}/config/history", h(a.configHistory))

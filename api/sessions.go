@@ -6,7 +6,6 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/sm"
 )
 
 type routeRequest struct {
@@ -36,7 +35,7 @@ func (a *handlers) routeSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	b, err := a.Sessions.RouteWith(r.Context(), scope, req.SessionID, sm.RouteOptions{RequestID: requestID, Config: config})
+	b, err := a.Sessions.RouteWith(r.Context(), scope, req.SessionID, warmpool.RouteOptions{RequestID: requestID, Config: config})
 	if err != nil {
 		return err
 	}
@@ -46,7 +45,7 @@ func (a *handlers) routeSession(w http.ResponseWriter, r *http.Request) error {
 // ticketedBinding is a binding as a route or a GET of the session answers it: with
 // its session_ticket when reports are on (SPEC §12.4).
 type ticketedBinding struct {
-	sm.Binding
+	warmpool.Binding
 	// SessionTicket proves, in the reports of the pod's agent, that the session was
 	// routed to the pod: the gateway passes it to the pod with the session (the SSE
 	// request's query parameter session_ticket), and the agent sends it back in its
@@ -57,7 +56,7 @@ type ticketedBinding struct {
 
 // ticketed is b with its ticket, made here rather than in sm, which never sees the
 // report secret; none when reports are off (no report key).
-func (a *handlers) ticketed(b sm.Binding) ticketedBinding {
+func (a *handlers) ticketed(b warmpool.Binding) ticketedBinding {
 	t := ticketedBinding{Binding: b}
 	if a.ReportKey != nil {
 		t.SessionTicket = a.ReportKey.Ticket(b.ScopeID, b.SessionID, b.PodID)

@@ -4,17 +4,12 @@ import (
 	"net/http"
 
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/ui"
 )
 
 // poolPageState answers GET /v1/ui/state: what the pool page shows (the totals, a
-// page of summary rows and the details the query names; ui.ParseQuery).
+// page of summary rows and the details the query names).
 func (a *handlers) poolPageState(w http.ResponseWriter, r *http.Request) error {
-	q, err := ui.ParseQuery(r.URL.Query())
-	if err != nil {
-		return err
-	}
-	st, err := a.PoolPage.State(r.Context(), q)
+	st, err := a.PoolPage.PageState(r.Context(), r.URL.Query())
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,7 @@
 // A sandbox is a session of the scope its templateID names, whose session id is the
 // sandbox id: the agent is reached as any session's, at its pod (GET
 // /v1/scopes/{templateID}/sessions/{sandboxID}). The session's expiry is fixed at the
-// sandbox's timeout, which activity does not move (sm.RouteOptions.FixedTTL). A small
+// sandbox's timeout, which activity does not move (warmpool.RouteOptions.FixedTTL). A small
 // record per sandbox (redisstore.Sandbox: scope, start, metadata) lets a call that names only
 // the sandbox find its scope with one read, and orders the list.
 package e2b
@@ -26,7 +26,6 @@ import (
 	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/redisstore"
-	"github.com/warmpool/warmpool/sm"
 )
 
 // Defaults and bounds of the front door, E2B's where E2B has one.
@@ -58,8 +57,8 @@ const (
 // Sessions is what the front door needs of the session manager (sm.Manager).
 type Sessions interface {
 	// RouteWith binds a new sandbox's session (with a fixed TTL).
-	RouteWith(ctx context.Context, scope, session string, o sm.RouteOptions) (sm.Binding, error)
-	Get(ctx context.Context, scope, session string) (sm.Binding, error)
+	RouteWith(ctx context.Context, scope, session string, o warmpool.RouteOptions) (warmpool.Binding, error)
+	Get(ctx context.Context, scope, session string) (warmpool.Binding, error)
 	End(ctx context.Context, scope, session string) (bool, error)
 	Deadline(ctx context.Context, scope, session string, ttl time.Duration, later bool) (time.Time, error)
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
 	"github.com/warmpool/warmpool/redisstore"
-	"github.com/warmpool/warmpool/sm"
 )
 
 // sandboxJSON is E2B's Sandbox: what create and connect answer. Without envd and a
@@ -61,7 +60,7 @@ type lifecycleJSON struct {
 }
 
 // listed is the listing of a live sandbox.
-func (s *Server) listed(ctx context.Context, sb redisstore.Sandbox, b sm.Binding, sizes map[string]size) listedJSON {
+func (s *Server) listed(ctx context.Context, sb redisstore.Sandbox, b warmpool.Binding, sizes map[string]size) listedJSON {
 	sz, ok := sizes[sb.Scope]
 	if !ok {
 		sz = s.sizeOf(ctx, sb.Scope)
@@ -113,7 +112,7 @@ func (s *Server) create(defaultTimeout time.Duration) handler {
 		if ttl == 0 {
 			return warmpool.Errorf(warmpool.CodeValidation, "timeout: a sandbox needs at least 1 second")
 		}
-		opts := sm.RouteOptions{FixedTTL: ttl}
+		opts := warmpool.RouteOptions{FixedTTL: ttl}
 		if err := s.sessionConfig(req.TemplateID, req.EnvVars, &opts); err != nil {
 			return err
 		}
@@ -189,7 +188,7 @@ func set(raw json.RawMessage) bool {
 // into opts: the sandbox's agent fetches them with its pod token, as any session's.
 // Errors: VALIDATION naming envVars (a bad name, too many or too large, per-session
 // config off).
-func (s *Server) sessionConfig(scope string, env map[string]string, opts *sm.RouteOptions) error {
+func (s *Server) sessionConfig(scope string, env map[string]string, opts *warmpool.RouteOptions) error {
 	if len(env) == 0 {
 		return nil
 	}
@@ -226,7 +225,7 @@ const openAttempts = 3
 
 // open routes the session of a new sandbox of scope and returns its id. Errors: those
 // of a route; an unknown scope is E2B's 404 of a template.
-func (s *Server) open(ctx context.Context, scope string, opts sm.RouteOptions) (string, error) {
+func (s *Server) open(ctx context.Context, scope string, opts warmpool.RouteOptions) (string, error) {
 	for range openAttempts {
 		id := s.cfg.NewID()
 		b, err := s.cfg.Sessions.RouteWith(ctx, scope, id, opts)
@@ -302,15 +301,15 @@ func (s *Server) lookup(ctx context.Context, id string) (redisstore.Sandbox, err
 
 // live is the record and the session of a live sandbox. The record of a sandbox whose
 // session has gone is dropped, and the sandbox is E2B's 404.
-func (s *Server) live(ctx context.Context, id string) (redisstore.Sandbox, sm.Binding, error) {
+func (s *Server) live(ctx context.Context, id string) (redisstore.Sandbox, warmpool.Binding, error) {
 	sb, err := s.lookup(ctx, id)
 	if err != nil {
-		return redisstore.Sandbox{}, sm.Binding{}, err
+		return redisstore.Sandbox{}, warmpool.Binding{}, err
 	}
 	b, err := s.cfg.Sessions.Get(ctx, sb.Scope, id)
 	if isGone(err) {
 		s.forget(ctx, id)
-		return redisstore.Sandbox{}, sm.Binding{}, errNoSandbox(id)
+		return redisstore.Sandbox{}, warmpool.Binding{}, errNoSandbox(id)
 	}
 	return sb, b, err
 }

@@ -17,10 +17,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/redisstore"
-	"github.com/warmpool/warmpool/sm"
 )
 
 // The agent tests (SPEC §11.2) run the binary with the local driver on a redis-server of
@@ -95,7 +95,7 @@ func (r *agentRig) call(method, path, body string, out any) int {
 
 // routed is a route's answer: the binding and its session_ticket.
 type routed struct {
-	sm.Binding
+	warmpool.Binding
 	SessionTicket string `json:"session_ticket"`
 }
 
@@ -113,7 +113,7 @@ func (r *agentRig) route(session string) routed {
 // 200, 404, or 503 while the replica rebuilds a Redis that lost its data.
 func (r *agentRig) session(session string) (string, int) {
 	r.t.Helper()
-	var b sm.Binding
+	var b warmpool.Binding
 	st := r.call(http.MethodGet, "/v1/scopes/"+agentScope+"/sessions/"+session, "", &b)
 	if st != http.StatusOK && st != http.StatusNotFound && st != http.StatusServiceUnavailable {
 		r.t.Fatalf("get %s: %d", session, st)

@@ -20,10 +20,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/manifests"
 	"github.com/warmpool/warmpool/internal/testing/testpg"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
-	"github.com/warmpool/warmpool/sm"
 )
 
 // imageEntrypoint is the ENTRYPOINT of the image (Dockerfile; scripts/image-test.sh
@@ -149,7 +149,7 @@ func TestDeploymentProcesses(t *testing.T) {
 	if status, raw := request(t, http.MethodGet, last.base+"/v1/scopes/"+scope+"/config", "Bearer "+adminToken, ""); status != http.StatusOK || json.Unmarshal(raw, &got) != nil || got.Version != 1 {
 		t.Fatalf("GET config through %s: %d %s", last.name, status, raw)
 	}
-	var b sm.Binding
+	var b warmpool.Binding
 	if status, raw := request(t, http.MethodPost, replicas[1%len(replicas)].base+"/v1/scopes/"+scope+"/sessions", auth, `{"session_id":"s1"}`); status != http.StatusOK || json.Unmarshal(raw, &b) != nil || b.PodID == "" {
 		t.Fatalf("route through a replica: %d %s", status, raw)
 	}

@@ -20,9 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/internal/testing/syncbuf"
-	"github.com/warmpool/warmpool/sm"
 )
 
 // TestDevServer runs `warmpool serve --dev` as a real process and drives it as a
@@ -45,7 +45,7 @@ func TestDevServer(t *testing.T) {
 	}
 
 	// Run exactly what the line says.
-	var first sm.Binding
+	var first warmpool.Binding
 	status := call(t, http.MethodPost, routeURL, routeBody, &first)
 	if status != http.StatusOK || first.ScopeID != "demo" || first.SessionID == "" || !first.New ||
 		first.PodID == "" || !strings.HasPrefix(first.SSEURL, "http://127.0.0.1:") || first.DeployVer == "" {
@@ -54,7 +54,7 @@ func TestDevServer(t *testing.T) {
 	session := first.SessionID
 	if _, err := exec.LookPath("curl"); err == nil {
 		out, err := exec.Command("sh", "-c", strings.TrimSpace(curlLine)).Output()
-		var again sm.Binding
+		var again warmpool.Binding
 		if err != nil || json.Unmarshal(out, &again) != nil || again.PodID != first.PodID || again.New {
 			t.Fatalf("the curl line itself: %v, %s; want %s again with new:false", err, out, first.PodID)
 		}
@@ -77,7 +77,7 @@ func TestDevServer(t *testing.T) {
 	}
 
 	// Another session reuses the warm pod: no second deploy.
-	var second sm.Binding
+	var second warmpool.Binding
 	if st := call(t, http.MethodPost, base+"/v1/scopes/demo/sessions", `{"session_id":"e2e-2"}`, &second); st != http.StatusOK || !second.New {
 		t.Fatalf("second route: %d %+v", st, second)
 	}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/await"
-	"github.com/warmpool/warmpool/sm"
 )
 
 // TestDrainOnSIGTERM runs the binary, settings from WARMPOOL_* variables, and sends it
@@ -29,7 +29,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 		"WARMPOOL_DRAIN_DELAY="+drain.String(), "WARMPOOL_SHUTDOWN_GRACE=5s"),
 		"serve", "--store", filepath.Join(t.TempDir(), "w.db"))
 	p.waitReady(t, base, 60*time.Second)
-	var b sm.Binding
+	var b warmpool.Binding
 	if st := call(t, http.MethodPost, base+"/v1/scopes/demo/sessions", `{"session_id":"s1"}`, &b); st != http.StatusOK {
 		t.Fatalf("route: %d", st)
 	}
@@ -50,7 +50,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	t.Logf("/readyz 503 %v after SIGTERM", time.Since(start).Round(time.Millisecond))
 	served := 0
 	for time.Since(start) < drain*3/4 {
-		var got sm.Binding
+		var got warmpool.Binding
 		if st := call(t, http.MethodGet, base+"/v1/scopes/demo/sessions/s1", "", &got); st != http.StatusOK || got.PodID != b.PodID {
 			t.Fatalf("session read while draining: %d %+v", st, got)
 		}

@@ -147,6 +147,7 @@ func (k *Kubernetes) cacheFor(ns string) *nsCache {
 	_ = c.informer.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
 		c.lastErr.Store(&err)
 		k.log.Warn("pod informer: list/watch failed", logNamespace, ns, logErr, err)
+		k.notifyResync()
 	})
 	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.deliver(obj, false); k.notify(obj, false) },
@@ -304,8 +305,20 @@ func (k *Kubernetes) notify(obj any, deleted bool) {
 	}
 }
 
+// notifyResync tells the OnPodEvent functions that a pod informer's list or watch
+// failed: until it has listed again its events may miss changes.
+func (k *Kubernetes) notifyResync() {
+	k.mu.Lock()
+	events := k.events
+	k.mu.Unlock()
+	for _, fn := range events {
+		fn(warmpool.PodEvent{Resync: true})
+	}
+}
+
 // OnPodEvent makes the informers report each managed pod's add, update, resync and
-// delete to fn, with Ready and Dead filled: a pod that fails, is evicted, or loses its
+// delete to fn, with Ready and Dead filled (and a Resync event when an informer's list
+// or watch failed): a pod that fails, is evicted, or loses its
 // node (after NodeLostGrace, judged from the node informer) is reported dead, and a
 // pod deleted by anyone gone. The pods already cached are reported at once; the
 // informers of namespaces started later report theirs with their initial list.

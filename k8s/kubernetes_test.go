@@ -1071,3 +1071,30 @@ func TestKubernetesNodeCacheLateJudgesPodsAgain(t *testing.T) {
 		}
 	}
 }
+
+// A pod informer whose list fails tells the event functions to list again (a Resync
+// event): until the informer has listed, its events may miss changes.
+func TestKubernetesInformerErrorAsksForResync(t *testing.T) {
+	cs := newFakeClient()
+	var failed atomic.Bool
+	cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failed.CompareAndSwap(false, true) {
+			return true, nil, errors.New("pods not listed")
+		}
+		return false, nil, nil
+	})
+	k := mustKube(t, cs, nil)
+	events := make(chan warmpool.PodEvent, 100)
+	k.OnPodEvent(func(ev warmpool.PodEvent) { events <- ev })
+	if err := k.WatchNamespace(context.Background(), "wp"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		if !ev.Resync || ev.Pod.ID != "" {
+			t.Fatalf("event %+v, want a Resync event", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a failed pod list told the event functions nothing")
+	}
+}

@@ -11,12 +11,11 @@
 -- live hold on that pod) | {"NO_SCOPE"} | {"EPOCH_LOST"}
 -- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
 -- a note moved the scope's due time; Store.call takes the note off.
-local k = scope_keys(KEYS)
-local now = tonumber(ARGV[1])
-local cfg, refused = published_config(k, 'deploy_ver')
-if not cfg then
+local k, refused = known_scope(KEYS)
+if refused then
   return refused
 end
+local now = tonumber(ARGV[1])
 local q = handoff(k, now, ARGV[4], ARGV[5])
 expire_claims(k, now, q)
 if redis.call('HGET', k.claimpod, ARGV[2]) ~= ARGV[3] then

@@ -6,7 +6,8 @@
 -- time estimate (an exponentially weighted moving average, weight 0.3 for the newest).
 -- A pod of the current deploy_ver ends the refill backoff, and the prewarm of a
 -- rollout when it is the last of the max(1, min_idle_pods) the prewarm waits for. The
--- slots it hands out count toward max_sessions_per_pod (serve in lib/served.lua).
+-- slots it hands out count toward max_sessions_per_pod (serve in lib/served.lua). One
+-- message naming the deploy (DeployWaiter) on the scope's wake channel wakes its followers.
 -- KEYS: epoch config pods podver podinfo slots idle deploying followers claims claimpod
 --       waiters queue wake dstats due backoff served demand free freeprev warm warmprev
 --       busy surplus podclaims rooms open
@@ -65,7 +66,8 @@ if ARGV[6] ~= '' then
   n = n + 1
 end
 local prefix = ARGV[2] .. '|'
-for _, f in ipairs(room_members(k, ARGV[2])) do
+local room = room_members(k, ARGV[2])
+for _, f in ipairs(room) do
   local c = string.sub(f, #prefix + 1)
   redis.call('ZREM', k.followers, f)
   redis.call('ZREM', k.rooms, f)
@@ -76,6 +78,10 @@ for _, f in ipairs(room_members(k, ARGV[2])) do
   else
     claim_set(k, c, NO_SLOT)
   end
+end
+if #room > 0 then
+  -- the followers wait on the scope's wake channel under the deploy's name
+  redis.call(ARGV[9], k.wake, 'deploy:' .. ARGV[2])
 end
 -- the pod is indexed with the slots its claims hold, then with the rest of its state
 redis.call('HSET', k.slots, pod, n)

@@ -16,12 +16,11 @@
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 -- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
 -- a note moved the scope's due time; Store.call takes the note off.
-local k = scope_keys(KEYS)
-local now = tonumber(ARGV[1])
-local cfg, refused = published_config(k, 'deploy_ver')
-if not cfg then
+local k, refused = known_scope(KEYS)
+if refused then
   return refused
 end
+local now = tonumber(ARGV[1])
 local sid = ARGV[2]
 local e = redis.call('ZSCORE', k.sexp, sid)
 if not e or not redis.call('HGET', k.sessions, sid) then

@@ -48,13 +48,6 @@ type AgentAnswer struct {
 // or purged).
 var ErrPodUnknown = warmpool.Errorf(warmpool.CodePodNotFound, "the pod is not in its scope's pool: it was purged or never registered; the agent should exit")
 
-// TooManySessions is the VALIDATION error of a report that lists more sessions than
-// the pod may hold (most: ReportCap).
-func TooManySessions(listed, most int) error {
-	return warmpool.Errorf(warmpool.CodeValidation,
-		"sessions: %d listed, at most %d: the scope's pool.pod_concurrency (or the sessions and holds of a pod that has more)", listed, most)
-}
-
 // ReportCap runs report_cap.lua: the most sessions a report of pod may list, as
 // agent_report.lua holds it to (the scope's pod_concurrency, or the pod's slots when a
 // lowered pod_concurrency left it more), so that the HTTP layer bounds a report's body
@@ -101,7 +94,7 @@ func (s *Store) AgentReport(ctx context.Context, rep AgentReport) (AgentAnswer, 
 		return AgentAnswer{}, ErrPodUnknown
 	case "too_many":
 		if most := r.count(1); r.err() == nil {
-			return AgentAnswer{}, TooManySessions(len(rep.Sessions), most)
+			return AgentAnswer{}, warmpool.TooManySessions(len(rep.Sessions), most)
 		}
 	}
 	a := AgentAnswer{Interval: time.Duration(r.int(1)) * time.Millisecond, Ended: r.count(3)}

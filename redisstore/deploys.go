@@ -39,7 +39,7 @@ func (s *Store) DeployKeepAlive(ctx context.Context, scope, deploy string, ttl t
 // followers were told.
 func (s *Store) DeployAbort(ctx context.Context, scope, deploy, ver, reason string, lost bool, now, noteDeadline time.Time) (int, error) {
 	r, err := s.call(ctx, deployAbort, s.keys.Scope(scope), nil, deploy, reason, ms(noteDeadline), flag(lost),
-		ver, ms(now), RefillBackoffBase.Milliseconds(), RefillBackoffMax.Milliseconds())
+		ver, ms(now), RefillBackoffBase.Milliseconds(), RefillBackoffMax.Milliseconds(), s.publishCmd())
 	if err != nil {
 		return 0, err
 	}

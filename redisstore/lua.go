@@ -66,7 +66,7 @@ var (
 	podHealth     = load("pod_health.lua", guarded, "pods health")
 	fenceRaise    = load("fence_raise.lua", unguarded, "fence")
 	deployExtend  = load("deploy_extend.lua", guarded, "deploying")
-	deployAbort   = load("deploy_abort.lua", unguarded|notes, "config deploying followers claims claimpod dstats due backoff podclaims rooms open")
+	deployAbort   = load("deploy_abort.lua", unguarded|notes, "config deploying followers claims claimpod wake dstats due backoff podclaims rooms open")
 	followerWait  = load("follower_wait.lua", unguarded, "config podinfo deploying followers claimpod rooms open")
 	followerLeave = load("follower_leave.lua", unguarded|notes,
 		"config pods podver slots idle deploying followers claims claimpod waiters queue wake due served demand sconf free freeprev warm warmprev busy surplus podclaims rooms open")

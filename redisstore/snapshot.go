@@ -174,30 +174,10 @@ func podStates(scope string, pods []redis.Z, info, podver, slots map[string]stri
 	return out
 }
 
-// ScopeCounts are the sizes of a scope's pool, for listings and gauges.
-type ScopeCounts struct {
-	ScopeID   string
-	DeployVer string
-	Version   int64
-	MaxPods   int64
-	Pods      int64
-	Idle      int64
-	// OldPods counts the pods of another deploy_ver than the scope's current one.
-	OldPods   int64
-	Sessions  int64
-	Deploying int64
-	Followers int64
-	Waiters   int64
-	// Backoff is the refill backoff's failed deploys in a row (0: none).
-	Backoff int64
-	// TargetIdle is how many idle pods the scope keeps (PoolTarget).
-	TargetIdle int64
-}
-
 // Counts reads the pool sizes of every published scope in one pipeline, deleted ones
 // left out; its cost grows with the number of scopes and pods, not with sessions. The
 // target of a scope under warm_policy "demand" takes one more call (PoolTarget).
-func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
+func (s *Store) Counts(ctx context.Context) ([]warmpool.ScopeCounts, error) {
 	ids, err := s.ScopeIDs(ctx)
 	if err != nil {
 		return nil, err
@@ -228,7 +208,7 @@ func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, s.redisErr(ctx, err)
 	}
-	out := make([]ScopeCounts, 0, len(ids))
+	out := make([]warmpool.ScopeCounts, 0, len(ids))
 	for i, id := range ids {
 		c := all[i]
 		v := c.cfg.Val()
@@ -259,7 +239,7 @@ func (s *Store) Counts(ctx context.Context) ([]ScopeCounts, error) {
 			}
 			target = int64(t.Idle)
 		}
-		out = append(out, ScopeCounts{ScopeID: id, DeployVer: ver, Version: n, MaxPods: mp, Pods: c.pods.Val(), Idle: c.idle.Val(),
+		out = append(out, warmpool.ScopeCounts{ScopeID: id, DeployVer: ver, Version: n, MaxPods: mp, Pods: c.pods.Val(), Idle: c.idle.Val(),
 			OldPods: old, Sessions: c.sessions.Val(), Deploying: c.deploys.Val(), Followers: c.followers.Val(), Waiters: c.waiters.Val(),
 			Backoff: failures, TargetIdle: target})
 	}

@@ -18,13 +18,6 @@ import (
 // timely one.
 var scopeSummary = load("scope_summary.lua", unguarded, "config pods podver idle deploying followers sessions waiters")
 
-// ScopeSummary is a scope's pool sizes with its pod_concurrency: a row of the pool
-// page's summary.
-type ScopeSummary struct {
-	ScopeCounts
-	PodConcurrency int64
-}
-
 // SummaryBatch is how many scopes one pipeline of ScopeSummaries reads: each
 // pipeline's answers must all arrive within the client's read timeout (a second in a
 // replica), which a pipeline of every scope misses when Redis is short of CPU.
@@ -35,13 +28,13 @@ const SummaryBatch = 500
 // SummaryBatch. It costs Redis about twice what Counts' eight commands a scope do, and
 // the replica about half (one short answer a scope to read instead of eight).
 // Errors: STORE_UNAVAILABLE, INTERNAL for an answer that does not parse.
-func (s *Store) ScopeSummaries(ctx context.Context) ([]ScopeSummary, error) {
+func (s *Store) ScopeSummaries(ctx context.Context) ([]warmpool.ScopeSummary, error) {
 	ids, err := s.ScopeIDs(ctx)
 	if err != nil {
 		return nil, err
 	}
 	sort.Strings(ids)
-	out := make([]ScopeSummary, 0, len(ids))
+	out := make([]warmpool.ScopeSummary, 0, len(ids))
 	for start := 0; start < len(ids); start += SummaryBatch {
 		batch := ids[start:min(start+SummaryBatch, len(ids))]
 		cmds, err := s.summaries(ctx, batch)
@@ -91,7 +84,7 @@ func (s *Store) summaries(ctx context.Context, ids []string) ([]*redis.Cmd, erro
 }
 
 // parseSummary reads one answer of scope_summary.lua.
-func parseSummary(scope, v string) (ScopeSummary, error) {
+func parseSummary(scope, v string) (warmpool.ScopeSummary, error) {
 	var n [10]int64
 	ver, rest, ok := strings.Cut(v, " ")
 	for i := 0; ok && i < len(n); i++ {
@@ -103,9 +96,9 @@ func parseSummary(scope, v string) (ScopeSummary, error) {
 		}
 	}
 	if !ok || rest != "" || ver == "" {
-		return ScopeSummary{}, &warmpool.Error{Code: warmpool.CodeInternal, Message: fmt.Sprintf("scope_summary.lua: malformed reply %q for scope %q", v, scope)}
+		return warmpool.ScopeSummary{}, &warmpool.Error{Code: warmpool.CodeInternal, Message: fmt.Sprintf("scope_summary.lua: malformed reply %q for scope %q", v, scope)}
 	}
-	return ScopeSummary{ScopeCounts: ScopeCounts{ScopeID: scope, DeployVer: ver, Version: n[0], MaxPods: n[1], Pods: n[3], Idle: n[4],
+	return warmpool.ScopeSummary{ScopeCounts: warmpool.ScopeCounts{ScopeID: scope, DeployVer: ver, Version: n[0], MaxPods: n[1], Pods: n[3], Idle: n[4],
 		OldPods: n[5], Sessions: n[6], Deploying: n[7], Followers: n[8], Waiters: n[9]}, PodConcurrency: n[2]}, nil
 }
 
@@ -114,7 +107,7 @@ func parseSummary(scope, v string) (ScopeSummary, error) {
 type SummaryPass struct {
 	At     time.Time
 	By     string
-	Scopes []ScopeSummary
+	Scopes []warmpool.ScopeSummary
 }
 
 // sharedVersion opens the text of a shared pass, so that a replica of another release
@@ -169,7 +162,7 @@ func parseShared(v string) (SummaryPass, bool) {
 	if err != nil {
 		return SummaryPass{}, false
 	}
-	p := SummaryPass{At: time.UnixMilli(at), By: f[2], Scopes: make([]ScopeSummary, 0, strings.Count(body, "\n"))}
+	p := SummaryPass{At: time.UnixMilli(at), By: f[2], Scopes: make([]warmpool.ScopeSummary, 0, strings.Count(body, "\n"))}
 	for body != "" {
 		var line string
 		line, body, _ = strings.Cut(body, "\n")

@@ -9,8 +9,13 @@ import (
 )
 
 // Broadcast is the wake-up message for every waiter of a scope (Wake.Publish); any other
-// message names the one waiter a script handed a slot to.
+// message names the waiter a script handed a slot to, or (DeployWaiter) the followers
+// of a deploy that ended.
 const Broadcast = "*"
+
+// DeployWaiter is the waiter name the followers of a deploy subscribe under:
+// pod_register.lua and deploy_abort.lua publish it when the deploy's room is settled.
+func DeployWaiter(deploy string) string { return "deploy:" + deploy }
 
 // subscribeWait bounds how long Subscribe waits for Redis to confirm a new subscription.
 const subscribeWait = 2 * time.Second
@@ -32,8 +37,10 @@ type Wake struct {
 type scopeSub struct {
 	ps *redis.PubSub
 	// ready is closed once Redis confirmed the subscription (or gave up on it).
-	ready   chan struct{}
-	waiters map[string]chan struct{}
+	ready chan struct{}
+	// waiters are the channels of each waiter name: one for a queued session, one per
+	// follower of a deploy for a DeployWaiter.
+	waiters map[string]map[chan struct{}]bool
 }
 
 // NewWake returns the wake-up hub of this replica; Close it when done.
@@ -57,12 +64,15 @@ func (w *Wake) Subscribe(ctx context.Context, scope, waiter string) (<-chan stru
 		} else {
 			ps = w.store.rdb.Subscribe(context.WithoutCancel(ctx), channel)
 		}
-		sub = &scopeSub{ps: ps, ready: make(chan struct{}), waiters: map[string]chan struct{}{}}
+		sub = &scopeSub{ps: ps, ready: make(chan struct{}), waiters: map[string]map[chan struct{}]bool{}}
 		w.scopes[scope] = sub
 		w.wg.Add(1)
 		go w.deliver(ctx, sub)
 	}
-	sub.waiters[waiter] = ch
+	if sub.waiters[waiter] == nil {
+		sub.waiters[waiter] = map[chan struct{}]bool{}
+	}
+	sub.waiters[waiter][ch] = true
 	w.mu.Unlock()
 	select {
 	case <-sub.ready:
@@ -71,7 +81,10 @@ func (w *Wake) Subscribe(ctx context.Context, scope, waiter string) (<-chan stru
 	return ch, func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		delete(sub.waiters, waiter)
+		delete(sub.waiters[waiter], ch)
+		if len(sub.waiters[waiter]) == 0 {
+			delete(sub.waiters, waiter)
+		}
 		if len(sub.waiters) == 0 && w.scopes[scope] == sub {
 			delete(w.scopes, scope)
 			_ = sub.ps.Close()
@@ -90,13 +103,20 @@ func (w *Wake) deliver(ctx context.Context, sub *scopeSub) {
 	for msg := range sub.ps.Channel() {
 		w.mu.Lock()
 		if msg.Payload == Broadcast {
-			for _, ch := range sub.waiters {
-				signal(ch)
+			for _, chans := range sub.waiters {
+				signalAll(chans)
 			}
-		} else if ch, ok := sub.waiters[msg.Payload]; ok {
-			signal(ch)
+		} else {
+			signalAll(sub.waiters[msg.Payload])
 		}
 		w.mu.Unlock()
+	}
+}
+
+// signalAll wakes every channel of one waiter name.
+func signalAll(chans map[chan struct{}]bool) {
+	for ch := range chans {
+		signal(ch)
 	}
 }
 

@@ -11,27 +11,17 @@ import (
 	"github.com/warmpool/warmpool/redisstore"
 )
 
-// Hold is a pod handed out to an API caller: one slot of the pod is the caller's until
-// it releases the hold or Until passes (pool.hold_ttl_s after the acquire or the last
-// touch); then the slot goes to a waiter, or the pod back to the warm pool.
-type Hold struct {
-	Pod    warmpool.Pod `json:"pod"`
-	Source string       `json:"source"`
-	ID     string       `json:"hold_id"`
-	Until  time.Time    `json:"hold_until"`
-}
-
 // Hold acquires a pod as Acquire does and keeps the claimed slot as a hold. With a
 // request id, a repeated call returns the first answer: the same hold; a request id
 // used for a route is refused. Errors: as Acquire's, IDEMPOTENCY_MISMATCH.
-func (m *Manager) Hold(ctx context.Context, scope, requestID string) (Hold, error) {
+func (m *Manager) Hold(ctx context.Context, scope, requestID string) (warmpool.Hold, error) {
 	return m.HoldWith(ctx, scope, requestID, nil)
 }
 
 // HoldWith is Hold that keeps config, a sealed session_config (SPEC §12.2), as the
 // hold's, for the pod's agent to fetch under the hold id; a repeated call keeps the
 // first call's.
-func (m *Manager) HoldWith(ctx context.Context, scope, requestID string, config []byte) (Hold, error) {
+func (m *Manager) HoldWith(ctx context.Context, scope, requestID string, config []byte) (warmpool.Hold, error) {
 	if requestID == "" {
 		return m.hold(ctx, scope, config)
 	}
@@ -50,19 +40,19 @@ func (m *Manager) HoldWith(ctx context.Context, scope, requestID string, config 
 		m.log.WarnContext(ctx, "acquire's request id mark not completed", "scope", scope, "err", res.Unkept)
 	}
 	if err != nil {
-		return Hold{}, err
+		return warmpool.Hold{}, err
 	}
-	var h Hold
+	var h warmpool.Hold
 	if err := json.Unmarshal(res.Answer, &h); err != nil {
-		return Hold{}, fmt.Errorf("acquire %q: cached answer: %w", scope, err)
+		return warmpool.Hold{}, fmt.Errorf("acquire %q: cached answer: %w", scope, err)
 	}
 	return h, nil
 }
 
-func (m *Manager) hold(ctx context.Context, scope string, config []byte) (Hold, error) {
+func (m *Manager) hold(ctx context.Context, scope string, config []byte) (warmpool.Hold, error) {
 	l, err := m.Acquire(ctx, scope)
 	if err != nil {
-		return Hold{}, err
+		return warmpool.Hold{}, err
 	}
 	until, err := m.store.HoldTouch(ctx, scope, l.Claim, l.Pod.ID, m.clock.Now(), config)
 	if err != nil {
@@ -75,9 +65,9 @@ func (m *Manager) hold(ctx context.Context, scope string, config []byte) (Hold, 
 			// The pod went away between the two steps.
 			err = warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: the pod handed out went away; retry", scope).Retry(1)
 		}
-		return Hold{}, fmt.Errorf("acquire %q: %w", scope, err)
+		return warmpool.Hold{}, fmt.Errorf("acquire %q: %w", scope, err)
 	}
-	return Hold{Pod: l.Pod, Source: l.Source, ID: l.Claim, Until: until.UTC()}, nil
+	return warmpool.Hold{Pod: l.Pod, Source: l.Source, ID: l.Claim, Until: until.UTC()}, nil
 }
 
 // TouchHold extends a live hold on pod to pool.hold_ttl_s from now and returns its new

@@ -23,6 +23,7 @@ const (
 	DefaultClaimTTL       = 30 * time.Second
 	DefaultFollowerMargin = 10 * time.Second
 	DefaultPollInterval   = 50 * time.Millisecond
+	DefaultFollowerCheck  = 500 * time.Millisecond
 	DefaultIdemTTL        = 60 * time.Second
 )
 
@@ -35,8 +36,13 @@ type Config struct {
 	ClaimTTL time.Duration
 	// FollowerMargin is how much longer than the ready timeout a follower waits.
 	FollowerMargin time.Duration
-	// PollInterval is how often a follower checks on its deploy.
+	// PollInterval is how often a caller checks again on what it waits for: a lease
+	// another deploy holds, an idempotent request in flight.
 	PollInterval time.Duration
+	// FollowerCheck is how often a follower checks on its deploy when no wake-up
+	// came: its pod's register (and a failed deploy) wake it at once over the scope's
+	// wake channel, and the check finds a leader that died, or a lost message.
+	FollowerCheck time.Duration
 	// IdemTTL is how long a hold is kept for replays of its request id.
 	IdemTTL time.Duration
 	Clock   warmpool.Clock
@@ -76,7 +82,8 @@ type PhaseTime struct {
 
 // Manager is the resource manager. It is safe for concurrent use.
 type Manager struct {
-	store  *redisstore.Store
+	store  State
+	wake   *redisstore.Wake
 	driver warmpool.PodDriver
 	cfg    Config
 	clock  warmpool.Clock
@@ -98,6 +105,7 @@ func (c *Config) fill() {
 	defaults.Positive(&c.ClaimTTL, DefaultClaimTTL)
 	defaults.Positive(&c.FollowerMargin, DefaultFollowerMargin)
 	defaults.Positive(&c.PollInterval, DefaultPollInterval)
+	defaults.Positive(&c.FollowerCheck, DefaultFollowerCheck)
 	defaults.Positive(&c.IdemTTL, DefaultIdemTTL)
 	c.Clock, c.Logger, c.Observe = defaults.Clock(c.Clock), defaults.Logger(c.Logger), defaults.Observer(c.Observe)
 	if c.OnDeploy == nil {
@@ -106,11 +114,11 @@ func (c *Config) fill() {
 }
 
 // New returns a Manager over store and driver.
-func New(store *redisstore.Store, driver warmpool.PodDriver, cfg Config) *Manager {
+func New(store State, driver warmpool.PodDriver, cfg Config) *Manager {
 	cfg.fill()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{
-		store: store, driver: driver, cfg: cfg, clock: cfg.Clock,
+		store: store, wake: store.NewWake(), driver: driver, cfg: cfg, clock: cfg.Clock,
 		log: cfg.Logger.With("component", "rm"), ctx: ctx, cancel: cancel,
 	}
 }
@@ -123,6 +131,7 @@ func (m *Manager) Close() {
 	m.mu.Unlock()
 	m.cancel()
 	m.wg.Wait()
+	m.wake.Close()
 }
 
 // goDeploy runs f, a deploy, in a goroutine Close waits for, and reports true; once
@@ -345,7 +354,10 @@ func (m *Manager) follow(ctx context.Context, scope string, res redisstore.Acqui
 			m.log.WarnContext(ctx, "follower could not leave its room; its entry expires by its deadline", "scope", scope, "err", lerr)
 		}
 	}()
-	t := time.NewTicker(m.cfg.PollInterval)
+	// Subscribed before the first check: a register after it wakes this follower.
+	woken, unsubscribe := m.wake.Subscribe(wctx, scope, redisstore.DeployWaiter(res.Deploy))
+	defer unsubscribe()
+	t := time.NewTicker(m.cfg.FollowerCheck)
 	defer t.Stop()
 	answered := time.Now()
 	for {
@@ -369,6 +381,7 @@ func (m *Manager) follow(ctx context.Context, scope string, res redisstore.Acqui
 			answered = time.Now()
 		}
 		select {
+		case <-woken:
 		case <-t.C:
 		case <-wctx.Done():
 			if ctx.Err() != nil {

@@ -407,7 +407,7 @@ func TestHoldIsIdempotentAcrossReplicas(t *testing.T) {
 	hold := h.Fake.Hold()
 	ctx := context.Background()
 	type res struct {
-		l   rm.Hold
+		l   warmpool.Hold
 		err error
 	}
 	ch := make(chan res, 2)
@@ -586,5 +586,45 @@ func TestCloseWhileAcquiresStart(t *testing.T) {
 	}
 	if s := h.Settled("c"); len(s.Deploys) != 0 || len(s.Pods) != 0 {
 		t.Fatalf("after Close: %d deploys in flight and %d pods, want none", len(s.Deploys), len(s.Pods))
+	}
+}
+
+// A follower is woken by its pod's register and by its deploy's failure, not by its
+// periodic check (issue 33: 3,500 followers polling every 50 ms were most of a cold
+// burst's Redis work). With the check an hour apart, followers on both replicas
+// answer as soon as the deploy ends.
+func TestFollowersWakeWhenTheirDeployEnds(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failed=%v", fail), func(t *testing.T) {
+			h := replicatest.New(t)
+			h.Scope("s", 4, 4) // max_pods 1, pod_concurrency 4: one deploy, three followers
+			cfg := rm.Config{FollowerCheck: time.Hour}
+			a, b := manager(h, cfg), manager(h, cfg)
+			if fail {
+				h.Fake.FailNext(1, "image pull failed")
+			}
+			hold := h.Fake.Hold()
+			ch := burst(context.Background(), "s", 4, a, b)
+			h.WaitInFlight(1)
+			replicatest.WaitFor(t, "three followers in the room", func() bool { return len(h.Snap("s").Followers) == 3 })
+			hold()
+			done := make(chan []outcome)
+			go func() { done <- collect(ch, 4) }()
+			var outs []outcome
+			select {
+			case outs = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("followers still wait 10 s after their deploy ended: nothing woke them")
+			}
+			sources, codes, _ := count(outs)
+			if fail && codes[warmpool.CodeDeployFailed] != 4 {
+				t.Fatalf("codes = %v, want 4 DEPLOY_FAILED", codes)
+			}
+			if !fail && (sources[warmpool.SourceDeployed] != 1 || sources[warmpool.SourceFollower] != 3) {
+				t.Fatalf("sources = %v codes = %v, want 1 deployed and 3 followers", sources, codes)
+			}
+			release(t, a, "s", outs)
+			h.Settled("s")
+		})
 	}
 }

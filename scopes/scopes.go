@@ -18,10 +18,21 @@ import (
 // syncLease bounds how long a crashed sync blocks the next one.
 const syncLease = 30 * time.Second
 
+// Published is what the config service needs of the Redis state store
+// (redisstore.Store): publish a config, read what is published, and the sync's lease.
+type Published interface {
+	ScopePublish(ctx context.Context, rec redisstore.ScopeRecord) error
+	Scope(ctx context.Context, scope string) (redisstore.ScopeRecord, error)
+	Keys() redisstore.Keyspace
+	Obtain(ctx context.Context, key string, ttl time.Duration) (*redisstore.Lock, error)
+}
+
+var _ Published = (*redisstore.Store)(nil)
+
 // Service stores and publishes scope configs, and deletes scopes.
 type Service struct {
 	store   warmpool.ConfigStore
-	redis   *redisstore.Store
+	redis   Published
 	pods    Pods
 	log     *slog.Logger
 	observe func(event, outcome string)
@@ -41,7 +52,7 @@ type Pods interface {
 // New returns a Service over the config store, Redis and the pods. observe, when set,
 // is told of a publish refused because another replica published the same version
 // with other content ("config_publish", "conflict").
-func New(store warmpool.ConfigStore, redis *redisstore.Store, pods Pods, log *slog.Logger, observe func(event, outcome string)) *Service {
+func New(store warmpool.ConfigStore, redis Published, pods Pods, log *slog.Logger, observe func(event, outcome string)) *Service {
 	return &Service{store: store, redis: redis, pods: pods, log: defaults.Logger(log).With("component", "scopes"), observe: defaults.Observer(observe)}
 }
 
@@ -116,7 +127,7 @@ func (s *Service) put(ctx context.Context, scope string, cfg warmpool.ScopeConfi
 	if err != nil {
 		return warmpool.StoredConfig{}, err
 	}
-	if err := s.publish(ctx, stored); err != nil {
+	if err := s.Publish(ctx, stored); err != nil {
 		return warmpool.StoredConfig{}, fmt.Errorf("publish %q v%d (stored; a sync publishes it): %w", scope, stored.Version, err)
 	}
 	s.log.Info("scope config stored", "scope", scope, "version", stored.Version, "deploy_ver", stored.DeployVer)
@@ -146,69 +157,76 @@ func (s *Service) History(ctx context.Context, scope string, q warmpool.HistoryQ
 	return s.store.History(ctx, scope, q)
 }
 
-// Deleted is the answer of a scope deletion: the scope and how many pods it had (all
-// of them go: idle ones at once, busy ones when their last session or hold ends, every
-// one at once with force).
-type Deleted struct {
-	ScopeID string `json:"scope_id"`
-	Pods    int    `json:"pods"`
-}
-
 // Delete deletes a scope: the config store keeps its history (a later Put starts at
 // the next version), and from the answer on no replica routes to it, acquires or
 // reports it. A retry of a delete that the config store took but Redis did not (it
 // answered STORE_UNAVAILABLE) finishes it. Errors: VALIDATION, SCOPE_NOT_FOUND
 // (unknown, or deleted already), STORE_UNAVAILABLE (stored as deleted; a retry or
 // reconcile finishes the rest).
-func (s *Service) Delete(ctx context.Context, scope string, force bool) (Deleted, error) {
+func (s *Service) Delete(ctx context.Context, scope string, force bool) (warmpool.ScopeDeleted, error) {
 	if err := warmpool.CheckScopeID(scope); err != nil {
-		return Deleted{}, err
+		return warmpool.ScopeDeleted{}, err
 	}
 	last, err := s.store.Delete(ctx, scope)
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
 		return s.finishDelete(ctx, scope, force, err)
 	}
 	if err != nil {
-		return Deleted{}, err
+		return warmpool.ScopeDeleted{}, err
 	}
 	n, err := s.pods.DeleteScope(ctx, scope, last.Version, force)
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
 		// Never published, or a newer version already is (a Put right after this
 		// delete): Redis has nothing of this version to delete.
 		s.log.Info("scope deleted in the config store; Redis had nothing of it to delete", "scope", scope, "version", last.Version, "err", err)
-		return Deleted{ScopeID: scope}, nil
+		return warmpool.ScopeDeleted{ScopeID: scope}, nil
 	}
 	if err != nil {
-		return Deleted{}, fmt.Errorf("delete %q v%d (stored as deleted; reconcile finishes it): %w", scope, last.Version, err)
+		return warmpool.ScopeDeleted{}, fmt.Errorf("delete %q v%d (stored as deleted; reconcile finishes it): %w", scope, last.Version, err)
 	}
 	s.log.Info("scope deleted", "scope", scope, "version", last.Version, "pods", n, "force", force)
-	return Deleted{ScopeID: scope, Pods: n}, nil
+	return warmpool.ScopeDeleted{ScopeID: scope, Pods: n}, nil
 }
 
 // finishDelete answers a delete of a scope the config store has no live version of
 // (notFound): when Redis still serves the version the store deleted, it deletes it in
 // Redis, as an earlier delete that failed after the store took it would have;
 // otherwise the answer is notFound.
-func (s *Service) finishDelete(ctx context.Context, scope string, force bool, notFound error) (Deleted, error) {
-	version, ok, err := DeletedLive(ctx, s.store, s.redis, scope)
+func (s *Service) finishDelete(ctx context.Context, scope string, force bool, notFound error) (warmpool.ScopeDeleted, error) {
+	version, n, done, err := s.FinishDelete(ctx, scope, force)
 	if err != nil {
-		return Deleted{}, err
+		return warmpool.ScopeDeleted{}, fmt.Errorf("delete %q v%d (stored as deleted; reconcile finishes it): %w", scope, version, err)
 	}
-	if !ok {
-		return Deleted{}, notFound
-	}
-	n, err := s.pods.DeleteScope(ctx, scope, version, force)
-	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
-		return Deleted{}, notFound
-	}
-	if err != nil {
-		return Deleted{}, fmt.Errorf("delete %q v%d (stored as deleted; reconcile finishes it): %w", scope, version, err)
+	if !done {
+		return warmpool.ScopeDeleted{}, notFound
 	}
 	s.log.Info("scope deleted: a stored delete finished in Redis", "scope", scope, "version", version, "pods", n, "force", force)
-	return Deleted{ScopeID: scope, Pods: n}, nil
+	return warmpool.ScopeDeleted{ScopeID: scope, Pods: n}, nil
 }
 
-// DeletedLive reports whether Redis still serves a scope that the config store has
+// FinishDelete deletes in Redis a scope that the config store has deleted and Redis
+// still serves (a delete the store took and Redis did not), and its idle pods (every
+// pod with force): what Delete, the config feed and the full pass each do when they
+// find such a scope. It returns the version deleted, how many pods the scope had, and
+// whether it deleted anything: not when Redis serves no such version (the scope is
+// live in the store, never published, deleted in Redis already, or a Put made it live
+// again meanwhile). Errors: STORE_UNAVAILABLE (then the version is the one it tried).
+func (s *Service) FinishDelete(ctx context.Context, scope string, force bool) (version int64, pods int, done bool, err error) {
+	version, ok, err := deletedLive(ctx, s.store, s.redis, scope)
+	if err != nil || !ok {
+		return version, 0, false, err
+	}
+	pods, err = s.pods.DeleteScope(ctx, scope, version, force)
+	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
+		return version, 0, false, nil
+	}
+	if err != nil {
+		return version, 0, false, err
+	}
+	return version, pods, true, nil
+}
+
+// deletedLive reports whether Redis still serves a scope that the config store has
 // deleted (a delete the store took and Redis did not), and the deleted version, the
 // latest stored: the one to delete in Redis. Redis serves it at that version or an
 // older one (a Put stored but never published before the delete). The latest version
@@ -218,7 +236,7 @@ func (s *Service) finishDelete(ctx context.Context, scope string, force bool, no
 // the delete in Redis then leaves alone.
 // A scope deleted in Redis already (its tombstone) is not served. Errors:
 // STORE_UNAVAILABLE.
-func DeletedLive(ctx context.Context, store warmpool.ConfigStore, redis *redisstore.Store, scope string) (version int64, ok bool, err error) {
+func deletedLive(ctx context.Context, store warmpool.ConfigStore, redis Published, scope string) (version int64, ok bool, err error) {
 	hist, err := store.History(ctx, scope, warmpool.HistoryQuery{Limit: 1})
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound || (err == nil && len(hist.Versions) == 0) {
 		return 0, false, nil
@@ -242,9 +260,10 @@ func DeletedLive(ctx context.Context, store warmpool.ConfigStore, redis *redisst
 	return version, rec.Version <= version, nil
 }
 
-// publish publishes a stored config. A conflict (the version is published with other
+// Publish publishes a stored config: the one way every caller (a Put, a sync, the
+// config feed and the full pass of the sweepers) makes Redis serve one. A conflict (the version is published with other
 // content: replicas on different config stores) is logged and counted, and returned.
-func (s *Service) publish(ctx context.Context, c warmpool.StoredConfig) error {
+func (s *Service) Publish(ctx context.Context, c warmpool.StoredConfig) error {
 	err := s.redis.ScopePublish(ctx, redisstore.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer, ChangedAt: c.UpdatedAt})
 	if errors.Is(err, redisstore.ErrPublishConflict) {
 		s.log.Error("config not published: another replica published this version with other content; do the replicas share one config store?",
@@ -290,7 +309,7 @@ func (s *Service) publishAll(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	for _, c := range all {
-		if err := s.publish(ctx, c); err != nil {
+		if err := s.Publish(ctx, c); err != nil {
 			return 0, fmt.Errorf("sync %q: %w", c.ScopeID, err)
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/reports"
 )
 
 // countingReader is a request body that counts the bytes read of it.
@@ -87,8 +86,8 @@ func TestReportTokenIsCheckedBeforeTheBody(t *testing.T) {
 	}
 	// another pod's token (which only the secret makes) with this pod's body: refused,
 	// read no further than a report of its scope may be
-	if st, read := e.sendReport(e.srv.ReportToken("ok", pod+"x"), big, -1); st != http.StatusRequestEntityTooLarge || read > reports.BodyLimit(2)+1 {
-		t.Errorf("another pod's token with 1 MiB: %d after %d bytes, want 413 after at most %d", st, read, reports.BodyLimit(2)+1)
+	if st, read := e.sendReport(e.srv.ReportToken("ok", pod+"x"), big, -1); st != http.StatusRequestEntityTooLarge || read > warmpool.ReportBodyLimit(2)+1 {
+		t.Errorf("another pod's token with 1 MiB: %d after %d bytes, want 413 after at most %d", st, read, warmpool.ReportBodyLimit(2)+1)
 	}
 	if st, _ := e.sendReport(e.srv.ReportToken("ok", pod+"x"), reportBody(pod, 1), -1); st != http.StatusUnauthorized {
 		t.Errorf("another pod's token with this pod's report: %d, want 401", st)
@@ -107,7 +106,7 @@ func TestReportBodyIsBoundedByPodConcurrency(t *testing.T) {
 	e.putScope("ok", scopeCfg(4, 2, 0, 1))
 	pod := e.routedPod("ok", "s1")
 	own := e.srv.ReportToken("ok", pod)
-	limit := reports.BodyLimit(2)
+	limit := warmpool.ReportBodyLimit(2)
 	e.wantErr(e.report(own, "ok", pod, "ready", "s1", "s2", "s3"), http.StatusBadRequest, warmpool.CodeValidation, "at most 2")
 	huge := reportBody(pod, 10_000)
 	if st, read := e.sendReport(own, huge, -1); st != http.StatusRequestEntityTooLarge || read > limit+1 {

@@ -12,7 +12,7 @@ import (
 )
 
 // onPod lists the sessions of bs bound to pod.
-func onPod(bs []sm.Binding, pod string) []string {
+func onPod(bs []warmpool.Binding, pod string) []string {
 	var out []string
 	for _, b := range bs {
 		if b.PodID == pod {

@@ -9,20 +9,6 @@ import (
 	"github.com/warmpool/warmpool/redisstore"
 )
 
-// RouteOptions are the optional inputs of a route (RouteWith).
-type RouteOptions struct {
-	// RequestID, when set, makes a repeated call return the first answer.
-	RequestID string
-	// FixedTTL, when above zero, is the TTL of a binding the route makes, in place of
-	// the scope's session_ttl_s, and fixes the session's expiry: routes, touches and
-	// agent reports do not move it, Deadline does (E2B's sandbox timeout). A session
-	// bound already keeps its expiry.
-	FixedTTL time.Duration
-	// Config is the session's session_config, sealed (SPEC §12.2): kept for the pod's
-	// agent when the route binds the session; a session bound already keeps its own.
-	Config []byte
-}
-
 // Deadline fixes a live session's expiry at ttl from now (with later, at the later of
 // that and its expiry): routes, touches and agent reports do not move it from then on,
 // and the session ends then (E2B's set_timeout and connect). It returns the expiry.

@@ -7,7 +7,6 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/harness/replicatest"
-	"github.com/warmpool/warmpool/sm"
 )
 
 // A route with a fixed TTL (E2B's create) binds a session that ends that TTL later
@@ -20,7 +19,7 @@ func TestFixedTTLAndDeadline(t *testing.T) {
 	h.Scope("s", 4, 2, func(c *warmpool.ScopeConfig) { c.Pool.SessionTTLS = 600 })
 	ctx := context.Background()
 	start := h.Clock.Now()
-	b, err := m.RouteWith(ctx, "s", "sbx", sm.RouteOptions{FixedTTL: 30 * time.Second})
+	b, err := m.RouteWith(ctx, "s", "sbx", warmpool.RouteOptions{FixedTTL: 30 * time.Second})
 	if err != nil || !b.New {
 		t.Fatalf("route with a fixed TTL: %+v, %v", b, err)
 	}

@@ -24,7 +24,7 @@ func replica(h *replicatest.Harness, cfg replicatest.Config) *sm.Manager {
 }
 
 type routed struct {
-	b    sm.Binding
+	b    warmpool.Binding
 	err  error
 	took time.Duration
 }
@@ -40,7 +40,7 @@ func routeAsync(m *sm.Manager, scope, session, requestID string) <-chan routed {
 	return ch
 }
 
-func mustRoute(t *testing.T, m *sm.Manager, scope, session string) sm.Binding {
+func mustRoute(t *testing.T, m *sm.Manager, scope, session string) warmpool.Binding {
 	t.Helper()
 	b, err := m.Route(context.Background(), scope, session, "")
 	if err != nil {

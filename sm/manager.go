@@ -55,7 +55,7 @@ type Config struct {
 
 // Manager is the session manager. It is safe for concurrent use.
 type Manager struct {
-	store *redisstore.Store
+	store State
 	pool  warmpool.Pool
 	cfg   Config
 	clock warmpool.Clock
@@ -76,7 +76,7 @@ func (c *Config) fill() {
 }
 
 // New returns a Manager over store, taking pods from pool.
-func New(store *redisstore.Store, pool warmpool.Pool, cfg Config) *Manager {
+func New(store State, pool warmpool.Pool, cfg Config) *Manager {
 	cfg.fill()
 	return &Manager{
 		store: store, pool: pool, cfg: cfg, clock: cfg.Clock,
@@ -88,31 +88,13 @@ func New(store *redisstore.Store, pool warmpool.Pool, cfg Config) *Manager {
 // Close ends the wake-up subscriptions.
 func (m *Manager) Close() { m.wake.Close() }
 
-// Binding is where a session goes.
-type Binding struct {
-	ScopeID   string `json:"scope_id"`
-	SessionID string `json:"session_id"`
-	PodID     string `json:"pod_id"`
-	SSEURL    string `json:"pod_sse_url"`
-	DeployVer string `json:"deploy_ver"`
-	// New is true when this call bound the session (false: it was bound already).
-	New bool `json:"new"`
-	// Source says how Route found the pod: warmpool.SourceAffinity (the session was
-	// bound already), SourceWarm (a running pod), SourceFollower, SourceDeployed or
-	// SourceQueued (after a wait in the queue). Not part of the answer.
-	Source string `json:"-"`
-	// ExpiresAt is when the session expires unless refreshed (or, with a fixed expiry,
-	// ends); set by Get only. Not part of the answer.
-	ExpiresAt time.Time `json:"-"`
-}
-
-func binding(scope, session string, pod warmpool.Pod, isNew bool) Binding {
-	return Binding{ScopeID: scope, SessionID: session, PodID: pod.ID, SSEURL: pod.SSEURL, DeployVer: pod.DeployVer, New: isNew}
+func binding(scope, session string, pod warmpool.Pod, isNew bool) warmpool.Binding {
+	return warmpool.Binding{ScopeID: scope, SessionID: session, PodID: pod.ID, SSEURL: pod.SSEURL, DeployVer: pod.DeployVer, New: isNew}
 }
 
 // served is the binding of a route answer: a binding the answer made has source, one
 // it found (bound already, or a replay) has SourceAffinity.
-func served(scope string, res redisstore.RouteResult, source string) Binding {
+func served(scope string, res redisstore.RouteResult, source string) warmpool.Binding {
 	b := binding(scope, res.Session, res.Pod, res.New)
 	b.Source = warmpool.SourceAffinity
 	if res.Kind == redisstore.RouteNew {
@@ -132,33 +114,33 @@ func served(scope string, res redisstore.RouteResult, source string) Binding {
 // routeOnce). Errors: VALIDATION, SCOPE_NOT_FOUND, IDEMPOTENCY_MISMATCH,
 // NO_POD_AVAILABLE, QUEUE_FULL, WAIT_TIMEOUT, DEPLOY_FAILED, STORE_UNAVAILABLE.
 // Each call's outcome and latency go to Config.ObserveRoute.
-func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (Binding, error) {
-	return m.RouteWith(ctx, scope, session, RouteOptions{RequestID: requestID})
+func (m *Manager) Route(ctx context.Context, scope, session, requestID string) (warmpool.Binding, error) {
+	return m.RouteWith(ctx, scope, session, warmpool.RouteOptions{RequestID: requestID})
 }
 
 // RouteWith is Route with its options: a request id, a fixed TTL.
-func (m *Manager) RouteWith(ctx context.Context, scope, session string, o RouteOptions) (Binding, error) {
+func (m *Manager) RouteWith(ctx context.Context, scope, session string, o warmpool.RouteOptions) (warmpool.Binding, error) {
 	start := time.Now()
 	b, err := m.route(ctx, scope, session, o)
 	if err != nil {
 		m.cfg.ObserveRoute(scope, "", warmpool.ErrorCode(err), time.Since(start))
-		return Binding{}, err
+		return warmpool.Binding{}, err
 	}
 	m.cfg.ObserveRoute(scope, b.Source, "", time.Since(start))
 	return b, nil
 }
 
 // route is RouteWith without its observation.
-func (m *Manager) route(ctx context.Context, scope, session string, o RouteOptions) (Binding, error) {
+func (m *Manager) route(ctx context.Context, scope, session string, o warmpool.RouteOptions) (warmpool.Binding, error) {
 	requestID := o.RequestID
 	if err := errors.Join(checkIDs(scope, session), warmpool.CheckRequestID(requestID)); err != nil {
-		return Binding{}, err
+		return warmpool.Binding{}, err
 	}
 	// A bound session, a warm fit or a replay of the cached answer costs one script
 	// call; this probe never queues (it has no waiter id).
 	res, err := m.store.SessionRoute(ctx, scope, m.routeArgs(session, o))
 	if err != nil {
-		return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
+		return warmpool.Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
 	}
 	if res.Served() {
 		return served(scope, res, warmpool.SourceWarm), nil
@@ -183,11 +165,11 @@ func (m *Manager) route(ctx context.Context, scope, session string, o RouteOptio
 		m.log.WarnContext(ctx, "route's request id mark not completed", "scope", scope, "session", session, "err", run.Unkept)
 	}
 	if err != nil {
-		return Binding{}, err
+		return warmpool.Binding{}, err
 	}
-	var b Binding
+	var b warmpool.Binding
 	if err := json.Unmarshal(run.Answer, &b); err != nil {
-		return Binding{}, fmt.Errorf("route %s/%s: cached answer: %w", scope, session, err)
+		return warmpool.Binding{}, fmt.Errorf("route %s/%s: cached answer: %w", scope, session, err)
 	}
 	b.Source = source
 	return b, nil
@@ -203,7 +185,7 @@ const maxRouteWait = time.Duration(warmpool.MaxWaitTimeoutS+warmpool.MaxReadyTim
 // runs the route script again, which finds the session bound: concurrent routes of one
 // session deploy one pod and answer it. No answer is kept beyond the call; when the
 // call that ran failed, the next waiter runs the slow path itself.
-func (m *Manager) routeOnce(ctx context.Context, scope, session string, o RouteOptions) (Binding, error) {
+func (m *Manager) routeOnce(ctx context.Context, scope, session string, o warmpool.RouteOptions) (warmpool.Binding, error) {
 	key := m.store.Keys().Scope(scope).SessionLock(session)
 	bound := time.NewTimer(maxRouteWait)
 	defer bound.Stop()
@@ -213,14 +195,14 @@ func (m *Manager) routeOnce(ctx context.Context, scope, session string, o RouteO
 			return m.routeLocked(ctx, lock, scope, session, o)
 		}
 		if !errors.Is(err, warmpool.ErrNotObtained) {
-			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
+			return warmpool.Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
 		}
 		if err := m.awaitUnlocked(ctx, key, bound.C); err != nil {
-			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
+			return warmpool.Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
 		}
 		res, err := m.store.SessionRoute(ctx, scope, m.routeArgs(session, o))
 		if err != nil {
-			return Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
+			return warmpool.Binding{}, fmt.Errorf("route %s/%s: %w", scope, session, err)
 		}
 		if res.Served() {
 			return served(scope, res, warmpool.SourceWarm), nil
@@ -230,14 +212,14 @@ func (m *Manager) routeOnce(ctx context.Context, scope, session string, o RouteO
 
 // routeArgs are the arguments of a route attempt of session with o, now, as a caller
 // that does not queue.
-func (m *Manager) routeArgs(session string, o RouteOptions) redisstore.RouteArgs {
+func (m *Manager) routeArgs(session string, o warmpool.RouteOptions) redisstore.RouteArgs {
 	return redisstore.RouteArgs{Now: m.clock.Now(), Session: session, RequestID: o.RequestID, IdemTTL: m.cfg.IdemTTL, FixedTTL: o.FixedTTL, Config: o.Config}
 }
 
 // routeLocked runs the slow path under the session's lock and gives the lock back. A
 // lock lost before the route bound anything fails the route: another call may be
 // routing the session now.
-func (m *Manager) routeLocked(ctx context.Context, lock *redisstore.Lock, scope, session string, o RouteOptions) (Binding, error) {
+func (m *Manager) routeLocked(ctx context.Context, lock *redisstore.Lock, scope, session string, o warmpool.RouteOptions) (warmpool.Binding, error) {
 	locked, stop := lock.KeepAlive(ctx)
 	b, err := m.routeOrQueue(locked, scope, session, o)
 	lost := stop()
@@ -247,7 +229,7 @@ func (m *Manager) routeLocked(ctx context.Context, lock *redisstore.Lock, scope,
 		m.log.WarnContext(ctx, "session lock not released; it expires by its lease", "scope", scope, "session", session, "err", lerr)
 	}
 	if err != nil && lost != nil && ctx.Err() == nil {
-		return Binding{}, fmt.Errorf("route %s/%s: %w: %w", scope, session,
+		return warmpool.Binding{}, fmt.Errorf("route %s/%s: %w: %w", scope, session,
 			warmpool.Errorf(warmpool.CodeStoreUnavailable, "the session's route lock was lost (Redis unreachable or too slow)").Retry(1), lost)
 	}
 	return b, err
@@ -275,12 +257,12 @@ func (m *Manager) awaitUnlocked(ctx context.Context, key string, bound <-chan ti
 
 // routeOrQueue routes the session under a waiter id of its own: one pass, then, when
 // the pass queued it, the wait in the queue.
-func (m *Manager) routeOrQueue(ctx context.Context, scope, session string, o RouteOptions) (Binding, error) {
+func (m *Manager) routeOrQueue(ctx context.Context, scope, session string, o warmpool.RouteOptions) (warmpool.Binding, error) {
 	a := m.routeArgs(session, o)
 	a.Waiter = warmpool.NewID()
 	res, source, full, err := m.pass(ctx, scope, a)
 	if err != nil {
-		return Binding{}, err
+		return warmpool.Binding{}, err
 	}
 	if res.Served() {
 		return served(scope, res, source), nil
@@ -350,16 +332,16 @@ func (m *Manager) releaseClaim(ctx context.Context, scope, claim string) {
 // slot. The first in line also tries the pool on each wake-up. Every Recheck a pass
 // runs anyway, so a lost wake-up only delays. The waiter leaves the queue however the
 // wait ends; a slot handed to it too late goes on to the next.
-func (m *Manager) queue(ctx context.Context, scope string, a redisstore.RouteArgs, res redisstore.RouteResult, full error) (b Binding, err error) {
+func (m *Manager) queue(ctx context.Context, scope string, a redisstore.RouteArgs, res redisstore.RouteResult, full error) (b warmpool.Binding, err error) {
 	switch res.Kind {
 	case redisstore.RouteFull:
 		m.cfg.Observe("queue", "queue_full")
-		return Binding{}, warmpool.Errorf(warmpool.CodeQueueFull, "scope %q: every pod is busy and the waiter queue is full", scope).Retry(1)
+		return warmpool.Binding{}, warmpool.Errorf(warmpool.CodeQueueFull, "scope %q: every pod is busy and the waiter queue is full", scope).Retry(1)
 	case redisstore.RouteNoWait:
 		if full == nil {
 			full = warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: every pod is busy and the scope has no waiter queue", scope).Retry(1)
 		}
-		return Binding{}, full
+		return warmpool.Binding{}, full
 	}
 	m.cfg.Observe("queue", "queued")
 	defer func() {
@@ -385,7 +367,7 @@ func (m *Manager) queue(ctx context.Context, scope string, a redisstore.RouteArg
 		res, _, _, err := m.pass(ctx, scope, a)
 		switch {
 		case err != nil:
-			return Binding{}, err
+			return warmpool.Binding{}, err
 		case res.Served():
 			return served(scope, res, warmpool.SourceQueued), nil
 		case res.Kind != redisstore.RouteQueued:
@@ -394,10 +376,10 @@ func (m *Manager) queue(ctx context.Context, scope string, a redisstore.RouteArg
 		}
 		select {
 		case <-ctx.Done():
-			return Binding{}, ctx.Err()
+			return warmpool.Binding{}, ctx.Err()
 		case <-timeout.C:
 			m.cfg.Observe("queue", "wait_timeout")
-			return Binding{}, warmpool.Errorf(warmpool.CodeWaitTimeout, "scope %q: no capacity freed within %s", scope, wait.Round(time.Second)).Retry(1)
+			return warmpool.Binding{}, warmpool.Errorf(warmpool.CodeWaitTimeout, "scope %q: no capacity freed within %s", scope, wait.Round(time.Second)).Retry(1)
 		case <-woken:
 			m.cfg.Observe("queue", "woken")
 		case <-tick.C:
@@ -441,13 +423,13 @@ func checkIDs(scope, session string) error {
 
 // Get returns a live session's binding. Errors: VALIDATION, SCOPE_NOT_FOUND,
 // SESSION_NOT_FOUND, STORE_UNAVAILABLE.
-func (m *Manager) Get(ctx context.Context, scope, session string) (Binding, error) {
+func (m *Manager) Get(ctx context.Context, scope, session string) (warmpool.Binding, error) {
 	if err := checkIDs(scope, session); err != nil {
-		return Binding{}, err
+		return warmpool.Binding{}, err
 	}
 	sb, err := m.store.SessionGet(ctx, scope, session, m.clock.Now())
 	if err != nil {
-		return Binding{}, err
+		return warmpool.Binding{}, err
 	}
 	b := binding(scope, session, sb.Pod, false)
 	b.ExpiresAt = sb.ExpiresAt

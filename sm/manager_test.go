@@ -21,13 +21,13 @@ import (
 
 // fill routes n distinct sessions at once, alternating between the replicas, and
 // returns their bindings; any error fails the test.
-func fill(t *testing.T, scope, prefix string, n int, ms ...*sm.Manager) []sm.Binding {
+func fill(t *testing.T, scope, prefix string, n int, ms ...*sm.Manager) []warmpool.Binding {
 	t.Helper()
 	chs := make([]<-chan routed, n)
 	for i := range n {
 		chs[i] = routeAsync(ms[i%len(ms)], scope, fmt.Sprintf("%s%d", prefix, i), "")
 	}
-	out := make([]sm.Binding, n)
+	out := make([]warmpool.Binding, n)
 	for i, ch := range chs {
 		r := replicatest.Recv(t, "the route", ch)
 		if r.err != nil {
@@ -49,7 +49,7 @@ func podSessions(s redisstore.Snapshot) map[string]int {
 
 // wantTwoByTwo asserts the scope has exactly two pods with two sessions each, slots
 // matching, and that every binding names the pod its session is on.
-func wantTwoByTwo(t *testing.T, h *replicatest.Harness, scope string, bs []sm.Binding) {
+func wantTwoByTwo(t *testing.T, h *replicatest.Harness, scope string, bs []warmpool.Binding) {
 	t.Helper()
 	s := h.Settled(scope)
 	if len(s.Pods) != 2 || len(s.Sessions) != 4 {
@@ -86,7 +86,7 @@ func TestConcurrentRoutesFillTwoPodsOfTwo(t *testing.T) {
 	h.WaitInFlight(2)
 	replicatest.WaitFor(t, "two followers in the rooms", func() bool { return len(h.Snap("s").Followers) == 2 })
 	hold()
-	var cold []sm.Binding
+	var cold []warmpool.Binding
 	for _, ch := range chs {
 		r := replicatest.Recv(t, "the route", ch)
 		if r.err != nil {
@@ -417,7 +417,7 @@ func TestAffinityUnderConcurrentRoutes(t *testing.T) {
 }
 
 // answer is what a route answers over HTTP: the binding without its Source.
-func answer(b sm.Binding) sm.Binding {
+func answer(b warmpool.Binding) warmpool.Binding {
 	b.Source = ""
 	return b
 }

@@ -16,7 +16,7 @@ import (
 // served is one queued route's outcome with the time it answered.
 type served struct {
 	session string
-	b       sm.Binding
+	b       warmpool.Binding
 	err     error
 	at      time.Time
 }

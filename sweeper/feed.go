@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/scopes"
 )
 
 // feedRetry is the wait before the namespaces are read (or the tenants published)
@@ -131,12 +130,9 @@ func (s *Sweeper) tenantChanged(ctx context.Context, c warmpool.ConfigChange) er
 func (s *Sweeper) applyChange(ctx context.Context, c warmpool.ConfigChange) error {
 	if c.Deleted {
 		s.watch.forgetPeriod(c.ScopeID)
-		version, ok, err := scopes.DeletedLive(ctx, s.configs, s.store, c.ScopeID)
-		if err != nil || !ok {
+		version, _, done, err := s.scopes.FinishDelete(ctx, c.ScopeID, false)
+		if err != nil || !done {
 			return err
-		}
-		if _, err := s.pools.DeleteScope(ctx, c.ScopeID, version, false); err != nil {
-			return err // SCOPE_NOT_FOUND: a Put made it live again meanwhile
 		}
 		s.log.InfoContext(ctx, "config feed deleted a scope the config store has deleted", "scope", c.ScopeID, "version", version)
 		s.cfg.Observe("config_feed", "deleted_scope")
@@ -160,7 +156,7 @@ func (s *Sweeper) applyChange(ctx context.Context, c warmpool.ConfigChange) erro
 		return err // SCOPE_NOT_FOUND: deleted since; its change follows
 	}
 	if stored.Version > rec.Version {
-		if err := s.publish(ctx, stored); err != nil {
+		if err := s.scopes.Publish(ctx, stored); err != nil {
 			return err
 		}
 		s.log.InfoContext(ctx, "config feed published a scope's stored config", "scope", stored.ScopeID, "version", stored.Version)

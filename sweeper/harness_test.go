@@ -211,7 +211,7 @@ func (h *harness) scopeIDs() []string {
 	return ids
 }
 
-func (h *harness) route(scope, session string) sm.Binding {
+func (h *harness) route(scope, session string) warmpool.Binding {
 	h.t.Helper()
 	b, err := h.sm.Route(context.Background(), scope, session, "")
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
 	"github.com/warmpool/warmpool/redisstore"
+	"github.com/warmpool/warmpool/scopes"
 )
 
 // Defaults of Config.
@@ -44,6 +45,11 @@ type Config struct {
 	// Watch is the interval of the watch jobs (dead pods and health probes; each pod
 	// is probed once per its scope's pool.probe_period_s, at its own offset).
 	Watch time.Duration
+	// Resync is how often the watch lists a driver that reports its pods' events
+	// (warmpool.PodNotifier), whose view it otherwise keeps from the events alone, as
+	// an informer's resync; it also lists at its first run and when the driver may
+	// have missed events. DefaultResync when zero.
+	Resync time.Duration
 	// Reconcile is the interval of the full pass over every scope, an audit: reconcile
 	// with the driver and the config store, and every scope's due time computed again
 	// (the safety net of the due index). What it fixes, the driver's pod events, the
@@ -134,6 +140,7 @@ type Sweeper struct {
 	sessions Sessions
 	driver   warmpool.PodDriver
 	configs  warmpool.ConfigStore
+	scopes   *scopes.Service // publishes stored configs, finishes stored deletes
 	cfg      Config
 	clock    warmpool.Clock
 	log      *slog.Logger
@@ -161,6 +168,7 @@ func (c *Config) fill() {
 	defaults.Positive(&c.Interval, DefaultInterval)
 	defaults.Positive(&c.Watch, c.Interval)
 	defaults.Positive(&c.Reconcile, DefaultReconcile)
+	defaults.Positive(&c.Resync, DefaultResync)
 	defaults.Positive(&c.PassDuty, DefaultPassDuty)
 }
 
@@ -170,6 +178,7 @@ func New(store *redisstore.Store, pools Pools, sessions Sessions, driver warmpoo
 	cfg.fill()
 	s := &Sweeper{store: store, pools: pools, sessions: sessions, driver: driver, configs: configs, cfg: cfg, clock: cfg.Clock,
 		log: cfg.Logger.With("component", "sweeper"), watch: newWatchState(), paceNow: time.Now, paceWait: sleep}
+	s.scopes = scopes.New(configs, store, pools, cfg.Logger, cfg.Observe)
 	if n, ok := driver.(warmpool.PodNotifier); ok {
 		n.OnPodEvent(s.watch.event)
 	}

@@ -186,16 +186,16 @@ func (w *watchState) settle(shard int, p warmpool.Pod, registered bool) {
 
 // watchOrphans looks up, one PodKnown each, the pods of a shard that the driver
 // reported and that were not yet found registered, once their orphan grace has
-// passed, as cur (the shard's share of the watch's list, taken at listedAt and at most
-// a watch interval old: no list of its own, so a replica that deploys all the time
-// lists no more often than one that does not) has them; a pod no longer listed is
+// passed, as the watch's view (its events, or for a driver without them its list,
+// as of viewAt: no list of its own, so a replica that deploys all the time lists no
+// more often than one that does not) has them; a pod no longer in the view is
 // forgotten. A pod Redis does not know whose deploy lease is dead (its leader crashed
 // half-way, or gave up and failed to delete it) is adopted or deleted as the full pass
 // would (judgeOrphan); one that another replica deleted since the list is deleted
 // again, which the driver takes as done. Nothing is judged while the keyspace has no
 // epoch (a rebuild from the driver is due), and a pod of a scope Redis does not have
 // is left to the full pass, which republishes the stored configs first.
-func (s *Sweeper) watchOrphans(ctx context.Context, shard int, cur map[string]warmpool.Pod, listedAt time.Time) error {
+func (s *Sweeper) watchOrphans(ctx context.Context, shard int, viewAt time.Time) error {
 	due := s.watch.unverifiedBefore(shard, s.clock.Now().Add(-s.cfg.OrphanGrace))
 	if len(due) == 0 {
 		return nil
@@ -209,12 +209,12 @@ func (s *Sweeper) watchOrphans(ctx context.Context, shard int, cur map[string]wa
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		lp, ok := cur[p.ID]
+		lp, ok := s.watch.viewed(shard, p.ID)
 		if !ok {
 			s.watch.settle(shard, p, false) // gone meanwhile
 			continue
 		}
-		settled, registered, err := s.eventOrphan(ctx, lp, listedAt)
+		settled, registered, err := s.eventOrphan(ctx, lp, viewAt)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("orphan %s: %w", p.ID, err))
 		}

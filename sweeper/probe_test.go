@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,47 +215,5 @@ func TestReportedDeathRunsWatchAtOnce(t *testing.T) {
 	}
 	if n := h.observedCount("dead"); n != 1 {
 		t.Fatalf("observed %d dead, want 1", n)
-	}
-}
-
-// listingDriver is the fake driver counting its lists.
-type listingDriver struct {
-	*fake.Driver
-	lists atomic.Int32
-}
-
-func (l *listingDriver) List(ctx context.Context) ([]warmpool.Pod, error) {
-	l.lists.Add(1)
-	return l.Driver.List(ctx)
-}
-
-// The watch jobs of the shards, whose ticks are spread over the watch interval, share
-// one list of the driver's pods for that interval: at 10,000 pods a list per shard
-// job (16 per tick) was most of the watch's cost. A death reported in between makes
-// the next job list again.
-func TestWatchShardsShareOneListPerInterval(t *testing.T) {
-	var drv *listingDriver
-	h := newHarness(t, func(o *options) {
-		o.driver = func(f *fake.Driver) warmpool.PodDriver {
-			drv = &listingDriver{Driver: f}
-			return drv
-		}
-	})
-	ctx := t.Context()
-	step := sweeper.DefaultInterval / redisstore.DueShards
-	for shard := range redisstore.DueShards {
-		if err := h.sw.WatchShard(ctx, shard); err != nil {
-			t.Fatal(err)
-		}
-		h.Clock.Advance(step)
-	}
-	if n := drv.lists.Load(); n != 1 {
-		t.Fatalf("the %d shards' jobs of one interval listed the driver %d times, want once", redisstore.DueShards, n)
-	}
-	if err := h.sw.WatchShard(ctx, 0); err != nil { // an interval after the list
-		t.Fatal(err)
-	}
-	if n := drv.lists.Load(); n != 2 {
-		t.Fatalf("a job an interval after the list listed %d times in all, want a second list", n)
 	}
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/redisstore"
-	"github.com/warmpool/warmpool/scopes"
 )
 
 // listPods lists the driver's pods, first naming every stored scope's namespace to a
@@ -279,7 +278,7 @@ func (s *Sweeper) republishStale(ctx context.Context, p *pacer) (lost map[string
 			}
 			continue
 		}
-		if err := s.publish(ctx, c); err != nil {
+		if err := s.scopes.Publish(ctx, c); err != nil {
 			return nil, err
 		}
 		s.watch.setPeriod(c.ScopeID, time.Duration(c.Config.Pool.ProbePeriodS)*time.Second)
@@ -306,32 +305,17 @@ func (s *Sweeper) deleteStale(ctx context.Context, p *pacer, stored []warmpool.S
 		if err := p.step(ctx); err != nil {
 			return err
 		}
-		version, ok, err := scopes.DeletedLive(ctx, s.configs, s.store, id)
+		version, _, done, err := s.scopes.FinishDelete(ctx, id, false)
 		if err != nil {
 			return err
 		}
-		if !ok {
+		if !done {
 			continue
-		}
-		if _, err := s.pools.DeleteScope(ctx, id, version, false); warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
-			continue // a Put made it live again meanwhile
-		} else if err != nil {
-			return err
 		}
 		s.log.InfoContext(ctx, "reconcile deleted a scope the config store has deleted", "scope", id, "version", version)
 		s.fixed(ctx, "deleted_scope")
 	}
 	return nil
-}
-
-// publish publishes a stored config; a conflict (another replica published this
-// version with other content) is counted like the config service counts it.
-func (s *Sweeper) publish(ctx context.Context, c warmpool.StoredConfig) error {
-	err := s.store.ScopePublish(ctx, redisstore.ScopeRecord{ScopeID: c.ScopeID, Config: c.Config, Version: c.Version, DeployVer: c.DeployVer, ChangedAt: c.UpdatedAt})
-	if errors.Is(err, redisstore.ErrPublishConflict) {
-		s.cfg.Observe("config_publish", "conflict")
-	}
-	return err
 }
 
 // Rebuild restores a Redis that lost its data (or was never written) from the ground
@@ -350,7 +334,7 @@ func (s *Sweeper) Rebuild(ctx context.Context) error {
 	}
 	current := map[string]string{}
 	for _, c := range all {
-		if err := s.publish(ctx, c); err != nil {
+		if err := s.scopes.Publish(ctx, c); err != nil {
 			return err
 		}
 		current[c.ScopeID] = c.DeployVer

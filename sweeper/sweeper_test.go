@@ -208,7 +208,7 @@ func TestReclaimSparesAPodThatJustGotASession(t *testing.T) {
 	// Another replica routes a session onto p1 just before reclaim's purge of it.
 	other := h.replica()
 	var fired atomic.Bool
-	var bound sm.Binding
+	var bound warmpool.Binding
 	var routeErr error
 	h.client.AddHook(beforeScript{sha: redisstore.Scripts["pod_purge.lua"].Hash(), fn: func(args []any) {
 		if !slices.Contains(args, any("p1")) || fired.Swap(true) {
@@ -278,7 +278,7 @@ func TestReclaimRacesRoutes(t *testing.T) {
 	const rounds, routes = 8, 8
 	type routed struct {
 		session string
-		b       sm.Binding
+		b       warmpool.Binding
 		err     error
 	}
 	for round := range rounds {
@@ -1038,7 +1038,7 @@ func TestExpireSessions(t *testing.T) {
 	p3 := h.route("a", "s3").PodID
 
 	type routed struct {
-		b   sm.Binding
+		b   warmpool.Binding
 		err error
 	}
 	waiter := make(chan routed, 1)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"sync"
 	"time"
@@ -19,6 +18,10 @@ const probeConcurrency = 8
 // the job lock of that name).
 func WatchJobName(shard int) string { return "watch:" + strconv.Itoa(shard) }
 
+// DefaultResync: the watch of a driver with pod events (warmpool.PodNotifier) lists
+// the driver this often, as an informer's resync does, to find what the events missed.
+const DefaultResync = 5 * time.Minute
+
 // watchState is what a replica keeps between its runs of the watch jobs, and what the
 // driver's pod events (warmpool.PodNotifier) told it. Nothing in it needs to survive the
 // replica or to agree across replicas: the probe window and the failing pods are in
@@ -28,8 +31,11 @@ type watchState struct {
 	// shards' jobs share one list; mu guards the fields and is never held long.
 	listMu sync.Mutex
 	mu     sync.Mutex
-	// reported are the deaths the driver reported, per shard, by pod id, not yet
-	// handled by a run of that shard here.
+	// view is each shard's pods as the events (and the last list) have them, with the
+	// live ones' probe schedule.
+	view [redisstore.DueShards]*shardView
+	// reported are the deaths the driver reported (or a list showed), per shard, by pod
+	// id, not yet handled by a run of that shard here.
 	reported [redisstore.DueShards]map[string]warmpool.Pod
 	// unverified are the live pods the driver reported, per shard, by pod id (as the
 	// last event had them), not yet found registered in Redis by a run of that shard
@@ -38,56 +44,68 @@ type watchState struct {
 	// verified are the pods of each shard found registered (or adopted), until the
 	// driver reports them gone: their later events need no look at Redis.
 	verified [redisstore.DueShards]map[string]bool
-	// seen are the pods of each shard at this replica's last run of it (nil before the
-	// first), with Dead as then.
-	seen [redisstore.DueShards]map[string]warmpool.Pod
-	wake [redisstore.DueShards]chan struct{}
+	wake     [redisstore.DueShards]chan struct{}
 
-	// list is the driver's pods by shard, which the watch jobs of the shards share for
-	// one watch interval (their ticks are spread over it) unless a death came in.
-	list   [redisstore.DueShards][]warmpool.Pod
-	listAt time.Time // zero: the list is stale
-	// deathsSeen counts the reports: a list begun before one is not shared.
-	deathsSeen uint64
+	// syncedAt is when the last list of the driver that the view took was begun (zero:
+	// none yet); resync, set by a driver that may have missed events, makes the next
+	// run list again. changed holds the pods an event changed since the list under way
+	// began (nil while none is), which the list may show as they were before.
+	syncedAt time.Time
+	resync   bool
+	changed  map[string]bool
 
 	// periods are the probe periods of the scopes whose pods the watch has seen, read
 	// from Redis the first time it sees a pod of the scope (ProbePeriods), and set
 	// again from each change of the scope in the config store's feed and by the full
-	// pass.
+	// pass; unread are the scopes of each shard whose period is to be read.
 	periods map[string]time.Duration
+	unread  [redisstore.DueShards]map[string]bool
 }
 
 func newWatchState() *watchState {
 	w := &watchState{periods: map[string]time.Duration{}}
 	for i := range w.wake {
 		w.wake[i] = make(chan struct{}, 1)
+		w.view[i] = newShardView()
 		w.reported[i] = map[string]warmpool.Pod{}
 		w.unverified[i] = map[string]warmpool.Pod{}
 		w.verified[i] = map[string]bool{}
+		w.unread[i] = map[string]bool{}
 	}
 	return w
 }
 
-// event takes a pod event from the driver (warmpool.PodNotifier). A pod not yet found
-// registered is kept for its shard's watch job to look up once its orphan grace has
-// passed; a pod gone is forgotten. A death (a dead or gone pod) makes the pod's
-// shard's watch job run at once, on a fresh list.
+// event takes a pod event from the driver (warmpool.PodNotifier) into the view. A pod
+// not yet found registered is kept for its shard's watch job to look up once its
+// orphan grace has passed; a pod gone is forgotten. A death (a dead or gone pod) makes
+// the pod's shard's watch job run at once.
 func (w *watchState) event(ev warmpool.PodEvent) {
+	if ev.Resync {
+		w.mu.Lock()
+		w.resync = true
+		w.mu.Unlock()
+		return
+	}
 	p := ev.Pod
 	shard := redisstore.DueShard(p.ScopeID)
 	w.mu.Lock()
+	if w.changed != nil {
+		w.changed[p.ID] = true
+	}
 	switch {
 	case ev.Gone:
 		delete(w.unverified[shard], p.ID)
 		delete(w.verified[shard], p.ID)
+		w.view[shard].remove(p.ID)
 	case !w.verified[shard][p.ID]:
 		w.unverified[shard][p.ID] = p
+	}
+	if !ev.Gone {
+		w.putLocked(shard, p)
 	}
 	dead := p.Dead != ""
 	if dead {
 		w.reported[shard][p.ID] = p
-		w.listAt = time.Time{}
-		w.deathsSeen++
 	}
 	w.mu.Unlock()
 	if !dead {
@@ -99,101 +117,106 @@ func (w *watchState) event(ev warmpool.PodEvent) {
 	}
 }
 
-// listedPods takes a shard's pods as the driver lists them, as an informer's list
-// would: a pod not yet seen is looked up like one an event reported (a driver may
-// report only its own process's pods, local.Driver does).
-func (w *watchState) listedPods(shard int, cur map[string]warmpool.Pod) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for id, p := range cur {
-		if _, ok := w.unverified[shard][id]; !ok && !w.verified[shard][id] {
-			w.unverified[shard][id] = p
-		}
+// putLocked sets a pod in its shard's view, its scope's period to be read when it is
+// not known; w.mu is held.
+func (w *watchState) putLocked(shard int, p warmpool.Pod) {
+	w.view[shard].put(p)
+	if _, ok := w.periods[p.ScopeID]; !ok {
+		w.unread[shard][p.ScopeID] = true
 	}
 }
 
-// deaths returns the pods of a shard to bury if Redis knows them: those the driver
-// reported, those listed dead that were not at the last run, and those listed then
-// and gone now. It remembers cur for the next run.
-func (w *watchState) deaths(shard int, cur map[string]warmpool.Pod) []warmpool.Pod {
+// resyncDue reports whether the view is to be taken from a list of the driver at now:
+// none was taken yet, a driver asked for one, or the last is at least every old.
+func (w *watchState) resyncDue(now time.Time, every time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.syncedAt.IsZero() || w.resync || now.Sub(w.syncedAt) >= every || now.Before(w.syncedAt)
+}
+
+// beginList marks the start of a list of the driver: the events from now on are newer
+// than what it may show.
+func (w *watchState) beginList() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.changed = map[string]bool{}
+	w.resync = false
+}
+
+// listFailed ends a list that failed: the next run lists again.
+func (w *watchState) listFailed() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.changed = nil
+	w.resync = true
+}
+
+// listed takes the driver's pods as listed from at as the view of every shard, as an
+// informer's list does: a pod it shows dead that the view had alive or lacked, and a
+// live pod of the view it does not show, is a death to bury (an event that was
+// missed); a pod not yet seen is looked up like one an event reported (a driver may
+// report only some of its pods). A pod an event changed while the list ran keeps what
+// the event said.
+func (w *watchState) listed(all []warmpool.Pod, at time.Time) {
+	var byShard [redisstore.DueShards]map[string]warmpool.Pod
+	for i := range byShard {
+		byShard[i] = map[string]warmpool.Pod{}
+	}
+	for _, p := range all {
+		byShard[redisstore.DueShard(p.ScopeID)][p.ID] = p
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for shard, cur := range byShard {
+		v := w.view[shard]
+		for id, p := range cur {
+			if w.changed[id] {
+				continue
+			}
+			if was, ok := v.pod(id); p.Dead != "" && (!ok || was.Dead == "") {
+				w.reported[shard][id] = p
+			}
+			if _, ok := w.unverified[shard][id]; !ok && !w.verified[shard][id] {
+				w.unverified[shard][id] = p
+			}
+			w.putLocked(shard, p)
+		}
+		for id, vp := range v.pods {
+			if _, ok := cur[id]; ok || w.changed[id] {
+				continue
+			}
+			if p := vp.pod; p.Dead == "" {
+				p.Ready, p.Dead = false, "gone from the driver"
+				w.reported[shard][id] = p
+			}
+			delete(w.unverified[shard], id)
+			delete(w.verified[shard], id)
+			v.remove(id)
+		}
+	}
+	w.changed = nil
+	w.syncedAt = at
+}
+
+// viewed is a pod of a shard's view.
+func (w *watchState) viewed(shard int, id string) (warmpool.Pod, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.view[shard].pod(id)
+}
+
+// deaths returns, and forgets, the pods of a shard to bury if Redis knows them: those
+// the driver reported dead or gone, and those a list showed dead or gone.
+func (w *watchState) deaths(shard int) []warmpool.Pod {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	found := w.reported[shard]
 	w.reported[shard] = map[string]warmpool.Pod{}
-	prev := w.seen[shard]
-	for id, p := range cur {
-		if was, ok := prev[id]; p.Dead != "" && (!ok || was.Dead == "") {
-			found[id] = p
-		}
-	}
-	for id, p := range prev {
-		if _, ok := cur[id]; !ok && p.Dead == "" {
-			p.Ready, p.Dead = false, "gone from the driver"
-			found[id] = p
-		}
-	}
-	w.seen[shard] = cur
 	out := make([]warmpool.Pod, 0, len(found))
 	for _, p := range found {
 		out = append(out, p)
 	}
 	return out
-}
-
-// setPeriod sets the probe period of a scope, as Redis serves its config now.
-func (w *watchState) setPeriod(scope string, period time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.periods[scope] = period
-}
-
-// forgetPeriod drops a deleted scope's probe period: a scope of that name created
-// again has its own read.
-func (w *watchState) forgetPeriod(scope string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.periods, scope)
-}
-
-// unknownPeriods are the scopes of pods whose probe period the watch has not read.
-func (w *watchState) unknownPeriods(pods []warmpool.Pod) []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []string
-	seen := map[string]bool{}
-	for _, p := range pods {
-		if _, ok := w.periods[p.ScopeID]; !ok && !seen[p.ScopeID] {
-			seen[p.ScopeID] = true
-			out = append(out, p.ScopeID)
-		}
-	}
-	return out
-}
-
-// addPeriods adds the periods read of scopes to those known, each unless a change
-// set it meanwhile (which is newer); a scope Redis does not publish gets the default.
-func (w *watchState) addPeriods(scopes []string, read map[string]time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, id := range scopes {
-		if _, ok := w.periods[id]; ok {
-			continue
-		}
-		period, ok := read[id]
-		if !ok {
-			period = warmpool.DefaultProbePeriodS * time.Second
-		}
-		w.periods[id] = period
-	}
-}
-
-// period is the probe period of a scope: the default when it was not read. w.mu is
-// held.
-func (w *watchState) period(scope string) time.Duration {
-	if p, ok := w.periods[scope]; ok {
-		return p
-	}
-	return warmpool.DefaultProbePeriodS * time.Second
 }
 
 // retry puts back deaths that could not be handled, for the next run of their shard.
@@ -205,100 +228,96 @@ func (w *watchState) retry(shard int, pods []warmpool.Pod) {
 	}
 }
 
-// Watch runs the watch of every shard once, on a fresh list of the driver's pods (the
-// jobs run it shard by shard, WatchShard).
+// Watch runs the watch of every shard once, as their jobs do (WatchShard); a driver
+// without pod events is listed afresh first.
 func (s *Sweeper) Watch(ctx context.Context) error {
-	listed, at, err := s.watchList(ctx, true)
-	if err != nil {
+	if err := s.syncView(ctx, !s.notified()); err != nil {
 		return err
 	}
 	var errs []error
 	for shard := range redisstore.DueShards {
-		errs = append(errs, s.watchShard(ctx, shard, listed[shard], at))
+		errs = append(errs, s.watchShard(ctx, shard))
 	}
 	return errors.Join(errs...)
 }
 
 // WatchShard is the watch of one shard of the due index: it buries the registered pods
-// of the shard's scopes that the driver reported dead, lists dead, or no longer lists,
+// of the shard's scopes that the driver reported dead or gone (or a list showed so),
 // handles as orphans the pods the driver reported that Redis does not know once past
 // OrphanGrace (watchOrphans), and probes each live pod once per its scope's probe
-// period, burying a pod whose probe failed HealthFailThreshold times in a row. It reads
-// a scope's pool only for an orphan: the driver's list says which pods there are, and
-// a pod Redis has that the driver never listed is the full pass's (Reconcile) to purge.
+// period, burying a pod whose probe failed HealthFailThreshold times in a row. Its
+// view of the pods is the driver's pod events: it lists the driver only every Resync
+// (and at its first run, and when the driver may have missed events), or, for a
+// driver without events, once per watch interval for all shards. It reads a scope's
+// pool only for an orphan, and looks only at the pods whose probe time has come; a
+// pod Redis has that the driver never showed is the full pass's (Reconcile) to purge.
 func (s *Sweeper) WatchShard(ctx context.Context, shard int) error {
-	listed, at, err := s.watchList(ctx, false)
-	if err != nil {
-		return err
+	if err := s.syncView(ctx, false); err != nil {
+		if !s.notified() {
+			return err
+		}
+		// The events still say which pods there are: bury and probe by them.
+		s.log.WarnContext(ctx, "watch: resync failed; the next run lists again", "err", err)
 	}
-	return s.watchShard(ctx, shard, listed[shard], at)
+	return s.watchShard(ctx, shard)
 }
 
-// watchList returns the driver's pods by shard and when they were listed: the list
-// the shards' jobs of one watch interval (at most maxViewAge) share, unless fresh.
-func (s *Sweeper) watchList(ctx context.Context, fresh bool) ([redisstore.DueShards][]warmpool.Pod, time.Time, error) {
+// notified reports whether the driver reports pod events (warmpool.PodNotifier).
+func (s *Sweeper) notified() bool {
+	_, ok := s.driver.(warmpool.PodNotifier)
+	return ok
+}
+
+// syncView lists the driver into the watch's view when a list is due (or fresh is
+// set): for a driver with pod events every Resync, for one without every watch
+// interval (at most maxViewAge, as the orphans are judged on it), which the shards'
+// jobs, their ticks spread over the interval, share.
+func (s *Sweeper) syncView(ctx context.Context, fresh bool) error {
 	w := s.watch
 	w.listMu.Lock()
 	defer w.listMu.Unlock()
+	every := s.cfg.Resync
+	if !s.notified() {
+		every = min(s.cfg.Watch, s.maxViewAge())
+	}
 	now := s.clock.Now()
-	w.mu.Lock()
-	list, listAt, gen := w.list, w.listAt, w.deathsSeen
-	w.mu.Unlock()
-	if fresh || listAt.IsZero() || now.Sub(listAt) >= min(s.cfg.Watch, s.maxViewAge()) || now.Before(listAt) {
-		all, err := s.driver.List(ctx)
-		if err != nil {
-			return [redisstore.DueShards][]warmpool.Pod{}, time.Time{}, fmt.Errorf("watch: list pods: %w", err)
-		}
-		list = [redisstore.DueShards][]warmpool.Pod{}
-		for _, p := range all {
-			shard := redisstore.DueShard(p.ScopeID)
-			list[shard] = append(list[shard], p)
-		}
-		listAt = now
-		w.mu.Lock()
-		if w.deathsSeen == gen {
-			w.list, w.listAt = list, now
-		}
-		w.mu.Unlock()
+	if !fresh && !w.resyncDue(now, every) {
+		return nil
 	}
-	return list, listAt, nil
-}
-
-// readPeriods reads from Redis the probe periods of the scopes of listed whose pods the
-// watch sees for the first time. Redis not answering must not stop the watch: dead
-// pods are still buried, and these scopes' pods probed at the default until the next
-// run reads them.
-func (s *Sweeper) readPeriods(ctx context.Context, listed []warmpool.Pod) {
-	unknown := s.watch.unknownPeriods(listed)
-	if len(unknown) == 0 {
-		return
-	}
-	read, err := s.store.ProbePeriods(ctx, unknown)
+	w.beginList()
+	all, err := s.driver.List(ctx)
 	if err != nil {
-		s.log.WarnContext(ctx, "watch: probe periods not read; the default for now", "scopes", len(unknown), "err", err)
-		return
+		w.listFailed()
+		return fmt.Errorf("watch: list pods: %w", err)
 	}
-	s.watch.addPeriods(unknown, read)
+	w.listed(all, now)
+	return nil
 }
 
-func (s *Sweeper) watchShard(ctx context.Context, shard int, listed []warmpool.Pod, listedAt time.Time) error {
-	cur := make(map[string]warmpool.Pod, len(listed))
-	for _, p := range listed {
-		cur[p.ID] = p
+// viewAt is the time of the view the orphans are judged on: now for a driver whose
+// events keep it current, else the time of its last list.
+func (s *Sweeper) viewAt() time.Time {
+	if s.notified() {
+		return s.clock.Now()
 	}
+	s.watch.mu.Lock()
+	defer s.watch.mu.Unlock()
+	return s.watch.syncedAt
+}
+
+func (s *Sweeper) watchShard(ctx context.Context, shard int) error {
 	var failed []warmpool.Pod
 	var errs []error
-	for _, p := range s.watch.deaths(shard, cur) {
+	for _, p := range s.watch.deaths(shard) {
 		if err := s.buryDead(ctx, p); err != nil {
 			failed = append(failed, p)
 			errs = append(errs, err)
 		}
 	}
 	s.watch.retry(shard, failed)
-	s.watch.listedPods(shard, cur)
-	s.readPeriods(ctx, listed)
-	errs = append(errs, s.watchOrphans(ctx, shard, cur, listedAt))
-	return errors.Join(append(errs, s.probeShard(ctx, shard, cur))...)
+	s.readPeriods(ctx, shard)
+	errs = append(errs, s.watchOrphans(ctx, shard, s.viewAt()))
+	return errors.Join(append(errs, s.probeShard(ctx, shard))...)
 }
 
 // buryDead buries a pod the driver reports dead or gone, if Redis knows it: other pods
@@ -313,13 +332,13 @@ func (s *Sweeper) buryDead(ctx context.Context, p warmpool.Pod) error {
 }
 
 // probeShard probes the live pods of a shard whose probe time falls in the window
-// from the end of the shard's last window to now. A pod's probe times are its own
-// offset within its probe period (a hash of its id) plus whole periods, so each pod is
-// probed once per period and the probes of many pods spread evenly over it. A pod whose
-// agent reported within three report intervals is not probed: its report is as good as
-// a passing probe. Only a failure, and the first pass after failures, is written to
-// Redis.
-func (s *Sweeper) probeShard(ctx context.Context, shard int, cur map[string]warmpool.Pod) error {
+// from the end of the shard's last window to now, looking only at the pods whose time
+// has come (shardView.popDue). A pod's probe times are its own offset within its probe
+// period (a hash of its id) plus whole periods, so each pod is probed once per period
+// and the probes of many pods spread evenly over it. A pod whose agent reported within
+// three report intervals is not probed: its report is as good as a passing probe. Only
+// a failure, and the first pass after failures, is written to Redis.
+func (s *Sweeper) probeShard(ctx context.Context, shard int) error {
 	now := s.clock.Now()
 	since, failing, reporting, err := s.store.ProbeWindow(ctx, shard, now)
 	if err != nil {
@@ -330,21 +349,19 @@ func (s *Sweeper) probeShard(ctx context.Context, shard int, cur map[string]warm
 	}
 	wasFailing := make(map[string]bool, len(failing))
 	var gone []redisstore.PodRef
+	s.watch.mu.Lock()
 	for _, r := range failing {
-		if p, ok := cur[r.Pod]; ok && p.Dead == "" {
+		if p, ok := s.watch.view[shard].pod(r.Pod); ok && p.Dead == "" {
 			wasFailing[r.Pod] = true
 		} else {
 			gone = append(gone, r)
 		}
 	}
-	var due []warmpool.Pod
-	s.watch.mu.Lock()
-	for _, p := range cur {
-		if p.Dead == "" && probeDue(p.ID, s.watch.period(p.ScopeID), since, now) {
-			due = append(due, p)
-		}
-	}
+	due, looked := s.watch.view[shard].popDue(since, now, s.watch.period)
 	s.watch.mu.Unlock()
+	if looked > 0 {
+		s.log.DebugContext(ctx, "watch: probe times come", "shard", shard, "looked", looked, "due", len(due))
+	}
 	spared := s.spared(ctx, shard, due, now, reporting)
 	var mu sync.Mutex
 	var recovered []redisstore.PodRef
@@ -385,21 +402,6 @@ func (s *Sweeper) spared(ctx context.Context, shard int, due []warmpool.Pod, now
 		return nil
 	}
 	return spared
-}
-
-// probeDue reports whether a pod probed every period at its own offset has a probe
-// time in (from, to].
-func probeDue(pod string, period time.Duration, from, to time.Time) bool {
-	p := max(period.Milliseconds(), 1)
-	f, t := from.UnixMilli(), to.UnixMilli()
-	if t-f >= p {
-		return true
-	}
-	h := fnv.New64a()
-	h.Write([]byte(pod))
-	offset := int64(h.Sum64() % uint64(p))
-	next := f - ((f-offset)%p+p)%p + p // the first probe time after f
-	return next <= t
 }
 
 // probe probes one pod, unless its reports spare it (a report is then its pass). A

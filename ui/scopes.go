@@ -4,7 +4,7 @@ import (
 	"context"
 	"sort"
 
-	"github.com/warmpool/warmpool/redisstore"
+	"github.com/warmpool/warmpool"
 )
 
 // ScopePage answers a page of GET /v1/scopes from the same pass over every scope that
@@ -14,7 +14,7 @@ import (
 // whose pass the pages take too): at most limit scopes whose id sorts after after
 // ("" for the first page), in the order of their ids, and next, the id of the page's
 // last scope when more follow ("" on the last page). Errors: STORE_UNAVAILABLE.
-func (u *UI) ScopePage(ctx context.Context, after string, limit int) (page []redisstore.ScopeSummary, next string, err error) {
+func (u *UI) ScopePage(ctx context.Context, after string, limit int) (page []warmpool.ScopeSummary, next string, err error) {
 	sum, err := u.sums.get(ctx, ListAge)
 	if err != nil {
 		return nil, "", err

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Bounds of GET /v1/ui/state's parameters.
@@ -37,18 +36,18 @@ type Query struct {
 }
 
 // sortKeys are the columns a page sorts by, each a number of the row but scope_id.
-var sortKeys = map[string]func(*redisstore.ScopeSummary) int64{
+var sortKeys = map[string]func(*warmpool.ScopeSummary) int64{
 	"scope_id":     nil,
-	"version":      func(c *redisstore.ScopeSummary) int64 { return c.Version },
-	"max_pods":     func(c *redisstore.ScopeSummary) int64 { return c.MaxPods },
-	"pods":         func(c *redisstore.ScopeSummary) int64 { return c.Pods },
-	"idle":         func(c *redisstore.ScopeSummary) int64 { return c.Idle },
-	"busy":         func(c *redisstore.ScopeSummary) int64 { return c.Pods - c.Idle },
-	"old_pods":     func(c *redisstore.ScopeSummary) int64 { return c.OldPods },
-	"sessions":     func(c *redisstore.ScopeSummary) int64 { return c.Sessions },
-	"placeholders": func(c *redisstore.ScopeSummary) int64 { return c.Deploying },
-	"followers":    func(c *redisstore.ScopeSummary) int64 { return c.Followers },
-	"waiters":      func(c *redisstore.ScopeSummary) int64 { return c.Waiters },
+	"version":      func(c *warmpool.ScopeSummary) int64 { return c.Version },
+	"max_pods":     func(c *warmpool.ScopeSummary) int64 { return c.MaxPods },
+	"pods":         func(c *warmpool.ScopeSummary) int64 { return c.Pods },
+	"idle":         func(c *warmpool.ScopeSummary) int64 { return c.Idle },
+	"busy":         func(c *warmpool.ScopeSummary) int64 { return c.Pods - c.Idle },
+	"old_pods":     func(c *warmpool.ScopeSummary) int64 { return c.OldPods },
+	"sessions":     func(c *warmpool.ScopeSummary) int64 { return c.Sessions },
+	"placeholders": func(c *warmpool.ScopeSummary) int64 { return c.Deploying },
+	"followers":    func(c *warmpool.ScopeSummary) int64 { return c.Followers },
+	"waiters":      func(c *warmpool.ScopeSummary) int64 { return c.Waiters },
 }
 
 // params are the query parameters GET /v1/ui/state knows.
@@ -178,7 +177,7 @@ type Row struct {
 	Waiters        int64  `json:"waiters"`
 }
 
-func newRow(c *redisstore.ScopeSummary) Row {
+func newRow(c *warmpool.ScopeSummary) Row {
 	return Row{ScopeID: c.ScopeID, Version: c.Version, DeployVer: c.DeployVer, MaxPods: c.MaxPods, PodConcurrency: c.PodConcurrency,
 		Pods: c.Pods, Idle: c.Idle, Busy: c.Pods - c.Idle, OldPods: c.OldPods, Sessions: c.Sessions, Placeholders: c.Deploying,
 		Followers: c.Followers, Waiters: c.Waiters}

@@ -32,7 +32,7 @@ const PassTimeout = 10 * time.Second
 type summary struct {
 	at     time.Time
 	by     string
-	rows   []redisstore.ScopeSummary
+	rows   []warmpool.ScopeSummary
 	totals Totals
 }
 
@@ -61,7 +61,7 @@ func newSummary(p redisstore.SummaryPass) *summary {
 // reading every scope again (or one less than two ttl ago while another replica
 // reads: PassLock).
 type summaries struct {
-	store    *redisstore.Store
+	store    Pools
 	clock    warmpool.Clock
 	instance string
 	ttl      time.Duration

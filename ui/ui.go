@@ -15,10 +15,10 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/warmpool/warmpool"
-	"github.com/warmpool/warmpool/redisstore"
 )
 
 // Refresh is how often the page polls its data, and the longest a replica keeps the
@@ -32,7 +32,7 @@ var page = template.Must(template.New("page").Parse(pageHTML))
 
 // UI serves the pool page and its data.
 type UI struct {
-	store    *redisstore.Store
+	store    Pools
 	instance string
 	clock    warmpool.Clock
 	log      *slog.Logger
@@ -41,7 +41,7 @@ type UI struct {
 
 // New returns the pool page of a replica named instanceID, reading Redis through
 // store.
-func New(store *redisstore.Store, instanceID string, clock warmpool.Clock, log *slog.Logger) *UI {
+func New(store Pools, instanceID string, clock warmpool.Clock, log *slog.Logger) *UI {
 	log = log.With("component", "ui")
 	return &UI{store: store, instance: instanceID, clock: clock, log: log,
 		sums: &summaries{store: store, clock: clock, instance: instanceID, ttl: Refresh, log: log}}
@@ -143,6 +143,16 @@ type Deploy struct {
 	At      time.Time `json:"at"`
 	Seconds float64   `json:"seconds"`
 	Result  string    `json:"result"`
+}
+
+// PageState answers GET /v1/ui/state: the State of the query of its URL
+// (ParseQuery). Errors: VALIDATION (a bad query), STORE_UNAVAILABLE.
+func (u *UI) PageState(ctx context.Context, query url.Values) (any, error) {
+	q, err := ParseQuery(query)
+	if err != nil {
+		return nil, err
+	}
+	return u.State(ctx, q)
 }
 
 // State answers q: the summary of every scope (shared, see summaries) and the details

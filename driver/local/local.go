@@ -85,6 +85,9 @@ type Driver struct {
 	deploys sync.WaitGroup // Deploy calls in flight
 	reapers sync.WaitGroup // one per started process
 	events  []func(warmpool.PodEvent)
+	// watchers is the watch of the state directory (watchDir), from the first
+	// OnPodEvent until Close.
+	watchers sync.WaitGroup
 }
 
 var (
@@ -271,21 +274,32 @@ func (l *Driver) Deploy(ctx context.Context, req warmpool.DeployRequest) (warmpo
 }
 
 // OnPodEvent makes the driver report to fn every pod of its state directory, at once
-// (as a watch's initial list does), then each change of its own pods: a deploy's
-// process as it starts, becomes ready, and when a failed deploy removes it; a process
-// that ends (killed, crashed, or stopped by Delete) as it is reaped; a pod that Delete
-// removed, its own or another server's. Pods that other server processes sharing
-// StateDir start are seen by List only.
+// (as a watch's initial list does), then each change of its own pods as it happens: a
+// deploy's process as it starts, becomes ready, and when a failed deploy removes it; a
+// process that ends (killed, crashed, or stopped by Delete) as it is reaped; a pod that
+// Delete removed, its own or another server's. What other server processes sharing
+// StateDir do to their pods, and the death of a pod whose server died, is reported
+// from a watch of the directory (every WatchPeriod, until Close), so the events tell
+// of every pod a List shows.
 func (l *Driver) OnPodEvent(fn func(warmpool.PodEvent)) {
 	l.mu.Lock()
+	first := len(l.events) == 0 && !l.closed
 	l.events = append(l.events[:len(l.events):len(l.events)], fn)
+	if first {
+		l.watchers.Add(1)
+	}
 	l.mu.Unlock()
 	pods, err := l.List(context.Background())
 	if err != nil {
 		l.log.Warn("local driver: pods not listed for a new event function", "err", err)
 	}
+	seen := make(map[string]warmpool.Pod, len(pods))
 	for _, p := range pods {
+		seen[p.ID] = p
 		fn(warmpool.PodEvent{Pod: p})
+	}
+	if first {
+		go l.watchDir(seen)
 	}
 }
 
@@ -429,6 +443,7 @@ func (l *Driver) Close() error {
 	l.mu.Unlock()
 
 	l.cancel()
+	l.watchers.Wait()
 	l.deploys.Wait() // each failing deploy stops its own process
 
 	l.mu.Lock()

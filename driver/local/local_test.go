@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -410,4 +411,34 @@ func TestLocalPIDReuseGuard(t *testing.T) {
 	if pods := mustList(t, l); len(pods) != 0 {
 		t.Fatalf("List after Delete = %+v", pods)
 	}
+}
+
+// A driver with event functions reports what another server process sharing its state
+// directory does to its pods: b's pod as it appears ready, and as gone when b deletes
+// it, so a sweeper that keeps its view from the events sees every pod List shows.
+func TestLocalEventsOfAnotherProcess(t *testing.T) {
+	dir := t.TempDir()
+	a, b := mustLocal(t, dir), mustLocal(t, dir)
+	ctx := testCtx(t)
+	var mu sync.Mutex
+	var seen []warmpool.PodEvent
+	a.OnPodEvent(func(ev warmpool.PodEvent) { mu.Lock(); seen = append(seen, ev); mu.Unlock() })
+	has := func(match func(warmpool.PodEvent) bool) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.ContainsFunc(seen, match)
+	}
+	pod, err := b.Deploy(ctx, localReq(t, "other", 1, 60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, 30*time.Second, "a's event of b's pod, ready", func() bool {
+		return has(func(ev warmpool.PodEvent) bool { return ev.Pod.ID == pod.ID && ev.Pod.Ready && !ev.Gone })
+	})
+	if err := b.Delete(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, 30*time.Second, "a's event of b's pod, gone", func() bool {
+		return has(func(ev warmpool.PodEvent) bool { return ev.Pod.ID == pod.ID && ev.Gone && ev.Pod.Dead != "" })
+	})
 }

@@ -315,9 +315,9 @@ func (s *service) route(scope, session string) reply {
 	return s.call(http.MethodPost, "/v1/scopes/"+scope+"/sessions", fmt.Sprintf(`{"session_id":%q}`, session))
 }
 
-func (s *service) mustRoute(scope, session string) sm.Binding {
+func (s *service) mustRoute(scope, session string) warmpool.Binding {
 	s.t.Helper()
-	var b sm.Binding
+	var b warmpool.Binding
 	r := s.must(http.MethodPost, "/v1/scopes/"+scope+"/sessions", fmt.Sprintf(`{"session_id":%q}`, session), &b)
 	if b.PodID == "" || b.SSEURL == "" || b.SessionID != session {
 		s.t.Fatalf("route: %v", r)
@@ -505,7 +505,7 @@ func awaitServed(t *testing.T, p *corev1.Pod) {
 }
 
 // checkSSE reads the first event of a routed session's SSE URL: the pod's own stream.
-func checkSSE(t *testing.T, ns string, b sm.Binding) {
+func checkSSE(t *testing.T, ns string, b warmpool.Binding) {
 	t.Helper()
 	kp := mustGetPod(t, ns, b.PodID)
 	awaitServed(t, kp)
@@ -541,7 +541,7 @@ func testServiceFullPath(t *testing.T, cs kubernetes.Interface, ns string) {
 	b := s.mustRoute(scope, "s1")
 	t.Logf("cold route answered in %s: %s", time.Since(start).Round(time.Millisecond), b.PodID)
 	if !b.New || b.DeployVer != ver || b.ScopeID != scope {
-		t.Errorf("sm.Binding %+v", b)
+		t.Errorf("warmpool.Binding %+v", b)
 	}
 
 	// The pod in the API server.
@@ -586,7 +586,7 @@ func testServiceFullPath(t *testing.T, cs kubernetes.Interface, ns string) {
 	if b2 := s.mustRoute(scope, "s2"); !b2.New || b2.PodID != b.PodID {
 		t.Errorf("s2 did not share the pod (pod_concurrency 2): %+v", b2)
 	}
-	var got sm.Binding
+	var got warmpool.Binding
 	s.must(http.MethodGet, "/v1/scopes/"+scope+"/sessions/s1", "", &got)
 	if got.PodID != b.PodID {
 		t.Errorf("GET session: %+v", got)
@@ -671,7 +671,7 @@ func testServiceColdBurst(t *testing.T, cs kubernetes.Interface, ns string) {
 	t.Logf("%d cold routes answered in %s", n, time.Since(start).Round(time.Millisecond))
 	perPod := map[string]int{}
 	for _, r := range replies {
-		var b sm.Binding
+		var b warmpool.Binding
 		if r.err != nil || r.status != http.StatusOK || json.Unmarshal(r.body, &b) != nil || !b.New {
 			t.Errorf("route: %v", r)
 			continue

@@ -38,9 +38,6 @@ const (
 	ticketDomain = "warmpool session ticket\x00"
 )
 
-// TicketLen is the length of a session ticket: an HMAC-SHA256 in unpadded base64url.
-const TicketLen = 43
-
 // tokenSep separates a pod token's scope, pod id and MAC: no scope or pod id holds it,
 // nor base64url, and it is a character of a bearer token (RFC 6750's b64token).
 const tokenSep = "~"

@@ -61,7 +61,7 @@ func TestReportTokensNameTheirPod(t *testing.T) {
 func TestSessionTicketsProveOneBinding(t *testing.T) {
 	k := NewReportKey(FixedToken("secret"))
 	tk := k.Ticket("a", "s1", "p1")
-	if len(tk) != TicketLen || !k.ValidTicket("a", "s1", "p1", tk) {
+	if len(tk) != warmpool.SessionTicketLen || !k.ValidTicket("a", "s1", "p1", tk) {
 		t.Fatalf("ticket %q (%d chars) not valid for its own binding", tk, len(tk))
 	}
 	if k.Ticket("a", "s1", "p1") != tk {
@@ -72,8 +72,8 @@ func TestSessionTicketsProveOneBinding(t *testing.T) {
 		"another pod":             {"a", "s1", "p2", tk},
 		"another session":         {"a", "s2", "p1", tk},
 		"another scope":           {"b", "s1", "p1", tk},
-		"a changed ticket":        {"a", "s1", "p1", tk[:TicketLen-1] + "A"},
-		"a short ticket":          {"a", "s1", "p1", tk[:TicketLen-1]},
+		"a changed ticket":        {"a", "s1", "p1", tk[:warmpool.SessionTicketLen-1] + "A"},
+		"a short ticket":          {"a", "s1", "p1", tk[:warmpool.SessionTicketLen-1]},
 		"a pod token's MAC":       {"a", "s1", "", tok[strings.LastIndex(tok, "~")+1:]},
 		"another secret's ticket": {"a", "s1", "p1", NewReportKey(FixedToken("other")).Ticket("a", "s1", "p1")},
 	} {

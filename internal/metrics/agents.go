@@ -1,6 +1,9 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/warmpool/warmpool"
+)
 
 // Results of agent reports (warmpool_agent_reports_total{result}).
 const (
@@ -24,7 +27,24 @@ func newAgentReports() *prometheus.CounterVec {
 	return c
 }
 
-// ObserveReport counts one agent report by its result (the Report* constants).
-func (m *Metrics) ObserveReport(result string) {
-	m.reports.WithLabelValues(result).Inc()
+// ObserveReport counts one agent report by its result, from the error it was
+// answered (nil: ok).
+func (m *Metrics) ObserveReport(err error) {
+	m.reports.WithLabelValues(reportResult(err)).Inc()
+}
+
+// reportResult is the result label of a report answered err.
+func reportResult(err error) string {
+	if err == nil {
+		return ReportOK
+	}
+	switch warmpool.ErrorCode(err) {
+	case warmpool.CodeUnauthorized:
+		return ReportUnauthorized
+	case warmpool.CodePodNotFound:
+		return ReportPodNotFound
+	case warmpool.CodeValidation, warmpool.CodePayloadTooLarge:
+		return ReportInvalid
+	}
+	return ReportUnavailable
 }

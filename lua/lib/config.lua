@@ -29,6 +29,20 @@ local function published_config(k, ...)
   return cfg
 end
 
+-- known_scope opens a script that reads no field of the config: the table of its KEYS
+-- by name (scope_keys), and nil or the answer to give when the scope is unknown or
+-- Redis lost its data, as published_config checks them: {"NO_SCOPE"} | {"EPOCH_LOST"}.
+local function known_scope(keys)
+  local k = scope_keys(keys)
+  if redis.call('HEXISTS', k.config, 'deploy_ver') == 0 then
+    return k, {'NO_SCOPE'}
+  end
+  if redis.call('EXISTS', k.epoch) == 0 then
+    return k, {'EPOCH_LOST'}
+  end
+  return k, nil
+end
+
 -- scope_config is published_config for a live scope: a deleted one answers
 -- {"NO_SCOPE"} too, so it takes no new session, hold or deploy.
 local function scope_config(k, ...)

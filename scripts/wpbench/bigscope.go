@@ -13,7 +13,8 @@ import (
 // bigScope is `wpbench bigscope` (make bigscope, issue 33): one scope of 10, 1,000 and
 // 10,000 pods at pod_concurrency 1 and 8 on the fake driver and a real redis-server,
 // the Redis commands and CPU of a warm route, a release, a warm acquire, a hold release
-// and a cold route; then cold bursts of 5,000 routes into one empty scope.
+// and a cold route; then cold bursts of 5,000 routes into one empty scope; then an idle
+// scope of 10,000 warm pods, sweeps on.
 func bigScope(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var c bench.BigScopeConfig
 	cmd := newCommand("bigscope", getenv, stderr, &c.Bin, &c.RedisScript, &c.Dir)
@@ -27,6 +28,8 @@ func bigScope(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&c.Cold, "cold", bench.DefaultBigScopeCold, "deploys of each cold window")
 	fs.IntVar(&c.BurstRoutes, "burst", bench.DefaultBurstRoutes, "routes of each cold burst (negative: no burst)")
 	fs.DurationVar(&c.BurstDeploy, "burst-deploy", bench.DefaultBurstDeploy, "the fake driver's deploy time in the bursts")
+	fs.IntVar(&c.IdlePods, "idle-pods", bench.DefaultIdlePods, "warm pods of the idle scope measured last, sweeps on (negative: none)")
+	fs.DurationVar(&c.IdleWindow, "idle-window", bench.DefaultIdleWindow, "how long the idle scope is measured")
 	if err := cmd.parse(args, nil); err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ func (s *Scope) AgentReport(rep redisstore.AgentReport) (redisstore.AgentAnswer,
 	}
 	pc := s.cfgInt("pod_concurrency")
 	if most := max(pc, s.slots[pod]); int64(len(rep.Sessions)) > most {
-		return redisstore.AgentAnswer{}, redisstore.TooManySessions(len(rep.Sessions), int(most))
+		return redisstore.AgentAnswer{}, warmpool.TooManySessions(len(rep.Sessions), int(most))
 	}
 	now := ms(rep.Now)
 	expiry := now + s.cfgInt("session_ttl_ms")

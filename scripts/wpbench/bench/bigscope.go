@@ -52,7 +52,11 @@ type BigScopeConfig struct {
 	BurstRoutes int
 	BurstRates  []float64
 	BurstDeploy time.Duration
-	Log         io.Writer
+	// IdlePods warm pods in one scope are then left alone for IdleWindow, sweeps on
+	// (no idle scope when IdlePods is negative).
+	IdlePods   int
+	IdleWindow time.Duration
+	Log        io.Writer
 }
 
 func (c *BigScopeConfig) fill() {
@@ -73,6 +77,10 @@ func (c *BigScopeConfig) fill() {
 	if len(c.BurstRates) == 0 {
 		c.BurstRates = []float64{500, 2_000}
 	}
+	if c.IdlePods == 0 {
+		c.IdlePods = DefaultIdlePods
+	}
+	defaults.Positive(&c.IdleWindow, DefaultIdleWindow)
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
@@ -114,6 +122,7 @@ type BigScopeResults struct {
 	Machine string        `json:"machine"`
 	Rows    []BigScopeRow `json:"rows"`
 	Bursts  []BurstRow    `json:"bursts,omitempty"`
+	Idle    *IdleRow      `json:"idle,omitempty"`
 }
 
 // The operations of a row.
@@ -148,6 +157,13 @@ func BigScope(ctx context.Context, cfg BigScopeConfig) (*BigScopeResults, error)
 				res.Bursts = append(res.Bursts, *b)
 			}
 		}
+	}
+	if cfg.IdlePods > 0 {
+		idle, err := cfg.idle(ctx)
+		if err != nil {
+			return res, fmt.Errorf("idle scope: %w", err)
+		}
+		res.Idle = idle
 	}
 	return res, writeJSON(filepath.Join(cfg.Dir, "bigscope.json"), res)
 }

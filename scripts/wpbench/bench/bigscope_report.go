@@ -10,6 +10,10 @@ import (
 const (
 	bigCommandsTarget = 1.2
 	bigCPUTarget      = 1.5
+	// An idle scope of 10,000 warm pods: Redis commands a second, and the share of a
+	// core Redis and the replica take together.
+	idleCommandsTarget = 50
+	idleCoreTarget     = 0.02
 )
 
 // WriteText writes the rows, each operation's ratio to the smallest size of its
@@ -42,6 +46,11 @@ func (r *BigScopeResults) WriteText(out io.Writer) error {
 				fmt.Sprintf("%.0f", b.P99Ms), fmt.Sprintf("%.0f", b.MaxMs), fmt.Sprintf("%.1f", b.CommandsPerRt), fmt.Sprintf("%.2f", b.RedisCPUS)})
 		}
 		text += "\ncold bursts into one empty scope\n" + table(rows)
+	}
+	if i := r.Idle; i != nil {
+		text += fmt.Sprintf("\nan idle scope of %d warm pods, sweeps on, over %.0fs: %.1f Redis commands/s (%s), Redis %.2f%% and the replica %.2f%% of a core (%s)\n",
+			i.Pods, i.Seconds, i.CommandsPerS, verdict(i.CommandsPerS, idleCommandsTarget),
+			100*i.RedisCore, 100*i.ReplicaCore, verdict(i.RedisCore+i.ReplicaCore, idleCoreTarget))
 	}
 	_, err := io.WriteString(out, text)
 	return err

@@ -1,0 +1,163 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/warmpool/warmpool/redisstore"
+)
+
+// Defaults of the idle scope's measurement.
+const (
+	DefaultIdlePods   = 10_000
+	DefaultIdleWindow = time.Minute
+	idleSettle        = 15 * time.Second
+	idleFillWorkers   = 32
+)
+
+// IdleRow is an idle scope of Pods warm pods on the fake driver, sweeps, the watch
+// and its probes at their defaults and nothing routed: what it costs Redis (commands
+// a second, those scripts run included; Redis CPU as a share of a core) and the
+// replica (its CPU as a share of a core) over Seconds.
+type IdleRow struct {
+	Pods         int           `json:"pods"`
+	Seconds      float64       `json:"seconds"`
+	CommandsPerS float64       `json:"redis_commands_per_s"`
+	RedisCore    float64       `json:"redis_core_share"`
+	ReplicaCore  float64       `json:"replica_core_share"`
+	Top          []CommandTime `json:"top_commands"`
+	FillSeconds  float64       `json:"fill_seconds"`
+}
+
+// idle fills one scope with c.IdlePods pods through routes (each leads a deploy at
+// pod_concurrency 1), ends every session, waits until every pod is idle and a settle
+// time has passed, then measures one window of c.IdleWindow in which nothing calls.
+func (c *BigScopeConfig) idle(ctx context.Context) (*IdleRow, error) {
+	sc := c.scale()
+	name := fmt.Sprintf("idle-%d", c.IdlePods)
+	sc.logf("%s: %d warm pods, sweeps at their defaults, a window of %v", name, c.IdlePods, c.IdleWindow)
+	e, err := sc.start(ctx, name, "--fake-deploy-delay", "0s")
+	if err != nil {
+		return nil, err
+	}
+	defer e.stop()
+	if err := e.cl.setupCall(ctx, http.MethodPut, "/v1/scopes/"+bigScope+"/config", bigConfig(c.IdlePods, 1)); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := c.fillIdle(ctx, e); err != nil {
+		return nil, err
+	}
+	row := &IdleRow{Pods: c.IdlePods, FillSeconds: time.Since(start).Seconds()}
+	sc.logf("  %d pods idle in %.0fs; settling %v", c.IdlePods, row.FillSeconds, idleSettle)
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(idleSettle):
+	}
+	a, err := e.take(ctx)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(c.IdleWindow):
+	}
+	b, err := e.take(ctx)
+	if err != nil {
+		return nil, err
+	}
+	secs := b.at.Sub(a.at).Seconds()
+	var cmds int64
+	var top []CommandTime
+	for cmd, v := range b.redis.Calls {
+		if cmd == "info" {
+			continue
+		}
+		cmds += v - a.redis.Calls[cmd]
+		if us := b.redis.Usec[cmd] - a.redis.Usec[cmd]; us > 0 {
+			top = append(top, CommandTime{Command: cmd, Us: float64(us) / secs})
+		}
+	}
+	sort.Slice(top, func(i, j int) bool { return top[i].Us > top[j].Us })
+	row.Seconds = secs
+	row.CommandsPerS = float64(cmds) / secs
+	row.RedisCore = (b.redis.CPU - a.redis.CPU).Seconds() / secs
+	row.ReplicaCore = (b.cpu - a.cpu).Seconds() / secs
+	row.Top = top[:min(len(top), 6)]
+	sc.logf("  %.1f Redis commands/s, Redis %.2f%% of a core, replica %.2f%% of a core, top (us/s): %v",
+		row.CommandsPerS, 100*row.RedisCore, 100*row.ReplicaCore, row.Top)
+	return row, nil
+}
+
+// fillIdle routes c.IdlePods new sessions (a pod each: none ends before all are
+// routed), then ends them, and waits until the scope has that many idle pods.
+func (c *BigScopeConfig) fillIdle(ctx context.Context, e *env) error {
+	tr := &http.Transport{MaxIdleConnsPerHost: idleFillWorkers, DisableCompression: true}
+	hc := &http.Client{Transport: tr, Timeout: time.Minute}
+	defer tr.CloseIdleConnections()
+	route := func(session string) error {
+		code, err := routeStatus(ctx, hc, e.replica.URL, session)
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("route %s: %d", session, code)
+		}
+		return err
+	}
+	end := func(session string) error { return e.cl.endSession(ctx, bigScope, session) }
+	for _, op := range []func(string) error{route, end} {
+		if err := c.eachSession(op); err != nil {
+			return err
+		}
+	}
+	idle := redisstore.NewKeyspace("").Scope(bigScope).Idle
+	for {
+		n, err := e.redis.rdb.ZCard(ctx, idle).Result()
+		if err != nil {
+			return err
+		}
+		if int(n) >= c.IdlePods {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// eachSession calls op on the sessions of the idle scope from idleFillWorkers
+// goroutines and returns the first error.
+func (c *BigScopeConfig) eachSession(op func(session string) error) error {
+	next := make(chan int)
+	errs := make(chan error, idleFillWorkers)
+	var wg sync.WaitGroup
+	for range idleFillWorkers {
+		wg.Go(func() {
+			var first error
+			for i := range next {
+				if err := op(fmt.Sprintf("i%d", i)); err != nil && first == nil {
+					first = err
+				}
+			}
+			errs <- first
+		})
+	}
+	for i := range c.IdlePods {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

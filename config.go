@@ -423,16 +423,6 @@ func (c ScopeConfig) check(faults *fieldErrors) {
 	}
 }
 
-// TenantOf is the tenant of the scope whose config c is: c.Tenant, or, when the
-// config names none, the scope itself (SPEC §12.1). It is the one place that default
-// is decided.
-func (c ScopeConfig) TenantOf(scope string) string {
-	if c.Tenant != "" {
-		return c.Tenant
-	}
-	return scope
-}
-
 // MaxPods is ceil(max_concurrency / pod_concurrency): the most pods (plus deploys in
 // flight) a scope may have.
 func (p PoolConfig) MaxPods() int {

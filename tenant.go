@@ -1,6 +1,9 @@
 package warmpool
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // NoLimit is a TenantLimits field that sets no limit.
 const NoLimit int64 = -1
@@ -58,4 +61,63 @@ type TenantQuotas interface {
 	ForgetTenant(ctx context.Context, tenant string) error
 	// TenantUse reads what the tenant's scopes hold. Errors: STORE_UNAVAILABLE.
 	TenantUse(ctx context.Context, tenant string) (TenantUse, error)
+}
+
+// TenantOf is the tenant of the scope whose config c is: c.Tenant, or, when the
+// config names none, the scope itself (SPEC §12.1). It is the one place that default
+// is decided.
+func (c ScopeConfig) TenantOf(scope string) string {
+	if c.Tenant != "" {
+		return c.Tenant
+	}
+	return scope
+}
+
+// TenantView is a tenant as GET /v1/tenants/{tenant} answers it: its stored quotas
+// (Version 0 and the config of no limit when it has none), what its scopes use and
+// its share.
+type TenantView struct {
+	TenantID  string        `json:"tenant"`
+	Version   int64         `json:"version"`
+	Config    TenantConfig  `json:"config"`
+	UpdatedAt *time.Time    `json:"updated_at,omitempty"`
+	Use       TenantUseView `json:"use"`
+	// Share is the tenant's weighted share: its weight over the sum of the weights
+	// of the tenants with quotas (its own counted once, with quotas or not), to four
+	// decimals.
+	Share float64 `json:"share"`
+}
+
+// TenantUseView is what a tenant's scopes hold, as GET /v1/tenants/{tenant} answers
+// it: CPU and memory as Kubernetes quantities ("1500m", "3Gi").
+type TenantUseView struct {
+	Pods     int64  `json:"pods"`
+	CPU      string `json:"cpu"`
+	Memory   string `json:"memory"`
+	Sessions int64  `json:"sessions"`
+	IdlePods int64  `json:"idle_pods"`
+}
+
+// View formats u as the answers show it.
+func (u TenantUse) View() TenantUseView {
+	return TenantUseView{
+		Pods:     u.Pods,
+		CPU:      FormatMilli(u.MilliCPU),
+		Memory:   FormatBytes(u.MemoryBytes),
+		Sessions: u.Sessions,
+		IdlePods: u.IdlePods,
+	}
+}
+
+// TenantDeleted is the answer of a tenant's delete: the version its quotas were
+// deleted at.
+type TenantDeleted struct {
+	TenantID string `json:"tenant"`
+	Version  int64  `json:"version"`
+}
+
+// TenantUsage is one tenant's use, for the tenant gauges.
+type TenantUsage struct {
+	TenantID string
+	Use      TenantUse
 }

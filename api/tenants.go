@@ -6,15 +6,22 @@ import (
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/httpx"
-	"github.com/warmpool/warmpool/tenants"
 )
 
 // Tenants is what the tenant routes call (tenants.Service, SPEC §12.1).
 type Tenants interface {
+	// Put validates and stores the tenant's quotas as its next version and publishes
+	// them. Errors: VALIDATION, STORE_UNAVAILABLE.
 	Put(ctx context.Context, tenant string, cfg warmpool.TenantConfig) (warmpool.StoredTenant, error)
-	Get(ctx context.Context, tenant string) (tenants.Tenant, error)
-	List(ctx context.Context, after string, limit int) ([]tenants.Tenant, string, error)
-	Delete(ctx context.Context, tenant string) (tenants.Deleted, error)
+	// Get answers the tenant's quotas, use and share. Errors: VALIDATION,
+	// TENANT_NOT_FOUND, STORE_UNAVAILABLE.
+	Get(ctx context.Context, tenant string) (warmpool.TenantView, error)
+	// List answers a page of the tenants with quotas after the id after, and the
+	// cursor of the next page ("" on the last). Errors: STORE_UNAVAILABLE.
+	List(ctx context.Context, after string, limit int) ([]warmpool.TenantView, string, error)
+	// Delete removes the tenant's quotas. Errors: VALIDATION, TENANT_NOT_FOUND,
+	// STORE_UNAVAILABLE.
+	Delete(ctx context.Context, tenant string) (warmpool.TenantDeleted, error)
 }
 
 // tenantParam returns the {tenant} URL parameter, validated.
@@ -33,7 +40,7 @@ func (a *handlers) putTenant(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := tenants.Decode(body)
+	cfg, err := httpx.DecodeTenantConfig(body)
 	if err != nil {
 		return err
 	}
@@ -72,8 +79,8 @@ func (a *handlers) deleteTenant(w http.ResponseWriter, r *http.Request) error {
 
 // tenantPage is the answer of GET /v1/tenants: Next is null on the last page.
 type tenantPage struct {
-	Tenants []tenants.Tenant `json:"tenants"`
-	Next    *string          `json:"next"`
+	Tenants []warmpool.TenantView `json:"tenants"`
+	Next    *string               `json:"next"`
 }
 
 // listTenants answers GET /v1/tenants[?limit=N&after=CURSOR]: a page of the tenants

@@ -12,7 +12,6 @@ import (
 	"math"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/defaults"
@@ -37,21 +36,6 @@ func New(store warmpool.TenantStore, quotas warmpool.TenantQuotas, log *slog.Log
 	return &Service{store: store, quotas: quotas, log: defaults.Logger(log).With("component", "tenants"), weights: map[string]int64{}}
 }
 
-// Tenant is a tenant as GET /v1/tenants/{tenant} answers it: its stored quotas
-// (Version 0 and the config of no limit when it has none), what its scopes use and
-// its share.
-type Tenant struct {
-	TenantID  string                `json:"tenant"`
-	Version   int64                 `json:"version"`
-	Config    warmpool.TenantConfig `json:"config"`
-	UpdatedAt *time.Time            `json:"updated_at,omitempty"`
-	Use       Use                   `json:"use"`
-	// Share is the tenant's weighted share: its weight over the sum of the weights
-	// of the tenants with quotas (its own counted once, with quotas or not), to four
-	// decimals.
-	Share float64 `json:"share"`
-}
-
 // Put checks cfg, stores it as the tenant's next version and publishes it. Errors:
 // VALIDATION, STORE_UNAVAILABLE (the config stored or not: the config feed of every
 // replica publishes what was stored).
@@ -59,7 +43,7 @@ func (s *Service) Put(ctx context.Context, tenant string, cfg warmpool.TenantCon
 	if err := warmpool.CheckTenantID(tenant); err != nil {
 		return warmpool.StoredTenant{}, err
 	}
-	if err := Check(cfg); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return warmpool.StoredTenant{}, err
 	}
 	stored, err := s.store.PutTenant(ctx, tenant, cfg)
@@ -73,54 +57,48 @@ func (s *Service) Put(ctx context.Context, tenant string, cfg warmpool.TenantCon
 	return stored, nil
 }
 
-// Deleted is the answer of a delete: the version the tenant's quotas were deleted at.
-type Deleted struct {
-	TenantID string `json:"tenant"`
-	Version  int64  `json:"version"`
-}
-
 // Delete removes the tenant's quotas (a new version, deleted); its scopes keep their
 // tenant, which has no limit from then on. Errors: VALIDATION, TENANT_NOT_FOUND (it
 // has no quotas), STORE_UNAVAILABLE.
-func (s *Service) Delete(ctx context.Context, tenant string) (Deleted, error) {
+func (s *Service) Delete(ctx context.Context, tenant string) (warmpool.TenantDeleted, error) {
 	if err := warmpool.CheckTenantID(tenant); err != nil {
-		return Deleted{}, err
+		return warmpool.TenantDeleted{}, err
 	}
 	version, err := s.store.DeleteTenant(ctx, tenant)
 	if errors.Is(err, warmpool.ErrNoTenantConfig) {
-		return Deleted{}, warmpool.Errorf(warmpool.CodeTenantNotFound, "tenant %q has no quotas to delete", tenant)
+		return warmpool.TenantDeleted{}, warmpool.Errorf(warmpool.CodeTenantNotFound, "tenant %q has no quotas to delete", tenant)
 	}
 	if err != nil {
-		return Deleted{}, err
+		return warmpool.TenantDeleted{}, err
 	}
 	if err := s.Changed(ctx, tenant); err != nil {
-		return Deleted{}, fmt.Errorf("forget tenant %q v%d (stored as deleted; the config feed forgets it): %w", tenant, version, err)
+		return warmpool.TenantDeleted{}, fmt.Errorf("forget tenant %q v%d (stored as deleted; the config feed forgets it): %w", tenant, version, err)
 	}
 	s.log.Info("tenant quotas deleted", "tenant", tenant, "version", version)
-	return Deleted{TenantID: tenant, Version: version}, nil
+	return warmpool.TenantDeleted{TenantID: tenant, Version: version}, nil
 }
 
 // Get answers the tenant: its quotas, or none (a tenant that scopes name but that has
 // no quotas has no limit), its use and share. Errors: VALIDATION, TENANT_NOT_FOUND (no
 // quotas, and no scope names it), STORE_UNAVAILABLE.
-func (s *Service) Get(ctx context.Context, tenant string) (Tenant, error) {
+func (s *Service) Get(ctx context.Context, tenant string) (warmpool.TenantView, error) {
 	if err := warmpool.CheckTenantID(tenant); err != nil {
-		return Tenant{}, err
+		return warmpool.TenantView{}, err
 	}
 	stored, err := s.store.GetTenant(ctx, tenant)
 	none := errors.Is(err, warmpool.ErrNoTenantConfig)
 	switch {
 	case none:
-		stored = warmpool.StoredTenant{TenantID: tenant, Config: warmpool.TenantConfig{Weight: DefaultWeight}}
+		stored = warmpool.StoredTenant{TenantID: tenant, Config: warmpool.TenantConfig{Weight: warmpool.DefaultTenantWeight}}
 	case err != nil:
-		return Tenant{}, err
+		return warmpool.TenantView{}, err
 	}
 	t, scopes, err := s.answer(ctx, stored)
 	if err != nil {
-		return Tenant{}, err
+		return warmpool.TenantView{}, err
 	}
 	if none && scopes == 0 {
-		return Tenant{}, warmpool.Errorf(warmpool.CodeTenantNotFound, "tenant %q has no quotas and no scope names it", tenant)
+		return warmpool.TenantView{}, warmpool.Errorf(warmpool.CodeTenantNotFound, "tenant %q has no quotas and no scope names it", tenant)
 	}
 	return t, nil
 }
@@ -128,7 +106,7 @@ func (s *Service) Get(ctx context.Context, tenant string) (Tenant, error) {
 // List answers a page of the tenants with quotas, in the order of their ids, after
 // the id after, and the cursor of the next page ("" on the last). Errors:
 // STORE_UNAVAILABLE.
-func (s *Service) List(ctx context.Context, after string, limit int) ([]Tenant, string, error) {
+func (s *Service) List(ctx context.Context, after string, limit int) ([]warmpool.TenantView, string, error) {
 	page, err := s.store.ListTenants(ctx, after, limit+1)
 	if err != nil {
 		return nil, "", err
@@ -137,7 +115,7 @@ func (s *Service) List(ctx context.Context, after string, limit int) ([]Tenant, 
 	if len(page) > limit {
 		page, next = page[:limit], page[limit-1].TenantID
 	}
-	out := make([]Tenant, 0, len(page))
+	out := make([]warmpool.TenantView, 0, len(page))
 	for _, st := range page {
 		t, _, err := s.answer(ctx, st)
 		if err != nil {
@@ -150,16 +128,16 @@ func (s *Service) List(ctx context.Context, after string, limit int) ([]Tenant, 
 
 // answer adds the tenant's use and share to its stored quotas, and says how many
 // published scopes name it.
-func (s *Service) answer(ctx context.Context, st warmpool.StoredTenant) (Tenant, int64, error) {
-	t := Tenant{TenantID: st.TenantID, Version: st.Version, Config: st.Config, Share: s.share(st.TenantID, st.Config.Weight)}
+func (s *Service) answer(ctx context.Context, st warmpool.StoredTenant) (warmpool.TenantView, int64, error) {
+	t := warmpool.TenantView{TenantID: st.TenantID, Version: st.Version, Config: st.Config, Share: s.share(st.TenantID, st.Config.Weight)}
 	if st.Version != 0 {
 		t.UpdatedAt = &st.UpdatedAt
 	}
 	u, err := s.quotas.TenantUse(ctx, st.TenantID)
 	if err != nil {
-		return Tenant{}, 0, err
+		return warmpool.TenantView{}, 0, err
 	}
-	t.Use = UseOf(u)
+	t.Use = u.View()
 	return t, u.Scopes, nil
 }
 
@@ -196,7 +174,7 @@ func (s *Service) Changed(ctx context.Context, tenant string) error {
 		return err
 	}
 	s.setWeight(tenant, stored.Config.Weight)
-	return s.quotas.PublishTenant(ctx, tenant, Limits(stored.Config))
+	return s.quotas.PublishTenant(ctx, tenant, stored.Config.Limits())
 }
 
 // setWeight notes the tenant's weight (0: it has no quotas).
@@ -236,15 +214,9 @@ func (s *Service) PublishAll(ctx context.Context) (int, error) {
 	}
 }
 
-// Usage is one tenant's use, for the tenant gauges.
-type Usage struct {
-	TenantID string
-	Use      warmpool.TenantUse
-}
-
 // Usages reads the use of every tenant with quotas this replica knows of, by id: the
 // tenant gauges, bounded by the tenant count. Errors: STORE_UNAVAILABLE.
-func (s *Service) Usages(ctx context.Context) ([]Usage, error) {
+func (s *Service) Usages(ctx context.Context) ([]warmpool.TenantUsage, error) {
 	s.mu.Lock()
 	ids := make([]string, 0, len(s.weights))
 	for id := range s.weights {
@@ -252,13 +224,13 @@ func (s *Service) Usages(ctx context.Context) ([]Usage, error) {
 	}
 	s.mu.Unlock()
 	slices.SortFunc(ids, cmp.Compare)
-	out := make([]Usage, 0, len(ids))
+	out := make([]warmpool.TenantUsage, 0, len(ids))
 	for _, id := range ids {
 		u, err := s.quotas.TenantUse(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Usage{TenantID: id, Use: u})
+		out = append(out, warmpool.TenantUsage{TenantID: id, Use: u})
 	}
 	return out, nil
 }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/warmpool/warmpool/tenants"
+	"github.com/warmpool/warmpool"
 )
 
 const labelTenant = "tenant"
@@ -16,7 +16,7 @@ const labelTenant = "tenant"
 type tenantMetrics struct {
 	pods, sessions *prometheus.Desc
 	// read gives the tenants' use; nil until ReadTenants sets it.
-	read func(ctx context.Context) ([]tenants.Usage, error)
+	read func(ctx context.Context) ([]warmpool.TenantUsage, error)
 	m    *Metrics
 }
 
@@ -58,7 +58,7 @@ func (t *tenantMetrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 // ReadTenants sets where the tenant gauges are read from (tenants.Service.Usages).
-func (m *Metrics) ReadTenants(read func(ctx context.Context) ([]tenants.Usage, error)) {
+func (m *Metrics) ReadTenants(read func(ctx context.Context) ([]warmpool.TenantUsage, error)) {
 	m.mu.Lock()
 	m.tenants.read = read
 	m.mu.Unlock()

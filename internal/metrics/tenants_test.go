@@ -12,7 +12,6 @@ import (
 	"github.com/warmpool/warmpool/internal/metrics"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/redisstore"
-	"github.com/warmpool/warmpool/tenants"
 )
 
 // The tenant gauges are one series a tenant the read gives, read at each gathering;
@@ -22,8 +21,8 @@ func TestTenantMetrics(t *testing.T) {
 	r := testredis.New(t)
 	m := newMetrics(t, redisstore.NewStore(r.Client, r.Prefix), metrics.Config{})
 	var fail error
-	m.ReadTenants(func(context.Context) ([]tenants.Usage, error) {
-		return []tenants.Usage{
+	m.ReadTenants(func(context.Context) ([]warmpool.TenantUsage, error) {
+		return []warmpool.TenantUsage{
 			{TenantID: "acme", Use: warmpool.TenantUse{Pods: 3, Sessions: 5}},
 			{TenantID: "beta", Use: warmpool.TenantUse{Pods: 1}},
 		}, fail

@@ -101,11 +101,20 @@ operator commands, over the HTTP API:
   warmpool session end SCOPE SESSION end a session
   warmpool pool NAME                 a scope's pods, deploys, followers and waiters
   warmpool sync                      publish every stored scope to Redis
+  warmpool tenant list [--limit N] [--after CURSOR]
+                                     every tenant with quotas, its use and share, page
+                                     after page (--limit, --after as for scope list)
+  warmpool tenant get NAME           a tenant's quotas, use and share
+  warmpool tenant put NAME -f FILE   store a tenant's quotas (JSON or YAML; - for stdin):
+                                     max_pods, max_cpu, max_memory, max_sessions,
+                                     max_idle_pods, weight; a field left out sets no limit
+  warmpool tenant delete NAME        remove a tenant's quotas (its scopes keep naming it)
 
 Operator commands and loadtest take --server URL (WARMPOOL_SERVER, default http://127.0.0.1:8080)
 and --token TOKEN (WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN; scope get, history, put
-and delete and sync need the admin token when the server has one). Operator commands and
-version take -o table|json|yaml: table by default on a terminal, json otherwise.
+and delete, sync and tenant need the admin token when the server has one). Operator
+commands and version take -o table|json|yaml: table by default on a terminal, json
+otherwise.
 
 exit status: 0 ok, 1 refused by the server, 2 usage, 3 not found, 4 unauthorized or
 forbidden, 5 server unavailable.
@@ -122,7 +131,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serve(ctx, rest, getenv, stdout, stderr)
 	case "demo-agent":
 		return demoagent.Main(ctx, rest, stdout, stderr)
-	case "scope", "scopes", "pool", "sync", "session", "version":
+	case "scope", "scopes", "pool", "sync", "session", "tenant", "version":
 		return operator(ctx, cmd, rest, getenv, stdout, stderr)
 	case "loadtest":
 		return loadtestCmd(ctx, rest, getenv, stdout, stderr)

@@ -72,16 +72,16 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.server, "server", envOr(getenv, "WARMPOOL_SERVER", "http://127.0.0.1:8080"), "server URL [WARMPOOL_SERVER]")
 	fs.StringVar(&f.token, "token", cmp.Or(getenv("WARMPOOL_ADMIN_TOKEN"), getenv("WARMPOOL_AUTH_TOKEN")),
-		"bearer token; scope get, history, put and delete and sync need the admin token [WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN]")
+		"bearer token; scope get, history, put and delete, sync and tenant need the admin token [WARMPOOL_ADMIN_TOKEN, else WARMPOOL_AUTH_TOKEN]")
 	def := defaultOutput(stdout)
 	fs.StringVar(&f.output, "o", def, "output format: table, json or yaml (default: table on a terminal, json otherwise)")
 	fs.StringVar(&f.output, "output", def, "the same as -o")
-	fs.StringVar(&f.file, "f", "", "scope put: the config file, JSON or YAML (- for stdin)")
+	fs.StringVar(&f.file, "f", "", "scope put, tenant put: the config file, JSON or YAML (- for stdin)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "scope put: check the config as a put does and print the pod it would deploy (YAML; JSON with -o json), storing nothing")
 	fs.BoolVar(&f.force, "force", false, "scope delete: delete every pod now, busy ones too (their sessions and holds end)")
-	fs.Var(&f.limit, "limit", fmt.Sprintf("scope history: `N` versions a page, 1 to %d (default %d; %d with --all); scope list: one page of N scopes, 1 to %d (default: every page)",
+	fs.Var(&f.limit, "limit", fmt.Sprintf("scope history: `N` versions a page, 1 to %d (default %d; %d with --all); scope list, tenant list: one page of N, 1 to %d (default: every page)",
 		warmpool.MaxHistoryLimit, warmpool.DefaultHistoryLimit, warmpool.MaxHistoryLimit, api.MaxScopesLimit))
-	fs.StringVar(&f.after, "after", "", "scope list: only the scopes after `CURSOR` (the next of the page before)")
+	fs.StringVar(&f.after, "after", "", "scope list, tenant list: only those after `CURSOR` (the next of the page before)")
 	fs.Var(&f.before, "before", "scope history: only versions older than version `V` (the next_before of the page before)")
 	fs.BoolVar(&f.all, "all", false, "scope history: follow next_before to the oldest version (default: one page, the newest)")
 	// Flags may follow the positional arguments ("scope put NAME -f FILE").
@@ -109,7 +109,7 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 	case cmd == "version" && len(pos) == 0:
 		return out.print(versionInfo(), versionTable)
 	case cmd == "scopes" && len(pos) == 0, cmd == "scope" && sub == "list" && len(pos) == 1:
-		return c.scopes(ctx, out, f)
+		return c.pages(ctx, out, f, "/v1/scopes", "scopes", scopesTable)
 	case cmd == "sync" && len(pos) == 0:
 		return c.write(ctx, out, http.MethodPost, "/v1/config/sync", nil, func(v map[string]any) string {
 			return fmt.Sprintf("%v scopes published", v["scopes"])
@@ -121,7 +121,7 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 	case cmd == "scope" && sub == "history" && len(pos) == 2:
 		return c.history(ctx, out, pos[1], f)
 	case cmd == "scope" && sub == "put" && len(pos) == 2:
-		body, err := configFile(f.file, pos[1])
+		body, err := configFile(f.file, "scope put "+pos[1])
 		if err != nil {
 			return err
 		}
@@ -139,6 +139,8 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 		return c.write(ctx, out, http.MethodDelete, path, nil, func(v map[string]any) string {
 			return fmt.Sprintf("scope/%s deleted: %v pods going", pos[1], v["pods"])
 		})
+	case cmd == "tenant" && tenantUsage(pos):
+		return c.tenant(ctx, out, pos, f)
 	case cmd == "session" && sub == "end" && len(pos) == 3:
 		return c.write(ctx, out, http.MethodDelete, scopePath(pos[1])+"/sessions/"+url.PathEscape(pos[2]), nil, func(v map[string]any) string {
 			if v["released"] == true {
@@ -153,11 +155,12 @@ func operator(ctx context.Context, cmd string, args []string, getenv func(string
 
 func scopePath(scope string) string { return "/v1/scopes/" + url.PathEscape(scope) }
 
-// configFile reads the config of scope put: JSON as it is, YAML turned into JSON (a
-// key given twice is refused). The server reports every fault of the document.
-func configFile(name, scope string) ([]byte, error) {
+// configFile reads the config of scope put or tenant put (cmd, for the usage error):
+// JSON as it is, YAML turned into JSON (a key given twice is refused). The server
+// reports every fault of the document.
+func configFile(name, cmd string) ([]byte, error) {
 	if name == "" {
-		return nil, usageError(fmt.Sprintf("scope put %s: -f FILE is required", scope))
+		return nil, usageError(fmt.Sprintf("%s: -f FILE is required", cmd))
 	}
 	var raw []byte
 	var err error
@@ -239,10 +242,11 @@ func (c client) history(ctx context.Context, out printer, scope string, f opFlag
 	}
 }
 
-// scopes prints the scopes: with --limit one page of them (and its next cursor);
-// otherwise it follows next from page to page, api.MaxScopesLimit scopes each, and
-// prints every scope as one answer. --after starts after a cursor.
-func (c client) scopes(ctx context.Context, out printer, f opFlags) error {
+// pages prints a paged list (GET /v1/scopes, GET /v1/tenants), its items under key:
+// with --limit one page of them (and its next cursor); otherwise it follows next from
+// page to page, api.MaxScopesLimit items each, and prints every item as one answer.
+// --after starts after a cursor.
+func (c client) pages(ctx context.Context, out printer, f opFlags, list, key string, table func(map[string]any) string) error {
 	q := url.Values{}
 	q.Set("limit", strconv.Itoa(api.MaxScopesLimit))
 	if f.limit.set {
@@ -251,7 +255,7 @@ func (c client) scopes(ctx context.Context, out printer, f opFlags) error {
 	after := f.after
 	var all map[string]any
 	for {
-		path := "/v1/scopes?" + q.Encode()
+		path := list + "?" + q.Encode()
 		if after != "" {
 			path += "&after=" + url.QueryEscape(after)
 		}
@@ -260,13 +264,13 @@ func (c client) scopes(ctx context.Context, out printer, f opFlags) error {
 			return err
 		}
 		if f.limit.set {
-			return out.print(v, scopesTable)
+			return out.print(v, table)
 		}
-		all = appendPage(all, v, "scopes")
+		all = appendPage(all, v, key)
 		next := field(v, "next")
 		if next == "" {
 			delete(all, "next")
-			return out.print(all, scopesTable)
+			return out.print(all, table)
 		}
 		if next <= after {
 			return fmt.Errorf("GET %s: next %q does not go forward", path, next)

@@ -135,7 +135,7 @@ type Sessions interface {
 
 // Sweeper holds the jobs that keep every scope's pool healthy.
 type Sweeper struct {
-	store    *redisstore.Store
+	store    State
 	pools    Pools
 	sessions Sessions
 	driver   warmpool.PodDriver
@@ -174,7 +174,7 @@ func (c *Config) fill() {
 
 // New returns the jobs over the given parts of a replica: its Redis, the resource and
 // session managers (as Pools and Sessions), the pod driver and the config store.
-func New(store *redisstore.Store, pools Pools, sessions Sessions, driver warmpool.PodDriver, configs warmpool.ConfigStore, cfg Config) *Sweeper {
+func New(store State, pools Pools, sessions Sessions, driver warmpool.PodDriver, configs warmpool.ConfigStore, cfg Config) *Sweeper {
 	cfg.fill()
 	s := &Sweeper{store: store, pools: pools, sessions: sessions, driver: driver, configs: configs, cfg: cfg, clock: cfg.Clock,
 		log: cfg.Logger.With("component", "sweeper"), watch: newWatchState(), paceNow: time.Now, paceWait: sleep}

@@ -30,7 +30,7 @@ type Job struct {
 
 // Runner runs jobs on their tickers, each only while holding its lock.
 type Runner struct {
-	store *redisstore.Store
+	store Locks
 	jobs  []Job
 	lease time.Duration
 	log   *slog.Logger
@@ -50,7 +50,7 @@ func jobName(ctx context.Context) string {
 
 // NewRunner returns a Runner of jobs whose locks are leases of lease (DefaultLockLease
 // when zero).
-func NewRunner(store *redisstore.Store, jobs []Job, lease time.Duration, log *slog.Logger) *Runner {
+func NewRunner(store Locks, jobs []Job, lease time.Duration, log *slog.Logger) *Runner {
 	if lease <= 0 {
 		lease = DefaultLockLease
 	}

@@ -99,7 +99,7 @@ func (c *Config) fill() {
 // Metrics holds the collectors of one replica.
 type Metrics struct {
 	cfg   Config
-	store *redisstore.Store
+	store Counts
 	log   *slog.Logger
 
 	reg          *prometheus.Registry
@@ -134,9 +134,17 @@ type Metrics struct {
 	serving serving
 }
 
+// Counts is what the pool gauges read of the Redis state store (redisstore.Store):
+// every scope's pool sizes, in one pipeline.
+type Counts interface {
+	Counts(ctx context.Context) ([]warmpool.ScopeCounts, error)
+}
+
+var _ Counts = (*redisstore.Store)(nil)
+
 // New registers warmpool's metrics; store feeds the pool gauges. A ScopeDetail that
 // is not a glob is an error.
-func New(store *redisstore.Store, cfg Config) (*Metrics, error) {
+func New(store Counts, cfg Config) (*Metrics, error) {
 	cfg.fill()
 	if _, err := path.Match(cfg.ScopeDetail, ""); err != nil {
 		return nil, fmt.Errorf("%q: %w", cfg.ScopeDetail, err)

@@ -6,13 +6,18 @@
 -- pods, which are kept) when pod_ttl_s has passed, and under warm_policy "demand" one
 -- kept beyond min_idle_pods a pod_ttl_s from now too (the target falls as the demand
 -- decays, with no script to note it); the end of a refill backoff
--- still to come (the refill tries again then). Scripts only move the due
+-- still to come (the refill tries again then); and at once a pool with fewer warm pods
+-- (its warm deploys in flight counted) than it keeps and room to deploy one, which
+-- pod_placeholder.lua would start: a due time that only a visit's refill would leave
+-- behind, so that a full pass auditing the index between a publish's note and the
+-- visit does not drop the refill. Scripts only move the due
 -- time earlier (note_due in lib/due.lua); this is the one script that moves it later,
 -- reading the state it is computed from in the same step, so a note made before it is
 -- counted and one made after it is kept. It reads the pods from the indexes of
--- lib/index.lua (warm, warmprev, surplus) and the sizes of idle, O(log P).
--- KEYS: config idle deploying followers claims sexp waiters dstats due backoff demand
---       warm warmprev surplus
+-- lib/index.lua (warm, warmprev, surplus) and the sizes of idle, O(log P), and the
+-- deploys in flight only when the pool lacks warm pods (bounded by max_parallel_deploys).
+-- KEYS: config pods idle deploying followers claims sexp waiters dstats due backoff
+--       demand warm warmprev surplus
 -- uses: demand surplus
 -- ARGV[1] now (ms)  ARGV[2] the sweep's tick (ms), for the demand target (idle_target)
 -- Returns the due time (ms, as a string), or "" when nothing is due (the key is deleted:
@@ -32,7 +37,9 @@ for _, key in ipairs({k.sexp, k.claims, k.deploying, k.followers, k.waiters}) do
     at(first[2])
   end
 end
-local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'min_idle', 'pod_ttl_ms', 'prewarm_until')
+local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'min_idle', 'pod_ttl_ms', 'prewarm_until',
+  'max_pods', 'parallel', 'deleted')
+local b = redis.call('HMGET', k.backoff, 'failures', 'until')
 local prev = prewarm_ver(k, now)
 if cfg[1] then
   local keep = idle_target(k, now, tonumber(ARGV[2]))
@@ -60,8 +67,23 @@ if cfg[1] then
   if kept > keep then
     at(tonumber(redis.call('ZRANGE', k.warm, beyond, beyond, 'WITHSCORES')[2]) + ttl)
   end
+  -- a refill pod_placeholder.lua would start (a full pool, the parallel bound and a
+  -- backoff are noted as they end: a pod purged, a deploy done, the backoff's end)
+  local fill = prev and math.max(1, keep) or keep
+  if not cfg[7] and kept < fill then
+    local deploys = redis.call('ZRANGE', k.deploying, 0, -1)
+    for _, d in ipairs(deploys) do
+      if string.sub(d, -1) == 'w' then
+        kept = kept + 1
+      end
+    end
+    if kept < fill and redis.call('ZCARD', k.pods) + #deploys < tonumber(cfg[5])
+      and #deploys < tonumber(cfg[6]) and (not b[1] or (now >= tonumber(b[2]) and #deploys == 0)) then
+      at(now)
+    end
+  end
 end
-local ends = tonumber(redis.call('HGET', k.backoff, 'until'))
+local ends = tonumber(b[2])
 if ends and ends > now then
   at(ends)
 end

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/warmpool/warmpool"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/redisstore"
 )
@@ -116,5 +117,34 @@ func TestDueIndexWriteFailureIsCountedAndRetried(t *testing.T) {
 	}
 	if err := store.RetryDueIndex(ctx); err != nil || fail.Failed() != 2 || failures != 2 {
 		t.Fatalf("a retry with nothing left: %v (%d commands failed, %d counted)", err, fail.Failed(), failures)
+	}
+}
+
+// A pool short of warm pods is due at once until its refill is started: the full
+// pass's audit of the due index (ScopeReindex) between a publish's note and the
+// sweep's visit kept nothing due, took the scope out of the index, and no refill ever
+// ran (seen in the fault matrix: a scope with min_idle_pods 2 and no pod, for good).
+// Once the refill's deploys are in flight, what is due is their leases' end.
+func TestDueKeepsARefillDueUntilItStarts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *warmpool.ScopeConfig) { c.Pool.MinIdlePods = 2 })
+	ctx := context.Background()
+	key := e.store.Keys().DueIndex(redisstore.DueShard(e.scope))
+	if _, err := e.store.ScopeReindex(ctx, e.scope, e.now); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.indexedAt(key); got > float64(e.now.UnixMilli()) {
+		t.Fatalf("indexed at %v after the audit; want the refill due at once (%v)", got, e.now.UnixMilli())
+	}
+	lease := e.now.Add(30 * time.Second)
+	for range 2 {
+		res, err := e.store.PodPlaceholder(ctx, e.scope, e.now, lease, lease)
+		if err != nil || res.Kind != redisstore.PlaceholderDeploy {
+			t.Fatalf("refill: %+v, %v", res, err)
+		}
+	}
+	at, ok, err := e.store.ScopeDue(ctx, e.scope, e.now)
+	if err != nil || !ok || !at.Equal(lease) {
+		t.Fatalf("due %v, %v, %v with the refill in flight; want the leases' end %v", at, ok, err, lease)
 	}
 }

@@ -107,7 +107,7 @@ var (
 		"epoch config pods podver slots idle claims claimpod sessions sexp waiters queue wake due agents served demand fixed sconf free freeprev warm warmprev busy surplus podsess podclaims")
 	reportCap  = load("report_cap.lua", unguarded, "epoch config slots")
 	poolTarget = load("pool_target.lua", unguarded, "config dstats demand")
-	scopeDue   = load("scope_due.lua", unguarded, "config idle deploying followers claims sexp waiters dstats due backoff demand warm warmprev surplus")
+	scopeDue   = load("scope_due.lua", unguarded, "config pods idle deploying followers claims sexp waiters dstats due backoff demand warm warmprev surplus")
 )
 
 // An option of a script (load).

@@ -685,14 +685,10 @@ func (s *Scope) PodPurge(pod, reason string, idleSince *time.Time) ([]string, er
 	return out, nil
 }
 
-// PodPlaceholder models pod_placeholder.lua.
-func (s *Scope) PodPlaceholder(now, leaseDeadline, noteDeadline time.Time) (redisstore.PlaceholderResult, error) {
-	if err := s.refused(); err != nil {
-		return redisstore.PlaceholderResult{}, err
-	}
+// fill is what pod_placeholder.lua answers of the scope's pool at now (ms) after its
+// hand-off and expiry: PlaceholderDeploy when it starts a warm deploy.
+func (s *Scope) fill(now int64) redisstore.PlaceholderResult {
 	ver := s.config["deploy_ver"]
-	q := s.handoff(now)
-	s.expirePool(ms(now), ms(noteDeadline), q)
 	surplus := s.surplus(ver, s.cfgInt("max_pods"))
 	warm := int64(0)
 	for pod := range s.idle {
@@ -706,19 +702,32 @@ func (s *Scope) PodPlaceholder(now, leaseDeadline, noteDeadline time.Time) (redi
 		}
 	}
 	minIdle := s.cfgInt("min_idle")
-	if s.prewarmVer(ms(now)) != "" {
+	if s.prewarmVer(now) != "" {
 		minIdle = max(1, minIdle)
 	}
 	switch {
 	case warm >= minIdle:
-		return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderEnough}, nil
+		return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderEnough}
 	case int64(len(s.pods)+len(s.deploys)) >= s.cfgInt("max_pods"):
-		return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderMaxReached}, nil
+		return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderMaxReached}
 	case int64(len(s.deploys)) >= s.cfgInt("parallel"):
-		return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderBusy}, nil
+		return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderBusy}
 	}
-	if b, held := s.backoffRefusal(ms(now), len(s.deploys)); held {
-		return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderBackoff, Backoff: b}, nil
+	if b, held := s.backoffRefusal(now, len(s.deploys)); held {
+		return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderBackoff, Backoff: b}
+	}
+	return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderDeploy}
+}
+
+// PodPlaceholder models pod_placeholder.lua.
+func (s *Scope) PodPlaceholder(now, leaseDeadline, noteDeadline time.Time) (redisstore.PlaceholderResult, error) {
+	if err := s.refused(); err != nil {
+		return redisstore.PlaceholderResult{}, err
+	}
+	q := s.handoff(now)
+	s.expirePool(ms(now), ms(noteDeadline), q)
+	if res := s.fill(ms(now)); res.Kind != redisstore.PlaceholderDeploy {
+		return res, nil
 	}
 	s.fence++
 	member := strconv.FormatInt(s.fence, 10) + "w"
@@ -1302,7 +1311,8 @@ func msOrZero(t time.Time) int64 {
 // nothing is. That is the earliest session expiry, claim, deploy lease, room entry
 // or waiter deadline; now for an idle pod of another deploy_ver than the scope's or
 // beyond max_pods; an idle pod of the scope's deploy_ver beyond the newest
-// min_idle_pods pod_ttl_s after it went idle.
+// min_idle_pods pod_ttl_s after it went idle; now for a refill that PodPlaceholder
+// would start.
 func (s *Scope) Due(now time.Time) (time.Time, bool) {
 	var due int64
 	found := false
@@ -1331,6 +1341,9 @@ func (s *Scope) Due(now time.Time) (time.Time, bool) {
 			default:
 				at(s.idle[pod] + ttl)
 			}
+		}
+		if !s.deleted() && s.fill(ms(now)).Kind == redisstore.PlaceholderDeploy {
+			at(ms(now))
 		}
 	}
 	if s.backoff.failures > 0 && s.backoff.until > ms(now) {

@@ -423,8 +423,14 @@ func TestKubernetesDeployEarlyFailure(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := newFakeClient()
 			script := tc.script
-			if script == nil { // the pod is deleted behind the driver's back after its create
+			created := make(chan struct{})
+			if script == nil {
+				// The pod is deleted behind the driver's back once its create has
+				// answered: the fake's create reads the pod back after storing it, so a
+				// delete on the Added event alone could beat that read and fail the
+				// create itself, which a real server never does.
 				script = func(p *corev1.Pod) *corev1.Pod {
+					<-created
 					if err := cs.Tracker().Delete(podsGVR, p.Namespace, p.Name); err != nil {
 						t.Error(err)
 					}
@@ -435,7 +441,10 @@ func TestKubernetesDeployEarlyFailure(t *testing.T) {
 			var failedEv atomic.Pointer[PhaseEvent]
 			k := mustKube(t, cs, func(c *Config) {
 				c.OnPhase = func(ev PhaseEvent) {
-					if ev.Phase == PhaseFailed {
+					switch ev.Phase {
+					case PhaseCreated:
+						close(created)
+					case PhaseFailed:
 						failedEv.Store(&ev)
 					}
 				}

@@ -5,7 +5,7 @@
 -- KEYS: epoch config pods podver podinfo slots idle deploying followers claims claimpod
 --       fence waiters queue wake dstats due backoff served demand sconf free freeprev
 --       warm warmprev busy surplus podclaims rooms open
--- uses: config demand deploy due expire handoff index served
+-- uses: config demand deploy due expire handoff index refill served
 -- ARGV[1] now (ms)  ARGV[2] claim id  ARGV[3] claim deadline (ms)
 -- ARGV[4] lease deadline (ms)  ARGV[5] room margin (ms): a follower waits up to the
 -- scope's ready timeout plus this margin

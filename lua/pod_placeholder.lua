@@ -6,7 +6,7 @@
 -- KEYS: epoch config pods podver slots idle deploying followers claims claimpod fence
 --       waiters queue wake dstats due backoff served demand sconf free freeprev warm
 --       warmprev busy surplus podclaims rooms open
--- uses: config demand deploy due expire handoff surplus
+-- uses: config demand deploy due expire handoff refill
 -- ARGV[1] now (ms)  ARGV[2] lease deadline (ms)  ARGV[3] note deadline (ms)
 -- ARGV[4] grant deadline (ms)  ARGV[5] publish command (expired claims' slots go to
 -- waiters first)  ARGV[6] the sweep's tick (ms), for the demand target (idle_target)
@@ -30,27 +30,8 @@ local keep = idle_target(k, now, tonumber(ARGV[6]))
 local q = handoff(k, now, ARGV[4], ARGV[5])
 expire_pool(k, now, ARGV[3], q)
 
--- an idle pod beyond max_pods is not kept warm: it does not count
-local warm = redis.call('ZCARD', k.warm) - redis.call('ZCOUNT', k.surplus, 0, 0)
-local deploys = redis.call('ZRANGE', k.deploying, 0, -1)
-for _, d in ipairs(deploys) do
-  if string.sub(d, -1) == 'w' then
-    warm = warm + 1
-  end
-end
-if prewarm_ver(k, now) then
-  keep = math.max(1, keep)
-end
-if warm >= keep then
-  return {'enough'}
-end
-if redis.call('ZCARD', k.pods) + #deploys >= max_pods then
-  return {'max_reached'}
-end
-if #deploys >= parallel then
-  return {'busy'}
-end
-local refused = backoff_refusal(k, now, #deploys)
+-- a warm deploy, unless the pool has its warm pods (a surplus idle pod not counted) or no room
+local refused = refill_refusal(k, now, keep, max_pods, parallel)
 if refused then
   return refused
 end

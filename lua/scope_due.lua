@@ -15,10 +15,10 @@
 -- reading the state it is computed from in the same step, so a note made before it is
 -- counted and one made after it is kept. It reads the pods from the indexes of
 -- lib/index.lua (warm, warmprev, surplus) and the sizes of idle, O(log P), and the
--- deploys in flight only when the pool lacks warm pods (bounded by max_parallel_deploys).
+-- deploys in flight only when the idle pods fall short of those kept (refill_refusal).
 -- KEYS: config pods idle deploying followers claims sexp waiters dstats due backoff
 --       demand warm warmprev surplus
--- uses: demand surplus
+-- uses: demand refill surplus
 -- ARGV[1] now (ms)  ARGV[2] the sweep's tick (ms), for the demand target (idle_target)
 -- Returns the due time (ms, as a string), or "" when nothing is due (the key is deleted:
 -- an unknown scope has nothing due either).
@@ -39,7 +39,6 @@ for _, key in ipairs({k.sexp, k.claims, k.deploying, k.followers, k.waiters}) do
 end
 local cfg = redis.call('HMGET', k.config, 'deploy_ver', 'min_idle', 'pod_ttl_ms', 'prewarm_until',
   'max_pods', 'parallel', 'deleted')
-local b = redis.call('HMGET', k.backoff, 'failures', 'until')
 local prev = prewarm_ver(k, now)
 if cfg[1] then
   local keep = idle_target(k, now, tonumber(ARGV[2]))
@@ -69,21 +68,11 @@ if cfg[1] then
   end
   -- a refill pod_placeholder.lua would start (a full pool, the parallel bound and a
   -- backoff are noted as they end: a pod purged, a deploy done, the backoff's end)
-  local fill = prev and math.max(1, keep) or keep
-  if not cfg[7] and kept < fill then
-    local deploys = redis.call('ZRANGE', k.deploying, 0, -1)
-    for _, d in ipairs(deploys) do
-      if string.sub(d, -1) == 'w' then
-        kept = kept + 1
-      end
-    end
-    if kept < fill and redis.call('ZCARD', k.pods) + #deploys < tonumber(cfg[5])
-      and #deploys < tonumber(cfg[6]) and (not b[1] or (now >= tonumber(b[2]) and #deploys == 0)) then
-      at(now)
-    end
+  if not cfg[7] and not refill_refusal(k, now, keep, tonumber(cfg[5]), tonumber(cfg[6])) then
+    at(now)
   end
 end
-local ends = tonumber(b[2])
+local ends = tonumber(redis.call('HGET', k.backoff, 'until'))
 if ends and ends > now then
   at(ends)
 end

@@ -1,5 +1,6 @@
 -- lib/deploy.lua: deploys that end without a pod (failed or lost, their followers
--- told why), the deploy time estimate's start times, and the refill backoff.
+-- told why) and the deploy time estimate's start times (the refill backoff they
+-- count toward: lib/refill.lua).
 -- uses: claimpod due index
 
 -- fail_followers empties the room of one deploy and leaves each follower a note with
@@ -48,24 +49,4 @@ end
 local function deploy_started(k, member, now)
   redis.call('HSET', k.dstats, 'start:' .. member, now)
   room_index(k, member)
-end
-
--- Refill backoff (SPEC §11.3). deploy_abort.lua counts the failed deploys of the
--- current deploy_ver in k.backoff and sets until to the failure's time + base *
--- 2^(failures - 1), at most the cap. Before until no deploy starts (a route or a hold
--- that would lead one, the warm-pool refill); from then on one at a time: a deploy
--- starts only while none is in flight, and its failure moves until on, so at most one
--- deploy per backoff period tries again. A warm pod and a place in the room of a
--- deploy in flight are taken as ever. A registered pod of the current deploy_ver
--- (pod_register.lua) and a new deploy_ver (scope_publish.lua) delete the key.
-
--- backoff_refusal is the answer to a deploy the scope's backoff holds back, with the
--- number of deploys in flight, nil when a deploy may start:
--- {"backoff", failures, until (ms), last error, deploys in flight}.
-local function backoff_refusal(k, now, deploys)
-  local b = redis.call('HMGET', k.backoff, 'failures', 'until', 'error')
-  if not b[1] or (now >= tonumber(b[2]) and deploys == 0) then
-    return nil
-  end
-  return {'backoff', b[1], b[2], b[3] or '', tostring(deploys)}
 end

@@ -38,6 +38,9 @@ const (
 	// CodeTenantNotFound: a tenant without quotas that no scope names (GET), or
 	// without quotas to delete (DELETE).
 	CodeTenantNotFound Code = "TENANT_NOT_FOUND"
+	// CodeQuotaExceeded: a route or acquire refused by a quota of the scope's tenant;
+	// the error's Details say which (QuotaDetails).
+	CodeQuotaExceeded Code = "QUOTA_EXCEEDED"
 )
 
 // Error is the domain error: a code of the contract, a message for the caller and,
@@ -46,6 +49,19 @@ type Error struct {
 	Code       Code
 	Message    string
 	RetryAfter int
+	// Details, when set, is the envelope's "details" (QUOTA_EXCEEDED: *QuotaDetails).
+	Details any
+}
+
+// QuotaDetails say which quota refused a call (SPEC §12.1): the tenant, the quota's
+// name (max_pods, max_cpu, max_memory, max_sessions), its limit and what the tenant's
+// scopes hold of it: counts for pods and sessions, Kubernetes quantities for cpu and
+// memory, as the tenant's config takes them.
+type QuotaDetails struct {
+	Tenant string `json:"tenant"`
+	Quota  string `json:"quota"`
+	Limit  any    `json:"limit"`
+	Use    any    `json:"use"`
 }
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }

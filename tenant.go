@@ -61,6 +61,10 @@ type TenantQuotas interface {
 	ForgetTenant(ctx context.Context, tenant string) error
 	// TenantUse reads what the tenant's scopes hold. Errors: STORE_UNAVAILABLE.
 	TenantUse(ctx context.Context, tenant string) (TenantUse, error)
+	// BalanceTenant makes the tenant's scopes governed by the limits l (Unlimited:
+	// by none) and takes back the allowance they do not use. Errors:
+	// STORE_UNAVAILABLE.
+	BalanceTenant(ctx context.Context, tenant string, l TenantLimits) error
 }
 
 // TenantOf is the tenant of the scope whose config c is: c.Tenant, or, when the

@@ -5,7 +5,7 @@
 -- KEYS: epoch config pods podver podinfo slots idle deploying followers claims claimpod
 --       fence waiters queue wake dstats due backoff served demand sconf free freeprev
 --       warm warmprev busy surplus podclaims rooms open
--- uses: config demand deploy due expire handoff index refill served
+-- uses: config demand deploy due expire handoff index quota refill served
 -- ARGV[1] now (ms)  ARGV[2] claim id  ARGV[3] claim deadline (ms)
 -- ARGV[4] lease deadline (ms)  ARGV[5] room margin (ms): a follower waits up to the
 -- scope's ready timeout plus this margin
@@ -15,6 +15,8 @@
 --       | {"deploy", deploy member, fence, deploy spec JSON, report interval (ms; "0": the
 --         config has none), for the pod's env}
 --       | {"max_reached", pods, deploys}
+--       | {"quota", "pods", held, allowance, tenant, cpu_m, memory_b} (a deploy it would
+--         lead is beyond the scope's allowance of its tenant's quotas, lib/quota.lua)
 --       | {"backoff", failures, until, last error, deploys} (a deploy it would lead is held
 --         back by the refill backoff; warm pods and rooms are taken first)
 --       | {"NO_SCOPE"} | {"EPOCH_LOST"}
@@ -25,7 +27,7 @@
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local claim = ARGV[2]
-local cfg, refused = scope_config(k, 'deploy_ver', 'max_pods', 'parallel', 'deploy', 'ready_ms', 'report_ms')
+local cfg, refused = scope_config(k, 'deploy_ver', 'max_pods', 'parallel', 'deploy', 'ready_ms', 'report_ms', 'q_pods')
 if not cfg then
   return refused
 end
@@ -65,9 +67,9 @@ if d and npods + ndeploys <= max_pods then
 end
 
 -- 3. Lead: a new deploy while pods + deploys stay within max_pods and the parallel bound,
--- unless the refill backoff holds it back.
+-- unless the refill backoff holds it back or the tenant's allowance is used up.
 if npods + ndeploys < max_pods and ndeploys < parallel then
-  local refused = backoff_refusal(k, now, ndeploys)
+  local refused = backoff_refusal(k, now, ndeploys) or quota_refusal(k, 'pods', npods + ndeploys, cfg[7])
   if refused then
     return refused
   end

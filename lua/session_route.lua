@@ -16,7 +16,7 @@
 -- KEYS: epoch config pods podver podinfo slots idle claims claimpod sessions sexp waiters
 --       queue qseq wake due served demand fixed sconf free freeprev warm warmprev busy
 --       surplus podsess podclaims | extra: route_answer idem_mark
--- uses: claimpod config demand due handoff idem index served slots surplus
+-- uses: claimpod config demand due handoff idem index quota served slots surplus
 -- ARGV[1] now (ms)  ARGV[2] session id  ARGV[3] claim id ("" for none)
 -- ARGV[4] the request's fingerprint ("" without a request id)  ARGV[5] answer cache TTL (ms)
 -- ARGV[6] waiter id of the caller ("": it does not queue)
@@ -30,6 +30,9 @@
 --       | {"none"} (nothing fits and the caller is not queued: nobody waits, or ARGV[6]
 --         is "") | {"queued", rank (0 = first in line), deadline (ms)}
 --       | {"full", queue_size} | {"no_wait"} (queue_size or wait_timeout_s is 0)
+--       | {"quota", "sessions", held, allowance, tenant, cpu_m, memory_b} (a new session
+--         beyond the scope's allowance of its tenant's quotas, lib/quota.lua; a claim
+--         given goes back and the caller leaves the queue)
 --       | {"NO_SCOPE"} | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
@@ -38,7 +41,7 @@
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local sid, claim, waiter = ARGV[2], ARGV[3], ARGV[6]
-local cfg, refused = scope_config(k, 'deploy_ver', 'session_ttl_ms', 'queue_size', 'wait_ms')
+local cfg, refused = scope_config(k, 'deploy_ver', 'session_ttl_ms', 'queue_size', 'wait_ms', 'q_sess')
 if not cfg then
   return refused
 end
@@ -121,6 +124,16 @@ if bound then
     return answer('bound', '0', bound)
   end
   evict_session(k, sid, now, q)
+end
+
+-- A new session: within the scope's allowance of its tenant's sessions, if governed.
+local refused = quota_refusal(k, 'sessions', redis.call('HLEN', k.sessions), cfg[5])
+if refused then
+  if claim ~= '' then
+    release_claim(k, claim, now, true, q)
+  end
+  leave(nil)
+  return refused
 end
 
 -- RM's claim first, then the slot the queue handed to this waiter: the claimed slot

@@ -81,6 +81,15 @@ func (k Keyspace) TenantScopes(tenant string) string {
 	return k.prefix + "tenant:{" + tenant + "}:scopes"
 }
 
+// TenantEscrow is what the tenant's escrow granted its scopes (HASH, quota.go and
+// lib/quota.lua): "pods", "cpu_m", "memory_b", "sessions" over all its scopes,
+// "<dim>|<scope>" per scope, and "rate|<dim>", "rate_t|<dim>" the release rate of
+// pods and of sessions that Retry-After is figured from. One key per tenant, on the
+// tenant's slot, changed only by tenant_grant.lua and tenant_credit.lua.
+func (k Keyspace) TenantEscrow(tenant string) string {
+	return k.prefix + "tenant:{" + tenant + "}:escrow"
+}
+
 // Lock is the key of a global lease lock (sweeper jobs, config sync).
 func (k Keyspace) Lock(name string) string { return k.prefix + "lock:" + name }
 

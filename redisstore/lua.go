@@ -108,6 +108,13 @@ var (
 	reportCap  = load("report_cap.lua", unguarded, "epoch config slots")
 	poolTarget = load("pool_target.lua", unguarded, "config dstats demand")
 	scopeDue   = load("scope_due.lua", unguarded, "config pods idle deploying followers claims sexp waiters dstats due backoff demand warm warmprev surplus")
+	// The tenants' quotas (quota.go): the escrow on the tenant's slot, the allowance
+	// on the scope's.
+	tenantGrant  = load("tenant_grant.lua", guarded, "", "limits", "escrow")
+	tenantCredit = load("tenant_credit.lua", unguarded, "", "escrow")
+	quotaApply   = load("quota_apply.lua", unguarded, "config")
+	quotaTrim    = load("quota_trim.lua", unguarded, "config pods deploying sessions")
+	quotaGovern  = load("quota_govern.lua", unguarded, "config")
 )
 
 // An option of a script (load).

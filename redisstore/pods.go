@@ -55,7 +55,7 @@ type AcquireResult struct {
 // PodAcquire runs pod_acquire.lua: a warm pod, a place in the room of a deploy in
 // flight, a new deploy lease, or max_reached.
 func (s *Store) PodAcquire(ctx context.Context, scope string, a AcquireArgs) (AcquireResult, error) {
-	r, err := s.call(ctx, podAcquire, s.keys.Scope(scope), nil,
+	r, err := s.callQuota(ctx, podAcquire, s.keys.Scope(scope), nil,
 		append([]any{ms(a.Now), a.Claim, ms(a.ClaimDeadline), ms(a.LeaseDeadline), a.RoomMargin.Milliseconds()}, s.handoffArgs(a.Now)...)...)
 	if err != nil {
 		return AcquireResult{}, err
@@ -143,6 +143,8 @@ const (
 	PlaceholderBusy       = "busy"
 	// PlaceholderBackoff: the refill backoff holds the deploy back.
 	PlaceholderBackoff = "backoff"
+	// PlaceholderQuota: the scope's tenant is at a quota; the refill waits for a release.
+	PlaceholderQuota = "quota"
 )
 
 // Backoff is a scope's refill backoff (SPEC §11.3): Failures failed deploys of its
@@ -177,8 +179,11 @@ type PlaceholderResult struct {
 // PodPlaceholder runs pod_placeholder.lua: it reserves a warm-pool deploy lease when
 // the scope lacks idle pods.
 func (s *Store) PodPlaceholder(ctx context.Context, scope string, now, leaseDeadline, noteDeadline time.Time) (PlaceholderResult, error) {
-	r, err := s.call(ctx, podPlaceholder, s.keys.Scope(scope), nil,
+	r, err := s.callQuota(ctx, podPlaceholder, s.keys.Scope(scope), nil,
 		append([]any{ms(now), ms(leaseDeadline), ms(noteDeadline)}, append(s.handoffArgs(now), s.sweepPeriod.Milliseconds())...)...)
+	if warmpool.ErrorCode(err) == warmpool.CodeQuotaExceeded {
+		return PlaceholderResult{Kind: PlaceholderQuota}, nil
+	}
 	if err != nil {
 		return PlaceholderResult{}, err
 	}

@@ -37,6 +37,8 @@ type Store struct {
 	// deadline.
 	wall func() time.Time
 	skew atomic.Int64
+	// refusals counts the calls a tenant's quota refused (QuotaRefusals).
+	refusals quotaRefusals
 }
 
 // DefaultSweepPeriod is the sweep tick the demand target assumes unless SweepPeriod

@@ -104,7 +104,14 @@ type Tenants interface {
 	// PublishAll publishes every tenant with quotas and returns how many. Errors:
 	// STORE_UNAVAILABLE.
 	PublishAll(ctx context.Context) (int, error)
+	// Balance makes every tenant's scopes governed by its quotas and takes back the
+	// allowance they do not use (the tenants job). Errors: STORE_UNAVAILABLE.
+	Balance(ctx context.Context) error
 }
+
+// TenantsJobName is the name of the job that balances the tenants' quotas.
+const TenantsJobName = "tenants"
+
 
 // Pools is what the jobs need of the resource manager (rm.Manager).
 type Pools interface {
@@ -254,6 +261,9 @@ func (s *Sweeper) Jobs() []Job {
 		jobs = append(jobs, Job{Name: WatchJobName(shard), Interval: s.cfg.Watch, Wake: s.watch.wake[shard], Run: func(ctx context.Context) error {
 			return s.WatchShard(ctx, shard)
 		}})
+	}
+	if s.cfg.Tenants != nil {
+		jobs = append(jobs, Job{Name: TenantsJobName, Interval: s.cfg.Interval, Run: s.cfg.Tenants.Balance})
 	}
 	return jobs
 }

@@ -25,15 +25,19 @@ type Service struct {
 
 	// turn serializes this replica's reads-then-publishes (see Changed).
 	turn sync.Mutex
-	// mu guards weights: the weight of each tenant with quotas, as this replica last
-	// read it.
+	// mu guards weights, the weight of each tenant with quotas, and limits, its
+	// limits, as this replica last read them; and ended, the tenants whose quotas went
+	// since, until a balance pass ends their scopes' governance.
 	mu      sync.Mutex
 	weights map[string]int64
+	limits  map[string]warmpool.TenantLimits
+	ended   map[string]bool
 }
 
 // New returns a Service over the config store and where quotas are enforced.
 func New(store warmpool.TenantStore, quotas warmpool.TenantQuotas, log *slog.Logger) *Service {
-	return &Service{store: store, quotas: quotas, log: defaults.Logger(log).With("component", "tenants"), weights: map[string]int64{}}
+	return &Service{store: store, quotas: quotas, log: defaults.Logger(log).With("component", "tenants"), weights: map[string]int64{},
+		limits: map[string]warmpool.TenantLimits{}, ended: map[string]bool{}}
 }
 
 // Put checks cfg, stores it as the tenant's next version and publishes it. Errors:
@@ -166,26 +170,69 @@ func (s *Service) Changed(ctx context.Context, tenant string) error {
 	s.turn.Lock()
 	defer s.turn.Unlock()
 	stored, err := s.store.GetTenant(ctx, tenant)
+	l := warmpool.Unlimited()
 	switch {
 	case errors.Is(err, warmpool.ErrNoTenantConfig):
-		s.setWeight(tenant, 0)
-		return s.quotas.ForgetTenant(ctx, tenant)
+		s.note(tenant, 0, l)
+		err = s.quotas.ForgetTenant(ctx, tenant)
 	case err != nil:
 		return err
+	default:
+		l = stored.Config.Limits()
+		s.note(tenant, stored.Config.Weight, l)
+		err = s.quotas.PublishTenant(ctx, tenant, l)
 	}
-	s.setWeight(tenant, stored.Config.Weight)
-	return s.quotas.PublishTenant(ctx, tenant, stored.Config.Limits())
+	if err != nil {
+		return err
+	}
+	// The scopes follow at once; a failure here is the periodic pass's to mend.
+	if berr := s.quotas.BalanceTenant(ctx, tenant, l); berr != nil {
+		s.log.WarnContext(ctx, "tenant's scopes not balanced; the next pass does it", "tenant", tenant, "err", berr)
+	}
+	return nil
 }
 
-// setWeight notes the tenant's weight (0: it has no quotas).
-func (s *Service) setWeight(tenant string, w int64) {
+// note keeps the tenant's weight and limits (weight 0: it has no quotas).
+func (s *Service) note(tenant string, w int64, l warmpool.TenantLimits) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w == 0 {
+		if _, had := s.limits[tenant]; had {
+			s.ended[tenant] = true
+		}
 		delete(s.weights, tenant)
+		delete(s.limits, tenant)
 		return
 	}
+	delete(s.ended, tenant)
 	s.weights[tenant] = w
+	s.limits[tenant] = l
+}
+
+// Balance runs a balance pass (TenantQuotas.BalanceTenant) of every tenant with
+// quotas this replica knows of, and of each whose quotas went since its last pass:
+// the sweeper's tenants job, every tick. Errors: STORE_UNAVAILABLE.
+func (s *Service) Balance(ctx context.Context) error {
+	s.mu.Lock()
+	todo := make(map[string]warmpool.TenantLimits, len(s.limits)+len(s.ended))
+	for id, l := range s.limits {
+		todo[id] = l
+	}
+	for id := range s.ended {
+		todo[id] = warmpool.Unlimited()
+	}
+	s.mu.Unlock()
+	var errs []error
+	for id, l := range todo {
+		err := s.quotas.BalanceTenant(ctx, id, l)
+		if err == nil && l == warmpool.Unlimited() {
+			s.mu.Lock()
+			delete(s.ended, id)
+			s.mu.Unlock()
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // listPage is how many tenants PublishAll reads at once.

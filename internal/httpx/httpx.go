@@ -39,6 +39,7 @@ type envelopeBody struct {
 	Code       string `json:"code"`
 	Message    string `json:"message"`
 	RetryAfter int    `json:"retry_after,omitempty"`
+	Details    any    `json:"details,omitempty"`
 }
 
 // WriteJSON writes v with the status.
@@ -88,7 +89,7 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	if e.Code == warmpool.CodeUnauthorized {
 		w.Header().Set("WWW-Authenticate", "Bearer")
 	}
-	WriteJSON(w, Status(e.Code), envelope{Error: envelopeBody{Code: string(e.Code), Message: e.Message, RetryAfter: e.RetryAfter}})
+	WriteJSON(w, Status(e.Code), envelope{Error: envelopeBody{Code: string(e.Code), Message: e.Message, RetryAfter: e.RetryAfter, Details: e.Details}})
 }
 
 // ErrorOf is the domain error that answers err, the one rule of every API's answers:

@@ -25,6 +25,7 @@ var statuses = map[warmpool.Code]int{
 	warmpool.CodeIdempotencyMismatch: http.StatusUnprocessableEntity,
 	warmpool.CodePodNotFound:         http.StatusNotFound,
 	warmpool.CodeTenantNotFound:      http.StatusNotFound,
+	warmpool.CodeQuotaExceeded:       http.StatusTooManyRequests,
 }
 
 // Status is the HTTP status that goes with the code (SPEC §3).

@@ -10,14 +10,17 @@ import (
 
 const labelTenant = "tenant"
 
-// tenantMetrics are the tenant gauges of SPEC §12.1, read at each gathering, one
-// series a tenant with quotas. Quotas refuse nothing yet, so the refusals counter of
-// SPEC §12.1 is not registered.
+// tenantMetrics are the tenant metrics of SPEC §12.1, read at each gathering: the
+// gauges one series a tenant with quotas, the refusals one a tenant this replica saw
+// refused (only a tenant with quotas is).
 type tenantMetrics struct {
-	pods, sessions *prometheus.Desc
+	pods, sessions, refusals *prometheus.Desc
 	// read gives the tenants' use; nil until ReadTenants sets it.
 	read func(ctx context.Context) ([]warmpool.TenantUsage, error)
-	m    *Metrics
+	// refused gives the calls refused by each tenant's quotas on this replica; nil
+	// until ReadQuotaRefusals sets it.
+	refused func() map[string]uint64
+	m       *Metrics
 }
 
 func newTenantMetrics(m *Metrics) *tenantMetrics {
@@ -27,6 +30,8 @@ func newTenantMetrics(m *Metrics) *tenantMetrics {
 			"Pods of the tenant's scopes (deploys in flight included), by tenant with quotas.", []string{labelTenant}, nil),
 		sessions: prometheus.NewDesc("warmpool_tenant_sessions",
 			"Bound sessions of the tenant's scopes, by tenant with quotas.", []string{labelTenant}, nil),
+		refusals: prometheus.NewDesc("warmpool_tenant_quota_refusals_total",
+			"Routes, acquires and refills this replica saw refused by the tenant's quotas (429 QUOTA_EXCEEDED), by tenant.", []string{labelTenant}, nil),
 	}
 }
 
@@ -38,8 +43,13 @@ func (t *tenantMetrics) Describe(chan<- *prometheus.Desc) {}
 // failed read counts a scrape error and sends none.
 func (t *tenantMetrics) Collect(ch chan<- prometheus.Metric) {
 	t.m.mu.RLock()
-	read := t.read
+	read, refused := t.read, t.refused
 	t.m.mu.RUnlock()
+	if refused != nil {
+		for tenant, n := range refused() {
+			ch <- prometheus.MustNewConstMetric(t.refusals, prometheus.CounterValue, float64(n), tenant)
+		}
+	}
 	if read == nil {
 		return
 	}
@@ -61,5 +71,13 @@ func (t *tenantMetrics) Collect(ch chan<- prometheus.Metric) {
 func (m *Metrics) ReadTenants(read func(ctx context.Context) ([]warmpool.TenantUsage, error)) {
 	m.mu.Lock()
 	m.tenants.read = read
+	m.mu.Unlock()
+}
+
+// ReadQuotaRefusals sets where the refusals counter is read from
+// (redisstore.Store.QuotaRefusals).
+func (m *Metrics) ReadQuotaRefusals(refused func() map[string]uint64) {
+	m.mu.Lock()
+	m.tenants.refused = refused
 	m.mu.Unlock()
 }

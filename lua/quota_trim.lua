@@ -1,0 +1,24 @@
+-- quota_trim.lua: a governed scope gives back the allowance it does not use
+-- (lib/quota.lua): each allowance above what the scope holds (pods and deploys in
+-- flight; bound sessions) comes down to it. The caller credits the tenant's escrow
+-- with what came off (tenant_credit.lua).
+-- KEYS: config pods deploying sessions
+-- ARGV none
+-- Returns {pods off, sessions off, pods allowance, sessions allowance} ("-1": the
+-- scope is not governed in that dimension)
+local k = scope_keys(KEYS)
+local q = redis.call('HMGET', k.config, 'q_pods', 'q_sess')
+local out = {'0', '0', '-1', '-1'}
+local held = {redis.call('ZCARD', k.pods) + redis.call('ZCARD', k.deploying), redis.call('HLEN', k.sessions)}
+for i, f in ipairs({'q_pods', 'q_sess'}) do
+  local allowance = tonumber(q[i])
+  if allowance then
+    if allowance > held[i] then
+      redis.call('HSET', k.config, f, held[i])
+      out[i] = tostring(allowance - held[i])
+      allowance = held[i]
+    end
+    out[i + 2] = tostring(allowance)
+  end
+end
+return out

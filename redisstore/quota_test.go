@@ -1,0 +1,216 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/redisstore"
+)
+
+// quotaEnv is an env whose scopes s1, s2 and s3 all name tenant acme, one session
+// per pod, each pod requesting 500m.
+func quotaEnv(t *testing.T, l warmpool.TenantLimits) *env {
+	t.Helper()
+	mutate := func(c *warmpool.ScopeConfig) {
+		c.Tenant, c.Deploy.Resources = "acme", warmpool.Resources{CPU: "500m"}
+		c.Pool.PodConcurrency, c.Pool.MaxConcurrency = 1, 8
+	}
+	e := newEnv(t, mutate)
+	for _, s := range []string{"s2", "s3"} {
+		e.scope = s
+		e.publish(mutate)
+	}
+	e.scope = "s1"
+	e.limit(l)
+	return e
+}
+
+// limit publishes acme's limits and balances its scopes, as a replica's feed does.
+func (e *env) limit(l warmpool.TenantLimits) {
+	e.t.Helper()
+	ctx := context.Background()
+	if err := e.store.PublishTenant(ctx, "acme", l); err != nil {
+		e.t.Fatal(err)
+	}
+	e.balance(l)
+}
+
+func (e *env) balance(l warmpool.TenantLimits) {
+	e.t.Helper()
+	if err := e.store.BalanceTenant(context.Background(), "acme", l); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// quotaErr is the QUOTA_EXCEEDED error in err's chain, or nil.
+func quotaErr(err error) *warmpool.Error {
+	var e *warmpool.Error
+	if errors.As(err, &e) && e.Code == warmpool.CodeQuotaExceeded {
+		return e
+	}
+	return nil
+}
+
+// A tenant's pod quotas hold across its scopes: max_cpu of 1 core lets two pods of
+// 500m lead deploys, in two scopes, and the third is refused with the quota's name,
+// limit and use and a Retry-After; once a deploy ends, the balance pass takes its
+// allowance back and another scope may lead one.
+func TestTenantQuotaPods(t *testing.T) {
+	t.Parallel()
+	l := warmpool.Unlimited()
+	l.MilliCPU = 1000
+	e := quotaEnv(t, l)
+	ctx := context.Background()
+	first := e.acquire("c1")
+	e.scope = "s2"
+	if res := e.acquire("c2"); res.Kind != redisstore.AcquireDeploy {
+		t.Fatalf("s2's first acquire: %+v, want a deploy", res)
+	}
+	e.scope = "s3"
+	_, err := e.store.PodAcquire(ctx, "s3", e.acquireArgs("c3"))
+	q := quotaErr(err)
+	if q == nil {
+		t.Fatalf("a third pod of 500m under max_cpu 1: %v, want QUOTA_EXCEEDED", err)
+	}
+	d, _ := q.Details.(*warmpool.QuotaDetails)
+	if d == nil || *d != (warmpool.QuotaDetails{Tenant: "acme", Quota: "max_cpu", Limit: "1", Use: "1"}) || q.RetryAfter < 1 {
+		t.Fatalf("refusal %+v, details %+v: want acme's max_cpu, limit 1, use 1, Retry-After ≥ 1", q, q.Details)
+	}
+
+	e.scope = "s1"
+	if _, err := e.store.DeployAbort(ctx, "s1", first.Deploy, first.Spec.DeployVer(), "gone", true, e.now, e.now.Add(30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.PodAcquire(ctx, "s3", e.acquireArgs("c3")); quotaErr(err) == nil {
+		t.Fatalf("s3 led a deploy before the balance pass took s1's allowance back: %v", err)
+	}
+	e.balance(l)
+	if res, err := e.store.PodAcquire(ctx, "s3", e.acquireArgs("c3")); err != nil || res.Kind != redisstore.AcquireDeploy {
+		t.Fatalf("s3 after the balance pass: %+v, %v, want a deploy", res, err)
+	}
+}
+
+// A tenant's max_sessions holds across its scopes; an ended session's allowance comes
+// back at the balance pass. Removing the quotas ends the governance.
+func TestTenantQuotaSessions(t *testing.T) {
+	t.Parallel()
+	l := warmpool.Unlimited()
+	l.Sessions = 2
+	e := quotaEnv(t, l)
+	ctx := context.Background()
+	for _, s := range []string{"s3", "s2", "s1"} {
+		e.scope = s
+		e.onePod()
+	}
+	if res := e.route("a"); !res.Served() {
+		t.Fatalf("route a: %+v", res)
+	}
+	e.scope = "s2"
+	if res := e.route("b"); !res.Served() {
+		t.Fatalf("route b: %+v", res)
+	}
+	e.scope = "s3"
+	_, err := e.store.SessionRoute(ctx, "s3", redisstore.RouteArgs{Now: e.now, Session: "c"})
+	q := quotaErr(err)
+	if q == nil {
+		t.Fatalf("a third session under max_sessions 2: %v, want QUOTA_EXCEEDED", err)
+	}
+	if d, _ := q.Details.(*warmpool.QuotaDetails); d == nil || d.Quota != "max_sessions" || d.Limit != int64(2) || d.Use != int64(2) {
+		t.Fatalf("details %+v, want max_sessions 2 of 2", q.Details)
+	}
+	if res, err := e.store.SessionRoute(ctx, "s2", redisstore.RouteArgs{Now: e.now, Session: "b"}); err != nil || !res.Served() {
+		t.Fatalf("a bound session's route is refused: %+v, %v", res, err)
+	}
+	if _, err := e.store.SessionEnd(ctx, "s1", "a", e.now); err != nil {
+		t.Fatal(err)
+	}
+	e.balance(l)
+	if res := e.route("c"); !res.Served() {
+		t.Fatalf("route c after a ended: %+v", res)
+	}
+	e.limit(warmpool.Unlimited())
+	e.scope = "s1"
+	if res := e.route("d"); !res.Served() {
+		t.Fatalf("route d without quotas: %+v", res)
+	}
+	esc, err := e.r.Client.HGetAll(ctx, e.store.Keys().TenantEscrow("acme")).Result()
+	if err != nil || esc["sessions"] != "0" {
+		t.Fatalf("escrow after the quotas went: %v, %v; want sessions 0", esc, err)
+	}
+}
+
+// Concurrent acquires of three scopes against max_pods 5, with balance passes
+// between them, never lead more than 5 deploys of the tenant, and the escrow never
+// counts less than the scopes hold (SPEC §12.1: no tenant over a quota at any step).
+// A pass may take back a grant before its caller used it (that caller is refused,
+// under-admitted); after a last pass, acquires take what is left, and the tenant
+// ends with exactly 5.
+func TestTenantQuotaConcurrent(t *testing.T) {
+	t.Parallel()
+	l := warmpool.Unlimited()
+	l.Pods = 5
+	e := quotaEnv(t, l)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	led, refused := 0, 0
+	for i := range 24 {
+		wg.Go(func() {
+			scope := fmt.Sprintf("s%d", i%3+1)
+			res, err := e.store.PodAcquire(ctx, scope, e.acquireArgs(fmt.Sprintf("c%d", i)))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case quotaErr(err) != nil || warmpool.ErrorCode(err) == warmpool.CodeNoPodAvailable:
+				refused++
+			case err != nil:
+				t.Error(err)
+			case res.Kind == redisstore.AcquireDeploy:
+				led++
+			default:
+				t.Errorf("acquire %d: %+v", i, res)
+			}
+		})
+		if i%6 == 0 {
+			wg.Go(func() {
+				if err := e.store.BalanceTenant(ctx, "acme", l); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	e.balance(l)
+	for i := 0; led+refused < 40; i++ {
+		res, err := e.store.PodAcquire(ctx, "s1", e.acquireArgs(fmt.Sprintf("late%d", i)))
+		if quotaErr(err) != nil {
+			break
+		}
+		if err != nil || res.Kind != redisstore.AcquireDeploy {
+			t.Fatalf("late acquire: %+v, %v", res, err)
+		}
+		led++
+	}
+	held := int64(0)
+	for _, s := range []string{"s1", "s2", "s3"} {
+		n, err := e.r.Client.ZCard(ctx, e.store.Keys().Scope(s).Deploying).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held += n
+	}
+	esc, err := e.r.Client.HGet(ctx, e.store.Keys().TenantEscrow("acme"), "pods").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted, _ := strconv.ParseInt(esc, 10, 64)
+	if led != 5 || held != 5 || granted != 5 {
+		t.Fatalf("led %d deploys (held %d, escrow %d), refused %d: want 5 led under max_pods 5 and the escrow at 5", led, held, granted, refused)
+	}
+}

@@ -112,7 +112,6 @@ type Tenants interface {
 // TenantsJobName is the name of the job that balances the tenants' quotas.
 const TenantsJobName = "tenants"
 
-
 // Pools is what the jobs need of the resource manager (rm.Manager).
 type Pools interface {
 	// Fill starts warm-pool deploys of the scope while it has fewer idle pods of its

@@ -143,7 +143,24 @@ func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 			"scope %q v%d is published already with %s %s, this one has %v: the replicas do not share one config store",
 			rec.ScopeID, rec.Version, field, have, valueOf(content, field)))
 	}
-	return r.err()
+	if err := r.err(); err != nil {
+		return err
+	}
+	return s.governPublished(ctx, rec.Config.TenantOf(rec.ScopeID), rec.ScopeID)
+}
+
+// governPublished makes a scope just published governed by its tenant's quotas, when
+// the tenant has any, before the publish answers: the tenants job would only get to
+// it at its next pass (quota.go).
+func (s *Store) governPublished(ctx context.Context, tenant, scope string) error {
+	l, ok, err := s.TenantLimits(ctx, tenant)
+	if err != nil || !ok {
+		return err
+	}
+	if gov := governs(l); gov != [2]bool{} {
+		_, err = s.balanceScope(ctx, tenant, scope, gov)
+	}
+	return err
 }
 
 // ScopeIndex adds scope to the global index, and reports whether it was missing.

@@ -173,6 +173,7 @@ var retryCodes = map[string]bool{
 	string(warmpool.CodeNoPodAvailable): true,
 	string(warmpool.CodeQueueFull):      true,
 	string(warmpool.CodeWaitTimeout):    true,
+	string(warmpool.CodeQuotaExceeded):  true,
 }
 
 // specStatus is SPEC §3's status of each error code.
@@ -180,13 +181,14 @@ var specStatus = map[string]int{
 	"VALIDATION": 400, "UNAUTHORIZED": 401, "FORBIDDEN": 403, "SCOPE_NOT_FOUND": 404, "SESSION_NOT_FOUND": 404, "HOLD_NOT_FOUND": 404,
 	"CONFIG_SYNC_BUSY": 409, "PAYLOAD_TOO_LARGE": 413, "NO_POD_AVAILABLE": 503, "QUEUE_FULL": 503,
 	"WAIT_TIMEOUT": 504, "DEPLOY_FAILED": 502, "STORE_UNAVAILABLE": 503, "INTERNAL": 500, "IDEMPOTENCY_MISMATCH": 422, "POD_NOT_FOUND": 404,
-	"TENANT_NOT_FOUND": 404,
+	"TENANT_NOT_FOUND": 404, "QUOTA_EXCEEDED": 429,
 	// Not in SPEC's table: unknown paths and methods (chi's NotFound / MethodNotAllowed).
 	"NOT_FOUND": 404, "METHOD_NOT_ALLOWED": 405,
 }
 
 // checkEnvelope checks that an error answer is exactly
-// {"error":{"code","message"[,"retry_after"]}} with a status that fits the code and a
+// {"error":{"code","message"[,"retry_after"][,"details"]}} (details only with
+// QUOTA_EXCEEDED, and always with it) with a status that fits the code and a
 // Retry-After header whenever retry_after is set. It returns the inner object.
 func checkEnvelope(tb testing.TB, r resp) map[string]any {
 	tb.Helper()
@@ -207,9 +209,12 @@ func checkEnvelope(tb testing.TB, r resp) map[string]any {
 		tb.Fatalf("%v: error needs a code and a message", r)
 	}
 	for k := range eo {
-		if k != "code" && k != "message" && k != "retry_after" {
+		if k != "code" && k != "message" && k != "retry_after" && (k != "details" || code != string(warmpool.CodeQuotaExceeded)) {
 			tb.Fatalf("%v: unexpected key %q in the error object", r, k)
 		}
+	}
+	if _, ok := eo["details"].(map[string]any); code == string(warmpool.CodeQuotaExceeded) && !ok {
+		tb.Fatalf("%v: QUOTA_EXCEEDED without its details", r)
 	}
 	want, known := specStatus[code]
 	if !known {

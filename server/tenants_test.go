@@ -223,3 +223,39 @@ func TestTenantFeed(t *testing.T) {
 	}
 	awaitLimits("the feed's delete", "early", nil)
 }
+
+// A tenant's quota refuses a route over it with 429 QUOTA_EXCEEDED, the quota's name,
+// limit and use in details, a Retry-After, and the refusals counter; a route of a
+// session bound already goes on; once a session ends and the tenant's scopes are
+// balanced, the route goes through. The quota spans the tenant's scopes.
+func TestTenantQuotaRefusesRoutes(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.ok(http.MethodPut, "/v1/tenants/acme", `{"max_sessions":2}`)
+	cfg := `{"tenant":"acme","deploy":{"ready_timeout_s":10},"pool":{"max_concurrency":4,"pod_concurrency":1}}`
+	e.putScope("chat", cfg)
+	e.putScope("code", cfg)
+	e.route("chat", "s1")
+	e.route("code", "s2")
+	r := e.do(http.MethodPost, "/v1/scopes/chat/sessions", map[string]string{"session_id": "s3"})
+	eo := e.wantErr(r, http.StatusTooManyRequests, warmpool.CodeQuotaExceeded, "acme", "max_sessions")
+	d := eo["details"].(map[string]any)
+	keys(t, d, "tenant", "quota", "limit", "use")
+	if d["tenant"] != "acme" || d["quota"] != "max_sessions" || num(t, d, "limit") != 2 || num(t, d, "use") != 2 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("refusal %v", r)
+	}
+	e.route("chat", "s1")
+	body := string(e.do(http.MethodGet, "/metrics", nil).raw)
+	if !strings.Contains(body, `warmpool_tenant_quota_refusals_total{tenant="acme"} 1`) {
+		t.Fatalf("no refusal counted for acme in /metrics")
+	}
+
+	e.ok(http.MethodDelete, "/v1/scopes/code/sessions/s2", nil)
+	if err := e.srv.Tenants.Balance(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.route("chat", "s3")
+	if use := e.ok(http.MethodGet, "/v1/tenants/acme", nil)["use"].(map[string]any); num(t, use, "sessions") != 2 {
+		t.Fatalf("acme's use %v, want its 2 sessions", use)
+	}
+}

@@ -157,7 +157,8 @@ var scopeKeyTable = [...]scopeKeyDef{
 	{"Epoch", "epoch", "STRING", "the scope's epoch, no TTL; missing = Redis lost its data (EPOCH_LOST)"},
 	{"Config", "config", "HASH", "the published config (deploy_ver, version, tenant, cpu_m and memory_b (what one pod requests), the pool fields in ms); " +
 		"deleted -> the version a deleted scope was deleted at; prewarm_ver, prewarm_until -> a rollout's " +
-		"prewarm (the old deploy_ver, until when its pods take sessions, ms)"},
+		"prewarm (the old deploy_ver, until when its pods take sessions, ms); q_pods, q_sess -> the scope's " +
+		"allowance of its tenant's quotas, when governed (lib/quota.lua)"},
 	{"Pods", "pods", "ZSET", "pod id -> registered at (ms)"},
 	{"PodVer", "podver", "HASH", "pod id -> deploy_ver, or retired (a pod of a deleted scope, recycled, " +
 		"or past max_sessions_per_pod) or draining: such a pod is never handed out again"},

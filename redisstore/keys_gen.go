@@ -59,7 +59,9 @@ type ScopeKeys struct {
 	// Config, {s}:config (HASH): the published config (deploy_ver, version, tenant,
 	// cpu_m and memory_b (what one pod requests), the pool fields in ms); deleted ->
 	// the version a deleted scope was deleted at; prewarm_ver, prewarm_until -> a
-	// rollout's prewarm (the old deploy_ver, until when its pods take sessions, ms).
+	// rollout's prewarm (the old deploy_ver, until when its pods take sessions, ms);
+	// q_pods, q_sess -> the scope's allowance of its tenant's quotas, when governed
+	// (lib/quota.lua).
 	Config string
 	// Pods, {s}:pods (ZSET): pod id -> registered at (ms).
 	Pods string

@@ -4,21 +4,16 @@
 -- with what came off (tenant_credit.lua).
 -- KEYS: config pods deploying sessions
 -- ARGV none
--- Returns {pods off, sessions off, pods allowance, sessions allowance} ("-1": the
--- scope is not governed in that dimension)
+-- Returns {pods off, sessions off} ("0" in a dimension the scope is not governed in)
 local k = scope_keys(KEYS)
 local q = redis.call('HMGET', k.config, 'q_pods', 'q_sess')
-local out = {'0', '0', '-1', '-1'}
+local out = {'0', '0'}
 local held = {redis.call('ZCARD', k.pods) + redis.call('ZCARD', k.deploying), redis.call('HLEN', k.sessions)}
 for i, f in ipairs({'q_pods', 'q_sess'}) do
   local allowance = tonumber(q[i])
-  if allowance then
-    if allowance > held[i] then
-      redis.call('HSET', k.config, f, held[i])
-      out[i] = tostring(allowance - held[i])
-      allowance = held[i]
-    end
-    out[i + 2] = tostring(allowance)
+  if allowance and allowance > held[i] then
+    redis.call('HSET', k.config, f, held[i])
+    out[i] = tostring(allowance - held[i])
   end
 end
 return out

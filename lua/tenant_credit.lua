@@ -1,8 +1,9 @@
 -- tenant_credit.lua: allowance a scope gave back returns to its tenant's escrow
 -- (tenant_grant.lua): n pods (with the cpu and memory they were granted with, in
 -- proportion) or n sessions, at most what the scope was granted; the release rate of
--- the dimension (an exponentially decayed count, 30 s) moves on by what came back.
+-- the dimension (lib/escrow.lua) moves on by what came back.
 -- KEYS: | extra: escrow
+-- uses: escrow
 -- ARGV[1] scope  ARGV[2] "pods"|"sessions"  ARGV[3] n  ARGV[4] now (ms)
 -- ARGV[5] "1": not a release (a grant taken back unused): the rate does not move
 -- Returns the number credited.
@@ -25,9 +26,6 @@ for _, f in ipairs(fields) do
   redis.call('HINCRBY', k.escrow, f, string.format('%d', -back))
 end
 if ARGV[5] ~= '1' then
-  local rate = tonumber(redis.call('HGET', k.escrow, 'rate|' .. dim) or '0')
-  local t = tonumber(redis.call('HGET', k.escrow, 'rate_t|' .. dim) or now)
-  rate = rate * math.exp(-math.max(0, now - t) / 30000) + n / 30
-  redis.call('HSET', k.escrow, 'rate|' .. dim, string.format('%.6f', rate), 'rate_t|' .. dim, now)
+  note_release(k.escrow, dim, n, now)
 end
 return n

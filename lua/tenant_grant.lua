@@ -7,8 +7,9 @@
 -- governed, whatever the quotas: it is use already taken.
 -- Runs on the tenant's slot; every count is in the escrow HASH: "pods", "cpu_m",
 -- "memory_b", "sessions" over all its scopes, "<dim>|<scope>" per scope, and
--- "rate|<pods|sessions>", "rate_t|<…>" the measured release rate (tenant_credit.lua).
+-- "rate|<pods|sessions>", "rate_t|<…>" the measured release rate (lib/escrow.lua).
 -- KEYS: | extra: limits escrow
+-- uses: escrow
 -- ARGV[1] scope  ARGV[2] "pods"|"sessions"  ARGV[3] n  ARGV[4] cpu_m of one pod
 -- ARGV[5] memory_b of one pod  ARGV[6] now (ms)  ARGV[7] "1": adopt
 -- Returns {"granted"}
@@ -33,9 +34,7 @@ if ARGV[7] ~= '1' then
     local use = tonumber(redis.call('HGET', k.escrow, c[3]) or '0')
     if limit >= 0 and use + n * c[4] > limit then
       -- one release of this dimension is expected in 1 / rate seconds (1 s to 60 s)
-      local rate = tonumber(redis.call('HGET', k.escrow, 'rate|' .. dim) or '0')
-      local t = tonumber(redis.call('HGET', k.escrow, 'rate_t|' .. dim) or now)
-      rate = rate * math.exp(-math.max(0, now - t) / 30000)
+      local rate = release_rate(k.escrow, dim, now)
       local retry = 60000
       if rate > 1 / 60 then
         retry = math.max(1000, math.ceil(1000 / rate))

@@ -120,6 +120,10 @@ func (s *Store) tenantCredit(ctx context.Context, tenant, scope, dim string, n i
 	return back, r.err()
 }
 
+// allGranted, as a credit's amount, is all the scope was granted (tenant_credit.lua
+// credits at most that).
+const allGranted = 1 << 62
+
 // quotaDims are the dimensions of an allowance, in quota_trim.lua's and
 // quota_govern.lua's order, and the config fields that hold them.
 var quotaDims = [2]string{"pods", "sessions"}
@@ -175,7 +179,7 @@ func (s *Store) BalanceTenant(ctx context.Context, tenant string, l warmpool.Ten
 		if !ok || named[scope] {
 			continue
 		}
-		_, err := s.tenantCredit(ctx, tenant, scope, dim, 1<<62, true)
+		_, err := s.tenantCredit(ctx, tenant, scope, dim, allGranted, true)
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -232,7 +236,7 @@ func (s *Store) balanceScope(ctx context.Context, tenant, scope string, gov [2]b
 		for i := range quotaDims {
 			switch {
 			case govern[i] == "-":
-				_, err = s.tenantCredit(ctx, tenant, scope, quotaDims[i], 1<<62, true)
+				_, err = s.tenantCredit(ctx, tenant, scope, quotaDims[i], allGranted, true)
 			case govern[i] != "" && !set[i]:
 				_, err = s.tenantCredit(ctx, tenant, scope, quotaDims[i], adopted[i], true)
 			}

@@ -214,3 +214,34 @@ func TestTenantQuotaConcurrent(t *testing.T) {
 		t.Fatalf("led %d deploys (held %d, escrow %d), refused %d: want 5 led under max_pods 5 and the escrow at 5", led, held, granted, refused)
 	}
 }
+
+// A route refused by the sessions quota gives back the claim it came with: the slot
+// it held is free again and its pod idle (SPEC §6: a pod's slots are its sessions and
+// live claims).
+func TestTenantQuotaRefusalGivesTheClaimBack(t *testing.T) {
+	t.Parallel()
+	l := warmpool.Unlimited()
+	l.Sessions = 1
+	e := quotaEnv(t, l)
+	ctx := context.Background()
+	e.onePod()
+	if res := e.route("a"); !res.Served() {
+		t.Fatalf("route a: %+v", res)
+	}
+	e.scope = "s2"
+	pod := e.onePod()
+	if res := e.acquire("c"); res.Kind != redisstore.AcquireWarm || res.Pod.ID != pod.ID {
+		t.Fatalf("acquire: %+v, want s2's warm pod", res)
+	}
+	_, err := e.store.SessionRoute(ctx, "s2", redisstore.RouteArgs{Now: e.now, Session: "b", Claim: "c"})
+	if quotaErr(err) == nil {
+		t.Fatalf("route b with a claim over max_sessions 1: %v, want QUOTA_EXCEEDED", err)
+	}
+	k := e.store.Keys().Scope("s2")
+	slots, _ := e.r.Client.HGet(ctx, k.Slots, pod.ID).Result()
+	_, claimed := e.r.Client.HGet(ctx, k.ClaimPod, "c").Result()
+	idle, _ := e.r.Client.ZScore(ctx, k.Idle, pod.ID).Result()
+	if (slots != "" && slots != "0") || claimed == nil || idle == 0 {
+		t.Fatalf("after the refusal: slots %q, claim kept %v, idle since %v; want the claim gone and the pod idle", slots, claimed == nil, idle)
+	}
+}

@@ -65,6 +65,10 @@ type TenantQuotas interface {
 	// by none) and takes back the allowance they do not use. Errors:
 	// STORE_UNAVAILABLE.
 	BalanceTenant(ctx context.Context, tenant string, l TenantLimits) error
+	// BalanceGranted does what the total cap (--max-pods-total) needs of the tenants
+	// job: a balance pass of each tenant it granted pods since, but those in done
+	// (balanced already); nothing without the cap. Errors: STORE_UNAVAILABLE.
+	BalanceGranted(ctx context.Context, done map[string]TenantLimits) error
 }
 
 // TenantOf is the tenant of the scope whose config c is: c.Tenant, or, when the

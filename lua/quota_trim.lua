@@ -4,10 +4,11 @@
 -- with what came off (tenant_credit.lua).
 -- KEYS: config pods deploying sessions
 -- ARGV none
--- Returns {pods off, sessions off} ("0" in a dimension the scope is not governed in)
+-- Returns {pods off, sessions off, tenant}: "0" in a dimension the scope is not
+-- governed in; the tenant its config names ("" for none)
 local k = scope_keys(KEYS)
-local q = redis.call('HMGET', k.config, 'q_pods', 'q_sess')
-local out = {'0', '0'}
+local q = redis.call('HMGET', k.config, 'q_pods', 'q_sess', 'tenant')
+local out = {'0', '0', q[3] or ''}
 local held = {redis.call('ZCARD', k.pods) + redis.call('ZCARD', k.deploying), redis.call('HLEN', k.sessions)}
 for i, f in ipairs({'q_pods', 'q_sess'}) do
   local allowance = tonumber(q[i])

@@ -12,14 +12,14 @@
 -- uses: escrow
 -- ARGV[1] scope  ARGV[2] "pods"|"sessions"  ARGV[3] n  ARGV[4] cpu_m of one pod
 -- ARGV[5] memory_b of one pod  ARGV[6] now (ms)  ARGV[7] "1": adopt
--- Returns {"granted"}
+-- Returns {"granted", weight}: the tenant's weight ("" when it has no quotas)
 --       | {"refused", quota, limit, use, retry after (ms)}: quota is max_pods,
 --         max_cpu, max_memory or max_sessions; use is what its scopes were granted
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 local k = scope_keys(KEYS)
 local scope, dim, n, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
-local lim = redis.call('HMGET', k.limits, 'pods', 'cpu_m', 'memory_b', 'sessions')
+local lim = redis.call('HMGET', k.limits, 'pods', 'cpu_m', 'memory_b', 'sessions', 'weight')
 -- checks: {quota, limit, escrow field, amount per unit}
 local checks
 if dim == 'pods' then
@@ -50,4 +50,4 @@ for _, c in ipairs(checks) do
     redis.call('HINCRBY', k.escrow, c[3] .. '|' .. scope, string.format('%d', amount))
   end
 end
-return {'granted'}
+return {'granted', lim[5] or ''}

@@ -35,8 +35,8 @@ func (s *Store) DeployKeepAlive(ctx context.Context, scope, deploy string, ttl t
 // ver) and tells its followers why: a deploy that failed fails them (FollowerFailed),
 // one that was lost (lost: its lease was lost, or its register kept missing Redis)
 // sends them to try again (FollowerLost). A failed deploy of the scope's current
-// deploy_ver also counts toward its refill backoff, from now. It returns how many
-// followers were told.
+// deploy_ver also counts toward its refill backoff, from now. The deploy's allowance
+// of its tenant's quotas goes back (settle). It returns how many followers were told.
 func (s *Store) DeployAbort(ctx context.Context, scope, deploy, ver, reason string, lost bool, now, noteDeadline time.Time) (int, error) {
 	r, err := s.call(ctx, deployAbort, s.keys.Scope(scope), nil, deploy, reason, ms(noteDeadline), flag(lost),
 		ver, ms(now), RefillBackoffBase.Milliseconds(), RefillBackoffMax.Milliseconds(), s.publishCmd())
@@ -44,6 +44,9 @@ func (s *Store) DeployAbort(ctx context.Context, scope, deploy, ver, reason stri
 		return 0, err
 	}
 	n := r.count(0)
+	if r.err() == nil {
+		_ = s.settle(ctx, scope) // as after PodPurge
+	}
 	return n, r.err()
 }
 

@@ -28,7 +28,7 @@ func TestGuardRefusesCallsPastTheirDeadline(t *testing.T) {
 	for _, name := range []string{"pod_acquire", "pod_register", "pod_purge", "pod_placeholder", "hold_touch",
 		"pod_adopt", "pod_health", "deploy_extend", "lock_obtain", "lock_extend", "session_route", "session_touch", "session_deadline",
 		"session_end", "session_evict", "scope_publish", "scope_repair", "idem_claim", "scope_delete", "scope_forget",
-		"agent_report", "tenant_grant"} {
+		"agent_report", "tenant_grant", "total_grant"} {
 		want[name+".lua"] = true
 	}
 	for name := range redisstore.Scripts {

@@ -137,7 +137,8 @@ func TestScriptHeadersWrappersAndKeyOrderAgree(t *testing.T) {
 	// What callEveryWrapper gives for each extra key (its request id, pod and lock).
 	k := s.Keys().Scope(scope)
 	extraKeys := map[string]string{"idem_mark": k.IdemMark("r1"), "route_answer": k.RouteAnswer("r1"),
-		"gone": k.Gone("p1"), "lock": s.Keys().Lock("x"), "limits": s.Keys().Tenant("t1"), "escrow": s.Keys().TenantEscrow("t1")}
+		"gone": k.Gone("p1"), "lock": s.Keys().Lock("x"), "limits": s.Keys().Tenant("t1"), "escrow": s.Keys().TenantEscrow("t1"),
+		"total": s.Keys().TotalEscrow(), "want": s.Keys().TotalWant(), "granted": s.Keys().TotalGranted()}
 
 	for name, sc := range scripts {
 		t.Run(name, func(t *testing.T) {
@@ -211,11 +212,14 @@ func callEveryWrapper(ctx context.Context, s *Store, scope string) {
 	_, _ = s.PodRegister(ctx, scope, "1", pod, "c", now, now)
 	_, _ = s.PodPurge(ctx, scope, "p1", "r", &now)
 	_, _ = s.PodPlaceholder(ctx, scope, now, now, now)
-	_ = s.tenantGrant(ctx, "t1", scope, "pods", 1, 500, 0, false)
+	_, _ = s.tenantGrant(ctx, "t1", scope, "pods", 1, 500, 0, false, false)
 	_, _ = s.tenantCredit(ctx, "t1", scope, "pods", 1, false)
+	_ = s.totalGrant(ctx, "t1", scope, 1, 1, false, false)
+	_ = s.totalCredit(ctx, "t1", scope, 1, false)
+	_, _ = s.takeGranted(ctx)
 	_, _ = s.quotaApply(ctx, scope, "pods", 1)
 	_, _ = s.quotaGovern(ctx, scope, [2]string{"1", "-"})
-	_, _ = s.quotaTrim(ctx, scope)
+	_ = s.settle(ctx, scope)
 	_, _ = s.PodAdopt(ctx, pod, now, false)
 	_, _ = s.PodHealth(ctx, scope, "p1", false)
 	_ = s.FenceRaise(ctx, scope, 3)

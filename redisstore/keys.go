@@ -90,6 +90,22 @@ func (k Keyspace) TenantEscrow(tenant string) string {
 	return k.prefix + "tenant:{" + tenant + "}:escrow"
 }
 
+// The total cap's keys (total.go) carry a hash tag of their own, {total}, under a
+// name no scope's or tenant's key has ("total:").
+
+// TotalEscrow is what the escrow of --max-pods-total granted (HASH, total_grant.lua):
+// "limit", "pods", "pods|<tenant>", "s|<scope>", "w|<tenant>" (weight) and the release
+// rate of pods.
+func (k Keyspace) TotalEscrow() string { return k.prefix + "total:{total}" }
+
+// TotalWant is the tenants refused by the total cap (ZSET tenant -> until when it
+// counts as a rival, ms).
+func (k Keyspace) TotalWant() string { return k.prefix + "total:{total}:want" }
+
+// TotalGranted is the tenants the total granted pods since the tenants job last took
+// them (SET), whose balance pass gives back what they do not use.
+func (k Keyspace) TotalGranted() string { return k.prefix + "total:{total}:granted" }
+
 // Lock is the key of a global lease lock (sweeper jobs, config sync).
 func (k Keyspace) Lock(name string) string { return k.prefix + "lock:" + name }
 

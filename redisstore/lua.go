@@ -115,6 +115,10 @@ var (
 	quotaApply   = load("quota_apply.lua", unguarded, "config")
 	quotaTrim    = load("quota_trim.lua", unguarded, "config pods deploying sessions")
 	quotaGovern  = load("quota_govern.lua", unguarded, "config")
+	// The total cap's escrow (total.go), on its own slot.
+	totalGrant  = load("total_grant.lua", guarded, "", "total", "want", "granted")
+	totalCredit = load("total_credit.lua", unguarded, "", "total")
+	totalTaken  = load("total_taken.lua", unguarded, "", "granted")
 )
 
 // An option of a script (load).

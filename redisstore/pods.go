@@ -55,7 +55,7 @@ type AcquireResult struct {
 // PodAcquire runs pod_acquire.lua: a warm pod, a place in the room of a deploy in
 // flight, a new deploy lease, or max_reached.
 func (s *Store) PodAcquire(ctx context.Context, scope string, a AcquireArgs) (AcquireResult, error) {
-	r, err := s.callQuota(ctx, podAcquire, s.keys.Scope(scope), nil,
+	r, err := s.callQuota(ctx, podAcquire, s.keys.Scope(scope), nil, false,
 		append([]any{ms(a.Now), a.Claim, ms(a.ClaimDeadline), ms(a.LeaseDeadline), a.RoomMargin.Milliseconds()}, s.handoffArgs(a.Now)...)...)
 	if err != nil {
 		return AcquireResult{}, err
@@ -113,7 +113,8 @@ func (s *Store) PodRegister(ctx context.Context, scope, deploy string, pod warmp
 var ErrPodBusy = errors.New("pod is no longer idle")
 
 // PodPurge runs pod_purge.lua: it forgets a pod and releases its sessions, returning
-// their ids. With idleSince set, the pod is purged only if it is still idle since
+// their ids, and gives back the allowance of its tenant's quotas the scope no longer
+// uses (settle). With idleSince set, the pod is purged only if it is still idle since
 // exactly then (ErrPodBusy otherwise).
 func (s *Store) PodPurge(ctx context.Context, scope, pod, reason string, idleSince *time.Time) ([]string, error) {
 	k := s.keys.Scope(scope)
@@ -131,6 +132,11 @@ func (s *Store) PodPurge(ctx context.Context, scope, pod, reason string, idleSin
 	n, sessions := r.count(1), r.strs(2)
 	if r.err() == nil && len(sessions) != n {
 		r.fail("%d session ids, want %d", len(sessions), n)
+	}
+	if r.err() == nil {
+		// The pod's allowance goes back at once; missed, it stays counted (never
+		// over-admitted) until the tenants job's pass.
+		_ = s.settle(ctx, scope)
 	}
 	return sessions, r.err()
 }
@@ -179,7 +185,7 @@ type PlaceholderResult struct {
 // PodPlaceholder runs pod_placeholder.lua: it reserves a warm-pool deploy lease when
 // the scope lacks idle pods.
 func (s *Store) PodPlaceholder(ctx context.Context, scope string, now, leaseDeadline, noteDeadline time.Time) (PlaceholderResult, error) {
-	r, err := s.callQuota(ctx, podPlaceholder, s.keys.Scope(scope), nil,
+	r, err := s.callQuota(ctx, podPlaceholder, s.keys.Scope(scope), nil, true,
 		append([]any{ms(now), ms(leaseDeadline), ms(noteDeadline)}, append(s.handoffArgs(now), s.sweepPeriod.Milliseconds())...)...)
 	if warmpool.ErrorCode(err) == warmpool.CodeQuotaExceeded {
 		return PlaceholderResult{Kind: PlaceholderQuota}, nil

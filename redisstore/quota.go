@@ -39,7 +39,8 @@ type quotaAsk struct {
 // a refusal it asks the tenant's escrow for the allowance and runs the script again.
 // Errors: QUOTA_EXCEEDED (the escrow refused: the tenant is at a quota),
 // NO_POD_AVAILABLE (others kept taking what was granted), and call's.
-func (s *Store) callQuota(ctx context.Context, sc *script, k ScopeKeys, extra []string, args ...any) (*reply, error) {
+// A warm refill (refill) yields to other tenants' live demand under the total cap.
+func (s *Store) callQuota(ctx context.Context, sc *script, k ScopeKeys, extra []string, refill bool, args ...any) (*reply, error) {
 	for try := 1; ; try++ {
 		r, err := s.call(ctx, sc, k, extra, args...)
 		if err != nil || len(r.fields) == 0 || r.fields[0] != "quota" {
@@ -52,18 +53,29 @@ func (s *Store) callQuota(ctx context.Context, sc *script, k ScopeKeys, extra []
 		if try == quotaTries {
 			return nil, warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: its tenant's allowance was taken by other calls %d times in a row; retry", k.ID, quotaTries).Retry(1)
 		}
-		if err := s.grant(ctx, k.ID, q); err != nil {
+		if err := s.grant(ctx, k.ID, q, refill); err != nil {
 			return nil, err
 		}
 	}
 }
 
-// grant takes what the scope needs from its tenant's escrow and raises the scope's
-// allowance by it; a scope no longer governed gives it back.
-func (s *Store) grant(ctx context.Context, scope string, q quotaAsk) error {
+// grant takes what the scope needs from its tenant's escrow, and pods from the total
+// cap's too, and raises the scope's allowance by it; a scope no longer governed gives
+// it back, as does a tenant the total refuses.
+func (s *Store) grant(ctx context.Context, scope string, q quotaAsk, refill bool) error {
 	n := q.held + 1 - q.allowance
-	if err := s.tenantGrant(ctx, q.tenant, scope, q.dim, n, q.cpu, q.mem, false); err != nil {
+	weight, err := s.tenantGrant(ctx, q.tenant, scope, q.dim, n, q.cpu, q.mem, false, refill)
+	if err != nil {
 		return err
+	}
+	total := q.dim == "pods" && s.capped()
+	if total {
+		if err := s.totalGrant(ctx, q.tenant, scope, n, weight, false, refill); err != nil {
+			cleanup, cancel := CleanupContext(ctx)
+			defer cancel()
+			_, cerr := s.escrowCredit(cleanup, q.tenant, scope, q.dim, n, true)
+			return errors.Join(err, cerr)
+		}
 	}
 	applied, err := s.quotaApply(ctx, scope, q.dim, n)
 	if err == nil && applied {
@@ -77,20 +89,21 @@ func (s *Store) grant(ctx context.Context, scope string, q quotaAsk) error {
 	return err
 }
 
-// tenantGrant runs tenant_grant.lua; a refusal is QUOTA_EXCEEDED with its details.
-func (s *Store) tenantGrant(ctx context.Context, tenant, scope, dim string, n, cpu, mem int64, adopt bool) error {
+// tenantGrant runs tenant_grant.lua; it answers the tenant's weight. A refusal is
+// QUOTA_EXCEEDED with its details, counted unless it refused a warm refill.
+func (s *Store) tenantGrant(ctx context.Context, tenant, scope, dim string, n, cpu, mem int64, adopt, refill bool) (int64, error) {
 	r, err := s.call(ctx, tenantGrant, ScopeKeys{}, []string{s.keys.Tenant(tenant), s.keys.TenantEscrow(tenant)},
 		scope, dim, n, cpu, mem, ms(s.wall()), flag(adopt))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if r.oneOf(0, "granted", "refused") == "granted" {
-		return r.err()
+		return weightOf(r.str(1)), r.err()
 	}
 	d := &warmpool.QuotaDetails{Tenant: tenant, Quota: r.str(1)}
 	limit, use, retry := r.int(2), r.int(3), r.int(4)
 	if err := r.err(); err != nil {
-		return err
+		return 0, err
 	}
 	switch d.Quota {
 	case "max_cpu":
@@ -100,15 +113,27 @@ func (s *Store) tenantGrant(ctx context.Context, tenant, scope, dim string, n, c
 	default:
 		d.Limit, d.Use = limit, use
 	}
-	s.refusals.add(tenant)
+	if !refill {
+		s.refusals.add(tenant)
+	}
 	e := warmpool.Errorf(warmpool.CodeQuotaExceeded, "tenant %q is at its %s (%v of %v)", tenant, d.Quota, d.Use, d.Limit).Retry(int((retry + 999) / 1000))
 	e.Details = d
-	return e
+	return 0, e
 }
 
 // tenantCredit runs tenant_credit.lua: n units of dim back from the scope to its
-// tenant's escrow; unused says they were a grant never used, not a release.
+// tenant's escrow, and pods to the total cap's as well (at most what the scope was
+// granted of each); unused says they were a grant never used, not a release.
 func (s *Store) tenantCredit(ctx context.Context, tenant, scope, dim string, n int64, unused bool) (int64, error) {
+	back, err := s.escrowCredit(ctx, tenant, scope, dim, n, unused)
+	if err == nil && dim == "pods" && s.capped() {
+		err = s.totalCredit(ctx, tenant, scope, n, unused)
+	}
+	return back, err
+}
+
+// escrowCredit is tenantCredit's part on the tenant's escrow alone.
+func (s *Store) escrowCredit(ctx context.Context, tenant, scope, dim string, n int64, unused bool) (int64, error) {
 	if n <= 0 {
 		return 0, nil
 	}
@@ -128,10 +153,10 @@ const allGranted = 1 << 62
 // quota_govern.lua's order, and the config fields that hold them.
 var quotaDims = [2]string{"pods", "sessions"}
 
-// governs reports which dimensions the limits govern: pods (with cpu and memory) and
-// sessions.
-func governs(l warmpool.TenantLimits) [2]bool {
-	return [2]bool{l.Pods >= 0 || l.MilliCPU >= 0 || l.MemoryBytes >= 0, l.Sessions >= 0}
+// governs reports which dimensions the limits govern: pods (with cpu and memory, and
+// always under the total cap) and sessions.
+func (s *Store) governs(l warmpool.TenantLimits) [2]bool {
+	return [2]bool{l.Pods >= 0 || l.MilliCPU >= 0 || l.MemoryBytes >= 0 || s.capped(), l.Sessions >= 0}
 }
 
 // BalanceLease is how long one replica's balance pass of a tenant keeps others off it.
@@ -165,7 +190,7 @@ func (s *Store) BalanceTenant(ctx context.Context, tenant string, l warmpool.Ten
 	if err != nil {
 		return s.redisErr(ctx, err)
 	}
-	gov := governs(l)
+	gov := s.governs(l)
 	named := map[string]bool{}
 	var errs []error
 	for _, scope := range members {
@@ -220,7 +245,7 @@ func (s *Store) balanceScope(ctx context.Context, tenant, scope string, gov [2]b
 	for i := range quotaDims {
 		switch {
 		case gov[i] && !has[i]:
-			if err := s.tenantGrant(ctx, tenant, scope, quotaDims[i], held[i], cpu, mem, true); err != nil {
+			if err := s.adopt(ctx, tenant, scope, quotaDims[i], held[i], cpu, mem); err != nil {
 				return true, err
 			}
 			govern[i], adopted[i] = strconv.FormatInt(held[i], 10), held[i]
@@ -248,16 +273,20 @@ func (s *Store) balanceScope(ctx context.Context, tenant, scope string, gov [2]b
 	if !has[0] && !has[1] {
 		return true, nil
 	}
-	off, err := s.quotaTrim(ctx, scope)
-	if err != nil {
-		return true, err
-	}
-	for i := range quotaDims {
-		if _, err := s.tenantCredit(ctx, tenant, scope, quotaDims[i], off[i], false); err != nil {
-			return true, fmt.Errorf("balance %q: %w", scope, err)
-		}
+	if err := s.settle(ctx, scope); err != nil {
+		return true, fmt.Errorf("balance %q: %w", scope, err)
 	}
 	return true, nil
+}
+
+// adopt grants a scope becoming governed what it holds, from its tenant's escrow and,
+// for pods, the total cap's.
+func (s *Store) adopt(ctx context.Context, tenant, scope, dim string, held, cpu, mem int64) error {
+	weight, err := s.tenantGrant(ctx, tenant, scope, dim, held, cpu, mem, true, false)
+	if err != nil || dim != "pods" || !s.capped() || held <= 0 {
+		return err
+	}
+	return s.totalGrant(ctx, tenant, scope, held, weight, true, false)
 }
 
 // quotaApply runs quota_apply.lua: it reports whether the scope was governed in dim
@@ -280,17 +309,6 @@ func (s *Store) quotaGovern(ctx context.Context, scope string, args [2]string) (
 	}
 	set = [2]bool{r.str(0) == "1", r.str(1) == "1"}
 	return set, r.err()
-}
-
-// quotaTrim runs quota_trim.lua: what came off the scope's allowances of pods and of
-// sessions.
-func (s *Store) quotaTrim(ctx context.Context, scope string) ([2]int64, error) {
-	r, err := s.call(ctx, quotaTrim, s.keys.Scope(scope), nil)
-	if err != nil {
-		return [2]int64{}, err
-	}
-	off := [2]int64{r.int(0), r.int(1)}
-	return off, r.err()
 }
 
 // quotaRefusals counts the calls the escrow refused, by tenant, since the store started.

@@ -23,6 +23,19 @@ const quotaSteps = 3000
 // most what its escrow counts, which stays within the quotas (SPEC §12.1).
 func TestTenantQuotasHoldAtEveryStep(t *testing.T) {
 	t.Parallel()
+	runQuotaSteps(t, 0)
+}
+
+// The same steps under a total cap of 7 pods (--max-pods-total), below the tenants'
+// pod quotas together (9), with the cap's balance pass among the steps: besides the
+// tenants' invariants, every scope's allowance of pods sums to at most what the
+// total's escrow counts, which stays within the cap, and so do the pods held.
+func TestTotalCapHoldsAtEveryStep(t *testing.T) {
+	t.Parallel()
+	runQuotaSteps(t, 7)
+}
+
+func runQuotaSteps(t *testing.T, cap int64) {
 	ctx := context.Background()
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -43,7 +56,7 @@ func TestTenantQuotasHoldAtEveryStep(t *testing.T) {
 			}
 			if e == nil {
 				e = newEnv(t, mutate)
-				e.scope = scope
+				e.store.MaxPodsTotal(cap)
 			}
 			e.scope = scope
 			e.publish(mutate)
@@ -66,7 +79,7 @@ func TestTenantQuotasHoldAtEveryStep(t *testing.T) {
 	var deploys []deploy
 	pods := map[string][]string{}
 	sessions := map[string][]string{}
-	refused := 0
+	refused, capped := 0, 0
 	for step := range quotaSteps {
 		scope := scopes[rng.IntN(len(scopes))]
 		e.scope = scope
@@ -74,9 +87,12 @@ func TestTenantQuotasHoldAtEveryStep(t *testing.T) {
 		switch op := rng.IntN(7); op {
 		case 0, 1:
 			res, err := e.store.PodAcquire(ctx, scope, e.acquireArgs(fmt.Sprintf("c%d", step)))
-			switch {
-			case quotaErr(err) != nil:
+			switch q := quotaErr(err); {
+			case q != nil:
 				refused++
+				if d, _ := q.Details.(*warmpool.QuotaDetails); d != nil && d.Quota == "max_pods_total" {
+					capped++
+				}
 			case err != nil && warmpool.ErrorCode(err) != warmpool.CodeNoPodAvailable:
 				t.Fatalf("step %d: acquire: %v", step, err)
 			case err == nil && res.Kind == redisstore.AcquireDeploy:
@@ -137,11 +153,17 @@ func TestTenantQuotasHoldAtEveryStep(t *testing.T) {
 			if err := e.store.BalanceTenant(ctx, tn, lim[tn]); err != nil {
 				t.Fatal(err)
 			}
+			if err := e.store.BalanceGranted(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
 		}
 		checkQuotas(t, e, step, tenants, scopes, lim)
+		if cap > 0 {
+			checkTotal(t, e, step, scopes, cap)
+		}
 	}
-	if refused == 0 {
-		t.Fatalf("no call was refused in %d steps: the quotas were never reached", quotaSteps)
+	if refused == 0 || (cap > 0) != (capped > 0) {
+		t.Fatalf("%d calls refused in %d steps, %d by the cap %d: the quotas (and a cap) were never reached", refused, quotaSteps, capped, cap)
 	}
 }
 
@@ -180,5 +202,23 @@ func checkQuotas(t *testing.T, e *env, step int, tenants, scopes []string, lim m
 			t.Fatalf("step %d: tenant %s: allowances %d pods, %d sessions; escrow %d pods (%dm), %d sessions; quotas %+v",
 				step, tn, allowP, allowS, ep, ec, es, l)
 		}
+	}
+}
+
+// checkTotal checks the total cap's invariants of TestTotalCapHoldsAtEveryStep.
+func checkTotal(t *testing.T, e *env, step int, scopes []string, cap int64) {
+	t.Helper()
+	ctx := context.Background()
+	var held, allow int64
+	for _, s := range scopes {
+		k := e.store.Keys().Scope(s)
+		p, _ := e.r.Client.ZCard(ctx, k.Pods).Result()
+		d, _ := e.r.Client.ZCard(ctx, k.Deploying).Result()
+		q, _ := e.r.Client.HGet(ctx, k.Config, "q_pods").Result()
+		qp, _ := strconv.ParseInt(q, 10, 64)
+		held, allow = held+p+d, allow+qp
+	}
+	if held > cap || allow > e.totalHeld() || e.totalHeld() > cap {
+		t.Fatalf("step %d: %d pods held, allowances %d, the total's escrow %d, the cap %d", step, held, allow, e.totalHeld(), cap)
 	}
 }

@@ -150,14 +150,14 @@ func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 }
 
 // governPublished makes a scope just published governed by its tenant's quotas, when
-// the tenant has any, before the publish answers: the tenants job would only get to
+// the tenant has any, and by the total cap when there is one, before the publish answers: the tenants job would only get to
 // it at its next pass (quota.go).
 func (s *Store) governPublished(ctx context.Context, tenant, scope string) error {
 	l, ok, err := s.TenantLimits(ctx, tenant)
-	if err != nil || !ok {
+	if err != nil || (!ok && !s.capped()) {
 		return err
 	}
-	if gov := governs(l); gov != [2]bool{} {
+	if gov := s.governs(l); gov != [2]bool{} {
 		_, err = s.balanceScope(ctx, tenant, scope, gov)
 	}
 	return err

@@ -90,7 +90,7 @@ func (s *Store) SessionRoute(ctx context.Context, scope string, a RouteArgs) (Ro
 	if a.FixedTTL > 0 {
 		fixed = strconv.FormatInt(a.FixedTTL.Milliseconds(), 10)
 	}
-	r, err := s.callQuota(ctx, sessionRoute, k, []string{k.RouteAnswer(a.RequestID), k.IdemMark(a.RequestID)},
+	r, err := s.callQuota(ctx, sessionRoute, k, []string{k.RouteAnswer(a.RequestID), k.IdemMark(a.RequestID)}, false,
 		append([]any{ms(a.Now), a.Session, a.Claim, fp, a.IdemTTL.Milliseconds(), a.Waiter, flag(a.Join), fixed},
 			append(s.handoffArgs(a.Now), a.Config)...)...)
 	if err != nil {

@@ -39,6 +39,10 @@ type Store struct {
 	skew atomic.Int64
 	// refusals counts the calls a tenant's quota refused (QuotaRefusals).
 	refusals quotaRefusals
+	// total is the cap over every pod (MaxPodsTotal, 0: none); governedAll says that
+	// this replica's first balance pass under it governed every scope.
+	total       atomic.Int64
+	governedAll atomic.Bool
 }
 
 // DefaultSweepPeriod is the sweep tick the demand target assumes unless SweepPeriod

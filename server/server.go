@@ -98,6 +98,10 @@ type Config struct {
 	// §11.1); cmd/warmpool builds it from the serve flags (podpolicy.Policy).
 	DeployPolicy warmpool.DeployPolicy
 	InstanceID   string
+	// MaxPodsTotal caps every pod of the deployment together (`--max-pods-total`,
+	// SPEC §12.1; 0: no cap), shared between tenants by weight while it binds. Every
+	// replica must be given the same.
+	MaxPodsTotal int
 	// RedisCA is a PEM file of the authorities that sign the Redis server's TLS
 	// certificate; empty = the system's roots.
 	RedisCA string
@@ -236,6 +240,9 @@ func (c *Config) check() error {
 	if c.DrainDelay < 0 {
 		return fmt.Errorf("drain delay %v: must not be negative", c.DrainDelay)
 	}
+	if c.MaxPodsTotal < 0 {
+		return fmt.Errorf("--max-pods-total %d: must not be negative (0: no cap)", c.MaxPodsTotal)
+	}
 	return nil
 }
 
@@ -299,6 +306,7 @@ func (s *Server) build(ctx context.Context) error {
 	}
 	s.store = redisstore.NewStore(s.rdb, cfg.Prefix)
 	s.store.SweepPeriod(cfg.Sweep.Interval)
+	s.store.MaxPodsTotal(int64(cfg.MaxPodsTotal))
 
 	// Config store.
 	if cfg.Store != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/warmpool/warmpool/internal/testing/await"
 	"github.com/warmpool/warmpool/internal/testing/harness/testserver"
 	"github.com/warmpool/warmpool/redisstore"
+	"github.com/warmpool/warmpool/server"
 )
 
 // limits reads the tenant's limits published in Redis; ok is false when none are.
@@ -258,4 +259,34 @@ func TestTenantQuotaRefusesRoutes(t *testing.T) {
 	if use := e.ok(http.MethodGet, "/v1/tenants/acme", nil)["use"].(map[string]any); num(t, use, "sessions") != 2 {
 		t.Fatalf("acme's use %v, want its 2 sessions", use)
 	}
+}
+
+// --max-pods-total caps every scope's pods together, whatever their tenants: under a
+// cap of 2, two cold routes of two tenants each deploy a pod, and a third tenant's is
+// refused with max_pods_total, its limit and use and a Retry-After; when a pod goes,
+// the third tenant's route deploys one.
+func TestMaxPodsTotalRefusesRoutes(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t, func(c *server.Config) { c.MaxPodsTotal = 2 })
+	cfg := `{"deploy":{"ready_timeout_s":10},"pool":{"max_concurrency":4,"pod_concurrency":1}}`
+	for _, s := range []string{"a", "b", "c"} {
+		e.putScope(s, cfg)
+	}
+	if err := e.srv.Tenants.Balance(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.route("a", "s1")
+	e.route("b", "s2")
+	r := e.do(http.MethodPost, "/v1/scopes/c/sessions", map[string]string{"session_id": "s3"})
+	eo := e.wantErr(r, http.StatusTooManyRequests, warmpool.CodeQuotaExceeded, "max_pods_total")
+	d := eo["details"].(map[string]any)
+	if d["tenant"] != "c" || d["quota"] != "max_pods_total" || num(t, d, "limit") != 2 || num(t, d, "use") != 2 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("refusal %v", r)
+	}
+	pool := e.ok(http.MethodGet, "/v1/scopes/a/pool", nil)["pods"].([]any)
+	pod := pool[0].(map[string]any)["pod_id"].(string)
+	if _, err := e.srv.Store().PodPurge(context.Background(), "a", pod, "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	e.route("c", "s3")
 }

@@ -210,8 +210,9 @@ func (s *Service) note(tenant string, w int64, l warmpool.TenantLimits) {
 }
 
 // Balance runs a balance pass (TenantQuotas.BalanceTenant) of every tenant with
-// quotas this replica knows of, and of each whose quotas went since its last pass:
-// the sweeper's tenants job, every tick. Errors: STORE_UNAVAILABLE.
+// quotas this replica knows of, and of each whose quotas went since its last pass,
+// then the total cap's passes (TenantQuotas.BalanceGranted): the sweeper's tenants
+// job, every tick. Errors: STORE_UNAVAILABLE.
 func (s *Service) Balance(ctx context.Context) error {
 	s.mu.Lock()
 	todo := make(map[string]warmpool.TenantLimits, len(s.limits)+len(s.ended))
@@ -232,6 +233,7 @@ func (s *Service) Balance(ctx context.Context) error {
 		}
 		errs = append(errs, err)
 	}
+	errs = append(errs, s.quotas.BalanceGranted(ctx, todo))
 	return errors.Join(errs...)
 }
 

@@ -1,0 +1,173 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warmpool/warmpool"
+)
+
+// The cap over every pod of the deployment (--max-pods-total, SPEC §12.1) is one more
+// escrow above the tenants' (total_grant.lua, on the total's own slot): a grant of
+// pods comes from the tenant's escrow, then from the total's, and only then raises the
+// scope's allowance; what a scope gives back goes to both. While the cap is set every
+// scope is governed in pods, whether its tenant has quotas or not, so that no deploy
+// starts outside the escrow. While the cap binds the total's escrow grants in weighted
+// max-min order between the tenants that are refused (total_grant.lua).
+
+// MaxPodsTotal sets the cap this replica enforces (n <= 0: none). Every replica of a
+// deployment must be given the same; BalanceGranted writes it to Redis.
+func (s *Store) MaxPodsTotal(n int64) {
+	s.total.Store(max(n, 0))
+}
+
+// capped reports whether this replica enforces the total cap.
+func (s *Store) capped() bool { return s.total.Load() > 0 }
+
+// totalKeys are the extra keys of total_grant.lua.
+func (s *Store) totalKeys() []string {
+	return []string{s.keys.TotalEscrow(), s.keys.TotalWant(), s.keys.TotalGranted()}
+}
+
+// totalGrant runs total_grant.lua for n pods of the tenant's scope; a refusal is
+// QUOTA_EXCEEDED (quota max_pods_total) with its details.
+func (s *Store) totalGrant(ctx context.Context, tenant, scope string, n, weight int64, adopt, refill bool) error {
+	r, err := s.call(ctx, totalGrant, ScopeKeys{}, s.totalKeys(), tenant, scope, n, max(weight, 1), ms(s.wall()), flag(adopt), flag(refill))
+	if err != nil {
+		return err
+	}
+	if r.oneOf(0, "granted", "refused") == "granted" {
+		return r.err()
+	}
+	limit, use, retry := r.int(1), r.int(2), r.int(3)
+	if err := r.err(); err != nil {
+		return err
+	}
+	if !refill {
+		s.refusals.add(tenant)
+	}
+	e := warmpool.Errorf(warmpool.CodeQuotaExceeded, "the deployment is at its max_pods_total (%d of %d pods); tenant %q waits for its share", use, limit, tenant).Retry(int((retry + 999) / 1000))
+	e.Details = &warmpool.QuotaDetails{Tenant: tenant, Quota: "max_pods_total", Limit: limit, Use: use}
+	return e
+}
+
+// totalCredit runs total_credit.lua: n pods of the tenant's scope back to the total.
+func (s *Store) totalCredit(ctx context.Context, tenant, scope string, n int64, unused bool) error {
+	if n <= 0 {
+		return nil
+	}
+	return s.call1(ctx, totalCredit, []string{s.keys.TotalEscrow()}, tenant, scope, n, ms(s.wall()), flag(unused))
+}
+
+// call1 runs a script of extra keys only whose answer is read by nobody.
+func (s *Store) call1(ctx context.Context, sc *script, keys []string, args ...any) error {
+	r, err := s.call(ctx, sc, ScopeKeys{}, keys, args...)
+	if err != nil {
+		return err
+	}
+	return r.err()
+}
+
+// settle gives back what the scope's allowances hold over its use (quota_trim.lua) to
+// its tenant's escrow and the total's: the step after a pod or a deploy leaves the
+// scope, so that a release is at once another's to take.
+func (s *Store) settle(ctx context.Context, scope string) error {
+	r, err := s.call(ctx, quotaTrim, s.keys.Scope(scope), nil)
+	if err != nil {
+		return err
+	}
+	off, tenant := [2]int64{r.int(0), r.int(1)}, r.str(2)
+	if err := r.err(); err != nil {
+		return err
+	}
+	var errs []error
+	for i, dim := range quotaDims {
+		if off[i] > 0 {
+			_, err := s.tenantCredit(ctx, tenant, scope, dim, off[i], false)
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// BalanceGranted is the total cap's part of the tenants job: it writes the cap, makes
+// every scope governed in pods on its first pass (a scope published later is governed
+// by its publish), and runs a balance pass (BalanceTenant, by the tenant's published
+// limits) of each tenant the total granted pods since, except those in done (balanced
+// already). It is O(the granted
+// tenants' scopes), and O(every scope) once. Nothing without the cap. Errors:
+// STORE_UNAVAILABLE.
+func (s *Store) BalanceGranted(ctx context.Context, done map[string]warmpool.TenantLimits) error {
+	if !s.capped() {
+		return nil
+	}
+	if err := s.rdb.HSet(ctx, s.keys.TotalEscrow(), "limit", s.total.Load()).Err(); err != nil {
+		return s.redisErr(ctx, err)
+	}
+	if !s.governedAll.Load() {
+		if err := s.governAll(ctx); err != nil {
+			return err
+		}
+		s.governedAll.Store(true)
+	}
+	granted, err := s.takeGranted(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range granted {
+		if _, ok := done[t]; ok {
+			continue
+		}
+		l, _, err := s.TenantLimits(ctx, t)
+		if err == nil {
+			err = s.BalanceTenant(ctx, t, l)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// takeGranted runs total_taken.lua: the tenants granted pods since the last take.
+func (s *Store) takeGranted(ctx context.Context) ([]string, error) {
+	r, err := s.call(ctx, totalTaken, ScopeKeys{}, []string{s.keys.TotalGranted()})
+	if err != nil {
+		return nil, err
+	}
+	granted := r.strs(0)
+	return granted, r.err()
+}
+
+// governAll makes every published scope governed by the quotas of its tenant and the
+// cap (balanceScope), in the order of the global index.
+func (s *Store) governAll(ctx context.Context) error {
+	all, err := s.rdb.SMembers(ctx, s.keys.Scopes()).Result()
+	if err != nil {
+		return s.redisErr(ctx, err)
+	}
+	for _, scope := range all {
+		tenant, err := s.rdb.HGet(ctx, s.keys.Scope(scope).Config, "tenant").Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return s.redisErr(ctx, err)
+		}
+		if err := s.governPublished(ctx, tenant, scope); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// weightOf reads a tenant's weight from its published limits (1 when it has none).
+func weightOf(v any) int64 {
+	n, err := strconv.ParseInt(str(v), 10, 64)
+	if err != nil || n < 1 {
+		return warmpool.DefaultTenantWeight
+	}
+	return n
+}

@@ -1,0 +1,194 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warmpool/warmpool"
+	"github.com/warmpool/warmpool/redisstore"
+)
+
+// capEnv is an env under --max-pods-total cap whose scopes (one session per pod)
+// name the tenants given, scope i the tenant tenants[i], each tenant of the weight
+// given (its published limits: no quota but the weight), every scope governed by the
+// first balance pass.
+func capEnv(t *testing.T, cap int64, tenants []string, weights []int64) (*env, []string) {
+	t.Helper()
+	ctx := context.Background()
+	var e *env
+	scopes := make([]string, len(tenants))
+	for i, tn := range tenants {
+		mutate := func(c *warmpool.ScopeConfig) {
+			c.Tenant = tn
+			c.Pool.PodConcurrency, c.Pool.MaxConcurrency, c.Pool.MinIdlePods = 1, 16, 1
+		}
+		scopes[i] = fmt.Sprintf("%s-s%d", tn, i)
+		if e == nil {
+			e = newEnv(t, mutate)
+			e.store.MaxPodsTotal(cap)
+		}
+		e.scope = scopes[i]
+		e.publish(mutate)
+		l := warmpool.Unlimited()
+		l.Weight = weights[i]
+		if err := e.store.PublishTenant(ctx, tn, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.store.BalanceGranted(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	return e, scopes
+}
+
+// totalHeld is what the total's escrow counts as granted ("pods").
+func (e *env) totalHeld() int64 {
+	e.t.Helper()
+	v, err := e.r.Client.HGet(context.Background(), e.store.Keys().TotalEscrow(), "pods").Result()
+	if err != nil && v == "" {
+		return 0
+	}
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
+}
+
+// The total cap holds across tenants with no quotas of their own: 24 concurrent
+// acquires over three scopes of three tenants lead exactly 4 deploys under a cap of
+// 4 (the first scope published before the cap's first pass, governed by it), the
+// rest refused with max_pods_total, its limit and use and a Retry-After; a deploy
+// that ends gives its pod back at once, and another tenant leads one.
+func TestTotalCapHoldsAcrossTenants(t *testing.T) {
+	t.Parallel()
+	e, scopes := capEnv(t, 4, []string{"t1", "t2", "t3"}, []int64{1, 1, 1})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	led := map[string][]redisstore.AcquireResult{}
+	refused := 0
+	for i := range 24 {
+		wg.Go(func() {
+			scope := scopes[i%3]
+			res, err := e.store.PodAcquire(ctx, scope, e.acquireArgs(fmt.Sprintf("c%d", i)))
+			mu.Lock()
+			defer mu.Unlock()
+			switch q := quotaErr(err); {
+			case q != nil:
+				d, _ := q.Details.(*warmpool.QuotaDetails)
+				if d == nil || d.Quota != "max_pods_total" || d.Limit != int64(4) || q.RetryAfter < 1 {
+					t.Errorf("refusal %+v, details %+v: want max_pods_total, limit 4, Retry-After ≥ 1", q, q.Details)
+				}
+				refused++
+			case warmpool.ErrorCode(err) == warmpool.CodeNoPodAvailable:
+				refused++
+			case err != nil:
+				t.Error(err)
+			case res.Kind == redisstore.AcquireDeploy:
+				led[scope] = append(led[scope], res)
+			default:
+				t.Errorf("acquire %d: %+v", i, res)
+			}
+		})
+	}
+	wg.Wait()
+	n := 0
+	for _, l := range led {
+		n += len(l)
+	}
+	if n != 4 || e.totalHeld() != 4 {
+		t.Fatalf("led %d deploys (%v), the total counts %d, refused %d: want 4 under max_pods_total 4", n, led, e.totalHeld(), refused)
+	}
+	// A pod of the tenant that led most goes to the one that led fewest (below its
+	// share, as the cap's first refusals made every tenant a rival).
+	from, other := scopes[0], scopes[0]
+	for _, s := range scopes {
+		if len(led[s]) > len(led[from]) {
+			from = s
+		}
+		if len(led[s]) < len(led[other]) {
+			other = s
+		}
+	}
+	d := led[from][0]
+	if _, err := e.store.DeployAbort(ctx, from, d.Deploy, d.Spec.DeployVer(), "gone", true, e.now, e.now.Add(30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if e.totalHeld() != 3 {
+		t.Fatalf("after a deploy ended the total counts %d, want 3: its pod goes back at once", e.totalHeld())
+	}
+	if res, err := e.store.PodAcquire(ctx, other, e.acquireArgs("late")); err != nil || res.Kind != redisstore.AcquireDeploy {
+		t.Fatalf("%s after a pod came back: %+v, %v, want a deploy", other, res, err)
+	}
+}
+
+// Under a binding cap of 6, tenant a (weight 1) holding every pod and tenant b
+// (weight 2) refused: as a's pods go one at a time, each goes to b, not back to a,
+// until each holds its weighted share (a 2, b 4); then a pod of a's that goes is a's
+// again, since b is at its share; and a's warm refill yields to b's live demand.
+func TestTotalCapSharesByWeight(t *testing.T) {
+	t.Parallel()
+	e, scopes := capEnv(t, 6, []string{"a", "b"}, []int64{1, 2})
+	ctx := context.Background()
+	sa, sb := scopes[0], scopes[1]
+	var mine []redisstore.AcquireResult
+	for i := range 6 {
+		res, err := e.store.PodAcquire(ctx, sa, e.acquireArgs(fmt.Sprintf("a%d", i)))
+		if err != nil || res.Kind != redisstore.AcquireDeploy {
+			t.Fatalf("a's acquire %d with the cap free: %+v, %v", i, res, err)
+		}
+		mine = append(mine, res)
+	}
+	ask := func(scope, claim string) bool {
+		t.Helper()
+		res, err := e.store.PodAcquire(ctx, scope, e.acquireArgs(claim))
+		if quotaErr(err) != nil {
+			return false
+		}
+		if err != nil || res.Kind != redisstore.AcquireDeploy {
+			t.Fatalf("%s's acquire: %+v, %v", scope, res, err)
+		}
+		return true
+	}
+	end := func(scope string, d redisstore.AcquireResult) {
+		t.Helper()
+		if _, err := e.store.DeployAbort(ctx, scope, d.Deploy, d.Spec.DeployVer(), "done", true, e.now, e.now.Add(30*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ask(sb, "b-first") {
+		t.Fatal("b led a deploy past the cap")
+	}
+	var bs []redisstore.AcquireResult
+	for i := 0; len(mine) > 2; i++ {
+		end(sa, mine[0])
+		mine = mine[1:]
+		if ask(sa, fmt.Sprintf("a-again%d", i)) {
+			t.Fatalf("a (holding %d, share 2) took back a pod b (holding %d, share 4) waits for", len(mine), len(bs))
+		}
+		res, err := e.store.PodAcquire(ctx, sb, e.acquireArgs(fmt.Sprintf("b%d", i)))
+		if err != nil || res.Kind != redisstore.AcquireDeploy {
+			t.Fatalf("b below its share after a's pod went: %+v, %v, want a deploy", res, err)
+		}
+		bs = append(bs, res)
+	}
+	if len(bs) != 4 || e.totalHeld() != 6 {
+		t.Fatalf("b holds %d, the total %d: want b at its share 4 and the cap full", len(bs), e.totalHeld())
+	}
+	end(sa, mine[0])
+	if ask(sb, "b-over") {
+		t.Fatal("b took a pod past its share while a, below its share, wants")
+	}
+	if !ask(sa, "a-back") {
+		t.Fatal("a, below its share, was refused the pod it gave back")
+	}
+	end(sb, bs[0])
+	if res, err := e.store.PodPlaceholder(ctx, sa, e.now, e.now.Add(30*time.Second), e.now.Add(30*time.Second)); err != nil || res.Kind != redisstore.PlaceholderQuota {
+		t.Fatalf("a's warm refill at its share while b wants: %+v, %v, want it to yield (quota)", res, err)
+	}
+	if !ask(sb, "b-back") {
+		t.Fatal("b, below its share, was refused after its pod went")
+	}
+}

@@ -95,7 +95,8 @@ func (s *Store) settle(ctx context.Context, scope string) error {
 
 // BalanceGranted is the total cap's part of the tenants job: it writes the cap, makes
 // every scope governed in pods on its first pass (a scope published later is governed
-// by its publish), and runs a balance pass (BalanceTenant, by the tenant's published
+// by its publish), has the rivals above their fair shares give pods up
+// (yieldShares), and runs a balance pass (BalanceTenant, by the tenant's published
 // limits) of each tenant the total granted pods since, except those in done (balanced
 // already). It is O(the granted
 // tenants' scopes), and O(every scope) once. Nothing without the cap. Errors:
@@ -112,6 +113,9 @@ func (s *Store) BalanceGranted(ctx context.Context, done map[string]warmpool.Ten
 			return err
 		}
 		s.governedAll.Store(true)
+	}
+	if err := s.yieldShares(ctx); err != nil {
+		return err
 	}
 	granted, err := s.takeGranted(ctx)
 	if err != nil {
@@ -161,6 +165,85 @@ func (s *Store) governAll(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// yieldShares has each rival of the total cap (total_grant.lua) that holds more than
+// its fair share give up what it holds over it, as far as the rivals below theirs lack
+// of them: the shares total_grant.lua grants by, computed alike from the total's
+// escrow; the pods leave as quota_yield.lua retires them, and each that is purged
+// goes back to the escrows (settle) and so to a rival below its share. It is
+// O(the rivals) when none holds over its share.
+func (s *Store) yieldShares(ctx context.Context) error {
+	rivals, err := s.rdb.ZRangeByScore(ctx, s.keys.TotalWant(), &redis.ZRangeBy{Min: strconv.FormatInt(s.wall().UnixMilli(), 10), Max: "+inf"}).Result()
+	if err != nil {
+		return s.redisErr(ctx, err)
+	}
+	if len(rivals) < 2 {
+		return nil
+	}
+	fields := []string{"limit", "pods"}
+	for _, r := range rivals {
+		fields = append(fields, "pods|"+r, "w|"+r)
+	}
+	v, err := s.rdb.HMGet(ctx, s.keys.TotalEscrow(), fields...).Result()
+	if err != nil {
+		return s.redisErr(ctx, err)
+	}
+	n := func(i int) int64 { x, _ := strconv.ParseInt(str(v[i]), 10, 64); return x }
+	limit, total := n(0), n(1)
+	held, weight := make([]int64, len(rivals)), make([]int64, len(rivals))
+	var sumHeld, sumW int64
+	for i := range rivals {
+		held[i], weight[i] = n(2+2*i), max(n(3+2*i), 1)
+		sumHeld, sumW = sumHeld+held[i], sumW+weight[i]
+	}
+	room := limit - (total - sumHeld)
+	share := func(i int) int64 { return room * weight[i] / sumW }
+	var lack int64
+	for i := range rivals {
+		lack += max(0, share(i)-held[i])
+	}
+	var errs []error
+	for i, t := range rivals {
+		give := min(held[i]-share(i), lack)
+		if give <= 0 {
+			continue
+		}
+		lack -= give
+		errs = append(errs, s.yieldTenant(ctx, t, give))
+	}
+	return errors.Join(errs...)
+}
+
+// yieldTenant has the tenant's scopes, one after the other, keep n pods leaving
+// between them (quota_yield.lua).
+func (s *Store) yieldTenant(ctx context.Context, tenant string, n int64) error {
+	scopes, err := s.rdb.SMembers(ctx, s.keys.TenantScopes(tenant)).Result()
+	if err != nil {
+		return s.redisErr(ctx, err)
+	}
+	for _, scope := range scopes {
+		if n <= 0 {
+			return nil
+		}
+		leaving, err := s.quotaYield(ctx, scope, n)
+		if err != nil && warmpool.ErrorCode(err) != warmpool.CodeScopeNotFound {
+			return err
+		}
+		n -= leaving
+	}
+	return nil
+}
+
+// quotaYield runs quota_yield.lua: the scope's pods leaving once it retired what it
+// had to for n.
+func (s *Store) quotaYield(ctx context.Context, scope string, n int64) (int64, error) {
+	r, err := s.call(ctx, quotaYield, s.keys.Scope(scope), nil, ms(s.wall()), n)
+	if err != nil {
+		return 0, err
+	}
+	leaving := r.int(0)
+	return leaving, r.err()
 }
 
 // weightOf reads a tenant's weight from its published limits (1 when it has none).

@@ -192,3 +192,62 @@ func TestTotalCapSharesByWeight(t *testing.T) {
 		t.Fatal("b, below its share, was refused after its pod went")
 	}
 }
+
+// A tenant over its weighted share gives pods up while a rival below its own waits: a
+// (weight 1) holds all 6 pods of the cap, busy, and both tenants are refused; the
+// tenants job retires 4 of a's pods (no new session on them), once only however often
+// it runs; as they go, b (weight 2) gets the 4 of its share and a no more.
+func TestTotalCapTakesBackOverShare(t *testing.T) {
+	t.Parallel()
+	e, scopes := capEnv(t, 6, []string{"a", "b"}, []int64{1, 2})
+	ctx := context.Background()
+	sa, sb := scopes[0], scopes[1]
+	e.scope = sa
+	var pods []string
+	for i := range 6 {
+		pod, _, err := e.register(e.acquire(fmt.Sprintf("a%d", i)), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, pod.ID)
+		if res := e.route(fmt.Sprintf("s%d", i)); !res.Served() {
+			t.Fatalf("route %d: %+v", i, res)
+		}
+	}
+	for _, s := range []string{sa, sb} {
+		if _, err := e.store.PodAcquire(ctx, s, e.acquireArgs("more")); quotaErr(err) == nil {
+			t.Fatalf("%s past the cap: %v, want QUOTA_EXCEEDED", s, err)
+		}
+	}
+	retired := func() []string {
+		t.Helper()
+		var out []string
+		for _, p := range pods {
+			if v, _ := e.r.Client.HGet(ctx, e.store.Keys().Scope(sa).PodVer, p).Result(); v == "retired" {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	for range 3 {
+		if err := e.store.BalanceGranted(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if r := retired(); len(r) != 4 {
+			t.Fatalf("a's retired pods %v, want 4: what it holds over its share 2", r)
+		}
+	}
+	for _, p := range retired() {
+		if _, err := e.store.PodPurge(ctx, sa, p, "yielded", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 4 {
+		if res, err := e.store.PodAcquire(ctx, sb, e.acquireArgs(fmt.Sprintf("b%d", i))); err != nil || res.Kind != redisstore.AcquireDeploy {
+			t.Fatalf("b's acquire %d below its share: %+v, %v", i, res, err)
+		}
+	}
+	if _, err := e.store.PodAcquire(ctx, sa, e.acquireArgs("a-again")); quotaErr(err) == nil {
+		t.Fatalf("a past the cap at its share: %v", err)
+	}
+}

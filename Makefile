@@ -6,7 +6,7 @@ MODULE  := github.com/warmpool/warmpool
 # Tests that start the built binary find it here.
 export WARMPOOL_BIN := $(CURDIR)/$(BIN)
 
-.PHONY: all build run test unit soak bench pgo scale pooltrace bigscope lint e2e faults image image-test clean
+.PHONY: all build run test unit soak bench pgo scale pooltrace bigscope tenants lint e2e faults image image-test clean
 
 all: lint test
 
@@ -93,6 +93,16 @@ BIGSCOPE_OUT ?= bin/bigscope
 bigscope: build
 	$(GO) build -o bin/wpbench ./scripts/wpbench
 	bin/wpbench bigscope --out $(BIGSCOPE_OUT)
+
+## tenants: three tenants of weights 1/1/2 under --max-pods-total 60 on a fresh
+## redis-server and fake-driver replica (docs/performance.md, "Tenants"): the two quiet
+## ones offering 5 sessions a second each alone, then with a loud one offering 10 times
+## that; routes by outcome, p50/p99, warm share and pods held per tenant. About a
+## minute. Not part of make test.
+TENANTS_OUT ?= bin/tenants
+tenants: build
+	$(GO) build -o bin/wpbench ./scripts/wpbench
+	bin/wpbench tenants --out $(TENANTS_OUT)
 
 ## lint: formatting, vet, and no client-go in the tests of the packages that do not
 ## drive Kubernetes (only k8s/, cmd/warmpool and e2e/ may link k8s.io packages: not the

@@ -2,18 +2,21 @@
 -- tenant n more pods for one of its scopes (after tenant_grant.lua did), while the
 -- grants of every tenant together stay within the cap, and while the cap binds, in
 -- weighted max-min order. A tenant refused here is a rival for want_ms from then: it
--- has live demand. The rivals and the asker share what the other tenants hold not,
--- each by its weight; a tenant within its share is granted whenever the cap leaves
--- room, one above it only while the room left after the grant still covers what every
--- rival below its share lacks of it (so a tenant's grant above its share never comes
--- out of what a rival below its share waits for). A warm refill is granted by the same
+-- has live demand, as much as it was refused since it became one less what it was
+-- granted since ("want|<tenant>"). The rivals and the asker share what the other
+-- tenants hold not, each by its weight; a tenant within its share is granted whenever
+-- the cap leaves room, one above it only while the room left after the grant still
+-- covers what every rival below its share lacks of it, as far as it wants it (so a
+-- tenant's grant above its share never comes out of what a rival below its share
+-- waits for, and no pod is kept from use for a demand nobody showed). A warm refill is granted by the same
 -- rules, but its refusal does not make its tenant a rival: a refill is no live demand,
 -- and yields to the rivals'. No pod is taken back: a tenant over its share comes down
 -- to it as its pods go (sessions end, idle pods are reclaimed), since the rivals are
 -- served first.
 -- Runs on the total's slot; counts are in the total HASH: "limit" (the cap; no field,
 -- no cap), "pods" over every tenant, "pods|<tenant>", "s|<scope>" per scope (what a
--- credit may give back), "w|<tenant>" its weight, and the release rate of pods
+-- credit may give back), "w|<tenant>" its weight, "want|<tenant>" a rival's demand,
+-- and the release rate of pods
 -- (lib/escrow.lua). The rivals are the want ZSET (tenant -> until, ms); each tenant
 -- granted is noted in the granted SET, which the tenants job takes (total.go).
 -- KEYS: | extra: total want granted
@@ -54,14 +57,20 @@ if ARGV[6] ~= '1' and limit >= 0 then
   local reserve = 0
   for r in pairs(weights) do
     if r ~= tenant then
-      reserve = reserve + math.max(0, share(r) - held[r])
+      reserve = reserve + math.max(0, math.min(share(r) - held[r], num('want|' .. r)))
     end
   end
   local within = mine + n <= share(tenant)
   if total + n > limit or not (within or reserve <= limit - total - n) then
     if ARGV[7] ~= '1' then
+      -- a rival anew (none, or its time past) wants what it asks; one still a rival
+      -- wants that more
+      local wanted = n
+      if redis.call('ZSCORE', k.want, tenant) then
+        wanted = num('want|' .. tenant) + n
+      end
       redis.call('ZADD', k.want, now + want_ms, tenant)
-      redis.call('HSET', k.total, 'w|' .. tenant, ARGV[4])
+      redis.call('HSET', k.total, 'w|' .. tenant, ARGV[4], 'want|' .. tenant, string.format('%d', wanted))
     end
     -- one pod comes back in 1 / rate seconds (1 s to 60 s)
     local rate = release_rate(k.total, 'pods', now)
@@ -76,5 +85,11 @@ redis.call('HINCRBY', k.total, 'pods', string.format('%d', n))
 redis.call('HINCRBY', k.total, 'pods|' .. tenant, string.format('%d', n))
 redis.call('HINCRBY', k.total, 's|' .. scope, string.format('%d', n))
 redis.call('HSET', k.total, 'w|' .. tenant, ARGV[4])
+local wanted = num('want|' .. tenant)
+if wanted > n then
+  redis.call('HINCRBY', k.total, 'want|' .. tenant, string.format('%d', -n))
+elseif wanted > 0 then
+  redis.call('HDEL', k.total, 'want|' .. tenant)
+end
 redis.call('SADD', k.granted, tenant)
 return {'granted'}

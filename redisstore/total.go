@@ -169,7 +169,7 @@ func (s *Store) governAll(ctx context.Context) error {
 
 // yieldShares has each rival of the total cap (total_grant.lua) that holds more than
 // its fair share give up what it holds over it, as far as the rivals below theirs lack
-// of them: the shares total_grant.lua grants by, computed alike from the total's
+// of them and want it: the shares total_grant.lua grants by, computed alike from the total's
 // escrow; the pods leave as quota_yield.lua retires them, and each that is purged
 // goes back to the escrows (settle) and so to a rival below its share. It is
 // O(the rivals) when none holds over its share.
@@ -183,7 +183,7 @@ func (s *Store) yieldShares(ctx context.Context) error {
 	}
 	fields := []string{"limit", "pods"}
 	for _, r := range rivals {
-		fields = append(fields, "pods|"+r, "w|"+r)
+		fields = append(fields, "pods|"+r, "w|"+r, "want|"+r)
 	}
 	v, err := s.rdb.HMGet(ctx, s.keys.TotalEscrow(), fields...).Result()
 	if err != nil {
@@ -191,17 +191,17 @@ func (s *Store) yieldShares(ctx context.Context) error {
 	}
 	n := func(i int) int64 { x, _ := strconv.ParseInt(str(v[i]), 10, 64); return x }
 	limit, total := n(0), n(1)
-	held, weight := make([]int64, len(rivals)), make([]int64, len(rivals))
+	held, weight, want := make([]int64, len(rivals)), make([]int64, len(rivals)), make([]int64, len(rivals))
 	var sumHeld, sumW int64
 	for i := range rivals {
-		held[i], weight[i] = n(2+2*i), max(n(3+2*i), 1)
+		held[i], weight[i], want[i] = n(2+3*i), max(n(3+3*i), 1), n(4+3*i)
 		sumHeld, sumW = sumHeld+held[i], sumW+weight[i]
 	}
 	room := limit - (total - sumHeld)
 	share := func(i int) int64 { return room * weight[i] / sumW }
 	var lack int64
 	for i := range rivals {
-		lack += max(0, share(i)-held[i])
+		lack += max(0, min(share(i)-held[i], want[i]))
 	}
 	var errs []error
 	for i, t := range rivals {

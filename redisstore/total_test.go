@@ -125,7 +125,7 @@ func TestTotalCapHoldsAcrossTenants(t *testing.T) {
 }
 
 // Under a binding cap of 6, tenant a (weight 1) holding every pod and tenant b
-// (weight 2) refused: as a's pods go one at a time, each goes to b, not back to a,
+// (weight 2) refused 4 times: as a's pods go one at a time, each goes to b, not back to a,
 // until each holds its weighted share (a 2, b 4); then a pod of a's that goes is a's
 // again, since b is at its share; and a's warm refill yields to b's live demand.
 func TestTotalCapSharesByWeight(t *testing.T) {
@@ -158,8 +158,10 @@ func TestTotalCapSharesByWeight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ask(sb, "b-first") {
-		t.Fatal("b led a deploy past the cap")
+	for i := range 4 {
+		if ask(sb, fmt.Sprintf("b-first%d", i)) {
+			t.Fatal("b led a deploy past the cap")
+		}
 	}
 	var bs []redisstore.AcquireResult
 	for i := 0; len(mine) > 2; i++ {
@@ -194,7 +196,7 @@ func TestTotalCapSharesByWeight(t *testing.T) {
 }
 
 // A tenant over its weighted share gives pods up while a rival below its own waits: a
-// (weight 1) holds all 6 pods of the cap, busy, and both tenants are refused; the
+// (weight 1) holds all 6 pods of the cap, busy, a is refused once and b 4 times; the
 // tenants job retires 4 of a's pods (no new session on them), once only however often
 // it runs; as they go, b (weight 2) gets the 4 of its share and a no more.
 func TestTotalCapTakesBackOverShare(t *testing.T) {
@@ -214,8 +216,8 @@ func TestTotalCapTakesBackOverShare(t *testing.T) {
 			t.Fatalf("route %d: %+v", i, res)
 		}
 	}
-	for _, s := range []string{sa, sb} {
-		if _, err := e.store.PodAcquire(ctx, s, e.acquireArgs("more")); quotaErr(err) == nil {
+	for i, s := range []string{sa, sb, sb, sb, sb} {
+		if _, err := e.store.PodAcquire(ctx, s, e.acquireArgs(fmt.Sprintf("more%d", i))); quotaErr(err) == nil {
 			t.Fatalf("%s past the cap: %v, want QUOTA_EXCEEDED", s, err)
 		}
 	}
@@ -249,5 +251,40 @@ func TestTotalCapTakesBackOverShare(t *testing.T) {
 	}
 	if _, err := e.store.PodAcquire(ctx, sa, e.acquireArgs("a-again")); quotaErr(err) == nil {
 		t.Fatalf("a past the cap at its share: %v", err)
+	}
+}
+
+// A rival's reserve is what it was refused, not its whole share: b (weight 2, share 4
+// of a cap of 6) refused once holds back one pod from a, not four; once b is granted
+// it, a takes the rest.
+func TestTotalCapReservesWhatIsWanted(t *testing.T) {
+	t.Parallel()
+	e, scopes := capEnv(t, 6, []string{"a", "b"}, []int64{1, 2})
+	ctx := context.Background()
+	sa, sb := scopes[0], scopes[1]
+	var mine []redisstore.AcquireResult
+	for i := range 6 {
+		res, err := e.store.PodAcquire(ctx, sa, e.acquireArgs(fmt.Sprintf("a%d", i)))
+		if err != nil || res.Kind != redisstore.AcquireDeploy {
+			t.Fatalf("a's acquire %d: %+v, %v", i, res, err)
+		}
+		mine = append(mine, res)
+	}
+	if _, err := e.store.PodAcquire(ctx, sb, e.acquireArgs("b0")); quotaErr(err) == nil {
+		t.Fatalf("b past the cap: %v", err)
+	}
+	for _, d := range mine[:2] {
+		if _, err := e.store.DeployAbort(ctx, sa, d.Deploy, d.Spec.DeployVer(), "done", true, e.now, e.now.Add(30*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := e.store.PodAcquire(ctx, sa, e.acquireArgs("a-again")); err != nil || res.Kind != redisstore.AcquireDeploy {
+		t.Fatalf("a with 2 pods free and b wanting 1: %+v, %v, want a deploy", res, err)
+	}
+	if _, err := e.store.PodAcquire(ctx, sa, e.acquireArgs("a-more")); quotaErr(err) == nil {
+		t.Fatalf("a took the pod b waits for: %v", err)
+	}
+	if res, err := e.store.PodAcquire(ctx, sb, e.acquireArgs("b1")); err != nil || res.Kind != redisstore.AcquireDeploy {
+		t.Fatalf("b's pod: %+v, %v", res, err)
 	}
 }

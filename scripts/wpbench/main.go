@@ -30,6 +30,7 @@
 //	                   one redis-server, then warm routes from N replicas on a 3-master
 //	                   Redis Cluster, each master's CPU per route and share of the scopes
 //	wpbench bigscope   one scope of 10 to 10,000 pods, cold bursts into one (make bigscope)
+//	wpbench tenants    three tenants of weights 1/1/2 under --max-pods-total (make tenants)
 //	wpbench sessionconfig
 //	                   routes carrying a session_config (env and a secret ref, the
 //	                   agent's fetch of it included) against plain routes on one warm
@@ -50,6 +51,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -71,7 +73,7 @@ func main() {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|scopes|reports|rollout|pooltrace|capacity|bigscope|sessionconfig [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
+		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|scopes|reports|rollout|pooltrace|capacity|bigscope|tenants|sessionconfig [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
 	}
 	switch args[0] {
 	case "script":
@@ -114,10 +116,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return capacity(ctx, args[1:], getenv, stdout, stderr)
 	case "bigscope":
 		return bigScope(ctx, args[1:], getenv, stdout, stderr)
+	case "tenants":
+		return tenants(ctx, args[1:], getenv, stdout, stderr)
 	case "sessionconfig":
 		return sessionConfig(ctx, args[1:], getenv, stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, scopes, reports, rollout, pooltrace, capacity, bigscope, sessionconfig, script or keys", args[0])
+	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, scopes, reports, rollout, pooltrace, capacity, bigscope, tenants, sessionconfig, script or keys", args[0])
 }
 
 func scriptNames() []string {
@@ -195,9 +199,15 @@ func or(v, d string) string {
 	return v
 }
 
+// outDir is the directory of a run's files, absolute: redis-server, started with
+// its --dir there, opens its log file from that directory.
 func outDir(dir string) (string, error) {
 	if dir != "" {
-		return dir, os.MkdirAll(dir, 0o755)
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return "", err
+		}
+		return abs, os.MkdirAll(abs, 0o755)
 	}
 	return os.MkdirTemp("", "wpbench.")
 }

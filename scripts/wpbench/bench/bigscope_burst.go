@@ -82,7 +82,7 @@ func (c *BigScopeConfig) burst(ctx context.Context, rate float64, pc int) (*Burs
 		}
 		wg.Go(func() {
 			t := time.Now()
-			code, err := routeStatus(ctx, hc, e.replica.URL, fmt.Sprintf("b%d", i))
+			code, err := routeStatus(ctx, hc, e.replica.URL, bigScope, fmt.Sprintf("b%d", i))
 			d := time.Since(t)
 			mu.Lock()
 			defer mu.Unlock()
@@ -123,10 +123,10 @@ func (c *BigScopeConfig) burst(ctx context.Context, rate float64, pc int) (*Burs
 	return row, nil
 }
 
-// routeStatus routes one new session and returns the answer's status.
-func routeStatus(ctx context.Context, hc *http.Client, base, session string) (int, error) {
+// routeStatus routes one new session of the scope and returns the answer's status.
+func routeStatus(ctx context.Context, hc *http.Client, base, scope, session string) (int, error) {
 	b, _ := json.Marshal(map[string]string{"session_id": session})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/scopes/"+bigScope+"/sessions", bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/scopes/"+scope+"/sessions", bytes.NewReader(b))
 	if err != nil {
 		return 0, err
 	}

@@ -102,7 +102,7 @@ func (c *BigScopeConfig) fillIdle(ctx context.Context, e *env) error {
 	hc := &http.Client{Transport: tr, Timeout: time.Minute}
 	defer tr.CloseIdleConnections()
 	route := func(session string) error {
-		code, err := routeStatus(ctx, hc, e.replica.URL, session)
+		code, err := routeStatus(ctx, hc, e.replica.URL, bigScope, session)
 		if err == nil && code != http.StatusOK {
 			err = fmt.Errorf("route %s: %d", session, code)
 		}

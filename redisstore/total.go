@@ -19,9 +19,22 @@ import (
 // max-min order between the tenants that are refused (total_grant.lua).
 
 // MaxPodsTotal sets the cap this replica enforces (n <= 0: none). Every replica of a
-// deployment must be given the same; BalanceGranted writes it to Redis.
+// deployment must be given the same; PublishMaxPodsTotal writes it to Redis.
 func (s *Store) MaxPodsTotal(n int64) {
 	s.total.Store(max(n, 0))
+}
+
+// PublishMaxPodsTotal writes this replica's cap where total_grant.lua reads it (a
+// replica without one writes nothing): at start, and again every tick of the tenants
+// job, so that a Redis that lost its data has it back. Errors: STORE_UNAVAILABLE.
+func (s *Store) PublishMaxPodsTotal(ctx context.Context) error {
+	if !s.capped() {
+		return nil
+	}
+	if err := s.rdb.HSet(ctx, s.keys.TotalEscrow(), "limit", s.total.Load()).Err(); err != nil {
+		return s.redisErr(ctx, err)
+	}
+	return nil
 }
 
 // capped reports whether this replica enforces the total cap.
@@ -98,15 +111,14 @@ func (s *Store) settle(ctx context.Context, scope string) error {
 // by its publish), has the rivals above their fair shares give pods up
 // (yieldShares), and runs a balance pass (BalanceTenant, by the tenant's published
 // limits) of each tenant the total granted pods since, except those in done (balanced
-// already). It is O(the granted
-// tenants' scopes), and O(every scope) once. Nothing without the cap. Errors:
-// STORE_UNAVAILABLE.
+// already). It is O(the granted tenants' scopes), and O(every scope) once. Nothing
+// without the cap. Errors: STORE_UNAVAILABLE.
 func (s *Store) BalanceGranted(ctx context.Context, done map[string]warmpool.TenantLimits) error {
 	if !s.capped() {
 		return nil
 	}
-	if err := s.rdb.HSet(ctx, s.keys.TotalEscrow(), "limit", s.total.Load()).Err(); err != nil {
-		return s.redisErr(ctx, err)
+	if err := s.PublishMaxPodsTotal(ctx); err != nil {
+		return err
 	}
 	if !s.governedAll.Load() {
 		if err := s.governAll(ctx); err != nil {

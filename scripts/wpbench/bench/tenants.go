@@ -251,10 +251,13 @@ func (c *TenantsConfig) end(ctx context.Context, hc *http.Client, base, scope, s
 
 // WriteText writes the rows as a table.
 func (r *TenantsResults) WriteText(w io.Writer) error {
-	fmt.Fprintf(w, "max_pods_total %d, sessions of %.1f s, deploys of %.1f s, windows of %.0f s\n", r.Cap, r.Hold, r.Dep, r.WinS)
-	fmt.Fprintf(w, "%-10s %-7s %6s %6s %7s %6s %6s %8s %8s %6s %9s\n", "phase", "tenant", "weight", "rate/s", "routes", "ok", "429", "p50 ms", "p99 ms", "warm", "pods")
+	rows := [][]string{{"phase", "tenant", "weight", "rate/s", "routes", "ok", "429", "other", "p50 ms", "p99 ms", "warm", "pods", "min-max"}}
 	for _, x := range r.Rows {
-		fmt.Fprintf(w, "%-10s %-7s %6d %6.0f %7d %6d %6d %8.1f %8.1f %6.2f %5.1f %d-%d\n", x.Phase, x.Tenant, x.Weight, x.Rate, x.Routes, x.OK, x.Refused, x.P50Ms, x.P99Ms, x.WarmShare, x.PodsMean, x.PodsMin, x.PodsMax)
+		rows = append(rows, []string{x.Phase, x.Tenant, fmt.Sprint(x.Weight), fmt.Sprintf("%.0f", x.Rate), fmt.Sprint(x.Routes),
+			fmt.Sprint(x.OK), fmt.Sprint(x.Refused), fmt.Sprint(x.Other), fmt.Sprintf("%.1f", x.P50Ms), fmt.Sprintf("%.1f", x.P99Ms),
+			fmt.Sprintf("%.2f", x.WarmShare), fmt.Sprintf("%.1f", x.PodsMean), fmt.Sprintf("%d-%d", x.PodsMin, x.PodsMax)})
 	}
-	return nil
+	head := fmt.Sprintf("max_pods_total %d, sessions of %.1f s, deploys of %.1f s, windows of %.0f s\n", r.Cap, r.Hold, r.Dep, r.WinS)
+	_, err := io.WriteString(w, head+table(rows))
+	return err
 }

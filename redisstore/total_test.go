@@ -56,6 +56,20 @@ func (e *env) totalHeld() int64 {
 	return n
 }
 
+// leadAll has the scope lead n deploys, each of which must be granted.
+func (e *env) leadAll(scope string, n int) []redisstore.AcquireResult {
+	e.t.Helper()
+	var led []redisstore.AcquireResult
+	for i := range n {
+		res, err := e.store.PodAcquire(context.Background(), scope, e.acquireArgs(fmt.Sprintf("%s-lead%d", scope, i)))
+		if err != nil || res.Kind != redisstore.AcquireDeploy {
+			e.t.Fatalf("%s's acquire %d with the cap free: %+v, %v", scope, i, res, err)
+		}
+		led = append(led, res)
+	}
+	return led
+}
+
 // The total cap holds across tenants with no quotas of their own: 24 concurrent
 // acquires over three scopes of three tenants lead exactly 4 deploys under a cap of
 // 4 (the first scope published before the cap's first pass, governed by it), the
@@ -133,14 +147,7 @@ func TestTotalCapSharesByWeight(t *testing.T) {
 	e, scopes := capEnv(t, 6, []string{"a", "b"}, []int64{1, 2})
 	ctx := context.Background()
 	sa, sb := scopes[0], scopes[1]
-	var mine []redisstore.AcquireResult
-	for i := range 6 {
-		res, err := e.store.PodAcquire(ctx, sa, e.acquireArgs(fmt.Sprintf("a%d", i)))
-		if err != nil || res.Kind != redisstore.AcquireDeploy {
-			t.Fatalf("a's acquire %d with the cap free: %+v, %v", i, res, err)
-		}
-		mine = append(mine, res)
-	}
+	mine := e.leadAll(sa, 6)
 	ask := func(scope, claim string) bool {
 		t.Helper()
 		res, err := e.store.PodAcquire(ctx, scope, e.acquireArgs(claim))
@@ -262,14 +269,7 @@ func TestTotalCapReservesWhatIsWanted(t *testing.T) {
 	e, scopes := capEnv(t, 6, []string{"a", "b"}, []int64{1, 2})
 	ctx := context.Background()
 	sa, sb := scopes[0], scopes[1]
-	var mine []redisstore.AcquireResult
-	for i := range 6 {
-		res, err := e.store.PodAcquire(ctx, sa, e.acquireArgs(fmt.Sprintf("a%d", i)))
-		if err != nil || res.Kind != redisstore.AcquireDeploy {
-			t.Fatalf("a's acquire %d: %+v, %v", i, res, err)
-		}
-		mine = append(mine, res)
-	}
+	mine := e.leadAll(sa, 6)
 	if _, err := e.store.PodAcquire(ctx, sb, e.acquireArgs("b0")); quotaErr(err) == nil {
 		t.Fatalf("b past the cap: %v", err)
 	}

@@ -11,6 +11,8 @@
 -- "prewarm" it starts a prewarm (see prewarm_ver in lib/surplus.lua): the deploy_ver it
 -- replaces goes on taking new sessions until now + ready_timeout_s or until the new
 -- version's first pods are registered. Under "drain" it ends a prewarm still running.
+-- A new tenant drops the share of max_idle_pods the tenant before gave (q_idle,
+-- quota_idle.lua) until the new one's pass gives its own.
 -- A change of a field the indexes of lib/index.lua follow (deploy_ver, prewarm_ver,
 -- pod_concurrency, max_pods, max_sessions_per_pod) builds them again: O(pods + deploys),
 -- once per such change.
@@ -68,6 +70,10 @@ if old ~= new.deploy_ver then
   else
     redis.call('HDEL', k.config, 'prewarm_ver', 'prewarm_until')
   end
+end
+if redis.call('HGET', k.config, 'tenant') ~= new.tenant then
+  -- a share of the tenant it named before is not the new one's (quota_idle.lua)
+  redis.call('HDEL', k.config, 'q_idle')
 end
 redis.call('HSET', k.config, unpack(fields))
 redis.call('HDEL', k.config, 'deleted')

@@ -218,6 +218,7 @@ func callEveryWrapper(ctx context.Context, s *Store, scope string) {
 	_ = s.totalCredit(ctx, "t1", scope, 1, false)
 	_, _ = s.takeGranted(ctx)
 	_, _ = s.quotaYield(ctx, scope, 1)
+	_, _ = s.quotaIdle(ctx, scope, "1")
 	_, _ = s.quotaApply(ctx, scope, "pods", 1)
 	_, _ = s.quotaGovern(ctx, scope, [2]string{"1", "-"})
 	_ = s.settle(ctx, scope)

@@ -116,6 +116,7 @@ var (
 	quotaTrim    = load("quota_trim.lua", unguarded, "config pods deploying sessions")
 	quotaGovern  = load("quota_govern.lua", unguarded, "config")
 	quotaYield   = load("quota_yield.lua", unguarded|notes, "config pods podver slots idle due free freeprev warm warmprev busy surplus")
+	quotaIdle    = load("quota_idle.lua", unguarded|notes, "config pods podver slots idle dstats due demand free freeprev warm warmprev busy surplus")
 	// The total cap's escrow (total.go), on its own slot.
 	totalGrant  = load("total_grant.lua", guarded, "", "total", "want", "granted")
 	totalCredit = load("total_credit.lua", unguarded, "", "total")

@@ -191,13 +191,18 @@ func (s *Store) BalanceTenant(ctx context.Context, tenant string, l warmpool.Ten
 		return s.redisErr(ctx, err)
 	}
 	gov := s.governs(l)
-	named := map[string]bool{}
+	named, idle := map[string]bool{}, map[string]bool{}
 	var errs []error
+	var naming []string
 	for _, scope := range members {
-		ok, err := s.balanceScope(ctx, tenant, scope, gov)
-		named[scope] = ok
+		ok, q, err := s.balanceScope(ctx, tenant, scope, gov)
+		named[scope], idle[scope] = ok, q
+		if ok {
+			naming = append(naming, scope)
+		}
 		errs = append(errs, err)
 	}
+	errs = append(errs, s.balanceIdle(ctx, naming, idle, l.IdlePods))
 	// Grants of scopes that no longer name the tenant (moved, forgotten) come back whole.
 	for f := range escrow {
 		dim, scope, ok := splitEscrowField(f)
@@ -222,20 +227,22 @@ func splitEscrowField(f string) (dim, scope string, ok bool) {
 }
 
 // balanceScope is the balance pass of one scope of the tenant's index; it reports
-// whether the scope still names the tenant.
-func (s *Store) balanceScope(ctx context.Context, tenant, scope string, gov [2]bool) (bool, error) {
+// whether the scope still names the tenant, and whether it has a share of its
+// max_idle_pods (idle.go).
+func (s *Store) balanceScope(ctx context.Context, tenant, scope string, gov [2]bool) (named, idle bool, err error) {
 	k := s.keys.Scope(scope)
 	pipe := s.rdb.Pipeline()
-	cfg := pipe.HMGet(ctx, k.Config, "tenant", "q_pods", "q_sess", "cpu_m", "memory_b")
+	cfg := pipe.HMGet(ctx, k.Config, "tenant", "q_pods", "q_sess", "cpu_m", "memory_b", "q_idle")
 	pods, deploys, sess := pipe.ZCard(ctx, k.Pods), pipe.ZCard(ctx, k.Deploying), pipe.HLen(ctx, k.Sessions)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return false, s.redisErr(ctx, err)
+		return false, false, s.redisErr(ctx, err)
 	}
 	c := cfg.Val()
 	if str(c[0]) != tenant {
 		// governed by the tenant it named before: that one's pass ends it
-		return false, nil
+		return false, false, nil
 	}
+	idle = c[5] != nil
 	held := [2]int64{pods.Val() + deploys.Val(), sess.Val()}
 	has := [2]bool{c[1] != nil, c[2] != nil}
 	cpu, _ := strconv.ParseInt(str(c[3]), 10, 64)
@@ -246,7 +253,7 @@ func (s *Store) balanceScope(ctx context.Context, tenant, scope string, gov [2]b
 		switch {
 		case gov[i] && !has[i]:
 			if err := s.adopt(ctx, tenant, scope, quotaDims[i], held[i], cpu, mem); err != nil {
-				return true, err
+				return true, idle, err
 			}
 			govern[i], adopted[i] = strconv.FormatInt(held[i], 10), held[i]
 		case !gov[i] && has[i]:
@@ -256,7 +263,7 @@ func (s *Store) balanceScope(ctx context.Context, tenant, scope string, gov [2]b
 	if govern != [2]string{} {
 		set, err := s.quotaGovern(ctx, scope, govern)
 		if err != nil {
-			return true, err
+			return true, idle, err
 		}
 		for i := range quotaDims {
 			switch {
@@ -266,17 +273,17 @@ func (s *Store) balanceScope(ctx context.Context, tenant, scope string, gov [2]b
 				_, err = s.tenantCredit(ctx, tenant, scope, quotaDims[i], adopted[i], true)
 			}
 			if err != nil {
-				return true, err
+				return true, idle, err
 			}
 		}
 	}
 	if !has[0] && !has[1] {
-		return true, nil
+		return true, idle, nil
 	}
 	if err := s.settle(ctx, scope); err != nil {
-		return true, fmt.Errorf("balance %q: %w", scope, err)
+		return true, idle, fmt.Errorf("balance %q: %w", scope, err)
 	}
-	return true, nil
+	return true, idle, nil
 }
 
 // adopt grants a scope becoming governed what it holds, from its tenant's escrow and,

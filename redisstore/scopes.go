@@ -150,15 +150,21 @@ func (s *Store) ScopePublish(ctx context.Context, rec ScopeRecord) error {
 }
 
 // governPublished makes a scope just published governed by its tenant's quotas, when
-// the tenant has any, and by the total cap when there is one, before the publish answers: the tenants job would only get to
-// it at its next pass (quota.go).
+// the tenant has any, and by the total cap when there is one, before the publish
+// answers: the tenants job would only get to it at its next pass (quota.go); under
+// max_idle_pods it keeps the warm pods it has until that pass gives it its share.
 func (s *Store) governPublished(ctx context.Context, tenant, scope string) error {
 	l, ok, err := s.TenantLimits(ctx, tenant)
 	if err != nil || (!ok && !s.capped()) {
 		return err
 	}
 	if gov := s.governs(l); gov != [2]bool{} {
-		_, err = s.balanceScope(ctx, tenant, scope, gov)
+		if _, _, err := s.balanceScope(ctx, tenant, scope, gov); err != nil {
+			return err
+		}
+	}
+	if l.IdlePods >= 0 {
+		_, err = s.quotaIdle(ctx, scope, "+")
 	}
 	return err
 }

@@ -290,3 +290,30 @@ func TestMaxPodsTotalRefusesRoutes(t *testing.T) {
 	}
 	e.route("c", "s3")
 }
+
+// A tenant's max_idle_pods caps the warm pools of its scopes together: two scopes of
+// min_idle_pods 2 under max_idle_pods 3 refill 3 pods in all, and GET shows them idle.
+func TestTenantMaxIdlePodsCapsRefills(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t)
+	e.ok(http.MethodPut, "/v1/tenants/acme", `{"max_idle_pods":3}`)
+	cfg := `{"tenant":"acme","deploy":{"ready_timeout_s":10},"pool":{"max_concurrency":8,"pod_concurrency":1,"min_idle_pods":2}}`
+	e.putScope("chat", cfg)
+	e.putScope("code", cfg)
+	ctx := context.Background()
+	if err := e.srv.Tenants.Balance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := e.srv.Sweeper.Autoscale(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	await.True(t, 10*time.Second, "acme's 3 idle pods", func() bool {
+		use := e.ok(http.MethodGet, "/v1/tenants/acme", nil)["use"].(map[string]any)
+		return num(t, use, "idle_pods") == 3
+	})
+	if n := len(e.fake.Deploys()); n != 3 {
+		t.Fatalf("%d warm deploys under max_idle_pods 3, want 3", n)
+	}
+}

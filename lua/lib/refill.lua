@@ -28,10 +28,16 @@ end
 -- pods of the current version (its warm deploys in flight counted, a surplus pod not),
 -- room under max_pods and the parallel bound, no backoff. Otherwise it is the answer
 -- pod_placeholder.lua gives: {"enough"} | {"max_reached"} | {"busy"} | the backoff's.
--- The deploys in flight are read only when the idle pods fall short.
+-- The deploys in flight are read only when the idle pods fall short. A scope governed
+-- by its tenant's max_idle_pods keeps at most its allowance q_idle (quota_idle.lua),
+-- a rollout's prewarm included.
 local function refill_refusal(k, now, keep, max_pods, parallel)
   if prewarm_ver(k, now) then
     keep = math.max(1, keep)
+  end
+  local q = redis.call('HGET', k.config, 'q_idle')
+  if q then
+    keep = math.min(keep, tonumber(q))
   end
   local warm = redis.call('ZCARD', k.warm) - redis.call('ZCOUNT', k.surplus, 0, 0)
   if warm >= keep then

@@ -45,7 +45,7 @@ func (s *Store) DeployAbort(ctx context.Context, scope, deploy, ver, reason stri
 	}
 	n := r.count(0)
 	if r.err() == nil {
-		_ = s.settle(ctx, scope) // as after PodPurge
+		_ = s.settle(ctx, scope, true) // as after PodPurge
 	}
 	return n, r.err()
 }

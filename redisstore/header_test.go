@@ -221,7 +221,7 @@ func callEveryWrapper(ctx context.Context, s *Store, scope string) {
 	_, _ = s.quotaIdle(ctx, scope, "1")
 	_, _ = s.quotaApply(ctx, scope, "pods", 1)
 	_, _ = s.quotaGovern(ctx, scope, [2]string{"1", "-"})
-	_ = s.settle(ctx, scope)
+	_ = s.settle(ctx, scope, true)
 	_, _ = s.PodAdopt(ctx, pod, now, false)
 	_, _ = s.PodHealth(ctx, scope, "p1", false)
 	_ = s.FenceRaise(ctx, scope, 3)

@@ -136,7 +136,7 @@ func (s *Store) PodPurge(ctx context.Context, scope, pod, reason string, idleSin
 	if r.err() == nil {
 		// The pod's allowance goes back at once; missed, it stays counted (never
 		// over-admitted) until the tenants job's pass.
-		_ = s.settle(ctx, scope)
+		_ = s.settle(ctx, scope, true)
 	}
 	return sessions, r.err()
 }

@@ -191,11 +191,12 @@ func (s *Store) BalanceTenant(ctx context.Context, tenant string, l warmpool.Ten
 		return s.redisErr(ctx, err)
 	}
 	gov := s.governs(l)
+	trim := trimSessions(l, escrow["sessions"])
 	named, idle := map[string]bool{}, map[string]bool{}
 	var errs []error
 	var naming []string
 	for _, scope := range members {
-		ok, q, err := s.balanceScope(ctx, tenant, scope, gov)
+		ok, q, err := s.balanceScope(ctx, tenant, scope, gov, trim)
 		named[scope], idle[scope] = ok, q
 		if ok {
 			naming = append(naming, scope)
@@ -215,6 +216,18 @@ func (s *Store) BalanceTenant(ctx context.Context, tenant string, l warmpool.Ten
 	return errors.Join(errs...)
 }
 
+// trimSessions reports whether a balance pass takes back the session allowance the
+// tenant's scopes hold unused: only once what they were granted together (granted, the
+// escrow's count) passes half of max_sessions. Further below, the allowances stay with
+// the scopes that took them, so a new session asks the escrow (three more round trips)
+// only where its scope reaches a new peak, not every time sessions come and go; from
+// half the quota on, unused allowance comes back each pass, as another scope may need
+// it.
+func trimSessions(l warmpool.TenantLimits, granted string) bool {
+	n, _ := strconv.ParseInt(granted, 10, 64)
+	return l.Sessions >= 0 && 2*n > l.Sessions
+}
+
 // splitEscrowField reads a per-scope field of an escrow ("pods|<scope>",
 // "sessions|<scope>").
 func splitEscrowField(f string) (dim, scope string, ok bool) {
@@ -226,10 +239,11 @@ func splitEscrowField(f string) (dim, scope string, ok bool) {
 	return "", "", false
 }
 
-// balanceScope is the balance pass of one scope of the tenant's index; it reports
+// balanceScope is the balance pass of one scope of the tenant's index (trim: the
+// session allowance it does not use comes back too, trimSessions); it reports
 // whether the scope still names the tenant, and whether it has a share of its
 // max_idle_pods (idle.go).
-func (s *Store) balanceScope(ctx context.Context, tenant, scope string, gov [2]bool) (named, idle bool, err error) {
+func (s *Store) balanceScope(ctx context.Context, tenant, scope string, gov [2]bool, trim bool) (named, idle bool, err error) {
 	k := s.keys.Scope(scope)
 	pipe := s.rdb.Pipeline()
 	cfg := pipe.HMGet(ctx, k.Config, "tenant", "q_pods", "q_sess", "cpu_m", "memory_b", "q_idle")
@@ -280,7 +294,7 @@ func (s *Store) balanceScope(ctx context.Context, tenant, scope string, gov [2]b
 	if !has[0] && !has[1] {
 		return true, idle, nil
 	}
-	if err := s.settle(ctx, scope); err != nil {
+	if err := s.settle(ctx, scope, trim); err != nil {
 		return true, idle, fmt.Errorf("balance %q: %w", scope, err)
 	}
 	return true, idle, nil

@@ -241,3 +241,42 @@ func TestTenantQuotaRefusalGivesTheClaimBack(t *testing.T) {
 		t.Fatalf("after the refusal: slots %q, claim kept %v, idle since %v; want the claim gone and the pod idle", slots, claimed == nil, idle)
 	}
 }
+
+// Far below its max_sessions a tenant's scopes keep the session allowance they took
+// (a new session asks the escrow only at a new peak); past half of it, each balance
+// pass takes back what they do not use.
+func TestTenantSessionAllowanceKeptFarBelowQuota(t *testing.T) {
+	t.Parallel()
+	l := warmpool.Unlimited()
+	l.Sessions = 100
+	e := quotaEnv(t, l)
+	ctx := context.Background()
+	for _, sid := range []string{"a", "b"} {
+		e.onePod()
+		if res := e.route(sid); !res.Served() {
+			t.Fatalf("route %s: %+v", sid, res)
+		}
+	}
+	for _, sid := range []string{"a", "b"} {
+		if _, err := e.store.SessionEnd(ctx, "s1", sid, e.now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allowance := func() string {
+		t.Helper()
+		v, err := e.r.Client.HGet(ctx, e.store.Keys().Scope("s1").Config, "q_sess").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	e.balance(l)
+	if a := allowance(); a != "2" {
+		t.Fatalf("s1's session allowance %s after a pass 2 of 100 granted, want its 2 kept", a)
+	}
+	l.Sessions = 3
+	e.limit(l)
+	if a := allowance(); a != "0" {
+		t.Fatalf("s1's session allowance %s after a pass 2 of 3 granted, want 0 (taken back)", a)
+	}
+}

@@ -159,7 +159,7 @@ func (s *Store) governPublished(ctx context.Context, tenant, scope string) error
 		return err
 	}
 	if gov := s.governs(l); gov != [2]bool{} {
-		if _, _, err := s.balanceScope(ctx, tenant, scope, gov); err != nil {
+		if _, _, err := s.balanceScope(ctx, tenant, scope, gov, true); err != nil {
 			return err
 		}
 	}

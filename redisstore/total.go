@@ -84,11 +84,12 @@ func (s *Store) call1(ctx context.Context, sc *script, keys []string, args ...an
 	return r.err()
 }
 
-// settle gives back what the scope's allowances hold over its use (quota_trim.lua) to
-// its tenant's escrow and the total's: the step after a pod or a deploy leaves the
-// scope, so that a release is at once another's to take.
-func (s *Store) settle(ctx context.Context, scope string) error {
-	r, err := s.call(ctx, quotaTrim, s.keys.Scope(scope), nil)
+// settle gives back what the scope's allowances hold over its use (quota_trim.lua;
+// the sessions' only with sessions) to its tenant's escrow and the total's: the step
+// after a pod or a deploy leaves the scope, so that a release is at once another's to
+// take, and the balance pass's.
+func (s *Store) settle(ctx context.Context, scope string, sessions bool) error {
+	r, err := s.call(ctx, quotaTrim, s.keys.Scope(scope), nil, flag(sessions))
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@
 //	                   Redis Cluster, each master's CPU per route and share of the scopes
 //	wpbench bigscope   one scope of 10 to 10,000 pods, cold bursts into one (make bigscope)
 //	wpbench tenants    three tenants of weights 1/1/2 under --max-pods-total (make tenants)
+//	wpbench quotacost  what the quota check adds to a route across replicas (make quotacost)
 //	wpbench sessionconfig
 //	                   routes carrying a session_config (env and a secret ref, the
 //	                   agent's fetch of it included) against plain routes on one warm
@@ -73,7 +74,7 @@ func main() {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|scopes|reports|rollout|pooltrace|capacity|bigscope|tenants|sessionconfig [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
+		return fmt.Errorf("usage: wpbench scale|baseline|metrics|ui|scopes|reports|rollout|pooltrace|capacity|bigscope|tenants|quotacost|sessionconfig [flags] | script FILE | keys FILE PREFIX SCOPE [EXTRA...]")
 	}
 	switch args[0] {
 	case "script":
@@ -118,10 +119,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return bigScope(ctx, args[1:], getenv, stdout, stderr)
 	case "tenants":
 		return tenants(ctx, args[1:], getenv, stdout, stderr)
+	case "quotacost":
+		return quotaCost(ctx, args[1:], getenv, stdout, stderr)
 	case "sessionconfig":
 		return sessionConfig(ctx, args[1:], getenv, stdout, stderr)
 	}
-	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, scopes, reports, rollout, pooltrace, capacity, bigscope, tenants, sessionconfig, script or keys", args[0])
+	return fmt.Errorf("unknown command %q: want scale, baseline, metrics, ui, scopes, reports, rollout, pooltrace, capacity, bigscope, tenants, quotacost, sessionconfig, script or keys", args[0])
 }
 
 func scriptNames() []string {

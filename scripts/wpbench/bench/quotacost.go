@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,10 @@ type QuotaCostRow struct {
 	CmdsPerCall float64 `json:"redis_commands_per_call"`
 	// RedisUsPerCall is Redis's CPU per route or end (µs).
 	RedisUsPerCall float64 `json:"redis_cpu_us_per_call"`
+	// Sources counts the routes of the whole phase by how they were served
+	// (warmpool_routes_total over the replicas): deployed and follower routes waited
+	// for a deploy.
+	Sources map[string]int64 `json:"sources"`
 }
 
 // QuotaCostResults is what wpbench quotacost measured.
@@ -236,6 +241,12 @@ func (c *QuotaCostConfig) load(ctx context.Context, r *redisServer, bases []stri
 	after, err := readRedis(ctx, r.rdb)
 	took := time.Since(half)
 	wg.Wait()
+	row.Sources = map[string]int64{}
+	for _, base := range bases {
+		if err := routeSources(ctx, base, row.Sources); err != nil {
+			return row, err
+		}
+	}
 	if beforeErr != nil || err != nil {
 		return row, fmt.Errorf("redis INFO: %v %v", beforeErr, err)
 	}
@@ -254,12 +265,42 @@ func (c *QuotaCostConfig) load(ctx context.Context, r *redisServer, bases []stri
 	return row, nil
 }
 
+// routeSources adds the replica's warmpool_routes_total by source to into.
+func routeSources(ctx context.Context, base string, into map[string]int64) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := scrapeClient().Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "warmpool_routes_total{") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `source="`)
+		source, _, _ := strings.Cut(rest, `"`)
+		f := strings.Fields(line)
+		n, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			into[source] += int64(n)
+		}
+	}
+	return nil
+}
+
 // WriteText writes the rows as a table.
 func (r *QuotaCostResults) WriteText(w io.Writer) error {
-	rows := [][]string{{"run", "phase", "routes", "ok", "other", "routes/s", "p50 ms", "p99 ms", "p99.9 ms", "Redis cmds/call", "Redis µs/call"}}
+	rows := [][]string{{"run", "phase", "routes", "ok", "other", "routes/s", "p50 ms", "p99 ms", "p99.9 ms", "Redis cmds/call", "Redis µs/call", "waited for a deploy"}}
 	for _, x := range r.Rows {
 		rows = append(rows, []string{fmt.Sprint(x.Run), x.Phase, fmt.Sprint(x.Routes), fmt.Sprint(x.OK), fmt.Sprint(x.Other), fmt.Sprintf("%.0f", x.RatePerS),
-			fmt.Sprintf("%.2f", x.P50Ms), fmt.Sprintf("%.2f", x.P99Ms), fmt.Sprintf("%.2f", x.P999Ms), fmt.Sprintf("%.1f", x.CmdsPerCall), fmt.Sprintf("%.0f", x.RedisUsPerCall)})
+			fmt.Sprintf("%.2f", x.P50Ms), fmt.Sprintf("%.2f", x.P99Ms), fmt.Sprintf("%.2f", x.P999Ms), fmt.Sprintf("%.1f", x.CmdsPerCall), fmt.Sprintf("%.0f", x.RedisUsPerCall), fmt.Sprint(x.Sources["deployed"] + x.Sources["follower"])})
 	}
 	head := fmt.Sprintf("%d replicas, %d scopes over 3 tenants, %.0f new sessions/s offered, held %.1f s, windows of %.0f s\n",
 		r.Replicas, r.Scopes, r.Rate, r.HoldS, r.WindowS)

@@ -31,8 +31,8 @@
 --         is "") | {"queued", rank (0 = first in line), deadline (ms)}
 --       | {"full", queue_size} | {"no_wait"} (queue_size or wait_timeout_s is 0)
 --       | {"quota", "sessions", held, allowance, tenant, cpu_m, memory_b} (a new session
---         beyond the scope's allowance of its tenant's quotas, lib/quota.lua; a claim
---         given goes back and the caller leaves the queue)
+--         beyond the scope's allowance of its tenant's quotas, lib/quota.lua; RM's
+--         claim is kept for the call again, and the caller leaves the queue)
 --       | {"NO_SCOPE"} | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
@@ -127,11 +127,11 @@ if bound then
 end
 
 -- A new session: within the scope's allowance of its tenant's sessions, if governed.
+-- RM's claim stays: the caller runs the route again with it once the escrow granted
+-- more, and gives it back when it stops (a freed last slot of a recycle "delete" pod
+-- would retire the pod under the route that deployed it).
 local refused = quota_refusal(k, 'sessions', redis.call('HLEN', k.sessions), cfg[5])
 if refused then
-  if claim ~= '' then
-    release_claim(k, claim, now, true, q)
-  end
   leave(nil)
   return refused
 end

@@ -211,10 +211,11 @@ func TestTenantQuotaConcurrent(t *testing.T) {
 	}
 }
 
-// A route refused by the sessions quota gives back the claim it came with: the slot
-// it held is free again and its pod idle (SPEC §6: a pod's slots are its sessions and
-// live claims).
-func TestTenantQuotaRefusalGivesTheClaimBack(t *testing.T) {
+// A route refused by the sessions quota keeps the claim it came with (its caller
+// routes again with it once the escrow grants more, or gives it back: sm's pass
+// releases the claim of a route that ends in an error); given back, the slot is free
+// again and the pod idle (SPEC §6: a pod's slots are its sessions and live claims).
+func TestTenantQuotaRefusalKeepsTheClaimForItsCaller(t *testing.T) {
 	t.Parallel()
 	l := warmpool.Unlimited()
 	l.Sessions = 1
@@ -234,11 +235,20 @@ func TestTenantQuotaRefusalGivesTheClaimBack(t *testing.T) {
 		t.Fatalf("route b with a claim over max_sessions 1: %v, want QUOTA_EXCEEDED", err)
 	}
 	k := e.store.Keys().Scope("s2")
-	slots, _ := e.r.Client.HGet(ctx, k.Slots, pod.ID).Result()
-	_, claimed := e.r.Client.HGet(ctx, k.ClaimPod, "c").Result()
-	idle, _ := e.r.Client.ZScore(ctx, k.Idle, pod.ID).Result()
-	if (slots != "" && slots != "0") || claimed == nil || idle == 0 {
-		t.Fatalf("after the refusal: slots %q, claim kept %v, idle since %v; want the claim gone and the pod idle", slots, claimed == nil, idle)
+	state := func() (string, bool, float64) {
+		slots, _ := e.r.Client.HGet(ctx, k.Slots, pod.ID).Result()
+		_, claimed := e.r.Client.HGet(ctx, k.ClaimPod, "c").Result()
+		idle, _ := e.r.Client.ZScore(ctx, k.Idle, pod.ID).Result()
+		return slots, claimed == nil, idle
+	}
+	if slots, kept, _ := state(); slots != "1" || !kept {
+		t.Fatalf("after the refusal: slots %q, claim kept %v; want the claim's slot kept for the caller", slots, kept)
+	}
+	if _, _, err := e.store.ClaimRelease(ctx, "s2", "c", e.now); err != nil {
+		t.Fatal(err)
+	}
+	if slots, kept, idle := state(); (slots != "" && slots != "0") || kept || idle == 0 {
+		t.Fatalf("after the caller gave it back: slots %q, claim kept %v, idle since %v; want the claim gone and the pod idle", slots, kept, idle)
 	}
 }
 
@@ -278,5 +288,29 @@ func TestTenantSessionAllowanceKeptFarBelowQuota(t *testing.T) {
 	e.limit(l)
 	if a := allowance(); a != "0" {
 		t.Fatalf("s1's session allowance %s after a pass 2 of 3 granted, want 0 (taken back)", a)
+	}
+}
+
+// A cold route of a scope that recycles its pods ("delete"), refused for want of
+// session allowance, keeps the claim on the pod it deployed while the escrow grants
+// more, and binds to it: before, the refusal freed the claim, the pod's last slot,
+// which retired the pod, and every such route deployed again.
+func TestTenantQuotaKeepsTheClaimOfARecyclingScope(t *testing.T) {
+	t.Parallel()
+	l := warmpool.Unlimited()
+	l.Sessions = 4
+	e := quotaEnv(t, l)
+	e.publish(func(c *warmpool.ScopeConfig) {
+		c.Tenant, c.Deploy.Resources = "acme", warmpool.Resources{CPU: "500m"}
+		c.Pool.PodConcurrency, c.Pool.MaxConcurrency, c.Pool.Recycle = 1, 8, warmpool.RecycleDelete
+	})
+	e.balance(l)
+	pod, _, err := e.register(e.acquire("c1"), "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.store.SessionRoute(context.Background(), "s1", redisstore.RouteArgs{Now: e.now, Session: "a", Claim: "c1"})
+	if err != nil || !res.Served() || res.Pod.ID != pod.ID {
+		t.Fatalf("route with the deploy's claim: %+v, %v, want bound to %s", res, err, pod.ID)
 	}
 }

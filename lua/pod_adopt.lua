@@ -14,7 +14,13 @@
 -- uses: due index
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] deploy_ver  ARGV[4] pod JSON
 -- ARGV[5] "1" when the pod's sessions are unknown, "0" when it has none
--- Returns {"adopted"} | {"known"} | {"full"} (no room under max_pods)
+-- ARGV[6] "1" when the caller took one pod of its tenant's escrow for it: the allowance
+--         q_pods of a scope governed in pods (lib/quota.lua) rises with the adoption
+-- Returns {"adopted", "1"|"0" (whether the allowance rose)} | {"known"} | {"full"} (no
+--         room under max_pods)
+--       | {"escrow", tenant, cpu_m, memory_b}: the scope is governed in pods and the
+--         caller took nothing of the escrow; nothing done (Store.PodAdopt takes the pod
+--         from the escrow, whatever the quota, since it runs already, and calls again)
 --       | {"gone"} (purged lately: it is being deleted, not adopted)
 --       | {"NO_SCOPE"} (also for a deleted scope)
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
@@ -59,15 +65,27 @@ end
 if redis.call('ZCARD', k.pods) + redis.call('ZCARD', k.deploying) >= tonumber(cfg[1]) then
   return {'full'}
 end
+-- a pod already running is use taken: its grant comes first, so the allowances never
+-- count more than the escrow
+local governed = redis.call('HEXISTS', k.config, 'q_pods') == 1
+if governed and ARGV[6] ~= '1' then
+  local t = redis.call('HMGET', k.config, 'tenant', 'cpu_m', 'memory_b')
+  return {'escrow', t[1] or '', t[2] or '0', t[3] or '0'}
+end
 redis.call('ZADD', k.pods, now, pod)
 redis.call('HSET', k.podver, pod, ARGV[3])
 redis.call('HSET', k.podinfo, pod, ARGV[4])
+local raised = '0'
+if governed then
+  redis.call('HINCRBY', k.config, 'q_pods', 1)
+  raised = '1'
+end
 if ARGV[5] ~= '1' then
   redis.call('HSET', k.slots, pod, 0)
   redis.call('ZADD', k.idle, now, pod)
   pod_index(k, pod)
   note_idle(k, now)
-  return {'adopted'}
+  return {'adopted', raised}
 end
 for n = 1, pc do
   local claim = 'adopted:' .. pod .. ':' .. n
@@ -77,4 +95,4 @@ end
 note_due(now + tonumber(cfg[3]))
 redis.call('HSET', k.slots, pod, pc)
 pod_index(k, pod)
-return {'adopted'}
+return {'adopted', raised}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/warmpool/warmpool"
@@ -228,12 +229,37 @@ func (s *Store) PodAdopt(ctx context.Context, pod warmpool.Pod, now time.Time, s
 	if err != nil {
 		return "", err
 	}
-	r, err := s.call(ctx, podAdopt, k, []string{k.Gone(pod.ID)}, ms(now), pod.ID, pod.DeployVer, string(info), flag(sessionsUnknown))
-	if err != nil {
-		return "", err
+	// A scope governed in pods takes the pod from its tenant's escrow (and the total
+	// cap's) first, whatever the quota (it runs already), and gives it back unless the
+	// adoption raised its allowance: after a failover that lost a purge, the pod a lost
+	// grant deployed is counted, so no route is granted a pod over the quota beside it.
+	took := false
+	var tenant string
+	for {
+		r, err := s.call(ctx, podAdopt, k, []string{k.Gone(pod.ID)}, ms(now), pod.ID, pod.DeployVer, string(info), flag(sessionsUnknown), flag(took))
+		st := ""
+		if err == nil {
+			st = r.oneOf(0, AdoptAdopted, AdoptKnown, AdoptFull, AdoptGone, "escrow")
+			err = r.err()
+		}
+		if err == nil && st == "escrow" && !took {
+			tenant = r.str(1)
+			cpu, _ := strconv.ParseInt(r.str(2), 10, 64)
+			mem, _ := strconv.ParseInt(r.str(3), 10, 64)
+			if err := s.adopt(ctx, tenant, pod.ScopeID, "pods", 1, cpu, mem); err != nil {
+				return "", err
+			}
+			took = true
+			continue
+		}
+		if took && (err != nil || st != AdoptAdopted || r.str(1) != "1") {
+			cleanup, cancel := CleanupContext(ctx)
+			defer cancel()
+			_, cerr := s.tenantCredit(cleanup, tenant, pod.ScopeID, "pods", 1, true)
+			err = errors.Join(err, cerr)
+		}
+		return st, err
 	}
-	st := r.oneOf(0, AdoptAdopted, AdoptKnown, AdoptFull, AdoptGone)
-	return st, r.err()
 }
 
 // PodHealth runs pod_health.lua: it counts a pod's consecutive failed probes and

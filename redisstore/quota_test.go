@@ -314,3 +314,31 @@ func TestTenantQuotaKeepsTheClaimOfARecyclingScope(t *testing.T) {
 		t.Fatalf("route with the deploy's claim: %+v, %v, want bound to %s", res, err, pod.ID)
 	}
 }
+
+// A pod adopted into a scope governed in pods (reconcile, the rebuild after a
+// failover) is taken from the tenant's escrow, whatever the quota, since it runs
+// already: with it counted, no deploy is granted over the quota beside it. Before, the
+// adoption raised what the scope held and not the escrow, and a failover that lost a
+// purge let a route deploy a pod over max_pods.
+func TestTenantQuotaCountsAdoptedPods(t *testing.T) {
+	t.Parallel()
+	l := warmpool.Unlimited()
+	l.Pods = 2
+	e := quotaEnv(t, l)
+	ctx := context.Background()
+	first := e.onePod()
+	e.scope = "s2"
+	e.onePod()
+	orphan := warmpool.Pod{ID: warmpool.PodName("s2", 90), ScopeID: "s2", DeployVer: first.DeployVer, Fence: 90, SSEURL: "http://x/sse"}
+	if st, err := e.store.PodAdopt(ctx, orphan, e.now, false); err != nil || st != redisstore.AdoptAdopted {
+		t.Fatalf("adopt: %q, %v", st, err)
+	}
+	esc, err := e.r.Client.HGet(ctx, e.store.Keys().TenantEscrow("acme"), "pods").Result()
+	if err != nil || esc != "3" {
+		t.Fatalf("acme's escrow counts %q pods (%v) after the adoption, want the 3 its scopes hold", esc, err)
+	}
+	e.scope = "s3"
+	if _, err := e.store.PodAcquire(ctx, "s3", e.acquireArgs("c3")); quotaErr(err) == nil {
+		t.Fatalf("a deploy beside the adopted pod, 3 of max_pods 2 held: %v, want QUOTA_EXCEEDED", err)
+	}
+}

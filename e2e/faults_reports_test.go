@@ -272,12 +272,7 @@ func caseAgentReports(t *testing.T, res *caseResult) {
 	g.give(p2, "a4", b4)
 	g.awaitAccepted(t, p2, []string{"b1", "a4"}, 10*time.Second)
 	promoted := r.promote(t, replica)
-	var wg sync.WaitGroup
-	for _, rep := range r.replicas {
-		r.kill9(rep)
-		wg.Go(func() { rep.proc = r.startProc(rep); r.waitUp(rep) })
-	}
-	wg.Wait()
+	r.restartReplicas()
 	// p2's reports bind a4 back to it; a8, without a ticket, takes no held slot.
 	g.awaitAccepted(t, p2, []string{"b1", "a4"}, 20*time.Second)
 	recovered := time.Since(promoted)

@@ -185,6 +185,19 @@ func (r *rig) waitUp(rep *faultReplica) {
 	}
 }
 
+// restartReplicas kills every replica with SIGKILL and starts it again on the rig's
+// Redis (after a promotion: the new primary), all at once; it returns when each
+// answers /readyz or has exited.
+func (r *rig) restartReplicas() {
+	r.t.Helper()
+	var wg sync.WaitGroup
+	for _, rep := range r.replicas {
+		r.kill9(rep)
+		wg.Go(func() { rep.proc = r.startProc(rep); r.waitUp(rep) })
+	}
+	wg.Wait()
+}
+
 // kill9 kills a replica with SIGKILL and waits for it to be gone.
 func (r *rig) kill9(rep *faultReplica) {
 	r.t.Helper()
@@ -197,7 +210,13 @@ func (r *rig) kill9(rep *faultReplica) {
 // scope publishes a scope through replica 0; pool and deploy are JSON objects' fields.
 func (r *rig) scope(id, pool string, readyTimeoutS int) {
 	r.t.Helper()
-	doc := fmt.Sprintf(`{"deploy":{"ready_timeout_s":%d},"pool":{%s}}`, readyTimeoutS, pool)
+	r.publish(id, fmt.Sprintf(`{"deploy":{"ready_timeout_s":%d},"pool":{%s}}`, readyTimeoutS, pool))
+}
+
+// publish puts a scope's config document through replica 0 and keeps the config as
+// stored, which the invariants are checked against.
+func (r *rig) publish(id, doc string) {
+	r.t.Helper()
 	if a := r.call(r.replicas[0], http.MethodPut, "/v1/scopes/"+id+"/config", doc); a.status != http.StatusOK {
 		r.t.Fatalf("put %s: %s", id, a)
 	}

@@ -564,13 +564,7 @@ func caseFailover(t *testing.T, res *caseResult) {
 	p2 := r.routeRetry(2, "h", "h3", 10*time.Second).PodID
 	promoted := r.promote(t, replica)
 	w := r.watch("h")
-	var wg sync.WaitGroup
-	for _, rep := range r.replicas {
-		r.kill9(rep)
-		wg.Add(1)
-		go func() { defer wg.Done(); rep.proc = r.startProc(rep); r.waitUp(rep) }()
-	}
-	wg.Wait()
+	r.restartReplicas()
 	var placed []string
 	for i := 4; i < 7; i++ {
 		b := r.routeRetry(i, "h", fmt.Sprintf("h%d", i), 20*time.Second)

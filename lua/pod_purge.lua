@@ -9,14 +9,15 @@
 --       podclaims | extra: gone
 -- uses: due index
 -- ARGV[1] pod id  ARGV[2] reason  ARGV[3] expected idle since (ms), or "" for any state
--- ARGV[4] tombstone TTL (ms)
+-- ARGV[4] tombstone TTL (ms)  ARGV[5] "1": the rebuild's purge of a pod the driver no
+-- longer has, run while the keyspace is closed (no epoch yet), before it adopts any
 -- Returns {"purged", n sessions released, session ids...} | {"busy"} | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
 -- it off and answers {"DEADLINE"}, doing nothing, when Redis runs the call after it.
 -- Notes due work (note_due, lib/due.lua): the answer is then {"DUE", due, answer} when
 -- a note moved the scope's due time; Store.call takes the note off.
 local k = scope_keys(KEYS)
-if redis.call('EXISTS', k.epoch) == 0 then
+if ARGV[5] ~= '1' and redis.call('EXISTS', k.epoch) == 0 then
   return {'EPOCH_LOST'}
 end
 local pod = ARGV[1]

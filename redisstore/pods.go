@@ -118,12 +118,24 @@ var ErrPodBusy = errors.New("pod is no longer idle")
 // uses (settle). With idleSince set, the pod is purged only if it is still idle since
 // exactly then (ErrPodBusy otherwise).
 func (s *Store) PodPurge(ctx context.Context, scope, pod, reason string, idleSince *time.Time) ([]string, error) {
+	return s.purge(ctx, scope, pod, reason, idleSince, false)
+}
+
+// GhostPurge is PodPurge of a pod the driver no longer has by the rebuild, while the
+// keyspace is closed (pod_purge.lua's ARGV[5]): before it adopts the driver's pods,
+// so that a scope never holds a pod a lost write purged beside one it adopts.
+func (s *Store) GhostPurge(ctx context.Context, scope, pod string) error {
+	_, err := s.purge(ctx, scope, pod, "gone from the driver (rebuild)", nil, true)
+	return err
+}
+
+func (s *Store) purge(ctx context.Context, scope, pod, reason string, idleSince *time.Time, rebuild bool) ([]string, error) {
 	k := s.keys.Scope(scope)
 	cond := ""
 	if idleSince != nil {
 		cond = ms(*idleSince)
 	}
-	r, err := s.call(ctx, podPurge, k, []string{k.Gone(pod)}, pod, reason, cond, GoneTTL.Milliseconds())
+	r, err := s.call(ctx, podPurge, k, []string{k.Gone(pod)}, pod, reason, cond, GoneTTL.Milliseconds(), flag(rebuild))
 	if err != nil {
 		return nil, err
 	}

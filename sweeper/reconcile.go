@@ -318,8 +318,38 @@ func (s *Sweeper) deleteStale(ctx context.Context, p *pacer, stored []warmpool.S
 	return nil
 }
 
+// buryGhosts purges the pods Redis kept that the driver lists no more (past
+// GhostGrace, as reconcile does), before the rebuild adopts any: after a failover the
+// new primary may hold a pod whose purge was lost, and adopting the pod a lost grant
+// deployed beside it would put the scope, and its tenant's quota, over what the driver
+// runs. One snapshot per scope; a rebuild is rare.
+func (s *Sweeper) buryGhosts(ctx context.Context, current map[string]string, listed []warmpool.Pod, now time.Time) error {
+	have := make(map[string]bool, len(listed))
+	for _, p := range listed {
+		have[p.ID] = true
+	}
+	for scope := range current {
+		snap, err := s.store.PoolSnapshot(ctx, scope)
+		if err != nil {
+			return err
+		}
+		for _, p := range snap.Pods {
+			if have[p.Pod.ID] || now.Sub(p.RegisteredAt) < s.cfg.GhostGrace {
+				continue
+			}
+			if err := s.store.GhostPurge(ctx, scope, p.Pod.ID); err != nil {
+				return err
+			}
+			s.log.InfoContext(ctx, "rebuild purged a pod the driver lists no more", "scope", scope, "pod", p.Pod.ID)
+			s.fixed(ctx, "purged_ghost")
+		}
+	}
+	return nil
+}
+
 // Rebuild restores a Redis that lost its data (or was never written) from the ground
-// truth: every scope is published from the config store, every ready pod of a current
+// truth: every scope is published from the config store, the pods Redis kept that the
+// driver no longer has are purged (buryGhosts), every ready pod of a current
 // version is adopted from the driver (the rest is left to reconcile), with every slot
 // taken until session_ttl_s has passed (the sessions it served were lost with Redis's
 // data, and may still run: the pod is not given new ones on top). After a failover
@@ -344,6 +374,9 @@ func (s *Sweeper) Rebuild(ctx context.Context) error {
 		return fmt.Errorf("rebuild: list pods: %w", err)
 	}
 	now := s.clock.Now()
+	if err := s.buryGhosts(ctx, current, listed, now); err != nil {
+		return err
+	}
 	adopted := 0
 	fences := map[string]int64{}
 	for _, p := range listed {

@@ -43,6 +43,7 @@ type State interface {
 	PodKnown(ctx context.Context, scope, pod string) (bool, error)
 	PodHealth(ctx context.Context, scope, pod string, ok bool) (int, error)
 	PodPurge(ctx context.Context, scope, pod, reason string, idleSince *time.Time) ([]string, error)
+	GhostPurge(ctx context.Context, scope, pod string) error
 
 	// probes
 	ProbePeriods(ctx context.Context, scopes []string) (map[string]time.Duration, error)

@@ -57,6 +57,7 @@ var faultCases = []faultCase{
 	{"Redis SIGSTOP", "SIGSTOP of redis-server for 4s while routes, holds and touches run", func(t *testing.T, res *caseResult) { caseRedisPaused(t, res, true) }},
 	{"Redis restarted empty", "SIGKILL of redis-server, a new empty one on its port", caseRedisRestartedEmpty},
 	{"failover that lost writes", "primary + replica; replication cut; 2 routes acknowledged on the primary only (one registered a pod); the replica promoted, the primary killed, the replicas restarted on the new primary", caseFailover},
+	{"tenant quotas through a failover that lost writes", "a tenant (max_pods 3, max_sessions 6) over 2 scopes (pod_concurrency 2, pod_ttl_s 1) filled to its quotas; primary + replica, replication cut; on the primary only a pod's 2 sessions end (the pod purged) and another scope is granted a pod and 2 sessions; the replica promoted, the primary killed, the replicas restarted; a burst of 8 routes beyond the quotas", caseTenantFailover},
 	{"agent reports through a pause and a failover", "agents of 2 pods report every 200ms through CLIENT PAUSE 3000 ALL, then through a failover that lost a route (primary + replica, replication cut, the replica promoted, the replicas restarted); one agent lists, besides the lost one with its ticket, a session no route bound (no ticket)", caseAgentReports},
 	{"driver: create errors", "every create call fails (quota exceeded) during a burst of 3 routes, then mends", func(t *testing.T, res *caseResult) {
 		caseDriverFault(t, res, fake.Faults{CreateError: "exceeded quota (injected)"})

@@ -36,6 +36,7 @@ type state struct {
 	Rows       []ui.Row  `json:"rows"`
 	Scopes     []struct {
 		ScopeID string        `json:"scope_id"`
+		Tenant  string        `json:"tenant"`
 		MaxPods int           `json:"max_pods"`
 		Pods    []ui.PodState `json:"pods"`
 		Backoff ui.Backoff    `json:"backoff"`
@@ -380,6 +381,19 @@ func TestStateDetailMatchesPool(t *testing.T) {
 	}
 	if row := st.Rows[0]; idle != 1 || row.Pods != 2 || row.Idle != 1 || row.Busy != 1 || row.Sessions != 1 {
 		t.Errorf("row %+v, want 2 pods, 1 idle, 1 session", row)
+	}
+}
+
+// A scope's details name its tenant: the one its config names, else the scope itself.
+func TestStateDetailNamesTenant(t *testing.T) {
+	t.Parallel()
+	b := testserver.NewBacking(t)
+	r := newReplica(t, b, "r1", testredis.NewClock())
+	call(t, http.MethodPut, r.ts.URL+"/v1/scopes/shop/config", `{"tenant":"acme","pool":{"max_concurrency":4,"pod_concurrency":2}}`, nil)
+	putScope(t, r.ts.URL, "solo")
+	st := uiState(t, r.ts.URL, "detail=shop,solo")
+	if len(st.Scopes) != 2 || st.Scopes[0].Tenant != "acme" || st.Scopes[1].Tenant != "solo" {
+		t.Fatalf("details %+v: want shop of tenant acme, solo of its own", st.Scopes)
 	}
 }
 

@@ -89,7 +89,10 @@ type State struct {
 
 // ScopeState is one scope on the page.
 type ScopeState struct {
-	ScopeID        string     `json:"scope_id"`
+	ScopeID string `json:"scope_id"`
+	// Tenant is the tenant the scope counts against: its config's tenant, or the
+	// scope itself when it names none (SPEC §12.1).
+	Tenant         string     `json:"tenant"`
 	Version        int64      `json:"version"`
 	DeployVer      string     `json:"deploy_ver"`
 	MaxPods        int        `json:"max_pods"`
@@ -199,7 +202,7 @@ func (u *UI) scope(ctx context.Context, id string) (ScopeState, error) {
 	if err != nil {
 		return ScopeState{}, err
 	}
-	sc := ScopeState{ScopeID: id, Version: rec.Version, DeployVer: rec.DeployVer, MaxPods: rec.Config.Pool.MaxPods(),
+	sc := ScopeState{ScopeID: id, Tenant: rec.Config.TenantOf(id), Version: rec.Version, DeployVer: rec.DeployVer, MaxPods: rec.Config.Pool.MaxPods(),
 		PodConcurrency: rec.Config.Pool.PodConcurrency, Pods: make([]PodState, 0, len(snap.Pods)),
 		Placeholders: len(snap.Deploys), Followers: len(snap.Followers), Waiters: snap.Queued, Deploys: make([]Deploy, 0, len(log)),
 		TargetIdle: target.Idle, WarmPolicy: target.Policy}

@@ -220,6 +220,37 @@ func TestPoolPageInBrowser(t *testing.T) {
 	}
 }
 
+// Each row and each scope in full shows the scope's tenant: the one its config names,
+// else the scope itself.
+func TestPoolPageShowsScopeTenantInBrowser(t *testing.T) {
+	ctx := browser(t)
+	b := testserver.NewBacking(t)
+	cfg := b.Config("ui-replica-4")
+	cfg.Dev = true // the demo scope, of its own tenant
+	_, ts := testserver.Serve(t, cfg)
+	call(t, http.MethodPut, ts.URL+"/v1/scopes/shop/config", `{"tenant":"acme","pool":{"max_concurrency":4,"pod_concurrency":2}}`, nil)
+
+	var errs consoleErrors
+	errs.listen(t, ctx)
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/ui"), chromedp.WaitVisible(chromedp.CSS(`section[data-scope="shop"]`))); err != nil {
+		t.Fatalf("the page does not show the scope: %v", err)
+	}
+	cond := `document.querySelector('#summary tr[data-row="shop"] td.tenant').textContent === "acme" &&
+		document.querySelector('#summary tr[data-row="demo"] td.tenant').textContent === "demo"`
+	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		got := js[string](t, ctx, `[...document.querySelectorAll('#summary td.tenant')].map(c => c.textContent).join(",")`)
+		t.Fatalf("the rows' tenants are %q, want acme for shop and demo for demo (%v)", got, err)
+	}
+	for scope, want := range map[string]string{"shop": "tenant acme", "demo": "tenant demo"} {
+		if got := js[string](t, ctx, `document.querySelector('section[data-scope="`+scope+`"] h2 .tenant').textContent`); got != want {
+			t.Errorf("%s in full: %q, want %q", scope, got, want)
+		}
+	}
+	if e := errs.all(); len(e) > 0 {
+		t.Fatalf("the page reported errors:\n%s", strings.Join(e, "\n"))
+	}
+}
+
 // A scope whose deploys fail shows its refill backoff: the failures in a row, the time
 // left and the last error.
 func TestPoolPageShowsBackoffInBrowser(t *testing.T) {
@@ -313,7 +344,7 @@ func TestPoolPagePagingInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("the first page", 20, server.DemoScope, "p-18", "1–20 of 25")
-	if got := js[string](t, ctx, `document.querySelector('#summary tr[data-row="p-05"]').cells[6].textContent`); got != "2" {
+	if got := js[string](t, ctx, `document.querySelector('#summary tr[data-row="p-05"]').cells[7].textContent`); got != "2" {
 		t.Errorf("sessions of p-05 in its row: %q", got)
 	}
 	if got := js[string](t, ctx, `document.getElementById("totals").textContent`); !strings.Contains(got, "scopes 25") || !strings.Contains(got, "sessions 3") {

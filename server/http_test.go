@@ -1298,7 +1298,7 @@ func TestPoolPage(t *testing.T) {
 	e.ok(http.MethodPut, "/v1/scopes/u/config", scopeCfg(4, 2, 1, 10), admin)
 	e.ok(http.MethodPost, "/v1/scopes/u/sessions", `{"session_id":"s1"}`, admin)
 	st := e.ok(http.MethodGet, "/v1/ui/state?detail=u,nosuch", nil, admin)
-	keys(t, st, "instance_id", "now", "summary_at", "summary_by", "totals", "filter", "sort", "offset", "limit", "matched", "rows", "scopes")
+	keys(t, st, "instance_id", "now", "summary_at", "summary_by", "totals", "filter", "sort", "offset", "limit", "matched", "rows", "tenants", "more_tenants", "scopes")
 	scopes, rows := st["scopes"].([]any), st["rows"].([]any)
 	if len(scopes) != 1 || len(rows) != 1 || rows[0].(map[string]any)["scope_id"] != "u" {
 		t.Fatalf("state: %v", st)

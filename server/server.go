@@ -369,7 +369,7 @@ func (s *Server) build(ctx context.Context) error {
 	s.Sweeper = sweeper.New(s.store, s.RM, s.SM, s.driver, s.configs, swc)
 	s.Runner = sweeper.NewRunner(s.store, s.Sweeper.Jobs(), cfg.LockLease, s.log)
 	s.Runner.OnRun = s.metrics.ObserveJob
-	s.ui = ui.New(s.store, cfg.InstanceID, cfg.Clock, s.log)
+	s.ui = ui.New(s.store, s.Tenants, cfg.InstanceID, cfg.Clock, s.log)
 	s.handler = s.routes()
 	if s.metricsLn, err = s.listen("--metrics-listen", cfg.MetricsListen); err != nil {
 		return err

@@ -14,6 +14,8 @@ import (
 	"github.com/warmpool/warmpool/internal/testing/cputime"
 	"github.com/warmpool/warmpool/internal/testing/testredis"
 	"github.com/warmpool/warmpool/redisstore"
+	"github.com/warmpool/warmpool/sqlite"
+	"github.com/warmpool/warmpool/tenants"
 	"github.com/warmpool/warmpool/ui"
 )
 
@@ -54,8 +56,14 @@ func BenchmarkState(b *testing.B) {
 	if _, err := pipe.Exec(ctx); err != nil {
 		b.Fatal(err)
 	}
+	configs, err := sqlite.Open(ctx, ":memory:")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = configs.Close() })
 	clock := testredis.NewClock()
-	u := ui.New(store, "r1", clock, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	u := ui.New(store, tenants.New(configs, store, log), "r1", clock, log)
 	q := ui.Query{Sort: "scope_id", Limit: ui.DefaultLimit, Detail: detail}
 	runtime.GC()
 	cpu := cputime.Now(b)

@@ -25,16 +25,18 @@ import (
 
 // state is an answer of GET /v1/ui/state, the fields the tests read.
 type state struct {
-	InstanceID string    `json:"instance_id"`
-	SummaryBy  string    `json:"summary_by"`
-	Totals     ui.Totals `json:"totals"`
-	Filter     string    `json:"filter"`
-	Sort       string    `json:"sort"`
-	Offset     int       `json:"offset"`
-	Limit      int       `json:"limit"`
-	Matched    int       `json:"matched"`
-	Rows       []ui.Row  `json:"rows"`
-	Scopes     []struct {
+	InstanceID  string                `json:"instance_id"`
+	SummaryBy   string                `json:"summary_by"`
+	Totals      ui.Totals             `json:"totals"`
+	Filter      string                `json:"filter"`
+	Sort        string                `json:"sort"`
+	Offset      int                   `json:"offset"`
+	Limit       int                   `json:"limit"`
+	Matched     int                   `json:"matched"`
+	Rows        []ui.Row              `json:"rows"`
+	Tenants     []warmpool.TenantView `json:"tenants"`
+	MoreTenants bool                  `json:"more_tenants"`
+	Scopes      []struct {
 		ScopeID string        `json:"scope_id"`
 		Tenant  string        `json:"tenant"`
 		MaxPods int           `json:"max_pods"`
@@ -54,13 +56,14 @@ func (s state) rowIDs() []string {
 // passes counts the passes over every scope a client makes: its pipelines that run
 // scope_summary.lua (the tests' scopes fit one), not those that found a Redis server
 // without the script, which the store loads and runs again. It counts every command
-// too.
-type passes struct{ n, cmds atomic.Int64 }
+// too, and the round trips: each command sent alone, each pipeline.
+type passes struct{ n, cmds, trips atomic.Int64 }
 
 func (p *passes) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (p *passes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		p.cmds.Add(1)
+		p.trips.Add(1)
 		return next(ctx, cmd)
 	}
 }
@@ -68,6 +71,7 @@ func (p *passes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 	sha := redisstore.Scripts["scope_summary.lua"].Hash()
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		p.cmds.Add(int64(len(cmds)))
+		p.trips.Add(1)
 		err := next(ctx, cmds)
 		pass := false
 		for _, c := range cmds {
@@ -394,6 +398,119 @@ func TestStateDetailNamesTenant(t *testing.T) {
 	st := uiState(t, r.ts.URL, "detail=shop,solo")
 	if len(st.Scopes) != 2 || st.Scopes[0].Tenant != "acme" || st.Scopes[1].Tenant != "solo" {
 		t.Fatalf("details %+v: want shop of tenant acme, solo of its own", st.Scopes)
+	}
+}
+
+// putTenantScope stores a scope of max_pods 2 and pod_concurrency 2 that counts
+// against tenant.
+func putTenantScope(t *testing.T, base, scope, tenant string) {
+	t.Helper()
+	call(t, http.MethodPut, base+"/v1/scopes/"+scope+"/config", `{"tenant":"`+tenant+`","pool":{"max_concurrency":4,"pod_concurrency":2}}`, nil)
+}
+
+// tenantIDs are the ids of the tenants of an answer.
+func (s state) tenantIDs() []string {
+	ids := make([]string, 0, len(s.Tenants))
+	for _, t := range s.Tenants {
+		ids = append(ids, t.TenantID)
+	}
+	return ids
+}
+
+// The tenants with quotas come with their quotas (one left out: none), what their
+// scopes use and their share; a tenant without quotas is left out. A replica reads
+// them at most once a Refresh, in round trips that do not grow with their scopes.
+func TestStateTenants(t *testing.T) {
+	t.Parallel()
+	b := testserver.NewBacking(t)
+	clock := testredis.NewClock()
+	r := newReplica(t, b, "r1", clock)
+	call(t, http.MethodPut, r.ts.URL+"/v1/tenants/acme", `{"max_pods":3,"max_sessions":5,"max_cpu":"2","weight":3}`, nil)
+	call(t, http.MethodPut, r.ts.URL+"/v1/tenants/open", `{}`, nil)
+	putTenantScope(t, r.ts.URL, "shop", "acme")
+	putTenantScope(t, r.ts.URL, "lab", "open")
+	putScope(t, r.ts.URL, "solo")
+	route(t, r.ts.URL, "shop", "s0")
+	route(t, r.ts.URL, "shop", "s1")
+
+	st := uiState(t, r.ts.URL, "")
+	if !slices.Equal(st.tenantIDs(), []string{"acme", "open"}) || st.MoreTenants {
+		t.Fatalf("tenants %v (more: %v), want acme and open, no more", st.tenantIDs(), st.MoreTenants)
+	}
+	acme, open := st.Tenants[0], st.Tenants[1]
+	if c := acme.Config; c.MaxPods == nil || *c.MaxPods != 3 || c.MaxSessions == nil || *c.MaxSessions != 5 || c.MaxCPU == nil || *c.MaxCPU != "2" ||
+		c.MaxMemory != nil || c.MaxIdlePods != nil || c.Weight != 3 {
+		t.Errorf("acme's quotas %+v: want max_pods 3, max_sessions 5, max_cpu 2, weight 3, no other", c)
+	}
+	if u := acme.Use; u.Pods != 1 || u.Sessions != 2 || u.IdlePods != 0 || acme.Share != 0.75 {
+		t.Errorf("acme uses %+v, share %v: want one pod, two sessions, share 0.75", u, acme.Share)
+	}
+	if c := open.Config; c.MaxPods != nil || c.MaxCPU != nil || c.MaxMemory != nil || c.MaxSessions != nil || c.MaxIdlePods != nil || c.Weight != 1 {
+		t.Errorf("open's quotas %+v: want none, weight 1", c)
+	}
+	if u := open.Use; u.Pods != 0 || u.Sessions != 0 || open.Share != 0.25 {
+		t.Errorf("open uses %+v, share %v: want nothing, share 0.25", u, open.Share)
+	}
+
+	// In the interval, the tenants are not read again: a tenant put then shows after.
+	call(t, http.MethodPut, r.ts.URL+"/v1/tenants/new", `{"max_pods":1}`, nil)
+	cmds := r.passes.cmds.Load()
+	if st := uiState(t, r.ts.URL, ""); !slices.Equal(st.tenantIDs(), []string{"acme", "open"}) {
+		t.Fatalf("tenants in the interval: %v, want the first answer's", st.tenantIDs())
+	}
+	if n := r.passes.cmds.Load() - cmds; n != 0 {
+		t.Fatalf("a second request in the interval sent %d Redis commands, want none", n)
+	}
+	refresh := func() (state, int64) {
+		t.Helper()
+		clock.Advance(ui.Refresh)
+		trips := r.passes.trips.Load()
+		st := uiState(t, r.ts.URL, "")
+		return st, r.passes.trips.Load() - trips
+	}
+	st, trips := refresh()
+	if !slices.Equal(st.tenantIDs(), []string{"acme", "new", "open"}) || st.Tenants[0].Share != 0.6 {
+		t.Fatalf("tenants after the interval: %v (acme's share %v), want acme, new, open (0.6)", st.tenantIDs(), st.Tenants[0].Share)
+	}
+
+	// Three more scopes of acme, one with a pod: the tenant's use counts it, in as
+	// many round trips as before.
+	for _, s := range []string{"shop-2", "shop-3", "shop-4"} {
+		putTenantScope(t, r.ts.URL, s, "acme")
+	}
+	route(t, r.ts.URL, "shop-2", "s0")
+	st, more := refresh()
+	if u := st.Tenants[0].Use; u.Pods != 2 || u.Sessions != 3 {
+		t.Fatalf("acme with more scopes uses %+v, want two pods, three sessions", u)
+	}
+	if more != trips {
+		t.Fatalf("a refresh took %d Redis round trips with acme's three more scopes, %d before: want as many", more, trips)
+	}
+}
+
+// The tenants panel holds the first ui.MaxTenants tenants with quotas by id, and says
+// when more have quotas.
+func TestStateTenantsBounded(t *testing.T) {
+	t.Parallel()
+	b := testserver.NewBacking(t)
+	clock := testredis.NewClock()
+	r := newReplica(t, b, "r1", clock)
+	put := func(i int) {
+		t.Helper()
+		call(t, http.MethodPut, fmt.Sprintf("%s/v1/tenants/t-%03d", r.ts.URL, i), `{"max_pods":2}`, nil)
+	}
+	for i := range ui.MaxTenants {
+		put(i)
+	}
+	if st := uiState(t, r.ts.URL, ""); len(st.Tenants) != ui.MaxTenants || st.MoreTenants {
+		t.Fatalf("%d tenants with quotas: %d shown (more: %v), want every one and no more", ui.MaxTenants, len(st.Tenants), st.MoreTenants)
+	}
+	put(ui.MaxTenants)
+	clock.Advance(ui.Refresh)
+	st := uiState(t, r.ts.URL, "")
+	ids := st.tenantIDs()
+	if len(ids) != ui.MaxTenants || !st.MoreTenants || ids[0] != "t-000" || ids[len(ids)-1] != fmt.Sprintf("t-%03d", ui.MaxTenants-1) {
+		t.Fatalf("%d tenants with quotas: %d shown, %v (more: %v), want the first %d and more", ui.MaxTenants+1, len(ids), ids, st.MoreTenants, ui.MaxTenants)
 	}
 }
 

@@ -2,9 +2,11 @@
 // script inline, embedded with go:embed (no build step, nothing loaded from elsewhere),
 // and the data it polls (GET /v1/ui/state, an admin call): the totals over every
 // scope and a page of summary rows (state.go) from one pass over every scope that a
-// replica makes at most once a Refresh and shares (summary.go), and the pods and
-// deploy logs of the scopes the page shows. The page itself is open: it holds no data. When the server has an admin token, a small form keeps it in the
-// browser's sessionStorage and the script sends it as a bearer token.
+// replica makes at most once a Refresh and shares (summary.go), the tenants with
+// quotas, their use and share, which a replica reads at most once a Refresh
+// (tenants.go), and the pods and deploy logs of the scopes the page shows. The page
+// itself is open: it holds no data. When the server has an admin token, a small form
+// keeps it in the browser's sessionStorage and the script sends it as a bearer token.
 package ui
 
 import (
@@ -37,14 +39,16 @@ type UI struct {
 	clock    warmpool.Clock
 	log      *slog.Logger
 	sums     *summaries
+	tenants  *tenantPanel
 }
 
 // New returns the pool page of a replica named instanceID, reading Redis through
-// store.
-func New(store Pools, instanceID string, clock warmpool.Clock, log *slog.Logger) *UI {
+// store and the tenants through tenants.
+func New(store Pools, tenants Tenants, instanceID string, clock warmpool.Clock, log *slog.Logger) *UI {
 	log = log.With("component", "ui")
 	return &UI{store: store, instance: instanceID, clock: clock, log: log,
-		sums: &summaries{store: store, clock: clock, instance: instanceID, ttl: Refresh, log: log}}
+		sums:    &summaries{store: store, clock: clock, instance: instanceID, ttl: Refresh, log: log},
+		tenants: newTenantPanel(tenants, clock, Refresh)}
 }
 
 // Page serves the HTML page. Each answer carries a Content-Security-Policy that lets
@@ -69,22 +73,26 @@ func (u *UI) Page() http.Handler {
 
 // State is what the page shows, as one replica sees Redis: the totals over every
 // scope and a page of their summary rows, from a pass over every scope that ended at
-// most Refresh ago (SummaryAt, by the replica SummaryBy); and, read for this answer, the
-// pods and deploy logs of the scopes the query names (Scopes, in the order named; a
-// scope not published is left out).
+// most Refresh ago (SummaryAt, by the replica SummaryBy); the tenants with quotas, the
+// first MaxTenants by id (MoreTenants: more have quotas), as GET /v1/tenants answers
+// them (a quota their config leaves out: no limit), read at most Refresh ago; and,
+// read for this answer, the pods and deploy logs of the scopes the query names
+// (Scopes, in the order named; a scope not published is left out).
 type State struct {
-	InstanceID string       `json:"instance_id"`
-	Now        time.Time    `json:"now"`
-	SummaryAt  time.Time    `json:"summary_at"`
-	SummaryBy  string       `json:"summary_by"`
-	Totals     Totals       `json:"totals"`
-	Filter     string       `json:"filter"`
-	Sort       string       `json:"sort"`
-	Offset     int          `json:"offset"`
-	Limit      int          `json:"limit"`
-	Matched    int          `json:"matched"`
-	Rows       []Row        `json:"rows"`
-	Scopes     []ScopeState `json:"scopes"`
+	InstanceID  string                `json:"instance_id"`
+	Now         time.Time             `json:"now"`
+	SummaryAt   time.Time             `json:"summary_at"`
+	SummaryBy   string                `json:"summary_by"`
+	Totals      Totals                `json:"totals"`
+	Filter      string                `json:"filter"`
+	Sort        string                `json:"sort"`
+	Offset      int                   `json:"offset"`
+	Limit       int                   `json:"limit"`
+	Matched     int                   `json:"matched"`
+	Rows        []Row                 `json:"rows"`
+	Tenants     []warmpool.TenantView `json:"tenants"`
+	MoreTenants bool                  `json:"more_tenants"`
+	Scopes      []ScopeState          `json:"scopes"`
 }
 
 // ScopeState is one scope on the page.
@@ -158,15 +166,21 @@ func (u *UI) PageState(ctx context.Context, query url.Values) (any, error) {
 	return u.State(ctx, q)
 }
 
-// State answers q: the summary of every scope (shared, see summaries) and the details
-// of the scopes q names, read now. Errors: STORE_UNAVAILABLE.
+// State answers q: the summary of every scope (shared, see summaries), the tenants
+// (see tenantPanel) and the details of the scopes q names, read now. Errors:
+// STORE_UNAVAILABLE.
 func (u *UI) State(ctx context.Context, q Query) (State, error) {
 	sum, err := u.sums.get(ctx, u.sums.ttl)
 	if err != nil {
 		return State{}, err
 	}
+	tenants, more, err := u.tenants.get(ctx)
+	if err != nil {
+		return State{}, err
+	}
 	st := State{InstanceID: u.instance, Now: u.clock.Now().UTC(), SummaryAt: sum.at.UTC(), SummaryBy: sum.by, Totals: sum.totals,
-		Filter: q.Filter, Sort: q.Sort, Offset: q.Offset, Limit: q.Limit, Scopes: make([]ScopeState, 0, len(q.Detail))}
+		Filter: q.Filter, Sort: q.Sort, Offset: q.Offset, Limit: q.Limit, Tenants: tenants, MoreTenants: more,
+		Scopes: make([]ScopeState, 0, len(q.Detail))}
 	if q.Desc {
 		st.Sort = "-" + q.Sort
 	}

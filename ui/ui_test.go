@@ -251,6 +251,61 @@ func TestPoolPageShowsScopeTenantInBrowser(t *testing.T) {
 	}
 }
 
+// The tenants panel shows each tenant with quotas: its use against each quota, a quota
+// it leaves out as unlimited, its weight and share; none before any tenant has quotas.
+func TestPoolPageShowsTenantsInBrowser(t *testing.T) {
+	ctx := browser(t)
+	b := testserver.NewBacking(t)
+	cfg := b.Config("ui-replica-5")
+	cfg.Dev = true // the demo scope
+	_, ts := testserver.Serve(t, cfg)
+
+	var errs consoleErrors
+	errs.listen(t, ctx)
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/ui"), chromedp.WaitVisible(chromedp.CSS(`#tenants .none`))); err != nil {
+		t.Fatalf("the page does not say that no tenant has quotas: %v", err)
+	}
+	if got := js[string](t, ctx, `document.querySelector('#tenants .none').textContent`); got != "no tenant has quotas" {
+		t.Fatalf("the tenants panel without quotas says %q", got)
+	}
+	call(t, http.MethodPut, ts.URL+"/v1/tenants/acme", `{"max_pods":4,"max_sessions":10,"max_memory":"8Gi","weight":3}`, nil)
+	call(t, http.MethodPut, ts.URL+"/v1/tenants/open", `{}`, nil)
+	call(t, http.MethodPut, ts.URL+"/v1/scopes/shop/config", `{"tenant":"acme","pool":{"max_concurrency":4,"pod_concurrency":2}}`, nil)
+	route(t, ts.URL, "shop", "s0")
+
+	cell := func(tenant, quota string) string {
+		return `document.querySelector('#tenants tr[data-tenant="` + tenant + `"] td[data-quota="` + quota + `"]')`
+	}
+	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](cell("acme", "pods")+`?.textContent === "1 / 4"`,
+		chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Fatalf("the page does not show acme's pod against its quota: %v", err)
+	}
+	for _, c := range []struct{ tenant, quota, want string }{
+		{"acme", "sessions", "1 / 10"}, {"acme", "memory", "512Mi / 8Gi"}, {"acme", "cpu", "500m / unlimited"}, {"acme", "idle_pods", "0 / unlimited"},
+		{"open", "pods", "0 / unlimited"}, {"open", "sessions", "0 / unlimited"}, {"open", "memory", "0 / unlimited"},
+	} {
+		if got := js[string](t, ctx, cell(c.tenant, c.quota)+`.textContent`); got != c.want {
+			t.Errorf("%s's %s: %q, want %q", c.tenant, c.quota, got, c.want)
+		}
+	}
+	if n := js[int](t, ctx, `document.querySelectorAll('#tenants tr[data-tenant="open"] .unlimited').length`); n != 5 {
+		t.Errorf("open has no quota: %d of its 5 quotas shown as unlimited", n)
+	}
+	for tenant, want := range map[string]string{"acme": "acme,3,75.0%", "open": "open,1,25.0%"} {
+		got := js[string](t, ctx, `[...document.querySelector('#tenants tr[data-tenant="`+tenant+`"]').cells].slice(0, 3).map(c => c.textContent).join(",")`)
+		if got != want {
+			t.Errorf("%s's tenant, weight and share: %q, want %q", tenant, got, want)
+		}
+	}
+	if n := js[int](t, ctx, `document.querySelectorAll('#tenants tr[data-tenant]').length`); n != 2 {
+		t.Errorf("%d tenants shown, want acme and open (demo has no quotas)", n)
+	}
+	screenshot(t, ctx, "pool-page-tenants.png")
+	if e := errs.all(); len(e) > 0 {
+		t.Fatalf("the page reported errors:\n%s", strings.Join(e, "\n"))
+	}
+}
+
 // A scope whose deploys fail shows its refill backoff: the failures in a row, the time
 // left and the last error.
 func TestPoolPageShowsBackoffInBrowser(t *testing.T) {

@@ -9,14 +9,18 @@ import (
 	"time"
 
 	"github.com/warmpool/warmpool/redisstore"
+	"github.com/warmpool/warmpool/sweeper"
 )
 
 // Defaults of the idle scope's measurement.
 const (
 	DefaultIdlePods   = 10_000
 	DefaultIdleWindow = time.Minute
-	idleSettle        = 15 * time.Second
-	idleFillWorkers   = 32
+	// idleSettle outlasts the orphan grace: the watch looks each new pod up once (one
+	// ZSCORE, PodKnown) that long after the driver reported it, which a window closer
+	// to the fill counts as the idle scope's cost (10,000 lookups a minute).
+	idleSettle      = sweeper.DefaultOrphanGrace + 15*time.Second
+	idleFillWorkers = 32
 )
 
 // IdleRow is an idle scope of Pods warm pods on the fake driver, sweeps, the watch
@@ -30,7 +34,15 @@ type IdleRow struct {
 	RedisCore    float64       `json:"redis_core_share"`
 	ReplicaCore  float64       `json:"replica_core_share"`
 	Top          []CommandTime `json:"top_commands"`
-	FillSeconds  float64       `json:"fill_seconds"`
+	// Busiest are the commands run most, a second (scripts' own commands included).
+	Busiest     []CommandCount `json:"busiest_commands"`
+	FillSeconds float64        `json:"fill_seconds"`
+}
+
+// CommandCount is how often Redis ran a command, a second.
+type CommandCount struct {
+	Command string  `json:"command"`
+	PerS    float64 `json:"per_s"`
 }
 
 // idle fills one scope with c.IdlePods pods through routes (each leads a deploy at
@@ -75,11 +87,15 @@ func (c *BigScopeConfig) idle(ctx context.Context) (*IdleRow, error) {
 	secs := b.at.Sub(a.at).Seconds()
 	var cmds int64
 	var top []CommandTime
+	var busiest []CommandCount
 	for cmd, v := range b.redis.Calls {
 		if cmd == "info" {
 			continue
 		}
 		cmds += v - a.redis.Calls[cmd]
+		if n := v - a.redis.Calls[cmd]; n > 0 {
+			busiest = append(busiest, CommandCount{Command: cmd, PerS: float64(n) / secs})
+		}
 		if us := b.redis.Usec[cmd] - a.redis.Usec[cmd]; us > 0 {
 			top = append(top, CommandTime{Command: cmd, Us: float64(us) / secs})
 		}
@@ -90,8 +106,10 @@ func (c *BigScopeConfig) idle(ctx context.Context) (*IdleRow, error) {
 	row.RedisCore = (b.redis.CPU - a.redis.CPU).Seconds() / secs
 	row.ReplicaCore = (b.cpu - a.cpu).Seconds() / secs
 	row.Top = top[:min(len(top), 6)]
-	sc.logf("  %.1f Redis commands/s, Redis %.2f%% of a core, replica %.2f%% of a core, top (us/s): %v",
-		row.CommandsPerS, 100*row.RedisCore, 100*row.ReplicaCore, row.Top)
+	sort.Slice(busiest, func(i, j int) bool { return busiest[i].PerS > busiest[j].PerS })
+	row.Busiest = busiest[:min(len(busiest), 10)]
+	sc.logf("  %.1f Redis commands/s, Redis %.2f%% of a core, replica %.2f%% of a core, top (us/s): %v, busiest (/s): %v",
+		row.CommandsPerS, 100*row.RedisCore, 100*row.ReplicaCore, row.Top, row.Busiest)
 	return row, nil
 }
 

@@ -35,12 +35,17 @@ unit:
 	$(GO) test -race -count=1 -short $(PKGS)
 
 ## soak: the model-based test of the scripts, much longer than in make test: many
-## more runs (SOAK_CHECKS) of many more steps each (SOAK_STEPS), on a real redis-server
+## more runs (SOAK_CHECKS) of many more steps each (SOAK_STEPS), on a real redis-server;
+## then the tenants' quota invariants over SOAK_QUOTA_STEPS random steps (three tenants,
+## without and with a total cap)
 SOAK_CHECKS ?= 3000
 SOAK_STEPS  ?= 400
+SOAK_QUOTA_STEPS ?= 100000
 soak:
 	scripts/with-redis.sh $(GO) test -count=1 -run '^TestScriptsFollowTheModel$$' ./internal/testing/model/ \
 		-rapid.checks=$(SOAK_CHECKS) -model.steps=$(SOAK_STEPS) -timeout 2h
+	scripts/with-redis.sh $(GO) test -count=1 -run '^(TestTenantQuotasHoldAtEveryStep|TestTotalCapHoldsAtEveryStep)$$' \
+		./redisstore/ -quota.steps=$(SOAK_QUOTA_STEPS) -timeout 1h -v
 
 ## bench: benchmarks against a real redis-server
 bench:

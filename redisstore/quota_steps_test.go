@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -12,8 +13,9 @@ import (
 	"github.com/warmpool/warmpool/redisstore"
 )
 
-// quotaSteps is how many random steps TestTenantQuotasHoldAtEveryStep takes.
-const quotaSteps = 3000
+// quotaSteps is how many random steps TestTenantQuotasHoldAtEveryStep and
+// TestTotalCapHoldsAtEveryStep take: make test takes 3,000, make soak 100,000.
+var quotaSteps = flag.Int("quota.steps", 3000, "steps of TestTenantQuotasHoldAtEveryStep and TestTotalCapHoldsAtEveryStep")
 
 // Three tenants of two scopes each, with quotas on pods, cpu and sessions, under a
 // random mix of acquires (leading deploys), registers, aborted deploys, routes, ended
@@ -80,7 +82,7 @@ func runQuotaSteps(t *testing.T, cap int64) {
 	pods := map[string][]string{}
 	sessions := map[string][]string{}
 	refused, capped := 0, 0
-	for step := range quotaSteps {
+	for step := range *quotaSteps {
 		scope := scopes[rng.IntN(len(scopes))]
 		e.scope = scope
 		e.now = e.now.Add(10 * time.Millisecond)
@@ -163,7 +165,7 @@ func runQuotaSteps(t *testing.T, cap int64) {
 		}
 	}
 	if refused == 0 || (cap > 0) != (capped > 0) {
-		t.Fatalf("%d calls refused in %d steps, %d by the cap %d: the quotas (and a cap) were never reached", refused, quotaSteps, capped, cap)
+		t.Fatalf("%d calls refused in %d steps, %d by the cap %d: the quotas (and a cap) were never reached", refused, *quotaSteps, capped, cap)
 	}
 }
 

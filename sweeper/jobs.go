@@ -252,19 +252,32 @@ func DueJobName(shard int) string { return "due:" + strconv.Itoa(shard) }
 func (s *Sweeper) Jobs() []Job {
 	jobs := []Job{s.ReconcileJob()}
 	for shard := range redisstore.DueShards {
-		jobs = append(jobs, Job{Name: DueJobName(shard), Interval: s.cfg.Interval, Run: func(ctx context.Context) error {
+		due := Job{Name: DueJobName(shard), Interval: s.cfg.Interval, Run: func(ctx context.Context) error {
 			return s.SweepShard(ctx, shard)
-		}})
+		}}
+		if shard != 0 { // shard 0's job also checks that Redis kept its data
+			due.Idle = func(ctx context.Context) bool { return s.dueIdle(ctx, shard) }
+		}
+		jobs = append(jobs, due)
 	}
 	for shard := range redisstore.DueShards {
-		jobs = append(jobs, Job{Name: WatchJobName(shard), Interval: s.cfg.Watch, Wake: s.watch.wake[shard], Run: func(ctx context.Context) error {
-			return s.WatchShard(ctx, shard)
-		}})
+		jobs = append(jobs, Job{Name: WatchJobName(shard), Interval: s.cfg.Watch, Wake: s.watch.wake[shard],
+			Idle: func(context.Context) bool { return s.watchIdle(shard) },
+			Run: func(ctx context.Context) error {
+				return s.WatchShard(ctx, shard)
+			}})
 	}
 	if s.cfg.Tenants != nil {
 		jobs = append(jobs, Job{Name: TenantsJobName, Interval: s.cfg.Interval, Run: s.cfg.Tenants.Balance})
 	}
 	return jobs
+}
+
+// dueIdle reports whether no scope of a shard is due now (one read; a failed read is
+// not idle: the job runs and meets the error).
+func (s *Sweeper) dueIdle(ctx context.Context, shard int) bool {
+	ids, err := s.store.DueScopes(ctx, shard, s.clock.Now(), 1)
+	return err == nil && len(ids) == 0
 }
 
 // SweepShard looks at the scopes of one shard of the due index whose sweep work is due

@@ -25,6 +25,11 @@ type Job struct {
 	Interval time.Duration
 	// Wake, when set, runs the job between its ticks: a receive on it is a run.
 	Wake <-chan struct{}
+	// Idle, when set, is asked before the job's lock is taken: a job that has nothing
+	// to do (true) is not run and takes no lock, a run of outcome "idle". It reads
+	// less than the lock costs (an idle replica's ticks are most of its Redis
+	// commands) and answers false when it cannot tell.
+	Idle func(ctx context.Context) bool
 	Run  func(ctx context.Context) error
 }
 
@@ -34,8 +39,9 @@ type Runner struct {
 	jobs  []Job
 	lease time.Duration
 	log   *slog.Logger
-	// OnRun, when set, is told each run of a job with its outcome ("ok", "error",
-	// "lost_lock", "skipped") and how long it held the job's lock (zero when skipped).
+	// OnRun, when set, is told each run of a job with its outcome ("ok", "idle",
+	// "error", "lost_lock", "skipped") and how long it held the job's lock (zero when
+	// idle or skipped).
 	OnRun func(job, outcome string, held time.Duration)
 }
 
@@ -103,11 +109,16 @@ func tick(ctx context.Context, t *time.Timer, d time.Duration, wake <-chan struc
 	}
 }
 
-// RunOnce runs one job now if its lock is free: the lock is kept alive while the job
-// runs, the job's context is cancelled when the lock is lost, and the lock is
-// released at the end. It reports whether the job ran, and the job's own error: when
-// the lock was lost too, that error joined with the loss (warmpool.ErrLockNotHeld).
+// RunOnce runs one job now if it has work (Job.Idle) and its lock is free: the lock is
+// kept alive while the job runs, the job's context is cancelled when the lock is lost,
+// and the lock is released at the end. It reports whether the job ran, and the job's
+// own error: when the lock was lost too, that error joined with the loss
+// (warmpool.ErrLockNotHeld).
 func (r *Runner) RunOnce(ctx context.Context, j Job) (bool, error) {
+	if j.Idle != nil && j.Idle(ctx) {
+		r.OnRun(j.Name, "idle", 0)
+		return false, nil
+	}
 	lock, err := r.store.Obtain(ctx, r.store.Keys().Lock("sweep:"+j.Name), r.lease)
 	if err != nil {
 		if !errors.Is(err, warmpool.ErrNotObtained) {

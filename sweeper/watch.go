@@ -262,6 +262,23 @@ func (s *Sweeper) WatchShard(ctx context.Context, shard int) error {
 	return s.watchShard(ctx, shard)
 }
 
+// watchIdle reports whether a shard's watch has nothing to do: the driver reports pod
+// events, no list of it is due, and the shard has no pod in the view, no death to
+// bury, no pod to look up and no period to read. Its probe window then stays where it
+// was (the next run's window reaches back to it) and it takes no lock.
+func (s *Sweeper) watchIdle(shard int) bool {
+	if !s.notified() {
+		return false
+	}
+	w := s.watch
+	if w.resyncDue(s.clock.Now(), s.cfg.Resync) {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.view[shard].pods) == 0 && len(w.reported[shard]) == 0 && len(w.unverified[shard]) == 0 && len(w.unread[shard]) == 0
+}
+
 // notified reports whether the driver reports pod events (warmpool.PodNotifier).
 func (s *Sweeper) notified() bool {
 	_, ok := s.driver.(warmpool.PodNotifier)

@@ -192,7 +192,7 @@ func New(store Counts, cfg Config) (*Metrics, error) {
 		}, []string{"event", labelOutcome}),
 		jobRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpool_sweeper_runs_total",
-			Help: "Sweeper job runs on this replica, by sweep (the job's name) and outcome (ok, error, lost_lock, skipped: another replica held the job's lock).",
+			Help: "Sweeper job runs on this replica, by sweep (the job's name) and outcome (ok, idle: it had nothing to do and took no lock, error, lost_lock, skipped: another replica held the job's lock).",
 		}, []string{labelSweep, labelOutcome}),
 		jobHeld: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warmpool_sweeper_lock_held_seconds",
@@ -397,7 +397,7 @@ func (m *Metrics) ObserveDueIndexFailure() {
 // ObserveJob records one run of a sweeper job; it fits sweeper.Runner.OnRun.
 func (m *Metrics) ObserveJob(job, outcome string, held time.Duration) {
 	m.jobRuns.WithLabelValues(job, outcome).Inc()
-	if outcome != "skipped" {
+	if outcome != "skipped" && outcome != "idle" {
 		m.jobHeld.WithLabelValues(job).Observe(held.Seconds())
 	}
 }

@@ -51,6 +51,7 @@ func (r *BigScopeResults) WriteText(out io.Writer) error {
 		text += fmt.Sprintf("\nan idle scope of %d warm pods, sweeps on, over %.0fs: %.1f Redis commands/s (%s), Redis %.2f%% and the replica %.2f%% of a core (%s)\n",
 			i.Pods, i.Seconds, i.CommandsPerS, verdict(i.CommandsPerS, idleCommandsTarget),
 			100*i.RedisCore, 100*i.ReplicaCore, verdict(i.RedisCore+i.ReplicaCore, idleCoreTarget))
+		text += fmt.Sprintf("its first full pass (hourly; a recount of every pod on the first and every tenth): %.0f Redis commands\n", i.PassCommands)
 	}
 	_, err := io.WriteString(out, text)
 	return err

@@ -30,8 +30,8 @@ const (
 // first full pass; the pass (hourly; its recount of every pod's slots on the first
 // and every tenth) is measured on its own, PassCommands beyond the window's rate.
 type IdleRow struct {
-	PassCommands float64 `json:"first_pass_commands"`
-	PassSeconds  float64 `json:"first_pass_wait_seconds"`
+	PassCommands float64       `json:"first_pass_commands"`
+	PassSeconds  float64       `json:"first_pass_wait_seconds"`
 	Pods         int           `json:"pods"`
 	Seconds      float64       `json:"seconds"`
 	CommandsPerS float64       `json:"redis_commands_per_s"`

@@ -193,8 +193,11 @@ func TestCapacitySmoke(t *testing.T) {
 	if scopes != 12 || slots != 16384 {
 		t.Errorf("%d scopes, %d slots over the masters", scopes, slots)
 	}
+	// The smoke's windows are 2.5 s at 150 routes/s: Redis's CPU in one, less the idle
+	// window's rate, is within that rate's noise (it measured -72 µs a route once,
+	// with other tests on the machine), so it is checked for a number, not a sign.
 	for _, w := range cr.Windows {
-		if w.Route.Routes == 0 || w.RedisUs <= 0 || w.ReplicaUs <= 0 {
+		if w.Route.Routes == 0 || math.IsNaN(w.RedisUs) || math.IsInf(w.RedisUs, 0) || w.ReplicaUs <= 0 {
 			t.Errorf("window at %v: %+v", w.Rate, w)
 		}
 	}

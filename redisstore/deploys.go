@@ -25,7 +25,7 @@ func (s *Store) DeployExtend(ctx context.Context, scope, deploy string, now, dea
 // ttl/3, and the context it returns is cancelled (cause ErrLockNotHeld) when the
 // lease is lost. stop ends the extensions and returns the loss, if any.
 func (s *Store) DeployKeepAlive(ctx context.Context, scope, deploy string, ttl time.Duration, clock warmpool.Clock) (context.Context, func() error) {
-	return keepAlive(ctx, ttl, func(ctx context.Context) (bool, error) {
+	return keepAlive(ctx, ttl, time.Now, func(ctx context.Context) (bool, error) {
 		now := clock.Now()
 		return s.DeployExtend(ctx, scope, deploy, now, now.Add(ttl))
 	})

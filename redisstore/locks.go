@@ -61,7 +61,7 @@ func (l *Lock) extend(ctx context.Context) (bool, error) {
 // lost, and the work must then commit nothing more. stop ends the extensions (call it
 // when the work is done, before Release) and returns the loss, if any.
 func (l *Lock) KeepAlive(ctx context.Context) (context.Context, func() error) {
-	return keepAlive(ctx, l.ttl, l.extend)
+	return keepAlive(ctx, l.ttl, time.Now, l.extend)
 }
 
 // Release gives the lock up with lock_release.lua. Errors: warmpool.ErrLockNotHeld
@@ -91,17 +91,20 @@ func (l *Lock) Release(ctx context.Context) error {
 //     can hold it.
 //
 // Each try is bounded by ttl/6, so a hung call cannot outlast the lease. stop returns
-// the loss, if any, and releases the context.
-func keepAlive(ctx context.Context, ttl time.Duration, extend func(context.Context) (bool, error)) (context.Context, func() error) {
+// the loss, if any, and releases the context. A lease last extended a ttl or more ago
+// is a loss too, though no try said so: a process stopped (SIGSTOP, a VM paused) past
+// its lease may resume with its ticks not yet run, and its work may end first. now is
+// the clock of that judgement (time.Now; a test's own).
+func keepAlive(ctx context.Context, ttl time.Duration, now func() time.Time, extend func(context.Context) (bool, error)) (context.Context, func() error) {
 	kctx, cancel := context.WithCancelCause(ctx)
 	every := ttl / 3
 	quit, done := make(chan struct{}), make(chan struct{})
 	var lost error
+	held := now() // the lease runs at least until held + ttl
 	go func() {
 		defer close(done)
 		t := time.NewTicker(every)
 		defer t.Stop()
-		held := time.Now() // the lease runs at least until held + ttl
 		for {
 			select {
 			case <-quit:
@@ -110,7 +113,7 @@ func keepAlive(ctx context.Context, ttl time.Duration, extend func(context.Conte
 				return
 			case <-t.C:
 			}
-			sent := time.Now()
+			sent := now()
 			tctx, tcancel := context.WithTimeout(kctx, every/2)
 			ok, err := extend(tctx)
 			tcancel()
@@ -122,10 +125,10 @@ func keepAlive(ctx context.Context, ttl time.Duration, extend func(context.Conte
 				lost = warmpool.ErrLockNotHeld
 			case kctx.Err() != nil:
 				return // ctx ended while extending: not a loss
-			case time.Since(held) < ttl/2:
+			case now().Sub(held) < ttl/2:
 				continue
 			default:
-				lost = fmt.Errorf("%w: not extended for %s: %w", warmpool.ErrLockNotHeld, time.Since(held).Round(time.Millisecond), err)
+				lost = fmt.Errorf("%w: not extended for %s: %w", warmpool.ErrLockNotHeld, now().Sub(held).Round(time.Millisecond), err)
 			}
 			cancel(lost)
 			return
@@ -134,6 +137,9 @@ func keepAlive(ctx context.Context, ttl time.Duration, extend func(context.Conte
 	return kctx, func() error {
 		close(quit)
 		<-done
+		if since := now().Sub(held); lost == nil && since >= ttl {
+			lost = fmt.Errorf("%w: not extended for %s", warmpool.ErrLockNotHeld, since.Round(time.Millisecond))
+		}
 		cancel(nil)
 		return lost
 	}

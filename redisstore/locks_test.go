@@ -130,7 +130,7 @@ func TestKeepAlive(t *testing.T) {
 	const ttl = 150 * time.Millisecond
 	t.Run("extends while held", func(t *testing.T) {
 		e := newExtender(func(int32) (bool, error) { return true, nil })
-		work, stop := keepAlive(t.Context(), ttl, e.extend)
+		work, stop := keepAlive(t.Context(), ttl, time.Now, e.extend)
 		e.waitCalls(t, 4)
 		if work.Err() != nil {
 			t.Fatalf("work cancelled while its lease was extended: %v", context.Cause(work))
@@ -144,7 +144,7 @@ func TestKeepAlive(t *testing.T) {
 	})
 	t.Run("a refused extension is a loss", func(t *testing.T) {
 		e := newExtender(func(n int32) (bool, error) { return n < 2, nil })
-		work, stop := keepAlive(t.Context(), ttl, e.extend)
+		work, stop := keepAlive(t.Context(), ttl, time.Now, e.extend)
 		waitDone(t, work, "the lease was lost")
 		if !errors.Is(context.Cause(work), warmpool.ErrLockNotHeld) || e.calls.Load() != 2 {
 			t.Fatalf("cause %v after %d calls, want ErrLockNotHeld after 2", context.Cause(work), e.calls.Load())
@@ -162,7 +162,7 @@ func TestKeepAlive(t *testing.T) {
 		})
 		// A lease long enough that a loaded machine's late ticks stay within its first
 		// half: the try after the failed one comes in time.
-		work, stop := keepAlive(t.Context(), 1500*time.Millisecond, e.extend)
+		work, stop := keepAlive(t.Context(), 1500*time.Millisecond, time.Now, e.extend)
 		e.waitCalls(t, 4)
 		if work.Err() != nil {
 			t.Fatalf("work cancelled after one failed try: %v", context.Cause(work))
@@ -175,7 +175,7 @@ func TestKeepAlive(t *testing.T) {
 		const long = 3 * time.Second
 		e := newExtender(func(int32) (bool, error) { return false, errSilent })
 		start := time.Now()
-		work, stop := keepAlive(t.Context(), long, e.extend)
+		work, stop := keepAlive(t.Context(), long, time.Now, e.extend)
 		waitDone(t, work, "the lease was lost")
 		if took := time.Since(start); took >= long {
 			t.Fatalf("work cancelled %s after the last extension, not before the %s lease ran out", took, long)
@@ -184,10 +184,29 @@ func TestKeepAlive(t *testing.T) {
 			t.Fatalf("stop = %v, want ErrLockNotHeld naming the failure", err)
 		}
 	})
+	t.Run("a lease not extended for a ttl is a loss at stop", func(t *testing.T) {
+		// A process stopped past its lease: its ticks have not run when its work ends.
+		// The ticker of an hour's lease never fires here; the clock jumps instead.
+		const hour = time.Hour
+		var jumped atomic.Int64
+		now := func() time.Time { return time.Now().Add(time.Duration(jumped.Load())) }
+		e := newExtender(func(int32) (bool, error) { return true, nil })
+		_, stop := keepAlive(t.Context(), hour, now, e.extend)
+		jumped.Store(int64(hour))
+		if err := stop(); !errors.Is(err, warmpool.ErrLockNotHeld) || e.calls.Load() != 0 {
+			t.Fatalf("stop = %v after %d extensions, want ErrLockNotHeld after none", err, e.calls.Load())
+		}
+		jumped.Store(0)
+		_, stop = keepAlive(t.Context(), hour, now, e.extend)
+		jumped.Store(int64(hour / 2))
+		if err := stop(); err != nil {
+			t.Fatalf("stop = %v half a lease on, want nil", err)
+		}
+	})
 	t.Run("the end of ctx is no loss", func(t *testing.T) {
 		e := newExtender(func(int32) (bool, error) { return true, nil })
 		ctx, cancel := context.WithCancel(t.Context())
-		work, stop := keepAlive(ctx, ttl, e.extend)
+		work, stop := keepAlive(ctx, ttl, time.Now, e.extend)
 		cancel()
 		waitDone(t, work, "its parent context ended")
 		if err := stop(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,10 +33,13 @@ func withRedisCA(path string) envOption {
 	return func(c *server.Config) { c.RedisCA = path }
 }
 
-// redisServer starts a redis-server of its own with args, listening on port (one of
-// the args); it is killed with the test. Without redis-server the test is
-// skipped, unless the suite runs on a real Redis (make test), where that is an error.
-func redisServer(t *testing.T, port int, args ...string) {
+// redisServer starts a redis-server of its own with the args of a port and a spare
+// port (for a cluster bus) and returns the port; it is killed with the test. Both
+// ports were free a moment ago only, and Redis listens on its port before it binds its
+// cluster bus: a server that exits before it answers is started again on other ports.
+// Without redis-server the test is skipped, unless the suite runs on a real Redis
+// (make test), where that is an error.
+func redisServer(t *testing.T, args func(port, spare int) []string) int {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if testredis.Real() {
@@ -43,6 +47,22 @@ func redisServer(t *testing.T, port int, args ...string) {
 		}
 		t.Skip("redis-server is missing")
 	}
+	for range 5 {
+		port, spare := freePort(t), freePort(t)
+		a := args(port, spare)
+		if startRedis(t, port, slices.Contains(a, "--tls-port"), a) {
+			return port
+		}
+	}
+	t.Fatal("redis-server did not start on 5 pairs of free ports")
+	return 0
+}
+
+// startRedis starts redis-server with args and reports whether its event loop answers
+// on port (a reply to PING, NOAUTH too; over TLS when tls); a server that did not
+// start is gone when it returns false.
+func startRedis(t *testing.T, port int, tls bool, args []string) bool {
+	t.Helper()
 	dir := t.TempDir()
 	cmd := exec.Command("redis-server", append([]string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, args...)...)
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
@@ -51,31 +71,53 @@ func redisServer(t *testing.T, port int, args ...string) {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
-	await.True(t, 10*time.Second, "redis-server listens", func() bool {
-		conn, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err == nil {
-			conn.Close()
+	kill := func() { _ = cmd.Process.Kill(); <-done }
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return false
+		default:
 		}
-		return err == nil
-	})
+		if answers("127.0.0.1:"+strconv.Itoa(port), tls) {
+			t.Cleanup(kill)
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	kill()
+	return false
 }
 
-// freePort returns a loopback port that was free a moment ago; below 55536, so that
-// a cluster bus port (port + 10000) exists.
+// answers reports whether a Redis at addr replies to PING: the kernel accepts
+// connections once the port listens, the reply comes only from a server that runs.
+func answers(addr string, useTLS bool) bool {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	if useTLS {
+		conn = tls.Client(conn, &tls.Config{InsecureSkipVerify: true})
+	}
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	b := make([]byte, 1)
+	_, err = conn.Read(b)
+	return err == nil && (b[0] == '+' || b[0] == '-')
+}
+
+// freePort returns a loopback port that was free a moment ago.
 func freePort(t *testing.T) int {
 	t.Helper()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if port < 55536 {
-			return port
-		}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // ping checks a client made by server.NewRedis.
@@ -103,9 +145,10 @@ func servesThrough(t *testing.T, url string, opts ...envOption) {
 // default user's credentials, and a wrong or missing password is refused.
 func TestRedisPasswordAndACLUser(t *testing.T) {
 	t.Parallel()
-	port := freePort(t)
-	redisServer(t, port, "--port", strconv.Itoa(port), "--requirepass", "default-pw",
-		"--user", "warmpool", "on", ">user-pw", "~*", "&*", "+@all")
+	port := redisServer(t, func(port, _ int) []string {
+		return []string{"--port", strconv.Itoa(port), "--requirepass", "default-pw",
+			"--user", "warmpool", "on", ">user-pw", "~*", "&*", "+@all"}
+	})
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	for _, c := range []struct {
 		url  string
@@ -147,8 +190,9 @@ func refusedAtStart(t *testing.T, cfg server.Config, want string) {
 func TestRedisTLS(t *testing.T) {
 	t.Parallel()
 	pki := newPKI(t)
-	port := freePort(t)
-	redisServer(t, port, append(pki.serverArgs(), "--port", "0", "--tls-port", strconv.Itoa(port), "--requirepass", "pw")...)
+	port := redisServer(t, func(port, _ int) []string {
+		return append(pki.serverArgs(), "--port", "0", "--tls-port", strconv.Itoa(port), "--requirepass", "pw")
+	})
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	if err := ping("rediss://:pw@"+addr, pki.ca); err != nil {
 		t.Fatalf("rediss:// with the CA: %v", err)
@@ -168,10 +212,11 @@ func TestRedisTLS(t *testing.T) {
 func TestRedisClusterTLSAndACL(t *testing.T) {
 	t.Parallel()
 	pki := newPKI(t)
-	port, bus := freePort(t), freePort(t)
-	redisServer(t, port, append(pki.serverArgs(), "--port", "0", "--tls-port", strconv.Itoa(port), "--tls-cluster", "yes",
-		"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus), "--cluster-config-file", filepath.Join(t.TempDir(), "nodes.conf"),
-		"--requirepass", "default-pw", "--user", "warmpool", "on", ">user-pw", "~*", "&*", "+@all")...)
+	port := redisServer(t, func(port, bus int) []string {
+		return append(pki.serverArgs(), "--port", "0", "--tls-port", strconv.Itoa(port), "--tls-cluster", "yes",
+			"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus), "--cluster-config-file", filepath.Join(t.TempDir(), "nodes.conf"),
+			"--requirepass", "default-pw", "--user", "warmpool", "on", ">user-pw", "~*", "&*", "+@all")
+	})
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 
 	admin := redis.NewClient(&redis.Options{Addr: addr, Password: "default-pw", TLSConfig: pki.clientTLS()})

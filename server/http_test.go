@@ -499,7 +499,7 @@ func TestWaitTimeout(t *testing.T) {
 	e.putScope("w", scopeCfg(1, 1, 2, 1))
 	e.route("w", "s1")
 	r := e.do(http.MethodPost, "/v1/scopes/w/sessions", `{"session_id":"s2"}`)
-	e.wantErr(r, http.StatusGatewayTimeout, warmpool.CodeWaitTimeout)
+	e.wantErr(r, http.StatusGatewayTimeout, warmpool.CodeWaitTimeout, "place 1 in line")
 	if r.took < 900*time.Millisecond || r.took > 5*time.Second {
 		t.Fatalf("WAIT_TIMEOUT after %s, want about wait_timeout_s (1s)", r.took)
 	}

@@ -181,6 +181,27 @@ func TestQueuedRouteTimesOut(t *testing.T) {
 	}
 }
 
+// Issue 35.3: a route that gives up in the queue says where it stood: the first in
+// line place 1, the one behind it place 2.
+// The re-check is a minute: the second's place is the one its queueing pass gave it.
+func TestTimedOutWaitersSayTheirPlace(t *testing.T) {
+	h := replicatest.New(t)
+	a := replica(h, replicatest.Config{SM: sm.Config{Recheck: time.Minute}})
+	fullScope(t, h, a, 2, 1)
+
+	first := routeAsync(a, "s", "first", "")
+	replicatest.WaitFor(t, "the first route in the queue", func() bool { return len(h.Snap("s").Waiters) == 1 })
+	second := routeAsync(a, "s", "second", "")
+	for place, ch := range []<-chan routed{first, second} {
+		r := replicatest.Recv(t, "a queued route", ch)
+		wantCode(t, "queued route", r.err, warmpool.CodeWaitTimeout)
+		if !strings.Contains(r.err.Error(), fmt.Sprintf("(place %d in line)", place+1)) {
+			t.Fatalf("route %d in line: %v, want it to say its place", place+1, r.err)
+		}
+	}
+	h.Settled("s")
+}
+
 // Issue 3: a route queued on replica A is served within a second of a session ending
 // on replica B: B's end publishes on the scope's channel and A's subscription wakes
 // the waiter. A's periodic re-check is a minute, so only the message can do it.

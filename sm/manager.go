@@ -363,12 +363,8 @@ func (m *Manager) queue(ctx context.Context, scope string, a redisstore.RouteArg
 	tick := time.NewTicker(m.cfg.Recheck)
 	defer tick.Stop()
 	a.Join = true
-	rank := res.Rank // 0: first in line
 	for {
 		res, _, _, err := m.pass(ctx, scope, a)
-		if res.Kind == redisstore.RouteQueued {
-			rank = res.Rank
-		}
 		switch {
 		case err != nil:
 			return warmpool.Binding{}, err
@@ -383,8 +379,9 @@ func (m *Manager) queue(ctx context.Context, scope string, a redisstore.RouteArg
 			return warmpool.Binding{}, ctx.Err()
 		case <-timeout.C:
 			m.cfg.Observe("queue", "wait_timeout")
-			// The envelope of WAIT_TIMEOUT has no details (SPEC §3): the place is told in words.
-			return warmpool.Binding{}, warmpool.Errorf(warmpool.CodeWaitTimeout, "scope %q: no capacity freed within %s (place %d in line)", scope, wait.Round(time.Second), rank+1).Retry(1)
+			// The last pass queued the caller, at res.Rank (0: first in line). The
+			// envelope of WAIT_TIMEOUT has no details (SPEC §3): the place is in words.
+			return warmpool.Binding{}, warmpool.Errorf(warmpool.CodeWaitTimeout, "scope %q: no capacity freed within %s (place %d in line)", scope, wait.Round(time.Second), res.Rank+1).Retry(1)
 		case <-woken:
 			m.cfg.Observe("queue", "woken")
 		case <-tick.C:

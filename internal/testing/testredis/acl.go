@@ -88,3 +88,31 @@ func moduleRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// commandsRefused is an error naming each command the ACL user was refused on the
+// test's servers (their ACL LOG, reason "command"), nil when none was. A client that
+// gets NOPERM sees its test fail; this catches the refusals no caller sees, such as
+// the COMMAND that go-redis's cluster client sends for its routing table, which it
+// only logs and sends again before the next command.
+func (r *Redis) commandsRefused(ctx context.Context) error {
+	var refused []string
+	err := r.ForEachServer(ctx, func(ctx context.Context, c *redis.Client) error {
+		entries, err := c.ACLLog(ctx, 128).Result()
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if e.Username == ACLUser && e.Reason == "command" {
+				refused = append(refused, fmt.Sprintf("%s (%d times on %s)", e.Object, e.Count, c.Options().Addr))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("ACL LOG: %w", err)
+	}
+	if len(refused) > 0 {
+		return fmt.Errorf("the README's ACL line refused %s to the %s user: add them to the line", strings.Join(refused, ", "), ACLUser)
+	}
+	return nil
+}

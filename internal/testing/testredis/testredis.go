@@ -64,6 +64,9 @@ func New(tb testing.TB) *Redis {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_ = r.DeleteAll(ctx)
+			if err := r.commandsRefused(ctx); err != nil {
+				tb.Error(err)
+			}
 			_ = r.Admin.Close()
 		}
 		_ = r.Client.Close()

@@ -84,11 +84,14 @@ func (c *cluster) start(t *testing.T, r *replica) {
 
 // serveArgs are the serve flags of every replica but its address and name. The orphan
 // grace is short, so that a killed replica's half-made pods are gone from the driver
-// by the time the test audits (audit).
+// by the time the test audits (audit). So is the job lease: a replica killed while it
+// runs a sweep job (its shard's due sweep, which drops the dead leader's lease) blocks
+// that job for up to a job lease, and the kill test's 15 s is a deploy lease, a job
+// lease and a few sweep ticks.
 func (c *cluster) serveArgs() []string {
 	return []string{"--redis", c.redisURL, "--store", c.store, "--driver", "local",
 		"--local-state-dir", filepath.Join(c.dir, "pods"), "--prefix", "wp:e2e:",
-		"--sweep-interval", "500ms", "--deploy-lease", "3s", "--orphan-grace", "3s"}
+		"--sweep-interval", "500ms", "--deploy-lease", "3s", "--orphan-grace", "3s", "--job-lease", "5s"}
 }
 
 // audit runs a full pass on one more replica (auditClean) and fails the test when it

@@ -64,7 +64,7 @@ func New(tb testing.TB) *Redis {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_ = r.DeleteAll(ctx)
-			if err := r.commandsRefused(ctx); err != nil {
+			if err := commandsRefused(ctx, r.Admin); err != nil {
 				tb.Error(err)
 			}
 			_ = r.Admin.Close()
@@ -78,17 +78,26 @@ func New(tb testing.TB) *Redis {
 var users sync.Map
 
 // EnsureACLUser creates the README's ACL user on the configured real Redis (REDIS_ADDR,
-// or every master of REDIS_CLUSTER_ADDRS), for tests that hand its URL to processes.
+// or every master of REDIS_CLUSTER_ADDRS), for tests that hand its URL to processes;
+// at the test's end a command refused to the user (the processes' too) fails it.
 func EnsureACLUser(tb testing.TB) {
 	tb.Helper()
 	if !Real() {
 		tb.Fatal("EnsureACLUser needs a real Redis: set REDIS_ADDR or REDIS_CLUSTER_ADDRS")
 	}
 	admin := (&Redis{}).dial(false)
-	defer admin.Close()
 	if err := ensureACLUser(admin); err != nil {
+		_ = admin.Close()
 		tb.Fatal(err)
 	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := commandsRefused(ctx, admin); err != nil {
+			tb.Error(err)
+		}
+		_ = admin.Close()
+	})
 }
 
 // ensureACLUser creates the README's ACL user on the test server (every master of a

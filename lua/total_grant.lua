@@ -13,8 +13,9 @@
 -- and yields to the rivals'. No pod is taken back: a tenant over its share comes down
 -- to it as its pods go (sessions end, idle pods are reclaimed), since the rivals are
 -- served first.
--- Runs on the total's slot; counts are in the total HASH: "limit" (the cap; no field,
--- no cap), "pods" over every tenant, "pods|<tenant>", "s|<scope>" per scope (what a
+-- Runs on the total's slot; the cap comes with each call (ARGV[8], the replica's
+-- --max-pods-total), so no write Redis lost and no pass not yet run leaves it unset;
+-- counts are in the total HASH: "pods" over every tenant, "pods|<tenant>", "s|<scope>" per scope (what a
 -- credit may give back), "w|<tenant>" its weight, "want|<tenant>" a rival's demand,
 -- and the release rate of pods
 -- (lib/escrow.lua). The rivals are the want ZSET (tenant -> until, ms); each tenant
@@ -23,7 +24,7 @@
 -- uses: escrow
 -- ARGV[1] tenant  ARGV[2] scope  ARGV[3] n  ARGV[4] the tenant's weight  ARGV[5] now
 -- (ms)  ARGV[6] "1": adopt (use already taken: granted whatever the cap)
--- ARGV[7] "1": a warm refill (refused, it is no rival)
+-- ARGV[7] "1": a warm refill (refused, it is no rival)  ARGV[8] the cap (pods)
 -- Returns {"granted"}
 --       | {"refused", limit, use, retry after (ms)}: use is what every tenant holds
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
@@ -36,9 +37,9 @@ local function num(field)
   return tonumber(redis.call('HGET', k.total, field) or '0')
 end
 
-local limit = tonumber(redis.call('HGET', k.total, 'limit') or '-1')
+local limit = tonumber(ARGV[8])
 local total, mine = num('pods'), num('pods|' .. tenant)
-if ARGV[6] ~= '1' and limit >= 0 then
+if ARGV[6] ~= '1' then
   redis.call('ZREMRANGEBYSCORE', k.want, '-inf', now)
   -- the contenders: the rivals and the asker, with their weights and holdings
   local weights, held = {[tenant] = tonumber(ARGV[4])}, {[tenant] = mine}

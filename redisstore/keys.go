@@ -94,7 +94,7 @@ func (k Keyspace) TenantEscrow(tenant string) string {
 // name no scope's or tenant's key has ("total:").
 
 // TotalEscrow is what the escrow of --max-pods-total granted (HASH, total_grant.lua):
-// "limit", "pods", "pods|<tenant>", "s|<scope>", "w|<tenant>" (weight), "want|<tenant>"
+// "pods", "pods|<tenant>", "s|<scope>", "w|<tenant>" (weight), "want|<tenant>"
 // (a rival's demand) and the release rate of pods.
 func (k Keyspace) TotalEscrow() string { return k.prefix + "total:{total}" }
 

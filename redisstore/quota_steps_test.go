@@ -17,6 +17,9 @@ import (
 // TestTotalCapHoldsAtEveryStep take: make test takes 3,000, make soak 100,000.
 var quotaSteps = flag.Int("quota.steps", 3000, "steps of TestTenantQuotasHoldAtEveryStep and TestTotalCapHoldsAtEveryStep")
 
+// quotaSeed replays a failed run: a seed the test logged (0 draws a new one).
+var quotaSeed = flag.Uint64("quota.seed", 0, "seed of TestTenantQuotasHoldAtEveryStep and TestTotalCapHoldsAtEveryStep (0: a new one)")
+
 // Three tenants of two scopes each, with quotas on pods, cpu and sessions, under a
 // random mix of acquires (leading deploys), registers, aborted deploys, routes, ended
 // sessions, purged pods and balance passes: after every step no tenant holds more
@@ -39,7 +42,10 @@ func TestTotalCapHoldsAtEveryStep(t *testing.T) {
 
 func runQuotaSteps(t *testing.T, cap int64) {
 	ctx := context.Background()
-	seed := uint64(time.Now().UnixNano())
+	seed := *quotaSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
 	rng := rand.New(rand.NewPCG(seed, 1))
 	t.Logf("seed %d", seed)
 	tenants := []string{"t1", "t2", "t3"}

@@ -19,22 +19,10 @@ import (
 // max-min order between the tenants that are refused (total_grant.lua).
 
 // MaxPodsTotal sets the cap this replica enforces (n <= 0: none). Every replica of a
-// deployment must be given the same; PublishMaxPodsTotal writes it to Redis.
+// deployment must be given the same: each grant carries its replica's cap to
+// total_grant.lua, so the cap holds from a replica's first call, whatever Redis lost.
 func (s *Store) MaxPodsTotal(n int64) {
 	s.total.Store(max(n, 0))
-}
-
-// PublishMaxPodsTotal writes this replica's cap where total_grant.lua reads it (a
-// replica without one writes nothing): at start, and again every tick of the tenants
-// job, so that a Redis that lost its data has it back. Errors: STORE_UNAVAILABLE.
-func (s *Store) PublishMaxPodsTotal(ctx context.Context) error {
-	if !s.capped() {
-		return nil
-	}
-	if err := s.rdb.HSet(ctx, s.keys.TotalEscrow(), "limit", s.total.Load()).Err(); err != nil {
-		return s.redisErr(ctx, err)
-	}
-	return nil
 }
 
 // capped reports whether this replica enforces the total cap.
@@ -48,7 +36,7 @@ func (s *Store) totalKeys() []string {
 // totalGrant runs total_grant.lua for n pods of the tenant's scope; a refusal is
 // QUOTA_EXCEEDED (quota max_pods_total) with its details.
 func (s *Store) totalGrant(ctx context.Context, tenant, scope string, n, weight int64, adopt, refill bool) error {
-	r, err := s.call(ctx, totalGrant, ScopeKeys{}, s.totalKeys(), tenant, scope, n, max(weight, 1), ms(s.wall()), flag(adopt), flag(refill))
+	r, err := s.call(ctx, totalGrant, ScopeKeys{}, s.totalKeys(), tenant, scope, n, max(weight, 1), ms(s.wall()), flag(adopt), flag(refill), s.total.Load())
 	if err != nil {
 		return err
 	}
@@ -107,8 +95,7 @@ func (s *Store) settle(ctx context.Context, scope string, sessions bool) error {
 	return errors.Join(errs...)
 }
 
-// BalanceGranted is the total cap's part of the tenants job: it writes the cap, makes
-// every scope governed in pods on its first pass (a scope published later is governed
+// BalanceGranted is the total cap's part of the tenants job: it makes every scope governed in pods on its first pass (a scope published later is governed
 // by its publish), has the rivals above their fair shares give pods up
 // (yieldShares), and runs a balance pass (BalanceTenant, by the tenant's published
 // limits) of each tenant the total granted pods since, except those in done (balanced
@@ -117,9 +104,6 @@ func (s *Store) settle(ctx context.Context, scope string, sessions bool) error {
 func (s *Store) BalanceGranted(ctx context.Context, done map[string]warmpool.TenantLimits) error {
 	if !s.capped() {
 		return nil
-	}
-	if err := s.PublishMaxPodsTotal(ctx); err != nil {
-		return err
 	}
 	if !s.governedAll.Load() {
 		if err := s.governAll(ctx); err != nil {
@@ -194,7 +178,7 @@ func (s *Store) yieldShares(ctx context.Context) error {
 	if len(rivals) < 2 {
 		return nil
 	}
-	fields := []string{"limit", "pods"}
+	fields := []string{"pods"}
 	for _, r := range rivals {
 		fields = append(fields, "pods|"+r, "w|"+r, "want|"+r)
 	}
@@ -203,11 +187,11 @@ func (s *Store) yieldShares(ctx context.Context) error {
 		return s.redisErr(ctx, err)
 	}
 	n := func(i int) int64 { x, _ := strconv.ParseInt(str(v[i]), 10, 64); return x }
-	limit, total := n(0), n(1)
+	limit, total := s.total.Load(), n(0)
 	held, weight, want := make([]int64, len(rivals)), make([]int64, len(rivals)), make([]int64, len(rivals))
 	var sumHeld, sumW int64
 	for i := range rivals {
-		held[i], weight[i], want[i] = n(2+3*i), max(n(3+3*i), 1), n(4+3*i)
+		held[i], weight[i], want[i] = n(1+3*i), max(n(2+3*i), 1), n(3+3*i)
 		sumHeld, sumW = sumHeld+held[i], sumW+weight[i]
 	}
 	room := limit - (total - sumHeld)

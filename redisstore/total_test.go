@@ -288,3 +288,26 @@ func TestTotalCapReservesWhatIsWanted(t *testing.T) {
 		t.Fatalf("b's pod: %+v, %v", res, err)
 	}
 }
+
+// The cap holds from a replica's first call: with no tenants pass run yet (nothing of
+// the cap written to Redis, as after a Redis that lost its data), a scope published
+// under a cap of 2 leads 2 deploys and is refused the third by max_pods_total.
+func TestTotalCapHoldsBeforeAnyPass(t *testing.T) {
+	t.Parallel()
+	mutate := func(c *warmpool.ScopeConfig) {
+		c.Tenant = "t1"
+		c.Pool.PodConcurrency, c.Pool.MaxConcurrency = 1, 16
+	}
+	e := newEnv(t, mutate)
+	e.store.MaxPodsTotal(2)
+	e.publish(mutate)
+	e.leadAll(e.scope, 2)
+	_, err := e.store.PodAcquire(context.Background(), e.scope, e.acquireArgs("third"))
+	var d *warmpool.QuotaDetails
+	if q := quotaErr(err); q != nil {
+		d, _ = q.Details.(*warmpool.QuotaDetails)
+	}
+	if d == nil || d.Quota != "max_pods_total" || d.Limit != int64(2) {
+		t.Fatalf("a third deploy under max_pods_total 2 with no pass run: %v (the total counts %d), want QUOTA_EXCEEDED max_pods_total", err, e.totalHeld())
+	}
+}

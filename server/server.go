@@ -384,9 +384,6 @@ func (s *Server) build(ctx context.Context) error {
 	if err := s.bootstrap(ctx); err != nil {
 		return err
 	}
-	if err := s.store.PublishMaxPodsTotal(ctx); err != nil {
-		return fmt.Errorf("--max-pods-total: %w", err)
-	}
 	if cfg.Dev {
 		if err := s.ensureDemoScope(ctx); err != nil {
 			return err

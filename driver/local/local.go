@@ -414,8 +414,11 @@ func (l *Driver) Delete(ctx context.Context, pod warmpool.Pod) error {
 		l.removeRecord(name, p.pid)
 		l.forget(p)
 	case rec != nil:
-		if err := l.stopForeign(ctx, rec.PID, name); err != nil {
-			return fmt.Errorf("delete %s: %w", name, err)
+		// A pod its server's Close stopped has no process left to stop.
+		if !rec.Stopped {
+			if err := l.stopForeign(ctx, rec.PID, name); err != nil {
+				return fmt.Errorf("delete %s: %w", name, err)
+			}
 		}
 		l.removeRecord(name, rec.PID)
 	default:
@@ -430,9 +433,14 @@ func (l *Driver) Delete(ctx context.Context, pod warmpool.Pod) error {
 	return nil
 }
 
-// Close stops every pod this driver started (deploys in flight fail), waits for all of
-// them and removes their state files. Pods of other server processes are left alone.
-// It is safe to call more than once.
+// Close stops every pod this driver started (deploys in flight fail) and waits for all
+// of them. It leaves their state files, marked stopped, as a server killed leaves
+// them: the other server processes sharing StateDir see them dead at their next look
+// and bury them (in Redis, then with Delete, which removes the file). Were the files
+// removed, a pod started and stopped between two of their looks (WatchPeriod) would
+// never be reported to them, and would stay in Redis, a pod that is not there, until
+// a full pass purged it as a ghost. Pods of other server processes are left alone. A
+// temporary StateDir is removed whole. It is safe to call more than once.
 func (l *Driver) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -453,7 +461,7 @@ func (l *Driver) Close() error {
 	for _, p := range procs {
 		wg.Go(func() {
 			l.stop(context.Background(), p)
-			l.removeRecord(p.name, p.pid)
+			l.markStopped(p.name, p.pid)
 			l.forget(p)
 		})
 	}

@@ -336,8 +336,21 @@ func TestLocalCloseStopsEverything(t *testing.T) {
 	if pids := agentPIDs(t, warmpool.PodName("close", 3)); len(pids) != 0 {
 		t.Errorf("starting pod survived Close: %v", pids)
 	}
+	// The stopped pods' files stay, marked, for the other servers sharing the
+	// directory: they list them dead, and their Delete removes the files.
+	other := mustLocal(t, dir)
+	left := mustList(t, other)
+	if !slices.Equal(ids(left), []string{warmpool.PodName("close", 1), warmpool.PodName("close", 2)}) ||
+		left[0].Dead != "stopped with its server process" || left[1].Dead != left[0].Dead || left[0].Ready {
+		t.Fatalf("another driver lists %+v after Close, want the two pods it stopped, dead", left)
+	}
+	for _, p := range left {
+		if err := other.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
-		t.Errorf("state files left after Close: %v", files)
+		t.Errorf("state files left after the other driver deleted the stopped pods: %v", files)
 	}
 	_, err := l.Deploy(ctx, localReq(t, "close", 4, 60))
 	drivertest.WantError(t, err, warmpool.CodeDeployFailed, "closed")
@@ -440,5 +453,47 @@ func TestLocalEventsOfAnotherProcess(t *testing.T) {
 	}
 	await.True(t, 30*time.Second, "a's event of b's pod, gone", func() bool {
 		return has(func(ev warmpool.PodEvent) bool { return ev.Pod.ID == pod.ID && ev.Gone && ev.Pod.Dead != "" })
+	})
+}
+
+// A pod another server process started and stopped (its Close) between two looks of
+// the watch is still reported, dead: a's watch is held in its event function by its
+// first event (of b's first pod) while b deploys a second pod and closes, so a never
+// sees the second alive; its next look must tell of it all the same (with the files
+// removed, a would never hear of it, and a sweeper following a's events would keep it
+// in Redis as a ghost).
+func TestLocalEventsOfAPodStoppedBetweenLooks(t *testing.T) {
+	dir := t.TempDir()
+	a, b := mustLocal(t, dir), mustLocal(t, dir)
+	ctx := testCtx(t)
+	var mu sync.Mutex
+	var seen []warmpool.PodEvent
+	held, release := make(chan struct{}), make(chan struct{})
+	a.OnPodEvent(func(ev warmpool.PodEvent) {
+		mu.Lock()
+		seen = append(seen, ev)
+		n := len(seen)
+		mu.Unlock()
+		if n == 1 {
+			close(held)
+			<-release
+		}
+	})
+	if _, err := b.Deploy(ctx, localReq(t, "between", 1, 60)); err != nil {
+		t.Fatal(err)
+	}
+	<-held
+	second, err := b.Deploy(ctx, localReq(t, "between", 2, 60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	await.True(t, 30*time.Second, "a's event of b's second pod, dead", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.ContainsFunc(seen, func(ev warmpool.PodEvent) bool { return ev.Pod.ID == second.ID && ev.Pod.Dead != "" })
 	})
 }

@@ -26,7 +26,13 @@ type record struct {
 	Labels  map[string]string `json:"labels"`
 	Created time.Time         `json:"created"`
 	Args    []string          `json:"args"`
+	// Stopped is set by Close once it stopped the pod (with its server): the pod is
+	// dead whatever now runs under its PID.
+	Stopped bool `json:"stopped,omitempty"`
 }
+
+// deadStopped is the Dead reason of a pod its server's Close stopped.
+const deadStopped = "stopped with its server process"
 
 func (l *Driver) statePath(name string) string {
 	return filepath.Join(l.cfg.StateDir, name+stateExt)
@@ -66,7 +72,9 @@ func (l *Driver) List(ctx context.Context) ([]warmpool.Pod, error) {
 		}
 		seen[name] = true
 		pod := rec.Pod
-		if p := own[name]; p != nil && p.pid == rec.PID {
+		if rec.Stopped {
+			pod.Dead = deadStopped
+		} else if p := own[name]; p != nil && p.pid == rec.PID {
 			// Our own child: we know whether it has been reaped and how it ended.
 			if p.hasExited() {
 				pod.Dead = p.exitReason()
@@ -128,6 +136,21 @@ func (l *Driver) writeRecord(rec *record, exclusive bool) error {
 		return os.Link(tmp, l.statePath(rec.Pod.ID))
 	}
 	return os.Rename(tmp, l.statePath(rec.Pod.ID))
+}
+
+// markStopped marks the state file of pod name stopped (Close) if it still describes
+// pid.
+func (l *Driver) markStopped(name string, pid int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rec, err := l.readRecord(name)
+	if err != nil || rec.PID != pid {
+		return
+	}
+	rec.Stopped = true
+	if err := l.writeRecord(rec, false); err != nil {
+		l.log.Warn("mark pod state file stopped", "pod", name, "err", err)
+	}
 }
 
 // removeRecord removes the state file of pod name if it still describes pid, so a

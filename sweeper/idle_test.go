@@ -71,8 +71,8 @@ func TestIdleDueShardTakesNoLock(t *testing.T) {
 	}
 }
 
-// A watch shard with no pod in the view takes no lock (outcome "idle"); a pod the
-// driver reports makes it run, and so does a resync that is due.
+// A watch shard with no pod in the view takes no lock (outcome "idle") once it ran
+// here; a pod the driver reports makes it run, and so does a resync that is due.
 func TestIdleWatchShardTakesNoLock(t *testing.T) {
 	h := newHarness(t)
 	o := h.outcomes()
@@ -94,6 +94,9 @@ func TestIdleWatchShardTakesNoLock(t *testing.T) {
 		if got := o.run(t, job); got != "ok" {
 			t.Fatalf("run %d of the watch of a shard with a known pod: %q, want ok (it is probed)", i+1, got)
 		}
+	}
+	if got := o.run(t, sweeper.WatchJobName(0)); got != "ok" {
+		t.Fatalf("the first watch of shard 0, without pods: %q, want ok (it clears what a dead replica may have left failing)", got)
 	}
 	if got := o.run(t, sweeper.WatchJobName(0)); got != "idle" {
 		t.Fatalf("the watch of shard 0, without pods: %q, want idle", got)

@@ -217,3 +217,42 @@ func TestReportedDeathRunsWatchAtOnce(t *testing.T) {
 		t.Fatalf("observed %d dead, want 1", n)
 	}
 }
+
+// A failing-set entry whose pod is gone is cleared also when its shard has no pod left:
+// a replica that died after a failed probe left one for a pod since purged, and a
+// fresh replica's watch job of that shard is not idle until its first run cleared it
+// (it would otherwise be idle with nothing in its view, and the entry stay for good).
+func TestWatchClearsFailingOfGonePodsInAnEmptyShard(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	shard := redisstore.DueShard("a")
+	key := h.Store.Keys().Failing(shard)
+	if err := h.Store.MarkFailing(ctx, redisstore.PodRef{Scope: "a", Pod: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	runner := sweeper.NewRunner(h.Store, h.sw.Jobs(), 0, nil)
+	job := func(name string) sweeper.Job {
+		for _, j := range h.sw.Jobs() {
+			if j.Name == name {
+				return j
+			}
+		}
+		t.Fatalf("no job %s", name)
+		return sweeper.Job{}
+	}
+	// Another shard's run takes the replica's first list, so that what follows is the
+	// shard's own idleness, not a list due.
+	if _, err := runner.RunOnce(ctx, job(sweeper.WatchJobName((shard+1)%redisstore.DueShards))); err != nil {
+		t.Fatal(err)
+	}
+	target := job(sweeper.WatchJobName(shard))
+	if ran, err := runner.RunOnce(ctx, target); err != nil || !ran {
+		t.Fatalf("the empty shard's first watch run: ran %v, %v; want a run", ran, err)
+	}
+	if n, err := h.Redis.Client.SCard(ctx, key).Result(); err != nil || n != 0 {
+		t.Fatalf("failing set of shard %d after its run: %d entries, %v; want the gone pod's cleared", shard, n, err)
+	}
+	if ran, err := runner.RunOnce(ctx, target); err != nil || ran {
+		t.Fatalf("the empty shard's next watch run: ran %v, %v; want it idle", ran, err)
+	}
+}

@@ -45,6 +45,12 @@ type watchState struct {
 	// driver reports them gone: their later events need no look at Redis.
 	verified [redisstore.DueShards]map[string]bool
 	wake     [redisstore.DueShards]chan struct{}
+	// failing is how many entries of each shard's failing set (redisstore.Failing)
+	// this replica's last run of the shard left there, -1 before its first run (a
+	// replica that died may have left some): while any may be left the shard's job is
+	// not idle, so the run that finds their pods gone clears them, also once the shard
+	// has no pod left.
+	failing [redisstore.DueShards]int
 
 	// syncedAt is when the last list of the driver that the view took was begun (zero:
 	// none yet); resync, set by a driver that may have missed events, makes the next
@@ -66,6 +72,7 @@ func newWatchState() *watchState {
 	w := &watchState{periods: map[string]time.Duration{}}
 	for i := range w.wake {
 		w.wake[i] = make(chan struct{}, 1)
+		w.failing[i] = -1
 		w.view[i] = newShardView()
 		w.reported[i] = map[string]warmpool.Pod{}
 		w.unverified[i] = map[string]warmpool.Pod{}
@@ -264,7 +271,8 @@ func (s *Sweeper) WatchShard(ctx context.Context, shard int) error {
 
 // watchIdle reports whether a shard's watch has nothing to do: the driver reports pod
 // events, no list of it is due, and the shard has no pod in the view, no death to
-// bury, no pod to look up and no period to read. Its probe window then stays where it
+// bury, no pod to look up, no period to read and no failing pod its last run here left
+// in Redis. Its probe window then stays where it
 // was (the next run's window reaches back to it) and it takes no lock.
 func (s *Sweeper) watchIdle(shard int) bool {
 	if !s.notified() {
@@ -276,7 +284,7 @@ func (s *Sweeper) watchIdle(shard int) bool {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.view[shard].pods) == 0 && len(w.reported[shard]) == 0 && len(w.unverified[shard]) == 0 && len(w.unread[shard]) == 0
+	return len(w.view[shard].pods) == 0 && len(w.reported[shard]) == 0 && len(w.unverified[shard]) == 0 && len(w.unread[shard]) == 0 && w.failing[shard] == 0
 }
 
 // notified reports whether the driver reports pod events (warmpool.PodNotifier).
@@ -382,6 +390,7 @@ func (s *Sweeper) probeShard(ctx context.Context, shard int) error {
 	spared := s.spared(ctx, shard, due, now, reporting)
 	var mu sync.Mutex
 	var recovered []redisstore.PodRef
+	marked := 0
 	sem := make(chan struct{}, probeConcurrency)
 	var wg sync.WaitGroup
 	for _, p := range due {
@@ -391,15 +400,27 @@ func (s *Sweeper) probeShard(ctx context.Context, shard int) error {
 			defer wg.Done()
 			defer func() { <-sem }()
 			ref := redisstore.PodRef{Scope: p.ScopeID, Pod: p.ID}
-			if s.probe(ctx, p, wasFailing[p.ID], spared[ref]) {
-				mu.Lock()
+			rec, mark := s.probe(ctx, p, wasFailing[p.ID], spared[ref])
+			mu.Lock()
+			defer mu.Unlock()
+			if rec {
 				recovered = append(recovered, ref)
-				mu.Unlock()
+			}
+			if mark && !wasFailing[p.ID] {
+				marked++
 			}
 		}()
 	}
 	wg.Wait()
-	return s.store.ClearFailing(ctx, shard, append(gone, recovered...))
+	err = s.store.ClearFailing(ctx, shard, append(gone, recovered...))
+	left := len(wasFailing) - len(recovered) + marked
+	if err != nil {
+		left = len(failing) + marked
+	}
+	s.watch.mu.Lock()
+	s.watch.failing[shard] = left
+	s.watch.mu.Unlock()
+	return err
 }
 
 // spared are the pods of due whose reports spare them the probe at now; none when no
@@ -423,31 +444,32 @@ func (s *Sweeper) spared(ctx context.Context, shard int, due []warmpool.Pod, now
 
 // probe probes one pod, unless its reports spare it (a report is then its pass). A
 // failure is counted in Redis (pod_health.lua) and buries the pod at
-// HealthFailThreshold in a row; a pass writes only when the pod was failing, and
-// reports whether it reset the count.
-func (s *Sweeper) probe(ctx context.Context, pod warmpool.Pod, failing, spared bool) (recovered bool) {
+// HealthFailThreshold in a row; a pass writes only when the pod was failing. It
+// reports whether a pass reset the count, and whether a failure put the pod in its
+// shard's failing set.
+func (s *Sweeper) probe(ctx context.Context, pod warmpool.Pod, failing, spared bool) (recovered, marked bool) {
 	if spared && !failing {
-		return false
+		return false, false
 	}
 	var perr error
 	if !spared {
 		perr = s.driver.Probe(ctx, pod)
 	}
 	if ctx.Err() != nil || (perr == nil && !failing) {
-		return false
+		return false, false
 	}
 	if perr == nil {
 		_, err := s.store.PodHealth(ctx, pod.ScopeID, pod.ID, true)
-		return err == nil
+		return err == nil, false
 	}
 	if err := s.store.MarkFailing(ctx, redisstore.PodRef{Scope: pod.ScopeID, Pod: pod.ID}); err != nil {
 		s.log.WarnContext(ctx, "watch: probe failure not recorded", "scope", pod.ScopeID, "pod", pod.ID, "err", err)
-		return false
+		return false, false
 	}
 	n, err := s.store.PodHealth(ctx, pod.ScopeID, pod.ID, false)
 	if err != nil || n < s.cfg.HealthFailThreshold {
-		return false
+		return false, true
 	}
 	s.bury(ctx, pod.ScopeID, pod, fmt.Sprintf("health probe failed %d times in a row: %v", n, perr), "unhealthy")
-	return false
+	return false, true
 }

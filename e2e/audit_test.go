@@ -44,7 +44,7 @@ func auditClean(t *testing.T, bin string, args ...string) {
 	if total != 0 {
 		var lines []string
 		for _, l := range strings.Split(p.stderr.String(), "\n") {
-			if strings.Contains(l, "full pass (audit) done") || strings.Contains(l, "orphan") || strings.Contains(l, "reindex") {
+			if strings.Contains(l, "full pass (audit) done") || strings.Contains(l, "pod buried") || strings.Contains(l, "orphan") || strings.Contains(l, "reindex") {
 				lines = append(lines, l)
 			}
 		}

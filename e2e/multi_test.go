@@ -34,6 +34,7 @@ import (
 type cluster struct {
 	t        *testing.T
 	bin, dir string
+	prefix   string // --prefix of every replica: the cluster's own keys
 	redis    *redisServer
 	redisURL string
 	store    string // --store of every replica
@@ -46,12 +47,20 @@ type replica struct {
 	proc       *proc
 }
 
+// clusters counts the clusters newCluster started (the tests that start them run one at
+// a time).
+var clusters int
+
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	if _, err := exec.LookPath("haproxy"); err != nil {
 		t.Fatal("haproxy is missing (Debian: apt-get install haproxy)")
 	}
-	c := &cluster{t: t, bin: warmpoolBin(t), dir: t.TempDir()}
+	// Each cluster has keys of its own: a Redis Cluster is one for the whole test
+	// binary, and the pods another run of the test left in it (-count) would be ghosts
+	// here, for this cluster's state directory never had them.
+	clusters++
+	c := &cluster{t: t, bin: warmpoolBin(t), dir: t.TempDir(), prefix: fmt.Sprintf("wp:e2e:%d-%d:", os.Getpid(), clusters)}
 	if os.Getenv(testpg.EnvDSN) != "" {
 		c.store = testpg.DSN(t)
 		t.Logf("config store: PostgreSQL (%s)", testpg.EnvDSN)
@@ -90,7 +99,7 @@ func (c *cluster) start(t *testing.T, r *replica) {
 // lease and a few sweep ticks.
 func (c *cluster) serveArgs() []string {
 	return []string{"--redis", c.redisURL, "--store", c.store, "--driver", "local",
-		"--local-state-dir", filepath.Join(c.dir, "pods"), "--prefix", "wp:e2e:",
+		"--local-state-dir", filepath.Join(c.dir, "pods"), "--prefix", c.prefix,
 		"--sweep-interval", "500ms", "--deploy-lease", "3s", "--orphan-grace", "3s", "--job-lease", "5s"}
 }
 

@@ -21,23 +21,34 @@ func (a *handlers) agentReport(w http.ResponseWriter, r *http.Request) error {
 
 // report checks the token before it reads a byte of the body: the token names the pod
 // it speaks for. Then it reads at most the body of a report of the sessions the pod
-// may hold (its scope's pod_concurrency: one read), which must name the same pod.
+// may hold (its scope's pod_concurrency, as the pod's last report here was answered,
+// or one read), which must name the same pod. A report that a cached cap refuses
+// asks Redis: one listing more sessions goes on if the cap of the moment allows them,
+// one too long is refused and the next report asks.
 func (a *handlers) report(w http.ResponseWriter, r *http.Request) (warmpool.ReportAnswer, error) {
 	scope, pod, err := a.ReportKey.Identify(r)
 	if err != nil {
 		return warmpool.ReportAnswer{}, err
 	}
-	most, err := a.Reports.Cap(r.Context(), scope, pod)
+	most, cached, err := a.Reports.Cap(r.Context(), scope, pod, false)
 	if err != nil {
 		return warmpool.ReportAnswer{}, err
 	}
 	var req warmpool.AgentReport
 	if err := httpx.DecodeAtMost(w, r, &req, warmpool.ReportBodyLimit(most)); err != nil {
+		if cached && warmpool.ErrorCode(err) == warmpool.CodePayloadTooLarge {
+			_, _, _ = a.Reports.Cap(r.Context(), scope, pod, true) // the next report asks Redis
+		}
 		return warmpool.ReportAnswer{}, err
 	}
 	if req.ScopeID != scope || req.PodID != pod {
 		return warmpool.ReportAnswer{}, warmpool.Errorf(warmpool.CodeUnauthorized,
 			"the report names pod %q of scope %q, its token another: a pod reports with its own WARMPOOL_REPORT_TOKEN", req.PodID, req.ScopeID)
+	}
+	if len(req.Sessions) > most && cached {
+		if most, _, err = a.Reports.Cap(r.Context(), scope, pod, true); err != nil {
+			return warmpool.ReportAnswer{}, err
+		}
 	}
 	if len(req.Sessions) > most {
 		return warmpool.ReportAnswer{}, warmpool.TooManySessions(len(req.Sessions), most)

@@ -56,7 +56,7 @@ type PoolPage interface {
 
 // Reports is what the agents' report route calls (reports.Manager).
 type Reports interface {
-	Cap(ctx context.Context, scope, pod string) (int, error)
+	Cap(ctx context.Context, scope, pod string, fresh bool) (most int, cached bool, err error)
 	Report(ctx context.Context, r warmpool.AgentReport) (warmpool.ReportAnswer, error)
 }
 

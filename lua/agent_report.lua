@@ -26,7 +26,7 @@
 -- proven sessions (listed with a valid ticket)  ARGV[8..] those n sessions, then the
 -- listed sessions
 -- Returns {"ok", report interval (ms), spared until (ms, "0": unchanged), sessions
---          ended, n unknown, unknown session ids...}
+--          ended, the most the pod may list, n unknown, unknown session ids...}
 --       | {"too_many", the most the pod may list} | {"unknown_pod"} | {"NO_SCOPE"}
 --       | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
@@ -142,7 +142,7 @@ if not agent[1] or tonumber(agent[1]) - now < 2 * interval then
   spared = tostring(now + 3 * interval)
   redis.call('HSET', k.agents, pod, spared)
 end
-local out = {'ok', tostring(interval), spared, tostring(ended), tostring(#unknown)}
+local out = {'ok', tostring(interval), spared, tostring(ended), tostring(most), tostring(#unknown)}
 for _, sid in ipairs(unknown) do
   out[#out + 1] = sid
 end

@@ -39,6 +39,9 @@ type AgentAnswer struct {
 	// Ended counts the sessions the reports left out twice in a row, ended by this
 	// one (sessions_from_reports).
 	Ended int
+	// Most is the most sessions a report of the pod may list now (what ReportCap
+	// reads), so that the next report's body is bounded without asking again.
+	Most int
 	// SparedUntil is set when the report moved the time until which the pod is not
 	// probed (and the shard's Reported index was written).
 	SparedUntil time.Time
@@ -97,10 +100,10 @@ func (s *Store) AgentReport(ctx context.Context, rep AgentReport) (AgentAnswer, 
 			return AgentAnswer{}, warmpool.TooManySessions(len(rep.Sessions), most)
 		}
 	}
-	a := AgentAnswer{Interval: time.Duration(r.int(1)) * time.Millisecond, Ended: r.count(3)}
+	a := AgentAnswer{Interval: time.Duration(r.int(1)) * time.Millisecond, Ended: r.count(3), Most: r.count(4)}
 	spared := r.int(2)
-	n := r.count(4)
-	a.Unknown = r.strs(5)
+	n := r.count(5)
+	a.Unknown = r.strs(6)
 	if r.err() == nil && len(a.Unknown) != n {
 		r.fail("%d unknown sessions, want %d", len(a.Unknown), n)
 	}

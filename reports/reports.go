@@ -36,6 +36,7 @@ var _ State = (*redisstore.Store)(nil)
 // Manager takes the reports.
 type Manager struct {
 	store State
+	caps  capCache
 	clock warmpool.Clock
 	log   *slog.Logger
 	valid func(scope, session, pod, ticket string) bool
@@ -62,12 +63,23 @@ func (m *Manager) proven(r warmpool.AgentReport) []string {
 	return out
 }
 
-// Cap is the most sessions a report of pod may list (redisstore.Store.ReportCap, at most
-// warmpool.MaxPodConcurrency): what bounds its body before the body is read. Errors: POD_NOT_FOUND
-// (a scope Redis does not have), STORE_UNAVAILABLE.
-func (m *Manager) Cap(ctx context.Context, scope, pod string) (int, error) {
+// Cap is the most sessions a report of pod may list, at most warmpool.MaxPodConcurrency:
+// what bounds its body before the body is read. It is the answer to the pod's last
+// report here when that came within capAge (cached), else read from Redis
+// (redisstore.Store.ReportCap, one round trip: what every report paid before); fresh
+// reads Redis and drops what was cached, for a report that a cached cap refused (its
+// scope's pod_concurrency may have been raised since). The report's script holds
+// it to the cap of the moment all the same. Errors: POD_NOT_FOUND (a scope Redis does
+// not have), STORE_UNAVAILABLE.
+func (m *Manager) Cap(ctx context.Context, scope, pod string, fresh bool) (most int, cached bool, err error) {
+	k := capKey{scope, pod}
+	if fresh {
+		m.caps.drop(k)
+	} else if n, ok := m.caps.get(k, m.clock.Now()); ok {
+		return n, true, nil
+	}
 	n, err := m.store.ReportCap(ctx, scope, pod)
-	return min(n, warmpool.MaxPodConcurrency), err
+	return min(n, warmpool.MaxPodConcurrency), false, err
 }
 
 // Report takes one report whose token was checked. Errors: VALIDATION, POD_NOT_FOUND
@@ -79,9 +91,14 @@ func (m *Manager) Report(ctx context.Context, r warmpool.AgentReport) (warmpool.
 	}
 	a, err := m.store.AgentReport(ctx, redisstore.AgentReport{Scope: r.ScopeID, Pod: r.PodID, Sessions: r.Sessions,
 		Proven: m.proven(r), Draining: r.State == warmpool.AgentDraining, Now: m.clock.Now()})
+	k := capKey{r.ScopeID, r.PodID}
 	if err != nil {
+		if warmpool.ErrorCode(err) == warmpool.CodePodNotFound {
+			m.caps.drop(k)
+		}
 		return warmpool.ReportAnswer{}, err
 	}
+	m.caps.put(k, min(a.Most, warmpool.MaxPodConcurrency), m.clock.Now())
 	if a.Ended > 0 {
 		m.log.Info("sessions ended: two reports in a row left them out", "scope", r.ScopeID, "pod", r.PodID, "ended", a.Ended)
 	}

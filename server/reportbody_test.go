@@ -118,6 +118,37 @@ func TestReportBodyIsBoundedByPodConcurrency(t *testing.T) {
 	e.ok(http.MethodPost, "/v1/agents/report", map[string]any{"pod_id": pod, "scope_id": "ok", "sessions": []string{"s1", "s2"}}, bearer(own))
 }
 
+// A pod's reports are bounded by what its last report was answered (no Redis read
+// before the body), yet a raise of pod_concurrency is honoured at once: a report
+// listing more sessions than the cached cap asks Redis and goes through, and a body
+// longer than the cached bound is refused once, the next report asking Redis first.
+func TestReportAfterARaiseOfPodConcurrency(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t, withReportSecret)
+	e.putScope("ok", scopeCfg(4, 2, 0, 1))
+	pod := e.routedPod("ok", "s1")
+	own := e.srv.ReportToken("ok", pod)
+	e.ok(http.MethodPost, "/v1/agents/report", map[string]any{"pod_id": pod, "scope_id": "ok", "sessions": []string{"s1"}}, bearer(own))
+	e.putScope("ok", scopeCfg(8, 4, 0, 1))
+	e.ok(http.MethodPost, "/v1/agents/report", map[string]any{"pod_id": pod, "scope_id": "ok", "sessions": []string{"s1", "s2", "s3"}}, bearer(own))
+	e.putScope("ok", scopeCfg(16, 8, 0, 1))
+	// a report padded past the bound of 4 sessions, within that of 8
+	padded := func(n int64) string {
+		b := reportBody(pod, 1)
+		return b[:len(b)-1] + strings.Repeat(" ", int(n)-len(b)) + "}"
+	}
+	between := padded((warmpool.ReportBodyLimit(4) + warmpool.ReportBodyLimit(8)) / 2)
+	if st, _ := e.sendReport(own, between, -1); st != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a body past the cached bound of 4 sessions: %d, want 413 once", st)
+	}
+	if st, _ := e.sendReport(own, between, -1); st != http.StatusOK {
+		t.Fatalf("the same report again, its bound read from Redis (8 sessions): %d, want 200", st)
+	}
+	if st, _ := e.sendReport(own, padded(warmpool.ReportBodyLimit(8)+100), -1); st != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a body past the bound of 8 sessions: %d, want 413", st)
+	}
+}
+
 // After a Redis data loss only a session whose session_ticket proves it was routed to
 // the pod is bound to it again from the pod's reports (issue 31, SPEC §12.4): the
 // route and GET answers carry the ticket; pod 2's agent naming pod 1's sessions first

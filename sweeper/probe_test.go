@@ -249,8 +249,8 @@ func TestWatchClearsFailingOfGonePodsInAnEmptyShard(t *testing.T) {
 	if ran, err := runner.RunOnce(ctx, target); err != nil || !ran {
 		t.Fatalf("the empty shard's first watch run: ran %v, %v; want a run", ran, err)
 	}
-	if n, err := h.Redis.Client.SCard(ctx, key).Result(); err != nil || n != 0 {
-		t.Fatalf("failing set of shard %d after its run: %d entries, %v; want the gone pod's cleared", shard, n, err)
+	if left, err := h.Redis.Client.SMembers(ctx, key).Result(); err != nil || len(left) != 0 {
+		t.Fatalf("failing set of shard %d after its run: %v, %v; want the gone pod's entry cleared", shard, left, err)
 	}
 	if ran, err := runner.RunOnce(ctx, target); err != nil || ran {
 		t.Fatalf("the empty shard's next watch run: ran %v, %v; want it idle", ran, err)

@@ -24,7 +24,8 @@ func (s *Scope) AgentReport(rep redisstore.AgentReport) (redisstore.AgentAnswer,
 		return redisstore.AgentAnswer{}, redisstore.ErrPodUnknown
 	}
 	pc := s.cfgInt("pod_concurrency")
-	if most := max(pc, s.slots[pod]); int64(len(rep.Sessions)) > most {
+	most := max(pc, s.slots[pod])
+	if int64(len(rep.Sessions)) > most {
 		return redisstore.AgentAnswer{}, warmpool.TooManySessions(len(rep.Sessions), int(most))
 	}
 	now := ms(rep.Now)
@@ -106,7 +107,7 @@ func (s *Scope) AgentReport(rep redisstore.AgentReport) (redisstore.AgentAnswer,
 			delete(s.agents, missKey)
 		}
 	}
-	a := redisstore.AgentAnswer{Interval: time.Duration(interval) * time.Millisecond, Unknown: unknown, Ended: ended}
+	a := redisstore.AgentAnswer{Interval: time.Duration(interval) * time.Millisecond, Unknown: unknown, Ended: ended, Most: int(most)}
 	until, ok := s.agents[pod]
 	if t, _ := strconv.ParseInt(until, 10, 64); !ok || t-now < 2*interval {
 		spared := now + 3*interval

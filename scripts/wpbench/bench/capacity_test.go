@@ -166,10 +166,12 @@ func TestCapacitySmoke(t *testing.T) {
 	}
 	// A cost net of the idle window's rate is a difference of two small figures at
 	// this size (8 cold routes in 14 s came out below the idle rate once, at load 2):
-	// its arithmetic is TestCostNetOfIdle's; here it must only have been measured.
+	// its arithmetic is TestCostNetOfIdle's; here it must only have been measured. So
+	// is a watch tick's, the idle window less Redis's own CPU and the due ticks (16
+	// ticks in 2.5 s came out at -103 µs once, at load 1.9; TestTickCostsSplitDueFromWatch).
 	for _, n := range []string{opWarm, warmAt(50), opPut, opCold, opDueTick, opWatch, opReport} {
 		c, ok := names[n]
-		if !ok || c.Ops <= 0 || math.IsNaN(c.RedisUs) || math.IsInf(c.RedisUs, 0) || (!c.Net && c.RedisUs <= 0) {
+		if !ok || c.Ops <= 0 || math.IsNaN(c.RedisUs) || math.IsInf(c.RedisUs, 0) || (!c.Net && n != opWatch && c.RedisUs <= 0) {
 			t.Errorf("%s: %+v", n, c)
 		}
 	}

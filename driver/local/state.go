@@ -141,28 +141,30 @@ func (l *Driver) writeRecord(rec *record, exclusive bool) error {
 // markStopped marks the state file of pod name stopped (Close) if it still describes
 // pid.
 func (l *Driver) markStopped(name string, pid int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	rec, err := l.readRecord(name)
-	if err != nil || rec.PID != pid {
-		return
-	}
-	rec.Stopped = true
-	if err := l.writeRecord(rec, false); err != nil {
-		l.log.Warn("mark pod state file stopped", "pod", name, "err", err)
-	}
+	l.withRecord(name, pid, func(rec *record) {
+		rec.Stopped = true
+		if err := l.writeRecord(rec, false); err != nil {
+			l.log.Warn("mark pod state file stopped", "pod", name, "err", err)
+		}
+	})
 }
 
 // removeRecord removes the state file of pod name if it still describes pid, so a
 // late cleanup never removes a newer pod's file.
 func (l *Driver) removeRecord(name string, pid int) {
+	l.withRecord(name, pid, func(*record) {
+		if err := os.Remove(l.statePath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			l.log.Warn("remove pod state file", "pod", name, "err", err)
+		}
+	})
+}
+
+// withRecord calls f with the state file of pod name, under l.mu, if the file still
+// describes pid.
+func (l *Driver) withRecord(name string, pid int, f func(*record)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rec, err := l.readRecord(name)
-	if err != nil || rec.PID != pid {
-		return
-	}
-	if err := os.Remove(l.statePath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		l.log.Warn("remove pod state file", "pod", name, "err", err)
+	if rec, err := l.readRecord(name); err == nil && rec.PID == pid {
+		f(rec)
 	}
 }

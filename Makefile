@@ -36,14 +36,18 @@ unit:
 
 ## soak: the model-based test of the scripts, much longer than in make test: many
 ## more runs (SOAK_CHECKS) of many more steps each (SOAK_STEPS), on a real redis-server;
-## then the tenants' quota invariants over SOAK_QUOTA_STEPS random steps (three tenants,
-## without and with a total cap)
+## the model with the tenants' escrows (SOAK_TENANT_CHECKS runs of SOAK_STEPS: three
+## tenants over four scopes); then the tenants' quota invariants over SOAK_QUOTA_STEPS
+## random steps (three tenants, without and with a total cap)
 SOAK_CHECKS ?= 3000
 SOAK_STEPS  ?= 400
+SOAK_TENANT_CHECKS ?= 300
 SOAK_QUOTA_STEPS ?= 100000
 soak:
 	scripts/with-redis.sh $(GO) test -count=1 -run '^TestScriptsFollowTheModel$$' ./internal/testing/model/ \
 		-rapid.checks=$(SOAK_CHECKS) -model.steps=$(SOAK_STEPS) -timeout 2h
+	scripts/with-redis.sh $(GO) test -count=1 -run '^TestEscrowsFollowTheModel$$' ./internal/testing/model/ \
+		-rapid.checks=$(SOAK_TENANT_CHECKS) -model.steps=$(SOAK_STEPS) -timeout 1h
 	scripts/with-redis.sh $(GO) test -count=1 -run '^(TestTenantQuotasHoldAtEveryStep|TestTotalCapHoldsAtEveryStep)$$' \
 		./redisstore/ -quota.steps=$(SOAK_QUOTA_STEPS) -timeout 1h -v
 

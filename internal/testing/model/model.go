@@ -60,6 +60,10 @@ type Scope struct {
 	agents  map[string]string // "<pod>" -> spared until (ms), "<pod>|miss" -> sessions its last report left out
 	backoff backoff           // the refill backoff
 	served  map[string]int64  // pod -> slots handed out over its life (max_sessions_per_pod)
+	// tenants are the escrows the scope's quota steps go through (nil: none joined);
+	// ask is the refusal the last script run left for want of allowance (callQuota).
+	tenants *Tenants
+	ask     *quotaAsk
 }
 
 // NewScope returns the model of a scope that was never published.
@@ -159,7 +163,8 @@ func decodePod(id, raw string) (warmpool.Pod, error) {
 // min_idle_pods as before.
 var ErrNotModelled = errors.New("model: warm_policy demand is not modelled")
 
-// Publish models redisstore.Store.ScopePublish with a live keyspace.
+// Publish models redisstore.Store.ScopePublish with a live keyspace: with tenants
+// joined, the scope indexed under its tenant first and governed after.
 func (s *Scope) Publish(rec redisstore.ScopeRecord) error {
 	if rec.Config.Pool.WarmPolicy == warmpool.WarmDemand {
 		return ErrNotModelled
@@ -168,9 +173,22 @@ func (s *Scope) Publish(rec redisstore.ScopeRecord) error {
 	if err != nil {
 		return err
 	}
+	tenant := rec.Config.TenantOf(rec.ScopeID)
+	if s.tenants != nil {
+		s.tenants.indexScope(tenant, s)
+	}
 	if s.deleted() && s.cfgInt("deleted") >= rec.Version {
 		return nil
 	}
+	if err := s.publish(rec, content, deploy, full); err != nil || s.tenants == nil {
+		return err
+	}
+	return s.tenants.governPublished(tenant, s)
+}
+
+// publish is scope_publish.lua's part of Publish, on a config not deleted at its
+// version.
+func (s *Scope) publish(rec redisstore.ScopeRecord, content [][2]string, deploy, full string) error {
 	s.indexed = true
 	if s.config != nil {
 		cur := s.cfgInt("version")
@@ -493,8 +511,14 @@ func (s *Scope) spec() (warmpool.DeploySpec, error) {
 	return spec, nil
 }
 
-// PodAcquire models pod_acquire.lua.
+// PodAcquire models Store.PodAcquire: pod_acquire.lua, run again after a grant of
+// the tenant's escrow when the scope's allowance refused it (callQuota).
 func (s *Scope) PodAcquire(a redisstore.AcquireArgs) (redisstore.AcquireResult, error) {
+	return callQuota(s, func() (redisstore.AcquireResult, error) { return s.podAcquire(a) })
+}
+
+// podAcquire is one run of pod_acquire.lua.
+func (s *Scope) podAcquire(a redisstore.AcquireArgs) (redisstore.AcquireResult, error) {
 	if err := s.refused(); err != nil {
 		return redisstore.AcquireResult{}, err
 	}
@@ -556,6 +580,9 @@ func (s *Scope) PodAcquire(a redisstore.AcquireArgs) (redisstore.AcquireResult, 
 	if int64(len(s.pods)+len(deploys)) < maxPods && int64(len(deploys)) < s.cfgInt("parallel") {
 		if b, held := s.backoffRefusal(now, len(deploys)); held {
 			return redisstore.AcquireResult{Kind: redisstore.AcquireBackoff, Backoff: b, Deploys: len(deploys)}, nil
+		}
+		if s.ask = s.quotaRefusal("pods", int64(len(s.pods)+len(deploys))); s.ask != nil {
+			return redisstore.AcquireResult{}, nil
 		}
 		s.fence++
 		member := strconv.FormatInt(s.fence, 10)
@@ -647,7 +674,8 @@ func (s *Scope) PodRegister(deploy string, pod warmpool.Pod, leaderClaim string,
 	return int(n), nil
 }
 
-// PodPurge models pod_purge.lua. The sessions it returns are in no particular order
+// PodPurge models Store.PodPurge: pod_purge.lua, then the pod's allowance given back
+// (settle). The sessions it returns are in no particular order
 // (the script reads a HASH).
 func (s *Scope) PodPurge(pod, reason string, idleSince *time.Time) ([]string, error) {
 	if !s.epoch {
@@ -682,6 +710,7 @@ func (s *Scope) PodPurge(pod, reason string, idleSince *time.Time) ([]string, er
 	delete(s.agents, pod)
 	delete(s.agents, pod+"|miss")
 	s.gone[pod] = true
+	s.settle(true)
 	return out, nil
 }
 
@@ -719,8 +748,20 @@ func (s *Scope) fill(now int64) redisstore.PlaceholderResult {
 	return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderDeploy}
 }
 
-// PodPlaceholder models pod_placeholder.lua.
+// PodPlaceholder models Store.PodPlaceholder: pod_placeholder.lua, through callQuota;
+// a refill the tenant's quota refuses answers PlaceholderQuota.
 func (s *Scope) PodPlaceholder(now, leaseDeadline, noteDeadline time.Time) (redisstore.PlaceholderResult, error) {
+	res, err := callQuota(s, func() (redisstore.PlaceholderResult, error) {
+		return s.podPlaceholder(now, leaseDeadline, noteDeadline)
+	})
+	if warmpool.ErrorCode(err) == warmpool.CodeQuotaExceeded {
+		return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderQuota}, nil
+	}
+	return res, err
+}
+
+// podPlaceholder is one run of pod_placeholder.lua.
+func (s *Scope) podPlaceholder(now, leaseDeadline, noteDeadline time.Time) (redisstore.PlaceholderResult, error) {
 	if err := s.refused(); err != nil {
 		return redisstore.PlaceholderResult{}, err
 	}
@@ -729,6 +770,9 @@ func (s *Scope) PodPlaceholder(now, leaseDeadline, noteDeadline time.Time) (redi
 	if res := s.fill(ms(now)); res.Kind != redisstore.PlaceholderDeploy {
 		return res, nil
 	}
+	if s.ask = s.quotaRefusal("pods", int64(len(s.pods)+len(s.deploys))); s.ask != nil {
+		return redisstore.PlaceholderResult{}, nil
+	}
 	s.fence++
 	member := strconv.FormatInt(s.fence, 10) + "w"
 	s.deploys[member] = ms(leaseDeadline)
@@ -736,34 +780,61 @@ func (s *Scope) PodPlaceholder(now, leaseDeadline, noteDeadline time.Time) (redi
 	return redisstore.PlaceholderResult{Kind: redisstore.PlaceholderDeploy, Deploy: member, Fence: s.fence, Spec: spec, ReportIntervalS: s.reportIntervalS()}, err
 }
 
-// PodAdopt models pod_adopt.lua.
+// PodAdopt models Store.PodAdopt: pod_adopt.lua, and in a scope governed in pods the
+// pod taken from its tenant's escrow first (given back unless the adoption raised
+// the allowance).
 func (s *Scope) PodAdopt(pod warmpool.Pod, now time.Time, sessionsUnknown bool) (string, error) {
+	st, _, err := s.podAdopt(pod, now, sessionsUnknown, false)
+	if err != nil || st != "escrow" {
+		return st, err
+	}
+	tenant := s.config["tenant"]
+	if err := s.tenants.tenantGrant(tenant, s.id, "pods", 1, s.cfgInt("cpu_m"), s.cfgInt("memory_b"), true); err != nil {
+		return "", err
+	}
+	st, raised, err := s.podAdopt(pod, now, sessionsUnknown, true)
+	if err != nil || st != redisstore.AdoptAdopted || !raised {
+		s.tenants.tenantCredit(tenant, s.id, "pods", 1)
+	}
+	return st, err
+}
+
+// podAdopt is one run of pod_adopt.lua (took: the caller took the pod from the escrow);
+// raised says the adoption raised the scope's allowance.
+func (s *Scope) podAdopt(pod warmpool.Pod, now time.Time, sessionsUnknown, took bool) (string, bool, error) {
 	if !s.published() || s.deleted() {
-		return "", s.noScope()
+		return "", false, s.noScope()
 	}
 	info, err := json.Marshal(pod)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	switch {
 	case hasMember(s.pods, pod.ID):
 		if sessionsUnknown {
 			s.holdFreeSlots(pod.ID, ms(now))
 		}
-		return redisstore.AdoptKnown, nil
+		return redisstore.AdoptKnown, false, nil
 	case s.gone[pod.ID]:
-		return redisstore.AdoptGone, nil
+		return redisstore.AdoptGone, false, nil
 	case int64(len(s.pods)+len(s.deploys)) >= s.cfgInt("max_pods"):
-		return redisstore.AdoptFull, nil
+		return redisstore.AdoptFull, false, nil
+	}
+	_, governed := s.config["q_pods"]
+	if governed && !took {
+		return "escrow", false, nil
 	}
 	t := ms(now)
 	s.pods[pod.ID] = t
 	s.podVer[pod.ID] = pod.DeployVer
 	s.podInfo[pod.ID] = string(info)
+	if governed {
+		s.config["q_pods"] = strconv.FormatInt(s.cfgInt("q_pods")+1, 10)
+	}
 	if !sessionsUnknown {
 		s.slots[pod.ID] = 0
 		s.idle[pod.ID] = t
-		return redisstore.AdoptAdopted, nil
+		return redisstore.AdoptAdopted, governed, nil
 	}
 	pc := s.cfgInt("pod_concurrency")
 	for n := int64(1); n <= pc; n++ {
@@ -772,7 +843,7 @@ func (s *Scope) PodAdopt(pod warmpool.Pod, now time.Time, sessionsUnknown bool) 
 		s.claimOf[claim] = pod.ID
 	}
 	s.slots[pod.ID] = pc
-	return redisstore.AdoptAdopted, nil
+	return redisstore.AdoptAdopted, governed, nil
 }
 
 // holdFreeSlots holds the free slots of a known pod whose sessions are unknown with
@@ -822,13 +893,16 @@ func (s *Scope) DeployExtend(deploy string, now, deadline time.Time) bool {
 	return true
 }
 
-// DeployAbort models deploy_abort.lua.
+// DeployAbort models Store.DeployAbort: deploy_abort.lua, then the deploy's allowance
+// given back (settle).
 func (s *Scope) DeployAbort(deploy, ver, reason string, lost bool, now, noteDeadline time.Time) int {
 	delete(s.deploys, deploy)
 	if !lost {
 		s.backoffFailed(ver, reason, ms(now))
 	}
-	return s.failFollowers(deploy, reason, ms(noteDeadline), lost)
+	n := s.failFollowers(deploy, reason, ms(noteDeadline), lost)
+	s.settle(true)
+	return n
 }
 
 // FollowerWait models follower_wait.lua.
@@ -902,8 +976,13 @@ func (s *Scope) HoldRelease(hold, pod string, now time.Time) (bool, error) {
 	return hasMember(s.idle, pod), nil
 }
 
-// SessionRoute models session_route.lua; a cached answer expires only by ExpireRouteAnswer.
+// SessionRoute models Store.SessionRoute: session_route.lua through callQuota; a cached answer expires only by ExpireRouteAnswer.
 func (s *Scope) SessionRoute(a redisstore.RouteArgs) (redisstore.RouteResult, error) {
+	return callQuota(s, func() (redisstore.RouteResult, error) { return s.sessionRoute(a) })
+}
+
+// sessionRoute is one run of session_route.lua.
+func (s *Scope) sessionRoute(a redisstore.RouteArgs) (redisstore.RouteResult, error) {
 	if err := s.refused(); err != nil {
 		return redisstore.RouteResult{}, err
 	}
@@ -974,6 +1053,11 @@ func (s *Scope) SessionRoute(a redisstore.RouteArgs) (redisstore.RouteResult, er
 			return answer(redisstore.RouteBound, "0", bound)
 		}
 		s.evictSession(sid, now, q)
+	}
+
+	if s.ask = s.quotaRefusal("sessions", int64(len(s.sess))); s.ask != nil {
+		leave("")
+		return redisstore.RouteResult{}, nil
 	}
 
 	for _, c := range []string{claim, waiter} {

@@ -54,6 +54,8 @@ type scopes struct {
 	sessions, waiters int
 	// fill is how many pods each scope deploys before the steps (fill).
 	fill int
+	// tenants, when set, are the scopes' tenants and their limits (tenants_test.go).
+	tenants *tenantSet
 }
 
 // smallScopes are the scopes of TestScriptsFollowTheModel.
@@ -211,6 +213,8 @@ type world struct {
 	seen map[string]int
 	// most is the most pods a scope held after a step.
 	most int
+	// tenants follow the escrows of the scopes' tenants; nil when sc has none.
+	tenants *tenantWorld
 }
 
 func newWorld(t *rapid.T, r *testredis.Redis, prefix string, seen map[string]int, sc scopes) *world {
@@ -224,6 +228,7 @@ func newWorld(t *rapid.T, r *testredis.Redis, prefix string, seen map[string]int
 			s.waiters = append(s.waiters, fmt.Sprintf("w%d", i))
 		}
 		w.sides = append(w.sides, s)
+		w.joinTenants(s, sc.tenants)
 		w.publish(s, 0, 1)
 	}
 	if _, err := w.store.Bootstrap(context.Background(), "epoch-1"); err != nil {
@@ -233,6 +238,7 @@ func newWorld(t *rapid.T, r *testredis.Redis, prefix string, seen map[string]int
 		s.model.Bootstrap()
 		w.fill(s, sc.fill)
 	}
+	w.putLimits(sc.tenants)
 	return w
 }
 
@@ -310,7 +316,8 @@ func (w *world) actions() map[string]func(*rapid.T) {
 
 		}
 	}
-	return map[string]func(*rapid.T){
+	actions := w.tenantSteps(step)
+	maps.Copy(actions, map[string]func(*rapid.T){
 		"pod_acquire": step("pod_acquire", func(s *side) {
 			a := redisstore.AcquireArgs{Now: w.now, Claim: w.fresh("c"), ClaimDeadline: w.after("claim deadline"),
 				LeaseDeadline: w.after("lease deadline"), RoomMargin: time.Second}
@@ -492,6 +499,9 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			got, gotErr := w.store.PodAdopt(ctx, pod, w.now, unknown)
 			want, wantErr := s.model.PodAdopt(pod, w.now, unknown)
 			w.same("pod_adopt", got, want, gotErr, wantErr)
+			if got == redisstore.AdoptAdopted {
+				w.adopted(s)
+			}
 			if got == redisstore.AdoptAdopted && !slices.Contains(s.pods, id) {
 				s.pods = append(s.pods, id)
 			}
@@ -710,7 +720,8 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			}
 			s.model.Bootstrap()
 		}),
-	}
+	})
+	return actions
 }
 
 // epochLost runs every script that checks the scope's epoch while it is missing.
@@ -904,6 +915,7 @@ func (w *world) same(what string, got, want any, gotErr, wantErr error) {
 	if !reflect.DeepEqual(got, want) {
 		w.t.Fatalf("%s: redis answered\n  %+v\nthe model\n  %+v", what, got, want)
 	}
+	w.sameQuota(what, gotErr, wantErr)
 }
 
 // outcome names the kind of an answer.
@@ -987,6 +999,7 @@ func (w *world) compare(after string, changed *side) {
 			w.t.Fatalf("after %s on scope %s: %s", after, s.id, strings.Join(v, "; "))
 		}
 	}
+	w.compareTenants(after, changed)
 }
 
 // record reads what model.Record renders from Redis, in one round trip.

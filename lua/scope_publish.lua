@@ -12,7 +12,10 @@
 -- replaces goes on taking new sessions until now + ready_timeout_s or until the new
 -- version's first pods are registered. Under "drain" it ends a prewarm still running.
 -- A new tenant drops the share of max_idle_pods the tenant before gave (q_idle,
--- quota_idle.lua) until the new one's pass gives its own.
+-- quota_idle.lua) until the new one's pass gives its own, and the allowances the one
+-- before granted (q_pods, q_sess, lib/quota.lua): the new tenant's escrow never granted
+-- them, so its publish governs the scope afresh, its escrow adopting what the scope
+-- holds (Store.governPublished), and the old one's pass takes its grants back.
 -- A change of a field the indexes of lib/index.lua follow (deploy_ver, prewarm_ver,
 -- pod_concurrency, max_pods, max_sessions_per_pod) builds them again: O(pods + deploys),
 -- once per such change.
@@ -72,8 +75,8 @@ if old ~= new.deploy_ver then
   end
 end
 if redis.call('HGET', k.config, 'tenant') ~= new.tenant then
-  -- a share of the tenant it named before is not the new one's (quota_idle.lua)
-  redis.call('HDEL', k.config, 'q_idle')
+  -- what the tenant it named before gave is not the new one's
+  redis.call('HDEL', k.config, 'q_idle', 'q_pods', 'q_sess')
 end
 redis.call('HSET', k.config, unpack(fields))
 redis.call('HDEL', k.config, 'deleted')

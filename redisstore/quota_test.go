@@ -342,3 +342,42 @@ func TestTenantQuotaCountsAdoptedPods(t *testing.T) {
 		t.Fatalf("a deploy beside the adopted pod, 3 of max_pods 2 held: %v, want QUOTA_EXCEEDED", err)
 	}
 }
+
+// A scope that moves to another tenant takes what it holds with it: the new tenant's
+// escrow counts its pods (its publish governs it afresh, as a new scope), so the new
+// tenant's other scopes get no more than its quota leaves, and the old tenant's pass
+// takes back what it had granted the scope.
+func TestTenantQuotaFollowsAScopeThatMoves(t *testing.T) {
+	t.Parallel()
+	acme := warmpool.Unlimited()
+	acme.Pods = 4
+	e := quotaEnv(t, acme)
+	ctx := context.Background()
+	for _, c := range []string{"c1", "c2"} {
+		if res := e.acquire(c); res.Kind != redisstore.AcquireDeploy {
+			t.Fatalf("s1's acquire %s: %+v, want a deploy", c, res)
+		}
+	}
+	beta := warmpool.Unlimited()
+	beta.Pods = 2
+	if err := e.store.PublishTenant(ctx, "beta", beta); err != nil {
+		t.Fatal(err)
+	}
+	toBeta := func(c *warmpool.ScopeConfig) {
+		c.Tenant, c.Deploy.Resources = "beta", warmpool.Resources{CPU: "500m"}
+		c.Pool.PodConcurrency, c.Pool.MaxConcurrency = 1, 8
+	}
+	for _, s := range []string{"s3", "s1"} {
+		e.scope = s
+		e.publish(toBeta)
+	}
+	if _, err := e.store.PodAcquire(ctx, "s3", e.acquireArgs("c3")); quotaErr(err) == nil {
+		t.Fatalf("beta's s3 beside s1 and its 2 pods, under beta's max_pods 2: %v, want QUOTA_EXCEEDED", err)
+	}
+	e.balance(acme)
+	for tenant, want := range map[string]string{"acme": "0", "beta": "2"} {
+		if got, _ := e.r.Client.HGet(ctx, e.store.Keys().TenantEscrow(tenant), "pods").Result(); got != want {
+			t.Errorf("%s's escrow counts %q pods after s1 moved to beta with 2, want %s", tenant, got, want)
+		}
+	}
+}

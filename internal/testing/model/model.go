@@ -215,6 +215,11 @@ func (s *Scope) publish(rec redisstore.ScopeRecord, content [][2]string, deploy,
 			delete(s.config, "prewarm_until")
 		}
 	}
+	if s.config["tenant"] != rec.Config.TenantOf(rec.ScopeID) {
+		// the allowances the tenant before granted are not the new one's
+		delete(s.config, "q_pods")
+		delete(s.config, "q_sess")
+	}
 	for _, kv := range content {
 		s.config[kv[0]] = kv[1]
 	}

@@ -44,6 +44,7 @@ var tenantWeights = func() map[string]int {
 // tenant's limits at the start.
 type tenantSet struct {
 	of        map[string]string
+	moves     map[string]string // scope -> the tenant its variant movedVariant names
 	resources map[string]warmpool.Resources
 	limits    map[string]warmpool.TenantLimits
 }
@@ -63,6 +64,7 @@ var tenantScopes = scopes{
 	sessions: 5, waiters: 4,
 	tenants: &tenantSet{
 		of:        map[string]string{"a": "t1", "b": "t1", "c": "t2", "d": "t3"},
+		moves:     map[string]string{"b": "t2"},
 		resources: map[string]warmpool.Resources{"a": {CPU: "500m", Memory: "512Mi"}, "b": {CPU: "1", Memory: "512Mi"}, "c": {CPU: "500m", Memory: "512Mi"}, "d": {CPU: "250m", Memory: "64Mi"}},
 		limits: map[string]warmpool.TenantLimits{
 			"t1": limitsOf(2, 1500, -1, 2),
@@ -71,6 +73,11 @@ var tenantScopes = scopes{
 		},
 	},
 }
+
+// movedVariant is the variant (of variants) under which a scope of tenantSet.moves
+// names its other tenant: published with it and back, the scope moves from one tenant
+// to the other with what it holds.
+const movedVariant = 2
 
 // t3Limits are the limits a tenant_put step gives t3 in turn: its first, none, and
 // one pod.
@@ -82,9 +89,11 @@ type tenantWorld struct {
 	model  *model.Tenants
 	limits map[string]warmpool.TenantLimits
 	// loose are the tenants that may rightly hold more than their quotas allow: their
-	// limits changed, or a scope of theirs adopted a running pod, which is counted
-	// whatever the quota.
+	// limits changed, or a scope of theirs adopted a running pod or moved in with what
+	// it holds, which is counted whatever the quota.
 	loose map[string]bool
+	// named is the tenant each scope named after the last step.
+	named map[string]string
 }
 
 // joinTenants has the side's scope name its tenant and request its resources, on both
@@ -94,10 +103,13 @@ func (w *world) joinTenants(s *side, set *tenantSet) {
 		return
 	}
 	if w.tenants == nil {
-		w.tenants = &tenantWorld{set: set, model: model.NewTenants(), limits: maps.Clone(set.limits), loose: map[string]bool{}}
+		w.tenants = &tenantWorld{set: set, model: model.NewTenants(), limits: maps.Clone(set.limits), loose: map[string]bool{}, named: map[string]string{}}
 	}
 	for i := range s.configs {
 		s.configs[i].Tenant, s.configs[i].Deploy.Resources = set.of[s.id], set.resources[s.id]
+		if tn, ok := set.moves[s.id]; ok && i == movedVariant {
+			s.configs[i].Tenant = tn
+		}
 	}
 	w.tenants.model.Join(s.model)
 }
@@ -136,7 +148,7 @@ func (w *world) tenantSteps(step func(string, func(*side)) func(*rapid.T)) map[s
 	return map[string]func(*rapid.T){
 		"tenant_balance": step("tenant_balance", func(s *side) {
 			if w.tenants != nil {
-				w.balance(w.tenants.set.of[s.id])
+				w.balance(rapid.SampledFrom(slices.Sorted(maps.Keys(w.tenants.limits))).Draw(w.t, "tenant"))
 			}
 		}),
 		"tenant_put": step("tenant_put", func(*side) {
@@ -165,7 +177,8 @@ func (w *world) sameQuota(what string, gotErr, wantErr error) {
 // adopted marks the tenant of a governed scope that adopted a running pod loose.
 func (w *world) adopted(s *side) {
 	if w.tenants != nil {
-		w.tenants.loose[w.tenants.set.of[s.id]] = true
+		tn, _ := s.model.Field("tenant").(string)
+		w.tenants.loose[tn] = true
 	}
 }
 
@@ -180,6 +193,7 @@ func (w *world) compareTenants(after string, changed *side) {
 	ctx, c := context.Background(), w.r.Client
 	type use struct{ pods, cpu, mem, sessions int64 }
 	held := map[string]*use{}
+	escrows := map[string]map[string]string{}
 	for _, s := range w.sides {
 		k := w.store.Keys().Scope(s.id)
 		got, err := c.HMGet(ctx, k.Config, "q_pods", "q_sess", "cpu_m", "memory_b").Result()
@@ -194,10 +208,17 @@ func (w *world) compareTenants(after string, changed *side) {
 		n := int64(len(snap.Pods) + len(snap.Deploys))
 		cpu, _ := strconv.ParseInt(fmt.Sprint(got[2]), 10, 64)
 		mem, _ := strconv.ParseInt(fmt.Sprint(got[3]), 10, 64)
-		u := held[tw.set.of[s.id]]
+		tn, _ := s.model.Field("tenant").(string)
+		if was := tw.named[s.id]; tn != "" && was != tn {
+			tw.named[s.id] = tn
+			if was != "" {
+				tw.loose[tn] = true
+			}
+		}
+		u := held[tn]
 		if u == nil {
 			u = &use{}
-			held[tw.set.of[s.id]] = u
+			held[tn] = u
 		}
 		u.pods, u.cpu, u.mem, u.sessions = u.pods+n, u.cpu+n*cpu, u.mem+n*mem, u.sessions+int64(len(snap.Sessions))
 	}
@@ -207,14 +228,40 @@ func (w *world) compareTenants(after string, changed *side) {
 			w.t.Fatal(err)
 		}
 		maps.DeleteFunc(got, func(f, _ string) bool { return strings.HasPrefix(f, "rate") })
+		escrows[tn] = got
 		if want := tw.model.Escrow(tn); !maps.Equal(got, want) {
 			w.t.Fatalf("after %s on scope %s, tenant %s's escrow is\n  %v in redis,\n  %v in the model", after, changed.id, tn, got, want)
 		}
 		l, u := tw.limits[tn], held[tn]
+		if u == nil {
+			u = &use{}
+		}
 		over := func(limit, n int64) bool { return limit >= 0 && n > limit }
 		if !tw.loose[tn] && (over(l.Pods, u.pods) || over(l.MilliCPU, u.cpu) || over(l.MemoryBytes, u.mem) || over(l.Sessions, u.sessions)) {
 			w.t.Fatalf("after %s on scope %s, tenant %s holds %d pods (%dm cpu, %d bytes) and %d sessions over its quotas %+v",
 				after, changed.id, tn, u.pods, u.cpu, u.mem, u.sessions, l)
 		}
 	}
+	// Every scope governed in pods holds at most its allowance, and its tenant's escrow
+	// granted it at least that: what a tenant's scopes hold, its escrow counts. (Not so
+	// for sessions: an agent's report binds the sessions it names past the allowance.)
+	for _, s := range w.sides {
+		tn, _ := s.model.Field("tenant").(string)
+		q, ok := s.model.Field("q_pods").(string)
+		if !ok {
+			continue
+		}
+		snap := s.model.Snapshot()
+		held := len(snap.Pods) + len(snap.Deploys)
+		if granted := escrows[tn]["pods|"+s.id]; held > atoi(q) || atoi(q) > atoi(granted) {
+			w.t.Fatalf("after %s on scope %s, scope %s holds %d pods with an allowance of %s, of which tenant %s's escrow granted it %q",
+				after, changed.id, s.id, held, q, tn, granted)
+		}
+	}
+}
+
+// atoi is a count of a HASH field ("" or absent: 0).
+func atoi(v string) int {
+	n, _ := strconv.Atoi(v)
+	return n
 }

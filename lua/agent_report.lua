@@ -9,7 +9,13 @@
 -- lost the pod's sessions) and is bound to the pod again, so never more than
 -- pod_concurrency; any other listed session is unknown (ended, expired, bound
 -- elsewhere, or without a valid ticket: another pod's agent cannot take a session by
--- naming it first). Ground truth (sessions_from_reports): a session bound to the pod
+-- naming it first). In a scope governed in sessions (lib/quota.lua) such a session is
+-- bound whatever the quota (it runs already), but counted: past the allowance q_sess
+-- it takes one of the sessions the caller took from its tenant's escrow, raising the
+-- allowance by it; with none left the report stops there and answers "escrow" (what
+-- it did so far stays: refreshed expiries and bindings, which the call again finds
+-- done), so that the tenant's other scopes are granted no session over the quota
+-- beside it. Ground truth (sessions_from_reports): a session bound to the pod
 -- that this report and the last one both leave out is ended (its slot to the oldest
 -- waiter, or freed). Draining: the pod gets podver DRAINING and takes nothing new;
 -- idle, it is due at once and the sweep deletes it. A deleted scope's pods report too:
@@ -22,11 +28,16 @@
 -- uses: config due handoff index slots
 -- ARGV[1] now (ms)  ARGV[2] pod id  ARGV[3] "1" when the agent drains, "0" when ready
 -- ARGV[4] the default report interval (ms), for a config published without one
--- ARGV[5] grant deadline (ms)  ARGV[6] publish command  ARGV[7] n, the number of
--- proven sessions (listed with a valid ticket)  ARGV[8..] those n sessions, then the
--- listed sessions
+-- ARGV[5] grant deadline (ms)  ARGV[6] publish command  ARGV[7] the sessions the
+-- caller took from the tenant's escrow for this call  ARGV[8] n, the number of proven
+-- sessions (listed with a valid ticket)  ARGV[9..] those n sessions, then the listed
+-- sessions
 -- Returns {"ok", report interval (ms), spared until (ms, "0": unchanged), sessions
---          ended, the most the pod may list, n unknown, unknown session ids...}
+--          ended, the most the pod may list, of the escrow's sessions those unused,
+--          n unknown, unknown session ids...}
+--       | {"escrow", sessions, tenant}: the allowance is reached and the caller took
+--         too few; Store.AgentReport takes that many more from the escrow, whatever
+--         the quota, and calls again
 --       | {"too_many", the most the pod may list} | {"unknown_pod"} | {"NO_SCOPE"}
 --       | {"EPOCH_LOST"}
 -- Guarded: the caller's deadline (ms) follows the last ARGV above; lib/guard.lua takes
@@ -36,7 +47,7 @@
 local k = scope_keys(KEYS)
 local now = tonumber(ARGV[1])
 local pod = ARGV[2]
-local cfg, refused = published_config(k, 'session_ttl_ms', 'report_ms', 'sessions_from_reports', 'pod_concurrency')
+local cfg, refused = published_config(k, 'session_ttl_ms', 'report_ms', 'sessions_from_reports', 'pod_concurrency', 'q_sess')
 if not cfg then
   return refused
 end
@@ -46,12 +57,12 @@ end
 local pc = tonumber(cfg[4])
 local slots = tonumber(redis.call('HGET', k.slots, pod) or '0')
 local most = math.max(pc, slots)
-local first = 8 + tonumber(ARGV[7])
+local first = 9 + tonumber(ARGV[8])
 if #ARGV - first + 1 > most then
   return {'too_many', tostring(most)}
 end
 local proven = {}
-for i = 8, first - 1 do
+for i = 9, first - 1 do
   proven[ARGV[i]] = true
 end
 local expiry = now + tonumber(cfg[1])
@@ -75,7 +86,32 @@ local function adopted_claim()
   end
 end
 
+-- escrow_refusal is the answer that asks the escrow for the proven sessions from the
+-- i-th listed on (at most what the pod may hold), unless the allowance has room for
+-- one more binding or the caller's escrowed sessions still cover it (taking one).
 local listed, unknown, on_pod = {}, {}, 0
+local allowance, escrowed = tonumber(cfg[5]), tonumber(ARGV[7])
+local function escrow_refusal(i)
+  if not allowance or redis.call('HLEN', k.sessions) < allowance then
+    return nil
+  end
+  if escrowed > 0 then
+    escrowed = escrowed - 1
+    allowance = allowance + 1
+    redis.call('HSET', k.config, 'q_sess', allowance)
+    return nil
+  end
+  local want, seen = 0, {}
+  for j = i, #ARGV do
+    local sid = ARGV[j]
+    if proven[sid] and not listed[sid] and not seen[sid] then
+      seen[sid] = true
+      want = want + 1
+    end
+  end
+  return {'escrow', tostring(math.min(want + 1, most)), redis.call('HGET', k.config, 'tenant') or ''}
+end
+
 for i = first, #ARGV do
   local sid = ARGV[i]
   if not listed[sid] then
@@ -84,6 +120,12 @@ for i = first, #ARGV do
     local c = nil
     if not bound and proven[sid] then
       c = adopted_claim()
+    end
+    if c then
+      local refused = escrow_refusal(i + 1)
+      if refused then
+        return refused
+      end
     end
     if bound == pod then
       if redis.call('SISMEMBER', k.fixed, sid) == 0 then
@@ -142,7 +184,7 @@ if not agent[1] or tonumber(agent[1]) - now < 2 * interval then
   spared = tostring(now + 3 * interval)
   redis.call('HSET', k.agents, pod, spared)
 end
-local out = {'ok', tostring(interval), spared, tostring(ended), tostring(most), tostring(#unknown)}
+local out = {'ok', tostring(interval), spared, tostring(ended), tostring(most), tostring(escrowed), tostring(#unknown)}
 for _, sid in ipairs(unknown) do
   out[#out + 1] = sid
 end

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -71,14 +72,64 @@ func (s *Store) ReportCap(ctx context.Context, scope, pod string) (int, error) {
 
 // AgentReport runs agent_report.lua: liveness, activity, the rebuild's bindings,
 // ground truth and draining of one report, in one script; then, every other report,
-// it moves the pod in its shard's Reported index. Errors: VALIDATION (more sessions
-// than the pod may hold: TooManySessions), POD_NOT_FOUND (also for a scope Redis does
-// not have), EPOCH_LOST, STORE_UNAVAILABLE.
+// it moves the pod in its shard's Reported index. A scope governed in sessions binds
+// the sessions a rebuild gives back whatever the quota, but takes them from its
+// tenant's escrow first (the script answers how many it needs, and runs again), and
+// gives back what it took and did not bind, as PodAdopt does with pods. Errors:
+// VALIDATION (more sessions than the pod may hold: TooManySessions), POD_NOT_FOUND
+// (also for a scope Redis does not have), NO_POD_AVAILABLE (other calls kept taking
+// the escrowed sessions: the next report binds them), EPOCH_LOST, STORE_UNAVAILABLE.
 func (s *Store) AgentReport(ctx context.Context, rep AgentReport) (AgentAnswer, error) {
-	args := make([]any, 0, 7+len(rep.Proven)+len(rep.Sessions))
+	var took int64
+	var tenant string
+	for try := 1; ; try++ {
+		a, ask, err := s.agentReport(ctx, rep, took)
+		if err == nil && ask.n > 0 {
+			if try == quotaTries {
+				err = warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: the sessions its tenant's escrow gave the report were taken by other calls %d times in a row; retry", rep.Scope, quotaTries).Retry(1)
+			} else if _, err = s.tenantGrant(ctx, ask.tenant, rep.Scope, "sessions", ask.n, 0, 0, true, false); err == nil {
+				took, tenant = took+ask.n, ask.tenant
+				continue
+			}
+		}
+		// what the run left unused of what was taken; all of it unless it answered ok
+		unused := took
+		if err == nil {
+			unused = a.escrowed
+		}
+		if unused > 0 {
+			cleanup, cancel := CleanupContext(ctx)
+			_, cerr := s.tenantCredit(cleanup, tenant, rep.Scope, "sessions", unused, true)
+			cancel()
+			err = errors.Join(err, cerr)
+		}
+		if err != nil {
+			return AgentAnswer{}, err
+		}
+		return a.AgentAnswer, nil
+	}
+}
+
+// reportAnswer is one run of agent_report.lua: the answer, and how many of the took
+// escrowed sessions the run left unused.
+type reportAnswer struct {
+	AgentAnswer
+	escrowed int64
+}
+
+// sessionAsk is agent_report.lua's "escrow" answer: n sessions more from the tenant's
+// escrow (n is 0 for any other answer).
+type sessionAsk struct {
+	n      int64
+	tenant string
+}
+
+// agentReport is one run of agent_report.lua with took sessions escrowed for it.
+func (s *Store) agentReport(ctx context.Context, rep AgentReport, took int64) (reportAnswer, sessionAsk, error) {
+	args := make([]any, 0, 8+len(rep.Proven)+len(rep.Sessions))
 	args = append(args, ms(rep.Now), rep.Pod, flag(rep.Draining), int64(warmpool.DefaultReportIntervalS)*1000)
 	args = append(args, s.handoffArgs(rep.Now)...)
-	args = append(args, len(rep.Proven))
+	args = append(args, took, len(rep.Proven))
 	for _, sid := range rep.Proven {
 		args = append(args, sid)
 	}
@@ -87,28 +138,35 @@ func (s *Store) AgentReport(ctx context.Context, rep AgentReport) (AgentAnswer, 
 	}
 	r, err := s.call(ctx, agentReport, s.keys.Scope(rep.Scope), nil, args...)
 	if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
-		return AgentAnswer{}, ErrPodUnknown
+		return reportAnswer{}, sessionAsk{}, ErrPodUnknown
 	}
 	if err != nil {
-		return AgentAnswer{}, err
+		return reportAnswer{}, sessionAsk{}, err
 	}
-	switch r.oneOf(0, "ok", "unknown_pod", "too_many") {
+	switch r.oneOf(0, "ok", "unknown_pod", "too_many", "escrow") {
 	case "unknown_pod":
-		return AgentAnswer{}, ErrPodUnknown
+		return reportAnswer{}, sessionAsk{}, ErrPodUnknown
 	case "too_many":
 		if most := r.count(1); r.err() == nil {
-			return AgentAnswer{}, warmpool.TooManySessions(len(rep.Sessions), most)
+			return reportAnswer{}, sessionAsk{}, warmpool.TooManySessions(len(rep.Sessions), most)
 		}
+	case "escrow":
+		ask := sessionAsk{n: int64(r.count(1)), tenant: r.str(2)}
+		if err := r.err(); err != nil {
+			return reportAnswer{}, sessionAsk{}, err
+		}
+		return reportAnswer{}, ask, nil
 	}
 	a := AgentAnswer{Interval: time.Duration(r.int(1)) * time.Millisecond, Ended: r.count(3), Most: r.count(4)}
 	spared := r.int(2)
-	n := r.count(5)
-	a.Unknown = r.strs(6)
+	escrowed := r.int(5)
+	n := r.count(6)
+	a.Unknown = r.strs(7)
 	if r.err() == nil && len(a.Unknown) != n {
 		r.fail("%d unknown sessions, want %d", len(a.Unknown), n)
 	}
 	if err := r.err(); err != nil {
-		return AgentAnswer{}, err
+		return reportAnswer{}, sessionAsk{}, err
 	}
 	if spared > 0 {
 		a.SparedUntil = time.UnixMilli(spared)
@@ -117,7 +175,7 @@ func (s *Store) AgentReport(ctx context.Context, rep AgentReport) (AgentAnswer, 
 		ref := PodRef{Scope: rep.Scope, Pod: rep.Pod}
 		_ = s.rdb.ZAddGT(ctx, s.keys.Reported(DueShard(rep.Scope)), redis.Z{Score: float64(spared), Member: ref.member()}).Err()
 	}
-	return a, nil
+	return reportAnswer{AgentAnswer: a, escrowed: escrowed}, sessionAsk{}, nil
 }
 
 // Spared returns which of refs, pods of one shard, reported recently enough not to be

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -379,5 +380,51 @@ func TestTenantQuotaFollowsAScopeThatMoves(t *testing.T) {
 		if got, _ := e.r.Client.HGet(ctx, e.store.Keys().TenantEscrow(tenant), "pods").Result(); got != want {
 			t.Errorf("%s's escrow counts %q pods after s1 moved to beta with 2, want %s", tenant, got, want)
 		}
+	}
+}
+
+// The sessions an agent's reports bind again to an adopted pod (the rebuild after a
+// data loss) are taken from the tenant's escrow, whatever the quota, since they run
+// already: with them counted, no route is granted a session over max_sessions beside
+// them. What the report took and did not bind (proven sessions bound elsewhere) goes
+// back. Before, the report raised what the scope held and not the escrow, and a fourth
+// session was routed under a max_sessions of 3.
+func TestTenantQuotaCountsReportedSessions(t *testing.T) {
+	t.Parallel()
+	l := warmpool.Unlimited()
+	l.Sessions = 3
+	e := quotaEnv(t, l)
+	ctx := context.Background()
+	e.scope = "s2"
+	e.publish(func(c *warmpool.ScopeConfig) {
+		c.Tenant, c.Deploy.Resources = "acme", warmpool.Resources{CPU: "500m"}
+		c.Pool.PodConcurrency, c.Pool.MaxConcurrency = 3, 8
+	})
+	e.onePod()
+	for _, sid := range []string{"y", "w"} {
+		if res := e.route(sid); !res.Served() {
+			t.Fatalf("route %s: %+v", sid, res)
+		}
+	}
+	pod := warmpool.Pod{ID: warmpool.PodName("s2", 90), ScopeID: "s2", DeployVer: e.snapVer(), Fence: 90, SSEURL: "http://x/sse", Ready: true}
+	if st, err := e.store.PodAdopt(ctx, pod, e.now, true); err != nil || st != redisstore.AdoptAdopted {
+		t.Fatalf("adopt: %q, %v", st, err)
+	}
+	a, err := e.reportProven(pod.ID, []string{"x", "y", "w"}, "x", "y", "w")
+	if err != nil || !slices.Equal(a.Unknown, []string{"y", "w"}) {
+		t.Fatalf("the adopted pod's report of x, y and w (bound elsewhere): %+v, %v; want y and w unknown", a, err)
+	}
+	if s := e.snap(); s.Sessions["x"] != pod.ID {
+		t.Fatalf("x after the report: %v, want bound to %s", s.Sessions, pod.ID)
+	}
+	esc, err := e.r.Client.HMGet(ctx, e.store.Keys().TenantEscrow("acme"), "sessions", "sessions|s2").Result()
+	q, _ := e.r.Client.HGet(ctx, e.store.Keys().Scope("s2").Config, "q_sess").Result()
+	if err != nil || fmt.Sprint(esc...) != "33" || q != "3" {
+		t.Fatalf("acme's escrow counts %v sessions (all, s2's; %v), s2's allowance %q, after the report; want the 3 s2 holds", esc, err, q)
+	}
+	e.scope = "s3"
+	e.onePod()
+	if _, err := e.store.SessionRoute(ctx, "s3", redisstore.RouteArgs{Now: e.now, Session: "c"}); quotaErr(err) == nil {
+		t.Fatalf("a session beside the 3 bound, under max_sessions 3: %v, want QUOTA_EXCEEDED", err)
 	}
 }

@@ -107,7 +107,7 @@ func TestMalformedRepliesAreInternalErrors(t *testing.T) {
 		{"agent_report", func(ctx context.Context) error {
 			_, err := s.AgentReport(ctx, redisstore.AgentReport{Scope: scope, Pod: "p1", Sessions: []string{"s1"}, Now: now})
 			return err
-		}, []any{"ok", "5000", "0", "0", "2", "1", "s1"}, [][]any{{"ok", "5000", "0", "0", "2", "2", "s1"}, {"ok", "soon", "0", "0", "2", "0"}, {"ok", "5000", "0", "0", "-1", "0"}, {"gone"}}},
+		}, []any{"ok", "5000", "0", "0", "2", "0", "1", "s1"}, [][]any{{"ok", "5000", "0", "0", "2", "0", "2", "s1"}, {"ok", "soon", "0", "0", "2", "0", "0"}, {"ok", "5000", "0", "0", "-1", "0", "0"}, {"ok", "5000", "0", "0", "2", "none", "0"}, {"escrow", "some", "acme"}, {"gone"}}},
 		{"report_cap", func(ctx context.Context) error { _, err := s.ReportCap(ctx, scope, "p1"); return err }, []any{"ok", "2"}, [][]any{{"ok", "-1"}, {"full", "2"}}},
 		{"waiter_leave", func(ctx context.Context) error { return s.WaiterLeave(ctx, scope, "w", now) }, []any{int64(1)}, nil},
 		{"scope_repair", func(ctx context.Context) error {

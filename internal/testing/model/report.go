@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -11,22 +12,60 @@ import (
 	"github.com/warmpool/warmpool/redisstore"
 )
 
-// AgentReport models agent_report.lua.
+// AgentReport models redisstore.Store.AgentReport: agent_report.lua, and in a scope
+// governed in sessions the sessions it asks of the tenant's escrow (whatever the
+// quota) for the sessions it binds again, the run again, and what it did not bind
+// given back.
 func (s *Scope) AgentReport(rep redisstore.AgentReport) (redisstore.AgentAnswer, error) {
+	var took int64
+	var tenant string
+	for try := 1; ; try++ {
+		a, escrowed, ask, err := s.agentReport(rep, took)
+		if err == nil && ask != nil {
+			switch {
+			case try == quotaTries:
+				err = warmpool.Errorf(warmpool.CodeNoPodAvailable, "scope %q: the sessions its tenant's escrow gave the report were taken by other calls %d times in a row; retry", s.id, quotaTries)
+			case s.tenants == nil:
+				err = fmt.Errorf("model: scope %q is governed but joined no tenants", s.id)
+			default:
+				if err = s.tenants.tenantGrant(ask.tenant, s.id, dims[1], ask.held, 0, 0, true); err == nil {
+					took, tenant = took+ask.held, ask.tenant
+					continue
+				}
+			}
+		}
+		unused := took
+		if err == nil {
+			unused = escrowed
+		}
+		if unused > 0 {
+			s.tenants.tenantCredit(tenant, s.id, dims[1], unused)
+		}
+		if err != nil {
+			return redisstore.AgentAnswer{}, err
+		}
+		return a, nil
+	}
+}
+
+// agentReport models one run of agent_report.lua with took sessions escrowed for it:
+// the answer, how many of them it left unused, and its "escrow" answer (the sessions
+// it asks for in held).
+func (s *Scope) agentReport(rep redisstore.AgentReport, took int64) (redisstore.AgentAnswer, int64, *quotaAsk, error) {
 	if err := s.publishedRefused(); err != nil {
 		if warmpool.ErrorCode(err) == warmpool.CodeScopeNotFound {
-			return redisstore.AgentAnswer{}, redisstore.ErrPodUnknown
+			return redisstore.AgentAnswer{}, 0, nil, redisstore.ErrPodUnknown
 		}
-		return redisstore.AgentAnswer{}, err
+		return redisstore.AgentAnswer{}, 0, nil, err
 	}
 	pod := rep.Pod
 	if _, ok := s.pods[pod]; !ok {
-		return redisstore.AgentAnswer{}, redisstore.ErrPodUnknown
+		return redisstore.AgentAnswer{}, 0, nil, redisstore.ErrPodUnknown
 	}
 	pc := s.cfgInt("pod_concurrency")
 	most := max(pc, s.slots[pod])
 	if int64(len(rep.Sessions)) > most {
-		return redisstore.AgentAnswer{}, warmpool.TooManySessions(len(rep.Sessions), int(most))
+		return redisstore.AgentAnswer{}, 0, nil, warmpool.TooManySessions(len(rep.Sessions), int(most))
 	}
 	now := ms(rep.Now)
 	expiry := now + s.cfgInt("session_ttl_ms")
@@ -54,7 +93,29 @@ func (s *Scope) AgentReport(rep redisstore.AgentReport) (redisstore.AgentAnswer,
 	listed := map[string]bool{}
 	unknown := []string{}
 	onPod := int64(0)
-	for _, sid := range rep.Sessions {
+	escrowed := took
+	// escrow is the script's escrow_refusal for a binding of the i-th listed session.
+	escrow := func(i int) *quotaAsk {
+		v, governed := s.config[allowance[1]]
+		q, _ := strconv.ParseInt(v, 10, 64)
+		if !governed || int64(len(s.sess)) < q {
+			return nil
+		}
+		if escrowed > 0 {
+			escrowed--
+			s.config[allowance[1]] = strconv.FormatInt(q+1, 10)
+			return nil
+		}
+		want, seen := int64(1), map[string]bool{}
+		for _, sid := range rep.Sessions[i+1:] {
+			if proven[sid] && !listed[sid] && !seen[sid] {
+				seen[sid] = true
+				want++
+			}
+		}
+		return &quotaAsk{dim: dims[1], held: min(want, most), tenant: s.config["tenant"]}
+	}
+	for i, sid := range rep.Sessions {
 		if listed[sid] {
 			continue
 		}
@@ -63,6 +124,11 @@ func (s *Scope) AgentReport(rep redisstore.AgentReport) (redisstore.AgentAnswer,
 		c := ""
 		if !isBound && proven[sid] {
 			c = adopted()
+		}
+		if c != "" {
+			if ask := escrow(i); ask != nil {
+				return redisstore.AgentAnswer{}, 0, ask, nil
+			}
 		}
 		switch {
 		case isBound && bound == pod:
@@ -114,7 +180,7 @@ func (s *Scope) AgentReport(rep redisstore.AgentReport) (redisstore.AgentAnswer,
 		s.agents[pod] = strconv.FormatInt(spared, 10)
 		a.SparedUntil = time.UnixMilli(spared)
 	}
-	return a, nil
+	return a, escrowed, nil, nil
 }
 
 // reportIntervalS is the report interval a deploy's answer tells the pod, in seconds

@@ -242,20 +242,24 @@ func (w *world) compareTenants(after string, changed *side) {
 				after, changed.id, tn, u.pods, u.cpu, u.mem, u.sessions, l)
 		}
 	}
-	// Every scope governed in pods holds at most its allowance, and its tenant's escrow
-	// granted it at least that: what a tenant's scopes hold, its escrow counts. (Not so
-	// for sessions: an agent's report binds the sessions it names past the allowance.)
+	// Every governed scope holds at most its allowance, and its tenant's escrow granted
+	// it at least that: what a tenant's scopes hold, its escrow counts (the sessions an
+	// agent's report binds again too: they are taken from the escrow first).
 	for _, s := range w.sides {
 		tn, _ := s.model.Field("tenant").(string)
-		q, ok := s.model.Field("q_pods").(string)
-		if !ok {
-			continue
-		}
 		snap := s.model.Snapshot()
-		held := len(snap.Pods) + len(snap.Deploys)
-		if granted := escrows[tn]["pods|"+s.id]; held > atoi(q) || atoi(q) > atoi(granted) {
-			w.t.Fatalf("after %s on scope %s, scope %s holds %d pods with an allowance of %s, of which tenant %s's escrow granted it %q",
-				after, changed.id, s.id, held, q, tn, granted)
+		for _, d := range []struct {
+			dim, field string
+			held       int
+		}{{"pods", "q_pods", len(snap.Pods) + len(snap.Deploys)}, {"sessions", "q_sess", len(snap.Sessions)}} {
+			q, ok := s.model.Field(d.field).(string)
+			if !ok {
+				continue
+			}
+			if granted := escrows[tn][d.dim+"|"+s.id]; d.held > atoi(q) || atoi(q) > atoi(granted) {
+				w.t.Fatalf("after %s on scope %s, scope %s holds %d %s with an allowance of %s, of which tenant %s's escrow granted it %q",
+					after, changed.id, s.id, d.held, d.dim, q, tn, granted)
+			}
 		}
 	}
 }

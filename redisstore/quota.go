@@ -122,12 +122,16 @@ func (s *Store) tenantGrant(ctx context.Context, tenant, scope, dim string, n, c
 }
 
 // tenantCredit runs tenant_credit.lua: n units of dim back from the scope to its
-// tenant's escrow, and pods to the total cap's as well (at most what the scope was
-// granted of each); unused says they were a grant never used, not a release.
+// tenant's escrow (at most what the tenant granted the scope), and the pods that came
+// back to the total cap's as well; unused says they were a grant never used, not a
+// release. Every pod the total granted a scope was granted by the scope's tenant
+// first, so the tenant's count bounds what goes back: the total counts a scope's
+// grants of every tenant it named, and a scope that moved keeps its new tenant's
+// counted when the old one's pass gives back all the old one granted.
 func (s *Store) tenantCredit(ctx context.Context, tenant, scope, dim string, n int64, unused bool) (int64, error) {
 	back, err := s.escrowCredit(ctx, tenant, scope, dim, n, unused)
 	if err == nil && dim == "pods" && s.capped() {
-		err = s.totalCredit(ctx, tenant, scope, n, unused)
+		err = s.totalCredit(ctx, tenant, scope, back, unused)
 	}
 	return back, err
 }

@@ -311,3 +311,32 @@ func TestTotalCapHoldsBeforeAnyPass(t *testing.T) {
 		t.Fatalf("a third deploy under max_pods_total 2 with no pass run: %v (the total counts %d), want QUOTA_EXCEEDED max_pods_total", err, e.totalHeld())
 	}
 }
+
+// A scope that moves to another tenant keeps its pods counted under the cap: the new
+// tenant's governing publish takes them from the total's escrow too, and the old
+// tenant's pass gives back to the total what that tenant had granted the scope, not
+// what both had. Before, that pass credited the total with all the scope's grants,
+// the total counted none of its pods, and other scopes deployed past the cap.
+func TestTotalCapFollowsAScopeThatMoves(t *testing.T) {
+	t.Parallel()
+	e, scopes := capEnv(t, 4, []string{"t1", "t2"}, []int64{1, 1})
+	ctx := context.Background()
+	e.leadAll(scopes[0], 2)
+	e.scope = scopes[0]
+	e.publish(func(c *warmpool.ScopeConfig) {
+		c.Tenant = "t2"
+		c.Pool.PodConcurrency, c.Pool.MaxConcurrency, c.Pool.MinIdlePods = 1, 16, 1
+	})
+	l := warmpool.Unlimited()
+	if err := e.store.BalanceTenant(ctx, "t1", l); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.totalHeld(); n != 2 {
+		t.Fatalf("the total counts %d pods after %s moved from t1 to t2 with 2, want 2", n, scopes[0])
+	}
+	e.leadAll(scopes[1], 2)
+	_, err := e.store.PodAcquire(ctx, scopes[1], e.acquireArgs("fifth"))
+	if q := quotaErr(err); q == nil {
+		t.Fatalf("a fifth deploy under max_pods_total 4: %v (the total counts %d), want QUOTA_EXCEEDED", err, e.totalHeld())
+	}
+}

@@ -18,10 +18,7 @@ import (
 // per pod, each pod requesting 500m.
 func quotaEnv(t *testing.T, l warmpool.TenantLimits) *env {
 	t.Helper()
-	mutate := func(c *warmpool.ScopeConfig) {
-		c.Tenant, c.Deploy.Resources = "acme", warmpool.Resources{CPU: "500m"}
-		c.Pool.PodConcurrency, c.Pool.MaxConcurrency = 1, 8
-	}
+	mutate := tenantScope("acme", 1)
 	e := newEnv(t, mutate)
 	for _, s := range []string{"s2", "s3"} {
 		e.scope = s
@@ -30,6 +27,15 @@ func quotaEnv(t *testing.T, l warmpool.TenantLimits) *env {
 	e.scope = "s1"
 	e.limit(l)
 	return e
+}
+
+// tenantScope is the config of quotaEnv's scopes: naming the tenant, pc sessions per
+// pod, each pod requesting 500m.
+func tenantScope(tenant string, pc int) func(*warmpool.ScopeConfig) {
+	return func(c *warmpool.ScopeConfig) {
+		c.Tenant, c.Deploy.Resources = tenant, warmpool.Resources{CPU: "500m"}
+		c.Pool.PodConcurrency, c.Pool.MaxConcurrency = pc, 8
+	}
 }
 
 // limit publishes acme's limits and balances its scopes, as a replica's feed does.
@@ -302,8 +308,8 @@ func TestTenantQuotaKeepsTheClaimOfARecyclingScope(t *testing.T) {
 	l.Sessions = 4
 	e := quotaEnv(t, l)
 	e.publish(func(c *warmpool.ScopeConfig) {
-		c.Tenant, c.Deploy.Resources = "acme", warmpool.Resources{CPU: "500m"}
-		c.Pool.PodConcurrency, c.Pool.MaxConcurrency, c.Pool.Recycle = 1, 8, warmpool.RecycleDelete
+		tenantScope("acme", 1)(c)
+		c.Pool.Recycle = warmpool.RecycleDelete
 	})
 	e.balance(l)
 	pod, _, err := e.register(e.acquire("c1"), "c1")
@@ -364,13 +370,9 @@ func TestTenantQuotaFollowsAScopeThatMoves(t *testing.T) {
 	if err := e.store.PublishTenant(ctx, "beta", beta); err != nil {
 		t.Fatal(err)
 	}
-	toBeta := func(c *warmpool.ScopeConfig) {
-		c.Tenant, c.Deploy.Resources = "beta", warmpool.Resources{CPU: "500m"}
-		c.Pool.PodConcurrency, c.Pool.MaxConcurrency = 1, 8
-	}
 	for _, s := range []string{"s3", "s1"} {
 		e.scope = s
-		e.publish(toBeta)
+		e.publish(tenantScope("beta", 1))
 	}
 	if _, err := e.store.PodAcquire(ctx, "s3", e.acquireArgs("c3")); quotaErr(err) == nil {
 		t.Fatalf("beta's s3 beside s1 and its 2 pods, under beta's max_pods 2: %v, want QUOTA_EXCEEDED", err)
@@ -396,10 +398,7 @@ func TestTenantQuotaCountsReportedSessions(t *testing.T) {
 	e := quotaEnv(t, l)
 	ctx := context.Background()
 	e.scope = "s2"
-	e.publish(func(c *warmpool.ScopeConfig) {
-		c.Tenant, c.Deploy.Resources = "acme", warmpool.Resources{CPU: "500m"}
-		c.Pool.PodConcurrency, c.Pool.MaxConcurrency = 3, 8
-	})
+	e.publish(tenantScope("acme", 3))
 	e.onePod()
 	for _, sid := range []string{"y", "w"} {
 		if res := e.route(sid); !res.Served() {

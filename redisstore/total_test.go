@@ -22,10 +22,7 @@ func capEnv(t *testing.T, cap int64, tenants []string, weights []int64) (*env, [
 	var e *env
 	scopes := make([]string, len(tenants))
 	for i, tn := range tenants {
-		mutate := func(c *warmpool.ScopeConfig) {
-			c.Tenant = tn
-			c.Pool.PodConcurrency, c.Pool.MaxConcurrency, c.Pool.MinIdlePods = 1, 16, 1
-		}
+		mutate := capScope(tn)
 		scopes[i] = fmt.Sprintf("%s-s%d", tn, i)
 		if e == nil {
 			e = newEnv(t, mutate)
@@ -43,6 +40,14 @@ func capEnv(t *testing.T, cap int64, tenants []string, weights []int64) (*env, [
 		t.Fatal(err)
 	}
 	return e, scopes
+}
+
+// capScope is the config of capEnv's scopes, naming the tenant.
+func capScope(tenant string) func(*warmpool.ScopeConfig) {
+	return func(c *warmpool.ScopeConfig) {
+		c.Tenant = tenant
+		c.Pool.PodConcurrency, c.Pool.MaxConcurrency, c.Pool.MinIdlePods = 1, 16, 1
+	}
 }
 
 // totalHeld is what the total's escrow counts as granted ("pods").
@@ -323,10 +328,7 @@ func TestTotalCapFollowsAScopeThatMoves(t *testing.T) {
 	ctx := context.Background()
 	e.leadAll(scopes[0], 2)
 	e.scope = scopes[0]
-	e.publish(func(c *warmpool.ScopeConfig) {
-		c.Tenant = "t2"
-		c.Pool.PodConcurrency, c.Pool.MaxConcurrency, c.Pool.MinIdlePods = 1, 16, 1
-	})
+	e.publish(capScope("t2"))
 	l := warmpool.Unlimited()
 	if err := e.store.BalanceTenant(ctx, "t1", l); err != nil {
 		t.Fatal(err)
